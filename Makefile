@@ -1,0 +1,36 @@
+# attnscale: `make report` (the main job) and `make test` (every test) set everything up.
+PYTHON    ?= /usr/bin/python3
+BUILD     ?= build
+REPORT    ?= report
+JOBS      ?= $(shell nproc)
+CMAKE_ARGS ?=
+
+.PHONY: all deps configure build test test-cpp test-python report clean
+
+all: build
+
+deps:
+	@bash scripts/install-deps.sh
+
+$(BUILD)/build.ninja: | deps
+	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(PYTHON) $(CMAKE_ARGS)
+
+configure: deps $(BUILD)/build.ninja
+
+build: configure
+	cmake --build $(BUILD) -j $(JOBS)
+
+test-cpp: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
+
+test-python: build
+	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale PYTHONPATH=$(abspath $(BUILD))/python \
+	  $(PYTHON) -m pytest -q tests/cli
+
+test: test-cpp test-python
+
+report: build
+	$(BUILD)/bin/attnscale report --out $(REPORT)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,190 @@
+// attnscale explain: softmax(Q K^T * s) V on a small input, one step at a time.
+//
+// The default input is seed 004's example: Q = K = V, a 3×1 column (here v = 1, 2, 3).
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "attnscale/attention.h"
+#include "attnscale/error.h"
+#include "attnscale/npy.h"
+#include "lab/rng.h"
+#include "mask_options.h"
+#include "subcommands.h"
+
+namespace attnscale::cli {
+namespace {
+
+constexpr std::int64_t kMaxSide = 16;  // explain prints every matrix, so keep them small
+
+struct ExplainFlags {
+  std::string q, k, v;
+  std::int64_t n = 0, d = 0;
+  std::uint64_t seed = 0;
+  MaskFlags mask;
+};
+
+// A row-major float64 matrix with a name, for printing.
+struct Matrix {
+  std::int64_t rows = 0, cols = 0;
+  std::vector<double> a;
+  double& operator()(std::int64_t i, std::int64_t j) { return a[i * cols + j]; }
+  double operator()(std::int64_t i, std::int64_t j) const { return a[i * cols + j]; }
+};
+
+Matrix load_matrix(const std::string& flag, const std::string& path) {
+  const Tensor t = read_npy(path);
+  if (t.rank() != 2 || t.dtype() == DType::u8)
+    throw Error(flag + ": explain takes a 2-D float array [N, d], got " + t.view().shape_str() + " " +
+                std::string(dtype_name(t.dtype())));
+  if (t.dim(0) > kMaxSide || t.dim(1) > kMaxSide)
+    throw Error(flag + ": explain prints every matrix; use at most " + std::to_string(kMaxSide) +
+                " rows and columns, got " + t.view().shape_str());
+  Matrix m{t.dim(0), t.dim(1), std::vector<double>(t.numel())};
+  for (std::int64_t i = 0; i < t.numel(); ++i)
+    m.a[i] = t.dtype() == DType::f32 ? t.as<float>()[i] : t.as<double>()[i];
+  return m;
+}
+
+Matrix random_matrix(std::int64_t n, std::int64_t d, std::uint64_t seed, std::uint32_t stream) {
+  const lab::Stream rng(seed, stream, 0);
+  Matrix m{n, d, std::vector<double>(n * d)};
+  for (std::int64_t i = 0; i < n * d; ++i) m.a[i] = rng.normal(i);
+  return m;
+}
+
+void print(const char* title, const Matrix& m) {
+  std::printf("%s  [%lld x %lld]\n", title, static_cast<long long>(m.rows), static_cast<long long>(m.cols));
+  for (std::int64_t i = 0; i < m.rows; ++i) {
+    std::printf("   ");
+    for (std::int64_t j = 0; j < m.cols; ++j) {
+      const double x = m(i, j);
+      if (std::isinf(x))
+        std::printf(" %10s", x < 0 ? "-inf" : "inf");
+      else
+        std::printf(" %10.4f", x);
+    }
+    std::printf("\n");
+  }
+  std::printf("\n");
+}
+
+TensorView view_of(Matrix& m) { return TensorView::contiguous(m.a.data(), DType::f64, {m.rows, m.cols}); }
+
+void run(ExplainFlags& f) {
+  Tensor mask_storage;
+  const Options options = f.mask.options(mask_storage);
+  Matrix Q, K, V;
+  std::string origin;
+  if (!f.q.empty() || !f.k.empty() || !f.v.empty()) {
+    if (f.q.empty() || f.k.empty() || f.v.empty()) throw Error("--q, --k, --v: give all three files or none");
+    Q = load_matrix("--q", f.q);
+    K = load_matrix("--k", f.k);
+    V = load_matrix("--v", f.v);
+    origin = "from " + f.q + ", " + f.k + ", " + f.v;
+  } else if (f.n > 0 || f.d > 0) {
+    if (f.n <= 0 || f.d <= 0 || f.n > kMaxSide || f.d > kMaxSide)
+      throw Error("--n, --d: both are needed, each 1.." + std::to_string(kMaxSide));
+    Q = random_matrix(f.n, f.d, f.seed, 0);
+    K = random_matrix(f.n, f.d, f.seed, 1);
+    V = random_matrix(f.n, f.d, f.seed, 2);
+    origin = "random N(0, 1) entries, seed " + std::to_string(f.seed);
+  } else {
+    Q = Matrix{3, 1, {1.0, 2.0, 3.0}};
+    K = Q;
+    V = Q;
+    origin = "seed 004's example: Q = K = V = (v1, v2, v3) = (1, 2, 3), a 3 x 1 column";
+  }
+  if (K.cols != Q.cols) throw Error("--k: dk = " + std::to_string(K.cols) + " differs from --q's " + std::to_string(Q.cols));
+  if (V.rows != K.rows) throw Error("--v: " + std::to_string(V.rows) + " rows differ from --k's " + std::to_string(K.rows));
+
+  // The library computes P, O and lse; the steps below recompute each stage in plain loops.
+  Matrix O{Q.rows, V.cols, std::vector<double>(Q.rows * V.cols)};
+  Matrix P{Q.rows, K.rows, std::vector<double>(Q.rows * K.rows)};
+  std::vector<double> lse(Q.rows);
+  Outputs outs{view_of(O), TensorView::contiguous(lse.data(), DType::f64, {Q.rows}), view_of(P)};
+  reference::forward(view_of(Q), view_of(K), view_of(V), outs, options);
+
+  const std::int64_t dk = Q.cols;
+  const double s = options.scale.resolve(dk);
+  std::printf("Scaled dot-product attention, step by step: softmax(Q K^T * s + mask) V\n");
+  std::printf("Input: %s\n\n", origin.c_str());
+  print("Q (one query per row)", Q);
+  print("K (one key per row)", K);
+  print("V (one value per row)", V);
+
+  Matrix S{Q.rows, K.rows, std::vector<double>(Q.rows * K.rows)};
+  for (std::int64_t i = 0; i < Q.rows; ++i)
+    for (std::int64_t j = 0; j < K.rows; ++j)
+      for (std::int64_t c = 0; c < dk; ++c) S(i, j) += Q(i, c) * K(j, c);
+  std::printf("Step 1. Scores Q K^T: entry (i, j) is the dot product of query i with key j.\n");
+  print("Q K^T", S);
+
+  std::printf("Step 2. Scale by s = %s = %.6g (dk = %lld).\n", options.scale.describe().c_str(), s,
+              static_cast<long long>(dk));
+  std::printf("   Why: with independent unit-variance components, Var(q.k) = dk, so s = 1/sqrt(dk)\n"
+              "   keeps the scores at unit variance whatever dk is.\n");
+  for (double& x : S.a) x *= s;
+  const bool masked = options.mask.causal || options.mask.has_window() || !options.mask.explicit_mask.empty();
+  if (masked) {
+    // S_ij = lse_i + log P_ij recovers each visible score (additive mask values included) and
+    // gives -inf where the mask hides key j.
+    for (std::int64_t i = 0; i < S.rows; ++i)
+      for (std::int64_t j = 0; j < S.cols; ++j)
+        S(i, j) = std::isinf(lse[i]) ? -INFINITY : lse[i] + std::log(P(i, j));
+    std::printf("   The mask hides some keys: their scores become -inf (shown with any additive mask).\n");
+  }
+  print("S = Q K^T * s", S);
+
+  std::printf("Step 3. Softmax of each row, over the keys: P_ij = exp(S_ij - m_i) / l_i, with the row\n"
+              "   maximum m_i subtracted first (so no exponent overflows) and l_i = sum_j exp(S_ij - m_i).\n");
+  for (std::int64_t i = 0; i < S.rows; ++i) {
+    if (std::isinf(lse[i]) && lse[i] < 0) {
+      std::printf("   row %lld: every key is masked -> P row = 0, output row = 0, lse = -inf\n",
+                  static_cast<long long>(i));
+      continue;
+    }
+    double m = -INFINITY, l = 0;
+    for (std::int64_t j = 0; j < S.cols; ++j) m = std::max(m, S(i, j));
+    for (std::int64_t j = 0; j < S.cols; ++j) l += std::exp(S(i, j) - m);
+    std::printf("   row %lld: m = %.4f, l = %.4f, log-sum-exp = m + log l = %.4f\n", static_cast<long long>(i), m,
+                l, lse[i]);
+  }
+  std::printf("\n");
+  print("P = softmax(S) (each row sums to 1)", P);
+
+  std::printf("Step 4. Output O = P V: each output row is a weighted average of the value rows.\n");
+  print("O", O);
+  Matrix check{O.rows, O.cols, std::vector<double>(O.rows * O.cols)};
+  double diff = 0;
+  for (std::int64_t i = 0; i < O.rows; ++i)
+    for (std::int64_t c = 0; c < O.cols; ++c) {
+      for (std::int64_t j = 0; j < P.cols; ++j) check(i, c) += P(i, j) * V(j, c);
+      diff = std::max(diff, std::abs(check(i, c) - O(i, c)));
+    }
+  std::printf("Check: P V recomputed here differs from the library's O by at most %.3g.\n", diff);
+}
+
+}  // namespace
+
+void add_explain(CLI::App& app) {
+  auto flags = std::make_shared<ExplainFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "explain",
+      "Print, step by step, what softmax(Q K^T * s) V does to a small input: Q K^T, the scaled\n"
+      "scores, the softmax rows and the output. Default input: seed 004's example, Q = K = V = (1, 2, 3)^T.\n"
+      "Example: attnscale explain --n 4 --d 2 --seed 7 --scale none");
+  sub->add_option("--q", flags->q, "Queries .npy [N, d] (with --k and --v)")->type_name("FILE");
+  sub->add_option("--k", flags->k, "Keys .npy [N, d]")->type_name("FILE");
+  sub->add_option("--v", flags->v, "Values .npy [N, d]")->type_name("FILE");
+  sub->add_option("--n", flags->n, "Random input: tokens (1..16)");
+  sub->add_option("--d", flags->d, "Random input: dimension (1..16)");
+  sub->add_option("--seed", flags->seed, "Random input: seed")->capture_default_str();
+  flags->mask.add_to(*sub);
+  sub->callback([flags] { run(*flags); });
+}
+
+}  // namespace attnscale::cli

@@ -1,0 +1,10 @@
+// One function per subcommand; each registers itself on the top-level app.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace attnscale::cli {
+
+void add_attend(CLI::App& app);
+void add_explain(CLI::App& app);
+
+}  // namespace attnscale::cli

@@ -1,0 +1,20 @@
+// attnscale/npy.h: reading and writing NumPy .npy files (format versions 1.0, 2.0 and 3.0).
+//
+// Accepted: little-endian (or byte-order-free) C-order arrays of float32, float64, bool and uint8,
+// rank 1..4. Everything else — truncated data, wrong magic, big-endian, Fortran order, other
+// dtypes, a header whose shape disagrees with the file size — throws Error naming the file.
+//   Tensor q = attnscale::read_npy("q.npy");
+//   attnscale::write_npy("o.npy", out.view());  // atomic: temporary file, then rename
+#pragma once
+#include <string>
+
+#include "attnscale/tensor.h"
+
+namespace attnscale {
+
+Tensor read_npy(const std::string& path);
+
+// Writes a view (any strides) as a C-order .npy. The file appears complete or not at all.
+void write_npy(const std::string& path, const TensorView& view);
+
+}  // namespace attnscale

@@ -1,0 +1,108 @@
+// Params: the plain struct that crosses from validation (public API) into the kernels.
+//
+// Every view here is normalised to full rank (q/k/v/out/probs/mask rank 4, lse rank 3); a
+// broadcast or missing leading dimension has size 1 and stride 0. Kernels trust these fields:
+// all checks happen once, in validate.cc.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "attnscale/attention.h"
+#include "attnscale/tensor.h"
+
+namespace attnscale::detail {
+
+struct Params {
+  DType dtype = DType::f32;  // of q, k, v (and out)
+  std::int64_t B = 0, Hq = 0, Hkv = 0, Nq = 0, Nkv = 0, dk = 0, dv = 0;
+  double scale = 1.0;
+  TensorView q, k, v;
+  TensorView out, lse, probs;  // lse/probs may be empty
+  // Mask.
+  bool causal = false;
+  Align align = Align::top_left;
+  std::int64_t window_left = -1, window_right = -1;
+  TensorView mask;  // empty, or rank 4 with stride 0 on broadcast dimensions
+  int threads = 1;
+
+  std::int64_t group() const { return Hq / Hkv; }
+  std::int64_t kv_head(std::int64_t h) const { return h / group(); }
+  // diag(i) = i + diag_offset(): the key on query i's diagonal.
+  std::int64_t diag_offset() const { return align == Align::bottom_right ? Nkv - Nq : 0; }
+};
+
+struct BackwardParams : Params {
+  TensorView dO;          // gradient of the loss w.r.t. out, [B, Hq, Nq, dv]
+  TensorView dQ, dK, dV;  // outputs, shapes of q, k, v
+};
+
+// Keys [lo, hi) allowed for query i by the causal and window parts of the mask (the explicit
+// mask may hide more inside it). Empty when lo >= hi.
+struct KeyRange {
+  std::int64_t lo, hi;
+};
+inline KeyRange key_range(const Params& p, std::int64_t i) {
+  const std::int64_t diag = i + p.diag_offset();
+  std::int64_t lo = 0, hi = p.Nkv;
+  if (p.causal) hi = std::min(hi, diag + 1);
+  if (p.window_left >= 0) lo = std::max(lo, diag - p.window_left);
+  if (p.window_right >= 0) hi = std::min(hi, diag + 1 + p.window_right);
+  lo = std::clamp<std::int64_t>(lo, 0, p.Nkv);
+  hi = std::clamp<std::int64_t>(hi, lo, p.Nkv);
+  return {lo, hi};
+}
+
+// Element pointer of a rank-4 view.
+template <class T>
+inline T* at(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d = 0) {
+  return static_cast<T*>(t.data) + a * t.strides[0] + b * t.strides[1] + c * t.strides[2] +
+         d * t.strides[3];
+}
+
+// The explicit mask's contribution to score (b, h, i, j): 0 to keep, -inf to hide, or the
+// additive value. Returns 0 when there is no explicit mask.
+inline double mask_bias(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+  if (p.mask.empty()) return 0.0;
+  switch (p.mask.dtype) {
+    case DType::u8: return *at<const std::uint8_t>(p.mask, b, h, i, j) ? 0.0 : -INFINITY;
+    case DType::f32: return *at<const float>(p.mask, b, h, i, j);
+    case DType::f64: return *at<const double>(p.mask, b, h, i, j);
+    default: return 0.0;
+  }
+}
+
+// Load/store one element of any float dtype as double.
+inline double load(const TensorView& t, const void* ptr) {
+  switch (t.dtype) {
+    case DType::f32: return *static_cast<const float*>(ptr);
+    case DType::f64: return *static_cast<const double*>(ptr);
+    case DType::bf16: return from_bf16(*static_cast<const bf16*>(ptr));
+    default: return 0.0;
+  }
+}
+inline void store(const TensorView& t, void* ptr, double x) {
+  switch (t.dtype) {
+    case DType::f32: *static_cast<float*>(ptr) = static_cast<float>(x); break;
+    case DType::f64: *static_cast<double*>(ptr) = x; break;
+    case DType::bf16: *static_cast<bf16*>(ptr) = to_bf16(static_cast<float>(x)); break;
+    default: break;
+  }
+}
+inline void* element(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  return static_cast<char*>(t.data) +
+         (a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3]) *
+             static_cast<std::int64_t>(dtype_size(t.dtype));
+}
+
+enum class Kernel { fast, reference };
+
+// Validation at the public boundary. Throws Error naming the argument and shapes.
+Params make_forward_params(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const Outputs& outputs, const Options& options, Kernel kernel);
+BackwardParams make_backward_params(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& out, const TensorView& lse,
+                                    const TensorView& dout, const Gradients& grads,
+                                    const Options& options, Kernel kernel);
+
+}  // namespace attnscale::detail

@@ -1,0 +1,185 @@
+// Validation of every public argument, and its translation into Params.
+#include <cmath>
+#include <string>
+
+#include "attention/params.h"
+#include "attnscale/error.h"
+#include "common/parallel.h"
+
+namespace attnscale::detail {
+namespace {
+
+[[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
+
+std::string dims(std::int64_t a, std::int64_t b, std::int64_t c) {
+  return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
+}
+std::string dims(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + ", " +
+         std::to_string(d) + "]";
+}
+
+// Left-pads `t` to `rank` with size-1, stride-0 dimensions.
+TensorView pad_rank(TensorView t, int rank) {
+  const int missing = rank - t.rank;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    t.shape[d + missing] = t.shape[d];
+    t.strides[d + missing] = t.strides[d];
+  }
+  for (int d = 0; d < missing; ++d) {
+    t.shape[d] = 1;
+    t.strides[d] = 0;
+  }
+  t.rank = rank;
+  return t;
+}
+
+// q, k, v, dout: rank 2..4, positive dimensions, a float dtype.
+TensorView operand(const char* name, const TensorView& t) {
+  if (t.data == nullptr) fail(std::string(name) + ": missing (null data pointer)");
+  if (t.rank < 2 || t.rank > 4)
+    fail(std::string(name) + ": expected rank 2, 3 or 4 ([N, d], [H, N, d] or [B, H, N, d]), got rank " +
+         std::to_string(t.rank) + " " + t.shape_str());
+  for (int d = 0; d < t.rank; ++d)
+    if (t.shape[d] <= 0)
+      fail(std::string(name) + ": every dimension must be positive, got shape " + t.shape_str());
+  if (t.dtype == DType::u8)
+    fail(std::string(name) + ": dtype must be float32, float64 or bfloat16, got " +
+         std::string(dtype_name(t.dtype)));
+  return pad_rank(t, 4);
+}
+
+// An output view of a fixed shape (after left-padding), with an allowed dtype.
+TensorView output(const char* name, const TensorView& t, int rank, const std::int64_t* want,
+                  const std::string& want_str, bool any_float, DType must) {
+  if (t.data == nullptr) fail(std::string(name) + ": missing (null data pointer)");
+  if (t.rank < 1 || t.rank > rank)
+    fail(std::string(name) + ": expected shape " + want_str + ", got rank " + std::to_string(t.rank) +
+         " " + t.shape_str());
+  TensorView p = pad_rank(t, rank);
+  for (int d = 0; d < rank; ++d)
+    if (p.shape[d] != want[d])
+      fail(std::string(name) + ": expected shape " + want_str + ", got " + t.shape_str());
+  if (any_float ? t.dtype == DType::u8 : t.dtype != must)
+    fail(std::string(name) + ": dtype must be " +
+         (any_float ? std::string("a float type") : std::string(dtype_name(must))) + ", got " +
+         std::string(dtype_name(t.dtype)));
+  return p;
+}
+
+void fill_shapes(Params& p, const TensorView& q, const TensorView& k, const TensorView& v,
+                 const TensorView& q0, const TensorView& k0, const TensorView& v0) {
+  p.B = q.shape[0];
+  p.Hq = q.shape[1];
+  p.Nq = q.shape[2];
+  p.dk = q.shape[3];
+  p.Hkv = k.shape[1];
+  p.Nkv = k.shape[2];
+  p.dv = v.shape[3];
+  const std::string qs = "q " + q0.shape_str(), ks = "k " + k0.shape_str(), vs = "v " + v0.shape_str();
+  if (k.dtype != q.dtype || v.dtype != q.dtype)
+    fail("q, k, v: dtypes differ (q " + std::string(dtype_name(q.dtype)) + ", k " +
+         std::string(dtype_name(k.dtype)) + ", v " + std::string(dtype_name(v.dtype)) + ")");
+  if (k.shape[0] != p.B || v.shape[0] != p.B)
+    fail("k, v: batch must match q's (" + qs + ", " + ks + ", " + vs + ")");
+  if (k.shape[3] != p.dk)
+    fail("k: last dimension dk = " + std::to_string(k.shape[3]) + " must equal q's dk = " +
+         std::to_string(p.dk) + " (" + qs + ", " + ks + ")");
+  if (v.shape[1] != p.Hkv || v.shape[2] != p.Nkv)
+    fail("v: heads and keys must match k's (" + ks + ", " + vs + ")");
+  if (p.Hq % p.Hkv != 0)
+    fail("k: query heads Hq = " + std::to_string(p.Hq) + " must be a multiple of key/value heads Hkv = " +
+         std::to_string(p.Hkv) + " (" + qs + ", " + ks + ")");
+}
+
+void fill_options(Params& p, const Options& options) {
+  p.scale = options.scale.resolve(p.dk);
+  if (!std::isfinite(p.scale)) fail("scale: must be finite, got " + std::to_string(p.scale));
+  const Mask& m = options.mask;
+  p.causal = m.causal;
+  p.align = m.align;
+  if (m.window_left < -1 || m.window_right < -1)
+    fail("window: sizes must be >= 0 (or -1 for unbounded), got (" + std::to_string(m.window_left) +
+         ", " + std::to_string(m.window_right) + ")");
+  p.window_left = m.window_left;
+  p.window_right = m.window_right;
+  if (options.threads < 0) fail("threads: must be >= 0, got " + std::to_string(options.threads));
+  p.threads = resolve_threads(options.threads);
+  const TensorView& mk = m.explicit_mask;
+  if (mk.data == nullptr) return;
+  const std::string want = "[" + std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "] or [" +
+                           std::to_string(p.B) + "|1, " + std::to_string(p.Hq) + "|1, " +
+                           std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "]";
+  if (mk.rank < 2 || mk.rank > 4)
+    fail("mask: expected shape " + want + ", got rank " + std::to_string(mk.rank) + " " + mk.shape_str());
+  if (mk.dtype == DType::bf16) fail("mask: dtype must be bool/uint8, float32 or float64, got bfloat16");
+  TensorView t = pad_rank(mk, 4);
+  const std::int64_t full[4] = {p.B, p.Hq, p.Nq, p.Nkv};
+  for (int d = 0; d < 4; ++d) {
+    const bool broadcast = d < 2 && t.shape[d] == 1;
+    if (!broadcast && t.shape[d] != full[d])
+      fail("mask: shape " + mk.shape_str() + " does not broadcast to " + dims(p.B, p.Hq, p.Nq, p.Nkv) +
+           " (expected " + want + ")");
+    if (broadcast) t.strides[d] = 0;
+  }
+  t.shape = {p.B, p.Hq, p.Nq, p.Nkv};
+  p.mask = t;
+}
+
+}  // namespace
+
+Params make_forward_params(const TensorView& q0, const TensorView& k0, const TensorView& v0,
+                           const Outputs& outputs, const Options& options, Kernel kernel) {
+  Params p;
+  const TensorView q = operand("q", q0), k = operand("k", k0), v = operand("v", v0);
+  fill_shapes(p, q, k, v, q0, k0, v0);
+  p.dtype = q.dtype;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  fill_options(p, options);
+  const std::int64_t out_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
+  p.out = output("out", outputs.out, 4, out_shape, dims(p.B, p.Hq, p.Nq, p.dv),
+                 kernel == Kernel::reference, p.dtype);
+  if (outputs.lse.data) {
+    const std::int64_t s[3] = {p.B, p.Hq, p.Nq};
+    p.lse = output("lse", outputs.lse, 3, s, dims(p.B, p.Hq, p.Nq), true, p.dtype);
+  }
+  if (outputs.probs.data) {
+    const std::int64_t s[4] = {p.B, p.Hq, p.Nq, p.Nkv};
+    p.probs = output("probs", outputs.probs, 4, s, dims(p.B, p.Hq, p.Nq, p.Nkv), true, p.dtype);
+  }
+  return p;
+}
+
+BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, const TensorView& v0,
+                                    const TensorView& out, const TensorView& lse,
+                                    const TensorView& dout, const Gradients& grads,
+                                    const Options& options, Kernel kernel) {
+  BackwardParams p;
+  const TensorView q = operand("q", q0), k = operand("k", k0), v = operand("v", v0);
+  fill_shapes(p, q, k, v, q0, k0, v0);
+  p.dtype = q.dtype;
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  fill_options(p, options);
+  const bool any = kernel == Kernel::reference;
+  const std::int64_t o_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
+  const std::string o_str = dims(p.B, p.Hq, p.Nq, p.dv);
+  p.dO = output("dout", dout, 4, o_shape, o_str, any, p.dtype);
+  if (kernel == Kernel::fast) {
+    p.out = output("out", out, 4, o_shape, o_str, false, p.dtype);
+    const std::int64_t s[3] = {p.B, p.Hq, p.Nq};
+    p.lse = output("lse", lse, 3, s, dims(p.B, p.Hq, p.Nq), true, p.dtype);
+  }
+  const std::int64_t q_shape[4] = {p.B, p.Hq, p.Nq, p.dk};
+  const std::int64_t k_shape[4] = {p.B, p.Hkv, p.Nkv, p.dk};
+  const std::int64_t v_shape[4] = {p.B, p.Hkv, p.Nkv, p.dv};
+  p.dQ = output("dq", grads.dq, 4, q_shape, dims(p.B, p.Hq, p.Nq, p.dk), any, p.dtype);
+  p.dK = output("dk", grads.dk, 4, k_shape, dims(p.B, p.Hkv, p.Nkv, p.dk), any, p.dtype);
+  p.dV = output("dv", grads.dv, 4, v_shape, dims(p.B, p.Hkv, p.Nkv, p.dv), any, p.dtype);
+  return p;
+}
+
+}  // namespace attnscale::detail

@@ -1,0 +1,143 @@
+// Views, the owning Tensor, and bfloat16 conversion.
+#include "attnscale/tensor.h"
+
+#include <cstring>
+#include <new>
+#include <sstream>
+
+#include "attnscale/error.h"
+
+namespace attnscale {
+
+std::string_view dtype_name(DType t) {
+  switch (t) {
+    case DType::f32: return "float32";
+    case DType::f64: return "float64";
+    case DType::bf16: return "bfloat16";
+    case DType::u8: return "bool/uint8";
+  }
+  return "?";
+}
+
+std::size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::bf16: return 2;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+
+// Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. NaN stays NaN
+// (quietened) instead of rounding into infinity.
+bf16 to_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{static_cast<std::uint16_t>(u >> 16)};
+}
+
+float from_bf16(bf16 x) {
+  std::uint32_t u = static_cast<std::uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+namespace {
+void check_rank(std::size_t rank) {
+  if (rank < 1 || rank > static_cast<std::size_t>(kMaxRank))
+    throw Error("tensor rank must be 1..4, got " + std::to_string(rank));
+}
+}  // namespace
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
+  check_rank(shape.size());
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = static_cast<int>(shape.size());
+  int i = 0;
+  for (auto s : shape) v.shape[i++] = s;
+  std::int64_t stride = 1;
+  for (int d = v.rank - 1; d >= 0; --d) {
+    v.strides[d] = stride;
+    stride *= v.shape[d];
+  }
+  return v;
+}
+
+TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
+                               std::initializer_list<std::int64_t> strides) {
+  check_rank(shape.size());
+  if (strides.size() != shape.size())
+    throw Error("strides: " + std::to_string(strides.size()) + " strides for rank " +
+                std::to_string(shape.size()));
+  TensorView v;
+  v.data = data;
+  v.dtype = dtype;
+  v.rank = static_cast<int>(shape.size());
+  int i = 0;
+  for (auto s : shape) v.shape[i++] = s;
+  i = 0;
+  for (auto s : strides) v.strides[i++] = s;
+  return v;
+}
+
+std::int64_t TensorView::numel() const {
+  std::int64_t n = 1;
+  for (int d = 0; d < rank; ++d) n *= shape[d];
+  return rank ? n : 0;
+}
+
+bool TensorView::is_contiguous() const {
+  std::int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    if (shape[d] != 1 && strides[d] != stride) return false;
+    stride *= shape[d];
+  }
+  return true;
+}
+
+std::string TensorView::shape_str() const {
+  std::ostringstream s;
+  s << '[';
+  for (int d = 0; d < rank; ++d) s << (d ? ", " : "") << shape[d];
+  s << ']';
+  return s.str();
+}
+
+Tensor::Tensor(DType dtype, std::initializer_list<std::int64_t> shape)
+    : Tensor(dtype, shape.begin(), static_cast<int>(shape.size())) {}
+
+Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
+  check_rank(static_cast<std::size_t>(rank));
+  view_.dtype = dtype;
+  view_.rank = rank;
+  // Refuse sizes whose byte count overflows or exceeds what one process could ever hold,
+  // before allocating (a clear error instead of an out-of-memory kill).
+  constexpr std::int64_t kMaxBytes = std::int64_t{1} << 46;  // 64 TiB
+  std::int64_t n = 1;
+  for (int d = 0; d < rank; ++d) {
+    if (shape[d] < 0) throw Error("tensor: negative dimension in shape");
+    view_.shape[d] = shape[d];
+    if (shape[d] != 0 && n > kMaxBytes / shape[d]) throw Error("tensor: shape too large to allocate");
+    n *= shape[d];
+  }
+  if (n > kMaxBytes / static_cast<std::int64_t>(dtype_size(dtype)))
+    throw Error("tensor: shape too large to allocate");
+  std::int64_t stride = 1;
+  for (int d = rank - 1; d >= 0; --d) {
+    view_.strides[d] = stride;
+    stride *= view_.shape[d];
+  }
+  std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  constexpr std::align_val_t kAlign{64};
+  std::byte* p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, kAlign));
+  storage_ = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { ::operator delete[](q, kAlign); });
+  view_.data = p;
+}
+
+}  // namespace attnscale

@@ -1,0 +1,64 @@
+// The lab's experiments behind one interface, shared by the CLI (`attnscale experiment NAME`),
+// the report and the Python module (attnscale.lab).
+//
+// An experiment declares its flags (each a string; sweeps are comma-separated lists such as
+// "1,2,4,8"), splits its sweep into independent points, and runs one point into rows. Every
+// random number is drawn from lab::Stream(seed, stream, trial), so a point's rows depend only on
+// (seed, flags, point): the same for any thread count, any order, and after a resumed run.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lab/results.h"
+
+namespace attnscale::lab {
+
+struct FlagSpec {
+  std::string name;           // without dashes, e.g. "d"
+  std::string default_value;  // e.g. "1,2,4,8,16,32,64,128"
+  std::string help;
+};
+
+// The flag values of one run (every declared flag present, defaults filled in) plus the common
+// ones: seed, trials, threads.
+struct Args {
+  std::map<std::string, std::string> values;
+  std::uint64_t seed = 0;
+  std::int64_t trials = 0;  // already resolved: > 0
+  int threads = 1;
+
+  const std::string& get(const std::string& name) const;       // throws Error if undeclared
+  std::vector<std::int64_t> ints(const std::string& name) const;    // "1,2,4" → {1,2,4}; Error names --name
+  std::vector<double> doubles(const std::string& name) const;
+  std::vector<std::string> words(const std::string& name) const;  // "none,sqrt" → {"none","sqrt"}
+};
+
+struct Experiment {
+  std::string name;     // "saturation"
+  std::string summary;  // one line for --help
+  std::vector<FlagSpec> flags;
+  std::int64_t default_trials = 100;
+  std::vector<std::string> param_names;  // the CSV's sweep columns
+  // The sweep's points, each a list of values in param_names order (validates flags: Error).
+  std::function<std::vector<std::vector<std::string>>(const Args&)> points;
+  // Rows of one point. Must be a pure function of (args, point).
+  std::function<std::vector<Row>(const Args&, const std::vector<std::string>& point)> run_point;
+};
+
+const std::vector<Experiment>& experiments();
+const Experiment& find_experiment(const std::string& name);  // Error lists the known names
+
+// Called after each finished point with (done, total); used for progress bars and incremental
+// (resumable) output.
+using Progress = std::function<void(std::size_t done, std::size_t total, const std::vector<Row>& rows)>;
+
+// Fills defaults into `given` (unknown flag names: Error), runs every point, returns the table
+// with its metadata. Rows come out in point order whatever the thread count.
+ResultTable run_experiment(const Experiment& e, const std::map<std::string, std::string>& given,
+                           std::uint64_t seed, std::int64_t trials, int threads,
+                           const Progress& progress = {});
+
+}  // namespace attnscale::lab

@@ -1,0 +1,116 @@
+// Every bad argument throws Error naming the argument (and shapes), and writes nothing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <string>
+
+#include "attnscale/attention.h"
+#include "attnscale/error.h"
+#include "random_tensors.h"
+
+namespace attnscale {
+namespace {
+using testing::random_tensor;
+
+struct Inputs {
+  Tensor q = random_tensor(DType::f32, {2, 4, 5, 8}, 1, 0);
+  Tensor k = random_tensor(DType::f32, {2, 2, 6, 8}, 1, 1);
+  Tensor v = random_tensor(DType::f32, {2, 2, 6, 3}, 1, 2);
+  Tensor out = Tensor(DType::f32, {2, 4, 5, 3});
+  Options opt;
+};
+
+// Runs forward with one thing broken; checks the message names `needle` and out is untouched.
+void expect_error(const std::function<void(Inputs&)>& breakit, const std::string& needle) {
+  Inputs s;
+  breakit(s);
+  for (std::int64_t i = 0; i < s.out.numel(); ++i) s.out.as<float>()[i] = 42.0f;
+  try {
+    forward(s.q.view(), s.k.view(), s.v.view(), {s.out.view()}, s.opt);
+    ADD_FAILURE() << "no error for " << needle;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  for (std::int64_t i = 0; i < s.out.numel(); ++i) ASSERT_EQ(s.out.as<float>()[i], 42.0f);
+}
+
+TEST(Validation, WrongRank) {
+  expect_error([](Inputs& s) { s.q = random_tensor(DType::f32, {40}, 1, 0); }, "q: expected rank 2, 3 or 4");
+}
+TEST(Validation, ZeroSize) {
+  expect_error([](Inputs& s) { s.k = Tensor(DType::f32, {2, 2, 0, 8}); }, "k: every dimension must be positive");
+}
+TEST(Validation, DkZero) {
+  expect_error([](Inputs& s) { s.q = Tensor(DType::f32, {2, 4, 5, 0}); }, "q: every dimension must be positive");
+}
+TEST(Validation, DkMismatch) {
+  expect_error([](Inputs& s) { s.k = random_tensor(DType::f32, {2, 2, 6, 7}, 1, 1); }, "k: last dimension dk = 7");
+}
+TEST(Validation, HeadsNotDivisible) {
+  expect_error(
+      [](Inputs& s) {
+        s.k = random_tensor(DType::f32, {2, 3, 6, 8}, 1, 1);
+        s.v = random_tensor(DType::f32, {2, 3, 6, 3}, 1, 2);
+      },
+      "must be a multiple of key/value heads Hkv = 3");
+}
+TEST(Validation, BatchMismatch) {
+  expect_error([](Inputs& s) { s.v = random_tensor(DType::f32, {1, 2, 6, 3}, 1, 2); }, "k, v: batch must match");
+}
+TEST(Validation, ValuesKeysMismatch) {
+  expect_error([](Inputs& s) { s.v = random_tensor(DType::f32, {2, 2, 7, 3}, 1, 2); }, "v: heads and keys must match");
+}
+TEST(Validation, DtypeMismatch) {
+  expect_error([](Inputs& s) { s.v = random_tensor(DType::f64, {2, 2, 6, 3}, 1, 2); }, "q, k, v: dtypes differ");
+}
+TEST(Validation, OutputShape) {
+  expect_error([](Inputs& s) { s.out = Tensor(DType::f32, {2, 4, 5, 4}); }, "out: expected shape [2, 4, 5, 3]");
+}
+TEST(Validation, MaskDoesNotBroadcast) {
+  static Tensor m;
+  expect_error(
+      [](Inputs& s) {
+        m = Tensor(DType::u8, {2, 3, 5, 6});
+        s.opt.mask.explicit_mask = m.view();
+      },
+      "mask: shape [2, 3, 5, 6] does not broadcast to [2, 4, 5, 6]");
+  expect_error(
+      [](Inputs& s) {
+        m = Tensor(DType::f32, {6, 5});
+        s.opt.mask.explicit_mask = m.view();
+      },
+      "mask: shape [6, 5] does not broadcast");
+}
+TEST(Validation, NonFiniteScale) {
+  EXPECT_THROW(Scale::value(INFINITY), Error);
+  EXPECT_THROW(Scale::value(NAN), Error);
+  EXPECT_THROW(Scale::parse("1e999"), Error);
+  EXPECT_THROW(Scale::parse("sqrtx"), Error);
+  try {
+    Scale::parse("fast");
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "scale: expected none, sqrt, linear or a finite number, got 'fast'");
+  }
+}
+TEST(Validation, BadWindow) {
+  expect_error([](Inputs& s) { s.opt.mask.window_left = -3; }, "window: sizes must be >= 0");
+}
+TEST(Validation, NullData) {
+  expect_error([](Inputs& s) { s.q = Tensor(); }, "q: missing");
+}
+TEST(Validation, BackwardChecksGradientShapes) {
+  Inputs s;
+  Tensor lse(DType::f32, {2, 4, 5}), dq(DType::f32, {2, 4, 5, 8}), dk(DType::f32, {2, 2, 6, 8}),
+      dv(DType::f32, {2, 2, 6, 4});
+  try {
+    backward(s.q.view(), s.k.view(), s.v.view(), s.out.view(), lse.view(), s.out.view(),
+             {dq.view(), dk.view(), dv.view()});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dv: expected shape [2, 2, 6, 3]"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace attnscale
