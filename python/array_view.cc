@@ -55,9 +55,11 @@ ArrayView as_view(const char* name, py::handle obj, ArrayKind kind) {
   if (a.ndim() > kMaxRank)
     throw py::value_error(std::string(name) + ": expected at most 4 dimensions, got rank " +
                           std::to_string(a.ndim()) + " " + shape_text(a));
-  // Byte order other than native, or strides between elements: one C-ordered native copy.
+  // Byte order other than native, strides between elements, or a data pointer off the item
+  // alignment (the kernels load whole elements): one C-ordered, aligned, native copy.
   const bool native = a.dtype().attr("isnative").cast<bool>();
-  if (!native || !strides_are_whole_elements(a)) {
+  const bool aligned = reinterpret_cast<std::uintptr_t>(a.data()) % a.itemsize() == 0;
+  if (!native || !aligned || !strides_are_whole_elements(a)) {
     py::dtype want = native ? a.dtype() : py::dtype(a.dtype().attr("newbyteorder")("="));
     a = np.attr("ascontiguousarray")(a, want);
     ++copies;

@@ -4,9 +4,9 @@
 // an input is viewed in place whenever every byte stride is a multiple of the item size — which
 // covers C- and Fortran-ordered arrays, slices, transposes ([B, N, H, d] seen as [B, H, N, d]),
 // negative steps and broadcast (stride 0) dimensions. Only an array with a stride that is not a
-// multiple of its item size (a view into a structured or byte-offset buffer), or with a
-// non-native byte order, is copied first; copy_count() counts those copies so tests can check
-// that nothing else is copied.
+// multiple of its item size (a field of a structured array), a data pointer that is not a
+// multiple of it (a byte-offset view of a buffer), or a non-native byte order is copied first;
+// copy_count() counts those copies so tests can check that nothing else is copied.
 #pragma once
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>

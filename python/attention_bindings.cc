@@ -80,6 +80,9 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
   const ArrayView out = out_obj.is_none() ? ArrayView{} : as_view("out", out_obj, ArrayKind::floating);
   const ArrayView lse = lse_obj.is_none() ? ArrayView{} : as_view("lse", lse_obj, ArrayKind::floating);
   const ArrayView dout = as_view("dout", dout_obj, ArrayKind::floating);
+  if (!reference && (out_obj.is_none() || lse_obj.is_none()))
+    throw py::value_error(std::string(out_obj.is_none() ? "out" : "lse") +
+                          ": required (the forward's output; only reference=True recomputes it)");
   const MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
   ArrayView dq, dk, dv;
   Gradients grads;
