@@ -3,7 +3,7 @@
 // The softmax Jacobian of a row p is J = diag(p) − p pᵀ, so
 //   ‖J‖_F² = Σ_i (p_i − p_i²)² + Σ_{i≠j} p_i² p_j² = Σ p² − 2 Σ p³ + (Σ p²)².
 // Rows of a saturated softmax (one p_i → 1) have ‖J‖_F → 0; the mean over rows hides that
-// collapse when a few rows stay soft, the median shows it. Annealed REM theory (σ < σ_c, logits
+// collapse when a few rows stay soft, the median shows it. Annealed REM theory (σ < σ_c/2, logits
 // σ z with σ² = s² d): Σp² ≈ e^{σ²}/N, Σp³ ≈ e^{3σ²}/N², so ‖J‖_F ≈ √(e^{σ²}/N − 2e^{3σ²}/N² + e^{2σ²}/N²).
 //
 // End to end: L = Σ O ⊙ G with G i.i.d. N(0, 1), so dL/dO = G; dL/dQ and dL/dK by
@@ -75,7 +75,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
     const double scale = scaling_factor(names[c], d, n);
     const double sigma = scale * std::sqrt(static_cast<double>(d));
     std::optional<double> th;
-    if (sigma < theory::rem_sigma_c(n)) {
+    if (sigma < theory::rem_sigma_c(n) / 2) {  // the expansion needs Σp² ≪ 1: σ² < (ln N)/2
       const double e1 = std::exp(sigma * sigma), nn = static_cast<double>(n);
       th = std::sqrt(std::max(0.0, e1 / nn - 2 * e1 * e1 * e1 / (nn * nn) + e1 * e1 / (nn * nn)));
     }
