@@ -128,3 +128,13 @@ def test_a_dataframe_when_pandas_is_importable(monkeypatch):
     assert isinstance(lab.variance(d=[2], trials=5), lab.Rows)
     with pytest.raises(ImportError, match="as_frame=True needs pandas"):
         lab.variance(d=[2], trials=5, as_frame=True)
+
+
+def test_dashed_flags_take_underscores(cli):
+    # projections has --x-mean and --x-std: Python spells them x_mean and x_std.
+    rows = lab.projections(n=20, dx=8, d=[4, 16], init=["normal", "xavier"], x_mean=0.25, x_std=1.5,
+                           trials=5, seed=4, as_frame=False)
+    text = cli_csv(cli, "projections", 4, 5, 2, n="20", dx="8", d="4,16", init="normal,xavier",
+                   **{"x-mean": "0.25", "x-std": "1.5"})
+    assert_same_numbers(rows, text)
+    assert rows.metadata["flags"]["x-mean"] == "0.25" and rows.metadata["flags"]["x-std"] == "1.5"
