@@ -6,7 +6,14 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
 #include <map>
+#include <mutex>
+#include <optional>
+#include <thread>
 #include <string>
 
 #include "lab/experiment.h"
@@ -50,22 +57,60 @@ py::dict metadata(const lab::Metadata& m) {
   return d;
 }
 
-// Runs the experiment with the GIL released; `progress(done, total)` (or None) is called with
-// the GIL held after each sweep point, from whichever thread finished it. An exception raised by
-// progress, or a pending KeyboardInterrupt, stops the run and propagates.
+struct Cancelled {};  // thrown from the progress callback to stop a run after Ctrl-C
+
+// Runs the experiment with the GIL released, on a thread of its own, while this (the calling)
+// thread checks every 100 ms for a signal such as Ctrl-C: Python handles signals only on its
+// main thread. After a signal no new sweep point starts, the points in progress finish, and the
+// signal's exception (KeyboardInterrupt) is raised. `progress(done, total)` (or None) is called
+// with the GIL held after each sweep point, in order, from whichever thread finished it; an
+// exception it raises stops the run the same way and propagates.
 py::dict lab_run(const std::string& name, const std::map<std::string, std::string>& flags,
                  std::uint64_t seed, std::int64_t trials, int threads, py::object progress) {
   const lab::Experiment& e = lab::find_experiment(name);
-  lab::Progress report = [&progress](std::size_t done, std::size_t total, const std::vector<lab::Row>&) {
+  std::atomic<bool> cancel{false};
+  lab::Progress report = [&](std::size_t done, std::size_t total, const std::vector<lab::Row>&) {
+    if (cancel) throw Cancelled{};
+    if (progress.is_none()) return;
     py::gil_scoped_acquire locked;
-    if (PyErr_CheckSignals() != 0) throw py::error_already_set();
-    if (!progress.is_none()) progress(done, total);
+    progress(done, total);
   };
   lab::ResultTable table;
+  std::exception_ptr error;
+  std::optional<py::error_already_set> signal;
   {
     py::gil_scoped_release unlocked;
-    table = lab::run_experiment(e, flags, seed, trials, threads, report);
+    std::mutex mutex;
+    std::condition_variable finished_cv;
+    bool finished = false;
+    std::thread runner([&] {
+      try {
+        table = lab::run_experiment(e, flags, seed, trials, threads, report);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      std::lock_guard<std::mutex> lock(mutex);
+      finished = true;
+      finished_cv.notify_one();
+    });
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!finished_cv.wait_for(lock, std::chrono::milliseconds(100), [&] { return finished; })) {
+      if (signal) continue;
+      lock.unlock();
+      {
+        py::gil_scoped_acquire locked;
+        if (PyErr_CheckSignals() != 0) {
+          signal.emplace();  // takes the pending Python exception
+          cancel = true;
+        }
+      }
+      lock.lock();
+    }
+    lock.unlock();
+    runner.join();
   }
+  if (signal) throw std::move(*signal);
+  if (error) std::rethrow_exception(error);
   py::list rows;
   for (const lab::Row& r : table.rows)
     rows.append(py::make_tuple(r.params, r.metric, r.mean, r.ci_low, r.ci_high,

@@ -138,3 +138,33 @@ def test_dashed_flags_take_underscores(cli):
                    **{"x-mean": "0.25", "x-std": "1.5"})
     assert_same_numbers(rows, text)
     assert rows.metadata["flags"]["x-mean"] == "0.25" and rows.metadata["flags"]["x-std"] == "1.5"
+
+
+def test_ctrl_c_stops_a_long_run():
+    # The child prints once the run is under way; SIGINT must then end it with KeyboardInterrupt
+    # long before the sweep (hundreds of points) is done.
+    import os
+    import signal
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time\n"
+            "from attnscale import lab\n"
+            "def show(done, total):\n"
+            "    if done == 1: print('running', flush=True)\n"
+            "try:\n"
+            "    lab.saturation(n=60, d=list(range(1, 400)), trials=200, threads=1, progress=show, as_frame=False)\n"
+            "    print('finished')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted')\n")],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        assert child.stdout.readline().strip() == "running"
+        start = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert out.strip() == "interrupted"
+    assert time.monotonic() - start < 10
