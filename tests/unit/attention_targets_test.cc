@@ -193,5 +193,37 @@ TEST(Targets, DecodeSplitsKeysAndMatchesReference) {
   });
 }
 
+TEST(Targets, BackwardMatchesFloat64Reference) {
+  struct Shape {
+    std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1}, {2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 129, 70, 33, 5}};
+  for_each_target([&](const std::string& target) {
+    for (const Shape& s : shapes)
+      for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window,
+                         MaskKind::keep, MaskKind::additive, MaskKind::all}) {
+        const Inputs in = make_inputs(s.B, s.Hq, s.Hkv, s.Nq, s.Nkv, s.dk, s.dv, m, 900 + s.Nq);
+        const Tensor dout = random_tensor(DType::f32, {s.B, s.Hq, s.Nq, s.dv}, 900 + s.Nq, 5);
+        Tensor out(DType::f32, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
+        forward(in.q.view(), in.k.view(), in.v.view(), {out.view(), lse.view()}, in.opt);
+        Tensor dq(DType::f32, {s.B, s.Hq, s.Nq, s.dk}), dk(DType::f32, {s.B, s.Hkv, s.Nkv, s.dk}),
+            dv(DType::f32, {s.B, s.Hkv, s.Nkv, s.dv});
+        Tensor rq(DType::f64, {s.B, s.Hq, s.Nq, s.dk}), rk(DType::f64, {s.B, s.Hkv, s.Nkv, s.dk}),
+            rv(DType::f64, {s.B, s.Hkv, s.Nkv, s.dv});
+        poison(dq);
+        poison(dk);
+        poison(dv);
+        backward(in.q.view(), in.k.view(), in.v.view(), out.view(), lse.view(), dout.view(),
+                 {dq.view(), dk.view(), dv.view()}, in.opt);
+        reference::backward(in.q.view(), in.k.view(), in.v.view(), dout.view(), {rq.view(), rk.view(), rv.view()},
+                            in.opt);
+        const std::string what = "Nq " + std::to_string(s.Nq) + " mask " + std::to_string(static_cast<int>(m));
+        EXPECT_LE(rel_error(dq.view(), rq.view()), 1e-4) << what;
+        EXPECT_LE(rel_error(dk.view(), rk.view()), 1e-4) << what;
+        EXPECT_LE(rel_error(dv.view(), rv.view()), 1e-4) << what;
+      }
+  });
+}
+
 }  // namespace
 }  // namespace attnscale
