@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/bf16_kernels.h"
 #include "attention/flash_forward.h"
 #include "attention/kernels.h"
 #include "attention/params.h"
@@ -50,9 +51,11 @@ void forward(const TensorView& q, const TensorView& k, const TensorView& v, cons
   const detail::Params p = detail::make_forward_params(q, k, v, outputs, options, detail::Kernel::fast);
   detail::simd::init_target_from_env();
   switch (p.dtype) {
-    case DType::f32: return detail::forward_all<float>(p);
+    case DType::f32:
+      if (options.compute == Compute::bf16) return detail::bfdot::forward(p);
+      return detail::forward_all<float>(p);
     case DType::f64: return detail::forward_all<double>(p);
-    case DType::bf16: return detail::forward_all<float>(p);
+    case DType::bf16: return detail::bfdot::forward(p);
     default: throw Error("q: dtype " + std::string(dtype_name(p.dtype)) + " is not supported by forward");
   }
 }
