@@ -7,13 +7,16 @@
 // GIL is released while the library computes; validation errors raise ValueError with the
 // library's message before anything is computed.
 #include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "array_view.h"
 #include "attention_bindings.h"
 #include "attnscale/attention.h"
+#include "attnscale/decode.h"
 #include "attnscale/self_attention.h"
 #include "options.h"
 
@@ -37,13 +40,25 @@ bool rank_at_least_2(std::initializer_list<const TensorView*> ts) {
   return true;
 }
 
+Compute parse_compute(py::handle compute) {
+  if (compute.is_none()) return Compute::native;
+  if (!py::isinstance<py::str>(compute))
+    throw py::type_error("compute: expected None, 'native' or 'bf16', got " +
+                         std::string(py::str(compute.get_type().attr("__name__"))));
+  const std::string c = compute.cast<std::string>();
+  if (c == "native") return Compute::native;
+  if (c == "bf16") return Compute::bf16;
+  throw py::value_error("compute: expected 'native' or 'bf16', got '" + c + "'");
+}
+
 py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle scale,
                      py::handle causal, py::handle window, py::handle align, py::handle mask,
-                     bool return_lse, bool return_probs, int threads, bool reference) {
+                     bool return_lse, bool return_probs, int threads, bool reference, py::handle compute) {
   const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
   const ArrayView k = as_view("k", k_obj, ArrayKind::floating);
   const ArrayView v = as_view("v", v_obj, ArrayKind::floating);
-  const MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
+  MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
+  opt.options.compute = parse_compute(compute);
   Outputs outputs;
   ArrayView out, lse, probs;
   // With a rank below 2 there is no output shape; the library's validation names the argument.
@@ -135,6 +150,46 @@ py::array multi_head_attention_py(py::handle x_obj, py::handle wq_obj, py::handl
   return to_numpy(std::move(y));
 }
 
+// merge_partials(outs, lses) -> (out, lse): attention over disjoint key chunks combined.
+py::tuple merge_partials_py(const std::vector<py::object>& outs_obj, const std::vector<py::object>& lses_obj) {
+  std::vector<ArrayView> outs, lses;
+  std::vector<TensorView> out_views, lse_views;
+  for (std::size_t c = 0; c < outs_obj.size(); ++c) {
+    outs.push_back(as_view(("outs[" + std::to_string(c) + "]").c_str(), outs_obj[c], ArrayKind::floating));
+    out_views.push_back(outs.back().view);
+  }
+  for (std::size_t c = 0; c < lses_obj.size(); ++c) {
+    lses.push_back(as_view(("lses[" + std::to_string(c) + "]").c_str(), lses_obj[c], ArrayKind::floating));
+    lse_views.push_back(lses.back().view);
+  }
+  ArrayView out, lse;
+  if (!outs.empty() && !lses.empty()) {
+    out = new_array(outs[0].view.dtype, shape_of(outs[0].view));
+    lse = new_array(outs[0].view.dtype, shape_of(lses[0].view));
+  }
+  {
+    py::gil_scoped_release unlocked;
+    merge_partials(out_views, lse_views, out.view, lse.view);
+  }
+  return py::make_tuple(out.array, lse.array);
+}
+
+constexpr const char* kMergeDoc = R"(merge_partials(outs, lses)
+
+Combines attention computed over disjoint chunks of the keys into attention over all of them:
+lse = log sum_c exp(lse_c), out = sum_c exp(lse_c - lse) * out_c. outs[c] has out's shape
+[..., dv], lses[c] lse's [...]; a chunk with lse_c = -inf contributes nothing. Returns (out, lse).
+
+Example:
+    >>> import numpy as np, attnscale
+    >>> rng = np.random.default_rng(0)
+    >>> q, k, v = rng.standard_normal((4, 8)), rng.standard_normal((10, 8)), rng.standard_normal((10, 8))
+    >>> parts = [attnscale.attention(q, k[s], v[s], return_lse=True) for s in (slice(0, 6), slice(6, 10))]
+    >>> out, lse = attnscale.merge_partials([p[0] for p in parts], [p[1] for p in parts])
+    >>> bool(np.allclose(out, attnscale.attention(q, k, v)))
+    True
+)";
+
 constexpr const char* kOptionsDoc = R"(
     scale:   None (1/sqrt(dk)), 'none' (1), 'sqrt' (1/sqrt(dk)), 'linear' (1/dk) or a finite number.
     causal:  None/False, True (top-left), 'top-left' (key j visible when j <= i) or
@@ -145,7 +200,7 @@ constexpr const char* kOptionsDoc = R"(
              (added to the scaled scores).
     threads: worker threads; 0: $ATTNSCALE_THREADS, else every core.)";
 
-const std::string kAttentionDoc = std::string(R"(attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, return_lse=False, return_probs=False, threads=0, reference=False)
+const std::string kAttentionDoc = std::string(R"(attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, return_lse=False, return_probs=False, threads=0, reference=False, compute=None)
 
 Scaled dot-product attention softmax(q k^T * scale + mask) v on numpy arrays.
 
@@ -157,6 +212,9 @@ Scaled dot-product attention softmax(q k^T * scale + mask) v on numpy arrays.
     return_lse:   also return the natural-log log-sum-exp of each row, [..., Nq].
     return_probs: also return the attention probabilities, [..., Nq, Nkv].
     reference:    use the naive float64 reference instead of the fast kernel.
+    compute:      None or 'native' (products in the inputs' dtype), or 'bf16': float32 inputs
+                  rounded to bfloat16 for Q K^T and P V, float32 accumulation (AMX or
+                  AVX-512 BF16 where the CPU has them); float64 inputs ignore it.
 
 Returns out [..., Nq, dv] (q's dtype), or a tuple (out[, lse][, probs]). A row whose keys are
 all masked gives out = 0 and lse = -inf. Bad shapes or options raise ValueError, wrong types
@@ -229,7 +287,9 @@ void add_attention(py::module_& m) {
   m.def("attention", &attention, kAttentionDoc.c_str(), py::arg("q"), py::arg("k"), py::arg("v"),
         py::kw_only(), py::arg("scale") = none, py::arg("causal") = none, py::arg("window") = none,
         py::arg("align") = none, py::arg("mask") = none, py::arg("return_lse") = false,
-        py::arg("return_probs") = false, py::arg("threads") = 0, py::arg("reference") = false);
+        py::arg("return_probs") = false, py::arg("threads") = 0, py::arg("reference") = false,
+        py::arg("compute") = none);
+  m.def("merge_partials", &merge_partials_py, kMergeDoc, py::arg("outs"), py::arg("lses"));
   m.def("attention_backward", &attention_backward, kBackwardDoc.c_str(), py::arg("q"), py::arg("k"),
         py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("dout"), py::kw_only(),
         py::arg("scale") = none, py::arg("causal") = none, py::arg("window") = none,

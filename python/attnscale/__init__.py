@@ -17,6 +17,7 @@ from ._attnscale import (  # noqa: F401
     attention_backward,
     cpu_target,
     git_hash,
+    merge_partials,
     multi_head_attention,
     self_attention,
     version,
@@ -25,6 +26,7 @@ from ._attnscale import (  # noqa: F401
 __all__ = [
     "attention",
     "attention_backward",
+    "merge_partials",
     "self_attention",
     "multi_head_attention",
     "version",

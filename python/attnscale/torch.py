@@ -39,10 +39,10 @@ class Attention(torch.autograd.Function):
     """softmax(q k^T * scale + mask) v with gradients for q, k and v (see attention())."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, options):
+    def forward(ctx, q, k, v, mask, forward_options, options):
         mask_np = None if mask is None else _to_numpy("mask", mask)
         out, lse = _attnscale.attention(
-            _to_numpy("q", q), _to_numpy("k", k), _to_numpy("v", v), mask=mask_np, return_lse=True, **options
+            _to_numpy("q", q), _to_numpy("k", k), _to_numpy("v", v), mask=mask_np, return_lse=True, **forward_options
         )
         out, lse = torch.from_numpy(out), torch.from_numpy(lse)
         ctx.save_for_backward(q, k, v, out, lse)
@@ -73,11 +73,14 @@ class Attention(torch.autograd.Function):
             torch.from_numpy(dv) if need[2] else None,
             None,
             None,
+            None,
         )
 
 
-def attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, return_lse=False):
-    """attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, return_lse=False)
+def attention(
+    q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, return_lse=False, compute=None
+):
+    """attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, return_lse=False, compute=None)
 
     Differentiable scaled dot-product attention on CPU torch tensors (float32 or float64).
 
@@ -86,6 +89,9 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask
     'sqrt' | 'linear' | number, causal None | True | 'top-left' | 'bottom-right', window
     (left, right), align, mask (bool keep-mask or float additive mask, [Nq, Nkv] or
     [B|1, H|1, Nq, Nkv]; a constant: it must not require grad), threads.
+
+    compute='bf16' runs the forward products in bfloat16 (float32 inputs); the backward pass
+    always computes in the inputs' dtype.
 
     Returns out [..., Nq, dv], or (out, lse) with return_lse (lse carries no gradient).
     Gradients flow to q, k and v; double backward is not supported.
@@ -102,5 +108,5 @@ def attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask
     if mask is not None and not isinstance(mask, torch.Tensor):
         mask = torch.as_tensor(mask)
     options = dict(scale=scale, causal=causal, window=window, align=align, threads=threads)
-    out, lse = Attention.apply(q, k, v, mask, options)
+    out, lse = Attention.apply(q, k, v, mask, dict(options, compute=compute), options)
     return (out, lse) if return_lse else out

@@ -102,3 +102,12 @@ def test_return_lse_and_errors(gen):
         at.attention(q, k.detach().numpy(), v)
     with pytest.raises(ValueError, match=r"^k: last dimension dk = 3 must equal q's dk = 4"):
         at.attention(q, torch.zeros(5, 3, dtype=torch.float64), v)
+
+
+def test_bf16_forward_with_native_backward(gen):
+    q, k, v = leaves(gen, (2, 17, 16), (2, 19, 16), (2, 19, 8), dtype=torch.float32)
+    out = at.attention(q, k, v, compute="bf16")
+    want = at.attention(q, k, v)
+    torch.testing.assert_close(out, want, rtol=0, atol=5e-2)
+    out.sum().backward()
+    assert q.grad is not None and torch.isfinite(q.grad).all()
