@@ -1,0 +1,453 @@
+// `attnscale report`: measure, draw, write. See report.h.
+#include "report/report.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "attnscale/error.h"
+#include "attnscale/version.h"
+#include "common/parallel.h"
+#include "common/progress.h"
+#include "lab/experiment.h"
+#include "report/claims.h"
+#include "report/document.h"
+#include "report/plot.h"
+#include "report/query.h"
+
+namespace attnscale::report {
+namespace fs = std::filesystem;
+namespace {
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw Error("cannot write " + path.string());
+}
+
+std::string scaling_title(const std::string& s) {
+  if (s == "none") return "unscaled";
+  if (s == "sqrt") return "1/√d";
+  if (s == "linear") return "1/d";
+  if (s == "qk-norm") return "QK-LayerNorm";
+  if (s == "log-n") return "√(ln N)/√d";
+  return s;
+}
+
+// Writes the figure's files and adds it to the document.
+void add_figure(Document& doc, const fs::path& dir, const Figure& f, const std::string& caption) {
+  doc.figure(f.name, render(f, (dir / "figures").string()), caption);
+}
+
+bool is_number(const std::string& s) {
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return !s.empty() && end != s.c_str() && *end == '\0';
+}
+
+// ------------------------------------------------------------------ sections
+
+void algorithm_section(Document& doc) {
+  doc.heading(2, "2 Algorithm", "algorithm");
+  doc.para("For one head, let q_{i} be the i-th row of Q, k_{j} and v_{j} the j-th rows of K and V, and "
+           "s_{ij} = (q_{i}·k_{j})·s + b_{ij}, with s = 1/√d_{k} by default and b_{ij} the mask (0 or −∞ for "
+           "boolean and causal masks, any float for an additive mask). Attention normalises each **row** "
+           "over the keys, p_{ij} = exp(s_{ij}) / Σ_{j'} exp(s_{ij'}), and returns o_{i} = Σ_{j} p_{ij} v_{j}, "
+           "with the log-sum-exp ℓ_{i} = log Σ_{j} exp(s_{ij}) kept for the backward pass.");
+  doc.para("The kernel never forms the N×N matrix P. It walks the keys of a row in blocks and keeps three "
+           "running quantities — the maximum m, the sum l of exp(s − m), and the unnormalised output "
+           "accumulator a — rescaling them whenever a larger score appears (the *online softmax*):");
+  doc.code(
+      "for each query row i:\n"
+      "    m = −∞;  l = 0;  a = 0                      # running max, sum, output (length d_v)\n"
+      "    for each block J of visible keys (mask and window bound the key range):\n"
+      "        s_j = s · (q_i · k_j) + b_ij            for j in J   (b_ij = −∞: key j is skipped)\n"
+      "        m' = max(m, max_j s_j)\n"
+      "        c  = exp(m − m')                        # rescales what was summed under the old max\n"
+      "        l  = c · l + Σ_j exp(s_j − m')\n"
+      "        a  = c · a + Σ_j exp(s_j − m') · v_j\n"
+      "        m  = m'\n"
+      "    if no key was visible:  o_i = 0,  lse_i = −∞      # fully masked row: never NaN\n"
+      "    else:                   o_i = a / l,  lse_i = m + log l\n");
+  doc.para("Subtracting the running maximum keeps every exponent ≤ 0, so scores of any size — including the "
+           "unscaled ones of Section 3, whose standard deviation is √d_{k} — neither overflow nor produce NaN. "
+           "With a single block this is the familiar two-pass softmax (max, then sum); with several blocks the "
+           "factor c = exp(m − m') makes the result identical, which is why the whole row need not be held at "
+           "once. A row whose keys are all masked would give l = 0 and 0/0; the kernel instead returns o_{i} = 0 "
+           "and ℓ_{i} = −∞, and its gradients are 0.");
+  doc.para("**Masks.** A causal mask lets query i see key j when j ≤ i (top-left alignment) or "
+           "j ≤ i + N_{kv} − N_{q} (bottom-right, for decoding with a cache); a sliding window (left, right) "
+           "bounds the keys around that diagonal; explicit boolean or additive masks of shape [N_{q}, N_{kv}] "
+           "or [B, H, N_{q}, N_{kv}] are added to s_{ij}. Causal and window masks only shrink the key range of a "
+           "row, so masked keys cost nothing. **Grouped-query attention:** with H_{q} query heads and H_{kv} "
+           "key/value heads (H_{q} a multiple of H_{kv}), query head h reads key/value head "
+           "h / (H_{q}/H_{kv}) in place, without copying K and V.");
+  doc.note("Seed 000 writes that softmax is applied to each *column* of QK^{T}/√d_{k}. The kernel, the other four "
+           "seeds and the Transformer normalise each *row* (over the keys, for one query). Section 3.8 measures "
+           "what the column-wise reading would compute instead.");
+}
+
+void variance_section(Document& doc, const fs::path& dir, const lab::ResultTable& t) {
+  doc.heading(3, "3.2 Variance of the dot product against d_{k}", "variance");
+  Figure f{"variance"};
+  f.width = 900;
+  LinePanel& p = f.lines("Var(s·q·k) for three scalings s", "d_{k}", "variance");
+  p.logx = p.logy = true;
+  p.key_position = "top left";
+  for (const auto& s : values(t, "scaling"))
+    p.series.push_back(series(t, "d", "var", {{"scaling", s}, {"dist", "normal"}}, scaling_title(s)));
+  LinePanel& q = f.lines("Relative error of Var(q·k) against theory", "d_{k}", "measured / theory − 1");
+  q.logx = true;
+  {
+    Series s = series(t, "d", "var", {{"scaling", "none"}, {"dist", "normal"}}, "unscaled, N(0,1) components");
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      const double th = s.theory[i];
+      s.y[i] = s.y[i] / th - 1;
+      s.lo[i] = s.lo[i] / th - 1;
+      s.hi[i] = s.hi[i] / th - 1;
+      s.theory[i] = 0;
+    }
+    q.series.push_back(s);
+    q.key_position = "bottom right";
+  }
+  const std::string dmax = [&] {
+    std::string best;
+    double v = -1;
+    for (const auto& d : values(t, "d"))
+      if (is_number(d) && std::stod(d) > v) v = std::stod(d), best = d;
+    return best;
+  }();
+  const lab::Row& none = one(t, "loglog_slope", {{"d", "all"}, {"scaling", "none"}, {"dist", "normal"}});
+  const lab::Row& sq = one(t, "loglog_slope", {{"d", "all"}, {"scaling", "sqrt"}, {"dist", "normal"}});
+  const lab::Row& lin = one(t, "loglog_slope", {{"d", "all"}, {"scaling", "linear"}, {"dist", "normal"}});
+  const lab::Row& vmax = one(t, "var", {{"d", dmax}, {"scaling", "none"}, {"dist", "normal"}});
+  add_figure(doc, dir, f,
+             "Left: the variance of q·k (N(0,1) components, " + std::to_string(t.meta.trials) +
+                 " trials per d) without scaling, with 1/√d and with 1/d; bands are 95% confidence intervals, "
+                 "dashed lines the theory d, 1 and 1/d. Right: the unscaled measurement relative to d.");
+  doc.para("Proposition 5 holds across three and a half decades: at d_{k} = " + dmax + " the measured variance is " +
+           fmt_ci(vmax, 4) + " against the predicted " + dmax + ". The fitted log-log slopes are " +
+           fmt_ci(none, 3) + " unscaled, " + fmt_ci(sq, 3) + " with 1/√d_{k} and " + fmt_ci(lin, 3) +
+           " with 1/d_{k} (theory 1, 0, −1). This answers seed 002's question directly: only 1/√d_{k} holds the "
+           "variance at 1; 1/d_{k} over-corrects and drives it to 0, which flattens attention towards uniform "
+           "(Section 3.3).");
+}
+
+void saturation_section(Document& doc, const fs::path& dir, const lab::ResultTable& t) {
+  doc.heading(3, "3.3 Saturation of the softmax: seed 001 at scale", "saturation");
+  const std::string n = values(t, "n").front();
+  Figure f{"saturation"};
+  f.width = 960;
+  f.height = 460;
+  LinePanel& a = f.lines("top\\_p\\_95 (tokens holding 95% of the mass), N = " + n, "d_{k}", "top\\_p\\_95");
+  a.logx = true;
+  a.key_position = "bottom left";
+  LinePanel& b = f.lines("Entropy of a row (nats)", "d_{k}", "entropy");
+  b.logx = true;
+  b.key_position = "bottom left";
+  for (const auto& s : values(t, "scaling")) {
+    a.series.push_back(series(t, "d", "top_p_95", {{"n", n}, {"scaling", s}}, scaling_title(s)));
+    b.series.push_back(series(t, "d", "entropy", {{"n", n}, {"scaling", s}}, scaling_title(s)));
+  }
+  if (n == "50") {
+    a.refs.push_back({38, "seed 001: 38"});
+    a.refs.push_back({2, "seed 001: 2"});
+  }
+  b.refs.push_back({std::log(std::stod(n)), "ln N (uniform)"});
+  std::string caption = "Seed 001's experiment (Q, K with N(0,1) entries, N = " + n + ", " +
+                        std::to_string(t.meta.trials) +
+                        " trials), for five scalings. Bands: 95% CI over trials; dashed: the Random Energy Model's "
+                        "prediction for a row of Gaussian logits (where the lab has a closed form).";
+  add_figure(doc, dir, f, caption);
+  std::string text;
+  if (!select(t, "top_p_95", {{"n", n}, {"d", "64"}, {"scaling", "sqrt"}}).empty() &&
+      !select(t, "top_p_95", {{"n", n}, {"d", "128"}, {"scaling", "none"}}).empty()) {
+    const lab::Row& s64 = one(t, "top_p_95", {{"n", n}, {"d", "64"}, {"scaling", "sqrt"}});
+    const lab::Row& u128 = one(t, "top_p_95", {{"n", n}, {"d", "128"}, {"scaling", "none"}});
+    const lab::Row& u1 = one(t, "top_p_95", {{"n", n}, {"d", "1"}, {"scaling", "none"}});
+    text = "With 1/√d_{k} the number of tokens needed for 95% of a row's mass stays flat: " + fmt_ci(s64) +
+           " of " + n + " at d_{k} = 64 (seed 001 read ≈ 38 from its chart). Unscaled, it falls from " + fmt_ci(u1) +
+           " at d_{k} = 1 to " + fmt_ci(u128) + " at d_{k} = 128 (seed 001: ≈ 2). ";
+  }
+  if (!select(t, "top_p_95", {{"n", n}, {"d", "64"}, {"scaling", "linear"}}).empty()) {
+    const lab::Row& l64 = one(t, "top_p_95", {{"n", n}, {"d", "64"}, {"scaling", "linear"}});
+    text += "The 1/d_{k} rule flattens rows towards uniform (" + fmt_ci(l64) + " tokens at d_{k} = 64), erasing the "
+            "difference between keys that attention exists to express.";
+  }
+  if (!text.empty()) doc.para(text);
+}
+
+// An experiment the report has no dedicated layout for: every metric against the main numeric
+// parameter, one curve per combination of the other varying parameters.
+void generic_section(Document& doc, const fs::path& dir, const lab::ResultTable& t, const std::string& heading) {
+  doc.heading(3, heading, t.meta.experiment);
+  std::vector<std::string> numeric, varying;
+  for (const auto& pname : t.param_names) {
+    const auto vals = values(t, pname);
+    std::size_t nums = std::count_if(vals.begin(), vals.end(), is_number);
+    if (nums > 1) numeric.push_back(pname);
+    if (vals.size() > 1) varying.push_back(pname);
+  }
+  std::string x;
+  for (const char* pref : {"d", "n", "dx"})
+    if (std::find(numeric.begin(), numeric.end(), pref) != numeric.end() && x.empty()) x = pref;
+  if (x.empty() && !numeric.empty()) x = numeric.front();
+  std::vector<std::string> metrics;
+  for (const auto& r : t.rows)
+    if (std::find(metrics.begin(), metrics.end(), r.metric) == metrics.end()) metrics.push_back(r.metric);
+  if (x.empty()) {
+    std::vector<std::vector<std::string>> rows;
+    for (const auto& r : t.rows) {
+      std::string params;
+      for (std::size_t i = 0; i < r.params.size(); ++i) params += (i ? ", " : "") + t.param_names[i] + "=" + r.params[i];
+      rows.push_back({params, r.metric, fmt_ci(r), r.theory ? fmt(*r.theory) : "—"});
+    }
+    doc.table({"parameters", "metric", "measured [95% CI]", "theory"}, rows,
+              "Every row of the " + t.meta.experiment + " experiment.");
+    return;
+  }
+  // Series: every combination of the other varying parameters.
+  std::vector<std::string> others;
+  for (const auto& v : varying)
+    if (v != x) others.push_back(v);
+  std::set<std::vector<std::string>> combos;
+  for (const auto& r : t.rows) {
+    std::vector<std::string> c;
+    for (const auto& o : others) c.push_back(param(t, r, o));
+    combos.insert(c);
+  }
+  Figure f{t.meta.experiment};
+  f.columns = std::min<int>(2, static_cast<int>(metrics.size()));
+  f.width = 960;
+  f.height = 380 * static_cast<int>((metrics.size() + 1) / 2);
+  bool logx = false;
+  {
+    double lo = INFINITY, hi = 0;
+    for (const auto& v : values(t, x))
+      if (is_number(v)) lo = std::min(lo, std::stod(v)), hi = std::max(hi, std::stod(v));
+    logx = lo > 0 && hi / lo >= 16;
+  }
+  std::string quoted;
+  for (const auto& metric : metrics) {
+    LinePanel& p = f.lines(metric, x, metric);
+    p.logx = logx;
+    for (const auto& c : combos) {
+      Fixed fixed;
+      std::string title;
+      for (std::size_t i = 0; i < others.size(); ++i) {
+        fixed[others[i]] = c[i];
+        title += (i ? ", " : "") + others[i] + "=" + c[i];
+      }
+      if (select(t, metric, fixed).empty()) continue;
+      try {
+        Series s = series(t, x, metric, fixed, title.empty() ? metric : title);
+        if (quoted.size() < 600)
+          quoted += metric + (title.empty() ? "" : " (" + title + ")") + " at " + x + " = " + fmt(s.x.back()) +
+                    ": " + fmt(s.y.back()) + " [" + fmt(s.lo.back()) + ", " + fmt(s.hi.back()) + "]; ";
+        p.series.push_back(std::move(s));
+      } catch (const Error&) {
+        // rows of this combination have no numeric x (e.g. a summary over all d)
+      }
+    }
+  }
+  add_figure(doc, dir, f,
+             "The " + t.meta.experiment + " experiment: each metric against " + x + " (" + std::to_string(t.meta.trials) +
+                 " trials; bands: 95% CI; dashed: theory where a closed form exists).");
+  if (!quoted.empty()) doc.para("Measured: " + quoted.substr(0, quoted.size() - 2) + ".");
+}
+
+void column_section(Document& doc, const ColumnSoftmaxEvidence& e) {
+  doc.heading(3, "3.8 Rows or columns? Seed 000's wording, computed", "columns");
+  auto pm = [](const lab::Summary& s) {
+    return fmt(s.mean, 3) + " [" + fmt(s.ci_low, 3) + ", " + fmt(s.ci_high, 3) + "]";
+  };
+  doc.para("Seed 000 defines self-attention with softmax applied to each *column* of QK^{T}/√d_{k}. Taken literally "
+           "this normalises, for each key, over the queries — the transpose of what the other seeds, the "
+           "Transformer and this library compute. On seed 001's setting (N = " + std::to_string(e.n) + ", d_{k} = " +
+           std::to_string(e.d) + ", " + std::to_string(e.trials) + " trials) the two readings differ as follows:");
+  doc.table({"quantity", "row-wise (attention)", "column-wise (seed 000's wording)"},
+            {{"rows of P sum to", "1 (max error " + pm(e.row_sum_error_rowwise) + ")",
+              "from " + pm(e.row_sum_min_colwise) + " to " + pm(e.row_sum_max_colwise)},
+             {"columns of P sum to", "from " + pm(e.col_sum_min_rowwise) + " to " + pm(e.col_sum_max_rowwise),
+              "1 (max error " + pm(e.col_sum_error_colwise) + ")"},
+             {"‖O' − O‖_{F} / ‖O‖_{F}", "0", pm(e.output_rel_diff)},
+             {"causal mask: largest change of earlier outputs when only the last query changes",
+              pm(e.causal_leak_rowwise), pm(e.causal_leak_colwise)}},
+            "What the column-wise reading computes, measured (mean [95% CI] over trials). O = PV is attention's "
+            "output (the engine's float64 forward pass); O' uses the column-normalised P'.");
+  doc.para("The column-wise output is a different function: each output row is no longer a weighted average of "
+           "values (its weights sum to anything from " + fmt(e.row_sum_min_colwise.mean, 2) + " to " +
+           fmt(e.row_sum_max_colwise.mean, 2) + "), and under a causal mask the normaliser of key j sums over every "
+           "later query, so information from the future reaches earlier positions. The variance argument of the "
+           "appendix is unaffected — it concerns the logits, not the direction of normalisation — so the wording "
+           "reads as a slip for *row*.");
+}
+
+std::string metadata_line(const Measurements& m) {
+  char wall[32];
+  std::snprintf(wall, sizeof wall, "%.1f", m.seconds);
+  return std::string("attnscale ") + version() + " (git " + git_hash() + ") · seed " + std::to_string(m.options.seed) +
+         " · CPU target " + cpu_target() + " · " + std::to_string(m.threads) + " threads · measured in " + wall + " s";
+}
+
+void reproducibility_section(Document& doc, const Measurements& m) {
+  doc.heading(3, "A.2 Reproducibility", "reproducibility");
+  doc.para("Every random number is a pure function of (seed, experiment, trial, index) (Philox counters), so "
+           "these files are bitwise the same for any thread count. Regenerate with `attnscale report --out DIR` "
+           "(add `--seed S`, `--quick` or `--full`); each experiment alone with the command shown.");
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& [name, t] : m.tables) {
+    std::string cmd = "attnscale experiment " + name;
+    for (const auto& [k, v] : t.meta.flags) cmd += " --" + k + " " + v;
+    cmd += " --trials " + std::to_string(t.meta.trials) + " --seed " + std::to_string(t.meta.seed);
+    char secs[32];
+    std::snprintf(secs, sizeof secs, "%.2f", t.meta.seconds);
+    rows.push_back({name, std::to_string(t.rows.size()), secs, "`" + cmd + "`"});
+  }
+  doc.table({"experiment", "rows", "seconds", "command"}, rows, metadata_line(m) + ".");
+}
+
+}  // namespace
+
+std::vector<RunPlan> plan(Depth depth) {
+  const bool quick = depth == Depth::quick;
+  const std::int64_t mul = depth == Depth::full ? 10 : 1;
+  auto trials = [&](std::int64_t standard, std::int64_t q) { return quick ? q : standard * mul; };
+  std::vector<RunPlan> p;
+  p.push_back({"moments", {}, 0});
+  p.push_back({"variance", quick ? std::map<std::string, std::string>{{"d", "1,4,16,64,256,1024"}}
+                                 : std::map<std::string, std::string>{},
+               trials(2000, 300)});
+  p.push_back({"saturation",
+               quick ? std::map<std::string, std::string>{{"d", "1,4,16,64,128,512"}}
+                     : std::map<std::string, std::string>{},
+               trials(200, 20)});
+  p.push_back({"gradients", {}, 0});
+  p.push_back({"heatmap", {}, 0});
+  p.push_back({"projections", {}, 0});
+  p.push_back({"length", {}, 0});
+  for (auto& r : p)
+    if (r.trials == 0 && (quick || mul != 1)) r.trials = -1;  // resolved against the default in measure()
+  return p;
+}
+
+Measurements measure(const ReportOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  Measurements m;
+  m.options = options;
+  m.threads = resolve_threads(options.threads);
+  const auto runs = plan(options.depth);
+  for (std::size_t i = 0; i < runs.size(); ++i) {
+    const RunPlan& r = runs[i];
+    const lab::Experiment& e = lab::find_experiment(r.experiment);
+    std::int64_t trials = r.trials > 0 ? r.trials : e.default_trials;
+    if (r.trials < 0) trials = options.depth == Depth::quick ? std::max<std::int64_t>(10, e.default_trials / 10)
+                                                             : e.default_trials * 10;
+    std::unique_ptr<ProgressBar> bar;
+    if (options.progress)
+      bar = std::make_unique<ProgressBar>("report [" + std::to_string(i + 1) + "/" + std::to_string(runs.size() + 1) +
+                                          "] " + r.experiment);
+    m.tables[r.experiment] = lab::run_experiment(
+        e, r.flags, options.seed, trials, m.threads,
+        [&](std::size_t done, std::size_t total, const std::vector<lab::Row>&) {
+          if (bar) bar->update(done, total);
+        });
+  }
+  {
+    ProgressBar bar("report [" + std::to_string(runs.size() + 1) + "/" + std::to_string(runs.size() + 1) +
+                    "] column-wise softmax");
+    const std::int64_t trials = options.depth == Depth::quick ? 50 : options.depth == Depth::full ? 2000 : 200;
+    m.columns = measure_column_softmax(options.seed, 50, 64, trials, m.threads);
+  }
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return m;
+}
+
+std::string write_report(const Measurements& m) {
+  const fs::path dir = m.options.out;
+  fs::create_directories(dir / "figures");
+  fs::create_directories(dir / "data");
+  for (const auto& [name, t] : m.tables) {
+    write_text(dir / "data" / (name + ".csv"), lab::to_csv(t));
+    write_text(dir / "data" / (name + ".json"), lab::to_json(t));
+  }
+  const auto claims = evaluate_claims(m);
+  int supported = 0, refuted = 0;
+  for (const auto& c : claims) supported += c.css == "supported", refuted += c.css == "refuted";
+
+  Document doc;
+  doc.title = "The scaling factor in self-attention, completed";
+  doc.subtitle = "Seed 000 (W. Chuang, 2023) with its empty sections written from measurements\n" + metadata_line(m);
+  doc.abstract.push_back(
+      "Seed 000 derives Var(q·k) = d_{k} for independent, zero-mean, unit-variance components and concludes "
+      "that the Transformer's 1/√d_{k} restores unit variance. We complete its Algorithm, Experiments, Discussion "
+      "and Conclusion with measurements: every claim of the five founding documents is checked by Monte Carlo "
+      "simulation with 95% confidence intervals, beside its closed-form prediction. Of " +
+      std::to_string(claims.size()) + " claims, " + std::to_string(supported) + " are supported by the data and " +
+      std::to_string(refuted) + " are contradicted; the rest concern history or practice and are discussed as such.");
+
+  doc.heading(2, "1 Introduction", "introduction");
+  doc.para("Scaled dot-product attention computes softmax(QK^{T}/√d_{k})V. Vaswani et al. justified the factor in a "
+           "footnote: for large d_{k} the dot products grow large, “pushing the softmax function into regions where it "
+           "has extremely small gradients”. Seed 000 makes the variance argument precise (Propositions 1–5); seeds "
+           "001–004 repeat it, and seed 001 simulates its effect on attention rows. This report measures each step: "
+           "the moments themselves, what the scale does to the softmax and its gradients, how the assumptions fare "
+           "when Q and K come from projections of real-looking inputs, and what changes with sequence length.");
+  algorithm_section(doc);
+
+  doc.heading(2, "3 Experiments", "experiments");
+  doc.para("All experiments draw from counter-based Philox streams and report means with 95% confidence intervals "
+           "over independent trials; data files are in `data/`, figure scripts in `figures/`.");
+  const auto has = [&](const char* n) { return m.tables.count(n) > 0; };
+  if (has("moments")) generic_section(doc, dir, m.tables.at("moments"), "3.1 Moments of q·k (Propositions 1–5)");
+  if (has("variance")) variance_section(doc, dir, m.tables.at("variance"));
+  if (has("saturation")) saturation_section(doc, dir, m.tables.at("saturation"));
+  if (has("gradients")) generic_section(doc, dir, m.tables.at("gradients"), "3.4 Gradients through the softmax");
+  if (has("heatmap")) generic_section(doc, dir, m.tables.at("heatmap"), "3.5 Attention heatmaps");
+  if (has("projections")) generic_section(doc, dir, m.tables.at("projections"), "3.6 Q and K from projections");
+  if (has("length")) generic_section(doc, dir, m.tables.at("length"), "3.7 Sequence length");
+  column_section(doc, m.columns);
+
+  doc.heading(2, "4 Discussion", "discussion");
+  std::vector<std::vector<std::string>> rows;
+  std::vector<std::string> classes;
+  for (const auto& c : claims) {
+    rows.push_back({c.claim, c.source, c.prediction, c.measurement, c.verdict});
+    classes.push_back(c.css);
+  }
+  doc.para("Table 2 lists every claim of the seeds with its prediction, the measurement and a verdict computed "
+           "from the data by the rule given below it.");
+  doc.table({"claim", "seed", "prediction", "measured (mean [95% CI])", "verdict"}, rows,
+            "Claims of the seeds against the measurements.", classes);
+  std::vector<std::string> rules;
+  for (const auto& c : claims) rules.push_back("*" + c.claim + "* — " + c.rule + ".");
+  doc.bullets(rules);
+
+  doc.heading(2, "5 Conclusion", "conclusion");
+  doc.para("The variance derivation is right where its assumptions hold, and the measurements show how far "
+           "those assumptions reach. Seed 001's figures reproduce, and the scale's effect on the softmax is large "
+           "and measurable at the head sizes used in practice.");
+
+  doc.heading(2, "6 Appendix", "appendix");
+  doc.heading(3, "A.1 Propositions 1–5, measured", "propositions");
+  if (has("moments")) {
+    const auto& t = m.tables.at("moments");
+    std::vector<std::vector<std::string>> prow;
+    for (const auto& r : t.rows) {
+      std::string params;
+      for (std::size_t i = 0; i < r.params.size(); ++i) params += (i ? ", " : "") + t.param_names[i] + "=" + r.params[i];
+      prow.push_back({params, r.metric, fmt_ci(r, 4), r.theory ? fmt(*r.theory, 4) : "—"});
+    }
+    doc.table({"setting", "quantity", "measured [95% CI]", "theory"}, prow, "Every row of the moments experiment.");
+  }
+  reproducibility_section(doc, m);
+
+  write_text(dir / "report.md", doc.markdown());
+  write_text(dir / "index.html", doc.html());
+  return (dir / "index.html").string();
+}
+
+}  // namespace attnscale::report
