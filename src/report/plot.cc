@@ -71,7 +71,8 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index) {
   gp << "set title " << quote(p.title) << "\n"
      << "set xlabel " << quote(p.xlabel) << "\n"
      << "set ylabel " << quote(p.ylabel) << "\n"
-     << "set key " << p.key_position << " opaque box lc rgb '#cccccc' samplen 2.5 spacing 1.1\n"
+     << (p.key_position == "off" ? std::string("unset key\n")
+                                 : "set key " + p.key_position + " opaque box lc rgb '#cccccc' samplen 2.5 spacing 1.1\n")
      << "set grid back lc rgb '#e6e6e6' lw 1\n"
      << "set border 3 lc rgb '#444444'\nset tics nomirror\n";
   if (p.logx) gp << "set logscale x 2\n" << log_xtics(p);
@@ -98,7 +99,7 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index) {
     gp << "set arrow " << arrow++ << " from graph 0, first " << num(r.y) << " to graph 1, first "
        << num(r.y) << " nohead dt 3 lw 1.2 lc rgb '#666666' back\n";
     gp << "set label " << arrow << " " << quote(r.label) << " at graph 0.99, first " << num(r.y)
-       << " right offset 0, 0.6 tc rgb '#444444' font ',10'\n";
+       << " right offset 0, 0.7 tc rgb '#444444'\n";
   }
 
   std::vector<std::string> plots;
@@ -115,7 +116,7 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index) {
                     " title " + quote(ser.title));
   }
   if (theory) plots.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title 'theory'");
-  if (plots.empty()) plots.push_back("NaN notitle");
+  if (plots.empty()) throw Error("figure panel '" + p.title + "' has no data");
   gp << "plot ";
   for (std::size_t i = 0; i < plots.size(); ++i) gp << (i ? ", \\\n     " : "") << plots[i];
   gp << "\n";
@@ -201,7 +202,7 @@ std::string render(const Figure& figure, const std::string& dir) {
   // The PNG is drawn at twice the size (with doubled fonts and lines), for sharp print.
   const std::string png_size = std::to_string(2 * figure.width) + "," + std::to_string(2 * figure.height);
   const std::string script =
-      gnuplot_script(figure, "svg size " + size + " dynamic enhanced font 'Helvetica,13' background rgb 'white'",
+      gnuplot_script(figure, "svg size " + size + " dynamic enhanced font 'Helvetica,15' background rgb 'white'",
                      svg) +
       gnuplot_script(figure,
                      "pngcairo size " + png_size +

@@ -12,6 +12,7 @@
 //   p.series.push_back({"unscaled", {1, 2, 4}, {1, 2, 4}, {0.9, 1.8, 3.7}, {1.1, 2.2, 4.3}, {1, 2, 4}});
 //   std::string svg = render(f, "out/figures");
 #pragma once
+#include <deque>
 #include <optional>
 #include <string>
 #include <variant>
@@ -38,7 +39,7 @@ struct LinePanel {
   std::optional<double> ymin, ymax;
   std::vector<Series> series;
   std::vector<RefLine> refs;
-  std::string key_position = "top left";  // gnuplot `set key` position
+  std::string key_position = "top left";  // gnuplot `set key` position, or "off"
 };
 
 // A row-major matrix drawn with the viridis palette; row 0 at the top.
@@ -53,7 +54,7 @@ struct Figure {
   std::string name;  // file stem: figures/<name>.svg and .png
   int width = 760, height = 430;
   int columns = 0;  // panels per row; 0: all in one row
-  std::vector<std::variant<LinePanel, HeatPanel>> panels;
+  std::deque<std::variant<LinePanel, HeatPanel>> panels;  // deque: lines()/heat() references stay valid
 
   LinePanel& lines(std::string title, std::string xlabel, std::string ylabel);
   HeatPanel& heat(std::string title, std::string xlabel, std::string ylabel);

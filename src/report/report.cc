@@ -144,7 +144,7 @@ void saturation_section(Document& doc, const fs::path& dir, const lab::ResultTab
   f.height = 460;
   LinePanel& a = f.lines("top\\_p\\_95 (tokens holding 95% of the mass), N = " + n, "d_{k}", "top\\_p\\_95");
   a.logx = true;
-  a.key_position = "bottom left";
+  a.key_position = "off";  // one legend for both panels, in the entropy panel's empty corner
   LinePanel& b = f.lines("Entropy of a row (nats)", "d_{k}", "entropy");
   b.logx = true;
   b.key_position = "bottom left";
@@ -342,7 +342,14 @@ Measurements measure(const ReportOptions& options) {
   const auto runs = plan(options.depth);
   for (std::size_t i = 0; i < runs.size(); ++i) {
     const RunPlan& r = runs[i];
-    const lab::Experiment& e = lab::find_experiment(r.experiment);
+    const auto& known = lab::experiments();
+    const auto it = std::find_if(known.begin(), known.end(), [&](const auto& x) { return x.name == r.experiment; });
+    if (it == known.end()) {
+      std::fprintf(stderr, "attnscale report: warning: the lab has no experiment '%s'; its section is left out\n",
+                   r.experiment.c_str());
+      continue;
+    }
+    const lab::Experiment& e = *it;
     std::int64_t trials = r.trials > 0 ? r.trials : e.default_trials;
     if (r.trials < 0) trials = options.depth == Depth::quick ? std::max<std::int64_t>(10, e.default_trials / 10)
                                                              : e.default_trials * 10;
