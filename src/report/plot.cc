@@ -67,11 +67,12 @@ std::string log_xtics(const LinePanel& p) {
   return out + ")\n";
 }
 
-void line_panel(std::ostringstream& gp, const LinePanel& p, int index) {
+void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std::string& key_override) {
   gp << "set title " << quote(p.title) << "\n"
      << "set xlabel " << quote(p.xlabel) << "\n"
      << "set ylabel " << quote(p.ylabel) << "\n"
-     << (p.key_position == "off" ? std::string("unset key\n")
+     << (!key_override.empty() ? key_override
+         : p.key_position == "off" ? std::string("unset key\n")
                                  : "set key " + p.key_position + " opaque box lc rgb '#cccccc' samplen 2.5 spacing 1.1\n")
      << "set grid back lc rgb '#e6e6e6' lw 1\n"
      << "set border 3 lc rgb '#444444'\nset tics nomirror\n";
@@ -139,18 +140,47 @@ void heat_panel(std::ostringstream& gp, const HeatPanel& h, int index) {
   gp << "EOD\nplot $h" << index << " matrix with image notitle\n";
 }
 
+// The shared legend: a plot of key entries only, across the figure's full width.
+void legend_strip(std::ostringstream& gp, const LinePanel& p, double height) {
+  gp << "reset\nset encoding utf8\nset origin 0,0\nset size 1," << num(height) << "\n"
+     << "unset border\nunset tics\nunset grid\nset xrange [0:1]\nset yrange [0:1]\n"
+     << "set key center center horizontal maxrows 1 samplen 2.5 width 1 box lc rgb '#cccccc'\n";
+  std::vector<std::string> items;
+  bool theory = false;
+  for (std::size_t s = 0; s < p.series.size(); ++s) {
+    items.push_back(std::string("keyentry with linespoints lw 2 pt 7 ps 0.55 lc rgb '") +
+                    kColours[s % std::size(kColours)] + "' title " + quote(p.series[s].title));
+    theory = theory || any_finite(p.series[s].theory);
+  }
+  if (theory) items.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title 'theory'");
+  gp << "plot NaN notitle";
+  for (const auto& i : items) gp << ", \\\n     " << i;
+  gp << "\n";
+}
+
 std::string body(const Figure& f) {
   std::ostringstream gp;
   gp << "set encoding utf8\nset datafile missing 'NaN'\n";
   const std::size_t cols = f.columns > 0 ? static_cast<std::size_t>(f.columns) : f.panels.size();
-  gp << "set multiplot layout " << (f.panels.size() + cols - 1) / cols << "," << cols << "\n";
+  const LinePanel* legend = f.panels.empty() ? nullptr : std::get_if<LinePanel>(&f.panels[0]);
+  const bool below = f.legend_below && cols == f.panels.size() && legend != nullptr;
+  // With a legend strip the panels are placed by hand above it; otherwise gnuplot's layout.
+  const double strip = 64.0 / f.height;
+  if (below)
+    gp << "set multiplot\n";
+  else
+    gp << "set multiplot layout " << (f.panels.size() + cols - 1) / cols << "," << cols << "\n";
   for (std::size_t i = 0; i < f.panels.size(); ++i) {
     gp << "reset\nset encoding utf8\nset datafile missing 'NaN'\n";
+    if (below)
+      gp << "set origin " << num(static_cast<double>(i) / cols) << "," << num(strip) << "\nset size "
+         << num(1.0 / cols) << "," << num(1 - strip) << "\n";
     if (const auto* lp = std::get_if<LinePanel>(&f.panels[i]))
-      line_panel(gp, *lp, static_cast<int>(i));
+      line_panel(gp, *lp, static_cast<int>(i), below ? "unset key\n" : "");
     else
       heat_panel(gp, std::get<HeatPanel>(f.panels[i]), static_cast<int>(i));
   }
+  if (below) legend_strip(gp, *legend, strip);
   gp << "unset multiplot\n";
   return gp.str();
 }

@@ -54,6 +54,9 @@ struct Figure {
   std::string name;  // file stem: figures/<name>.svg and .png
   int width = 760, height = 430;
   int columns = 0;  // panels per row; 0: all in one row
+  // One legend under the panels (taken from the first line panel) instead of one inside each;
+  // for panels that share their series. Single-row figures only.
+  bool legend_below = false;
   std::deque<std::variant<LinePanel, HeatPanel>> panels;  // deque: lines()/heat() references stay valid
 
   LinePanel& lines(std::string title, std::string xlabel, std::string ylabel);

@@ -96,10 +96,10 @@ void variance_section(Document& doc, const fs::path& dir, const lab::ResultTable
   f.width = 900;
   LinePanel& p = f.lines("Var(s·q·k) for three scalings s", "d_{k}", "variance");
   p.logx = p.logy = true;
-  p.key_position = "top left";
+  p.key_position = "bottom left";
   for (const auto& s : values(t, "scaling"))
     p.series.push_back(series(t, "d", "var", {{"scaling", s}, {"dist", "normal"}}, scaling_title(s)));
-  LinePanel& q = f.lines("Relative error of Var(q·k) against theory", "d_{k}", "measured / theory − 1");
+  LinePanel& q = f.lines("Unscaled: measured / theory − 1", "d_{k}", "relative error");
   q.logx = true;
   {
     Series s = series(t, "d", "var", {{"scaling", "none"}, {"dist", "normal"}}, "unscaled, N(0,1) components");
@@ -111,7 +111,7 @@ void variance_section(Document& doc, const fs::path& dir, const lab::ResultTable
       s.theory[i] = 0;
     }
     q.series.push_back(s);
-    q.key_position = "bottom right";
+    q.key_position = "off";  // one curve, named in the title and caption
   }
   const std::string dmax = [&] {
     std::string best;
@@ -144,10 +144,9 @@ void saturation_section(Document& doc, const fs::path& dir, const lab::ResultTab
   f.height = 460;
   LinePanel& a = f.lines("top\\_p\\_95 (tokens holding 95% of the mass), N = " + n, "d_{k}", "top\\_p\\_95");
   a.logx = true;
-  a.key_position = "off";  // one legend for both panels, in the entropy panel's empty corner
+  f.legend_below = true;
   LinePanel& b = f.lines("Entropy of a row (nats)", "d_{k}", "entropy");
   b.logx = true;
-  b.key_position = "bottom left";
   for (const auto& s : values(t, "scaling")) {
     a.series.push_back(series(t, "d", "top_p_95", {{"n", n}, {"scaling", s}}, scaling_title(s)));
     b.series.push_back(series(t, "d", "entropy", {{"n", n}, {"scaling", s}}, scaling_title(s)));
@@ -221,6 +220,7 @@ void generic_section(Document& doc, const fs::path& dir, const lab::ResultTable&
   }
   Figure f{t.meta.experiment};
   f.columns = std::min<int>(2, static_cast<int>(metrics.size()));
+  f.legend_below = metrics.size() <= 2;
   f.width = 960;
   f.height = 380 * static_cast<int>((metrics.size() + 1) / 2);
   bool logx = false;
