@@ -36,3 +36,8 @@ report: build
 
 clean:
 	rm -rf $(BUILD)
+
+# The lab's speed check: seed 001's numpy simulation vs `attnscale experiment saturation`.
+.PHONY: bench-lab
+bench-lab: build
+	$(PYTHON) bench/saturation_vs_numpy.py --bin $(BUILD)/bin/attnscale

@@ -12,17 +12,22 @@ namespace attnscale::lab {
 
 void attention_probs(const std::vector<double>& q, const std::vector<double>& k, std::int64_t n,
                      std::int64_t dq, double scale, std::vector<double>& probs) {
-  std::vector<double> v(n, 0.0), out(n);
-  probs.resize(n * n);
+  attention_probs(q, k, n, n, dq, scale, probs);
+}
+
+void attention_probs(const std::vector<double>& q, const std::vector<double>& k, std::int64_t nq,
+                     std::int64_t nk, std::int64_t dq, double scale, std::vector<double>& probs) {
+  std::vector<double> v(nk, 0.0), out(nq);
+  probs.resize(nq * nk);
   Options opt;
   opt.scale = Scale::value(scale);
   opt.threads = 1;
   Outputs o;
-  o.out = TensorView::contiguous(out.data(), DType::f64, {n, 1});
-  o.probs = TensorView::contiguous(probs.data(), DType::f64, {n, n});
-  forward(TensorView::contiguous(const_cast<double*>(q.data()), DType::f64, {n, dq}),
-          TensorView::contiguous(const_cast<double*>(k.data()), DType::f64, {n, dq}),
-          TensorView::contiguous(v.data(), DType::f64, {n, 1}), o, opt);
+  o.out = TensorView::contiguous(out.data(), DType::f64, {nq, 1});
+  o.probs = TensorView::contiguous(probs.data(), DType::f64, {nq, nk});
+  forward(TensorView::contiguous(const_cast<double*>(q.data()), DType::f64, {nq, dq}),
+          TensorView::contiguous(const_cast<double*>(k.data()), DType::f64, {nk, dq}),
+          TensorView::contiguous(v.data(), DType::f64, {nk, 1}), o, opt);
 }
 
 void sample_qk_direct(const Stream& s, std::int64_t n, std::int64_t d, std::vector<double>& q,

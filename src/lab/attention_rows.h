@@ -14,6 +14,9 @@ namespace attnscale::lab {
 // probs = softmax(Q Kᵀ · scale) by attnscale::forward (float64, one thread: callers parallelise).
 void attention_probs(const std::vector<double>& q, const std::vector<double>& k, std::int64_t n,
                      std::int64_t dq, double scale, std::vector<double>& probs);
+// The same with nq queries over nk keys: probs [nq, nk].
+void attention_probs(const std::vector<double>& q, const std::vector<double>& k, std::int64_t nq,
+                     std::int64_t nk, std::int64_t dq, double scale, std::vector<double>& probs);
 
 // Seed 001's direct sampler: Q and K with i.i.d. N(0, 1) entries, [n, d] each.
 void sample_qk_direct(const Stream& s, std::int64_t n, std::int64_t d, std::vector<double>& q,

@@ -69,7 +69,9 @@ std::vector<std::string> Args::words(const std::string& name) const {
 }
 
 const std::vector<Experiment>& experiments() {
-  static const std::vector<Experiment> all = {make_variance(), make_saturation()};
+  static const std::vector<Experiment> all = {make_moments(),  make_variance(),    make_saturation(),
+                                              make_gradients(), make_heatmap(),    make_projections(),
+                                              make_length()};
   return all;
 }
 

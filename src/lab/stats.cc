@@ -112,16 +112,24 @@ Summary median_ci(std::vector<double> x) {
   return {med, x[std::clamp<std::int64_t>(lo, 0, n - 1)], x[std::clamp<std::int64_t>(hi - 1, 0, n - 1)]};
 }
 
-Summary batch_ci(const std::vector<double>& x, int batches,
-                 const std::function<double(const double*, std::size_t)>& statistic) {
-  const std::size_t size = x.size() / std::max(batches, 1);
-  if (batches < 2 || size < 2) {
-    const double v = statistic(x.data(), x.size());
-    return {v, v, v};
+// θ_(g): the statistic without group g;  SE² = (G − 1)/G Σ_g (θ_(g) − mean θ_(·))².
+Summary jackknife_ci(const std::vector<double>& x, int groups,
+                     const std::function<double(const double*, std::size_t)>& statistic) {
+  const double full = statistic(x.data(), x.size());
+  const std::size_t size = x.size() / std::max(groups, 1);
+  if (groups < 2 || size < 1) return {full, full, full};
+  std::vector<double> rest, per(groups);
+  for (int g = 0; g < groups; ++g) {
+    rest.clear();
+    for (std::size_t i = 0; i < x.size(); ++i)
+      if (i / size != static_cast<std::size_t>(g)) rest.push_back(x[i]);
+    per[g] = statistic(rest.data(), rest.size());
   }
-  std::vector<double> per(batches);
-  for (int b = 0; b < batches; ++b) per[b] = statistic(x.data() + b * size, size);
-  return mean_ci(per);
+  const double m = sample_mean(per.data(), per.size());
+  double ss = 0;
+  for (double v : per) ss += (v - m) * (v - m);
+  const double h = student_t_quantile(0.975, groups - 1) * std::sqrt(ss * (groups - 1) / groups);
+  return {full, full - h, full + h};
 }
 
 Summary slope_ci(const std::vector<double>& x, const std::vector<double>& y) {

@@ -7,8 +7,9 @@
 //                sqrt((m4 - s^4) / n) and the normal quantile 1.959964.
 //   median_ci    the sample median with the order-statistic interval [x_(lo), x_(hi)],
 //                lo/hi = n/2 -+ 1.96 sqrt(n)/2 (normal approximation to Binomial(n, 1/2)).
-//   batch_ci     any statistic computed on `batches` equal batches; Student-t interval over them
-//                (used for kurtosis, whose standard error needs 8th moments).
+//   jackknife_ci any statistic on the whole sample, with the delete-one-group jackknife standard
+//                error over `groups` equal groups and the t quantile with groups − 1 degrees of
+//                freedom (used for kurtosis, whose standard error needs 8th moments).
 //   slope_ci     least-squares slope of y on x with its t interval (n-2 degrees of freedom).
 #pragma once
 #include <cstdint>
@@ -28,8 +29,8 @@ double normal_cdf(double x);
 Summary mean_ci(const std::vector<double>& x);
 Summary variance_ci(const std::vector<double>& x);
 Summary median_ci(std::vector<double> x);
-Summary batch_ci(const std::vector<double>& x, int batches,
-                 const std::function<double(const double*, std::size_t)>& statistic);
+Summary jackknife_ci(const std::vector<double>& x, int groups,
+                     const std::function<double(const double*, std::size_t)>& statistic);
 Summary slope_ci(const std::vector<double>& x, const std::vector<double>& y);
 
 // Sample statistics (divisor n - 1 for the variance; kurtosis E[(x-m)^4]/s^4 with divisor n).

@@ -50,11 +50,11 @@ double rem_top_p(std::int64_t n, double sigma, double p) {
   return n * normal_cdf(normal_quantile(p) - sigma);
 }
 
-// ψ(x): recurrence ψ(x) = ψ(x+1) − 1/x up to x ≥ 6, then the asymptotic series
+// ψ(x): recurrence ψ(x) = ψ(x+1) − 1/x up to x ≥ 10, then the asymptotic series
 // ψ(x) ≈ ln x − 1/(2x) − 1/(12x²) + 1/(120x⁴) − 1/(252x⁶).
 double digamma(double x) {
   double r = 0;
-  while (x < 6) {
+  while (x < 10) {
     r -= 1 / x;
     x += 1;
   }
