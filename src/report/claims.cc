@@ -155,6 +155,107 @@ void column_claim(const ColumnSoftmaxEvidence& e, std::vector<Claim>& out) {
   out.push_back(verdict(c, !differs, "matches attention", "refuted (wording)"));
 }
 
+// How many rows' CIs contain the seed's value (the `claim` column of the moments experiment).
+std::pair<int, int> claim_coverage(const lab::ResultTable& t, const std::vector<const lab::Row*>& rows) {
+  int in = 0;
+  for (const lab::Row* r : rows) {
+    const double c = std::stod(param(t, *r, "claim"));
+    in += covers(*r, c);
+  }
+  return {in, static_cast<int>(rows.size())};
+}
+
+std::string count(std::pair<int, int> c) { return std::to_string(c.first) + "/" + std::to_string(c.second); }
+
+void moments_claims(const lab::ResultTable& t, std::vector<Claim>& out) {
+  // Propositions 1 and 2 are identities: both sides computed from the same sample agree to rounding.
+  auto identity = [&](const char* prop, const char* lhs, const char* rhs, const char* text) {
+    const lab::Row& a = one(t, lhs, {{"proposition", prop}, {"case", "holds"}});
+    const lab::Row& b = one(t, rhs, {{"proposition", prop}, {"case", "holds"}});
+    Claim c;
+    c.claim = text;
+    c.source = std::string("000 (") + (prop[1] == '1' ? "Prop. 1" : "Prop. 2") + ")";
+    c.prediction = "both sides equal on any sample";
+    c.measurement = std::string(lhs) + " " + fmt_ci(a, 4) + " vs " + rhs + " " + fmt_ci(b, 4) + "; |difference| " +
+                    fmt(std::abs(a.mean - b.mean), 2);
+    // The lab's left side uses the unbiased (n − 1) divisor, the right side the plug-in one, so the
+    // two differ by a factor n/(n − 1): far inside the sampling error.
+    const double half = (a.ci_high - a.ci_low) / 2;
+    c.rule = "supported when the two sides, computed from the same sample, differ by less than 5% of the CI "
+             "half-width (they differ only by the n/(n−1) of the unbiased variance)";
+    out.push_back(verdict(c, std::abs(a.mean - b.mean) < 0.05 * half));
+  };
+  identity("P1", "var", "e_x2_minus_e_x_sq", "Var X = E X² − (E X)²");
+  identity("P2", "cov", "e_xy_minus_e_x_e_y", "Cov[X, Y] = E XY − E X E Y");
+  auto with_failure = [&](const char* prop, const char* metric, const char* fail_case, const std::string& text,
+                          const std::string& source, const std::string& prediction) {
+    const auto holds = claim_coverage(t, select(t, metric, {{"proposition", prop}, {"case", "holds"}}));
+    const auto fails = claim_coverage(t, select(t, metric, {{"proposition", prop}, {"case", fail_case}}));
+    Claim c;
+    c.claim = text;
+    c.source = source;
+    c.prediction = prediction;
+    c.measurement = "seed's value inside the 95% CI in " + count(holds) + " settings with the assumptions, " +
+                    count(fails) + " with " + fail_case;
+    c.rule = "supported when the seed's value lies inside the CI in ≥ 80% of the settings where the assumptions "
+             "hold (the failing case shows the assumption is needed)";
+    out.push_back(verdict(c, holds.second > 0 && holds.first >= 0.8 * holds.second));
+  };
+  with_failure("P3", "var_qk", "mean_nonzero", "Var[XY] = Var X · Var Y for independent zero-mean X, Y", "000 (Prop. 3)",
+               "Var(q_{i}k_{i}) = 1");
+  with_failure("P4", "var_dot", "shared_factor", "Var(Σ X_{i}) = Σ Var X_{i} for independent X_{i}", "000 (Prop. 4)",
+               "Var(q·k) = d");
+  {
+    const auto rows = select(t, "mean_dot", {{"proposition", "P5"}, {"case", "holds"}});
+    const auto cov = claim_coverage(t, rows);
+    const lab::Row* last = rows.empty() ? nullptr : rows.back();
+    Claim c;
+    c.claim = "The mean of q·k is 0";
+    c.source = "003, 004 (Lemma 1)";
+    c.prediction = "E[q·k] = 0";
+    c.measurement = (last ? "d=" + param(t, *last, "d") + ": " + fmt_ci(*last) + "; " : std::string()) +
+                    "0 inside the CI at " + count(cov) + " d";
+    c.rule = "supported when 0 lies inside the CI at ≥ 80% of the d values";
+    out.push_back(verdict(c, cov.second > 0 && cov.first >= 0.8 * cov.second));
+  }
+}
+
+void gradients_claim(const lab::ResultTable& t, std::vector<Claim>& out) {
+  const std::string n = values(t, "n").front(), dmax = largest(t, "d");
+  const lab::Row& um = one(t, "jacobian_fro_median", {{"n", n}, {"d", dmax}, {"scaling", "none"}});
+  const lab::Row& sm = one(t, "jacobian_fro_median", {{"n", n}, {"d", dmax}, {"scaling", "sqrt"}});
+  const lab::Row& gu = one(t, "grad_q_fro", {{"n", n}, {"d", dmax}, {"scaling", "none"}});
+  const lab::Row& gs = one(t, "grad_q_fro", {{"n", n}, {"d", dmax}, {"scaling", "sqrt"}});
+  Claim c;
+  c.claim = "Unscaled, large dot products push the softmax “into regions where it has extremely small gradients”";
+  c.source = "002, 004 (quoting the Transformer paper)";
+  c.prediction = "the softmax Jacobian vanishes for large d_{k} without the scale";
+  c.measurement = "median ‖J‖_{F} at d=" + dmax + ": unscaled " + fmt_ci(um) + ", scaled " + fmt_ci(sm) +
+                  "; end-to-end ‖∂L/∂Q‖: unscaled " + fmt_ci(gu) + ", scaled " + fmt_ci(gs);
+  c.rule = "supported when the unscaled median Jacobian norm at the largest d is below a tenth of the scaled one "
+           "(its CIs apart)";
+  out.push_back(verdict(c, um.ci_high < 0.1 * sm.ci_low));
+}
+
+void layernorm_claim(const lab::ResultTable& t, std::vector<Claim>& out) {
+  const std::string dx = largest(t, "dx");
+  const auto on = select(t, "var_qk", {{"init", "scaled"}, {"layernorm", "on"}, {"dx", dx}});
+  const auto on_s = select(t, "var_qk_scaled", {{"init", "scaled"}, {"layernorm", "on"}, {"dx", dx}});
+  if (on.empty() || on_s.empty()) return;
+  Claim c;
+  c.claim = "The scaling “is not often used nowadays, because normal distribution is not assumed for not using "
+            "layer normalization”";
+  c.source = "004";
+  c.prediction = "a claim about practice, with a reason: the variance argument needs normalised inputs";
+  c.measurement = "with LayerNorm and N(0, 1/d_{x}) weights (d_{x}=" + dx + "): Var(q·k) = " + fmt_ci(*on.front()) +
+                  " unscaled, " + fmt_ci(*on_s.front()) + " with 1/√d_{k}";
+  c.rule = "how often the scale is used cannot be measured here; the data show that LayerNorm is exactly what makes "
+           "the assumptions hold, and that the variance is then d_{k} unless the scale divides it out";
+  c.verdict = "not testable here";
+  c.css = "untestable";
+  out.push_back(c);
+}
+
 void history_claims(const Measurements& m, std::vector<Claim>& out) {
   if (const auto* t = table(m, "variance")) {
     const lab::Row& slope = one(*t, "loglog_slope", {{"d", "all"}, {"scaling", "none"}, {"dist", "normal"}});
@@ -175,9 +276,12 @@ void history_claims(const Measurements& m, std::vector<Claim>& out) {
 
 std::vector<Claim> evaluate_claims(const Measurements& m) {
   std::vector<Claim> out;
+  if (const auto* t = table(m, "moments")) moments_claims(*t, out);
   if (const auto* t = table(m, "variance")) variance_claims(*t, out);
   if (const auto* t = table(m, "saturation")) saturation_claims(*t, out);
+  if (const auto* t = table(m, "gradients")) gradients_claim(*t, out);
   column_claim(m.columns, out);
+  if (const auto* t = table(m, "projections")) layernorm_claim(*t, out);
   history_claims(m, out);
   return out;
 }

@@ -107,13 +107,15 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
   for (std::size_t s = 0; s < p.series.size(); ++s) {
     const Series& ser = p.series[s];
     const std::string data = "$p" + std::to_string(index) + "s" + std::to_string(s);
-    const std::string colour = std::string("'") + kColours[s % std::size(kColours)] + "'";
+    const std::size_t ci = ser.colour >= 0 ? static_cast<std::size_t>(ser.colour) : s;
+    const std::string colour = std::string("'") + kColours[ci % std::size(kColours)] + "'";
     if (any_finite(ser.lo) && any_finite(ser.hi))
       plots.push_back(data + " using 1:3:4 with filledcurves fc rgb " + colour +
                       " fs transparent solid 0.22 noborder notitle");
     if (any_finite(ser.theory))
       plots.push_back(data + " using 1:5 with lines dt (6,4) lw 1.6 lc rgb " + colour + " notitle");
-    plots.push_back(data + " using 1:2 with linespoints lw 2 pt 7 ps 0.55 lc rgb " + colour +
+    plots.push_back(data + " using 1:2 with linespoints " + (ser.secondary ? "lw 1.2 pt 6 ps 0.7" : "lw 2 pt 7 ps 0.55") +
+                    " lc rgb " + colour +
                     " title " + quote(ser.title));
   }
   if (theory) plots.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title 'theory'");
@@ -131,7 +133,8 @@ void heat_panel(std::ostringstream& gp, const HeatPanel& h, int index) {
      << kViridis << "set cbrange [" << num(h.cbmin) << ":" << num(h.cbmax) << "]\n"
      << "set xrange [-0.5:" << num(h.cols - 0.5) << "]\n"
      << "set yrange [" << num(h.rows - 0.5) << ":-0.5]\n"
-     << "set size ratio -1\nset tics out nomirror\nset border lc rgb '#444444'\nunset key\nunset grid\n";
+     << "set size ratio -1\nset tics out nomirror\nset border lc rgb '#444444'\nunset key\nunset grid\n"
+     << (h.colorbox ? "" : "unset colorbox\n");
   gp << "$h" << index << " << EOD\n";
   for (int r = 0; r < h.rows; ++r) {
     for (int c = 0; c < h.cols; ++c) gp << (c ? " " : "") << num(h.values[static_cast<std::size_t>(r) * h.cols + c]);
@@ -148,8 +151,10 @@ void legend_strip(std::ostringstream& gp, const LinePanel& p, double height) {
   std::vector<std::string> items;
   bool theory = false;
   for (std::size_t s = 0; s < p.series.size(); ++s) {
-    items.push_back(std::string("keyentry with linespoints lw 2 pt 7 ps 0.55 lc rgb '") +
-                    kColours[s % std::size(kColours)] + "' title " + quote(p.series[s].title));
+    const Series& ser = p.series[s];
+    const std::size_t ci = ser.colour >= 0 ? static_cast<std::size_t>(ser.colour) : s;
+    items.push_back(std::string("keyentry with linespoints ") + (ser.secondary ? "lw 1.2 pt 6 ps 0.7" : "lw 2 pt 7 ps 0.55") +
+                    " lc rgb '" + kColours[ci % std::size(kColours)] + "' title " + quote(ser.title));
     theory = theory || any_finite(p.series[s].theory);
   }
   if (theory) items.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title 'theory'");

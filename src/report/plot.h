@@ -25,6 +25,8 @@ namespace attnscale::report {
 struct Series {
   std::string title;
   std::vector<double> x, y, lo, hi, theory;
+  int colour = -1;           // palette index; -1: the series' position in the panel
+  bool secondary = false;    // drawn thinner with open points (e.g. a mean beside its median)
 };
 
 // A horizontal reference line, e.g. seed 001's "38 of 50".
@@ -48,6 +50,7 @@ struct HeatPanel {
   int rows = 0, cols = 0;
   std::vector<double> values;
   double cbmin = 0, cbmax = 1;
+  bool colorbox = true;  // off for all but the last of several panels sharing one scale
 };
 
 struct Figure {
