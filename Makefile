@@ -25,7 +25,7 @@ test-cpp: build
 
 test-python: build
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale PYTHONPATH=$(abspath $(BUILD))/python \
-	  $(PYTHON) -m pytest -q tests/cli
+	  $(PYTHON) -m pytest -q $(wildcard tests/cli python/tests)
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale ATTNSCALE_BUILD=$(abspath $(BUILD)) \
 	  $(PYTHON) -m pytest -q tests/report
 
