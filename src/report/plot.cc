@@ -99,7 +99,8 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
   for (const RefLine& r : p.refs) {
     gp << "set arrow " << arrow++ << " from graph 0, first " << num(r.y) << " to graph 1, first "
        << num(r.y) << " nohead dt 3 lw 1.2 lc rgb '#666666' back\n";
-    gp << "set label " << arrow << " " << quote(r.label) << " at graph 0.99, first " << num(r.y)
+    if (!r.label.empty())
+      gp << "set label " << arrow << " " << quote(r.label) << " at graph 0.99, first " << num(r.y)
        << " right offset 0, 0.7 tc rgb '#444444'\n";
   }
 

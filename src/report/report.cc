@@ -96,7 +96,8 @@ void variance_section(Document& doc, const fs::path& dir, const lab::ResultTable
   f.width = 900;
   LinePanel& p = f.lines("Var(s·q·k) for three scalings s", "d_{k}", "variance");
   p.logx = p.logy = true;
-  p.key_position = "bottom left";
+  p.key_position = "top left";
+  p.ymax = 1e6;
   for (const auto& s : values(t, "scaling"))
     p.series.push_back(series(t, "d", "var", {{"scaling", s}, {"dist", "normal"}}, scaling_title(s)));
   LinePanel& q = f.lines("Unscaled: measured / theory − 1", "d_{k}", "relative error");
@@ -203,6 +204,7 @@ void moments_section(Document& doc, const fs::path& dir, const lab::ResultTable&
   LinePanel& a = f.lines("Var(q·k): assumptions kept and dropped", "d_{k}", "Var(q·k)");
   a.logx = a.logy = true;
   a.key_position = "top left";
+  a.ymax = 1e7;  // headroom for the legend above the curves
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"holds", "all assumptions (P5)"}, {"mean_nonzero", "mean μ ≠ 0"}, {"correlated", "Corr(q_{i}, k_{i}) = ρ"}};
   for (const auto& [c, title] : cases)
@@ -213,15 +215,16 @@ void moments_section(Document& doc, const fs::path& dir, const lab::ResultTable&
   LinePanel& b = f.lines("Kurtosis of q·k: heavy tails fade as 3 + (κ_{q}κ_{k} − 3)/d", "d_{k}", "kurtosis");
   b.logx = b.logy = true;
   b.key_position = "top right";
+  b.ymax = 1000;
   b.series.push_back(series(t, "d", "kurtosis_dot", {{"proposition", "P5"}, {"case", "holds"}, {"dist", "normal"}}, "normal"));
   for (const auto& dist : values(t, "dist"))
     if (dist != "normal" && !select(t, "kurtosis_dot", {{"case", "heavy_tails"}, {"dist", dist}}).empty())
       b.series.push_back(series(t, "d", "kurtosis_dot", {{"proposition", "P5"}, {"case", "heavy_tails"}, {"dist", dist}}, dist));
-  b.refs.push_back({3, "Gaussian: 3"});
+  b.refs.push_back({3, ""});  // the Gaussian value, named in the caption
   add_figure(doc, dir, f,
              "Left: Var(q·k) against d_{k} when Proposition 5's assumptions hold (theory d, dashed) and when one is "
              "dropped — a nonzero mean, correlated q_{i} and k_{i}, or components that share a common factor. "
-             "Right: the kurtosis of q·k for normal and heavy-tailed components. " + std::to_string(t.meta.trials) +
+             "Right: the kurtosis of q·k for normal and heavy-tailed components (dotted: the Gaussian 3). " + std::to_string(t.meta.trials) +
              " trials per point; bands are 95% CIs; dashed lines the closed forms.");
   const std::string dmax = largest_value(t, "d");
   const Fixed p5{{"proposition", "P5"}, {"dist", "normal"}, {"d", dmax}};
@@ -307,7 +310,8 @@ void heatmap_section(Document& doc, const fs::path& dir, const lab::ResultTable&
   panel("none", "row", "unscaled (rows sum to 1)");
   panel("sqrt", "row", "1/√d_{k} (rows sum to 1)");
   panel("sqrt", "column", "1/√d_{k}, column-wise (seed 000)");
-  for (std::size_t i = 0; i + 1 < f.panels.size(); ++i) std::get<HeatPanel>(f.panels[i]).colorbox = false;
+  // Every panel keeps its colour box (same scale), so the three maps stay the same size.
+  for (std::size_t i = 0; i + 1 < f.panels.size(); ++i) std::get<HeatPanel>(f.panels[i]).cblabel.clear();
   add_figure(doc, dir, f,
              "Attention probabilities for one draw of Q and K (N = " + n + ", d_{k} = " + d +
                  ", N(0,1) entries), on one colour scale from 0 to 1 (viridis). Left and middle: seed 001's "
@@ -320,8 +324,9 @@ void heatmap_section(Document& doc, const fs::path& dir, const lab::ResultTable&
            "scaled rows " + fmt(s.mean, 3) + ". ";
   }
   doc.para(text + "Unscaled, nearly every row is one bright cell on black, as seed 001 describes; scaled, the mass is "
-           "spread and no cell is bright. Column-wise normalisation puts its bright cells where a *key* is most "
-           "similar to some query, so whole columns light up: it is a different map, not a re-colouring (Section 3.8).");
+           "spread and no cell is bright. Normalised over columns instead, the same scaled logits look much alike "
+           "at this colour scale; the difference lies in what the weights sum to — a row's weights no longer sum to "
+           "1, so the output is no longer an average of values (Section 3.8).");
 }
 
 void projections_section(Document& doc, const fs::path& dir, const lab::ResultTable& t) {
@@ -752,8 +757,10 @@ std::string write_report(const Measurements& m) {
     const auto& t = m.tables.at("moments");
     doc.para("Each proposition of the appendix of seed 000 checked by simulation, first under its own assumptions "
              "(case *holds*), then with one assumption dropped. *Seed's value* is what the proposition asserts; "
-             "*closed form* is the exact value for the case (e.g. d((σ²+μ²)² − μ⁴) when μ ≠ 0). The verdict column "
-             "says whether the seed's value lies inside the 95% CI. Shown at the smallest and largest d; every row "
+             "*closed form* is the exact value for the case (e.g. d((σ²+μ²)² − μ⁴) when μ ≠ 0). The last column "
+             "says whether the seed's value lies inside the 95% CI (a true value falls outside about one time in "
+             "20). *Seed's value* for the kurtosis is the Gaussian 3 that a unit-variance argument implicitly "
+             "relies on. Shown at the smallest and largest d; every row "
              "is in `data/moments.csv`.");
     const std::string dmin = smallest_value(t, "d"), dmax = largest_value(t, "d");
     std::vector<std::vector<std::string>> prow;
@@ -765,10 +772,10 @@ std::string write_report(const Measurements& m) {
       const bool inside = r.ci_low <= claim && claim <= r.ci_high;
       prow.push_back({param(t, r, "proposition"), param(t, r, "case"), d, param(t, r, "dist"), r.metric,
                       fmt(claim, 4), r.theory ? fmt(*r.theory, 4) : "—", fmt_ci(r, 4),
-                      inside ? "holds" : "fails"});
+                      inside ? "inside" : "outside"});
       pclass.push_back(inside ? "supported" : "refuted");
     }
-    doc.table({"prop.", "case", "d", "dist", "quantity", "seed's value", "closed form", "measured [95% CI]", "verdict"},
+    doc.table({"prop.", "case", "d", "dist", "quantity", "seed's value", "closed form", "measured [95% CI]", "seed's value in CI"},
               prow, "Propositions 1–5 measured (" + std::to_string(t.meta.trials) + " trials per row).", pclass);
   }
   reproducibility_section(doc, m);
