@@ -2,6 +2,7 @@
 // figures, data) into --out. See src/report/report.h.
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 
 #include "attnscale/error.h"
 #include "report/report.h"
@@ -26,6 +27,12 @@ void add_report(CLI::App& app) {
   sub->callback([opts, quick, full] {
     opts->depth = *quick ? report::Depth::quick : *full ? report::Depth::full : report::Depth::standard;
     if (opts->out.empty()) throw Error("--out: expected a folder");
+    // Checked before the measurements start, so a bad folder fails in a second, not after minutes.
+    std::error_code ec;
+    if (std::filesystem::exists(opts->out, ec) && !std::filesystem::is_directory(opts->out, ec))
+      throw Error("--out: " + opts->out + " exists and is not a folder");
+    std::filesystem::create_directories(opts->out, ec);
+    if (ec) throw Error("--out: cannot create " + opts->out + ": " + ec.message());
     const auto start = std::chrono::steady_clock::now();
     const report::Measurements m = report::measure(*opts);
     const std::string index = report::write_report(m);

@@ -125,3 +125,11 @@ def test_rejects_quick_with_full(tmp_path):
     assert r.returncode == 2
     assert r.stderr.startswith("attnscale: error:")
     assert not (tmp_path / "x").exists()
+
+
+def test_rejects_a_file_as_out(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = subprocess.run([BIN, "report", "--quick", "--out", str(f)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "--out" in r.stderr and "not a folder" in r.stderr
