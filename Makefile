@@ -26,6 +26,8 @@ test-cpp: build
 test-python: build
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale PYTHONPATH=$(abspath $(BUILD))/python \
 	  $(PYTHON) -m pytest -q $(wildcard tests/cli python/tests)
+	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale ATTNSCALE_BUILD=$(abspath $(BUILD)) \
+	  $(PYTHON) -m pytest -q tests/report
 
 test: test-cpp test-python
 

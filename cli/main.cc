@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   attnscale::cli::add_attend(app);
   attnscale::cli::add_explain(app);
   attnscale::cli::add_experiment(app);
+  attnscale::cli::add_report(app);
   try {
     // Name an unknown command plainly instead of CLI11's "A subcommand is required".
     if (argc > 1 && argv[1][0] != '-') {
