@@ -25,7 +25,7 @@ test-cpp: build
 
 test-python: build
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale PYTHONPATH=$(abspath $(BUILD))/python \
-	  $(PYTHON) -m pytest -q tests/cli
+	  $(PYTHON) -m pytest -q $(wildcard tests/cli python/tests)
 
 test: test-cpp test-python
 
@@ -41,3 +41,8 @@ BENCH_ARGS ?=
 .PHONY: bench
 bench: build
 	$(PYTHON) bench/compare.py --bin $(BUILD)/bin/attnscale $(BENCH_ARGS)
+
+# The lab's speed check: seed 001's numpy simulation vs `attnscale experiment saturation`.
+.PHONY: bench-lab
+bench-lab: build
+	$(PYTHON) bench/saturation_vs_numpy.py --bin $(BUILD)/bin/attnscale

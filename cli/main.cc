@@ -17,7 +17,18 @@ int main(int argc, char** argv) {
   attnscale::cli::add_attend(app);
   attnscale::cli::add_explain(app);
   attnscale::cli::add_bench(app);
+  attnscale::cli::add_experiment(app);
   try {
+    // Name an unknown command plainly instead of CLI11's "A subcommand is required".
+    if (argc > 1 && argv[1][0] != '-') {
+      bool known = false;
+      std::string names;
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+        known = known || sub->get_name() == argv[1];
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      }
+      if (!known) throw attnscale::Error(std::string("unknown command '") + argv[1] + "' (expected one of: " + names + ")");
+    }
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help, --version
