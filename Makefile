@@ -37,6 +37,13 @@ report: build
 clean:
 	rm -rf $(BUILD)
 
+# Benchmarks (measurements, not tests): one table of attnscale vs OpenBLAS sgemm and PyTorch.
+# BENCH_ARGS=--quick for a subset; --memory adds the N = 65536 peak-RSS case.
+BENCH_ARGS ?=
+.PHONY: bench
+bench: build
+	$(PYTHON) bench/compare.py --bin $(BUILD)/bin/attnscale $(BENCH_ARGS)
+
 # The lab's speed check: seed 001's numpy simulation vs `attnscale experiment saturation`.
 .PHONY: bench-lab
 bench-lab: build

@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   attnscale::cli::add_attend(app);
   attnscale::cli::add_explain(app);
+  attnscale::cli::add_bench(app);
   attnscale::cli::add_experiment(app);
   attnscale::cli::add_report(app);
   try {
