@@ -195,6 +195,36 @@ void SoftmaxGrad(const float* Pt, float* dPt, size_t ld, size_t rows, size_t col
   }
 }
 
+// Row-layout variants for tiles S[rows][lds] with one query per row (the backward's key-block
+// pass, whose K and V tiles are packed once and whose Q and dO are read in place):
+// S[r][c] = 2^(S[r][c] − sub[r]) over cols (a multiple of the lane count; a caller passes
+// sub = +inf for a fully masked row, so the row becomes 0).
+void Exp2Rows(float* S, size_t lds, size_t rows, size_t cols, const float* sub) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    const VF s = hn::Set(d, sub[r]);
+    float* row = S + r * lds;
+    for (size_t c = 0; c < cols; c += L) hn::StoreU(Exp2(d, hn::Sub(hn::LoadU(d, row + c), s)), d, row + c);
+  }
+}
+
+// dS[r][c] = P[r][c] · (dP[r][c] − D[r]) · scale, in place over dP (row layout, see Exp2Rows).
+void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t cols, const float* D,
+                     float scale) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF s = hn::Set(d, scale);
+  for (size_t r = 0; r < rows; ++r) {
+    const VF dd = hn::Set(d, D[r]);
+    for (size_t c = 0; c < cols; c += L) {
+      const VF p = hn::LoadU(d, P + r * ld + c);
+      const VF dp = hn::LoadU(d, dP + r * ld + c);
+      hn::StoreU(hn::Mul(hn::Mul(p, hn::Sub(dp, dd)), s), d, dP + r * ld + c);
+    }
+  }
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace attnscale::detail::HWY_NAMESPACE

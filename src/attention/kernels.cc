@@ -22,6 +22,8 @@ HWY_EXPORT(Gemm);
 HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
 HWY_EXPORT(SoftmaxGrad);
+HWY_EXPORT(Exp2Rows);
+HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(TargetName);
 
 namespace simd {
@@ -96,6 +98,13 @@ void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale) {
   HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(Pt, dPt, ld, rows, cols, D, scale);
+}
+void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub) {
+  HWY_DYNAMIC_DISPATCH(Exp2Rows)(S, lds, rows, cols, sub);
+}
+void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
+                       const float* D, float scale) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxGradRows)(P, dP, ld, rows, cols, D, scale);
 }
 
 }  // namespace simd

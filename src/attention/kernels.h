@@ -25,6 +25,11 @@ void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols
 // dPt[j][c] = Pt[j][c] · (dPt[j][c] − D[c]) · scale.
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale);
+// Row layout (one query per row; sub and D per row): S[r][c] = 2^(S[r][c] − sub[r]) and
+// dP[r][c] = P[r][c] · (dP[r][c] − D[r]) · scale. cols: a multiple of 16.
+void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub);
+void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
+                       const float* D, float scale);
 
 // Column padding every tile uses: a multiple of the widest target's lane count.
 inline constexpr std::size_t kColumnPad = 16;

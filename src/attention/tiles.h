@@ -106,6 +106,23 @@ void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
   }
 }
 
+// apply_mask for a tile in row layout, S[r][j - j0] (one query per row).
+template <class T>
+void apply_mask_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* S, std::int64_t lds) {
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    T* s = S + r * lds - j0;
+    for (std::int64_t j = j0; j < j1; ++j) {
+      if (j < rb.lo[r] || j >= rb.hi[r]) {
+        s[j] = -std::numeric_limits<T>::infinity();
+        continue;
+      }
+      if (p.mask.empty()) continue;
+      const double bias = mask_bias(p, rb.b, rb.h[r], rb.i[r], j);
+      s[j] = bias == -INFINITY ? -std::numeric_limits<T>::infinity() : s[j] + static_cast<T>(bias * kLog2e);
+    }
+  }
+}
+
 // Element (a, b, c, d) of any float view converted to T.
 template <class T>
 inline T value(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
@@ -195,6 +212,13 @@ struct Ops<float> {
                            const float* D, float scale) {
     simd::softmax_grad(Pt, dPt, ld, rows, cols, D, scale);
   }
+  static void exp2_rows(float* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const float* sub) {
+    simd::exp2_rows(S, lds, rows, cols, sub);
+  }
+  static void softmax_grad_rows(const float* P, float* dP, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                const float* D, float scale) {
+    simd::softmax_grad_rows(P, dP, ld, rows, cols, D, scale);
+  }
 };
 
 template <>
@@ -235,6 +259,15 @@ struct Ops<double> {
     for (std::int64_t j = 0; j < rows; ++j)
       for (std::int64_t c = 0; c < cols; ++c)
         dPt[j * ld + c] = Pt[j * ld + c] * (dPt[j * ld + c] - D[c]) * scale;
+  }
+  static void exp2_rows(double* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const double* sub) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) S[r * lds + c] = std::exp2(S[r * lds + c] - sub[r]);
+  }
+  static void softmax_grad_rows(const double* P, double* dP, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                const double* D, double scale) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) dP[r * ld + c] = P[r * ld + c] * (dP[r * ld + c] - D[r]) * scale;
   }
 };
 
