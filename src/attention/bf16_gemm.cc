@@ -138,6 +138,14 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(std::size_t M, std::s
   _tile_release();
 }
 
+ATTNSCALE_BF16_TARGET void to_bf16_avx512(const float* src, std::size_t lds, std::size_t rows, std::size_t cols,
+                                          std::uint16_t* dst, std::size_t ldd) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; c += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * ldd + c),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + r * lds + c)));
+}
+
 std::uint64_t xgetbv0() {
   std::uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -219,6 +227,22 @@ void force_path(const char* name) {
   else if (n == "avx512-bf16" && has_avx512_bf16) chosen = Path::avx512_bf16;
   else if (n == "amx" && has_amx) chosen = Path::amx;
   else throw Error("ATTNSCALE_BF16: '" + n + "' is not a bf16 path this CPU supports (amx, avx512-bf16, portable)");
+}
+
+std::uint16_t round_to_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);  // nearest even
+}
+
+void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,
+             std::size_t ldd) {
+#if defined(__x86_64__)
+  if (path != Path::portable && avx512_bf16_usable()) return to_bf16_avx512(src, lds, rows, cols, dst, ldd);
+#endif
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) dst[r * ldd + c] = round_to_bf16(src[r * lds + c]);
 }
 
 void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,

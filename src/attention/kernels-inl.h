@@ -14,6 +14,7 @@
 #define ATTNSCALE_ATTENTION_KERNELS_INL_H_
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -222,6 +223,38 @@ void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t c
       const VF dp = hn::LoadU(d, dP + r * ld + c);
       hn::StoreU(hn::Mul(hn::Mul(p, hn::Sub(dp, dd)), s), d, dP + r * ld + c);
     }
+  }
+}
+
+// Online softmax over a score tile in row layout, S[rows][lds] (one query per row, keys along
+// the row; the bf16 forward's layout): the same update as SoftmaxUpdate per row, with the max
+// and sum reduced across lanes. Columns [cols, round_up(cols, L)) are treated as -inf and come
+// out as P = 0, so a ragged tile may be padded to whole vectors.
+void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF neg_inf = hn::Set(d, -INFINITY);
+  const size_t full = cols / L * L;
+  const auto tail = hn::FirstN(d, cols - full);
+  for (size_t r = 0; r < rows; ++r) {
+    float* row = S + r * lds;
+    if (full < cols) hn::StoreU(hn::IfThenElse(tail, hn::LoadU(d, row + full), neg_inf), d, row + full);
+    const size_t padded = full < cols ? full + L : full;
+    VF mx = neg_inf;
+    for (size_t c = 0; c < padded; c += L) mx = hn::Max(mx, hn::LoadU(d, row + c));
+    const float m_new = std::max(m[r], hn::GetLane(hn::MaxOfLanes(d, mx)));
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // the fully-masked guard of SoftmaxUpdate
+    const VF mu = hn::Set(d, m_use);
+    VF sum = hn::Zero(d);
+    for (size_t c = 0; c < padded; c += L) {
+      const VF p = Exp2(d, hn::Sub(hn::LoadU(d, row + c), mu));
+      hn::StoreU(p, d, row + c);
+      sum = hn::Add(sum, p);
+    }
+    const float a = hn::GetLane(Exp2(d, hn::Set(d, m[r] - m_use)));
+    alpha[r] = a;
+    l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum));
+    m[r] = m_new;
   }
 }
 

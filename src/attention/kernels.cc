@@ -23,6 +23,7 @@ HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
 HWY_EXPORT(SoftmaxGrad);
 HWY_EXPORT(Exp2Rows);
+HWY_EXPORT(SoftmaxUpdateRows);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(TargetName);
 
@@ -98,6 +99,10 @@ void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale) {
   HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(Pt, dPt, ld, rows, cols, D, scale);
+}
+void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
+                         float* alpha) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRows)(S, lds, rows, cols, m, l, alpha);
 }
 void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub) {
   HWY_DYNAMIC_DISPATCH(Exp2Rows)(S, lds, rows, cols, sub);

@@ -27,6 +27,10 @@ void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows,
                   const float* D, float scale);
 // Row layout (one query per row; sub and D per row): S[r][c] = 2^(S[r][c] − sub[r]) and
 // dP[r][c] = P[r][c] · (dP[r][c] − D[r]) · scale. cols: a multiple of 16.
+// Online-softmax step over a tile in row layout (one query per row); any cols, the row padded
+// with P = 0 up to whole vectors (lds >= round_up(cols, 16)).
+void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
+                         float* alpha);
 void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub);
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
                        const float* D, float scale);
