@@ -128,6 +128,7 @@ void forward(const Params& p) {
       write_rows(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
       if (!p.probs.empty()) {  // float32 recomputation of the scores with the bf16 statistics
         pack_transposed<float>(p.q, rb, p.dk, p.scale * kLog2e, s.f.qt.get(), s.f.ld);
+        if (rb.n <= kDotRows) pack_scaled_rows<float>(p.q, rb, p.dk, p.scale * kLog2e, s.f.qr.get());
         write_probs(p, rb, s.f);
       }
     }

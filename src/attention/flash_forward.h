@@ -16,12 +16,16 @@
 
 namespace attnscale::detail {
 
+// Blocks of at most this many rows compute their scores one dot product per (key, row)
+// (dot_tile) instead of by the GEMM kernel, whose 16-lane columns they would mostly leave empty.
+inline constexpr std::int64_t kDotRows = 4;
+
 template <class T>
 struct ForwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of Qᵀ and of score tiles (queries)
-  Buffer<T> qt, st, o, kp, vp, m, l, alpha, sub, mul;
+  Buffer<T> qt, qr, st, o, kp, vp, m, l, alpha, sub, mul;
   explicit ForwardScratch(const Params& p)
-      : qt(p.dk * ld), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
+      : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
         sub(ld), mul(ld) {}
 };
 
@@ -35,8 +39,13 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
                 ForwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0;
   const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
-  Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
-               simd::kOverwrite);
+  if (rb.n <= kDotRows && k.cs == 1) {  // Q rows in s.qr (attend packs them)
+    Ops<T>::dot_tile(nk, rb.n, p.dk, static_cast<const T*>(k.ptr), k.rs, s.qr.get(), p.dk, s.st.get(), s.ld);
+    for (std::int64_t j = 0; j < nk; ++j) std::fill(s.st.get() + j * s.ld + rb.n, s.st.get() + j * s.ld + columns(rb), T(0));
+  } else {
+    Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+                 simd::kOverwrite);
+  }
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
 }
 
@@ -66,6 +75,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
   s.l.fill(T(0));
   s.o.fill(T(0));
   pack_transposed<T>(p.q, rb, p.dk, p.scale * kLog2e, s.qt.get(), s.ld);  // s·log2(e) folded into Q
+  if (rb.n <= kDotRows) pack_scaled_rows(p.q, rb, p.dk, p.scale * kLog2e, s.qr.get());
   const std::int64_t jb = std::max(k0, rb.lo_min), je = std::min(k1, rb.hi_max);
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0;

@@ -135,6 +135,33 @@ void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, 
   if (n < N) ColumnBlock<1, true>(d, M, K, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, N - n);
 }
 
+// Scores of few query rows, GEMV-style: St[j][r] = Σ_c K[j·ldk + c] · Q[r·ldq + c] for keys
+// j < nk and rows r < rows (Q row-major). Each key row is read once with whole-vector loads and
+// reduced across lanes, where the GEMM kernel would fill a 16-lane column for one useful query;
+// decode (one or a few queries over a long KV cache) is bound by reading K and V.
+void DotTile(size_t nk, size_t rows, size_t dk, const float* HWY_RESTRICT K, size_t ldk, const float* HWY_RESTRICT Q,
+             size_t ldq, float* HWY_RESTRICT St, size_t lds) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const auto tail = hn::FirstN(d, dk % L);
+  const size_t full = dk / L * L;
+  for (size_t j = 0; j < nk; ++j) {
+    const float* k = K + j * ldk;
+    for (size_t r = 0; r < rows; ++r) {
+      const float* q = Q + r * ldq;
+      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+      size_t c = 0;
+      for (; c + 2 * L <= full; c += 2 * L) {
+        a0 = hn::MulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
+        a1 = hn::MulAdd(hn::LoadU(d, k + c + L), hn::LoadU(d, q + c + L), a1);
+      }
+      if (c < full) a0 = hn::MulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
+      if (full < dk) a1 = hn::MulAdd(hn::MaskedLoad(tail, d, k + full), hn::MaskedLoad(tail, d, q + full), a1);
+      St[j * lds + r] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+    }
+  }
+}
+
 // Online softmax over a transposed score tile St[rows][lds] (keys x queries; cols a multiple of
 // the lane count). Per query column c, with m the running max and l the running sum (base 2):
 //   m' = max(m, max_j St[j][c]);  alpha = 2^(m − m');  P[j][c] = 2^(St[j][c] − m');

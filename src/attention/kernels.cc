@@ -23,6 +23,7 @@ HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
 HWY_EXPORT(SoftmaxGrad);
 HWY_EXPORT(Exp2Rows);
+HWY_EXPORT(DotTile);
 HWY_EXPORT(SoftmaxUpdateRows);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(TargetName);
@@ -103,6 +104,10 @@ void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows,
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                          float* alpha) {
   HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRows)(S, lds, rows, cols, m, l, alpha);
+}
+void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, std::size_t ldk, const float* Q,
+              std::size_t ldq, float* St, std::size_t lds) {
+  HWY_DYNAMIC_DISPATCH(DotTile)(nk, rows, dk, K, ldk, Q, ldq, St, lds);
 }
 void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub) {
   HWY_DYNAMIC_DISPATCH(Exp2Rows)(S, lds, rows, cols, sub);

@@ -172,6 +172,14 @@ void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, do
     for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + r] = value<T>(t, rb.b, rb.h[r], rb.i[r], c) * f;
 }
 
+// The block's rows of a [B, H, N, d] view, row-major into X[r][c], times `mul`.
+template <class T>
+void pack_scaled_rows(const TensorView& t, const RowBlock& rb, std::int64_t d, double mul, T* X) {
+  const T f = static_cast<T>(mul);
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t c = 0; c < d; ++c) X[r * d + c] = value<T>(t, rb.b, rb.h[r], rb.i[r], c) * f;
+}
+
 // The block's rows of a [B, H, N, d] view, row-major into X[r][c].
 template <class T>
 void pack_rows(const TensorView& t, const RowBlock& rb, std::int64_t d, T* X) {
@@ -211,6 +219,10 @@ struct Ops<float> {
   static void softmax_grad(const float* Pt, float* dPt, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                            const float* D, float scale) {
     simd::softmax_grad(Pt, dPt, ld, rows, cols, D, scale);
+  }
+  static void dot_tile(std::int64_t nk, std::int64_t rows, std::int64_t dk, const float* K, std::int64_t ldk,
+                       const float* Q, std::int64_t ldq, float* St, std::int64_t lds) {
+    simd::dot_tile(nk, rows, dk, K, ldk, Q, ldq, St, lds);
   }
   static void exp2_rows(float* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const float* sub) {
     simd::exp2_rows(S, lds, rows, cols, sub);
@@ -259,6 +271,15 @@ struct Ops<double> {
     for (std::int64_t j = 0; j < rows; ++j)
       for (std::int64_t c = 0; c < cols; ++c)
         dPt[j * ld + c] = Pt[j * ld + c] * (dPt[j * ld + c] - D[c]) * scale;
+  }
+  static void dot_tile(std::int64_t nk, std::int64_t rows, std::int64_t dk, const double* K, std::int64_t ldk,
+                       const double* Q, std::int64_t ldq, double* St, std::int64_t lds) {
+    for (std::int64_t j = 0; j < nk; ++j)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (std::int64_t c = 0; c < dk; ++c) acc += K[j * ldk + c] * Q[r * ldq + c];
+        St[j * lds + r] = acc;
+      }
   }
   static void exp2_rows(double* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const double* sub) {
     for (std::int64_t r = 0; r < rows; ++r)
