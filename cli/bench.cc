@@ -99,7 +99,8 @@ void print(const std::vector<Row>& rows, const std::string& format) {
                 (long long)r.B, (long long)r.H, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
                 r.causal ? "causal" : "none", r.dtype.c_str(), r.threads, r.seconds * 1e3, r.gflops, r.unit.c_str(),
                 r.ratio);
-  std::printf("ratio: to sgemm 2048^3 GFLOP/s (attention rows), to copy GB/s (decode rows)\n");
+  std::printf("ratio: to sgemm 2048^3 GFLOP/s (attention rows), to copy GB/s (decode rows); fwd-scaling: time on 1\n"
+              "thread over time on all threads, the two timed alternately\n");
 }
 
 void run(const Bench& opt) {
@@ -157,7 +158,32 @@ void run(const Bench& opt) {
     for (std::int64_t n : ns)
       for (bool causal : {false, true}) attention("fwd", 8, n, d, causal, DType::f32, false, threads);
   const std::int64_t n_key = opt.quick ? 2048 : 4096;
-  attention("fwd-1thread", 8, n_key, 128, false, DType::f32, false, 1);
+  // Thread scaling: one thread and `threads` threads on the same shape, timed alternately (best
+  // of 4 each) so that both see the same machine load; the "fwd-scaling" row's rate is t1 / tN.
+  {
+    const std::int64_t H = 8, N = n_key, d = 128;
+    const Tensor q = filled(DType::f32, {1, H, N, d}, 1), k = filled(DType::f32, {1, H, N, d}, 2),
+                 v = filled(DType::f32, {1, H, N, d}, 3);
+    Tensor out(DType::f32, {1, H, N, d});
+    auto once = [&](int thr) {
+      Options o;
+      o.threads = thr;
+      const auto t0 = Clock::now();
+      forward(q.view(), k.view(), v.view(), {out.view()}, o);
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    double t1 = 1e30, tn = 1e30;
+    once(1);
+    once(threads);
+    for (int r = 0; r < 4; ++r) {
+      t1 = std::min(t1, once(1));
+      tn = std::min(tn, once(threads));
+    }
+    const double flops = 4.0 * H * visible_pairs(N, N, false) * d;
+    rows.push_back({"fwd-1thread", 1, H, N, N, d, false, "f32", 1, t1, flops / t1 * 1e-9, flops / t1 * 1e-9 / sgemm,
+                    "GFLOP/s"});
+    rows.push_back({"fwd-scaling", 1, H, N, N, d, false, "f32", threads, tn, t1 / tn, t1 / tn, "x"});
+  }
   attention("fwd-bf16", 8, n_key, 128, false, DType::bf16, false, threads);
   attention("bwd", 8, n_key, 128, false, DType::f32, true, threads);
   attention("bwd", 8, n_key, 128, true, DType::f32, true, threads);

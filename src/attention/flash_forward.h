@@ -39,14 +39,20 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
                 ForwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0;
   const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
-  if (rb.n <= kDotRows && k.cs == 1) {  // Q rows in s.qr (attend packs them)
-    Ops<T>::dot_tile(nk, rb.n, p.dk, static_cast<const T*>(k.ptr), k.rs, s.qr.get(), p.dk, s.st.get(), s.ld);
-    for (std::int64_t j = 0; j < nk; ++j) std::fill(s.st.get() + j * s.ld + rb.n, s.st.get() + j * s.ld + columns(rb), T(0));
-  } else {
-    Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
-                 simd::kOverwrite);
-  }
+  Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+               simd::kOverwrite);
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
+}
+
+// The same scores for a block of at most kDotRows rows, in row layout S[r][j - j0] (row stride
+// kBc): one dot product per (key, row) from the Q rows in s.qr, each key row read once.
+template <class T>
+void score_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
+                ForwardScratch<T>& s) {
+  const std::int64_t nk = j1 - j0;
+  const Operand k = rows_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
+  Ops<T>::dot_tile(nk, rb.n, p.dk, static_cast<const T*>(k.ptr), k.ld, s.qr.get(), p.dk, s.st.get(), kBc);
+  if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.st.get(), kBc);
 }
 
 // o = alpha·o + P·V for a partial tile whose V holds a non-finite value: only the pairs the mask
@@ -54,7 +60,7 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
 // pair, but 0 · NaN = NaN).
 template <class T>
 void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* V,
-                        std::int64_t ldv, ForwardScratch<T>& s) {
+                        std::int64_t ldv, std::int64_t prs, std::int64_t pcs, ForwardScratch<T>& s) {
   for (std::int64_t r = 0; r < rb.n; ++r) {
     T* o = s.o.get() + r * p.dv;
     for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= s.alpha[r];
@@ -62,7 +68,7 @@ void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, st
       const std::int64_t key = j0 + j;
       if (key < rb.lo[r] || key >= rb.hi[r]) continue;
       if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
-      const T w = s.st[j * s.ld + r];
+      const T w = s.st[r * prs + j * pcs];  // P(row r, key j) through its strides
       for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * V[j * ldv + c];
     }
   }
@@ -81,14 +87,22 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;  // causal: the tiles above the diagonal cost nothing
-    score_tile(p, rb, j0, j1, kind, s);
-    Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
+    // Few rows (decode): scores in row layout, so the softmax's vectors run along the keys.
+    const bool rows = rb.n <= kDotRows;
+    const std::int64_t prs = rows ? kBc : 1, pcs = rows ? 1 : s.ld;  // strides of P(r, j) in s.st
+    if (rows) {
+      score_rows(p, rb, j0, j1, kind, s);
+      Ops<T>::softmax_update_rows(s.st.get(), kBc, rb.n, nk, s.m.get(), s.l.get(), s.alpha.get());
+    } else {
+      score_tile(p, rb, j0, j1, kind, s);
+      Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
+    }
     const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
-      accumulate_visible(p, rb, j0, nk, V, v.ld, s);
+      accumulate_visible(p, rb, j0, nk, V, v.ld, prs, pcs, s);
     else
-      Ops<T>::gemm(rb.n, p.dv, nk, s.st.get(), 1, s.ld, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
+      Ops<T>::gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
                    s.alpha.get());
   }
 }
@@ -124,6 +138,15 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s) {
     const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
+    if (rb.n <= kDotRows) {  // the scores exactly as attend() computed them, so m matches
+      score_rows(p, rb, j0, j1, kind, s);
+      Ops<T>::exp2_rows(s.st.get(), kBc, rb.n, round_up(nk, simd::kColumnPad), s.sub.get());
+      for (std::int64_t r = 0; r < rb.n; ++r)
+        for (std::int64_t j = 0; j < nk; ++j)
+          store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j),
+                static_cast<double>(s.st[r * kBc + j] * s.mul[r]));
+      continue;
+    }
     score_tile(p, rb, j0, j1, kind, s);
     Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
     for (std::int64_t j = 0; j < nk; ++j)

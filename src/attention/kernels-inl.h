@@ -135,7 +135,7 @@ void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, 
   if (n < N) ColumnBlock<1, true>(d, M, K, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, N - n);
 }
 
-// Scores of few query rows, GEMV-style: St[j][r] = Σ_c K[j·ldk + c] · Q[r·ldq + c] for keys
+// Scores of few query rows, GEMV-style: S[r][j] = Σ_c K[j·ldk + c] · Q[r·ldq + c] for keys
 // j < nk and rows r < rows (Q row-major). Each key row is read once with whole-vector loads and
 // reduced across lanes, where the GEMM kernel would fill a 16-lane column for one useful query;
 // decode (one or a few queries over a long KV cache) is bound by reading K and V.
@@ -157,7 +157,7 @@ void DotTile(size_t nk, size_t rows, size_t dk, const float* HWY_RESTRICT K, siz
       }
       if (c < full) a0 = hn::MulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
       if (full < dk) a1 = hn::MulAdd(hn::MaskedLoad(tail, d, k + full), hn::MaskedLoad(tail, d, q + full), a1);
-      St[j * lds + r] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+      St[r * lds + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
     }
   }
 }

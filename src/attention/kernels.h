@@ -27,7 +27,7 @@ void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows,
                   const float* D, float scale);
 // Row layout (one query per row; sub and D per row): S[r][c] = 2^(S[r][c] − sub[r]) and
 // dP[r][c] = P[r][c] · (dP[r][c] − D[r]) · scale. cols: a multiple of 16.
-// Scores of few rows, one dot product per (key, row): St[j][r] = Σ_c K[j·ldk + c]·Q[r·ldq + c].
+// Scores of few rows, one dot product per (key, row), in row layout: St[r][j] = Σ_c K[j·ldk + c]·Q[r·ldq + c].
 void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, std::size_t ldk, const float* Q,
               std::size_t ldq, float* St, std::size_t lds);
 // Online-softmax step over a tile in row layout (one query per row); any cols, the row padded

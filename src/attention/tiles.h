@@ -224,6 +224,10 @@ struct Ops<float> {
                        const float* Q, std::int64_t ldq, float* St, std::int64_t lds) {
     simd::dot_tile(nk, rows, dk, K, ldk, Q, ldq, St, lds);
   }
+  static void softmax_update_rows(float* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* m,
+                                  float* l, float* alpha) {
+    simd::softmax_update_rows(S, lds, rows, cols, m, l, alpha);
+  }
   static void exp2_rows(float* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const float* sub) {
     simd::exp2_rows(S, lds, rows, cols, sub);
   }
@@ -278,8 +282,22 @@ struct Ops<double> {
       for (std::int64_t r = 0; r < rows; ++r) {
         double acc = 0;
         for (std::int64_t c = 0; c < dk; ++c) acc += K[j * ldk + c] * Q[r * ldq + c];
-        St[j * lds + r] = acc;
+        St[r * lds + j] = acc;
       }
+  }
+  static void softmax_update_rows(double* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, double* m,
+                                  double* l, double* alpha) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double* row = S + r * lds;
+      double mx = m[r];
+      for (std::int64_t j = 0; j < cols; ++j) mx = std::max(mx, row[j]);
+      const double use = mx == -INFINITY ? 0.0 : mx;  // fully-masked guard, see kernels-inl.h
+      double sum = 0;
+      for (std::int64_t j = 0; j < cols; ++j) sum += row[j] = std::exp2(row[j] - use);
+      alpha[r] = std::exp2(m[r] - use);
+      l[r] = alpha[r] * l[r] + sum;
+      m[r] = mx;
+    }
   }
   static void exp2_rows(double* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const double* sub) {
     for (std::int64_t r = 0; r < rows; ++r)
