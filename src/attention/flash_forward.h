@@ -74,6 +74,17 @@ void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, st
   }
 }
 
+// Asks for the V rows of a key tile while the scores are computed (decode is bound by memory:
+// the two streams, K for the scores and V for the product, then overlap instead of alternating).
+inline void prefetch_rows(const TensorView& t, const RowBlock& rb, std::int64_t j0, std::int64_t n, std::int64_t d) {
+  const std::int64_t bytes = d * static_cast<std::int64_t>(dtype_size(t.dtype));
+  if (t.strides[3] != 1) return;
+  for (std::int64_t j = 0; j < n; ++j) {
+    const char* row = static_cast<const char*>(element(t, rb.b, rb.kh, j0 + j, 0));
+    for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
+  }
+}
+
 // Attends the block's rows to keys [k0, k1): leaves o (unnormalised), m and l (base 2) in s.
 template <class T>
 void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k1, ForwardScratch<T>& s) {
@@ -91,6 +102,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     const bool rows = rb.n <= kDotRows;
     const std::int64_t prs = rows ? kBc : 1, pcs = rows ? 1 : s.ld;  // strides of P(r, j) in s.st
     if (rows) {
+      prefetch_rows(p.v, rb, j0, nk, p.dv);
       score_rows(p, rb, j0, j1, kind, s);
       Ops<T>::softmax_update_rows(s.st.get(), kBc, rb.n, nk, s.m.get(), s.l.get(), s.alpha.get());
     } else {
