@@ -117,14 +117,23 @@ void run(const Bench& opt) {
     rows.push_back({"sgemm", 1, 1, n, n, n, false, "f32", threads, s, 2.0 * n * n * double(n) / s * 1e-9, 1.0, "GFLOP/s"});
   }
   const double sgemm = rows[0].gflops;
-  // Ceiling 2: copy bandwidth (read + write) over 256 MiB, far beyond the caches.
+  // Ceiling 2: copy bandwidth (read + write) over 256 MiB, far beyond the caches, with the same
+  // thread count as decode (each thread copies its own slice).
   double copy_gbs = 0;
   {
     const std::size_t bytes = std::size_t(256) << 20;
     std::vector<char> src(bytes, 1), dst(bytes, 0);
-    const double s = best_seconds([&] { std::memcpy(dst.data(), src.data(), bytes); });
+    const double s = best_seconds([&] {
+      const std::size_t slice = bytes / threads;
+      parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+        for (std::int64_t t = t0; t < t1; ++t) {
+          const std::size_t begin = t * slice, end = t + 1 == threads ? bytes : begin + slice;
+          std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
+        }
+      });
+    });
     copy_gbs = 2.0 * bytes / s * 1e-9;
-    rows.push_back({"copy", 1, 1, 0, 0, 0, false, "u8", 1, s, copy_gbs, 1.0, "GB/s"});
+    rows.push_back({"copy", 1, 1, 0, 0, 0, false, "u8", threads, s, copy_gbs, 1.0, "GB/s"});
   }
   auto attention = [&](const std::string& name, std::int64_t H, std::int64_t N, std::int64_t d, bool causal, DType dtype,
                        bool backward_too, int thr) {
