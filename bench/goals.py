@@ -3,9 +3,9 @@
 
 On a machine shared with other jobs the available CPU changes from second to second, so a ratio of
 two timings taken a minute apart says little. Here every measured function runs once per round,
-all of them in turn, for several rounds; each keeps its best (least disturbed) time. A ratio
-then compares two bests taken under the same conditions. The load average is printed before and
-after.
+all of them in turn, for several rounds, the two sides of each ratio next to each other; a ratio
+is computed within each round (timings seconds apart, under the same load) and the median over
+rounds is reported with its range. The load average is printed before and after.
 
     /usr/bin/python3 bench/goals.py [--pymod build/python] [--threads 2] [--rounds 5]
 
@@ -25,6 +25,7 @@ import argparse
 import ctypes
 import math
 import os
+import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -83,62 +84,71 @@ def main():
         with torch.no_grad():
             F._scaled_dot_product_attention(tq, tk, tv, None, 0.0, False)
 
-    fns = {
-        "sgemm": sgemm(T),
-        "sgemm-1thread": sgemm(1),
-        "fwd": lambda: attnscale.attention(q4, k4, v4, threads=T),
-        "fwd-1thread": lambda: attnscale.attention(q4, k4, v4, threads=1),
+    fns = {  # in this order, so that the two sides of every ratio run next to each other
         "fwd-causal": lambda: attnscale.attention(q4, k4, v4, causal=True, threads=T),
         "torch-sdpa": sdpa,
+        "fwd": lambda: attnscale.attention(q4, k4, v4, threads=T),
+        "sgemm": sgemm(T),
         "bwd": lambda: attnscale.attention_backward(q2, k2, v2, out2, lse2, dout2, threads=T),
+        "sgemm-1thread": sgemm(1),
+        "fwd-1thread": lambda: attnscale.attention(q4, k4, v4, threads=1),
         "fwd-bf16": lambda: attnscale.attention(q4, k4, v4, threads=T, compute="bf16"),
         "torch-bf16-mm": lambda: xb @ yb,
         "decode": lambda: attnscale.attention(qd, kd, vd, threads=T),
         "copy": copy,
     }
     load0 = os.getloadavg()
-    best = {k: math.inf for k in fns}
-    cpu = {k: math.inf for k in fns}  # CPU seconds of all the process's threads, same call
+    times = {k: [] for k in fns}  # wall seconds per round
+    cpus = {k: [] for k in fns}  # CPU seconds of all the process's threads, same calls
     for f in fns.values():
         f()
     for _ in range(a.rounds):
         for name, f in fns.items():
             c0, t0 = time.process_time(), time.perf_counter()
             f()
-            best[name] = min(best[name], time.perf_counter() - t0)
-            cpu[name] = min(cpu[name], time.process_time() - c0)
+            times[name].append(time.perf_counter() - t0)
+            cpus[name].append(time.process_time() - c0)
     load1 = os.getloadavg()
 
     fwd_flops = 4.0 * H * 4096 * 4096 * d
-    rate = {
-        "sgemm": 2.0 * n**3 / best["sgemm"], "sgemm-1thread": 2.0 * n**3 / best["sgemm-1thread"],
-        "fwd": fwd_flops / best["fwd"], "fwd-1thread": fwd_flops / best["fwd-1thread"],
-        "fwd-causal": 4.0 * H * (4096 * 4097 / 2) * d / best["fwd-causal"],
-        "torch-sdpa": fwd_flops / best["torch-sdpa"], "bwd": 2.5 * 4.0 * H * 2048 * 2048 * d / best["bwd"],
-        "fwd-bf16": fwd_flops / best["fwd-bf16"], "torch-bf16-mm": 2.0 * n**3 / best["torch-bf16-mm"],
-        "decode": 2.0 * H * 65536 * d * 4 / best["decode"], "copy": 2.0 * src.nbytes / best["copy"],
+    work = {
+        "sgemm": 2.0 * n**3, "sgemm-1thread": 2.0 * n**3, "fwd": fwd_flops, "fwd-1thread": fwd_flops,
+        "fwd-causal": 4.0 * H * (4096 * 4097 / 2) * d, "torch-sdpa": fwd_flops, "bwd": 2.5 * 4.0 * H * 2048 * 2048 * d,
+        "fwd-bf16": fwd_flops, "torch-bf16-mm": 2.0 * n**3, "decode": 2.0 * H * 65536 * d * 4,
+        "copy": 2.0 * src.nbytes,
     }
     print(f"attnscale {attnscale.version()} ({attnscale.git_hash()}), target {attnscale.cpu_target()}, "
-          f"{T} threads, best of {a.rounds} interleaved rounds; load average {load0[0]:.2f} before, {load1[0]:.2f} after")
-    print(f"{'measured':<15}{'best ms':>10}{'rate':>10}  unit")
+          f"{T} threads, {a.rounds} interleaved rounds; load average {load0[0]:.2f} before, {load1[0]:.2f} after")
+    print(f"{'measured':<15}{'best ms':>10}{'rate':>10}  unit (rate from the best time)")
     for name in fns:
         unit = "GB/s" if name in ("decode", "copy") else "GFLOP/s"
-        print(f"{name:<15}{best[name] * 1e3:>10.2f}{rate[name] * 1e-9:>10.1f}  {unit}")
+        print(f"{name:<15}{min(times[name]) * 1e3:>10.2f}{work[name] / min(times[name]) * 1e-9:>10.1f}  {unit}")
+
+    def ratio(num, den, t=times):
+        # Rate of `num` over rate of `den` (time of den over time of num for equal work), per round:
+        # the two were timed seconds apart, under the same load. The median over rounds is reported.
+        per_round = sorted((work[num] / tn) / (work[den] / td) for tn, td in zip(t[num], t[den]))
+        return statistics.median(per_round), per_round[0], per_round[-1]
+
+    def speedup(slow, fast, t=times):
+        per_round = sorted(ts / tf for ts, tf in zip(t[slow], t[fast]))
+        return statistics.median(per_round), per_round[0], per_round[-1]
+
     goals = [
-        ("fp32 fwd N=4096 / sgemm", rate["fwd"] / rate["sgemm"], 0.80),
-        ("fp32 fwd N=4096 / torch SDPA", rate["fwd"] / rate["torch-sdpa"], 2.0),
-        (f"{T} threads / 1 thread (fwd)", best["fwd-1thread"] / best["fwd"], 1.8),
-        (f"  control: sgemm {T} threads / 1", best["sgemm-1thread"] / best["sgemm"], None),
-        (f"  fwd CPU time, 1 thread / {T}", cpu["fwd-1thread"] / cpu["fwd"], None),
-        ("fp32 bwd N=2048 / sgemm", rate["bwd"] / rate["sgemm"], 0.50),
-        ("bf16 fwd N=4096 / torch bf16 mm", rate["fwd-bf16"] / rate["torch-bf16-mm"], 0.50),
-        ("decode Nkv=65536 / copy", rate["decode"] / rate["copy"], 0.70),
-        ("causal speedup N=4096 (time)", best["fwd"] / best["fwd-causal"], 1.8),
+        ("fp32 fwd N=4096 / sgemm", ratio("fwd", "sgemm"), 0.80),
+        ("fp32 fwd N=4096 / torch SDPA", ratio("fwd", "torch-sdpa"), 2.0),
+        (f"{T} threads / 1 thread (fwd)", speedup("fwd-1thread", "fwd"), 1.8),
+        (f"  control: sgemm {T} threads / 1", speedup("sgemm-1thread", "sgemm"), None),
+        (f"  fwd CPU time, 1 thread / {T}", speedup("fwd-1thread", "fwd", cpus), None),
+        ("fp32 bwd N=2048 / sgemm", ratio("bwd", "sgemm"), 0.50),
+        ("bf16 fwd N=4096 / torch bf16 mm", ratio("fwd-bf16", "torch-bf16-mm"), 0.50),
+        ("decode Nkv=65536 / copy", ratio("decode", "copy"), 0.70),
+        ("causal speedup N=4096 (time)", speedup("fwd", "fwd-causal"), 1.8),
     ]
-    print(f"{'goal':<34}{'ratio':>8}{'target':>8}  met")
-    for name, r, target in goals:
-        print(f"{name:<34}{r:>8.3f}{'' if target is None else f'{target:>8.2f}'}"
-              f"{'' if target is None else ('  yes' if r >= target else '  no')}")
+    print(f"{'goal':<34}{'median':>8}{'min':>8}{'max':>8}{'target':>8}  met (median of the per-round ratios)")
+    for name, (med, lo, hi), target in goals:
+        print(f"{name:<34}{med:>8.3f}{lo:>8.3f}{hi:>8.3f}{'' if target is None else f'{target:>8.2f}'}"
+              f"{'' if target is None else ('  yes' if med >= target else '  no')}")
 
 
 if __name__ == "__main__":
