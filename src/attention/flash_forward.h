@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "attention/params.h"
 #include "attention/tiles.h"
@@ -104,17 +105,35 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s) {
     s.sub[r] = seen ? s.m[r] : std::numeric_limits<T>::infinity();  // 2^(t − inf) = 0
     s.mul[r] = seen ? T(1) / s.l[r] : T(0);
   }
-  for (std::int64_t r = 0; r < rb.n; ++r)
-    for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+  // probs of the compute type T: written through typed row pointers (no per-element dtype dispatch).
+  const bool typed = p.probs.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64);
+  T* rows[kBr];
+  const std::int64_t cs = p.probs.strides[3];
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    if (typed) {
+      rows[r] = at<T>(p.probs, rb.b, rb.h[r], rb.i[r]);
+      for (std::int64_t j = 0; j < p.Nkv; ++j) rows[r][j * cs] = T(0);
+    } else {
+      for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+    }
+  }
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
     score_tile(p, rb, j0, j1, kind, s);
     Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.sub.get(), s.mul.get());
-    for (std::int64_t j = 0; j < nk; ++j)
+    if (typed && cs == 1) {
       for (std::int64_t r = 0; r < rb.n; ++r)
-        store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+        for (std::int64_t j = 0; j < nk; ++j) rows[r][j0 + j] = s.st[j * s.ld + r];
+    } else if (typed) {  // e.g. a transposed view: walk the tile in its own (key-major) order
+      for (std::int64_t j = 0; j < nk; ++j)
+        for (std::int64_t r = 0; r < rb.n; ++r) rows[r][(j0 + j) * cs] = s.st[j * s.ld + r];
+    } else {
+      for (std::int64_t j = 0; j < nk; ++j)
+        for (std::int64_t r = 0; r < rb.n; ++r)
+          store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+    }
   }
 }
 

@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "attnscale/attention.h"
+#include "lab/stats.h"
 #include "lab/theory.h"
 
 namespace attnscale::lab {
@@ -96,10 +97,19 @@ void row_metrics(const double* p, std::int64_t n, double* out, std::vector<doubl
 // the χ² density exp((d/2 − 1) ln x − x/2 − (d/2) ln 2 − lnΓ(d/2)). For d = 1, 2 the density is
 // singular or cusped at 0, so integrate in r (x = r², density of r: 2r · f_χ²(r²)) instead.
 void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_sigma, double out[kRowMetrics]) {
+  // theory::rem_top_p, rem_entropy, rem_participation with their constants hoisted (same values).
+  const double sc = theory::rem_sigma_c(n), ln_n = std::log(static_cast<double>(n)), z95 = normal_quantile(0.95);
+  const double psi1 = theory::digamma(1);
   auto point = [&](double sigma, double* acc, double w) {
-    acc[0] += w * theory::rem_top_p(n, sigma, 0.95);
-    acc[1] += w * theory::rem_entropy(n, sigma);
-    acc[3] += w * theory::rem_participation(n, sigma);
+    if (sigma < sc) {
+      acc[0] += w * (n * normal_cdf(z95 - sigma));
+      acc[1] += w * (ln_n - sigma * sigma / 2);
+      acc[3] += w * std::min<double>(n, n * std::exp(-sigma * sigma));
+    } else {
+      acc[0] += w * -1.0;
+      acc[1] += w * std::min(psi1 - theory::digamma(1 - sc / sigma), ln_n);
+      acc[3] += w * (1 / (1 - sc / sigma));
+    }
   };
   double acc[kRowMetrics] = {0, 0, 0, 0};
   if (fixed_sigma >= 0) {

@@ -1,0 +1,35 @@
+// Standard normals in bulk: Philox4x32-10 (the same generator and counter layout as lab::Stream,
+// bit for bit) evaluated for many counters at once in SIMD lanes (Highway), then Box-Muller.
+//
+// Element layout (a pure function of the element's index, so any split of the work, any thread
+// count and any SIMD width give the same numbers): elements come in groups of 32; group g of a
+// stream uses the 8 Philox blocks with counters index = 8g .. 8g+7 (counter words: index low,
+// index high, trial, stream; key: seed). Block 8g + l gives four 32-bit words w0..w3 and four
+// normals, written to elements 32g + 8·m + l for m = 0..3:
+//   u = (w + 1/2) / 2^32 in (0, 1);  r = √(−2 ln u(w0)),  θ = π (2 u(w1) − 1);  m=0: r cos θ, m=1: r sin θ
+//   and the same from (w2, w3) for m = 2, 3.
+// Computed in float64 (Highway's Log, Sin, Cos), stored as float64 or rounded to float32, so the
+// float32 fill is the float64 fill rounded. 32-bit uniforms bound |z| by √(2 ln 2^33) ≈ 6.8: the
+// normal tail beyond that has probability 1e-11.
+//
+// Why not Random123's own SIMD types: they cover SSE only and need the scalar Box-Muller per
+// number; the scalar path (Stream::normal, 2 transcendental calls per number) is what this replaces
+// where an experiment draws millions of Gaussian entries.
+#pragma once
+#include <cstdint>
+
+#include "lab/rng.h"
+
+namespace attnscale::lab {
+
+inline constexpr std::uint64_t kNormalGroup = 32;  // offsets of fill_normals are multiples of this
+
+// out[0..n) = the standard normals with element indices offset .. offset + n − 1 of stream s.
+// offset must be a multiple of kNormalGroup (Error otherwise).
+void fill_normals(const Stream& s, std::uint64_t offset, std::int64_t n, double* out);
+void fill_normals(const Stream& s, std::uint64_t offset, std::int64_t n, float* out);
+
+// The first multiple of kNormalGroup at or after x: where the next block of elements may start.
+inline std::uint64_t normal_offset_after(std::uint64_t x) { return (x + kNormalGroup - 1) / kNormalGroup * kNormalGroup; }
+
+}  // namespace attnscale::lab
