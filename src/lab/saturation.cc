@@ -72,8 +72,9 @@ void wishart_qk(const Stream& s, std::int64_t n, std::int64_t d, T* zq, T* ak) {
 }
 
 // probs = softmax(q kᵀ · scale) for c stacked [n, dq] problems, one engine call. float32: probs
-// column-major per problem, element (i, j) at probs[t·n·ld + j·ld + i] (ld = n rounded up to 16), the
-// layout row_metrics_columns reads; float64: row-major [c, n, n].
+// key-major over the whole chunk, element (t, i, j) at probs[j·ld + t·n + i] (ld = c·n rounded up to
+// 16): the layout row_metrics_columns reads, rows of all trials packed into full SIMD blocks;
+// float64: row-major [c, n, n].
 template <class T>
 void forward_probs(const T* q, const T* k, std::int64_t c, std::int64_t n, std::int64_t dq, double scale,
                    ChunkScratch<T>& s) {
@@ -85,9 +86,9 @@ void forward_probs(const T* q, const T* k, std::int64_t c, std::int64_t n, std::
   Outputs o;
   o.out = TensorView::contiguous(s.out.data(), dtype_of<T>(), {c, 1, n, 1});
   if constexpr (sizeof(T) == 4) {
-    const std::int64_t ld = column_ld(n);
-    s.probs.resize(c * n * ld);  // padding lanes (i >= n) stay as they are: finite, never read back
-    o.probs = TensorView::strided(s.probs.data(), DType::f32, {c, 1, n, n}, {n * ld, n * ld, 1, ld});
+    const std::int64_t ld = column_ld(c * n);
+    s.probs.resize(n * ld);  // padding lanes (rows >= c·n) stay as they are: finite, never read back
+    o.probs = TensorView::strided(s.probs.data(), DType::f32, {c, 1, n, n}, {n, n, 1, ld});
   } else {
     s.probs.resize(c * n * n);
     o.probs = TensorView::contiguous(s.probs.data(), DType::f64, {c, 1, n, n});
@@ -138,9 +139,7 @@ void run_chunk(const Args& a, std::uint32_t stream_experiment, std::int64_t n, s
       forward_probs(s.q.data(), s.k.data(), c, n, d, scales[sc], s);
     }
     if constexpr (sizeof(T) == 4) {
-      const std::int64_t ld = column_ld(n);
-      for (std::int64_t t = 0; t < c; ++t)
-        row_metrics_columns(s.probs.data() + t * n * ld, ld, n, n, s.metrics.data() + t * n * kRowMetrics);
+      row_metrics_columns(s.probs.data(), column_ld(c * n), c * n, n, s.metrics.data());
     } else {
       for (std::int64_t r = 0; r < c * n; ++r)
         row_metrics(s.probs.data() + r * n, n, s.metrics.data() + r * kRowMetrics, s.scratch);
