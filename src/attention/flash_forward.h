@@ -120,10 +120,12 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
     if (typed) rows[r] = at<T>(p.probs, rb.b, rb.h[r], rb.i[r]);
     runs = runs && rows[r] == rows[0] + r;
   }
-  if (runs) {
+  // Keys no tile writes are zero; when one tile spans all the keys, it writes every entry itself.
+  const bool covered = !rb.empty() && rb.lo_min == 0 && rb.hi_max == p.Nkv && p.Nkv <= kBc;
+  if (runs && !covered) {
     for (std::int64_t j = 0; j < p.Nkv; ++j) std::fill(rows[0] + j * cs, rows[0] + j * cs + rb.n, T(0));
   }
-  for (std::int64_t r = 0; r < rb.n && !runs; ++r) {
+  for (std::int64_t r = 0; r < rb.n && !runs && !covered; ++r) {
     if (typed) {
       for (std::int64_t j = 0; j < p.Nkv; ++j) rows[r][j * cs] = T(0);
     } else {

@@ -38,17 +38,19 @@ void FillGroups(const std::uint32_t* keys /* 20: (k0, k1) per round */, std::uin
   const hn::ScalableTag<std::uint64_t> du;
   const hn::Rebind<double, decltype(du)> dd;
   const hn::Rebind<std::int64_t, decltype(du)> di;
-  const hn::Rebind<T, decltype(du)> dt;
+  const hn::Rebind<float, decltype(du)> df;  // as many float lanes as 64-bit ones
   const std::size_t N = hn::Lanes(du);  // 1, 2, 4 or 8: always divides 8
   const auto low = hn::Set(du, 0xffffffffull);
   const auto vtrial = hn::Set(du, trial), vstream = hn::Set(du, stream);
   const auto half = hn::Set(dd, 0.5), inv32 = hn::Set(dd, 1.0 / 4294967296.0);
-  const auto minus2 = hn::Set(dd, -2.0), two_pi = hn::Set(dd, 6.283185307179586),
-             pi = hn::Set(dd, 3.141592653589793);
-  auto uniform = [&](auto w) { return hn::Mul(hn::Add(hn::ConvertTo(dd, hn::BitCast(di, w)), half), inv32); };
+  const auto minus2 = hn::Set(df, -2.0f), two_pi = hn::Set(df, 6.2831853f), pi = hn::Set(df, 3.14159265f);
+  // (w + 1/2) / 2^32 exactly in float64, then rounded to float32 (relative error 2^-24 near 0 too).
+  auto uniform = [&](auto w) {
+    return hn::DemoteTo(df, hn::Mul(hn::Add(hn::ConvertTo(dd, hn::BitCast(di, w)), half), inv32));
+  };
   auto store = [&](auto v, T* p) {
-    if constexpr (sizeof(T) == 8) hn::StoreU(v, dt, p);
-    else hn::StoreU(hn::DemoteTo(dt, v), dt, p);
+    if constexpr (sizeof(T) == 8) hn::StoreU(hn::PromoteTo(dd, v), dd, p);
+    else hn::StoreU(v, df, p);
   };
   for (std::size_t g = 0; g < groups; ++g) {
     T* o = out + 32 * g;
@@ -65,15 +67,15 @@ void FillGroups(const std::uint32_t* keys /* 20: (k0, k1) per round */, std::uin
         c0 = n0;
         c2 = n2;
       }
-      // Box-Muller on (c0, c1) and (c2, c3).
-      const auto ra = hn::Sqrt(hn::Mul(minus2, hn::Log(dd, uniform(c0))));
+      // Box-Muller in float32 on (c0, c1) and (c2, c3).
+      const auto ra = hn::Sqrt(hn::Mul(minus2, hn::Log(df, uniform(c0))));
       const auto ta = hn::Sub(hn::Mul(two_pi, uniform(c1)), pi);
-      const auto rb = hn::Sqrt(hn::Mul(minus2, hn::Log(dd, uniform(c2))));
+      const auto rb = hn::Sqrt(hn::Mul(minus2, hn::Log(df, uniform(c2))));
       const auto tb = hn::Sub(hn::Mul(two_pi, uniform(c3)), pi);
-      store(hn::Mul(ra, hn::Cos(dd, ta)), o + h);
-      store(hn::Mul(ra, hn::Sin(dd, ta)), o + 8 + h);
-      store(hn::Mul(rb, hn::Cos(dd, tb)), o + 16 + h);
-      store(hn::Mul(rb, hn::Sin(dd, tb)), o + 24 + h);
+      store(hn::Mul(ra, hn::Cos(df, ta)), o + h);
+      store(hn::Mul(ra, hn::Sin(df, ta)), o + 8 + h);
+      store(hn::Mul(rb, hn::Cos(df, tb)), o + 16 + h);
+      store(hn::Mul(rb, hn::Sin(df, tb)), o + 24 + h);
     }
   }
 }

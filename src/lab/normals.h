@@ -8,9 +8,11 @@
 // normals, written to elements 32g + 8·m + l for m = 0..3:
 //   u = (w + 1/2) / 2^32 in (0, 1);  r = √(−2 ln u(w0)),  θ = π (2 u(w1) − 1);  m=0: r cos θ, m=1: r sin θ
 //   and the same from (w2, w3) for m = 2, 3.
-// Computed in float64 (Highway's Log, Sin, Cos), stored as float64 or rounded to float32, so the
-// float32 fill is the float64 fill rounded. 32-bit uniforms bound |z| by √(2 ln 2^33) ≈ 6.8: the
-// normal tail beyond that has probability 1e-11.
+// The uniforms are exact in float64 and rounded to float32; the logarithm, square root, sine and
+// cosine run in float32 (Highway's Log, Sin, Cos: a few ulp), so a normal carries a relative error
+// of ~1e-6 — far below what any Monte Carlo mean here can see — and the float64 fill is the float32
+// one widened. 32-bit uniforms bound |z| by √(2 ln 2^33) ≈ 6.8: the normal tail beyond that has
+// probability 1e-11.
 //
 // Why not Random123's own SIMD types: they cover SSE only and need the scalar Box-Muller per
 // number; the scalar path (Stream::normal, 2 transcendental calls per number) is what this replaces

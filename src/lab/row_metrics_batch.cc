@@ -21,43 +21,73 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 std::size_t BlockLanes() { return hn::Lanes(hn::ScalableTag<float>()); }
 
-// One block of L rows: element (lane l, key j) at col[j·ld + l]; sorted descending in place.
-// Per lane: ent = −Σ p ln p, s2 = Σ p², below = #{j : c_j < 0.95} with c_j the float64 cumulative
-// sum of the sorted row (so top_p_95 = min(below + 1, n)).
-void BlockMetrics(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, const std::int32_t* pairs,
-                  std::size_t npairs, float* HWY_RESTRICT ent, float* HWY_RESTRICT s2, double* HWY_RESTRICT below) {
+// One block of NV·L rows (NV = 1..4 vectors): element (row l, key j) at col[j·ld + l]; sorted
+// descending in place. Per row: ent = −Σ p ln p, s2 = Σ p², below = #{j : c_j < 0.95} with c_j the
+// float64 cumulative sum of the sorted row (so top_p_95 = min(below + 1, n)). The NV vectors (and
+// the 2·NV float64 halves of the cumulative sums) advance together: independent dependency chains
+// for the core, one loop overhead per step.
+template <std::size_t NV>
+void BlockMetricsN(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, const std::int32_t* pairs,
+                   std::size_t npairs, float* HWY_RESTRICT ent, float* HWY_RESTRICT s2, double* HWY_RESTRICT below) {
   const hn::ScalableTag<float> df;
+  using VF = hn::Vec<decltype(df)>;
   const std::size_t L = hn::Lanes(df);
   const auto zero = hn::Zero(df), one = hn::Set(df, 1.0f);
-  auto h = zero, q = zero;
+  VF h[NV], q[NV];
+  for (std::size_t u = 0; u < NV; ++u) h[u] = q[u] = zero;
   for (std::size_t j = 0; j < n; ++j) {
-    const auto v = hn::LoadU(df, col + j * ld);
-    q = hn::MulAdd(v, v, q);
-    // −p ln p, 0 for p = 0 (Log is evaluated on 1 there: no inf or NaN).
-    const auto lg = hn::Log(df, hn::IfThenElse(hn::Gt(v, zero), v, one));
-    h = hn::NegMulAdd(v, lg, h);
+    for (std::size_t u = 0; u < NV; ++u) {
+      const auto v = hn::LoadU(df, col + j * ld + u * L);
+      q[u] = hn::MulAdd(v, v, q[u]);
+      // −p ln p, 0 for p = 0 (Log is evaluated on 1 there: no inf or NaN).
+      const auto lg = hn::Log(df, hn::IfThenElse(hn::Gt(v, zero), v, one));
+      h[u] = hn::NegMulAdd(v, lg, h[u]);
+    }
   }
-  hn::StoreU(h, df, ent);
-  hn::StoreU(q, df, s2);
+  for (std::size_t u = 0; u < NV; ++u) {
+    hn::StoreU(h[u], df, ent + u * L);
+    hn::StoreU(q[u], df, s2 + u * L);
+  }
+  // pairs hold element offsets (i·ld, j·ld).
   for (std::size_t c = 0; c < npairs; ++c) {
-    float* a = col + static_cast<std::size_t>(pairs[2 * c]) * ld;
-    float* b = col + static_cast<std::size_t>(pairs[2 * c + 1]) * ld;
-    const auto x = hn::LoadU(df, a), y = hn::LoadU(df, b);
-    hn::StoreU(hn::Max(x, y), df, a);
-    hn::StoreU(hn::Min(x, y), df, b);
+    float* a = col + pairs[2 * c];
+    float* b = col + pairs[2 * c + 1];
+    VF x[NV], y[NV];
+    for (std::size_t u = 0; u < NV; ++u) {
+      x[u] = hn::LoadU(df, a + u * L);
+      y[u] = hn::LoadU(df, b + u * L);
+    }
+    for (std::size_t u = 0; u < NV; ++u) {
+      hn::StoreU(hn::Max(x[u], y[u]), df, a + u * L);
+      hn::StoreU(hn::Min(x[u], y[u]), df, b + u * L);
+    }
   }
-  // Cumulative sums down the sorted columns in float64: lanes of a float64 vector, L64 at a time.
+  // Cumulative sums down the sorted columns in float64, P = NV·L / L64 halves at once.
   const hn::ScalableTag<double> dd;
+  using VD = hn::Vec<decltype(dd)>;
   const hn::Rebind<float, decltype(dd)> dh;
   const std::size_t L64 = hn::Lanes(dd);
+  constexpr std::size_t kMaxParts = 4 * 2 * NV;  // L / L64 is 2 on SIMD targets, 1 on scalar
+  const std::size_t parts = NV * L / L64;
   const auto limit = hn::Set(dd, 0.95), one64 = hn::Set(dd, 1.0);
-  for (std::size_t part = 0; part < L; part += L64) {
-    auto cum = hn::Zero(dd), count = hn::Zero(dd);
-    for (std::size_t j = 0; j < n; ++j) {
-      cum = hn::Add(cum, hn::PromoteTo(dd, hn::LoadU(dh, col + j * ld + part)));
-      count = hn::Add(count, hn::IfThenElseZero(hn::Lt(cum, limit), one64));
+  VD cum[kMaxParts], count[kMaxParts];
+  for (std::size_t k = 0; k < parts; ++k) cum[k] = count[k] = hn::Zero(dd);
+  for (std::size_t j = 0; j < n; ++j) {
+    for (std::size_t k = 0; k < parts; ++k) {
+      cum[k] = hn::Add(cum[k], hn::PromoteTo(dd, hn::LoadU(dh, col + j * ld + k * L64)));
+      count[k] = hn::Add(count[k], hn::IfThenElseZero(hn::Lt(cum[k], limit), one64));
     }
-    hn::StoreU(count, dd, below + part);
+  }
+  for (std::size_t k = 0; k < parts; ++k) hn::StoreU(count[k], dd, below + k * L64);
+}
+
+void BlockMetrics(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, std::size_t nv, const std::int32_t* pairs,
+                  std::size_t npairs, float* HWY_RESTRICT ent, float* HWY_RESTRICT s2, double* HWY_RESTRICT below) {
+  switch (nv) {
+    case 4: return BlockMetricsN<4>(col, ld, n, pairs, npairs, ent, s2, below);
+    case 3: return BlockMetricsN<3>(col, ld, n, pairs, npairs, ent, s2, below);
+    case 2: return BlockMetricsN<2>(col, ld, n, pairs, npairs, ent, s2, below);
+    default: return BlockMetricsN<1>(col, ld, n, pairs, npairs, ent, s2, below);
   }
 }
 
@@ -95,23 +125,28 @@ void row_metrics_columns(float* cols, std::int64_t ld, std::int64_t rows, std::i
   if (rows <= 0 || n <= 0) return;
   const std::size_t L = HWY_DYNAMIC_DISPATCH(BlockLanes)();
   if (ld % static_cast<std::int64_t>(L) != 0 || ld < rows) throw Error("row_metrics_columns: bad ld");
-  // The network of the last n, flattened to (i, j, i, j, ...); one per thread.
-  thread_local std::int64_t net_n = -1;
+  // The network of the last (n, ld) as element offsets (i·ld, j·ld, ...); one per thread.
+  thread_local std::int64_t net_n = -1, net_ld = -1;
   thread_local std::vector<std::int32_t> pairs;
-  if (net_n != n) {
+  if (net_n != n || net_ld != ld) {
+    if (n * ld > INT32_MAX) throw Error("row_metrics_columns: block too large");
     pairs.clear();
     for (const auto& [i, j] : sorting_network(n)) {
-      pairs.push_back(i);
-      pairs.push_back(j);
+      pairs.push_back(static_cast<std::int32_t>(i * ld));
+      pairs.push_back(static_cast<std::int32_t>(j * ld));
     }
     net_n = n;
+    net_ld = ld;
   }
-  auto ent = hwy::AllocateAligned<float>(L), s2 = hwy::AllocateAligned<float>(L);
-  auto below = hwy::AllocateAligned<double>(L);
-  for (std::int64_t r0 = 0; r0 < rows; r0 += static_cast<std::int64_t>(L)) {
+  auto ent = hwy::AllocateAligned<float>(4 * L), s2 = hwy::AllocateAligned<float>(4 * L);
+  auto below = hwy::AllocateAligned<double>(4 * L);
+  const std::int64_t lanes = static_cast<std::int64_t>(L);
+  for (std::int64_t r0 = 0; r0 < rows;) {
+    const std::int64_t nv = std::min<std::int64_t>({4, (ld - r0) / lanes, (rows - r0 + lanes - 1) / lanes});
     HWY_DYNAMIC_DISPATCH(BlockMetrics)(cols + r0, static_cast<std::size_t>(ld), static_cast<std::size_t>(n),
-                                       pairs.data(), pairs.size() / 2, ent.get(), s2.get(), below.get());
-    const std::int64_t nb = std::min<std::int64_t>(static_cast<std::int64_t>(L), rows - r0);
+                                       static_cast<std::size_t>(nv), pairs.data(), pairs.size() / 2, ent.get(),
+                                       s2.get(), below.get());
+    const std::int64_t nb = std::min(nv * lanes, rows - r0);
     for (std::int64_t l = 0; l < nb; ++l) {
       double* o = out + (r0 + l) * kRowMetrics;
       o[0] = std::min(below[l] + 1, static_cast<double>(n));  // seed 001's top_p_95
@@ -119,6 +154,7 @@ void row_metrics_columns(float* cols, std::int64_t ld, std::int64_t rows, std::i
       o[2] = cols[r0 + l];  // the largest weight, first after sorting
       o[3] = 1 / static_cast<double>(s2[l]);
     }
+    r0 += nv * lanes;
   }
 }
 

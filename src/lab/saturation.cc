@@ -64,8 +64,11 @@ void layer_norm(T* x, std::int64_t rows, std::int64_t d) {
 template <class T>
 void wishart_qk(const Stream& s, std::int64_t n, std::int64_t d, T* zq, T* ak) {
   fill_normals(s, 0, n * n, zq);
-  fill_normals(s, normal_offset_after(n * n), n * n, ak);
+  // The n(n−1)/2 normals below the diagonal, row after row, drawn in one block and spread out.
+  fill_normals(s, normal_offset_after(n * n), n * (n - 1) / 2, ak + n * n - n * (n - 1) / 2);
+  const T* below = ak + n * n - n * (n - 1) / 2;
   for (std::int64_t i = 0; i < n; ++i) {
+    std::copy(below + i * (i - 1) / 2, below + i * (i - 1) / 2 + i, ak + i * n);  // row i: i normals
     std::fill(ak + i * n + i + 1, ak + (i + 1) * n, T(0));
     ak[i * n + i] = static_cast<T>(std::sqrt(2 * s.gamma(kGammaBase + i, (d - i) / 2.0)));  // χ²_ν = 2 Gamma(ν/2)
   }
@@ -78,7 +81,7 @@ void wishart_qk(const Stream& s, std::int64_t n, std::int64_t d, T* zq, T* ak) {
 template <class T>
 void forward_probs(const T* q, const T* k, std::int64_t c, std::int64_t n, std::int64_t dq, double scale,
                    ChunkScratch<T>& s) {
-  s.v.assign(c * n, T(0));
+  s.v.resize(c * n, T(0));  // V = 0 (only the probabilities are wanted); never written
   s.out.resize(c * n);
   Options opt;
   opt.scale = Scale::value(scale);

@@ -22,7 +22,8 @@ namespace attnscale::lab {
 namespace {
 
 // Element 32g + 8m + l comes from Philox block 8g + l (Random123, through Stream::block) by
-// Box-Muller on its words: checks the vectorised Philox bit for bit and the layout.
+// Box-Muller on its words: checks the vectorised Philox and the layout (a wrong word changes the
+// value completely; the tolerance is the float32 Box-Muller's).
 TEST(LabNormals, MatchScalarPhiloxAndBoxMuller) {
   const Stream s(0x123456789abcdefull, 0x0badf00d, 77);
   const std::uint64_t offset = 32 * 1000003ull;  // counters above 2^21 blocks: exercises index words
@@ -36,11 +37,11 @@ TEST(LabNormals, MatchScalarPhiloxAndBoxMuller) {
     const double r = std::sqrt(-2 * std::log(u(w[m < 2 ? 0 : 2])));
     const double theta = 3.141592653589793 * (2 * u(w[m < 2 ? 1 : 3]) - 1);
     const double want = r * (m % 2 == 0 ? std::cos(theta) : std::sin(theta));
-    EXPECT_NEAR(z[e], want, 1e-12 * (1 + std::abs(want))) << e;
+    EXPECT_NEAR(z[e], want, 2e-6 * (1 + std::abs(want))) << e;  // float32 Box-Muller
   }
 }
 
-TEST(LabNormals, PureFunctionOfTheIndexAndFloat32IsTheRoundedFloat64) {
+TEST(LabNormals, PureFunctionOfTheIndexInBothPrecisions) {
   const Stream s(5, 6, 7);
   std::vector<double> all(1000);
   fill_normals(s, 0, 1000, all.data());
