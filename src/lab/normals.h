@@ -2,17 +2,16 @@
 // bit for bit) evaluated for many counters at once in SIMD lanes (Highway), then Box-Muller.
 //
 // Element layout (a pure function of the element's index, so any split of the work, any thread
-// count and any SIMD width give the same numbers): elements come in groups of 32; group g of a
-// stream uses the 8 Philox blocks with counters index = 8g .. 8g+7 (counter words: index low,
-// index high, trial, stream; key: seed). Block 8g + l gives four 32-bit words w0..w3 and four
-// normals, written to elements 32g + 8·m + l for m = 0..3:
-//   u = (w + 1/2) / 2^32 in (0, 1);  r = √(−2 ln u(w0)),  θ = π (2 u(w1) − 1);  m=0: r cos θ, m=1: r sin θ
-//   and the same from (w2, w3) for m = 2, 3.
-// The uniforms are exact in float64 and rounded to float32; the logarithm, square root, sine and
-// cosine run in float32 (Highway's Log, Sin, Cos: a few ulp), so a normal carries a relative error
-// of ~1e-6 — far below what any Monte Carlo mean here can see — and the float64 fill is the float32
-// one widened. 32-bit uniforms bound |z| by √(2 ln 2^33) ≈ 6.8: the normal tail beyond that has
-// probability 1e-11.
+// count and any SIMD width give the same numbers): elements come in groups of 64; group g of a
+// stream uses the 16 Philox blocks with counters index = 16g .. 16g+15 (counter words: index low,
+// index high, trial, stream; key: seed). Block 16g + l gives four 32-bit words w0..w3 and four
+// normals, written to elements 64g + 16·m + l for m = 0..3:
+//   u(w) = (⌊w/2⌋ + 1/2) / 2^31 in (0, 1];  r = √(−2 ln u(w0)),  θ = π (2 u(w1) − 1);
+//   m = 0: r cos θ,  m = 1: r sin θ,  and the same from (w2, w3) for m = 2, 3.
+// All in float32 (Highway's Log, Sin, Cos: a few ulp), so a normal carries a relative error of
+// ~1e-6 — far below what any Monte Carlo mean here can see; the float64 fill is the float32 one
+// widened. 31-bit uniforms bound |z| by √(2 ln 2^32) ≈ 6.7: the normal tail beyond that has
+// probability 2e-11.
 //
 // Why not Random123's own SIMD types: they cover SSE only and need the scalar Box-Muller per
 // number; the scalar path (Stream::normal, 2 transcendental calls per number) is what this replaces
@@ -24,7 +23,7 @@
 
 namespace attnscale::lab {
 
-inline constexpr std::uint64_t kNormalGroup = 32;  // offsets of fill_normals are multiples of this
+inline constexpr std::uint64_t kNormalGroup = 64;  // offsets of fill_normals are multiples of this
 
 // out[0..n) = the standard normals with element indices offset .. offset + n − 1 of stream s.
 // offset must be a multiple of kNormalGroup (Error otherwise).

@@ -21,13 +21,33 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 std::size_t BlockLanes() { return hn::Lanes(hn::ScalableTag<float>()); }
 
+// Batcher's network for 16 elements (63 compare-exchanges), for the sorts done in registers.
+struct Net16 {
+  std::uint8_t i[63], j[63];
+};
+constexpr Net16 MakeNet16() {
+  Net16 net{};
+  int c = 0;
+  for (int p = 1; p < 16; p += p)
+    for (int k = p; k >= 1; k /= 2)
+      for (int j = k % p; j + k < 16; j += 2 * k)
+        for (int i = 0; i < k && i + j + k < 16; ++i)
+          if ((i + j) / (2 * p) == (i + j + k) / (2 * p)) {
+            net.i[c] = static_cast<std::uint8_t>(i + j);
+            net.j[c] = static_cast<std::uint8_t>(i + j + k);
+            ++c;
+          }
+  return net;
+}
+constexpr Net16 kNet16 = MakeNet16();
+
 // One block of NV·L rows (NV = 1..4 vectors): element (row l, key j) at col[j·ld + l]; sorted
 // descending in place. Per row: ent = −Σ p ln p, s2 = Σ p², below = #{j : c_j < 0.95} with c_j the
 // float64 cumulative sum of the sorted row (so top_p_95 = min(below + 1, n)). The NV vectors (and
 // the 2·NV float64 halves of the cumulative sums) advance together: independent dependency chains
 // for the core, one loop overhead per step.
 template <std::size_t NV>
-void BlockMetricsN(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, const std::int32_t* pairs,
+void BlockMetricsN(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, std::size_t full16, const std::int32_t* pairs,
                    std::size_t npairs, float* HWY_RESTRICT ent, float* HWY_RESTRICT s2, double* HWY_RESTRICT below) {
   const hn::ScalableTag<float> df;
   using VF = hn::Vec<decltype(df)>;
@@ -48,7 +68,23 @@ void BlockMetricsN(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, const
     hn::StoreU(h[u], df, ent + u * L);
     hn::StoreU(q[u], df, s2 + u * L);
   }
-  // pairs hold element offsets (i·ld, j·ld).
+  // Batcher's first four stages (p = 1, 2, 4, 8) sort each aligned group of 16 keys on its own:
+  // for the full groups that runs in 16 registers per vector; the rest of the network (the
+  // partial group's first stages, then the merges p >= 16) comes in `pairs`, as element offsets
+  // (i·ld, j·ld).
+  for (std::size_t g = 0; g < full16; ++g)
+    for (std::size_t u = 0; u < NV; ++u) {
+      float* base = col + 16 * g * ld + u * L;
+      VF v[16];
+      for (std::size_t e = 0; e < 16; ++e) v[e] = hn::LoadU(df, base + e * ld);
+#pragma GCC unroll 63
+      for (int c = 0; c < 63; ++c) {
+        const VF x = v[kNet16.i[c]], y = v[kNet16.j[c]];
+        v[kNet16.i[c]] = hn::Max(x, y);
+        v[kNet16.j[c]] = hn::Min(x, y);
+      }
+      for (std::size_t e = 0; e < 16; ++e) hn::StoreU(v[e], df, base + e * ld);
+    }
   for (std::size_t c = 0; c < npairs; ++c) {
     float* a = col + pairs[2 * c];
     float* b = col + pairs[2 * c + 1];
@@ -81,13 +117,14 @@ void BlockMetricsN(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, const
   for (std::size_t k = 0; k < parts; ++k) hn::StoreU(count[k], dd, below + k * L64);
 }
 
-void BlockMetrics(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, std::size_t nv, const std::int32_t* pairs,
+void BlockMetrics(float* HWY_RESTRICT col, std::size_t ld, std::size_t n, std::size_t full16, std::size_t nv,
+                  const std::int32_t* pairs,
                   std::size_t npairs, float* HWY_RESTRICT ent, float* HWY_RESTRICT s2, double* HWY_RESTRICT below) {
   switch (nv) {
-    case 4: return BlockMetricsN<4>(col, ld, n, pairs, npairs, ent, s2, below);
-    case 3: return BlockMetricsN<3>(col, ld, n, pairs, npairs, ent, s2, below);
-    case 2: return BlockMetricsN<2>(col, ld, n, pairs, npairs, ent, s2, below);
-    default: return BlockMetricsN<1>(col, ld, n, pairs, npairs, ent, s2, below);
+    case 4: return BlockMetricsN<4>(col, ld, n, full16, pairs, npairs, ent, s2, below);
+    case 3: return BlockMetricsN<3>(col, ld, n, full16, pairs, npairs, ent, s2, below);
+    case 2: return BlockMetricsN<2>(col, ld, n, full16, pairs, npairs, ent, s2, below);
+    default: return BlockMetricsN<1>(col, ld, n, full16, pairs, npairs, ent, s2, below);
   }
 }
 
@@ -110,14 +147,27 @@ HWY_EXPORT(BlockMetrics);
 // Batcher's odd-even merge sort for any n (Knuth, TAOCP 5.2.2, Algorithm M, in the iterative form):
 // comparators of the power-of-two network that touch an index >= n are dropped, which is exact
 // because padding with values below every real one (descending order) never moves.
-std::vector<std::pair<std::int32_t, std::int32_t>> sorting_network(std::int64_t n) {
-  std::vector<std::pair<std::int32_t, std::int32_t>> pairs;
+namespace {
+// The network with each comparator's stage p (the size of the sorted runs it merges).
+struct Comparator {
+  std::int32_t i, j;
+  std::int64_t p;
+};
+std::vector<Comparator> network_stages(std::int64_t n) {
+  std::vector<Comparator> out;
   for (std::int64_t p = 1; p < n; p += p)
     for (std::int64_t k = p; k >= 1; k /= 2)
       for (std::int64_t j = k % p; j + k < n; j += 2 * k)
         for (std::int64_t i = 0; i < k && i + j + k < n; ++i)
           if ((i + j) / (2 * p) == (i + j + k) / (2 * p))
-            pairs.emplace_back(static_cast<std::int32_t>(i + j), static_cast<std::int32_t>(i + j + k));
+            out.push_back({static_cast<std::int32_t>(i + j), static_cast<std::int32_t>(i + j + k), p});
+  return out;
+}
+}  // namespace
+
+std::vector<std::pair<std::int32_t, std::int32_t>> sorting_network(std::int64_t n) {
+  std::vector<std::pair<std::int32_t, std::int32_t>> pairs;
+  for (const auto& c : network_stages(n)) pairs.emplace_back(c.i, c.j);
   return pairs;
 }
 
@@ -130,11 +180,18 @@ void row_metrics_columns(float* cols, std::int64_t ld, std::int64_t rows, std::i
   thread_local std::vector<std::int32_t> pairs;
   if (net_n != n || net_ld != ld) {
     if (n * ld > INT32_MAX) throw Error("row_metrics_columns: block too large");
+    // Stages p <= 8 of the full groups of 16 run in registers (BlockMetrics); here: those of the
+    // partial last group, then every merge stage p >= 16, in network order.
     pairs.clear();
-    for (const auto& [i, j] : sorting_network(n)) {
-      pairs.push_back(static_cast<std::int32_t>(i * ld));
-      pairs.push_back(static_cast<std::int32_t>(j * ld));
-    }
+    const auto net = network_stages(n);
+    const std::int64_t first_partial = n / 16 * 16;
+    for (int pass = 0; pass < 2; ++pass)
+      for (const auto& c : net) {
+        const bool head = c.p <= 8;
+        if (pass == 0 ? !(head && c.i >= first_partial) : head) continue;
+        pairs.push_back(static_cast<std::int32_t>(c.i * ld));
+        pairs.push_back(static_cast<std::int32_t>(c.j * ld));
+      }
     net_n = n;
     net_ld = ld;
   }
@@ -144,7 +201,7 @@ void row_metrics_columns(float* cols, std::int64_t ld, std::int64_t rows, std::i
   for (std::int64_t r0 = 0; r0 < rows;) {
     const std::int64_t nv = std::min<std::int64_t>({4, (ld - r0) / lanes, (rows - r0 + lanes - 1) / lanes});
     HWY_DYNAMIC_DISPATCH(BlockMetrics)(cols + r0, static_cast<std::size_t>(ld), static_cast<std::size_t>(n),
-                                       static_cast<std::size_t>(nv), pairs.data(), pairs.size() / 2, ent.get(),
+                                       static_cast<std::size_t>(n / 16), static_cast<std::size_t>(nv), pairs.data(), pairs.size() / 2, ent.get(),
                                        s2.get(), below.get());
     const std::int64_t nb = std::min(nv * lanes, rows - r0);
     for (std::int64_t l = 0; l < nb; ++l) {

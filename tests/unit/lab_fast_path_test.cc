@@ -21,19 +21,19 @@
 namespace attnscale::lab {
 namespace {
 
-// Element 32g + 8m + l comes from Philox block 8g + l (Random123, through Stream::block) by
+// Element 64g + 16m + l comes from Philox block 16g + l (Random123, through Stream::block) by
 // Box-Muller on its words: checks the vectorised Philox and the layout (a wrong word changes the
 // value completely; the tolerance is the float32 Box-Muller's).
 TEST(LabNormals, MatchScalarPhiloxAndBoxMuller) {
   const Stream s(0x123456789abcdefull, 0x0badf00d, 77);
-  const std::uint64_t offset = 32 * 1000003ull;  // counters above 2^21 blocks: exercises index words
-  const std::int64_t n = 32 * 5 + 13;
+  const std::uint64_t offset = 64 * ((1ull << 28) - 3);  // crosses 2^32 blocks: the index's high word
+  const std::int64_t n = 64 * 5 + 13;
   std::vector<double> z(n);
   fill_normals(s, offset, n, z.data());
   for (std::int64_t e = 0; e < n; ++e) {
-    const std::uint64_t g = (offset + e) / 32, m = (offset + e) % 32 / 8, l = (offset + e) % 8;
-    const auto w = s.block(8 * g + l);
-    auto u = [](std::uint32_t x) { return (x + 0.5) / 4294967296.0; };
+    const std::uint64_t g = (offset + e) / 64, m = (offset + e) % 64 / 16, l = (offset + e) % 16;
+    const auto w = s.block(16 * g + l);
+    auto u = [](std::uint32_t x) { return (x / 2 + 0.5) / 2147483648.0; };
     const double r = std::sqrt(-2 * std::log(u(w[m < 2 ? 0 : 2])));
     const double theta = 3.141592653589793 * (2 * u(w[m < 2 ? 1 : 3]) - 1);
     const double want = r * (m % 2 == 0 ? std::cos(theta) : std::sin(theta));
@@ -45,8 +45,8 @@ TEST(LabNormals, PureFunctionOfTheIndexInBothPrecisions) {
   const Stream s(5, 6, 7);
   std::vector<double> all(1000);
   fill_normals(s, 0, 1000, all.data());
-  for (std::int64_t start : {0, 32, 64, 352, 960}) {
-    for (std::int64_t len : {1, 7, 31, 32, 33, 40}) {
+  for (std::int64_t start : {0, 64, 128, 320, 896}) {
+    for (std::int64_t len : {1, 7, 63, 64, 65, 100}) {
       if (start + len > 1000) continue;
       std::vector<double> part(len);
       fill_normals(s, start, len, part.data());
@@ -56,7 +56,7 @@ TEST(LabNormals, PureFunctionOfTheIndexInBothPrecisions) {
   std::vector<float> f(1000);
   fill_normals(s, 0, 1000, f.data());
   for (int i = 0; i < 1000; ++i) EXPECT_EQ(f[i], static_cast<float>(all[i]));
-  EXPECT_THROW(fill_normals(s, 16, 4, all.data()), Error);
+  EXPECT_THROW(fill_normals(s, 32, 4, all.data()), Error);
   std::vector<double> other(1000);
   fill_normals(Stream(5, 6, 8), 0, 1000, other.data());
   EXPECT_NE(other, all);
