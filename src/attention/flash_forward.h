@@ -27,13 +27,17 @@ struct ForwardScratch {
         sub(ld), mul(ld) {}
 };
 
+// Columns of the score tile in use: the block's rows rounded up to the widest SIMD width (a
+// decode block of one row computes 16 columns, not kBr).
+inline std::int64_t columns(const RowBlock& rb) { return round_up(std::max<std::int64_t>(rb.n, 1), simd::kColumnPad); }
+
 // Score tile St[j - j0][r] = log2(e)·(s·q_r·k_j + bias_rj) for keys [j0, j1), masked pairs -inf.
 template <class T>
 void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
                 ForwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0;
   const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
-  Ops<T>::gemm(nk, s.ld, p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+  Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
                simd::kOverwrite);
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
 }
@@ -70,7 +74,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;  // causal: the tiles above the diagonal cost nothing
     score_tile(p, rb, j0, j1, kind, s);
-    Ops<T>::softmax_update(s.st.get(), s.ld, nk, s.ld, s.m.get(), s.l.get(), s.alpha.get());
+    Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
     const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
@@ -138,10 +142,10 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
     if (kind == TileKind::skip) continue;
     if (scores_left && j0 == rb.lo_min && j1 == rb.hi_max) {
       for (std::int64_t j = 0; j < nk; ++j)
-        for (std::int64_t r = 0; r < s.ld; ++r) s.st[j * s.ld + r] *= s.mul[r];
+        for (std::int64_t r = 0; r < columns(rb); ++r) s.st[j * s.ld + r] *= s.mul[r];
     } else {
       score_tile(p, rb, j0, j1, kind, s);
-      Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.sub.get(), s.mul.get());
+      Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
     }
     if (runs) {
       for (std::int64_t j = 0; j < nk; ++j)
