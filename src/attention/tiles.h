@@ -156,6 +156,16 @@ void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, do
     const T* rows[kBr];
     for (std::int64_t r = 0; r < rb.n; ++r) rows[r] = at<const T>(t, rb.b, rb.h[r], rb.i[r]);
     const std::int64_t cs = t.strides[3];
+    bool runs = rb.n > 0;  // a column-major view (rows adjacent): each Xt row is one contiguous run
+    for (std::int64_t r = 0; r < rb.n; ++r) runs = runs && rows[r] == rows[0] + r;
+    if (runs) {
+      for (std::int64_t c = 0; c < d; ++c) {
+        const T* src = rows[0] + c * cs;
+        T* dst = Xt + c * ld;
+        for (std::int64_t r = 0; r < rb.n; ++r) dst[r] = src[r] * f;
+      }
+      return;
+    }
     for (std::int64_t c = 0; c < d; ++c)
       for (std::int64_t r = 0; r < rb.n; ++r) Xt[c * ld + r] = rows[r][c * cs] * f;
     return;

@@ -44,19 +44,22 @@ struct ChunkScratch {
   std::vector<double> metrics, scratch;
 };
 
-// LayerNorm without affine parameters (ε = 1e-5) over each row of x [rows, d], in float64.
+// LayerNorm without affine parameters (ε = 1e-5) over each of the c·n rows of d elements, in
+// float64. Row i of problem t starts at x[t·n·d + i·rs] and its elements are cs apart:
+// (rs, cs) = (d, 1) for K (row-major), (1, n) for Q (column-major, see forward_probs).
 template <class T>
-void layer_norm(T* x, std::int64_t rows, std::int64_t d) {
-  for (std::int64_t i = 0; i < rows; ++i) {
-    T* r = x + i * d;
-    double m = 0, v = 0;
-    for (std::int64_t c = 0; c < d; ++c) m += r[c];
-    m /= d;
-    for (std::int64_t c = 0; c < d; ++c) v += (r[c] - m) * (r[c] - m);
-    v /= d;
-    const double inv = 1 / std::sqrt(v + 1e-5);
-    for (std::int64_t c = 0; c < d; ++c) r[c] = static_cast<T>((r[c] - m) * inv);
-  }
+void layer_norm(T* x, std::int64_t c, std::int64_t n, std::int64_t d, std::int64_t rs, std::int64_t cs) {
+  for (std::int64_t t = 0; t < c; ++t)
+    for (std::int64_t i = 0; i < n; ++i) {
+      T* r = x + t * n * d + i * rs;
+      double m = 0, v = 0;
+      for (std::int64_t k = 0; k < d; ++k) m += r[k * cs];
+      m /= d;
+      for (std::int64_t k = 0; k < d; ++k) v += (r[k * cs] - m) * (r[k * cs] - m);
+      v /= d;
+      const double inv = 1 / std::sqrt(v + 1e-5);
+      for (std::int64_t k = 0; k < d; ++k) r[k * cs] = static_cast<T>((r[k * cs] - m) * inv);
+    }
 }
 
 // Wishart sampler (attention_rows.h, sample_qk_wishart): zq = Z [n, n] Gaussian, ak = the Bartlett
@@ -117,7 +120,9 @@ void forward_probs(const T* q, const T* k, std::int64_t c, std::int64_t n, std::
     s.probs.resize(c * n * n);
     o.probs = TensorView::contiguous(s.probs.data(), DType::f64, {c, 1, n, n});
   }
-  forward(TensorView::contiguous(const_cast<T*>(q), dtype_of<T>(), {c, 1, n, dq}),
+  // Q column-major per problem (element (i, k) at q[t·n·dq + k·n + i]): the engine packs it with
+  // contiguous copies. Its entries are i.i.d. N(0, 1) either way.
+  forward(TensorView::strided(const_cast<T*>(q), dtype_of<T>(), {c, 1, n, dq}, {n * dq, n * dq, 1, n}),
           TensorView::contiguous(const_cast<T*>(k), dtype_of<T>(), {c, 1, n, dq}),
           TensorView::contiguous(s.v.data(), dtype_of<T>(), {c, 1, n, 1}), o, opt);
 }
@@ -153,8 +158,8 @@ void run_chunk(const Args& a, std::uint32_t stream_experiment, std::int64_t n, s
       if (s.qn.size() != s.q.size()) {
         s.qn = s.q;
         s.kn = s.k;
-        layer_norm(s.qn.data(), c * n, d);
-        layer_norm(s.kn.data(), c * n, d);
+        layer_norm(s.qn.data(), c, n, d, 1, n);
+        layer_norm(s.kn.data(), c, n, d, d, 1);
       }
       forward_probs(s.qn.data(), s.kn.data(), c, n, d, scales[sc], s);
     } else if (wishart) {
