@@ -28,8 +28,8 @@ double kurtosis_dot(std::int64_t d, double kappa_q, double kappa_k);
 // Only the hot-phase (annealed) formulas are given, and only where they are accurate at the
 // N = 8…4096 the lab uses; elsewhere these functions return NaN (no theory). The N = ∞ frozen-phase
 // law (Poisson–Dirichlet PD(m, 0), m = σ_c/σ: E H = ψ(1) − ψ(1 − m)) is NOT used: its entropy
-// diverges as σ → σ_c+ while the hot one goes to 0 there, and even at σ = 2…6 σ_c it is 25–70% high
-// at these N (Monte Carlo in docs/lab.md), so an average over σ would mix two wrong branches.
+// diverges as σ → σ_c+ while the hot one goes to 0 there, and even at σ = 2…4 σ_c it is 18–70% high
+// at N = 8…4096 (scripts/rem_finite_n.py, docs/lab.md), so an average over σ would mix two wrong branches.
 double rem_sigma_c(std::int64_t n);
 // Largest σ/σ_c at which each formula is used: entropy and top_p_95 within 0.16 nats / 4% of N
 // there (measured: docs/lab.md), participation within 8% (its annealed form fails first, because
