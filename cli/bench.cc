@@ -6,6 +6,7 @@
 // FLOPs: forward 4·B·Hq·Nq·Nkv·d, counting only visible (query, key) pairs under a causal mask;
 // backward 2.5x that (five products of the same size against the forward's two).
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,11 +17,33 @@
 #include <vector>
 
 #include "attnscale/attention.h"
+#include "attnscale/error.h"
 #include "attnscale/version.h"
 #include "common/parallel.h"
 #include "subcommands.h"
 
-extern "C" void openblas_set_num_threads(int);
+// OpenBLAS is loaded when `attnscale bench` runs, not linked into the CLI: its pthread build starts
+// a pool of worker threads (spinning in sched_yield) in every process that links it, which cost every
+// other subcommand ~35 ms of CPU time (measured on `attnscale experiment saturation`).
+namespace {
+struct OpenBlas {
+  void (*set_num_threads)(int) = nullptr;
+  decltype(&cblas_sgemm) sgemm = nullptr;
+};
+
+const OpenBlas& openblas() {
+  static const OpenBlas blas = [] {
+    void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw attnscale::Error(std::string("bench: cannot load libopenblas.so.0: ") + dlerror());
+    OpenBlas b;
+    b.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(lib, "openblas_set_num_threads"));
+    b.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(lib, "cblas_sgemm"));
+    if (!b.set_num_threads || !b.sgemm) throw attnscale::Error("bench: libopenblas.so.0 lacks cblas_sgemm");
+    return b;
+  }();
+  return blas;
+}
+}  // namespace
 
 namespace attnscale::cli {
 namespace {
@@ -107,12 +130,12 @@ void run(const Bench& opt) {
   const int threads = opt.threads > 0 ? opt.threads : resolve_threads(0);
   std::vector<Row> rows;
   // Ceiling 1: OpenBLAS sgemm 2048^3 with the same thread count.
-  openblas_set_num_threads(threads);
+  openblas().set_num_threads(threads);
   {
     const int n = 2048;
     std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
     const double s = best_seconds([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      openblas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     });
     rows.push_back({"sgemm", 1, 1, n, n, n, false, "f32", threads, s, 2.0 * n * n * double(n) / s * 1e-9, 1.0, "GFLOP/s"});
   }

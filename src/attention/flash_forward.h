@@ -7,9 +7,11 @@
 // and at the end out = o / l, lse = ln 2 · (m + log2 l). The N x N matrix never exists: a thread
 // holds one block's Qᵀ (dk x kBr), one score tile (kBc x kBr), o (kBr x dv) and m, l.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "attention/params.h"
 #include "attention/tiles.h"
@@ -137,33 +139,77 @@ void write_rows(const Params& p, const RowBlock& rb, const T* o, const T* m, con
 }
 
 // Second pass for the optional probs output, with m and l final: P = 2^(t − m) / l.
+// scores_left: attend() has just run on this block over all keys. When its keys fit in one tile,
+// attend left that tile as St = 2^(t − m) with m final (same Exp2, same inputs), so P = St · (1/l)
+// comes out bit for bit as the recomputation would, without the second score GEMM.
 template <class T>
-void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s) {
+void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool scores_left = false) {
   for (std::int64_t r = 0; r < s.ld; ++r) {
     const bool seen = r < rb.n && s.l[r] != T(0);
     s.sub[r] = seen ? s.m[r] : std::numeric_limits<T>::infinity();  // 2^(t − inf) = 0
     s.mul[r] = seen ? T(1) / s.l[r] : T(0);
   }
-  for (std::int64_t r = 0; r < rb.n; ++r)
-    for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+  // probs of the compute type T: written through typed row pointers (no per-element dtype dispatch).
+  const bool typed = p.probs.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64);
+  T* rows[kBr];
+  const std::int64_t cs = p.probs.strides[3];
+  // A key-major view (e.g. probs transposed) whose block rows are adjacent: each key's column of
+  // the tile is one contiguous run of rb.n values.
+  bool runs = typed && cs != 1 && rb.n > 0;
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    if (typed) rows[r] = at<T>(p.probs, rb.b, rb.h[r], rb.i[r]);
+    runs = runs && rows[r] == rows[0] + r;
+  }
+  // Keys no tile writes are zero; when one tile spans all the keys, it writes every entry itself.
+  const bool covered = !rb.empty() && rb.lo_min == 0 && rb.hi_max == p.Nkv && p.Nkv <= kBc;
+  if (runs && !covered) {
+    for (std::int64_t j = 0; j < p.Nkv; ++j) std::fill(rows[0] + j * cs, rows[0] + j * cs + rb.n, T(0));
+  }
+  for (std::int64_t r = 0; r < rb.n && !runs && !covered; ++r) {
+    if (typed) {
+      for (std::int64_t j = 0; j < p.Nkv; ++j) rows[r][j * cs] = T(0);
+    } else {
+      for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+    }
+  }
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
-    if (rb.n <= kDotRows) {  // the scores exactly as attend() computed them, so m matches
-      score_rows(p, rb, j0, j1, kind, s);
-      Ops<T>::exp2_rows(s.st.get(), kBc, rb.n, round_up(nk, simd::kColumnPad), s.sub.get());
+    if (rb.n <= kDotRows) {  // row layout, the scores exactly as attend() computed them (m matches)
+      if (!(scores_left && j0 == rb.lo_min && j1 == rb.hi_max)) {
+        score_rows(p, rb, j0, j1, kind, s);
+        Ops<T>::exp2_rows(s.st.get(), kBc, rb.n, round_up(nk, simd::kColumnPad), s.sub.get());
+      }
       for (std::int64_t r = 0; r < rb.n; ++r)
-        for (std::int64_t j = 0; j < nk; ++j)
-          store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j),
-                static_cast<double>(s.st[r * kBc + j] * s.mul[r]));
+        for (std::int64_t j = 0; j < nk; ++j) {
+          const T x = s.st[r * kBc + j] * s.mul[r];
+          if (typed) rows[r][(j0 + j) * cs] = x;
+          else store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(x));
+        }
       continue;
     }
-    score_tile(p, rb, j0, j1, kind, s);
-    Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
-    for (std::int64_t j = 0; j < nk; ++j)
+    if (scores_left && j0 == rb.lo_min && j1 == rb.hi_max) {
+      for (std::int64_t j = 0; j < nk; ++j)
+        for (std::int64_t r = 0; r < columns(rb); ++r) s.st[j * s.ld + r] *= s.mul[r];
+    } else {
+      score_tile(p, rb, j0, j1, kind, s);
+      Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
+    }
+    if (runs) {
+      for (std::int64_t j = 0; j < nk; ++j)
+        std::copy(s.st.get() + j * s.ld, s.st.get() + j * s.ld + rb.n, rows[0] + (j0 + j) * cs);
+    } else if (typed && cs == 1) {
       for (std::int64_t r = 0; r < rb.n; ++r)
-        store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+        for (std::int64_t j = 0; j < nk; ++j) rows[r][j0 + j] = s.st[j * s.ld + r];
+    } else if (typed) {  // e.g. a transposed view: walk the tile in its own (key-major) order
+      for (std::int64_t j = 0; j < nk; ++j)
+        for (std::int64_t r = 0; r < rb.n; ++r) rows[r][(j0 + j) * cs] = s.st[j * s.ld + r];
+    } else {
+      for (std::int64_t j = 0; j < nk; ++j)
+        for (std::int64_t r = 0; r < rb.n; ++r)
+          store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+    }
   }
 }
 

@@ -162,6 +162,29 @@ void DotTile(size_t nk, size_t rows, size_t dk, const float* HWY_RESTRICT K, siz
   }
 }
 
+// The one-column case of Gemm with unit row stride in A (ars = 1) and in C (ldc = 1), e.g. P·V
+// for dv = 1 with the transposed score tile as A: C[m] = init + Σ_k A[m + k·acs] · B[k·ldb] runs
+// with the rows m in the lanes, one FMA per k per vector, instead of MR-row tiles with one useful
+// lane. The products are summed in the same order with the same FMAs as MicroTile (acc from 0,
+// then init + acc), so the result is bit for bit Gemm's.
+void GemvColumns(size_t M, size_t K, const float* HWY_RESTRICT A, size_t acs, const float* HWY_RESTRICT B,
+                 size_t ldb, float* HWY_RESTRICT C, int mode, const float* HWY_RESTRICT row_scale) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t m = 0; m < M; m += L) {
+    const auto valid = hn::FirstN(d, M - m);
+    VF acc = hn::Zero(d);
+    for (size_t k = 0; k < K; ++k)
+      acc = hn::MulAdd(hn::Set(d, B[k * ldb]), hn::MaskedLoad(valid, d, A + k * acs + m), acc);
+    if (mode != 0) {
+      VF old = hn::MaskedLoad(valid, d, C + m);
+      if (mode == 2) old = hn::Mul(old, hn::MaskedLoad(valid, d, row_scale + m));
+      acc = hn::Add(old, acc);
+    }
+    hn::BlendedStore(acc, valid, d, C + m);
+  }
+}
+
 // Online softmax over a transposed score tile St[rows][lds] (keys x queries; cols a multiple of
 // the lane count). Per query column c, with m the running max and l the running sum (base 2):
 //   m' = max(m, max_j St[j][c]);  alpha = 2^(m − m');  P[j][c] = 2^(St[j][c] − m');

@@ -168,6 +168,25 @@ template <class T>
 void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, double mul, T* Xt, std::int64_t ld) {
   for (std::int64_t c = 0; c < d; ++c) std::fill(Xt + c * ld + rb.n, Xt + (c + 1) * ld, T(0));
   const T f = static_cast<T>(mul);
+  if (std::is_same_v<T, float> ? t.dtype == DType::f32 : t.dtype == DType::f64) {
+    // The view's own type: row pointers once, then each Xt row written contiguously.
+    const T* rows[kBr];
+    for (std::int64_t r = 0; r < rb.n; ++r) rows[r] = at<const T>(t, rb.b, rb.h[r], rb.i[r]);
+    const std::int64_t cs = t.strides[3];
+    bool runs = rb.n > 0;  // a column-major view (rows adjacent): each Xt row is one contiguous run
+    for (std::int64_t r = 0; r < rb.n; ++r) runs = runs && rows[r] == rows[0] + r;
+    if (runs) {
+      for (std::int64_t c = 0; c < d; ++c) {
+        const T* src = rows[0] + c * cs;
+        T* dst = Xt + c * ld;
+        for (std::int64_t r = 0; r < rb.n; ++r) dst[r] = src[r] * f;
+      }
+      return;
+    }
+    for (std::int64_t c = 0; c < d; ++c)
+      for (std::int64_t r = 0; r < rb.n; ++r) Xt[c * ld + r] = rows[r][c * cs] * f;
+    return;
+  }
   for (std::int64_t r = 0; r < rb.n; ++r)
     for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + r] = value<T>(t, rb.b, rb.h[r], rb.i[r], c) * f;
 }
