@@ -79,12 +79,11 @@ void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, st
 // Asks for the V rows of a key tile while the scores are computed (decode is bound by memory:
 // the two streams, K for the scores and V for the product, then overlap instead of alternating).
 inline void prefetch_rows(const TensorView& t, const RowBlock& rb, std::int64_t j0, std::int64_t n, std::int64_t d) {
-  const std::int64_t bytes = d * static_cast<std::int64_t>(dtype_size(t.dtype));
-  if (t.strides[3] != 1) return;
-  for (std::int64_t j = 0; j < n; ++j) {
-    const char* row = static_cast<const char*>(element(t, rb.b, rb.kh, j0 + j, 0));
+  if (t.strides[3] != 1 || n <= 0) return;
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(t.dtype)), bytes = d * size, stride = t.strides[2] * size;
+  const char* row = static_cast<const char*>(element(t, rb.b, rb.kh, j0, 0));
+  for (std::int64_t j = 0; j < n; ++j, row += stride)
     for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
-  }
 }
 
 // Attends the block's rows to keys [k0, k1): leaves o (unnormalised), m and l (base 2) in s.
