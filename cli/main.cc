@@ -17,6 +17,15 @@ int main(int argc, char** argv) {
   attnscale::cli::add_attend(app);
   attnscale::cli::add_explain(app);
   try {
+    // A first word that is neither a flag nor a subcommand: name it (CLI11 only says one is required).
+    if (argc > 1 && argv[1][0] != '-' &&
+        app.get_subcommands([&](const CLI::App* s) { return s->check_name(argv[1]); }).empty()) {
+      std::string names;
+      for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
+        names += (names.empty() ? "" : ", ") + s->get_name();
+      throw CLI::ParseError("unknown subcommand '" + std::string(argv[1]) + "' (expected one of: " + names + ")",
+                            CLI::ExitCodes::ExtrasError);
+    }
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     return app.exit(e);  // --help, --version

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "attnscale/error.h"
+#include "common/memory.h"
 
 namespace attnscale {
 
@@ -134,8 +135,16 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
     stride *= view_.shape[d];
   }
   std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  detail::check_allocation("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)),
+                           static_cast<double>(bytes));
   constexpr std::align_val_t kAlign{64};
-  std::byte* p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, kAlign));
+  std::byte* p = nullptr;
+  try {
+    p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, kAlign));
+  } catch (const std::bad_alloc&) {
+    throw Error("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)) + ": cannot allocate " +
+                detail::format_bytes(static_cast<double>(bytes)) + " (out of memory)");
+  }
   storage_ = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { ::operator delete[](q, kAlign); });
   view_.data = p;
 }
