@@ -51,3 +51,8 @@ fuzz: deps
 	cmake --preset fuzz >/dev/null
 	cmake --build build-fuzz -j $(JOBS) --target npy_fuzz cli_args_fuzz attention_fuzz
 	$(SANITIZER_ENV) FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh build-fuzz
+
+# The lab's speed check: seed 001's numpy simulation vs `attnscale experiment saturation`.
+.PHONY: bench-lab
+bench-lab: build
+	$(PYTHON) bench/saturation_vs_numpy.py --bin $(BUILD)/bin/attnscale

@@ -16,15 +16,17 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   attnscale::cli::add_attend(app);
   attnscale::cli::add_explain(app);
+  attnscale::cli::add_experiment(app);
   try {
-    // A first word that is neither a flag nor a subcommand: name it (CLI11 only says one is required).
-    if (argc > 1 && argv[1][0] != '-' &&
-        app.get_subcommands([&](const CLI::App* s) { return s->check_name(argv[1]); }).empty()) {
+    // Name an unknown command plainly instead of CLI11's "A subcommand is required".
+    if (argc > 1 && argv[1][0] != '-') {
+      bool known = false;
       std::string names;
-      for (const CLI::App* s : app.get_subcommands([](const CLI::App*) { return true; }))
-        names += (names.empty() ? "" : ", ") + s->get_name();
-      throw CLI::ParseError("unknown subcommand '" + std::string(argv[1]) + "' (expected one of: " + names + ")",
-                            CLI::ExitCodes::ExtrasError);
+      for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
+        known = known || sub->get_name() == argv[1];
+        names += (names.empty() ? "" : ", ") + sub->get_name();
+      }
+      if (!known) throw attnscale::Error(std::string("unknown command '") + argv[1] + "' (expected one of: " + names + ")");
     }
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {

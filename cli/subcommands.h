@@ -6,5 +6,6 @@ namespace attnscale::cli {
 
 void add_attend(CLI::App& app);
 void add_explain(CLI::App& app);
+void add_experiment(CLI::App& app);
 
 }  // namespace attnscale::cli

@@ -1,9 +1,12 @@
 // Fuzz target: command-line parsing. The input is a newline-separated argument list; its first
-// byte picks what parses it:
-//   even: the whole `attnscale` command line (every subcommand, every flag and value check),
-//         stopped before the chosen subcommand runs, so no file is read or written;
-//   odd:  the shared attention flags (--scale, --causal, --window, --align, --threads) turned
-//         into Options and run through forward() on a small problem.
+// byte (mod 3) picks what parses it:
+//   0: the whole `attnscale` command line (every subcommand and experiment, every flag and value
+//      check), stopped before the chosen subcommand runs, so no file is read or written;
+//   1: the shared attention flags (--scale, --causal, --window, --align, --threads) turned into
+//      Options and run through forward() on a small problem;
+//   2: the lab's experiment flags: the second byte picks an experiment, the arguments are
+//      name/value pairs put into lab::Args, and the experiment's points() parses and checks them
+//      (ints, doubles, words, sweep lists) without running a trial.
 // Bad input must end in CLI::ParseError or attnscale::Error, nothing else.
 #include <CLI/CLI.hpp>
 
@@ -17,6 +20,7 @@
 #include "attnscale/error.h"
 #include "cli/mask_options.h"
 #include "cli/subcommands.h"
+#include "lab/experiment.h"
 
 namespace {
 using namespace attnscale;
@@ -61,6 +65,7 @@ void whole_command_line(std::vector<std::string>& args) {
   app.set_version_flag("--version", "fuzz");
   cli::add_attend(app);
   cli::add_explain(app);
+  cli::add_experiment(app);
   parse(app, args);
 }
 
@@ -79,16 +84,34 @@ void attention_flags(std::vector<std::string>& args) {
   forward(q, q, q, Outputs{o}, opt);
 }
 
+void experiment_flags(const std::uint8_t* data, std::size_t size, const std::vector<std::string>& args) {
+  const auto& all = lab::experiments();
+  const lab::Experiment& e = all[(size > 1 ? data[1] : 0) % all.size()];
+  lab::Args a;
+  for (const auto& f : e.flags) a.values[f.name] = f.default_value;
+  // args[0] is the program name and args[1] starts with the experiment byte: pairs from args[2].
+  for (std::size_t i = 2; i + 1 < args.size(); i += 2) {
+    const std::string name = args[i].rfind("--", 0) == 0 ? args[i].substr(2) : args[i];
+    if (a.values.count(name)) a.values[name] = args[i + 1];
+  }
+  a.seed = 1;
+  a.trials = 1;
+  a.threads = 1;
+  e.points(a);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   if (size == 0) return 0;
   std::vector<std::string> args = split_args(data, size);
   try {
-    if (data[0] % 2 == 0)
+    if (data[0] % 3 == 0)
       whole_command_line(args);
-    else
+    else if (data[0] % 3 == 1)
       attention_flags(args);
+    else
+      experiment_flags(data, size, args);
   } catch (const ParsedOk&) {
   } catch (const CLI::ParseError&) {
   } catch (const Error&) {

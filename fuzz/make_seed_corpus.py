@@ -4,7 +4,8 @@
 Seeds are starting points for the fuzzer and, replayed by ctest, a fixed set of inputs:
   npy_fuzz       valid .npy files of every accepted dtype, rank and format version, and one of
                  each kind of bad file the reader must refuse;
-  cli_args_fuzz  command lines (first byte: 0 = whole attnscale command line, 1 = attention flags);
+  cli_args_fuzz  command lines (first byte: 0 = whole attnscale command line, 1 = attention flags,
+                 2 = one experiment's flags, the second byte picking the experiment);
   attention_fuzz random byte strings of assorted lengths (every byte string decodes to a problem).
 Usage: /usr/bin/python3 fuzz/make_seed_corpus.py
 """
@@ -88,8 +89,27 @@ def seed_cli():
         "flags_window_unbounded": [1, "--window", "-1,-1", "--threads", "3"],
         "flags_threads_bad": [1, "--threads", "-2"],
     }
+    lines.update({
+        "experiment_saturation": [0, "experiment", "saturation", "--n", "10", "--d", "1,2,4", "--trials", "5",
+                                  "--seed", "3", "--format", "json", "--out", "r.json", "--resume"],
+        "experiment_unknown": [0, "experiment", "frobnicate"],
+        "experiment_bad_flag": [0, "experiment", "variance", "--bogus", "1"],
+        "experiment_bad_trials": [0, "experiment", "variance", "--trials", "-5"],
+    })
     for name, args in lines.items():
         put("cli_args_fuzz", name, bytes([args[0]]) + "\n".join(args[1:]).encode())
+    # Mode 2: the byte after the mode picks the experiment (index in the registry).
+    exp_flags = {
+        "lab_moments": (0, ["--d", "1,2,3"]),
+        "lab_variance": (1, ["--d", "1,8,64", "--scaling", "none,sqrt", "--dist", "normal,uniform", "--sigma", "2"]),
+        "lab_saturation": (2, ["--n", "5,50", "--d", "1,1000", "--scaling", "log-n,qk-norm", "--sampler", "wishart"]),
+        "lab_gradients": (3, ["--d", "4,x"]),
+        "lab_heatmap": (4, ["--n", "50", "--d", "1e3"]),
+        "lab_projections": (5, ["--d", "-1"]),
+        "lab_length": (6, ["--n", "1,,2"]),
+    }
+    for name, (index, args) in exp_flags.items():
+        put("cli_args_fuzz", name, bytes([2, index]) + b"\n" + "\n".join(args).encode())
 
 
 def seed_attention():

@@ -55,10 +55,16 @@ struct Mask {
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
 };
 
+// Arithmetic of the forward products. native: the inputs' dtype (float64 stays float64).
+// bf16: Q·Kᵀ and P·V with bfloat16 operands and float32 accumulation (AMX tiles or AVX-512 BF16
+// where the CPU has them); bfloat16 inputs always use it, float32 inputs are rounded on the fly.
+enum class Compute { native, bf16 };
+
 struct Options {
   Scale scale;
   Mask mask;
   int threads = 0;  // 0: $ATTNSCALE_THREADS, else every hardware thread
+  Compute compute = Compute::native;
 };
 
 // Outputs of the forward pass. `out` is required and has q's dtype; `lse` and `probs` are

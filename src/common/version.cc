@@ -1,11 +1,14 @@
 #include "attnscale/version.h"
 
+#include "attention/kernels.h"
+
 namespace attnscale {
 const char* version() { return ATTNSCALE_VERSION_STRING; }
 const char* git_hash() { return ATTNSCALE_GIT_HASH; }
 }  // namespace attnscale
 
 namespace attnscale {
-// Engine v0 has one portable code path; SIMD dispatch reports its chosen target here.
-const char* cpu_target() { return "baseline"; }
+// The Highway target the dispatched kernels run on ("AVX3", "AVX2", "EMU128"), after
+// $ATTNSCALE_TARGET is applied.
+const char* cpu_target() { return detail::simd::target_name(); }
 }  // namespace attnscale

@@ -42,7 +42,9 @@ struct Experiment {
   std::vector<FlagSpec> flags;
   std::int64_t default_trials = 100;
   std::vector<std::string> param_names;  // the CSV's sweep columns
-  // The sweep's points, each a list of values in param_names order (validates flags: Error).
+  // The sweep's points: units of work, each a list of values (by convention a prefix of param_names;
+  // a point may produce rows for several values of the remaining parameters, e.g. every scaling
+  // on the same Q and K). Validates the flags (Error naming the flag).
   std::function<std::vector<std::vector<std::string>>(const Args&)> points;
   // Rows of one point. Must be a pure function of (args, point).
   std::function<std::vector<Row>(const Args&, const std::vector<std::string>& point)> run_point;
@@ -51,14 +53,22 @@ struct Experiment {
 const std::vector<Experiment>& experiments();
 const Experiment& find_experiment(const std::string& name);  // Error lists the known names
 
-// Called after each finished point with (done, total); used for progress bars and incremental
-// (resumable) output.
+// Called after each finished point with (done, total, that point's rows), always in point order
+// (point i is reported once points 0..i are done) and never concurrently; used for progress bars and
+// incremental (resumable) output.
 using Progress = std::function<void(std::size_t done, std::size_t total, const std::vector<Row>& rows)>;
 
+// Rows of points finished by an earlier, interrupted run of the same flags, by point index
+// (`attnscale experiment --resume` reads them back from its journal).
+using CompletedPoints = std::map<std::size_t, std::vector<Row>>;
+
 // Fills defaults into `given` (unknown flag names: Error), runs every point, returns the table
-// with its metadata. Rows come out in point order whatever the thread count.
+// with its metadata. Rows come out in point order whatever the thread count. Points found in
+// `completed` are not run again: their rows are used as given (and reported to `progress` in
+// order like the others), which gives the same table because a point's rows are a pure function
+// of (seed, flags, point).
 ResultTable run_experiment(const Experiment& e, const std::map<std::string, std::string>& given,
                            std::uint64_t seed, std::int64_t trials, int threads,
-                           const Progress& progress = {});
+                           const Progress& progress = {}, const CompletedPoints& completed = {});
 
 }  // namespace attnscale::lab

@@ -31,6 +31,7 @@ inline void poison(Tensor& t) {
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     if (t.dtype() == DType::f32) t.as<float>()[i] = std::numeric_limits<float>::quiet_NaN();
     else if (t.dtype() == DType::f64) t.as<double>()[i] = std::numeric_limits<double>::quiet_NaN();
+    else if (t.dtype() == DType::bf16) t.as<bf16>()[i] = bf16{0x7FC0};  // quiet NaN
   }
 }
 

@@ -1,0 +1,106 @@
+"""Seed 001's numpy simulation against `attnscale experiment saturation` on the same sweep.
+
+N = 50 tokens, d in {1, 2, 4, ..., 512}, 200 trials, unscaled and 1/sqrt(d)-scaled softmax;
+metric top_p_95 (per row: sort descending, the smallest count whose cumulative sum reaches 0.95),
+averaged over the rows of a trial. Prints both wall times (the attnscale time includes starting the
+process), the speed ratio, and whether every mean agrees within the two 95% intervals.
+
+Run: /usr/bin/python3 bench/saturation_vs_numpy.py [--bin build/bin/attnscale] [--threads T]
+"""
+import argparse
+import csv
+import io
+import math
+import subprocess
+import time
+
+import numpy as np
+
+N_TOK, TRIALS = 50, 200
+DIMS = [2 ** i for i in range(10)]
+
+# ---- seed 001's code (as published), with its top_p_95 definition ----
+rng = np.random.default_rng(0)
+
+
+def calc_softmax(x: np.ndarray) -> np.ndarray:
+    '''Compute softmax with numerical stability.'''
+    if x.ndim != 2:
+        raise ValueError("expected 2D array")
+    x_centered = x - np.max(x, axis=1, keepdims=True)
+    exp_x = np.exp(x_centered)
+    return exp_x / np.sum(exp_x, axis=1, keepdims=True)
+
+
+def run_experiment(n_tok: int, h_dim: int) -> tuple:
+    # Generate random query and key matrices
+    Q = rng.normal(0, 1, size=(n_tok, h_dim))
+    K = rng.normal(0, 1, size=(n_tok, h_dim))
+    # Compute attention scores (dot product)
+    A = Q @ K.T  # unscaled attention
+    A_scaled = A / np.sqrt(h_dim)  # scaled attention
+    # Apply softmax
+    A_softmax = calc_softmax(A)
+    A_scaled_softmax = calc_softmax(A_scaled)
+    return A_softmax, A_scaled_softmax
+
+
+def top_p_95(P: np.ndarray) -> np.ndarray:
+    '''Per row: sort descending, the first n elements whose sum crosses 0.95.'''
+    s = -np.sort(-P, axis=1)
+    c = np.cumsum(s, axis=1)
+    return np.minimum((c < 0.95).sum(axis=1) + 1, P.shape[1])
+
+
+def numpy_sweep():
+    out = {}
+    for d in DIMS:
+        unscaled, scaled = [], []
+        for _ in range(TRIALS):
+            a, b = run_experiment(N_TOK, d)
+            unscaled.append(top_p_95(a).mean())
+            scaled.append(top_p_95(b).mean())
+        for name, xs in (("none", unscaled), ("sqrt", scaled)):
+            x = np.asarray(xs)
+            h = 1.9720 * x.std(ddof=1) / math.sqrt(len(x))  # t_{0.975,199}
+            out[(d, name)] = (x.mean(), x.mean() - h, x.mean() + h)
+    return out
+
+
+def attnscale_sweep(binary, threads, sampler):
+    cmd = [binary, "experiment", "saturation", "--n", str(N_TOK), "--d", ",".join(map(str, DIMS)),
+           "--trials", str(TRIALS), "--scaling", "none,sqrt", "--sampler", sampler, "--seed", "1"]
+    if threads:
+        cmd += ["--threads", str(threads)]
+    t0 = time.perf_counter()
+    text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    seconds = time.perf_counter() - t0
+    out = {}
+    for r in csv.DictReader(io.StringIO(text)):
+        if r["metric"] == "top_p_95":
+            out[(int(r["d"]), r["scaling"])] = (float(r["mean"]), float(r["ci_low"]), float(r["ci_high"]))
+    return seconds, out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bin", default="build/bin/attnscale")
+    ap.add_argument("--threads", type=int, default=0, help="attnscale threads (0: all cores)")
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    ref = numpy_sweep()
+    t_numpy = time.perf_counter() - t0
+    print(f"numpy (seed 001 code): {t_numpy:8.3f} s   N={N_TOK} d=1..512 trials={TRIALS} none+sqrt")
+    for sampler in ("direct", "wishart"):
+        t_ours, ours = attnscale_sweep(args.bin, args.threads, sampler)
+        agree = sum(1 for k in ref if ours[k][1] <= ref[k][2] and ref[k][1] <= ours[k][2])
+        print(f"attnscale --sampler {sampler:7s}: {t_ours:8.3f} s   speed-up {t_numpy / t_ours:6.1f}x "
+              f"(goal >= 20x)   means agree within CIs: {agree}/{len(ref)}")
+    print("\n    d  scaling   numpy mean [95% CI]          attnscale (wishart) mean [95% CI]")
+    for k in sorted(ref):
+        a, b = ref[k], ours[k]
+        print(f"{k[0]:5d}  {k[1]:7s}  {a[0]:7.3f} [{a[1]:7.3f}, {a[2]:7.3f}]   {b[0]:7.3f} [{b[1]:7.3f}, {b[2]:7.3f}]")
+
+
+if __name__ == "__main__":
+    main()

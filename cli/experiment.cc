@@ -1,0 +1,126 @@
+// attnscale experiment NAME [flags]: run one of the lab's experiments, CSV or JSON out.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "attnscale/error.h"
+#include "common/journal.h"
+#include "common/progress.h"
+#include "experiment_journal.h"
+#include "lab/experiment.h"
+#include "subcommands.h"
+
+namespace attnscale::cli {
+namespace {
+
+struct ExperimentFlags {
+  std::uint64_t seed = 0;
+  std::int64_t trials = 0;
+  int threads = 0;
+  std::string format = "csv";
+  std::string out;
+  bool resume = false;
+  std::map<std::string, std::string> values;
+};
+
+// The file appears complete or not at all: write a temporary next to it, then rename.
+void write_atomically(const std::string& path, const std::string& text) {
+  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  {
+    std::ofstream f(tmp, std::ios::binary);
+    if (!f) throw Error("--out: cannot write '" + path + "'");
+    f << text;
+    f.close();
+    if (!f) {
+      std::remove(tmp.c_str());
+      throw Error("--out: cannot write '" + path + "'");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw Error("--out: cannot rename into '" + path + "'");
+  }
+}
+
+void run(const lab::Experiment& e, const ExperimentFlags& f) {
+  if (f.format != "csv" && f.format != "json") throw Error("--format: expected csv or json, got '" + f.format + "'");
+  if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
+  // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
+  // that a killed run can be resumed; it is removed once FILE is in place.
+  std::optional<Journal> journal;
+  lab::CompletedPoints completed;
+  if (!f.out.empty()) {
+    journal.emplace(Journal::open(f.out + ".partial", journal_identity(e, f.seed, f.trials, f.values), f.resume));
+    for (const auto& [point, payload] : journal->records()) {
+      try {
+        completed[static_cast<std::size_t>(point)] = decode_rows(payload);
+      } catch (const Error& err) {
+        throw Error("--resume: " + journal->path() + ": " + err.what());
+      }
+    }
+    if (f.resume && !completed.empty())
+      std::fprintf(stderr, "attnscale: resuming %s: %zu points already done\n", e.name.c_str(), completed.size());
+  }
+  ProgressBar bar("experiment " + e.name);
+  const auto table = lab::run_experiment(
+      e, f.values, f.seed, f.trials, f.threads,
+      [&](std::size_t done, std::size_t total, const std::vector<lab::Row>& rows) {
+        const std::size_t point = done - 1;  // points are reported in order
+        if (journal && !completed.count(point)) journal->append(static_cast<std::int64_t>(point), encode_rows(rows));
+        bar.update(done, total);
+      },
+      completed);
+  bar.finish();
+  const std::string text = f.format == "csv" ? lab::to_csv(table) : lab::to_json(table);
+  if (f.out.empty()) {
+    std::fwrite(text.data(), 1, text.size(), stdout);
+    std::fflush(stdout);
+  } else {
+    write_atomically(f.out, text);
+    journal->remove();
+  }
+}
+
+}  // namespace
+
+void add_experiment(CLI::App& app) {
+  CLI::App* sub = app.add_subcommand(
+      "experiment",
+      "Run one of the lab's experiments; CSV in long form (or JSON with metadata) on stdout or --out.\n"
+      "Every experiment takes --seed --trials --threads --format --out; sweeps take comma-separated lists.\n"
+      "Example: attnscale experiment saturation --n 50 --d 16,64,128 --trials 200");
+  sub->require_subcommand(0, 1);
+  auto unknown = std::make_shared<std::string>();
+  sub->add_option("name", *unknown, "experiment name (see the list below)");
+  for (const auto& e : lab::experiments()) {
+    auto flags = std::make_shared<ExperimentFlags>();
+    CLI::App* x = sub->add_subcommand(e.name, e.summary);
+    x->add_option("--seed", flags->seed, "master seed of the random streams")->capture_default_str();
+    x->add_option("--trials", flags->trials, "Monte Carlo trials per point (default " +
+                                                  std::to_string(e.default_trials) + ")");
+    x->add_option("--threads", flags->threads, "threads (0: $ATTNSCALE_THREADS, else all cores)")
+        ->capture_default_str();
+    x->add_option("--format", flags->format, "csv or json")->capture_default_str();
+    x->add_option("--out", flags->out, "write to FILE (atomically) instead of stdout")->type_name("FILE");
+    x->add_flag("--resume", flags->resume,
+                "continue an interrupted run of the same flags from FILE.partial (needs --out)");
+    for (const auto& spec : e.flags) {
+      flags->values[spec.name] = spec.default_value;
+      x->add_option("--" + spec.name, flags->values[spec.name], spec.help)->capture_default_str();
+    }
+    const lab::Experiment* ep = &e;
+    x->callback([ep, flags] { run(*ep, *flags); });
+  }
+  sub->callback([sub, unknown] {
+    if (!unknown->empty()) lab::find_experiment(*unknown);  // throws: unknown experiment, names the known
+    if (sub->get_subcommands().empty())
+      throw Error("experiment: name one of the experiments (attnscale experiment --help lists them)");
+  });
+}
+
+}  // namespace attnscale::cli

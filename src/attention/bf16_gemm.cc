@@ -1,0 +1,235 @@
+// The three bf16 GEMM paths (see bf16_kernels.h) and their run-time detection. The AVX-512 BF16
+// and AMX kernels are compiled with target attributes, so the library itself needs no -m flags
+// and runs anywhere; they are called only after detection says the CPU and OS support them.
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "attention/bf16_kernels.h"
+#include "attnscale/error.h"
+
+namespace attnscale::detail::bfdot {
+namespace {
+
+float widen(std::uint16_t x) {
+  const std::uint32_t bits = static_cast<std::uint32_t>(x) << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+void finish(float* c, float acc, int mode, float rs, float out_scale) {
+  acc *= out_scale;
+  *c = mode == 0 ? acc : mode == 1 ? *c + acc : rs * *c + acc;
+}
+
+// Portable: the same contract in plain loops (float32 products of bf16 values are exact, so this
+// matches the SIMD paths up to summation order).
+void gemm_portable(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
+                   const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode,
+                   const float* row_scale, float out_scale) {
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t n = 0; n < N; ++n) {
+      float acc = 0;
+      for (std::size_t k = 0; k < K; ++k) acc += widen(A[m * lda + k]) * widen(Bp[((k / 2) * ldb + n) * 2 + k % 2]);
+      finish(C + m * ldc + n, acc, mode, row_scale ? row_scale[m] : 1.0f, out_scale);
+    }
+}
+
+#if defined(__x86_64__)
+#define ATTNSCALE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
+
+// One MR x (4 x 16) tile: acc[i][r] += A(m0+i, 2kk..2kk+1) · Bp[kk][n0 + 16r .. +16][0..1].
+template <int MR>
+ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, std::size_t lda, const std::uint16_t* Bp,
+                                      std::size_t ldb, float* C, std::size_t ldc, std::size_t cols, int mode,
+                                      const float* row_scale, float out_scale) {
+  __m512 acc[MR][4];
+  __mmask16 mask[4];
+  for (int r = 0; r < 4; ++r) {
+    const std::size_t left = cols > 16u * r ? cols - 16u * r : 0;
+    mask[r] = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+    for (int i = 0; i < MR; ++i) acc[i][r] = _mm512_setzero_ps();
+  }
+  for (std::size_t kk = 0; kk < K / 2; ++kk) {
+    __m512bh b[4];
+    for (int r = 0; r < 4; ++r)
+      b[r] = (__m512bh)_mm512_maskz_loadu_epi32(mask[r], Bp + (kk * ldb + 16 * r) * 2);
+    for (int i = 0; i < MR; ++i) {
+      std::int32_t pair;
+      std::memcpy(&pair, A + i * lda + 2 * kk, 4);
+      const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+      for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], a, b[r]);
+    }
+  }
+  const __m512 s = _mm512_set1_ps(out_scale);
+  for (int i = 0; i < MR; ++i)
+    for (int r = 0; r < 4; ++r) {
+      if (!mask[r]) continue;
+      float* c = C + i * ldc + 16 * r;
+      __m512 v = _mm512_mul_ps(acc[i][r], s);
+      if (mode != 0) {
+        __m512 old = _mm512_maskz_loadu_ps(mask[r], c);
+        if (mode == 2) old = _mm512_mul_ps(old, _mm512_set1_ps(row_scale[i]));
+        v = _mm512_add_ps(old, v);
+      }
+      _mm512_mask_storeu_ps(c, mask[r], v);
+    }
+}
+
+ATTNSCALE_BF16_TARGET void gemm_avx512(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
+                                       std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
+                                       std::size_t ldc, int mode, const float* row_scale, float out_scale) {
+  for (std::size_t n0 = 0; n0 < N; n0 += 64) {
+    const std::size_t cols = std::min<std::size_t>(64, N - n0);
+    std::size_t m = 0;
+    for (; m + 4 <= M; m += 4)
+      tile_avx512<4>(K, A + m * lda, lda, Bp + n0 * 2, ldb, C + m * ldc + n0, ldc, cols, mode,
+                     row_scale ? row_scale + m : nullptr, out_scale);
+    for (; m < M; ++m)
+      tile_avx512<1>(K, A + m * lda, lda, Bp + n0 * 2, ldb, C + m * ldc + n0, ldc, cols, mode,
+                     row_scale ? row_scale + m : nullptr, out_scale);
+  }
+}
+
+// AMX: C tiles of 16 x 16 float32 (tile 0) accumulate tdpbf16ps of A tiles 16 rows x 32 bf16
+// (tile 1) and B tiles of 16 pair-rows x 16 columns (tile 2). Each C tile is stored to a scratch
+// tile and merged into C with the mode, so ragged M and N need no second configuration.
+struct alignas(64) TileConfig {
+  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
+  std::uint16_t colsb[16] = {};
+  std::uint8_t rows[16] = {};
+};
+
+__attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(std::size_t M, std::size_t N, std::size_t K,
+                                                          const std::uint16_t* A, std::size_t lda,
+                                                          const std::uint16_t* Bp, std::size_t ldb, float* C,
+                                                          std::size_t ldc, int mode, const float* row_scale,
+                                                          float out_scale) {
+  TileConfig cfg;
+  for (int t = 0; t < 3; ++t) {
+    cfg.rows[t] = 16;
+    cfg.colsb[t] = 64;
+  }
+  _tile_loadconfig(&cfg);
+  alignas(64) float out[16 * 16];
+  for (std::size_t m0 = 0; m0 < M; m0 += 16)
+    for (std::size_t n0 = 0; n0 < N; n0 += 16) {
+      _tile_zero(0);
+      for (std::size_t k0 = 0; k0 < K; k0 += 32) {
+        _tile_loadd(1, A + m0 * lda + k0, lda * 2);
+        _tile_loadd(2, Bp + ((k0 / 2) * ldb + n0) * 2, ldb * 4);
+        _tile_dpbf16ps(0, 1, 2);
+      }
+      _tile_stored(0, out, 64);
+      for (std::size_t i = 0; i < 16 && m0 + i < M; ++i)
+        for (std::size_t j = 0; j < 16 && n0 + j < N; ++j)
+          finish(C + (m0 + i) * ldc + n0 + j, out[i * 16 + j], mode, row_scale ? row_scale[m0 + i] : 1.0f, out_scale);
+    }
+  _tile_release();
+}
+
+std::uint64_t xgetbv0() {
+  std::uint32_t lo, hi;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<std::uint64_t>(hi) << 32) | lo;
+}
+bool osxsave() {
+  unsigned a, b, c, d;
+  return __get_cpuid(1, &a, &b, &c, &d) && (c & (1u << 27));
+}
+#endif  // __x86_64__
+
+bool detect_amx() {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return false;
+  const bool tile = d & (1u << 24), bf16 = d & (1u << 22);
+  if (!tile || !bf16 || !osxsave()) return false;
+  const std::uint64_t xcr0 = xgetbv0();
+  if ((xcr0 & (3u << 17)) != (3u << 17)) return false;  // XTILECFG and XTILEDATA state enabled
+  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
+
+bool detect_avx512_bf16() {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 16)) || !(b & (1u << 30))) return false;  // F, BW
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return false;  // AVX512_BF16
+  return osxsave() && (xgetbv0() & 0xE6) == 0xE6;  // SSE, AVX and the three AVX-512 states
+#else
+  return false;
+#endif
+}
+
+std::once_flag detect_once, env_once;
+bool has_amx = false, has_avx512_bf16 = false;
+Path chosen = Path::portable;
+
+void detect() {
+  std::call_once(detect_once, [] {
+    has_amx = detect_amx();
+    has_avx512_bf16 = detect_avx512_bf16();
+    chosen = has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::portable;
+  });
+  std::call_once(env_once, [] {
+    if (const char* env = std::getenv("ATTNSCALE_BF16"); env && *env) force_path(env);
+  });
+}
+
+}  // namespace
+
+const char* path_name(Path p) {
+  return p == Path::amx ? "amx" : p == Path::avx512_bf16 ? "avx512-bf16" : "portable";
+}
+bool amx_usable() {
+  detect();
+  return has_amx;
+}
+bool avx512_bf16_usable() {
+  detect();
+  return has_avx512_bf16;
+}
+Path best_path() {
+  detect();
+  return has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::portable;
+}
+Path path() {
+  detect();
+  return chosen;
+}
+void force_path(const char* name) {
+  detect();
+  const std::string n = name;
+  if (n.empty()) chosen = best_path();
+  else if (n == "portable") chosen = Path::portable;
+  else if (n == "avx512-bf16" && has_avx512_bf16) chosen = Path::avx512_bf16;
+  else if (n == "amx" && has_amx) chosen = Path::amx;
+  else throw Error("ATTNSCALE_BF16: '" + n + "' is not a bf16 path this CPU supports (amx, avx512-bf16, portable)");
+}
+
+void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
+          const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
+          float out_scale) {
+  if (M == 0 || N == 0) return;
+#if defined(__x86_64__)
+  if (path == Path::amx) return gemm_amx(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
+  if (path == Path::avx512_bf16) return gemm_avx512(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
+#endif
+  gemm_portable(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
+}
+
+}  // namespace attnscale::detail::bfdot

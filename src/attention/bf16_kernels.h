@@ -1,0 +1,39 @@
+// bfloat16 products with float32 accumulation, for the bf16 forward (bf16_forward.cc).
+//
+// Operand layouts (both zero-padded as noted, so that every path may read whole tiles):
+//   A  [M][lda] bf16, row-major; at least round_up(M, 16) rows allocated, K a multiple of 32
+//   Bp [K/2][ldb][2] bf16, "VNNI" pairs: element (k, n) at Bp[((k/2)·ldb + n)·2 + k%2]; ldb a
+//      multiple of 16 (columns past N are read, never written back)
+// so that one 32-bit broadcast of A (two consecutive k) against one vector of Bp pairs is one
+// vdpbf16ps step, and 16 x 32 A tiles and 16 x 16-pair B tiles are AMX tile loads.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace attnscale::detail::bfdot {
+
+enum class Path { amx, avx512_bf16, portable };
+const char* path_name(Path p);  // "amx", "avx512-bf16", "portable"
+
+// Run-time detection. AMX: CPUID AMX-TILE and AMX-BF16, XCR0 tile state enabled by the OS, and
+// the kernel's permission for tile data (arch_prctl ARCH_REQ_XCOMP_PERM) granted.
+bool amx_usable();
+bool avx512_bf16_usable();
+Path best_path();  // amx, else avx512_bf16, else portable; $ATTNSCALE_BF16 may force one
+Path path();       // the path forward() uses now
+void force_path(const char* name);  // "amx" | "avx512-bf16" | "portable" | "" (best); throws if unusable
+
+// C[M x N] (ldc) = init + out_scale · A·B with init as in simd::GemmMode (0, C, row_scale[m]·C).
+void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
+          const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
+          float out_scale);
+
+}  // namespace attnscale::detail::bfdot
+
+namespace attnscale::detail {
+struct Params;
+namespace bfdot {
+// The bf16 forward over validated params (bf16_forward.cc).
+void forward(const Params& p);
+}  // namespace bfdot
+}  // namespace attnscale::detail

@@ -1,0 +1,77 @@
+// Decode: a few query rows against many keys (generation with a KV cache). Blocks of kBr rows
+// would leave threads idle, so the keys are split instead: every (batch, KV head) gathers all of
+// its query heads' rows into one block (K and V are read once for the whole group), the keys go
+// in fixed chunks of kDecodeChunk to the threads, and each chunk's partial (o, m, l) is merged in
+// chunk order (see merge.cc for the math). The chunking depends on the shape only, so the result
+// is the same for any thread count.
+#include <memory>
+#include <vector>
+
+#include "attention/flash_forward.h"
+#include "common/parallel.h"
+
+namespace attnscale::detail {
+
+inline constexpr std::int64_t kDecodeChunk = 1024;
+inline constexpr std::int64_t kDecodeRows = 16;
+
+bool use_decode(const Params& p) {
+  return p.Nq * p.group() <= kDecodeRows && p.Nkv >= 2 * kDecodeChunk && p.probs.empty();
+}
+
+template <class T>
+void decode_all(const Params& p) {
+  const std::int64_t rows = p.Nq * p.group(), chunks = (p.Nkv + kDecodeChunk - 1) / kDecodeChunk;
+  const std::int64_t heads = p.B * p.Hkv, items = heads * chunks;
+  Buffer<T> po(items * rows * p.dv), pm(items * rows), pl(items * rows);
+  auto block = [&](std::int64_t head) {
+    RowBlock rb;
+    rb.b = head / p.Hkv;
+    rb.kh = head % p.Hkv;
+    for (std::int64_t h = rb.kh * p.group(); h < (rb.kh + 1) * p.group(); ++h)
+      for (std::int64_t i = 0; i < p.Nq; ++i) rb.add(p, h, i);
+    return rb;
+  };
+  const int threads = resolve_threads(p.threads, items);
+  std::vector<std::unique_ptr<ForwardScratch<T>>> scratch(threads);
+  parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
+    if (!scratch[t]) scratch[t] = std::make_unique<ForwardScratch<T>>(p);
+    ForwardScratch<T>& s = *scratch[t];
+    for (std::int64_t item = i0; item < i1; ++item) {
+      const RowBlock rb = block(item / chunks);
+      const std::int64_t c = item % chunks;
+      attend(p, rb, c * kDecodeChunk, std::min(p.Nkv, (c + 1) * kDecodeChunk), s);
+      std::copy(s.o.get(), s.o.get() + rows * p.dv, po.get() + item * rows * p.dv);
+      std::copy(s.m.get(), s.m.get() + rows, pm.get() + item * rows);
+      std::copy(s.l.get(), s.l.get() + rows, pl.get() + item * rows);
+    }
+  });
+  // Merge, base 2: M = max_c m_c;  o = Σ_c 2^(m_c − M) o_c;  l = Σ_c 2^(m_c − M) l_c.
+  parallel_for(heads, 1, resolve_threads(p.threads, heads), [&](std::int64_t h0, std::int64_t h1, int) {
+    std::vector<T> o(rows * p.dv), m(rows), l(rows);
+    for (std::int64_t head = h0; head < h1; ++head) {
+      const RowBlock rb = block(head);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        T M = -std::numeric_limits<T>::infinity();
+        for (std::int64_t c = 0; c < chunks; ++c) M = std::max(M, pm[(head * chunks + c) * rows + r]);
+        const T use = M == -std::numeric_limits<T>::infinity() ? T(0) : M;  // every chunk empty
+        std::fill(o.begin() + r * p.dv, o.begin() + (r + 1) * p.dv, T(0));
+        l[r] = 0;
+        m[r] = M;
+        for (std::int64_t c = 0; c < chunks; ++c) {
+          const std::int64_t slot = (head * chunks + c) * rows + r;
+          if (pl[slot] == T(0)) continue;  // a chunk the row saw no key of
+          const T w = std::exp2(pm[slot] - use);
+          l[r] += w * pl[slot];
+          for (std::int64_t d = 0; d < p.dv; ++d) o[r * p.dv + d] += w * po[slot * p.dv + d];
+        }
+      }
+      write_rows(p, rb, o.data(), m.data(), l.data());
+    }
+  });
+}
+
+template void decode_all<float>(const Params&);
+template void decode_all<double>(const Params&);
+
+}  // namespace attnscale::detail

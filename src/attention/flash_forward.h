@@ -1,0 +1,127 @@
+// The tiled forward with online softmax, for one block of query rows over one range of keys.
+// Used by forward() (all keys at once) and by decode (keys split into chunks, merged by LSE).
+//
+// Per query row, over key tiles of kBc (base-2 scores t_j = s·log2(e)·q·k_j + log2(e)·bias_j):
+//   m' = max(m, max_j t_j);  P_j = 2^(t_j − m');  l' = 2^(m − m')·l + Σ_j P_j;
+//   o' = 2^(m − m')·o + Σ_j P_j v_j
+// and at the end out = o / l, lse = ln 2 · (m + log2 l). The N x N matrix never exists: a thread
+// holds one block's Qᵀ (dk x kBr), one score tile (kBc x kBr), o (kBr x dv) and m, l.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "attention/params.h"
+#include "attention/tiles.h"
+
+namespace attnscale::detail {
+
+template <class T>
+struct ForwardScratch {
+  static constexpr std::int64_t ld = kBr;  // columns of Qᵀ and of score tiles (queries)
+  Buffer<T> qt, st, o, kp, vp, m, l, alpha, sub, mul;
+  explicit ForwardScratch(const Params& p)
+      : qt(p.dk * ld), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
+        sub(ld), mul(ld) {}
+};
+
+// Score tile St[j - j0][r] = log2(e)·(s·q_r·k_j + bias_rj) for keys [j0, j1), masked pairs -inf.
+template <class T>
+void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
+                ForwardScratch<T>& s) {
+  const std::int64_t nk = j1 - j0;
+  const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
+  Ops<T>::gemm(nk, s.ld, p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+               simd::kOverwrite);
+  if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
+}
+
+// o = alpha·o + P·V for a partial tile whose V holds a non-finite value: only the pairs the mask
+// shows are read, so a NaN or inf in a hidden key's value never reaches a row (P = 0 for a hidden
+// pair, but 0 · NaN = NaN).
+template <class T>
+void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* V,
+                        std::int64_t ldv, ForwardScratch<T>& s) {
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    T* o = s.o.get() + r * p.dv;
+    for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= s.alpha[r];
+    for (std::int64_t j = 0; j < nk; ++j) {
+      const std::int64_t key = j0 + j;
+      if (key < rb.lo[r] || key >= rb.hi[r]) continue;
+      if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
+      const T w = s.st[j * s.ld + r];
+      for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * V[j * ldv + c];
+    }
+  }
+}
+
+// Attends the block's rows to keys [k0, k1): leaves o (unnormalised), m and l (base 2) in s.
+template <class T>
+void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k1, ForwardScratch<T>& s) {
+  s.m.fill(-std::numeric_limits<T>::infinity());
+  s.l.fill(T(0));
+  s.o.fill(T(0));
+  pack_transposed<T>(p.q, rb, p.dk, p.scale * kLog2e, s.qt.get(), s.ld);  // s·log2(e) folded into Q
+  const std::int64_t jb = std::max(k0, rb.lo_min), je = std::min(k1, rb.hi_max);
+  for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
+    const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0;
+    const TileKind kind = classify(p, rb, j0, j1);
+    if (kind == TileKind::skip) continue;  // causal: the tiles above the diagonal cost nothing
+    score_tile(p, rb, j0, j1, kind, s);
+    Ops<T>::softmax_update(s.st.get(), s.ld, nk, s.ld, s.m.get(), s.l.get(), s.alpha.get());
+    const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
+    const T* V = static_cast<const T*>(v.ptr);
+    if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
+      accumulate_visible(p, rb, j0, nk, V, v.ld, s);
+    else
+      Ops<T>::gemm(rb.n, p.dv, nk, s.st.get(), 1, s.ld, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
+                   s.alpha.get());
+  }
+}
+
+// Writes out = o / l and lse = ln 2 · (m + log2 l); a row with l = 0 saw no key: out 0, lse -inf.
+template <class T>
+void write_rows(const Params& p, const RowBlock& rb, const T* o, const T* m, const T* l) {
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    const T inv = l[r] == T(0) ? T(0) : T(1) / l[r];
+    for (std::int64_t c = 0; c < p.dv; ++c) {
+      const T x = o[r * p.dv + c] * inv;
+      if (p.out.dtype == DType::f32) *at<float>(p.out, rb.b, rb.h[r], rb.i[r], c) = static_cast<float>(x);
+      else store(p.out, element(p.out, rb.b, rb.h[r], rb.i[r], c), static_cast<double>(x));
+    }
+    if (!p.lse.empty()) {
+      const double lse = l[r] == T(0) ? -INFINITY : kLn2 * (static_cast<double>(m[r]) + std::log2(static_cast<double>(l[r])));
+      store(p.lse, element(p.lse, rb.b, rb.h[r], rb.i[r], 0), lse);
+    }
+  }
+}
+
+// Second pass for the optional probs output, with m and l final: P = 2^(t − m) / l.
+template <class T>
+void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s) {
+  for (std::int64_t r = 0; r < s.ld; ++r) {
+    const bool seen = r < rb.n && s.l[r] != T(0);
+    s.sub[r] = seen ? s.m[r] : std::numeric_limits<T>::infinity();  // 2^(t − inf) = 0
+    s.mul[r] = seen ? T(1) / s.l[r] : T(0);
+  }
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+  for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
+    const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
+    const TileKind kind = classify(p, rb, j0, j1);
+    if (kind == TileKind::skip) continue;
+    score_tile(p, rb, j0, j1, kind, s);
+    Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.sub.get(), s.mul.get());
+    for (std::int64_t j = 0; j < nk; ++j)
+      for (std::int64_t r = 0; r < rb.n; ++r)
+        store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+  }
+}
+
+// Decode (few query rows, many keys): keys split into fixed chunks processed in parallel, merged
+// by their LSE. Defined in decode.cc.
+bool use_decode(const Params& p);
+template <class T>
+void decode_all(const Params& p);
+
+}  // namespace attnscale::detail

@@ -1,0 +1,203 @@
+// Per-target SIMD kernels of the fast path (compiled once per Highway target by kernels.cc).
+//
+// Everything here works on contiguous float32 tiles; masks, dtypes, strides and threads live in the
+// scalar orchestration (forward.cc, backward.cc, decode.cc). Tile layout (FlashAttention with the
+// score tile transposed so that the softmax runs down columns, one SIMD lane per query):
+//   Qt [dk][ldq]  query block, transposed, pre-multiplied by s·log2(e), zero in padding columns
+//   St [Bc][ldq]  scores of Bc keys (rows) against the query block (columns), base-2 units
+//   O  [ldq][ldo] output accumulator, one row per query
+// so the running max m and sum l of a query are one lane of a vector: no horizontal reductions.
+#if defined(ATTNSCALE_ATTENTION_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
+#ifdef ATTNSCALE_ATTENTION_KERNELS_INL_H_
+#undef ATTNSCALE_ATTENTION_KERNELS_INL_H_
+#else
+#define ATTNSCALE_ATTENTION_KERNELS_INL_H_
+#endif
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace attnscale::detail::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Register blocking of the GEMM micro-kernel: MR rows of C by NR vectors of columns, all kept in
+// registers while the whole inner dimension streams through (AVX-512: 4 x 4 zmm = 16
+// accumulators + 4 B vectors of 32 registers; AVX2: 6 x 2 ymm = 12 + 2 of 16).
+#if HWY_TARGET == HWY_AVX2
+constexpr size_t kMR = 6, kNR = 2;
+#elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr size_t kMR = 4, kNR = 4;
+#else
+constexpr size_t kMR = 4, kNR = 2;
+#endif
+
+// 2^x for x in base-2 units. Derivation: x = n + f with n = round(x), f in [-1/2, 1/2];
+// 2^x = 2^n · 2^f, 2^n built from the exponent bits (n + 127) << 23, 2^f by the degree-6
+// minimax polynomial of Cephes' exp2f (relative error < 2e-7). x is clamped to [-127, 127]
+// first: at -127 the exponent field is 0 and the result is exactly 0, so exp2(-inf) = 0 — the
+// value masked scores must give. NaN is passed through explicitly (the clamp would hide it).
+HWY_INLINE VF Exp2(DF d, VF x) {
+  const hn::RebindToSigned<DF> di;
+  const VF xc = hn::Min(hn::Max(x, hn::Set(d, -127.0f)), hn::Set(d, 127.0f));
+  const VF n = hn::Round(xc);
+  const VF f = hn::Sub(xc, n);
+  VF p = hn::Set(d, 1.535336188319500e-4f);
+  p = hn::MulAdd(p, f, hn::Set(d, 1.339887440266574e-3f));
+  p = hn::MulAdd(p, f, hn::Set(d, 9.618437357674640e-3f));
+  p = hn::MulAdd(p, f, hn::Set(d, 5.550332471162809e-2f));
+  p = hn::MulAdd(p, f, hn::Set(d, 2.402264791363012e-1f));
+  p = hn::MulAdd(p, f, hn::Set(d, 6.931472028550421e-1f));
+  p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  const VF r = hn::Mul(p, hn::BitCast(d, bits));
+  return hn::IfThenElse(hn::IsNaN(x), x, r);
+}
+
+// C tile of MR rows x NR*L columns (the last vector holding `tail` valid lanes when kTail):
+//   C = init + Σ_k A[m·ars + k·acs] · B[k·ldb + n]
+// with init = 0 (mode 0), C (mode 1) or row_scale[m]·C (mode 2).
+template <size_t MR, size_t NR, bool kTail>
+HWY_INLINE void MicroTile(DF d, size_t K, const float* HWY_RESTRICT A, size_t ars, size_t acs,
+                          const float* HWY_RESTRICT B, size_t ldb, float* HWY_RESTRICT C, size_t ldc,
+                          int mode, const float* HWY_RESTRICT row_scale, size_t tail) {
+  const size_t L = hn::Lanes(d);
+  const auto last = hn::FirstN(d, kTail ? tail : L);
+  VF acc[MR][NR];
+  for (size_t i = 0; i < MR; ++i)
+    for (size_t r = 0; r < NR; ++r) acc[i][r] = hn::Zero(d);
+  for (size_t k = 0; k < K; ++k) {
+    VF b[NR];
+    for (size_t r = 0; r < NR; ++r)
+      b[r] = (kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, B + k * ldb + r * L)
+                                     : hn::LoadU(d, B + k * ldb + r * L);
+    for (size_t i = 0; i < MR; ++i) {
+      const VF a = hn::Set(d, A[i * ars + k * acs]);
+      for (size_t r = 0; r < NR; ++r) acc[i][r] = hn::MulAdd(a, b[r], acc[i][r]);
+    }
+  }
+  for (size_t i = 0; i < MR; ++i)
+    for (size_t r = 0; r < NR; ++r) {
+      float* c = C + i * ldc + r * L;
+      const bool partial = kTail && r + 1 == NR;
+      VF v = acc[i][r];
+      if (mode != 0) {
+        VF old = partial ? hn::MaskedLoad(last, d, c) : hn::LoadU(d, c);
+        if (mode == 2) old = hn::Mul(old, hn::Set(d, row_scale[i]));
+        v = hn::Add(old, v);
+      }
+      if (partial) hn::BlendedStore(v, last, d, c);
+      else hn::StoreU(v, d, c);
+    }
+}
+
+// Rows [0, M) in blocks of MR (the remainder with a smaller instantiation) for one column block.
+template <size_t NR, bool kTail>
+HWY_INLINE void ColumnBlock(DF d, size_t M, size_t K, const float* A, size_t ars, size_t acs,
+                            const float* B, size_t ldb, float* C, size_t ldc, int mode,
+                            const float* row_scale, size_t tail) {
+  size_t m = 0;
+  for (; m + kMR <= M; m += kMR)
+    MicroTile<kMR, NR, kTail>(d, K, A + m * ars, ars, acs, B, ldb, C + m * ldc, ldc, mode,
+                              row_scale ? row_scale + m : nullptr, tail);
+  const size_t rest = M - m;
+  const float* a = A + m * ars;
+  float* c = C + m * ldc;
+  const float* rs = row_scale ? row_scale + m : nullptr;
+  switch (rest) {  // kMR <= 6
+    case 1: MicroTile<1, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    case 2: MicroTile<2, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    case 3: MicroTile<3, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    case 4: MicroTile<4, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    case 5: MicroTile<5, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    default: break;
+  }
+}
+
+// C[M x N] (ldc) = init + A·B, A read element-wise through (ars, acs) so that transposed and
+// strided operands need no copy, B row-major with unit column stride (ldb). See MicroTile.
+void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, const float* B,
+          size_t ldb, float* C, size_t ldc, int mode, const float* row_scale) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  size_t n = 0;
+  for (; n + kNR * L <= N; n += kNR * L)
+    ColumnBlock<kNR, false>(d, M, K, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
+  for (; n + L <= N; n += L)
+    ColumnBlock<1, false>(d, M, K, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
+  if (n < N) ColumnBlock<1, true>(d, M, K, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, N - n);
+}
+
+// Online softmax over a transposed score tile St[rows][lds] (keys x queries; cols a multiple of
+// the lane count). Per query column c, with m the running max and l the running sum (base 2):
+//   m' = max(m, max_j St[j][c]);  alpha = 2^(m − m');  P[j][c] = 2^(St[j][c] − m');
+//   l' = alpha·l + Σ_j P[j][c].
+// The caller rescales its accumulator rows by alpha (O' = alpha·O + P·V). Scores arrive in
+// base-2 units because s·log2(e) was folded into Q, so exp2 replaces exp with no extra multiply.
+// Fully-masked guard: while every key a query has seen is masked, m' = -inf and St − m' would be
+// (-inf) − (-inf) = NaN; subtracting 0 instead gives P = 2^(-inf) = 0 and alpha = 0, so l stays 0
+// and the row finishes as out = 0, lse = -inf.
+void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF neg_inf = hn::Set(d, -INFINITY);
+  for (size_t c = 0; c < cols; c += L) {
+    const VF m_old = hn::LoadU(d, m + c);
+    VF mx = neg_inf;
+    for (size_t j = 0; j < rows; ++j) mx = hn::Max(mx, hn::LoadU(d, St + j * lds + c));
+    const VF m_new = hn::Max(m_old, mx);
+    const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);  // the guard above
+    VF sum = hn::Zero(d);
+    for (size_t j = 0; j < rows; ++j) {
+      const VF p = Exp2(d, hn::Sub(hn::LoadU(d, St + j * lds + c), m_use));
+      hn::StoreU(p, d, St + j * lds + c);
+      sum = hn::Add(sum, p);
+    }
+    const VF a = Exp2(d, hn::Sub(m_old, m_use));
+    hn::StoreU(a, d, alpha + c);
+    hn::StoreU(hn::MulAdd(a, hn::LoadU(d, l + c), sum), d, l + c);
+    hn::StoreU(m_new, d, m + c);
+  }
+}
+
+// St[j][c] = 2^(St[j][c] − sub[c]) · mul[c]: probabilities from final statistics (sub = m and
+// mul = 1/l for the probs output; sub = lse·log2(e), mul = 1 for the backward). A caller passes
+// sub = +inf for a fully masked query, so every entry becomes 2^(-inf) = 0.
+void Exp2Columns(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t c = 0; c < cols; c += L) {
+    const VF s = hn::LoadU(d, sub + c), f = hn::LoadU(d, mul + c);
+    for (size_t j = 0; j < rows; ++j)
+      hn::StoreU(hn::Mul(Exp2(d, hn::Sub(hn::LoadU(d, St + j * lds + c), s)), f), d, St + j * lds + c);
+  }
+}
+
+// dS = P ∘ (dP − D) · s, in place over dPt (transposed tiles like St; D per query column).
+void SoftmaxGrad(const float* Pt, float* dPt, size_t ld, size_t rows, size_t cols, const float* D,
+                 float scale) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF s = hn::Set(d, scale);
+  for (size_t c = 0; c < cols; c += L) {
+    const VF dd = hn::LoadU(d, D + c);
+    for (size_t j = 0; j < rows; ++j) {
+      const VF p = hn::LoadU(d, Pt + j * ld + c);
+      const VF dp = hn::LoadU(d, dPt + j * ld + c);
+      hn::StoreU(hn::Mul(hn::Mul(p, hn::Sub(dp, dd)), s), d, dPt + j * ld + c);
+    }
+  }
+}
+
+const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace attnscale::detail::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#endif  // include guard

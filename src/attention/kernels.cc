@@ -1,0 +1,103 @@
+// Runtime dispatch of the float32 tile kernels: Highway compiles kernels-inl.h once per target
+// (foreach_target.h re-includes this file) and HWY_DYNAMIC_DISPATCH picks the best one the CPU
+// supports. SSSE3/SSE4 are left out (HWY_DISABLED_TARGETS in src/CMakeLists.txt): the scalar
+// emulation, AVX2 and AVX-512 are the targets we build, test and measure.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include "attention/kernels-inl.h"
+
+#if HWY_ONCE
+#include <cstdlib>
+#include <mutex>
+
+#include "attention/kernels.h"
+#include "attnscale/error.h"
+
+namespace attnscale::detail {
+HWY_EXPORT(Gemm);
+HWY_EXPORT(SoftmaxUpdate);
+HWY_EXPORT(Exp2Columns);
+HWY_EXPORT(SoftmaxGrad);
+HWY_EXPORT(TargetName);
+
+namespace simd {
+namespace {
+
+struct NamedTarget {
+  const char* name;
+  std::int64_t bits;
+};
+constexpr NamedTarget kTargets[] = {
+    {"scalar", HWY_BASELINE_SCALAR}, {"avx2", HWY_AVX2}, {"avx512", HWY_AVX3}};
+
+std::int64_t bits_of(const std::string& name) {
+  for (const auto& t : kTargets)
+    if (name == t.name) return t.bits;
+  throw Error("ATTNSCALE_TARGET: unknown target '" + name + "' (expected scalar, avx2 or avx512)");
+}
+
+std::int64_t usable_bits() {
+  std::int64_t bits = 0;
+  for (std::int64_t t : hwy::SupportedAndGeneratedTargets()) bits |= t;
+  return bits;
+}
+
+std::once_flag env_once;
+
+}  // namespace
+
+void init_target_from_env() {
+  std::call_once(env_once, [] {
+    const char* env = std::getenv("ATTNSCALE_TARGET");
+    if (env && *env) force_target(env);
+  });
+}
+
+std::vector<std::string> available_targets() {
+  hwy::SetSupportedTargetsForTest(0);  // the CPU's real set, not a forced one
+  const std::int64_t bits = usable_bits();
+  std::vector<std::string> names;
+  for (const auto& t : kTargets)
+    if (bits & t.bits) names.emplace_back(t.name);
+  return names;
+}
+
+void force_target(const std::string& name) {
+  hwy::SetSupportedTargetsForTest(0);
+  if (name.empty()) return;
+  const std::int64_t want = bits_of(name);
+  if (!(usable_bits() & want))
+    throw Error("ATTNSCALE_TARGET: target '" + name + "' is not supported by this CPU or build");
+  hwy::SetSupportedTargetsForTest(want);
+}
+
+const char* target_name() {
+  init_target_from_env();
+  return HWY_DYNAMIC_DISPATCH(TargetName)();
+}
+
+void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+          const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale) {
+  if (M == 0 || N == 0) return;
+  HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+}
+void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
+                    float* alpha) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxUpdate)(St, lds, rows, cols, m, l, alpha);
+}
+void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+                  const float* mul) {
+  HWY_DYNAMIC_DISPATCH(Exp2Columns)(St, lds, rows, cols, sub, mul);
+}
+void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
+                  const float* D, float scale) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(Pt, dPt, ld, rows, cols, D, scale);
+}
+
+}  // namespace simd
+}  // namespace attnscale::detail
+#endif  // HWY_ONCE

@@ -1,0 +1,39 @@
+// The fast path's float32 tile kernels, dispatched at run time to the best SIMD target
+// (Highway: scalar emulation, AVX2, AVX-512). A plain header: only pointers and sizes cross the
+// dispatch boundary; the per-target code is in kernels-inl.h, the dispatch in kernels.cc.
+#pragma once
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace attnscale::detail::simd {
+
+// C[M x N] (row stride ldc) = init + A·B where A(m, k) = A[m·ars + k·acs] (any strides: a
+// transposed or strided operand needs no copy) and B(k, n) = B[k·ldb + n]. init is 0 (mode 0),
+// C (mode 1) or row_scale[m]·C (mode 2).
+enum GemmMode : int { kOverwrite = 0, kAccumulate = 1, kRescaleAccumulate = 2 };
+void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+          const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode,
+          const float* row_scale = nullptr);
+
+// Online-softmax step over a transposed score tile (see kernels-inl.h). cols: a multiple of 16.
+void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
+                    float* alpha);
+// St[j][c] = 2^(St[j][c] − sub[c]) · mul[c].
+void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+                  const float* mul);
+// dPt[j][c] = Pt[j][c] · (dPt[j][c] − D[c]) · scale.
+void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
+                  const float* D, float scale);
+
+// Column padding every tile uses: a multiple of the widest target's lane count.
+inline constexpr std::size_t kColumnPad = 16;
+
+// Target control. The best target is chosen at first use, unless $ATTNSCALE_TARGET names one
+// (scalar | avx2 | avx512), which must be compiled in and supported by this CPU.
+const char* target_name();                   // the target the kernels run on now, e.g. "AVX3"
+std::vector<std::string> available_targets();  // compiled in and supported here, by our names
+void force_target(const std::string& name);    // one of available_targets(), or "" for the best
+void init_target_from_env();                   // applies $ATTNSCALE_TARGET (once; idempotent)
+
+}  // namespace attnscale::detail::simd

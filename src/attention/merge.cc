@@ -1,0 +1,87 @@
+// merge_partials(): the LSE merge of attention over disjoint key chunks (see decode.h).
+//
+// With M = max_c lse_c (for stability, as in the softmax itself):
+//   lse = M + log Σ_c exp(lse_c − M),   out = Σ_c exp(lse_c − lse) · out_c.
+// Accumulated in float64; chunks are visited in order, so the result is deterministic.
+#include <cmath>
+#include <string>
+
+#include "attention/params.h"
+#include "attnscale/decode.h"
+#include "attnscale/error.h"
+
+namespace attnscale {
+namespace {
+
+void check(const TensorView& t, const TensorView& like, const std::string& name, const std::string& like_name) {
+  if (t.data == nullptr) throw Error(name + ": missing (null data pointer)");
+  if (t.dtype != DType::f32 && t.dtype != DType::f64)
+    throw Error(name + ": dtype must be float32 or float64, got " + std::string(dtype_name(t.dtype)));
+  bool same = t.rank == like.rank;
+  for (int d = 0; same && d < t.rank; ++d) same = t.shape[d] == like.shape[d];
+  if (!same) throw Error(name + ": shape " + t.shape_str() + " must equal " + like_name + "'s " + like.shape_str());
+}
+
+// Offset in elements of flat index n (C order) of view t.
+std::int64_t offset(const TensorView& t, std::int64_t n) {
+  std::int64_t off = 0;
+  for (int d = t.rank - 1; d >= 0; --d) {
+    off += (n % t.shape[d]) * t.strides[d];
+    n /= t.shape[d];
+  }
+  return off;
+}
+double get(const TensorView& t, std::int64_t off) {
+  return t.dtype == DType::f32 ? static_cast<const float*>(t.data)[off] : static_cast<const double*>(t.data)[off];
+}
+void put(const TensorView& t, std::int64_t off, double x) {
+  if (t.dtype == DType::f32) static_cast<float*>(t.data)[off] = static_cast<float>(x);
+  else static_cast<double*>(t.data)[off] = x;
+}
+
+}  // namespace
+
+void merge_partials(const std::vector<TensorView>& outs, const std::vector<TensorView>& lses,
+                    const TensorView& out, const TensorView& lse) {
+  if (outs.empty()) throw Error("outs: at least one partial result is needed");
+  if (lses.size() != outs.size())
+    throw Error("lses: " + std::to_string(lses.size()) + " partial LSEs for " + std::to_string(outs.size()) +
+                " partial outputs");
+  check(out, out, "out", "out");
+  if (out.rank < 1) throw Error("out: expected rank 1..4, got rank 0");
+  check(lse, lse, "lse", "lse");
+  bool lse_ok = lse.rank == out.rank - 1;
+  for (int d = 0; lse_ok && d < lse.rank; ++d) lse_ok = lse.shape[d] == out.shape[d];
+  if (!lse_ok) throw Error("lse: shape " + lse.shape_str() + " must be out's " + out.shape_str() + " without its last dimension");
+  for (std::size_t c = 0; c < outs.size(); ++c) {
+    check(outs[c], out, "outs[" + std::to_string(c) + "]", "out");
+    check(lses[c], lse, "lses[" + std::to_string(c) + "]", "lse");
+  }
+  const std::int64_t dv = out.shape[out.rank - 1], rows = out.numel() / dv;
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const std::int64_t lo = offset(lse, r);
+    double M = -INFINITY;
+    bool nan = false;
+    for (const TensorView& l : lses) {
+      const double x = get(l, offset(l, r));
+      nan |= std::isnan(x);
+      M = std::max(M, x);
+    }
+    double sum = 0;
+    for (const TensorView& l : lses)
+      if (const double x = get(l, offset(l, r)); x != -INFINITY) sum += std::exp(x - M);
+    const double total = nan ? NAN : M == -INFINITY ? -INFINITY : M + std::log(sum);
+    put(lse, lo, total);
+    for (std::int64_t c = 0; c < dv; ++c) {
+      double acc = 0;
+      for (std::size_t k = 0; k < outs.size(); ++k) {
+        const double x = get(lses[k], offset(lses[k], r));
+        if (x == -INFINITY) continue;
+        acc += std::exp(x - total) * get(outs[k], offset(outs[k], r * dv + c));
+      }
+      put(out, offset(out, r * dv + c), M == -INFINITY ? 0.0 : nan ? NAN : acc);
+    }
+  }
+}
+
+}  // namespace attnscale

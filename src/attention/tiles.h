@@ -1,0 +1,241 @@
+// Tiles: the pieces the fast forward, backward and decode share — blocks of query rows, their
+// key ranges, mask application on a score tile, operand packing, per-thread scratch, and the
+// tile kernels for each compute type (float32: SIMD dispatch; float64: portable loops).
+//
+// Shape legend: B batch, Hq/Hkv query/key-value heads, Nq/Nkv queries/keys, dk/dv head dims.
+// A block is up to kBr query rows (b, h, i) that share a KV head; keys go by in tiles of kBc.
+// Score tiles are transposed, St[key][query], so each query owns one SIMD lane (kernels-inl.h).
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
+#include <limits>
+#include <memory>
+#include <new>
+#include <type_traits>
+
+#include "attention/kernels.h"
+#include "attention/params.h"
+
+namespace attnscale::detail {
+
+inline constexpr std::int64_t kBr = 64;  // query rows per block (a multiple of kColumnPad)
+inline constexpr std::int64_t kBc = 64;  // keys per tile
+inline constexpr double kLog2e = 1.4426950408889634;
+inline constexpr double kLn2 = 0.6931471805599453;
+
+inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
+
+// A 64-byte aligned array (a cache line; also what the widest SIMD loads like).
+template <class T>
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(std::int64_t n) : n_(n) {
+    const std::size_t bytes = round_up(std::max<std::int64_t>(n, 1) * sizeof(T), 64);
+    data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    if (!data_) throw std::bad_alloc();
+  }
+  T* get() const { return data_.get(); }
+  T& operator[](std::int64_t i) const { return data_.get()[i]; }
+  void fill(T x) const { std::fill(data_.get(), data_.get() + n_, x); }
+
+ private:
+  struct Free {
+    void operator()(T* p) const { std::free(p); }
+  };
+  std::unique_ptr<T, Free> data_;
+  std::int64_t n_ = 0;
+};
+
+// Query rows of one block and the keys their causal/window masks allow.
+struct RowBlock {
+  std::int64_t b = 0, kh = 0, n = 0;
+  std::int64_t h[kBr], i[kBr], lo[kBr], hi[kBr];
+  std::int64_t lo_min = 0, hi_max = 0;  // union of the rows' key ranges
+
+  void add(const Params& p, std::int64_t head, std::int64_t row) {
+    const KeyRange r = key_range(p, row);
+    h[n] = head;
+    i[n] = row;
+    lo[n] = r.lo;
+    hi[n] = r.hi;
+    if (r.lo < r.hi) {
+      lo_min = any_ ? std::min(lo_min, r.lo) : r.lo;
+      hi_max = any_ ? std::max(hi_max, r.hi) : r.hi;
+      any_ = true;
+    }
+    ++n;
+  }
+  bool empty() const { return !any_; }
+
+ private:
+  bool any_ = false;
+};
+
+// How a key tile [j0, j1) meets a block: no visible pair, every pair visible, or some of each.
+enum class TileKind { skip, full, partial };
+inline TileKind classify(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1) {
+  bool any = false, all = p.mask.empty();
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    const bool meets = rb.lo[r] < j1 && rb.hi[r] > j0 && rb.lo[r] < rb.hi[r];
+    any |= meets;
+    all &= rb.lo[r] <= j0 && rb.hi[r] >= j1;
+  }
+  return !any ? TileKind::skip : all ? TileKind::full : TileKind::partial;
+}
+
+// Applies the mask to a score tile St[j - j0][r] in base-2 units: hidden pairs become -inf
+// (assigned, not added, so a NaN score of a hidden key never reaches the row), additive biases
+// are added times log2(e).
+template <class T>
+void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* St, std::int64_t lds) {
+  for (std::int64_t j = j0; j < j1; ++j) {
+    T* s = St + (j - j0) * lds;
+    for (std::int64_t r = 0; r < rb.n; ++r) {
+      if (j < rb.lo[r] || j >= rb.hi[r]) {
+        s[r] = -std::numeric_limits<T>::infinity();
+        continue;
+      }
+      if (p.mask.empty()) continue;
+      const double bias = mask_bias(p, rb.b, rb.h[r], rb.i[r], j);
+      s[r] = bias == -INFINITY ? -std::numeric_limits<T>::infinity()
+                               : s[r] + static_cast<T>(bias * kLog2e);
+    }
+  }
+}
+
+// Element (a, b, c, d) of any float view converted to T.
+template <class T>
+inline T value(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  if (t.dtype == DType::f32) return static_cast<T>(*at<const float>(t, a, b, c, d));
+  return static_cast<T>(load(t, element(t, a, b, c, d)));
+}
+
+// Rows [j0, j0 + n) of a [B, H, N, d] view at (b, h) as a row-major operand of T: the view itself
+// when it already is one (dtype T, unit column stride), else a converted copy in `pack`.
+struct Operand {
+  const void* ptr;
+  std::int64_t ld;
+};
+template <class T>
+Operand rows_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t n,
+                     std::int64_t d, T* pack) {
+  const bool direct = (std::is_same_v<T, float> ? t.dtype == DType::f32 : t.dtype == DType::f64) &&
+                      t.strides[3] == 1;
+  if (direct) return {at<const T>(t, b, h, j0), t.strides[2]};
+  for (std::int64_t j = 0; j < n; ++j)
+    for (std::int64_t c = 0; c < d; ++c) pack[j * d + c] = value<T>(t, b, h, j0 + j, c);
+  return {pack, d};
+}
+
+// Row strides of a [B, H, N, d] view at (b, h), rows j0.. as an element-wise A operand: the view
+// itself for dtype T with any strides, else a converted row-major copy.
+struct StridedOperand {
+  const void* ptr;
+  std::int64_t rs, cs;
+};
+template <class T>
+StridedOperand strided_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0,
+                               std::int64_t n, std::int64_t d, T* pack) {
+  const bool same = std::is_same_v<T, float> ? t.dtype == DType::f32 : t.dtype == DType::f64;
+  if (same) return {at<const T>(t, b, h, j0), t.strides[2], t.strides[3]};
+  const Operand o = rows_operand<T>(t, b, h, j0, n, d, pack);
+  return {o.ptr, o.ld, 1};
+}
+
+// The block's rows of a [B, H, N, d] view, transposed into Xt[c][r] (ld columns), times `mul`;
+// padding columns [n, ld) are zero.
+template <class T>
+void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, double mul, T* Xt, std::int64_t ld) {
+  for (std::int64_t c = 0; c < d; ++c) std::fill(Xt + c * ld + rb.n, Xt + (c + 1) * ld, T(0));
+  const T f = static_cast<T>(mul);
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + r] = value<T>(t, rb.b, rb.h[r], rb.i[r], c) * f;
+}
+
+// The block's rows of a [B, H, N, d] view, row-major into X[r][c].
+template <class T>
+void pack_rows(const TensorView& t, const RowBlock& rb, std::int64_t d, T* X) {
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t c = 0; c < d; ++c) X[r * d + c] = value<T>(t, rb.b, rb.h[r], rb.i[r], c);
+}
+
+// True when rows [0, n) x [0, d) of a row-major operand are all finite.
+template <class T>
+bool all_finite(const T* x, std::int64_t ld, std::int64_t n, std::int64_t d) {
+  for (std::int64_t j = 0; j < n; ++j)
+    for (std::int64_t c = 0; c < d; ++c)
+      if (!std::isfinite(x[j * ld + c])) return false;
+  return true;
+}
+
+// The tile kernels for one compute type. float: the SIMD kernels of kernels.h. double: the same
+// contracts in portable loops (the float64 fast path keeps float64 accuracy).
+template <class T>
+struct Ops;
+
+template <>
+struct Ops<float> {
+  static void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t ars,
+                   std::int64_t acs, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
+                   simd::GemmMode mode, const float* row_scale = nullptr) {
+    simd::gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+  }
+  static void softmax_update(float* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* m,
+                             float* l, float* alpha) {
+    simd::softmax_update(St, lds, rows, cols, m, l, alpha);
+  }
+  static void exp2_columns(float* St, std::int64_t lds, std::int64_t rows, std::int64_t cols,
+                           const float* sub, const float* mul) {
+    simd::exp2_columns(St, lds, rows, cols, sub, mul);
+  }
+  static void softmax_grad(const float* Pt, float* dPt, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                           const float* D, float scale) {
+    simd::softmax_grad(Pt, dPt, ld, rows, cols, D, scale);
+  }
+};
+
+template <>
+struct Ops<double> {
+  static void gemm(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t ars,
+                   std::int64_t acs, const double* B, std::int64_t ldb, double* C, std::int64_t ldc,
+                   simd::GemmMode mode, const double* row_scale = nullptr) {
+    for (std::int64_t m = 0; m < M; ++m) {
+      double* c = C + m * ldc;
+      for (std::int64_t n = 0; n < N; ++n)
+        c[n] = mode == simd::kOverwrite ? 0.0 : mode == simd::kAccumulate ? c[n] : row_scale[m] * c[n];
+      for (std::int64_t k = 0; k < K; ++k) {
+        const double a = A[m * ars + k * acs];
+        for (std::int64_t n = 0; n < N; ++n) c[n] += a * B[k * ldb + n];
+      }
+    }
+  }
+  static void softmax_update(double* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, double* m,
+                             double* l, double* alpha) {
+    for (std::int64_t c = 0; c < cols; ++c) {
+      double mx = m[c];
+      for (std::int64_t j = 0; j < rows; ++j) mx = std::max(mx, St[j * lds + c]);
+      const double use = mx == -INFINITY ? 0.0 : mx;  // fully-masked guard, see kernels-inl.h
+      double sum = 0;
+      for (std::int64_t j = 0; j < rows; ++j) sum += St[j * lds + c] = std::exp2(St[j * lds + c] - use);
+      alpha[c] = std::exp2(m[c] - use);
+      l[c] = alpha[c] * l[c] + sum;
+      m[c] = mx;
+    }
+  }
+  static void exp2_columns(double* St, std::int64_t lds, std::int64_t rows, std::int64_t cols,
+                           const double* sub, const double* mul) {
+    for (std::int64_t j = 0; j < rows; ++j)
+      for (std::int64_t c = 0; c < cols; ++c) St[j * lds + c] = std::exp2(St[j * lds + c] - sub[c]) * mul[c];
+  }
+  static void softmax_grad(const double* Pt, double* dPt, std::int64_t ld, std::int64_t rows,
+                           std::int64_t cols, const double* D, double scale) {
+    for (std::int64_t j = 0; j < rows; ++j)
+      for (std::int64_t c = 0; c < cols; ++c)
+        dPt[j * ld + c] = Pt[j * ld + c] * (dPt[j * ld + c] - D[c]) * scale;
+  }
+};
+
+}  // namespace attnscale::detail

@@ -1,0 +1,200 @@
+#include "lab/experiment.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdlib>
+#include <mutex>
+
+#include "attnscale/error.h"
+#include "attnscale/version.h"
+#include "common/parallel.h"
+#include "lab/registry.h"
+
+namespace attnscale::lab {
+namespace {
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    const auto b = item.find_first_not_of(" \t"), e = item.find_last_not_of(" \t");
+    out.push_back(b == std::string::npos ? std::string() : item.substr(b, e - b + 1));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::string& Args::get(const std::string& name) const {
+  const auto it = values.find(name);
+  if (it == values.end()) throw Error("--" + name + ": not a flag of this experiment");
+  return it->second;
+}
+
+std::vector<std::int64_t> Args::ints(const std::string& name) const {
+  std::vector<std::int64_t> out;
+  for (const auto& item : split(get(name))) {
+    char* end = nullptr;
+    errno = 0;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || errno == ERANGE)
+      throw Error("--" + name + ": expected a comma-separated list of integers, got '" + get(name) + "'");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<double> Args::doubles(const std::string& name) const {
+  std::vector<double> out;
+  for (const auto& item : split(get(name))) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !std::isfinite(v))
+      throw Error("--" + name + ": expected a comma-separated list of numbers, got '" + get(name) + "'");
+    out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<std::string> Args::words(const std::string& name) const {
+  auto out = split(get(name));
+  for (const auto& w : out)
+    if (w.empty()) throw Error("--" + name + ": empty item in '" + get(name) + "'");
+  return out;
+}
+
+const std::vector<Experiment>& experiments() {
+  static const std::vector<Experiment> all = {make_moments(),  make_variance(),    make_saturation(),
+                                              make_gradients(), make_heatmap(),    make_projections(),
+                                              make_length()};
+  return all;
+}
+
+const Experiment& find_experiment(const std::string& name) {
+  std::string known;
+  for (const auto& e : experiments()) {
+    if (e.name == name) return e;
+    known += (known.empty() ? "" : ", ") + e.name;
+  }
+  throw Error("unknown experiment '" + name + "' (known: " + known + ")");
+}
+
+ResultTable run_experiment(const Experiment& e, const std::map<std::string, std::string>& given,
+                           std::uint64_t seed, std::int64_t trials, int threads, const Progress& progress,
+                           const CompletedPoints& completed) {
+  const auto start = std::chrono::steady_clock::now();
+  Args args;
+  for (const auto& f : e.flags) args.values[f.name] = f.default_value;
+  for (const auto& [name, value] : given) {
+    if (!args.values.count(name)) {
+      std::string known;
+      for (const auto& f : e.flags) known += (known.empty() ? "--" : ", --") + f.name;
+      throw Error("--" + name + ": not a flag of experiment " + e.name + " (its flags: " + known + ")");
+    }
+    args.values[name] = value;
+  }
+  if (trials < 0) throw Error("--trials: must be positive, got " + std::to_string(trials));
+  args.seed = seed;
+  args.trials = trials > 0 ? trials : e.default_trials;
+  if (args.trials > (std::int64_t{1} << 31))
+    throw Error("--trials: at most 2^31, got " + std::to_string(args.trials));
+  args.threads = resolve_threads(threads);
+
+  const auto points = e.points(args);
+  const std::size_t n = points.size();
+  // Points run in parallel; a point gets the threads left over (for its own trial chunks) when
+  // there are fewer points than threads.
+  const int outer = std::max(1, static_cast<int>(std::min<std::size_t>(args.threads, std::max<std::size_t>(n, 1))));
+  Args inner = args;
+  inner.threads = std::max(1, args.threads / outer);
+
+  std::vector<std::vector<Row>> results(n);
+  std::vector<char> done(n, 0);
+  std::size_t next = 0;  // points [0, next) have been reported, in order
+  std::mutex mutex;
+  for (const auto& [i, rows] : completed)
+    if (i >= n) throw Error("resumed rows name point " + std::to_string(i) + " of a sweep of " + std::to_string(n));
+  parallel_for(static_cast<std::int64_t>(n), 1, outer, [&](std::int64_t b, std::int64_t end, int) {
+    for (std::int64_t i = b; i < end; ++i) {
+      const auto previous = completed.find(static_cast<std::size_t>(i));
+      auto rows = previous != completed.end() ? previous->second : e.run_point(inner, points[i]);
+      std::lock_guard<std::mutex> lock(mutex);
+      results[i] = std::move(rows);
+      done[i] = 1;
+      while (next < n && done[next]) {
+        if (progress) progress(next + 1, n, results[next]);
+        ++next;
+      }
+    }
+  });
+
+  ResultTable table;
+  table.param_names = e.param_names;
+  for (auto& r : results)
+    for (auto& row : r) table.rows.push_back(std::move(row));
+  Metadata& m = table.meta;
+  m.experiment = e.name;
+  m.seed = seed;
+  m.trials = args.trials;
+  m.threads = args.threads;
+  m.version = version();
+  m.git_hash = git_hash();
+  m.cpu_target = cpu_target();
+  for (const auto& f : e.flags) m.flags.emplace_back(f.name, args.values[f.name]);
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return table;
+}
+
+// ---- shared pieces (registry.h) ----
+
+std::vector<std::vector<double>> per_trial(int threads, std::int64_t trials, std::size_t width,
+                                           const std::function<void(std::int64_t, double*)>& fn) {
+  std::vector<double> flat(static_cast<std::size_t>(trials) * width);
+  const std::int64_t chunk = std::max<std::int64_t>(1, trials / (8 * std::max(threads, 1)));
+  parallel_for(trials, chunk, threads, [&](std::int64_t b, std::int64_t e, int) {
+    for (std::int64_t t = b; t < e; ++t) fn(t, flat.data() + t * width);
+  });
+  std::vector<std::vector<double>> cols(width, std::vector<double>(trials));
+  for (std::int64_t t = 0; t < trials; ++t)
+    for (std::size_t c = 0; c < width; ++c) cols[c][t] = flat[t * width + c];
+  return cols;
+}
+
+Row make_row(std::vector<std::string> params, std::string metric, const Summary& s,
+             std::optional<double> theory) {
+  return Row{std::move(params), std::move(metric), s.mean, s.ci_low, s.ci_high, theory};
+}
+
+std::string format_number(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.10g", v);
+  return buf;
+}
+
+// none: 1;  sqrt: 1/√d;  linear: 1/d;  qk-norm: 1/√d applied to LayerNorm'd q and k;
+// log-n: √(ln N)/√d, which puts the logits' standard deviation at √(ln N) = σ_c/√2 for every N.
+double scaling_factor(const std::string& rule, std::int64_t d, std::int64_t n) {
+  const double dd = static_cast<double>(d);
+  if (rule == "none") return 1;
+  if (rule == "sqrt" || rule == "qk-norm") return 1 / std::sqrt(dd);
+  if (rule == "linear") return 1 / dd;
+  if (rule == "log-n") return std::sqrt(std::log(static_cast<double>(n)) / dd);
+  throw Error("unknown scaling '" + rule + "'");
+}
+
+void check_scalings(const std::vector<std::string>& rules, const std::vector<std::string>& allowed,
+                    const std::string& flag) {
+  for (const auto& r : rules)
+    if (std::find(allowed.begin(), allowed.end(), r) == allowed.end()) {
+      std::string list;
+      for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+      throw Error("--" + flag + ": unknown value '" + r + "' (expected " + list + ")");
+    }
+}
+
+}  // namespace attnscale::lab

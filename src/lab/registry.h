@@ -1,0 +1,52 @@
+// The experiments the lab knows, one factory per file (moments.cc, variance.cc, ...), and the
+// pieces they share: stream ids, per-trial parallel work, rows from summaries.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "attnscale/error.h"
+#include "lab/experiment.h"
+#include "lab/stats.h"
+
+namespace attnscale::lab {
+
+Experiment make_moments();
+Experiment make_variance();
+Experiment make_saturation();
+Experiment make_gradients();
+Experiment make_heatmap();
+Experiment make_projections();
+Experiment make_length();
+
+// Experiment ids: the top 8 bits of every stream number (rng.h stream_id), so experiments never
+// share random numbers.
+enum ExperimentId : std::uint32_t {
+  kMoments = 1, kVariance, kSaturation, kGradients, kHeatmap, kProjections, kLength
+};
+
+// Runs fn(trial, out) for trial in [0, trials), where out points at `width` doubles of that
+// trial's results; returns them as columns: columns[c][trial]. Trials are split into chunks across
+// `threads`; each result depends only on its trial, so the columns are the same for any thread count.
+std::vector<std::vector<double>> per_trial(int threads, std::int64_t trials, std::size_t width,
+                                           const std::function<void(std::int64_t, double*)>& fn);
+
+Row make_row(std::vector<std::string> params, std::string metric, const Summary& s,
+             std::optional<double> theory = std::nullopt);
+
+std::string format_number(double v);  // "%.10g", for parameter columns such as rho = 0.5
+
+// Named scalings of q·k: none (1), sqrt (1/√d), linear (1/d) and the lab's extra rules.
+double scaling_factor(const std::string& rule, std::int64_t d, std::int64_t n);
+// saturation's per-(N, d) work, shared with length: rows (prefix..., scaling, metric) for the given
+// scaling names and factors, all on the same Q and K per trial.
+std::vector<Row> attention_rows_point(const Args& a, std::uint32_t stream_experiment, std::int64_t n,
+                                      std::int64_t d, const std::vector<std::string>& names,
+                                      const std::vector<double>& scales, const std::vector<std::string>& prefix);
+
+void check_scalings(const std::vector<std::string>& rules, const std::vector<std::string>& allowed,
+                    const std::string& flag);
+
+}  // namespace attnscale::lab

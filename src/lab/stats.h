@@ -1,0 +1,41 @@
+// Summaries with 95% confidence intervals.
+//
+// Which interval each function gives:
+//   mean_ci      Student-t interval of the mean, t_{0.975, n-1} · s / sqrt(n) (t quantile from a
+//                Cornish-Fisher expansion, exact to < 1e-3 for n >= 3).
+//   variance_ci  the sample variance with the distribution-free asymptotic standard error
+//                sqrt((m4 - s^4) / n) and the normal quantile 1.959964.
+//   median_ci    the sample median with the order-statistic interval [x_(lo), x_(hi)],
+//                lo/hi = n/2 -+ 1.96 sqrt(n)/2 (normal approximation to Binomial(n, 1/2)).
+//   jackknife_ci any statistic on the whole sample, with the delete-one-group jackknife standard
+//                error over `groups` equal groups and the t quantile with groups − 1 degrees of
+//                freedom (used for kurtosis, whose standard error needs 8th moments).
+//   slope_ci     least-squares slope of y on x with its t interval (n-2 degrees of freedom).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+namespace attnscale::lab {
+
+struct Summary {
+  double mean = 0, ci_low = 0, ci_high = 0;
+};
+
+double normal_quantile(double p);          // Φ^{-1}(p), Acklam's rational approximation + Newton step
+double student_t_quantile(double p, double dof);
+double normal_cdf(double x);
+
+Summary mean_ci(const std::vector<double>& x);
+Summary variance_ci(const std::vector<double>& x);
+Summary median_ci(std::vector<double> x);
+Summary jackknife_ci(const std::vector<double>& x, int groups,
+                     const std::function<double(const double*, std::size_t)>& statistic);
+Summary slope_ci(const std::vector<double>& x, const std::vector<double>& y);
+
+// Sample statistics (divisor n - 1 for the variance; kurtosis E[(x-m)^4]/s^4 with divisor n).
+double sample_mean(const double* x, std::size_t n);
+double sample_variance(const double* x, std::size_t n);
+double sample_kurtosis(const double* x, std::size_t n);
+
+}  // namespace attnscale::lab

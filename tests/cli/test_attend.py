@@ -1,0 +1,187 @@
+"""`attnscale attend` against an independent float64 numpy computation, and its error contract."""
+import numpy as np
+import pytest
+
+
+def numpy_attention(q, k, v, scale, causal=None, window=None, mask=None):
+    """softmax(Q K^T * s + mask) V in float64, written independently of the library.
+
+    q [B,Hq,Nq,d], k/v [B,Hkv,Nkv,*]; query head h reads kv head h // (Hq // Hkv).
+    causal/window use the diagonal j = i (top-left) or j = i + Nkv - Nq (bottom-right).
+    """
+    q, k, v = (x.astype(np.float64) for x in (q, k, v))
+    B, Hq, Nq, _ = q.shape
+    Hkv, Nkv = k.shape[1], k.shape[2]
+    k = np.repeat(k, Hq // Hkv, axis=1)
+    v = np.repeat(v, Hq // Hkv, axis=1)
+    s = np.einsum("bhid,bhjd->bhij", q, k) * scale
+    i = np.arange(Nq)[:, None]
+    j = np.arange(Nkv)[None, :]
+    align = (causal or (window or {}).get("align") or "top-left")
+    diag = i + (Nkv - Nq if align == "bottom-right" else 0)
+    keep = np.ones((Nq, Nkv), bool)
+    if causal:
+        keep &= j <= diag
+    if window:
+        if window["left"] >= 0:
+            keep &= j >= diag - window["left"]
+        if window["right"] >= 0:
+            keep &= j <= diag + window["right"]
+    keep = np.broadcast_to(keep, s.shape).copy()
+    if mask is not None:
+        if mask.dtype == bool:
+            keep &= np.broadcast_to(mask, s.shape)
+        else:
+            s = s + mask.astype(np.float64)
+            keep &= np.broadcast_to(mask != -np.inf, s.shape)
+    s = np.where(keep, s, -np.inf)
+    m = s.max(axis=-1, keepdims=True)
+    any_key = np.isfinite(m)
+    e = np.where(keep, np.exp(s - np.where(any_key, m, 0)), 0.0)
+    l = e.sum(-1, keepdims=True)
+    p = np.where(any_key, e / np.where(l == 0, 1, l), 0.0)
+    lse = np.where(any_key[..., 0], (m + np.log(np.where(l == 0, 1, l)))[..., 0], -np.inf)
+    return p @ v, lse, p
+
+
+def rel_err(a, b):
+    return np.linalg.norm((a.astype(np.float64) - b).ravel()) / max(np.linalg.norm(b.ravel()), 1e-300)
+
+
+CASES = [
+    # (B, Hq, Hkv, Nq, Nkv, dk, dv, rank, dtype, flags)
+    (1, 1, 1, 1, 1, 1, 1, 2, "float32", {}),
+    (1, 1, 1, 41, 41, 7, 5, 2, "float32", {"causal": "top-left"}),
+    (1, 6, 2, 13, 29, 11, 3, 3, "float32", {"causal": "bottom-right"}),
+    (2, 4, 1, 31, 17, 64, 32, 4, "float64", {"window": (3, 2)}),
+    (3, 2, 2, 19, 23, 5, 9, 4, "float32", {"causal": "bottom-right", "window": (4, -1)}),
+    (2, 3, 3, 7, 11, 13, 2, 4, "float32", {"mask": "bool4"}),
+    (1, 4, 2, 17, 9, 3, 3, 4, "float64", {"mask": "additive2", "scale": "none"}),
+    (2, 8, 4, 37, 53, 96, 48, 4, "float32", {"mask": "bool2", "causal": "top-left", "scale": "linear"}),
+    (1, 2, 1, 127, 131, 128, 64, 3, "float32", {"scale": "0.3", "window": (9, 9), "align": "bottom-right"}),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])
+def test_attend_matches_numpy(run, tmp_path, case):
+    B, Hq, Hkv, Nq, Nkv, dk, dv, rank, dtype, flags = case
+    rng = np.random.default_rng(abs(hash(str(case))) % 2**32)
+    q = rng.standard_normal((B, Hq, Nq, dk)).astype(dtype)
+    k = rng.standard_normal((B, Hkv, Nkv, dk)).astype(dtype)
+    v = rng.standard_normal((B, Hkv, Nkv, dv)).astype(dtype)
+    squeeze = {2: (0, 1), 3: (0,), 4: ()}[rank]
+    args = []
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        np.save(tmp_path / f"{name}.npy", x.squeeze(axis=squeeze) if squeeze else x)
+        args += [f"--{name}", tmp_path / f"{name}.npy"]
+    scale_flag = flags.get("scale", "sqrt")
+    scale = {"none": 1.0, "sqrt": 1 / np.sqrt(dk), "linear": 1 / dk}.get(scale_flag)
+    scale = float(scale_flag) if scale is None else scale
+    args += ["--scale", scale_flag]
+    mask = None
+    if "mask" in flags:
+        kind = flags["mask"]
+        shape = (Nq, Nkv) if kind.endswith("2") else (B, 1, Nq, Nkv)
+        mask = rng.random(shape) < 0.7 if kind.startswith("bool") else rng.standard_normal(shape).astype(dtype)
+        np.save(tmp_path / "m.npy", mask)
+        args += ["--mask", tmp_path / "m.npy"]
+    window = None
+    if "causal" in flags:
+        args += ["--causal", flags["causal"]]
+    if "window" in flags:
+        left, right = flags["window"]
+        args += [f"--window={left},{right}"]
+        window = {"left": left, "right": right, "align": flags.get("align")}
+    if "align" in flags:
+        args += ["--align", flags["align"]]
+    out, lse, probs = tmp_path / "o.npy", tmp_path / "l.npy", tmp_path / "p.npy"
+    r = run("attend", *args, "--out", out, "--lse", lse, "--probs", probs)
+    assert r.returncode == 0, r.stderr
+    o_ref, l_ref, p_ref = numpy_attention(q, k, v, scale, flags.get("causal"), window, mask)
+    o, l, p = np.load(out), np.load(lse), np.load(probs)
+    assert o.dtype == np.dtype(dtype) and o.shape == o_ref.squeeze(axis=squeeze).shape
+    assert rel_err(o.reshape(o_ref.shape), o_ref) <= 1e-5
+    assert rel_err(p.reshape(p_ref.shape), p_ref) <= 1e-5
+    finite = np.isfinite(l_ref)
+    assert np.array_equal(np.isfinite(l.reshape(l_ref.shape)), finite)
+    assert rel_err(l.reshape(l_ref.shape)[finite], l_ref[finite]) <= 1e-5
+
+
+def test_huge_unscaled_logits(run, tmp_path):
+    rng = np.random.default_rng(7)
+    q = (12 * rng.standard_normal((64, 128))).astype(np.float32)
+    k = (12 * rng.standard_normal((64, 128))).astype(np.float32)
+    v = rng.standard_normal((64, 16)).astype(np.float32)
+    for n, x in (("q", q), ("k", k), ("v", v)):
+        np.save(tmp_path / f"{n}.npy", x)
+    r = run("attend", "--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v", tmp_path / "v.npy",
+            "--out", tmp_path / "o.npy", "--scale", "none")
+    assert r.returncode == 0, r.stderr
+    o = np.load(tmp_path / "o.npy")
+    assert np.all(np.isfinite(o))
+    o_ref, _, _ = numpy_attention(q[None, None], k[None, None], v[None, None], 1.0)
+    assert rel_err(o, o_ref[0, 0]) <= 1e-5
+
+
+def write_inputs(tmp_path, nq=5, nkv=6, d=4):
+    rng = np.random.default_rng(1)
+    for n, shape in (("q", (nq, d)), ("k", (nkv, d)), ("v", (nkv, d))):
+        np.save(tmp_path / f"{n}.npy", rng.standard_normal(shape).astype(np.float32))
+    return ["--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v", tmp_path / "v.npy"]
+
+
+def assert_usage_error(r, needle, *outputs):
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert needle in lines[0], lines[0]
+    for path in outputs:
+        assert not path.exists(), f"{path} left behind"
+
+
+def test_bad_flags_and_files(run, tmp_path):
+    base = write_inputs(tmp_path)
+    out, lse = tmp_path / "o.npy", tmp_path / "l.npy"
+    assert_usage_error(run("attend", *base, "--out", out, "--scale", "huge"), "--scale", out)
+    assert_usage_error(run("attend", *base, "--out", out, "--causal", "diagonal"), "--causal", out)
+    assert_usage_error(run("attend", *base, "--out", out, "--window", "3"), "--window", out)
+    assert_usage_error(run("attend", *base, "--out", out, "--frobnicate"), "--frobnicate", out)
+    assert_usage_error(run("attend", "--q", tmp_path / "q.npy", "--out", out), "--k", out)
+    assert_usage_error(run("nonsense"), "nonsense")
+    (tmp_path / "junk.npy").write_bytes(b"not an array")
+    assert_usage_error(run("attend", *base[:-1], tmp_path / "junk.npy", "--out", out), "bad magic", out)
+    raw = (tmp_path / "q.npy").read_bytes()
+    (tmp_path / "trunc.npy").write_bytes(raw[:-3])
+    assert_usage_error(run("attend", "--q", tmp_path / "trunc.npy", *base[2:], "--out", out), "truncated", out)
+    np.save(tmp_path / "big.npy", np.ones((5, 4), ">f4"))
+    assert_usage_error(run("attend", "--q", tmp_path / "big.npy", *base[2:], "--out", out), "big-endian", out)
+    np.save(tmp_path / "fort.npy", np.asfortranarray(np.ones((5, 4), np.float32)))
+    assert_usage_error(run("attend", "--q", tmp_path / "fort.npy", *base[2:], "--out", out), "Fortran", out)
+    np.save(tmp_path / "int.npy", np.ones((5, 4), np.int32))
+    assert_usage_error(run("attend", "--q", tmp_path / "int.npy", *base[2:], "--out", out), "dtype", out)
+    np.save(tmp_path / "k7.npy", np.ones((6, 7), np.float32))
+    assert_usage_error(run("attend", *base[:2], "--k", tmp_path / "k7.npy", *base[4:], "--out", out), "dk", out)
+    np.save(tmp_path / "m.npy", np.ones((6, 5), bool))
+    assert_usage_error(run("attend", *base, "--mask", tmp_path / "m.npy", "--out", out, "--lse", lse),
+                       "mask: shape [6, 5] does not broadcast", out, lse)
+    # A failure on the second output removes the first.
+    assert_usage_error(run("attend", *base, "--out", out, "--lse", tmp_path / "missing_dir" / "l.npy"),
+                       "l.npy", out)
+
+
+def test_help_reads_well(run):
+    r = run("--help")
+    assert r.returncode == 0 and "attend" in r.stdout and "explain" in r.stdout
+    r = run("attend", "--help")
+    assert r.returncode == 0 and "--causal" in r.stdout and "--window" in r.stdout
+
+
+def test_explain_default_is_seed_004(run):
+    r = run("explain")
+    assert r.returncode == 0, r.stderr
+    assert "Q K^T" in r.stdout and "softmax" in r.stdout
+    # P row 0 of softmax([1, 2, 3]) = [0.0900, 0.2447, 0.6652].
+    assert "0.0900     0.2447     0.6652" in r.stdout
+    r = run("explain", "--n", "4", "--d", "3", "--seed", "2", "--causal", "top-left", "--scale", "none")
+    assert r.returncode == 0 and "-inf" in r.stdout
+    assert_usage_error(run("explain", "--n", "100", "--d", "3"), "--n")

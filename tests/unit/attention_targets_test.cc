@@ -1,0 +1,229 @@
+// Every compiled SIMD target against float64: the GEMM kernel over awkward lengths and misaligned
+// pointers, and forward() under the accuracy rule "error vs float64 <= 2x the error of a naive
+// float32 matmul-softmax-matmul on the same inputs", for every mask kind, GQA and awkward sizes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "attention/kernels.h"
+#include "attnscale/attention.h"
+#include "attnscale/error.h"
+#include "attnscale/version.h"
+#include "random_tensors.h"
+
+namespace attnscale {
+namespace {
+using testing::poison;
+using testing::random_tensor;
+using testing::rel_error;
+
+// Runs fn once per target this CPU supports, then restores the best target.
+template <class Fn>
+void for_each_target(Fn fn) {
+  const auto targets = detail::simd::available_targets();
+  ASSERT_FALSE(targets.empty());
+  for (const std::string& t : targets) {
+    detail::simd::force_target(t);
+    SCOPED_TRACE("target " + t + " (" + cpu_target() + ")");
+    fn(t);
+  }
+  detail::simd::force_target("");
+}
+
+TEST(Targets, ScalarIsAlwaysAvailableAndNamesAreChecked) {
+  const auto targets = detail::simd::available_targets();
+  EXPECT_EQ(targets.front(), "scalar");
+  EXPECT_THROW(detail::simd::force_target("sse9"), Error);
+  for_each_target([](const std::string& t) {
+    const std::string name = cpu_target();
+    if (t == "avx512") {
+      EXPECT_EQ(name, "AVX3");
+    } else if (t == "avx2") {
+      EXPECT_EQ(name, "AVX2");
+    } else {
+      EXPECT_TRUE(name == "SCALAR" || name == "EMU128") << name;
+    }
+  });
+}
+
+// C = A·B against a double loop, for M, N, K in awkward sizes around the lane counts, with A
+// transposed or not and every pointer one float off a 64-byte boundary.
+TEST(Targets, GemmMatchesDoubleLoop) {
+  const std::vector<std::size_t> sizes = {1, 3, 7, 8, 9, 15, 16, 17, 31, 48, 67};
+  for_each_target([&](const std::string&) {
+    for (std::size_t M : sizes)
+      for (std::size_t N : sizes)
+        for (std::size_t K : {std::size_t{1}, std::size_t{5}, std::size_t{33}})
+          for (int transposed = 0; transposed < 2; ++transposed)
+            for (int mode = 0; mode < 3; ++mode) {
+              std::vector<float> a(M * K + 1), b(K * N + 1), c(M * N + 1), scale(M + 1);
+              for (std::size_t x = 0; x < a.size(); ++x) a[x] = std::sin(0.37 * x + M);
+              for (std::size_t x = 0; x < b.size(); ++x) b[x] = std::cos(0.11 * x + N);
+              for (std::size_t x = 0; x < c.size(); ++x) c[x] = 0.5f - 0.01f * x;
+              for (std::size_t x = 0; x < scale.size(); ++x) scale[x] = 0.25f * x;
+              const std::size_t ars = transposed ? 1 : K, acs = transposed ? M : 1;
+              std::vector<double> want(M * N);
+              for (std::size_t m = 0; m < M; ++m)
+                for (std::size_t n = 0; n < N; ++n) {
+                  double s = mode == 0 ? 0.0 : mode == 1 ? c[1 + m * N + n] : scale[1 + m] * c[1 + m * N + n];
+                  for (std::size_t k = 0; k < K; ++k) s += double(a[1 + m * ars + k * acs]) * b[1 + k * N + n];
+                  want[m * N + n] = s;
+                }
+              detail::simd::gemm(M, N, K, a.data() + 1, ars, acs, b.data() + 1, N, c.data() + 1, N,
+                                 static_cast<detail::simd::GemmMode>(mode), scale.data() + 1);
+              double err = 0;
+              for (std::size_t x = 0; x < M * N; ++x) err = std::max(err, std::abs(c[1 + x] - want[x]));
+              ASSERT_LE(err, 1e-4 * (K + 1)) << M << "x" << N << "x" << K << " t" << transposed << " mode " << mode;
+              ASSERT_EQ(c[0], 0.5f) << "wrote before C";
+            }
+  });
+}
+
+enum class MaskKind { none, causal_tl, causal_br, window, keep, additive, all };
+
+struct Inputs {
+  Tensor q, k, v, mask;
+  Options opt;
+};
+
+Inputs make_inputs(std::int64_t B, std::int64_t Hq, std::int64_t Hkv, std::int64_t Nq, std::int64_t Nkv,
+                   std::int64_t dk, std::int64_t dv, MaskKind m, std::uint64_t seed) {
+  Inputs in{random_tensor(DType::f32, {B, Hq, Nq, dk}, seed, 0), random_tensor(DType::f32, {B, Hkv, Nkv, dk}, seed, 1),
+            random_tensor(DType::f32, {B, Hkv, Nkv, dv}, seed, 2), Tensor(), Options()};
+  switch (m) {
+    case MaskKind::none: break;
+    case MaskKind::causal_tl: in.opt.mask.causal = true; break;
+    case MaskKind::causal_br: in.opt.mask.causal = true; in.opt.mask.align = Align::bottom_right; break;
+    case MaskKind::window: in.opt.mask.window_left = 70; in.opt.mask.window_right = 9; break;
+    case MaskKind::keep: in.mask = random_tensor(DType::u8, {Nq, Nkv}, seed, 3); break;
+    case MaskKind::additive: in.mask = random_tensor(DType::f32, {B, 1, Nq, Nkv}, seed, 3); break;
+    case MaskKind::all:
+      in.opt.mask.causal = true;
+      in.opt.mask.align = Align::bottom_right;
+      in.opt.mask.window_left = 80;
+      in.mask = random_tensor(DType::u8, {1, Hq, Nq, Nkv}, seed, 3);
+      break;
+  }
+  if (!in.mask.empty()) in.opt.mask.explicit_mask = in.mask.view();
+  return in;
+}
+
+// The naive float32 composition the rule compares against: S = s·Q·Kᵀ + bias in float32, a
+// max-subtracted softmax with std::exp, then P·V — all float32.
+Tensor naive_f32(const Inputs& in) {
+  const Tensor& q = in.q;
+  const std::int64_t B = q.dim(0), Hq = q.dim(1), Nq = q.dim(2), dk = q.dim(3), Hkv = in.k.dim(1),
+                     Nkv = in.k.dim(2), dv = in.v.dim(3);
+  Tensor probs(DType::f64, {B, Hq, Nq, Nkv}), out(DType::f32, {B, Hq, Nq, dv});
+  reference::forward(q.view(), in.k.view(), in.v.view(), {Tensor(DType::f64, {B, Hq, Nq, dv}).view(), {}, probs.view()},
+                     in.opt);  // used only for which pairs are visible (probs > 0 or not masked)
+  const float s = static_cast<float>(in.opt.scale.resolve(dk));
+  std::vector<float> row(Nkv);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t h = 0; h < Hq; ++h)
+      for (std::int64_t i = 0; i < Nq; ++i) {
+        const std::int64_t kh = h / (Hq / Hkv);
+        const float* qi = q.as<float>() + ((b * Hq + h) * Nq + i) * dk;
+        float m = -INFINITY;
+        for (std::int64_t j = 0; j < Nkv; ++j) {
+          const float* kj = in.k.as<float>() + ((b * Hkv + kh) * Nkv + j) * dk;
+          float dot = 0;
+          for (std::int64_t c = 0; c < dk; ++c) dot += qi[c] * kj[c];
+          float add = 0;
+          if (!in.mask.empty() && in.mask.dtype() == DType::f32) add = in.mask.as<float>()[(b * Nq + i) * Nkv + j];
+          const bool visible = probs.as<double>()[((b * Hq + h) * Nq + i) * Nkv + j] > 0;
+          row[j] = visible ? dot * s + add : -INFINITY;
+          m = std::max(m, row[j]);
+        }
+        float l = 0;
+        for (std::int64_t j = 0; j < Nkv; ++j) l += row[j] = m == -INFINITY ? 0.f : std::exp(row[j] - m);
+        float* o = out.as<float>() + ((b * Hq + h) * Nq + i) * dv;
+        for (std::int64_t c = 0; c < dv; ++c) {
+          float acc = 0;
+          for (std::int64_t j = 0; j < Nkv; ++j) acc += row[j] * in.v.as<float>()[((b * Hkv + kh) * Nkv + j) * dv + c];
+          o[c] = l > 0 ? acc / l : 0.f;
+        }
+      }
+  return out;
+}
+
+TEST(Targets, ForwardWithinTwiceNaiveFloat32Error) {
+  struct Shape {
+    std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
+  };
+  // Awkward sizes: 1, odd, prime, around the 64-row/key tiles; GQA and MQA; dk != dv.
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1},     {1, 2, 1, 3, 5, 7, 3},     {2, 4, 2, 67, 131, 16, 24},
+                                     {1, 3, 1, 129, 64, 59, 5}, {1, 2, 2, 64, 65, 128, 128}, {1, 1, 1, 200, 257, 33, 70}};
+  for_each_target([&](const std::string& target) {
+    for (const Shape& s : shapes)
+      for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window,
+                         MaskKind::keep, MaskKind::additive, MaskKind::all}) {
+        const Inputs in = make_inputs(s.B, s.Hq, s.Hkv, s.Nq, s.Nkv, s.dk, s.dv, m, 500 + s.Nq + s.dk);
+        Tensor out(DType::f32, {s.B, s.Hq, s.Nq, s.dv}), ref(DType::f64, {s.B, s.Hq, s.Nq, s.dv});
+        poison(out);
+        forward(in.q.view(), in.k.view(), in.v.view(), {out.view()}, in.opt);
+        reference::forward(in.q.view(), in.k.view(), in.v.view(), {ref.view()}, in.opt);
+        const Tensor naive = naive_f32(in);
+        const double ours = rel_error(out.view(), ref.view()), theirs = rel_error(naive.view(), ref.view());
+        // A floor of a few float32 ulps for cases where the naive error happens to be ~0 (1 key).
+        EXPECT_LE(ours, std::max(2 * theirs, 4e-7))
+            << "Nq " << s.Nq << " Nkv " << s.Nkv << " dk " << s.dk << " mask " << static_cast<int>(m);
+      }
+  });
+}
+
+TEST(Targets, DecodeSplitsKeysAndMatchesReference) {
+  // Nq * group <= 16 and Nkv >= 2048 takes the split-key decode path.
+  for_each_target([&](const std::string& target) {
+    for (MaskKind m : {MaskKind::none, MaskKind::causal_br, MaskKind::keep}) {
+      const std::int64_t Nkv = target == "scalar" ? 2100 : 5001;
+      const Inputs in = make_inputs(1, 4, 2, 3, Nkv, 32, 24, m, 77);
+      Tensor out(DType::f32, {1, 4, 3, 24}), lse(DType::f32, {1, 4, 3}), ref(DType::f64, {1, 4, 3, 24}),
+          rlse(DType::f64, {1, 4, 3});
+      poison(out);
+      poison(lse);
+      forward(in.q.view(), in.k.view(), in.v.view(), {out.view(), lse.view()}, in.opt);
+      reference::forward(in.q.view(), in.k.view(), in.v.view(), {ref.view(), rlse.view()}, in.opt);
+      EXPECT_LE(rel_error(out.view(), ref.view()), 2e-6) << static_cast<int>(m);
+      EXPECT_LE(rel_error(lse.view(), rlse.view()), 1e-6) << static_cast<int>(m);
+    }
+  });
+}
+
+TEST(Targets, BackwardMatchesFloat64Reference) {
+  struct Shape {
+    std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1}, {2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 129, 70, 33, 5}};
+  for_each_target([&](const std::string& target) {
+    for (const Shape& s : shapes)
+      for (MaskKind m : {MaskKind::none, MaskKind::causal_tl, MaskKind::causal_br, MaskKind::window,
+                         MaskKind::keep, MaskKind::additive, MaskKind::all}) {
+        const Inputs in = make_inputs(s.B, s.Hq, s.Hkv, s.Nq, s.Nkv, s.dk, s.dv, m, 900 + s.Nq);
+        const Tensor dout = random_tensor(DType::f32, {s.B, s.Hq, s.Nq, s.dv}, 900 + s.Nq, 5);
+        Tensor out(DType::f32, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
+        forward(in.q.view(), in.k.view(), in.v.view(), {out.view(), lse.view()}, in.opt);
+        Tensor dq(DType::f32, {s.B, s.Hq, s.Nq, s.dk}), dk(DType::f32, {s.B, s.Hkv, s.Nkv, s.dk}),
+            dv(DType::f32, {s.B, s.Hkv, s.Nkv, s.dv});
+        Tensor rq(DType::f64, {s.B, s.Hq, s.Nq, s.dk}), rk(DType::f64, {s.B, s.Hkv, s.Nkv, s.dk}),
+            rv(DType::f64, {s.B, s.Hkv, s.Nkv, s.dv});
+        poison(dq);
+        poison(dk);
+        poison(dv);
+        backward(in.q.view(), in.k.view(), in.v.view(), out.view(), lse.view(), dout.view(),
+                 {dq.view(), dk.view(), dv.view()}, in.opt);
+        reference::backward(in.q.view(), in.k.view(), in.v.view(), dout.view(), {rq.view(), rk.view(), rv.view()},
+                            in.opt);
+        const std::string what = "Nq " + std::to_string(s.Nq) + " mask " + std::to_string(static_cast<int>(m));
+        EXPECT_LE(rel_error(dq.view(), rq.view()), 1e-4) << what;
+        EXPECT_LE(rel_error(dk.view(), rk.view()), 1e-4) << what;
+        EXPECT_LE(rel_error(dv.view(), rv.view()), 1e-4) << what;
+      }
+  });
+}
+
+}  // namespace
+}  // namespace attnscale

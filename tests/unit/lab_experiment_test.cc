@@ -1,0 +1,133 @@
+// The lab's interface: flags, points, thread-count independence, result formats, seed 001's figures.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "attnscale/error.h"
+#include "lab/experiment.h"
+#include "lab/results.h"
+
+namespace attnscale::lab {
+namespace {
+
+using Flags = std::map<std::string, std::string>;
+
+double value(const ResultTable& t, const std::vector<std::string>& params, const std::string& metric) {
+  for (const auto& r : t.rows)
+    if (r.params == params && r.metric == metric) return r.mean;
+  ADD_FAILURE() << "no row " << metric;
+  return 0;
+}
+
+TEST(LabExperiment, RegistryFindsEveryExperimentAndNamesTheKnownOnes) {
+  for (const auto& e : experiments()) EXPECT_EQ(&find_experiment(e.name), &e);
+  try {
+    find_experiment("nope");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown experiment 'nope' (known: "), std::string::npos);
+  }
+}
+
+TEST(LabExperiment, BadFlagsThrowErrorsNamingTheFlag) {
+  const auto& sat = find_experiment("saturation");
+  auto message = [&](const Flags& f) {
+    try {
+      run_experiment(sat, f, 1, 2, 1);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message({{"bogus", "1"}}).rfind("--bogus: not a flag of experiment saturation", 0), 0u);
+  EXPECT_EQ(message({{"d", "1,x"}}), "--d: expected a comma-separated list of integers, got '1,x'");
+  EXPECT_EQ(message({{"d", "0"}}), "--d: each value must be in [1, 2^20], got 0");
+  EXPECT_EQ(message({{"scaling", "cube"}}).rfind("--scaling: unknown value 'cube'", 0), 0u);
+  EXPECT_EQ(message({{"sampler", "magic"}}), "--sampler: expected direct or wishart, got 'magic'");
+  EXPECT_THROW(run_experiment(sat, {}, 1, -3, 1), Error);
+}
+
+// Same seed, 1 and 2 threads: byte-identical CSV for every experiment (small sweeps).
+TEST(LabExperiment, OneAndTwoThreadsGiveIdenticalCsv) {
+  const std::map<std::string, Flags> small = {
+      {"variance", {{"d", "1,3,64"}}},
+      {"saturation", {{"n", "7,12"}, {"d", "1,5,16"}, {"sampler", "direct"}}},
+      {"moments", {{"d", "1,9"}}},
+      {"gradients", {{"n", "6"}, {"d", "1,8"}}},
+      {"heatmap", {{"n", "5"}, {"d", "4"}}},
+      {"projections", {{"n", "6"}, {"dx", "8"}, {"d", "4"}}},
+      {"length", {{"n", "4,9"}, {"d", "8"}}}};
+  for (const auto& e : experiments()) {
+    const auto it = small.find(e.name);
+    const Flags f = it == small.end() ? Flags{} : it->second;
+    const std::string one = to_csv(run_experiment(e, f, 7, 9, 1));
+    const std::string two = to_csv(run_experiment(e, f, 7, 9, 2));
+    EXPECT_EQ(one, two) << e.name;
+    EXPECT_NE(one, to_csv(run_experiment(e, f, 8, 9, 2))) << e.name << ": the seed must matter";
+  }
+}
+
+TEST(LabExperiment, ProgressIsCalledInPointOrderWithEachPointsRows) {
+  const auto& sat = find_experiment("saturation");
+  std::vector<std::size_t> seen;
+  std::size_t rows = 0;
+  const auto t = run_experiment(sat, {{"d", "1,2,3,4,5"}, {"scaling", "sqrt"}}, 3, 4, 2,
+                                [&](std::size_t done, std::size_t total, const std::vector<Row>& r) {
+                                  EXPECT_EQ(total, 5u);
+                                  seen.push_back(done);
+                                  rows += r.size();
+                                  ASSERT_FALSE(r.empty());
+                                  EXPECT_EQ(r[0].params[1], std::to_string(done));
+                                });
+  EXPECT_EQ(seen, (std::vector<std::size_t>{1, 2, 3, 4, 5}));
+  EXPECT_EQ(rows, t.rows.size());
+}
+
+TEST(LabExperiment, CsvAndJsonCarryTheSameRows) {
+  const auto t = run_experiment(find_experiment("variance"), {{"d", "2,4"}, {"scaling", "sqrt"}}, 5, 50, 1);
+  const std::string csv = to_csv(t);
+  EXPECT_EQ(csv.substr(0, csv.find('\n')), "d,scaling,dist,metric,mean,ci_low,ci_high,theory");
+  EXPECT_NE(csv.find("\n2,sqrt,normal,var,"), std::string::npos);
+  EXPECT_NE(csv.find("\nall,sqrt,normal,loglog_slope,"), std::string::npos);
+  const std::string json = to_json(t);
+  for (const char* key : {"\"metadata\"", "\"seed\": 5", "\"trials\": 50", "\"git_hash\"", "\"cpu_target\"",
+                          "\"seconds\"", "\"param_names\"", "\"rows\"", "\"theory\""})
+    EXPECT_NE(json.find(key), std::string::npos) << key;
+  ResultTable empty_theory;
+  empty_theory.param_names = {"x"};
+  empty_theory.rows.push_back(Row{{"1"}, "m", 0.5, 0.25, 0.75, std::nullopt});
+  EXPECT_EQ(to_csv(empty_theory), "x,metric,mean,ci_low,ci_high,theory\n1,m,0.5,0.25,0.75,\n");
+  EXPECT_NE(to_json(empty_theory).find("\"theory\": null"), std::string::npos);
+}
+
+// Seed 001: N = 50; scaled ≈ 38 of 50 keys carry 95% of the mass, unscaled ≈ 2 at d = 128.
+TEST(LabExperiment, ReproducesSeed001TopP95) {
+  const auto t = run_experiment(find_experiment("saturation"),
+                                {{"n", "50"}, {"d", "16,64,128"}, {"scaling", "none,sqrt"}}, 1, 60, 2);
+  for (const char* d : {"16", "64", "128"}) {
+    const double scaled = value(t, {"50", d, "sqrt"}, "top_p_95");
+    EXPECT_GE(scaled, 35) << d;
+    EXPECT_LE(scaled, 41) << d;
+  }
+  EXPECT_LE(value(t, {"50", "128", "none"}, "top_p_95"), 3);
+}
+
+// The Wishart sampler has the law of the direct one: the two agree within their intervals.
+TEST(LabExperiment, WishartSamplerAgreesWithDirect) {
+  const auto& sat = find_experiment("saturation");
+  const Flags base = {{"n", "12"}, {"d", "40"}, {"scaling", "none,sqrt"}};
+  Flags w = base;
+  w["sampler"] = "wishart";
+  const auto a = run_experiment(sat, base, 11, 400, 2), b = run_experiment(sat, w, 11, 400, 2);
+  ASSERT_EQ(a.rows.size(), b.rows.size());
+  for (std::size_t i = 0; i < a.rows.size(); ++i) {
+    const auto& x = a.rows[i];
+    const auto& y = b.rows[i];
+    const double se = (x.ci_high - x.ci_low + y.ci_high - y.ci_low) / (2 * 1.96);
+    EXPECT_LE(std::abs(x.mean - y.mean), 4 * se + 1e-12) << x.metric << " " << x.params[2];
+  }
+}
+
+}  // namespace
+}  // namespace attnscale::lab
