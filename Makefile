@@ -25,7 +25,9 @@ test-cpp: build
 
 test-python: build
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale PYTHONPATH=$(abspath $(BUILD))/python \
-	  $(PYTHON) -m pytest -q tests/cli
+	  $(PYTHON) -m pytest -q $(wildcard tests/cli python/tests)
+	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale ATTNSCALE_BUILD=$(abspath $(BUILD)) \
+	  $(PYTHON) -m pytest -q tests/report
 
 test: test-cpp test-python test-asan
 
@@ -51,6 +53,13 @@ fuzz: deps
 	cmake --preset fuzz >/dev/null
 	cmake --build build-fuzz -j $(JOBS) --target npy_fuzz cli_args_fuzz attention_fuzz
 	$(SANITIZER_ENV) FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh build-fuzz
+
+# Benchmarks (measurements, not tests): one table of attnscale vs OpenBLAS sgemm and PyTorch.
+# BENCH_ARGS=--quick for a subset; --memory adds the N = 65536 peak-RSS case.
+BENCH_ARGS ?=
+.PHONY: bench
+bench: build
+	$(PYTHON) bench/compare.py --bin $(BUILD)/bin/attnscale $(BENCH_ARGS)
 
 # The lab's speed check: seed 001's numpy simulation vs `attnscale experiment saturation`.
 .PHONY: bench-lab

@@ -16,7 +16,9 @@ int main(int argc, char** argv) {
   app.fallthrough(false);
   attnscale::cli::add_attend(app);
   attnscale::cli::add_explain(app);
+  attnscale::cli::add_bench(app);
   attnscale::cli::add_experiment(app);
+  attnscale::cli::add_report(app);
   try {
     // Name an unknown command plainly instead of CLI11's "A subcommand is required".
     if (argc > 1 && argv[1][0] != '-') {

@@ -65,7 +65,9 @@ void whole_command_line(std::vector<std::string>& args) {
   app.set_version_flag("--version", "fuzz");
   cli::add_attend(app);
   cli::add_explain(app);
+  cli::add_bench(app);
   cli::add_experiment(app);
+  cli::add_report(app);
   parse(app, args);
 }
 

@@ -7,6 +7,7 @@
 //   Pb = P transposed to rows [query][key] bf16,  Vp = V in pairs [kBc/2][dv][2],
 //   O  = alpha·O + Pb·Vp  (float32).
 // The scale is applied to the float32 scores, not folded into Q, so Q is rounded only once.
+#include <cstring>
 #include <memory>
 #include <vector>
 
@@ -17,7 +18,19 @@
 namespace attnscale::detail::bfdot {
 namespace {
 
-std::uint16_t round_bf16(float x) { return to_bf16(x).bits; }
+// Round to nearest even (NaN kept quiet), as to_bf16 does, inline for the packing loops.
+inline std::uint16_t round_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+// Element (a, b, c, d) of a float32 or bfloat16 view as bfloat16 bits.
+inline std::uint16_t bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  if (t.dtype == DType::bf16) return at<const std::uint16_t>(t, a, b, c, d)[0];
+  if (t.dtype == DType::f32) return round_bf16(*at<const float>(t, a, b, c, d));
+  return round_bf16(value<float>(t, a, b, c, d));
+}
 
 struct Scratch {
   std::int64_t dk32, ldv;
@@ -42,7 +55,7 @@ void attend(const Params& p, const RowBlock& rb, Path path, Scratch& s) {
   std::fill(s.qp.get(), s.qp.get() + s.dk32 * ld, 0);
   for (std::int64_t r = 0; r < rb.n; ++r)
     for (std::int64_t c = 0; c < p.dk; ++c)
-      s.qp[((c / 2) * ld + r) * 2 + c % 2] = round_bf16(value<float>(p.q, rb.b, rb.h[r], rb.i[r], c));
+      s.qp[((c / 2) * ld + r) * 2 + c % 2] = bits(p.q, rb.b, rb.h[r], rb.i[r], c);
   const float scale = static_cast<float>(p.scale * kLog2e);
   const std::int64_t jb = rb.lo_min, je = rb.hi_max;
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
@@ -51,15 +64,15 @@ void attend(const Params& p, const RowBlock& rb, Path path, Scratch& s) {
     if (kind == TileKind::skip) continue;
     for (std::int64_t j = 0; j < kBc; ++j)
       for (std::int64_t c = 0; c < p.dk; ++c)
-        s.kb[j * s.dk32 + c] = j < nk ? round_bf16(value<float>(p.k, rb.b, rb.kh, j0 + j, c)) : 0;
-    gemm(path, nk, ld, s.dk32, s.kb.get(), s.dk32, s.qp.get(), ld, f.st.get(), ld, 0, nullptr, scale);
+        s.kb[j * s.dk32 + c] = j < nk ? bits(p.k, rb.b, rb.kh, j0 + j, c) : 0;
+    gemm(path, nk, columns(rb), s.dk32, s.kb.get(), s.dk32, s.qp.get(), ld, f.st.get(), ld, 0, nullptr, scale);
     if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, f.st.get(), ld);
-    Ops<float>::softmax_update(f.st.get(), ld, nk, ld, f.m.get(), f.l.get(), f.alpha.get());
+    Ops<float>::softmax_update(f.st.get(), ld, nk, columns(rb), f.m.get(), f.l.get(), f.alpha.get());
     for (std::int64_t r = 0; r < rb.n; ++r)
       for (std::int64_t j = 0; j < nk32; ++j) s.pb[r * kBc + j] = j < nk ? round_bf16(f.st[j * ld + r]) : 0;
     for (std::int64_t j = 0; j < nk32; ++j)
       for (std::int64_t c = 0; c < p.dv; ++c)
-        s.vp[((j / 2) * s.ldv + c) * 2 + j % 2] = j < nk ? round_bf16(value<float>(p.v, rb.b, rb.kh, j0 + j, c)) : 0;
+        s.vp[((j / 2) * s.ldv + c) * 2 + j % 2] = j < nk ? bits(p.v, rb.b, rb.kh, j0 + j, c) : 0;
     gemm(path, rb.n, p.dv, nk32, s.pb.get(), kBc, s.vp.get(), s.ldv, f.o.get(), p.dv, 2, f.alpha.get(), 1.0f);
   }
 }

@@ -25,13 +25,17 @@ struct ForwardScratch {
         sub(ld), mul(ld) {}
 };
 
+// Columns of the score tile in use: the block's rows rounded up to the widest SIMD width (a
+// decode block of one row computes 16 columns, not kBr).
+inline std::int64_t columns(const RowBlock& rb) { return round_up(std::max<std::int64_t>(rb.n, 1), simd::kColumnPad); }
+
 // Score tile St[j - j0][r] = log2(e)·(s·q_r·k_j + bias_rj) for keys [j0, j1), masked pairs -inf.
 template <class T>
 void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
                 ForwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0;
   const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
-  Ops<T>::gemm(nk, s.ld, p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+  Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
                simd::kOverwrite);
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
 }
@@ -68,7 +72,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;  // causal: the tiles above the diagonal cost nothing
     score_tile(p, rb, j0, j1, kind, s);
-    Ops<T>::softmax_update(s.st.get(), s.ld, nk, s.ld, s.m.get(), s.l.get(), s.alpha.get());
+    Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
     const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
@@ -111,7 +115,7 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s) {
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
     score_tile(p, rb, j0, j1, kind, s);
-    Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.sub.get(), s.mul.get());
+    Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
     for (std::int64_t j = 0; j < nk; ++j)
       for (std::int64_t r = 0; r < rb.n; ++r)
         store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));

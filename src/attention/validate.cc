@@ -126,11 +126,9 @@ void fill_options(Params& p, const Options& options) {
   p.mask = t;
 }
 
-}  // namespace
-
-Params make_forward_params(const TensorView& q0, const TensorView& k0, const TensorView& v0,
-                           const Outputs& outputs, const Options& options, Kernel kernel) {
-  Params p;
+// The checks and fields shared by forward and backward: q, k, v and the options.
+void fill_inputs(Params& p, const TensorView& q0, const TensorView& k0, const TensorView& v0,
+                 const Options& options) {
   const TensorView q = operand("q", q0), k = operand("k", k0), v = operand("v", v0);
   fill_shapes(p, q, k, v, q0, k0, v0);
   p.dtype = q.dtype;
@@ -138,6 +136,14 @@ Params make_forward_params(const TensorView& q0, const TensorView& k0, const Ten
   p.k = k;
   p.v = v;
   fill_options(p, options);
+}
+
+}  // namespace
+
+Params make_forward_params(const TensorView& q0, const TensorView& k0, const TensorView& v0,
+                           const Outputs& outputs, const Options& options, Kernel kernel) {
+  Params p;
+  fill_inputs(p, q0, k0, v0, options);
   const std::int64_t out_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
   p.out = output("out", outputs.out, 4, out_shape, dims(p.B, p.Hq, p.Nq, p.dv),
                  kernel == Kernel::reference, p.dtype);
@@ -157,13 +163,7 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
                                     const TensorView& dout, const Gradients& grads,
                                     const Options& options, Kernel kernel) {
   BackwardParams p;
-  const TensorView q = operand("q", q0), k = operand("k", k0), v = operand("v", v0);
-  fill_shapes(p, q, k, v, q0, k0, v0);
-  p.dtype = q.dtype;
-  p.q = q;
-  p.k = k;
-  p.v = v;
-  fill_options(p, options);
+  fill_inputs(p, q0, k0, v0, options);
   const bool any = kernel == Kernel::reference;
   const std::int64_t o_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
   const std::string o_str = dims(p.B, p.Hq, p.Nq, p.dv);

@@ -1,0 +1,44 @@
+// attnscale report: runs every lab experiment and writes seed 000 completed (HTML, Markdown,
+// figures, data) into --out. See src/report/report.h.
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+
+#include "attnscale/error.h"
+#include "report/report.h"
+#include "subcommands.h"
+
+namespace attnscale::cli {
+
+void add_report(CLI::App& app) {
+  auto opts = std::make_shared<report::ReportOptions>();
+  auto quick = std::make_shared<bool>(false);
+  auto full = std::make_shared<bool>(false);
+  CLI::App* sub = app.add_subcommand(
+      "report", "Run every experiment and write the completed paper: DIR/index.html (self-contained), "
+                "DIR/report.md, DIR/figures/, DIR/data/");
+  sub->add_option("--out", opts->out, "output folder (created if missing)")->capture_default_str();
+  sub->add_option("--seed", opts->seed, "master seed of every random stream")->capture_default_str();
+  sub->add_option("--threads", opts->threads, "threads (0: $ATTNSCALE_THREADS, else every core)")
+      ->check(CLI::NonNegativeNumber);
+  auto* q = sub->add_flag("--quick", *quick, "small sweeps and few trials (seconds; used by tests)");
+  auto* f = sub->add_flag("--full", *full, "ten times the trials of the default");
+  q->excludes(f);
+  sub->callback([opts, quick, full] {
+    opts->depth = *quick ? report::Depth::quick : *full ? report::Depth::full : report::Depth::standard;
+    if (opts->out.empty()) throw Error("--out: expected a folder");
+    // Checked before the measurements start, so a bad folder fails in a second, not after minutes.
+    std::error_code ec;
+    if (std::filesystem::exists(opts->out, ec) && !std::filesystem::is_directory(opts->out, ec))
+      throw Error("--out: " + opts->out + " exists and is not a folder");
+    std::filesystem::create_directories(opts->out, ec);
+    if (ec) throw Error("--out: cannot create " + opts->out + ": " + ec.message());
+    const auto start = std::chrono::steady_clock::now();
+    const report::Measurements m = report::measure(*opts);
+    const std::string index = report::write_report(m);
+    const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(stderr, "attnscale report: wrote %s (%.1f s, %d threads)\n", index.c_str(), secs, m.threads);
+  });
+}
+
+}  // namespace attnscale::cli

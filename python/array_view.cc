@@ -1,0 +1,111 @@
+#include "array_view.h"
+
+#include <atomic>
+#include <string>
+
+namespace attnscale::python {
+namespace {
+
+std::atomic<std::int64_t> copies{0};
+
+std::string shape_text(const py::array& a) {
+  std::string s = "[";
+  for (py::ssize_t d = 0; d < a.ndim(); ++d) s += (d ? ", " : "") + std::to_string(a.shape(d));
+  return s + "]";
+}
+
+// The attnscale dtype of a numpy dtype, or throws TypeError.
+DType dtype_of(const char* name, const py::array& a, ArrayKind kind) {
+  const char k = a.dtype().kind();
+  const auto size = a.itemsize();
+  if (k == 'f' && size == 4) return DType::f32;
+  if (k == 'f' && size == 8) return DType::f64;
+  if (kind == ArrayKind::mask && (k == 'b' || (k == 'u' && size == 1))) return DType::u8;
+  const std::string got = py::str(a.dtype());
+  if (kind == ArrayKind::mask)
+    throw py::type_error(std::string(name) + ": dtype must be bool, uint8, float32 or float64, got " + got);
+  throw py::type_error(std::string(name) + ": dtype must be float32 or float64, got " + got);
+}
+
+bool strides_are_whole_elements(const py::array& a) {
+  for (py::ssize_t d = 0; d < a.ndim(); ++d)
+    if (a.strides(d) % a.itemsize() != 0) return false;
+  return true;
+}
+
+}  // namespace
+
+ArrayView as_view(const char* name, py::handle obj, ArrayKind kind) {
+  py::module_ np = py::module_::import("numpy");
+  py::array a;
+  if (py::isinstance<py::array>(obj)) {
+    a = py::reinterpret_borrow<py::array>(obj);
+  } else {
+    try {
+      a = np.attr("asarray")(obj);
+    } catch (py::error_already_set&) {
+      throw py::type_error(std::string(name) + ": expected a numpy array, got " +
+                           std::string(py::str(obj.get_type().attr("__name__"))));
+    }
+    if (a.dtype().kind() == 'O')
+      throw py::type_error(std::string(name) + ": expected a numpy array, got " +
+                           std::string(py::str(obj.get_type().attr("__name__"))));
+  }
+  const DType dtype = dtype_of(name, a, kind);
+  if (a.ndim() > kMaxRank)
+    throw py::value_error(std::string(name) + ": expected at most 4 dimensions, got rank " +
+                          std::to_string(a.ndim()) + " " + shape_text(a));
+  // Byte order other than native, strides between elements, or a data pointer off the item
+  // alignment (the kernels load whole elements): one C-ordered, aligned, native copy.
+  const bool native = a.dtype().attr("isnative").cast<bool>();
+  const bool aligned = reinterpret_cast<std::uintptr_t>(a.data()) % a.itemsize() == 0;
+  if (!native || !aligned || !strides_are_whole_elements(a)) {
+    py::dtype want = native ? a.dtype() : py::dtype(a.dtype().attr("newbyteorder")("="));
+    a = np.attr("ascontiguousarray")(a, want);
+    ++copies;
+  }
+  ArrayView v;
+  v.view.data = const_cast<void*>(a.data());  // inputs are only read
+  v.view.dtype = dtype;
+  v.view.rank = static_cast<int>(a.ndim());
+  for (int d = 0; d < v.view.rank; ++d) {
+    v.view.shape[d] = a.shape(d);
+    v.view.strides[d] = a.strides(d) / a.itemsize();
+  }
+  v.array = std::move(a);
+  return v;
+}
+
+ArrayView new_array(DType dtype, const std::vector<std::int64_t>& shape) {
+  std::vector<py::ssize_t> dims(shape.begin(), shape.end());
+  ArrayView v;
+  v.array = dtype == DType::f64 ? py::array(py::dtype::of<double>(), dims) : py::array(py::dtype::of<float>(), dims);
+  v.view.data = v.array.mutable_data();
+  v.view.dtype = dtype;
+  v.view.rank = static_cast<int>(shape.size());
+  std::int64_t stride = 1;
+  for (int d = v.view.rank - 1; d >= 0; --d) {
+    v.view.shape[d] = shape[d];
+    v.view.strides[d] = stride;
+    stride *= shape[d];
+  }
+  return v;
+}
+
+py::array to_numpy(Tensor t) {
+  auto* keep = new Tensor(std::move(t));
+  py::capsule owner(keep, [](void* p) { delete static_cast<Tensor*>(p); });
+  const TensorView& v = keep->view();
+  const auto item = static_cast<py::ssize_t>(dtype_size(v.dtype));
+  std::vector<py::ssize_t> shape, strides;
+  for (int d = 0; d < v.rank; ++d) {
+    shape.push_back(v.shape[d]);
+    strides.push_back(v.strides[d] * item);
+  }
+  py::dtype dt = v.dtype == DType::f64 ? py::dtype::of<double>() : py::dtype::of<float>();
+  return py::array(dt, shape, strides, keep->data(), owner);
+}
+
+std::int64_t copy_count() { return copies.load(); }
+
+}  // namespace attnscale::python

@@ -1,0 +1,48 @@
+// NumPy arrays <-> attnscale::TensorView, without copies.
+//
+// A numpy array is (pointer, shape, strides in bytes). TensorView takes strides in elements, so
+// an input is viewed in place whenever every byte stride is a multiple of the item size — which
+// covers C- and Fortran-ordered arrays, slices, transposes ([B, N, H, d] seen as [B, H, N, d]),
+// negative steps and broadcast (stride 0) dimensions. Only an array with a stride that is not a
+// multiple of its item size (a field of a structured array), a data pointer that is not a
+// multiple of it (a byte-offset view of a buffer), or a non-native byte order is copied first;
+// copy_count() counts those copies so tests can check that nothing else is copied.
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attnscale/tensor.h"
+
+namespace attnscale::python {
+
+namespace py = pybind11;
+
+// What an argument may hold.
+enum class ArrayKind {
+  floating,  // q, k, v, out, lse, dout, matrices: float32 or float64
+  mask,      // bool/uint8 (keep) or float32/float64 (additive)
+};
+
+// A TensorView over a numpy array, with the array (or its copy) kept alive beside it.
+struct ArrayView {
+  TensorView view;
+  py::array array;
+};
+
+// Views `obj` (a numpy array or anything np.asarray accepts) as a TensorView. Raises TypeError
+// naming `name` for a dtype of the wrong kind, ValueError for more than 4 dimensions.
+ArrayView as_view(const char* name, py::handle obj, ArrayKind kind);
+
+// A new C-ordered array of `dtype` (float32 or float64) and its view.
+ArrayView new_array(DType dtype, const std::vector<std::int64_t>& shape);
+
+// A numpy array sharing the owning Tensor's storage (no copy).
+py::array to_numpy(Tensor t);
+
+// How many inputs were copied because they could not be viewed in place (see above).
+std::int64_t copy_count();
+
+}  // namespace attnscale::python

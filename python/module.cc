@@ -1,0 +1,26 @@
+// The extension module attnscale._attnscale; the package attnscale/__init__.py re-exports it.
+#include <pybind11/pybind11.h>
+
+#include "array_view.h"
+#include "attention_bindings.h"
+#include "lab_bindings.h"
+#include "attnscale/version.h"
+
+namespace py = pybind11;
+
+PYBIND11_MODULE(_attnscale, m) {
+  // The docstrings start with the Python signature; pybind11's generated one would show C++ types.
+  py::options options;
+  options.disable_function_signatures();
+  m.doc() = "attnscale's C++ library: attention kernels and the lab (see the attnscale package).";
+  attnscale::python::add_attention(m);
+  attnscale::python::add_lab(m);
+  m.def("version", &attnscale::version, "The library version, e.g. '0.1.0'.");
+  m.def("git_hash", &attnscale::git_hash, "The commit the library was built from, or 'unknown'.");
+  m.def("cpu_target", &attnscale::cpu_target,
+        "The SIMD target the fast kernels dispatch to on this CPU (e.g. 'AVX2', 'baseline').");
+  m.def("_copy_count", &attnscale::python::copy_count,
+        "How many input arrays were copied because their strides are not whole elements or their "
+        "byte order is not native (every other input is read in place).");
+  m.attr("__version__") = attnscale::version();
+}

@@ -1,0 +1,82 @@
+"""Bad arguments raise ValueError (bad values) or TypeError (bad types) with one exact message."""
+import re
+
+import numpy as np
+import pytest
+
+import attnscale
+
+Q = np.ones((5, 4))
+K = np.ones((5, 4))
+V = np.ones((5, 4))
+
+
+def raises(exc, message, *args, fn=attnscale.attention, **kwargs):
+    with pytest.raises(exc) as info:
+        fn(*args, **kwargs)
+    assert type(info.value) is exc
+    assert str(info.value) == message
+
+
+def test_array_types():
+    raises(TypeError, "q: dtype must be float32 or float64, got int64", np.ones((5, 4), dtype=np.int64), K, V)
+    raises(TypeError, "k: expected a numpy array, got object", Q, object(), V)
+    raises(TypeError, "v: dtype must be float32 or float64, got <U3", Q, K, "abc")
+    raises(TypeError, "mask: dtype must be bool, uint8, float32 or float64, got int32", Q, K, V,
+           mask=np.ones((5, 5), dtype=np.int32))
+
+
+def test_shapes():
+    raises(ValueError, "q: expected rank 2, 3 or 4 ([N, d], [H, N, d] or [B, H, N, d]), got rank 1 [4]",
+           np.ones(4), K, V)
+    raises(ValueError, "q: expected at most 4 dimensions, got rank 5 [1, 1, 1, 5, 4]", np.ones((1, 1, 1, 5, 4)), K, V)
+    raises(ValueError, "k: last dimension dk = 3 must equal q's dk = 4 (q [5, 4], k [5, 3])", Q, np.ones((5, 3)), V)
+    raises(ValueError, "q, k, v: dtypes differ (q float32, k float64, v float64)", Q.astype(np.float32), K, V)
+    raises(ValueError, "k: query heads Hq = 3 must be a multiple of key/value heads Hkv = 2 "
+           "(q [3, 5, 4], k [2, 5, 4])", np.ones((3, 5, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 4)))
+    raises(ValueError, "v: heads and keys must match k's (k [5, 4], v [6, 4])", Q, K, np.ones((6, 4)))
+    raises(ValueError, "q: every dimension must be positive, got shape [0, 4]", np.ones((0, 4)), K, V)
+    raises(ValueError, "mask: shape [4, 5] does not broadcast to [1, 1, 5, 5] (expected [5, 5] or [1|1, 1|1, 5, 5])",
+           Q, K, V, mask=np.ones((4, 5), dtype=bool))
+
+
+def test_options():
+    raises(ValueError, "scale: expected none, sqrt, linear or a finite number, got 'huge'", Q, K, V, scale="huge")
+    raises(ValueError, "scale: must be finite, got inf", Q, K, V, scale=float("inf"))
+    raises(TypeError, "scale: expected None, 'none', 'sqrt', 'linear' or a number, got list", Q, K, V, scale=[1])
+    raises(TypeError, "scale: expected None, 'none', 'sqrt', 'linear' or a number, got bool", Q, K, V, scale=True)
+    raises(ValueError, "causal: expected 'top-left' or 'bottom-right', got 'yes'", Q, K, V, causal="yes")
+    raises(TypeError, "causal: expected None, True, 'top-left' or 'bottom-right', got int", Q, K, V, causal=1)
+    raises(ValueError, "align: expected 'top-left' or 'bottom-right', got 'middle'", Q, K, V, align="middle")
+    raises(ValueError, "align: conflicts with causal='top-left' (they share one diagonal)", Q, K, V,
+           causal="top-left", align="bottom-right")
+    raises(ValueError, "window: sizes must be >= 0 (or -1 for unbounded), got (-2, 1)", Q, K, V, window=(-2, 1))
+    raises(TypeError, "window: expected (left, right) with ints or None, got 3", Q, K, V, window=3)
+    raises(TypeError, "window: expected (left, right) with ints or None, got (1.5, 2)", Q, K, V, window=(1.5, 2))
+    raises(ValueError, "threads: must be >= 0, got -1", Q, K, V, threads=-1)
+
+
+def test_backward():
+    out, lse = attnscale.attention(Q, K, V, return_lse=True)
+    bw = attnscale.attention_backward
+    raises(ValueError, "out: required (the forward's output; only reference=True recomputes it)",
+           Q, K, V, None, lse, out, fn=bw)
+    raises(ValueError, "dout: expected shape [1, 1, 5, 4], got [5, 3]", Q, K, V, out, lse, np.ones((5, 3)), fn=bw)
+    raises(ValueError, "lse: expected shape [1, 1, 5], got [4]", Q, K, V, out, lse[:4], out, fn=bw)
+
+
+def test_self_attention():
+    w = np.ones((4, 2))
+    raises(ValueError, "w_q: expected 4 rows (x is [5, 4]), got [3, 2]", Q, np.ones((3, 2)), w, w,
+           fn=attnscale.self_attention)
+    raises(ValueError, "heads: must be positive, got 0", Q, w, w, w, np.ones((2, 2)), 0,
+           fn=attnscale.multi_head_attention)
+
+
+def test_nothing_is_written_on_error():
+    # Validation happens before any computation: an error leaves the inputs untouched.
+    q = np.random.default_rng(0).standard_normal((5, 4))
+    before = q.copy()
+    with pytest.raises(ValueError):
+        attnscale.attention(q, q, q, window=(-3, 0))
+    np.testing.assert_array_equal(q, before)

@@ -1,0 +1,170 @@
+"""attnscale.lab gives the numbers `attnscale experiment NAME --format csv` writes, bit for bit."""
+import csv
+import io
+import math
+import subprocess
+import sys
+import types
+
+import pytest
+
+from attnscale import lab
+
+NAMES = [e["name"] for e in lab.experiments()]
+
+
+def cli_csv(cli, name, seed, trials, threads, **flags):
+    args = [cli, "experiment", name, "--format", "csv", "--seed", str(seed), "--trials", str(trials),
+            "--threads", str(threads)]
+    for key, value in flags.items():
+        args += ["--" + key, value]
+    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def assert_same_numbers(rows, text):
+    table = list(csv.DictReader(io.StringIO(text)))
+    assert len(table) == len(rows) > 0
+    for row, want in zip(rows, table):
+        for p in rows.param_names:
+            assert str(row[p]) == want[p] or row[p] == lab._param_value(want[p])
+        assert row["metric"] == want["metric"]
+        for col in ("mean", "ci_low", "ci_high"):
+            w = float(want[col])
+            assert row[col] == w or (math.isnan(row[col]) and math.isnan(w)), (col, row, want)
+        assert (row["theory"] is None) == (want["theory"] == "")
+        if row["theory"] is not None:
+            w = float(want["theory"])
+            assert row["theory"] == w or (math.isnan(w) and math.isnan(row["theory"]))
+
+
+def test_every_experiment_is_a_function():
+    assert {"saturation", "variance"} <= set(NAMES)
+    for e in lab.experiments():
+        fn = getattr(lab, e["name"].replace("-", "_"))
+        assert e["summary"] in fn.__doc__
+        for flag, default, _ in e["flags"]:
+            assert f"{flag.replace('-', '_')} = {default!r}" in fn.__doc__
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_defaults_match_the_cli(cli, name):
+    # Default flags, few trials; Python on one thread, the command line on two.
+    rows = lab.run(name, seed=7, trials=3, threads=1, as_frame=False)
+    text = cli_csv(cli, name, 7, 3, 2)
+    assert rows.csv == text
+    assert_same_numbers(rows, text)
+    assert rows.metadata["seed"] == 7 and rows.metadata["trials"] == 3 and rows.metadata["experiment"] == name
+
+
+def test_saturation_sweep_matches_the_cli(cli):
+    rows = lab.saturation(n=[50, 17], d=[1, 2, 64], scaling=("sqrt", "none"), trials=40, seed=3, as_frame=False)
+    text = cli_csv(cli, "saturation", 3, 40, 0, n="50,17", d="1,2,64", scaling="sqrt,none")
+    assert_same_numbers(rows, text)
+    assert rows.csv == text
+    assert rows.param_names == ["n", "d", "scaling"]
+    assert {(r["n"], r["d"], r["scaling"]) for r in rows} == {
+        (n, d, s) for n in (50, 17) for d in (1, 2, 64) for s in ("sqrt", "none")}
+
+
+def test_variance_with_float_flags_matches_the_cli(cli):
+    rows = lab.variance(d=range(1, 5), mu=0.25, sigma=1.5, dist=["normal", "uniform"], trials=30, seed=11,
+                        as_frame=False)
+    text = cli_csv(cli, "variance", 11, 30, 1, d="1,2,3,4", mu="0.25", sigma="1.5", dist="normal,uniform")
+    assert_same_numbers(rows, text)
+
+
+def test_seed_changes_the_numbers_and_threads_do_not():
+    a = lab.variance(d=[2, 8], trials=20, seed=1, threads=1, as_frame=False)
+    b = lab.variance(d=[2, 8], trials=20, seed=1, threads=3, as_frame=False)
+    c = lab.variance(d=[2, 8], trials=20, seed=2, threads=1, as_frame=False)
+    assert list(a) == list(b)
+    assert [r["mean"] for r in a] != [r["mean"] for r in c]
+
+
+def test_progress_is_reported_in_order():
+    calls = []
+    lab.saturation(n=20, d=[1, 2, 3, 4], scaling="sqrt", trials=5, progress=lambda d, t: calls.append((d, t)),
+                   as_frame=False)
+    assert calls == [(i, 4) for i in range(1, 5)]
+
+
+def test_an_error_in_progress_stops_the_run():
+    def fail(done, total):
+        raise KeyError("stop here")
+
+    with pytest.raises(KeyError, match="stop here"):
+        lab.saturation(n=20, d=[1, 2], trials=5, progress=fail, as_frame=False)
+
+
+def test_errors_carry_the_cli_message():
+    with pytest.raises(ValueError, match=r"^--bogus: not a flag of experiment saturation \(its flags: --n, --d"):
+        lab.saturation(bogus=1)
+    with pytest.raises(ValueError, match=r"^--d: expected a comma-separated list of integers, got '1,x'$"):
+        lab.saturation(d="1,x")
+    with pytest.raises(ValueError, match=r"^unknown experiment 'nope' \(known: "):
+        lab.run("nope")
+    with pytest.raises(ValueError, match=r"^seed: must be an integer >= 0, got -1$"):
+        lab.saturation(seed=-1)
+    with pytest.raises(ValueError, match=r"^trials: must be a positive integer, got 0$"):
+        lab.saturation(trials=0)
+    with pytest.raises(TypeError, match=r"^d: expected a string, a number or a list of them, got object$"):
+        lab.saturation(d=object())
+
+
+def test_a_dataframe_when_pandas_is_importable(monkeypatch):
+    # pandas is optional: a stand-in module records what the lab hands to DataFrame.
+    class Frame:
+        def __init__(self, data, columns):
+            self.data, self.columns, self.attrs = data, columns, {}
+
+    monkeypatch.setitem(sys.modules, "pandas", types.SimpleNamespace(DataFrame=Frame))
+    frame = lab.variance(d=[2], trials=5)
+    assert isinstance(frame, Frame)
+    assert frame.columns == ["d", "scaling", "dist", "metric", "mean", "ci_low", "ci_high", "theory"]
+    assert frame.data == list(lab.variance(d=[2], trials=5, as_frame=False))
+    assert frame.attrs["metadata"]["experiment"] == "variance"
+    monkeypatch.setitem(sys.modules, "pandas", None)  # import pandas now fails
+    assert isinstance(lab.variance(d=[2], trials=5), lab.Rows)
+    with pytest.raises(ImportError, match="as_frame=True needs pandas"):
+        lab.variance(d=[2], trials=5, as_frame=True)
+
+
+def test_dashed_flags_take_underscores(cli):
+    # projections has --x-mean and --x-std: Python spells them x_mean and x_std.
+    rows = lab.projections(n=20, dx=8, d=[4, 16], init=["normal", "xavier"], x_mean=0.25, x_std=1.5,
+                           trials=5, seed=4, as_frame=False)
+    text = cli_csv(cli, "projections", 4, 5, 2, n="20", dx="8", d="4,16", init="normal,xavier",
+                   **{"x-mean": "0.25", "x-std": "1.5"})
+    assert_same_numbers(rows, text)
+    assert rows.metadata["flags"]["x-mean"] == "0.25" and rows.metadata["flags"]["x-std"] == "1.5"
+
+
+def test_ctrl_c_stops_a_long_run():
+    # The child prints once the run is under way; SIGINT must then end it with KeyboardInterrupt
+    # long before the sweep (hundreds of points) is done.
+    import os
+    import signal
+    import time
+
+    child = subprocess.Popen(
+        [sys.executable, "-c", (
+            "import sys, time\n"
+            "from attnscale import lab\n"
+            "def show(done, total):\n"
+            "    if done == 1: print('running', flush=True)\n"
+            "try:\n"
+            "    lab.saturation(n=60, d=list(range(1, 400)), trials=200, threads=1, progress=show, as_frame=False)\n"
+            "    print('finished')\n"
+            "except KeyboardInterrupt:\n"
+            "    print('interrupted')\n")],
+        stdout=subprocess.PIPE, text=True, env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+    try:
+        assert child.stdout.readline().strip() == "running"
+        start = time.monotonic()
+        child.send_signal(signal.SIGINT)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        child.kill()
+    assert out.strip() == "interrupted"
+    assert time.monotonic() - start < 10

@@ -1,0 +1,82 @@
+"""The rest of the module: self/multi-head attention, version, CPU target, GIL, docstrings."""
+import threading
+import time
+
+import numpy as np
+
+import attnscale
+import torch_reference
+
+
+def test_self_attention_matches_projections(rng):
+    x = rng.standard_normal((9, 6))
+    wq, wk, wv = rng.standard_normal((6, 4)), rng.standard_normal((6, 4)), rng.standard_normal((6, 3))
+    want, _, _ = torch_reference.attention(x @ wq, x @ wk, x @ wv, causal=True)
+    got = attnscale.self_attention(x, wq, wk, wv, causal=True)
+    np.testing.assert_allclose(got, want.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def test_multi_head_attention_concatenates_heads(rng):
+    n, dx, h, dk, dv = 7, 10, 3, 4, 2
+    x = rng.standard_normal((n, dx)).astype(np.float32)
+    wq, wk = rng.standard_normal((dx, h * dk)), rng.standard_normal((dx, h * dk))
+    wv, wo = rng.standard_normal((dx, h * dv)), rng.standard_normal((h * dv, 5))
+    wq, wk, wv, wo = (w.astype(np.float32) for w in (wq, wk, wv, wo))
+    heads = lambda m, d: m.reshape(n, h, d).transpose(1, 0, 2)  # [N, H*d] -> [H, N, d]
+    out, _, _ = torch_reference.attention(heads(x @ wq, dk), heads(x @ wk, dk), heads(x @ wv, dv), scale="none")
+    want = out.numpy().transpose(1, 0, 2).reshape(n, h * dv) @ wo
+    got = attnscale.multi_head_attention(x, wq, wk, wv, wo, h, scale="none")
+    assert got.dtype == np.float32 and got.shape == (n, 5)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_version_and_target():
+    assert attnscale.version() == attnscale.__version__
+    assert attnscale.version().count(".") == 2
+    assert isinstance(attnscale.git_hash(), str) and attnscale.git_hash()
+    assert isinstance(attnscale.cpu_target(), str) and attnscale.cpu_target()
+
+
+def test_gil_is_released_while_computing(rng):
+    # A Python thread keeps running while this one is inside attention(): the counter takes a
+    # timestamp only while it holds the GIL, so with the GIL held during the call no timestamp
+    # could fall inside a call's [start, end].
+    q = rng.standard_normal((1, 1, 1024, 64)).astype(np.float32)
+    done = threading.Event()
+    ticks, calls = [], []
+
+    def count():
+        while not done.is_set():
+            ticks.append(time.perf_counter())
+            time.sleep(0.0005)
+
+    counter = threading.Thread(target=count)
+    counter.start()
+    try:
+        first = time.perf_counter()
+        while time.perf_counter() - first < 0.3:
+            start = time.perf_counter()
+            attnscale.attention(q, q, q, threads=1)
+            calls.append((start, time.perf_counter()))
+    finally:
+        done.set()
+        counter.join()
+    during = [t for t in ticks if any(a < t < b for a, b in calls)]
+    assert len(during) >= 3, (len(during), len(calls))
+
+
+def test_docstrings_have_examples():
+    for fn in (attnscale.attention, attnscale.attention_backward, attnscale.self_attention,
+               attnscale.multi_head_attention):
+        assert "Example:" in fn.__doc__ and ">>> " in fn.__doc__
+        assert fn.__doc__.startswith(fn.__name__ + "(")
+
+
+def test_docstring_examples_run():
+    import doctest
+
+    import attnscale.torch
+
+    for module in (attnscale, attnscale._attnscale, attnscale.torch):
+        failures, tried = doctest.testmod(module, verbose=False)
+        assert failures == 0 and tried > 0, module.__name__

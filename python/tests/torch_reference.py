@@ -1,0 +1,75 @@
+"""Attention in float64 PyTorch ops, the ground truth of the tests: matmul, softmax, matmul.
+
+Shapes as in attnscale: q [..., Nq, dk], k [..., Nkv, dk], v [..., Nkv, dv] with 2-4 dimensions;
+k and v may have fewer heads than q (expanded with repeat_interleave, as grouped-query attention
+reads kv head h // (Hq // Hkv)). Differentiable, so autograd gives the reference gradients.
+"""
+import math
+
+import numpy as np
+import torch
+
+
+def _rank4(t):
+    while t.dim() < 4:
+        t = t.unsqueeze(0)
+    return t
+
+
+def scale_value(scale, dk):
+    if scale is None or scale == "sqrt":
+        return 1.0 / math.sqrt(dk)
+    if scale == "none":
+        return 1.0
+    if scale == "linear":
+        return 1.0 / dk
+    return float(scale)
+
+
+def keep_matrix(nq, nkv, causal=None, window=None, align=None):
+    """Bool [Nq, Nkv]: which keys the causal and window parts of a mask let each query see."""
+    bottom_right = causal == "bottom-right" or align == "bottom-right"
+    i = torch.arange(nq)[:, None]
+    j = torch.arange(nkv)[None, :]
+    diag = i + (nkv - nq if bottom_right else 0)
+    keep = torch.ones(nq, nkv, dtype=torch.bool)
+    if causal:
+        keep &= j <= diag
+    if window is not None:
+        left, right = window
+        if left is not None and left >= 0:
+            keep &= j >= diag - left
+        if right is not None and right >= 0:
+            keep &= j <= diag + right
+    return keep
+
+
+def attention(q, k, v, scale=None, causal=None, window=None, align=None, mask=None):
+    """(out, lse, probs) in float64 torch tensors shaped like attnscale's outputs."""
+    as_t = lambda x: x if isinstance(x, torch.Tensor) else torch.from_numpy(np.asarray(x))
+    q, k, v = (as_t(x).to(torch.float64) for x in (q, k, v))
+    q_shape = q.shape
+    q4, k4, v4 = _rank4(q), _rank4(k), _rank4(v)
+    group = q4.shape[1] // k4.shape[1]
+    k4 = k4.repeat_interleave(group, dim=1)
+    v4 = v4.repeat_interleave(group, dim=1)
+    nq, nkv = q4.shape[2], k4.shape[2]
+    scores = q4 @ k4.transpose(-1, -2) * scale_value(scale, q4.shape[3])
+    keep = keep_matrix(nq, nkv, causal, window, align).expand_as(scores)
+    if mask is not None:
+        m = as_t(mask)
+        if m.dtype in (torch.bool, torch.uint8):
+            keep = keep & (m != 0)
+        else:
+            scores = scores + m.to(torch.float64)
+    scores = scores.masked_fill(~keep, -math.inf)
+    # Softmax with the row maximum subtracted; a row with every key masked gives probs 0.
+    row_max = scores.amax(dim=-1, keepdim=True).detach()
+    row_max = torch.where(torch.isfinite(row_max), row_max, torch.zeros_like(row_max))
+    e = torch.exp(scores - row_max)
+    total = e.sum(dim=-1, keepdim=True)
+    probs = e / torch.where(total > 0, total, torch.ones_like(total))
+    lse = (row_max + torch.log(total)).squeeze(-1)
+    out = probs @ v4
+    lead = tuple(q_shape[:-1])
+    return out.reshape(lead + (v4.shape[-1],)), lse.reshape(lead), probs.reshape(lead + (nkv,))

@@ -1,0 +1,279 @@
+// gnuplot scripts for the report's figures. See plot.h.
+#include "report/plot.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "attnscale/error.h"
+
+namespace attnscale::report {
+namespace {
+
+// Okabe–Ito colours: distinguishable under the common colour-vision deficiencies.
+constexpr const char* kColours[] = {"#0072B2", "#D55E00", "#009E73", "#CC79A7",
+                                    "#E69F00", "#56B4E9", "#000000", "#F0E442"};
+
+// Viridis, sampled at nine stops (from matplotlib's published table): perceptually uniform and
+// readable in grey.
+constexpr const char* kViridis =
+    "set palette defined (0 '#440154', 0.125 '#472c7a', 0.25 '#3b518b', 0.375 '#2c718e', "
+    "0.5 '#21908d', 0.625 '#27ad81', 0.75 '#5cc863', 0.875 '#aadc32', 1 '#fde725')\n";
+
+std::string quote(const std::string& s) {
+  std::string q = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') q += '\\';
+    q += c;
+  }
+  return q + "\"";
+}
+
+std::string num(double v) {
+  if (!std::isfinite(v)) return "NaN";
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+double at(const std::vector<double>& v, std::size_t i) {
+  return i < v.size() ? v[i] : std::nan("");
+}
+
+bool any_finite(const std::vector<double>& v) {
+  return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+}
+
+// Tic marks at the data's own x values on a log axis (d = 1, 2, 4, ...), thinned to at most 8.
+std::string log_xtics(const LinePanel& p) {
+  std::set<double> xs;
+  for (const Series& s : p.series)
+    for (double x : s.x)
+      if (x > 0 && std::isfinite(x)) xs.insert(x);
+  if (xs.empty()) return "";
+  std::vector<double> v(xs.begin(), xs.end());
+  const std::size_t step = (v.size() + 7) / 8;
+  std::string out = "set xtics (";
+  for (std::size_t i = 0; i < v.size(); i += step) {
+    if (i) out += ", ";
+    out += quote(num(v[i])) + " " + num(v[i]);
+  }
+  return out + ")\n";
+}
+
+void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std::string& key_override) {
+  gp << "set title " << quote(p.title) << "\n"
+     << "set xlabel " << quote(p.xlabel) << "\n"
+     << "set ylabel " << quote(p.ylabel) << "\n"
+     << (!key_override.empty() ? key_override
+         : p.key_position == "off" ? std::string("unset key\n")
+                                 : "set key " + p.key_position + " opaque box lc rgb '#cccccc' samplen 2.5 spacing 1.1\n")
+     << "set grid back lc rgb '#e6e6e6' lw 1\n"
+     << "set border 3 lc rgb '#444444'\nset tics nomirror\n";
+  if (p.logx) gp << "set logscale x 2\n" << log_xtics(p);
+  if (p.logy) gp << "set logscale y 10\nset format y '%g'\n";
+  gp << "set yrange [" << (p.ymin ? num(*p.ymin) : "*") << ":" << (p.ymax ? num(*p.ymax) : "*") << "]\n";
+  gp << "set offsets graph 0.02, graph 0.02, 0, 0\n";
+
+  bool theory = false;
+  for (std::size_t s = 0; s < p.series.size(); ++s) {
+    const Series& ser = p.series[s];
+    gp << "$p" << index << "s" << s << " << EOD\n";
+    for (std::size_t i = 0; i < ser.x.size(); ++i) {
+      double lo = at(ser.lo, i), hi = at(ser.hi, i);
+      // A log axis cannot show a band reaching 0 or below; clip it just under the curve.
+      if (p.logy && std::isfinite(lo) && lo <= 0) lo = ser.y[i] * 1e-3;
+      gp << num(ser.x[i]) << " " << num(ser.y[i]) << " " << num(lo) << " " << num(hi) << " "
+         << num(at(ser.theory, i)) << "\n";
+    }
+    gp << "EOD\n";
+    theory = theory || any_finite(ser.theory);
+  }
+  int arrow = 1;
+  for (const RefLine& r : p.refs) {
+    gp << "set arrow " << arrow++ << " from graph 0, first " << num(r.y) << " to graph 1, first "
+       << num(r.y) << " nohead dt 3 lw 1.2 lc rgb '#666666' back\n";
+    if (!r.label.empty())
+      gp << "set label " << arrow << " " << quote(r.label) << " at graph 0.99, first " << num(r.y)
+       << " right offset 0, 0.7 tc rgb '#444444'\n";
+  }
+
+  std::vector<std::string> plots;
+  for (std::size_t s = 0; s < p.series.size(); ++s) {
+    const Series& ser = p.series[s];
+    const std::string data = "$p" + std::to_string(index) + "s" + std::to_string(s);
+    const std::size_t ci = ser.colour >= 0 ? static_cast<std::size_t>(ser.colour) : s;
+    const std::string colour = std::string("'") + kColours[ci % std::size(kColours)] + "'";
+    if (any_finite(ser.lo) && any_finite(ser.hi))
+      plots.push_back(data + " using 1:3:4 with filledcurves fc rgb " + colour +
+                      " fs transparent solid 0.22 noborder notitle");
+    if (any_finite(ser.theory))
+      plots.push_back(data + " using 1:5 with lines dt (6,4) lw 1.6 lc rgb " + colour + " notitle");
+    plots.push_back(data + " using 1:2 with linespoints " + (ser.secondary ? "lw 1.2 pt 6 ps 0.7" : "lw 2 pt 7 ps 0.55") +
+                    " lc rgb " + colour +
+                    " title " + quote(ser.title));
+  }
+  if (theory) plots.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title 'theory'");
+  if (plots.empty()) throw Error("figure panel '" + p.title + "' has no data");
+  gp << "plot ";
+  for (std::size_t i = 0; i < plots.size(); ++i) gp << (i ? ", \\\n     " : "") << plots[i];
+  gp << "\n";
+}
+
+void heat_panel(std::ostringstream& gp, const HeatPanel& h, int index) {
+  gp << "set title " << quote(h.title) << "\n"
+     << "set xlabel " << quote(h.xlabel) << "\n"
+     << "set ylabel " << quote(h.ylabel) << "\n"
+     << "set cblabel " << quote(h.cblabel) << "\n"
+     << kViridis << "set cbrange [" << num(h.cbmin) << ":" << num(h.cbmax) << "]\n"
+     << "set xrange [-0.5:" << num(h.cols - 0.5) << "]\n"
+     << "set yrange [" << num(h.rows - 0.5) << ":-0.5]\n"
+     << "set size ratio -1\nset tics out nomirror\nset border lc rgb '#444444'\nunset key\nunset grid\n"
+     << (h.colorbox ? "" : "unset colorbox\n");
+  gp << "$h" << index << " << EOD\n";
+  for (int r = 0; r < h.rows; ++r) {
+    for (int c = 0; c < h.cols; ++c) gp << (c ? " " : "") << num(h.values[static_cast<std::size_t>(r) * h.cols + c]);
+    gp << "\n";
+  }
+  gp << "EOD\nplot $h" << index << " matrix with image notitle\n";
+}
+
+// The shared legend: a plot of key entries only, across the figure's full width.
+void legend_strip(std::ostringstream& gp, const LinePanel& p, double height) {
+  gp << "reset\nset encoding utf8\nset origin 0,0\nset size 1," << num(height) << "\n"
+     << "unset border\nunset tics\nunset grid\nset xrange [0:1]\nset yrange [0:1]\n"
+     << "set key center center horizontal maxrows 1 samplen 2.5 width 1 box lc rgb '#cccccc'\n";
+  std::vector<std::string> items;
+  bool theory = false;
+  for (std::size_t s = 0; s < p.series.size(); ++s) {
+    const Series& ser = p.series[s];
+    const std::size_t ci = ser.colour >= 0 ? static_cast<std::size_t>(ser.colour) : s;
+    items.push_back(std::string("keyentry with linespoints ") + (ser.secondary ? "lw 1.2 pt 6 ps 0.7" : "lw 2 pt 7 ps 0.55") +
+                    " lc rgb '" + kColours[ci % std::size(kColours)] + "' title " + quote(ser.title));
+    theory = theory || any_finite(p.series[s].theory);
+  }
+  if (theory) items.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title 'theory'");
+  gp << "plot NaN notitle";
+  for (const auto& i : items) gp << ", \\\n     " << i;
+  gp << "\n";
+}
+
+std::string body(const Figure& f) {
+  std::ostringstream gp;
+  gp << "set encoding utf8\nset datafile missing 'NaN'\n";
+  const std::size_t cols = f.columns > 0 ? static_cast<std::size_t>(f.columns) : f.panels.size();
+  const LinePanel* legend = f.panels.empty() ? nullptr : std::get_if<LinePanel>(&f.panels[0]);
+  const bool below = f.legend_below && cols == f.panels.size() && legend != nullptr;
+  // With a legend strip the panels are placed by hand above it; otherwise gnuplot's layout.
+  const double strip = 64.0 / f.height;
+  if (below)
+    gp << "set multiplot\n";
+  else
+    gp << "set multiplot layout " << (f.panels.size() + cols - 1) / cols << "," << cols << "\n";
+  for (std::size_t i = 0; i < f.panels.size(); ++i) {
+    gp << "reset\nset encoding utf8\nset datafile missing 'NaN'\n";
+    if (below)
+      gp << "set origin " << num(static_cast<double>(i) / cols) << "," << num(strip) << "\nset size "
+         << num(1.0 / cols) << "," << num(1 - strip) << "\n";
+    if (const auto* lp = std::get_if<LinePanel>(&f.panels[i]))
+      line_panel(gp, *lp, static_cast<int>(i), below ? "unset key\n" : "");
+    else
+      heat_panel(gp, std::get<HeatPanel>(f.panels[i]), static_cast<int>(i));
+  }
+  if (below) legend_strip(gp, *legend, strip);
+  gp << "unset multiplot\n";
+  return gp.str();
+}
+
+std::string shell_quote(const std::string& s) {
+  std::string q = "'";
+  for (char c : s) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+std::string slurp(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+LinePanel& Figure::lines(std::string title, std::string xlabel, std::string ylabel) {
+  LinePanel p;
+  p.title = std::move(title);
+  p.xlabel = std::move(xlabel);
+  p.ylabel = std::move(ylabel);
+  panels.emplace_back(std::move(p));
+  return std::get<LinePanel>(panels.back());
+}
+
+HeatPanel& Figure::heat(std::string title, std::string xlabel, std::string ylabel) {
+  HeatPanel h;
+  h.title = std::move(title);
+  h.xlabel = std::move(xlabel);
+  h.ylabel = std::move(ylabel);
+  panels.emplace_back(std::move(h));
+  return std::get<HeatPanel>(panels.back());
+}
+
+std::string gnuplot_script(const Figure& figure, const std::string& terminal, const std::string& output) {
+  return "set terminal " + terminal + "\nset output " + quote(output) + "\n" + body(figure) + "unset output\n";
+}
+
+std::string render(const Figure& figure, const std::string& dir) {
+  namespace fs = std::filesystem;
+  if (figure.panels.empty()) throw Error("figure " + figure.name + ": no panels");
+  fs::create_directories(dir);
+  const fs::path base = fs::path(dir) / figure.name;
+  const std::string svg = base.string() + ".svg", png = base.string() + ".png";
+  const std::string size = std::to_string(figure.width) + "," + std::to_string(figure.height);
+  // The PNG is drawn at twice the size (with doubled fonts and lines), for sharp print.
+  const std::string png_size = std::to_string(2 * figure.width) + "," + std::to_string(2 * figure.height);
+  const std::string script =
+      gnuplot_script(figure, "svg size " + size + " dynamic enhanced font 'Helvetica,15' background rgb 'white'",
+                     svg) +
+      gnuplot_script(figure,
+                     "pngcairo size " + png_size +
+                         " enhanced font 'Helvetica,24' linewidth 2 pointscale 2 background rgb 'white'",
+                     png);
+  const fs::path gp_path = base.string() + ".gp", log_path = base.string() + ".log";
+  {
+    std::ofstream out(gp_path);
+    out << script;
+    if (!out) throw Error("cannot write " + gp_path.string());
+  }
+  const std::string cmd = "gnuplot " + shell_quote(gp_path.string()) + " > " + shell_quote(log_path.string()) + " 2>&1";
+  const int rc = std::system(cmd.c_str());
+  std::string log = slurp(log_path);
+  fs::remove(log_path);
+  if (rc != 0 || !fs::exists(svg) || !fs::exists(png)) {
+    if (log.size() > 600) log = log.substr(log.size() - 600);
+    throw Error("gnuplot failed on " + gp_path.string() + " (is gnuplot-nox installed?): " + log);
+  }
+  // Heatmaps reach the SVG as embedded PNG images; keep their cells sharp when scaled up.
+  std::string text = slurp(svg);
+  text = std::regex_replace(text, std::regex("<image "), "<image style='image-rendering:pixelated' ");
+  std::ofstream(svg, std::ios::binary) << text;
+  return text;
+}
+
+std::string inline_svg(const std::string& svg, const std::string& prefix) {
+  std::string s = svg;
+  const auto start = s.find("<svg");
+  if (start == std::string::npos) throw Error("not an SVG document");
+  s = s.substr(start);
+  s = std::regex_replace(s, std::regex(R"(\bid=(['"]))"), "id=$1" + prefix);
+  s = std::regex_replace(s, std::regex(R"(href=(['"])#)"), "href=$1#" + prefix);
+  s = std::regex_replace(s, std::regex(R"(url\(#)"), "url(#" + prefix);
+  return s;
+}
+
+}  // namespace attnscale::report

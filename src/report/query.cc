@@ -1,0 +1,106 @@
+// See query.h.
+#include "report/query.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "attnscale/error.h"
+
+namespace attnscale::report {
+namespace {
+
+std::size_t column(const lab::ResultTable& t, const std::string& name) {
+  const auto it = std::find(t.param_names.begin(), t.param_names.end(), name);
+  if (it == t.param_names.end())
+    throw Error("report: experiment " + t.meta.experiment + " has no parameter '" + name + "'");
+  return static_cast<std::size_t>(it - t.param_names.begin());
+}
+
+std::string describe(const std::string& metric, const Fixed& fixed) {
+  std::string s = metric;
+  for (const auto& [k, v] : fixed) s += " " + k + "=" + v;
+  return s;
+}
+
+}  // namespace
+
+std::vector<const lab::Row*> select(const lab::ResultTable& t, const std::string& metric, const Fixed& fixed) {
+  std::vector<std::pair<std::size_t, std::string>> want;
+  for (const auto& [k, v] : fixed) want.emplace_back(column(t, k), v);
+  std::vector<const lab::Row*> out;
+  for (const lab::Row& r : t.rows) {
+    if (r.metric != metric) continue;
+    bool ok = true;
+    for (const auto& [c, v] : want) ok = ok && c < r.params.size() && r.params[c] == v;
+    if (ok) out.push_back(&r);
+  }
+  return out;
+}
+
+const lab::Row& one(const lab::ResultTable& t, const std::string& metric, const Fixed& fixed) {
+  const auto rows = select(t, metric, fixed);
+  if (rows.empty())
+    throw Error("report: experiment " + t.meta.experiment + " has no row " + describe(metric, fixed));
+  return *rows.front();
+}
+
+Series series(const lab::ResultTable& t, const std::string& x, const std::string& metric, const Fixed& fixed,
+              const std::string& title) {
+  const std::size_t cx = column(t, x);
+  std::vector<std::pair<double, const lab::Row*>> pts;
+  for (const lab::Row* r : select(t, metric, fixed)) {
+    char* end = nullptr;
+    const double v = std::strtod(r->params[cx].c_str(), &end);
+    if (end != r->params[cx].c_str() && *end == '\0') pts.emplace_back(v, r);
+  }
+  if (pts.empty())
+    throw Error("report: experiment " + t.meta.experiment + " has no rows " + describe(metric, fixed) +
+                " against " + x);
+  std::stable_sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  Series s;
+  s.title = title;
+  for (const auto& [v, r] : pts) {
+    s.x.push_back(v);
+    s.y.push_back(r->mean);
+    s.lo.push_back(r->ci_low);
+    s.hi.push_back(r->ci_high);
+    s.theory.push_back(r->theory ? *r->theory : std::nan(""));
+  }
+  return s;
+}
+
+const std::string& param(const lab::ResultTable& t, const lab::Row& r, const std::string& name) {
+  return r.params.at(column(t, name));
+}
+
+std::vector<std::string> values(const lab::ResultTable& t, const std::string& name) {
+  const std::size_t c = column(t, name);
+  std::vector<std::string> out;
+  for (const lab::Row& r : t.rows)
+    if (std::find(out.begin(), out.end(), r.params[c]) == out.end()) out.push_back(r.params[c]);
+  return out;
+}
+
+std::string fmt(double v, int digits) {
+  if (std::isnan(v)) return "n/a";
+  if (std::isinf(v)) return v > 0 ? "∞" : "−∞";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  std::string s = buf;
+  // Exponents as ×10^{n} for the page.
+  const auto e = s.find('e');
+  if (e != std::string::npos) {
+    const int ex = std::stoi(s.substr(e + 1));
+    s = s.substr(0, e) + "×10^{" + std::to_string(ex) + "}";
+  }
+  if (!s.empty() && s[0] == '-') s = "−" + s.substr(1);
+  return s;
+}
+
+std::string fmt_ci(const lab::Row& r, int digits) {
+  return fmt(r.mean, digits) + " [" + fmt(r.ci_low, digits) + ", " + fmt(r.ci_high, digits) + "]";
+}
+
+}  // namespace attnscale::report

@@ -1,0 +1,37 @@
+// Reading the lab's long-form result tables: pick rows by parameter values and metric, and turn
+// a sweep into a plot series.
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "lab/results.h"
+#include "report/plot.h"
+
+namespace attnscale::report {
+
+using Fixed = std::map<std::string, std::string>;  // parameter name → required value
+
+// Rows with this metric whose parameters match every entry of `fixed` (unknown names: Error).
+std::vector<const lab::Row*> select(const lab::ResultTable& t, const std::string& metric, const Fixed& fixed);
+
+// The one matching row; throws Error naming the experiment, metric and parameters when there is
+// none (the report was asked for a point the run did not measure).
+const lab::Row& one(const lab::ResultTable& t, const std::string& metric, const Fixed& fixed);
+
+// The matching rows as a curve against the numeric parameter `x` (rows whose x is not a number,
+// such as "all", are skipped), sorted by x, with the CI band and theory.
+Series series(const lab::ResultTable& t, const std::string& x, const std::string& metric, const Fixed& fixed,
+              const std::string& title);
+
+// The value of parameter `name` in row r.
+const std::string& param(const lab::ResultTable& t, const lab::Row& r, const std::string& name);
+
+// Distinct values of a parameter, in order of first appearance.
+std::vector<std::string> values(const lab::ResultTable& t, const std::string& name);
+
+// "38.1 [37.9, 38.3]" with `digits` significant digits.
+std::string fmt_ci(const lab::Row& r, int digits = 3);
+std::string fmt(double v, int digits = 3);
+
+}  // namespace attnscale::report

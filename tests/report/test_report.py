@@ -1,0 +1,135 @@
+"""`attnscale report --quick`: the files it writes, and the page rendered by headless Chromium.
+
+The screenshot is kept at $ATTNSCALE_BUILD/report-screenshot.png (default build/).
+"""
+import os
+import pathlib
+import re
+import shutil
+import struct
+import subprocess
+import tempfile
+import zlib
+
+import pytest
+
+BIN = os.environ.get("ATTNSCALE_BIN", "build/bin/attnscale")
+BUILD = pathlib.Path(os.environ.get("ATTNSCALE_BUILD", "build"))
+
+
+def lab_experiments():
+    """The experiments the binary's lab knows (listed by `attnscale experiment --help`)."""
+    out = subprocess.run([BIN, "experiment", "--help"], capture_output=True, text=True).stdout
+    names = re.findall(r"^  ([a-z]+)\s{2,}", out.split("Subcommands:")[-1], flags=re.M)
+    assert "variance" in names and "saturation" in names, out
+    return names
+
+
+@pytest.fixture(scope="module")
+def report_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("report")
+    subprocess.run([BIN, "report", "--quick", "--out", str(out), "--threads", "2"], check=True, timeout=600)
+    return out
+
+
+def chromium(*args, timeout=120):
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed (Debian package `chromium`, in scripts/debian-packages.txt)")
+    with tempfile.TemporaryDirectory() as profile:
+        cmd = [exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+               "--disable-background-networking", "--disable-component-update", "--disable-sync",
+               "--hide-scrollbars", f"--user-data-dir={profile}", *args]
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+
+
+def png_pixels(path):
+    """Width, height and the raw (filtered) scanline bytes of a PNG, with the standard library."""
+    data = pathlib.Path(path).read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    pos, idat, width, height = 8, b"", 0, 0
+    while pos < len(data):
+        length, kind = struct.unpack(">I4s", data[pos:pos + 8])
+        chunk = data[pos + 8:pos + 8 + length]
+        if kind == b"IHDR":
+            width, height = struct.unpack(">II", chunk[:8])
+        elif kind == b"IDAT":
+            idat += chunk
+        pos += 12 + length
+    return width, height, zlib.decompress(idat)
+
+
+def test_writes_every_file(report_dir):
+    assert (report_dir / "index.html").stat().st_size > 10_000
+    assert (report_dir / "report.md").stat().st_size > 2_000
+    svgs = sorted((report_dir / "figures").glob("*.svg"))
+    assert len(svgs) >= len(lab_experiments())  # at least one figure per experiment
+    for svg in svgs:
+        assert svg.read_text().lstrip().startswith("<?xml") or "<svg" in svg.read_text()
+        png = svg.with_suffix(".png")
+        w, h, raw = png_pixels(png)
+        assert w > 500 and h > 300
+        assert len(set(raw)) > 16, f"{png.name} looks blank"
+    for name in lab_experiments():
+        csv = (report_dir / "data" / f"{name}.csv").read_text().splitlines()
+        assert csv[0].endswith("metric,mean,ci_low,ci_high,theory"), csv[0]
+        assert len(csv) > 1
+        assert (report_dir / "data" / f"{name}.json").stat().st_size > 100
+
+
+def test_page_is_self_contained(report_dir):
+    html = (report_dir / "index.html").read_text()
+    assert "<script" not in html
+    assert not re.search(r"""(src|href)\s*=\s*["'](https?:|//|figures/)""", html)
+    assert "<link" not in html
+    md = (report_dir / "report.md").read_text()
+    for svg in (report_dir / "figures").glob("*.svg"):
+        assert f"figures/{svg.name}" in md
+
+
+def test_sections_and_claims(report_dir):
+    html = (report_dir / "index.html").read_text()
+    for title in ["Introduction", "Algorithm", "Experiments", "Discussion", "Conclusion", "Appendix"]:
+        assert re.search(rf"<h2[^>]*>\d+ {title}</h2>", html), title
+    verdicts = re.findall(r'<tr class="(supported|refuted|mixed|untestable)">', html)
+    assert len(verdicts) >= 8
+    assert "column" in html and "online softmax" in html
+    for key in ["seed 0", "git ", "CPU target", "threads", "measured in"]:
+        assert key in html, key
+
+
+def test_chromium_renders_every_figure(report_dir):
+    html = (report_dir / "index.html").read_text()
+    figures = html.count("<figure")
+    dom = chromium("--virtual-time-budget=5000", "--dump-dom", (report_dir / "index.html").as_uri())
+    assert dom.returncode == 0, dom.stderr[-2000:]
+    svgs = re.findall(r"<svg\b.*?</svg>", dom.stdout, flags=re.S)
+    drawn = [s for s in svgs if re.search(r"<(path|image|polyline|rect)\b", s)]
+    assert figures >= len(lab_experiments())
+    assert len(drawn) == figures, f"{len(drawn)} of {figures} figures have content in the rendered DOM"
+
+    BUILD.mkdir(parents=True, exist_ok=True)
+    shot = BUILD / "report-screenshot.png"
+    if shot.exists():
+        shot.unlink()
+    r = chromium("--window-size=1280,2400", f"--screenshot={shot}", (report_dir / "index.html").as_uri())
+    assert r.returncode == 0 and shot.exists(), r.stderr[-2000:]
+    w, h, raw = png_pixels(shot)
+    assert (w, h) == (1280, 2400)
+    assert len(set(raw)) > 64, "the screenshot is blank"
+
+
+def test_rejects_quick_with_full(tmp_path):
+    r = subprocess.run([BIN, "report", "--quick", "--full", "--out", str(tmp_path / "x")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.startswith("attnscale: error:")
+    assert not (tmp_path / "x").exists()
+
+
+def test_rejects_a_file_as_out(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    r = subprocess.run([BIN, "report", "--quick", "--out", str(f)], capture_output=True, text=True)
+    assert r.returncode == 2
+    assert "--out" in r.stderr and "not a folder" in r.stderr
