@@ -120,11 +120,14 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
   // Refuse sizes whose byte count overflows or exceeds what one process could ever hold,
   // before allocating (a clear error instead of an out-of-memory kill).
   constexpr std::int64_t kMaxBytes = std::int64_t{1} << 46;  // 64 TiB
-  std::int64_t n = 1;
+  // A zero dimension makes the tensor empty whatever the others are (numpy allows (10^6, 10^6, 0)).
+  bool empty = false;
+  for (int d = 0; d < rank; ++d) empty = empty || shape[d] == 0;
+  std::int64_t n = empty ? 0 : 1;
   for (int d = 0; d < rank; ++d) {
     if (shape[d] < 0) throw Error("tensor: negative dimension in shape");
     view_.shape[d] = shape[d];
-    if (shape[d] != 0 && n > kMaxBytes / shape[d]) throw Error("tensor: shape too large to allocate");
+    if (!empty && n > kMaxBytes / shape[d]) throw Error("tensor: shape too large to allocate");
     n *= shape[d];
   }
   if (n > kMaxBytes / static_cast<std::int64_t>(dtype_size(dtype)))

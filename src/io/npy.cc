@@ -157,6 +157,15 @@ DType parse_descr(const std::string& path, const std::string& d) {
   fail(path, "unsupported dtype '" + d + "' (expected float32 '<f4', float64 '<f8', bool or uint8)");
 }
 
+// The tensor a header describes; an allocation refused by Tensor names the file too.
+Tensor allocate(const std::string& path, const NpyHeader& h) {
+  try {
+    return Tensor(h.dtype, h.shape.data(), static_cast<int>(h.shape.size()));
+  } catch (const Error& e) {
+    fail(path, e.what());
+  }
+}
+
 }  // namespace
 
 NpyPreamble parse_npy_preamble(const std::string& path, std::string_view first, std::int64_t file_size) {
@@ -230,7 +239,7 @@ Tensor read_npy_bytes(const std::string& name, std::string_view bytes) {
   const auto size = static_cast<std::int64_t>(bytes.size());
   const NpyPreamble pre = parse_npy_preamble(name, bytes.substr(0, kNpyPreambleBytes), size);
   const NpyHeader h = parse_npy_header(name, bytes.substr(pre.header_offset, pre.header_len), pre, size);
-  Tensor t(h.dtype, h.shape.data(), static_cast<int>(h.shape.size()));
+  Tensor t = allocate(name, h);
   if (h.data_bytes > 0) std::memcpy(t.data(), bytes.data() + h.data_offset, h.data_bytes);
   return t;
 }
@@ -254,7 +263,7 @@ Tensor read_npy(const std::string& path) {
   in.seekg(pre.header_offset);
   if (!in.read(dict.data(), pre.header_len)) fail(path, "truncated header");
   const NpyHeader h = parse_npy_header(path, dict, pre, file_size);
-  Tensor t(h.dtype, h.shape.data(), static_cast<int>(h.shape.size()));
+  Tensor t = allocate(path, h);
   if (h.data_bytes > 0 && !in.read(static_cast<char*>(t.data()), h.data_bytes)) fail(path, "read error");
   return t;
 }
