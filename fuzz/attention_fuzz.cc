@@ -237,6 +237,29 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   Outputs fast{out.view, want_lse ? lse.view : TensorView{}, want_probs ? probs.view : TensorView{}};
   Outputs ref{ref_out.view, ref_lse.view, ref_probs.view};
 
+  // ATTENTION_FUZZ_DEBUG=1: describe the decoded problem (for triaging a crash input).
+  if (std::getenv("ATTENTION_FUZZ_DEBUG")) {
+    const auto dump = [](const char* name, const Buffer& b) {
+      std::fprintf(stderr, "%s %s %s strides", name, std::string(dtype_name(b.view.dtype)).c_str(), b.view.shape_str().c_str());
+      for (int d = 0; d < b.view.rank; ++d) std::fprintf(stderr, " %lld", static_cast<long long>(b.view.strides[d]));
+      std::fprintf(stderr, "\n");
+    };
+    dump("q", q);
+    dump("k", k);
+    dump("v", v);
+    if (!mask.view.empty()) dump("mask", mask);
+    std::fprintf(stderr, "scale %s causal %d align %d window %lld,%lld specials %d lse %d probs %d\n",
+                 opt.scale.describe().c_str(), opt.mask.causal, static_cast<int>(opt.mask.align),
+                 static_cast<long long>(opt.mask.window_left), static_cast<long long>(opt.mask.window_right), specials,
+                 want_lse, want_probs);
+    for (const Buffer* b : {&q, &k, &v, &mask}) {
+      for_each_index(b->view.rank, b->view.shape.data(), [&](const std::int64_t* idx) {
+        std::fprintf(stderr, " %g", b->view.dtype == DType::u8 ? *static_cast<const std::uint8_t*>(b->element_ptr(idx)) : b->get(idx));
+      });
+      std::fprintf(stderr, "\n");
+    }
+  }
+
   opt.threads = 1;
   const bool ref_threw = throws([&] { reference::forward(q.view, k.view, v.view, ref, opt); });
   const bool fast_threw = throws([&] { forward(q.view, k.view, v.view, fast, opt); });
@@ -290,7 +313,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         }
         if (!any_visible) {
           for (std::int64_t c = 0; c < p.dv; ++c)
-            if (detail::load(pf.out, detail::element(pf.out, b, h, i, c)) != 0.0) fuzz_fail("masked row: out != 0");
+            if (detail::load(pf.out, detail::element(pf.out, b, h, i, c)) != 0.0)
+              fuzz_fail("masked row: out != 0", detail::load(pf.out, detail::element(pf.out, b, h, i, c)));
           if (want_lse && detail::load(pf.lse, detail::element(pf.lse, b, h, i, 0)) != -INFINITY)
             fuzz_fail("masked row: lse != -inf");
           if (want_probs)
@@ -324,7 +348,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           for (std::int64_t j = 0; j < p.Nkv; ++j) {
             const double a = detail::load(pf.probs, detail::element(pf.probs, b, h, i, j));
             const double r = detail::load(p.probs, detail::element(p.probs, b, h, i, j));
-            if (!(a >= 0 && a <= 1)) fuzz_fail("probability outside [0, 1]", a);
+            // bf16 statistics (m, l) with float32 recomputed scores: within bf16 precision of 1.
+            if (!(a >= 0 && a <= 1 + (dtype == DType::bf16 ? 4 * eps : 0.0))) fuzz_fail("probability outside [0, 1]", a);
             if (std::fabs(a - r) > 4 * std::expm1(2 * ds) + 2 * eps_of(aux)) fuzz_fail("probs differ from the reference", a, r);
             sum += a;
           }

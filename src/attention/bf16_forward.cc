@@ -68,6 +68,15 @@ void attend(const Params& p, const RowBlock& rb, Path path, Scratch& s) {
     gemm(path, nk, columns(rb), s.dk32, s.kb.get(), s.dk32, s.qp.get(), ld, f.st.get(), ld, 0, nullptr, scale);
     if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, f.st.get(), ld);
     Ops<float>::softmax_update(f.st.get(), ld, nk, columns(rb), f.m.get(), f.l.get(), f.alpha.get());
+    // A hidden key's non-finite value must not reach a row through P = 0 (0 · NaN = NaN): such
+    // partial tiles take the float32 path that reads only the visible pairs, as flash_forward.h does.
+    if (kind == TileKind::partial) {
+      const Operand v = rows_operand<float>(p.v, rb.b, rb.kh, j0, nk, p.dv, f.vp.get());
+      if (!all_finite(static_cast<const float*>(v.ptr), v.ld, nk, p.dv)) {
+        accumulate_visible(p, rb, j0, nk, static_cast<const float*>(v.ptr), v.ld, f);
+        continue;
+      }
+    }
     for (std::int64_t r = 0; r < rb.n; ++r)
       for (std::int64_t j = 0; j < nk32; ++j) s.pb[r * kBc + j] = j < nk ? round_bf16(f.st[j * ld + r]) : 0;
     for (std::int64_t j = 0; j < nk32; ++j)
@@ -95,7 +104,10 @@ void forward(const Params& p) {
       for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
       attend(p, rb, path, s);
       write_rows(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
-      if (!p.probs.empty()) write_probs(p, rb, s.f);  // float32 recomputation with the bf16 statistics
+      if (!p.probs.empty()) {  // float32 recomputation with the bf16 statistics, from Q·s·log2(e) in qt
+        pack_transposed<float>(p.q, rb, p.dk, p.scale * kLog2e, s.f.qt.get(), s.f.ld);
+        write_probs(p, rb, s.f);
+      }
     }
   });
 }
