@@ -349,11 +349,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             const double a = detail::load(pf.probs, detail::element(pf.probs, b, h, i, j));
             const double r = detail::load(p.probs, detail::element(p.probs, b, h, i, j));
             // bf16 statistics (m, l) with float32 recomputed scores: within bf16 precision of 1.
-            if (!(a >= 0 && a <= 1 + (dtype == DType::bf16 ? 4 * eps : 0.0))) fuzz_fail("probability outside [0, 1]", a);
+            // Known limit (docs/reliability.md): bf16 logits whose rounding error ds exceeds 1/4
+            // (scale 1e30 and the like) can give recomputed probabilities far above 1.
+            const bool bf16_beyond_resolution = dtype == DType::bf16 && ds > 0.25;
+            if (!bf16_beyond_resolution && !(a >= 0 && a <= 1 + (dtype == DType::bf16 ? 4 * eps : 0.0)))
+              fuzz_fail("probability outside [0, 1]", a);
             if (std::fabs(a - r) > 4 * std::expm1(2 * ds) + 2 * eps_of(aux)) fuzz_fail("probs differ from the reference", a, r);
             sum += a;
           }
-          if (std::fabs(sum - 1) > (p.Nkv + 4) * std::max(eps, eps_of(aux)) * 4) fuzz_fail("probabilities do not sum to 1", sum);
+          // Each probability carries the relative error exp(2·ds) − 1 of its logit (bounded above).
+          if (std::fabs(sum - 1) > (p.Nkv + 4) * std::max(eps, eps_of(aux)) * 4 + 4 * std::expm1(2 * ds))
+            fuzz_fail("probabilities do not sum to 1", sum);
         }
       }
 
@@ -402,6 +408,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // the size of all three gradients together.
   const std::pair<const Buffer*, const Buffer*> pairs[3] = {{&dq, &rq}, {&dk, &rk}, {&dv, &rv}};
   double num[3] = {0, 0, 0}, den[3] = {0, 0, 0};
+  const auto a_numel = [&](int g) {
+    double n = 1;
+    for (int d = 0; d < pairs[g].first->view.rank; ++d) n *= static_cast<double>(pairs[g].first->view.shape[d]);
+    return n;
+  };
   for (int g = 0; g < 3; ++g) {
     const Buffer *a = pairs[g].first, *r = pairs[g].second;
     for_each_index(a->view.rank, a->view.shape.data(), [&](const std::int64_t* idx) {
@@ -412,8 +423,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     });
   }
   const double all = std::sqrt(den[0] + den[1] + den[2]);
+  // dS = P∘(dP − rowsum(P∘dP)) cancels when every visible v_j is alike; its rounding error is
+  // of the size of dP = dO·v, so dq and dk get an absolute floor of that size (times |s|·|k|
+  // or |s|·|q|, summed over the keys or queries involved).
+  double vmax_all = 0, dmax = 0;
+  for_each_index(v.view.rank, v.view.shape.data(), [&](const std::int64_t* idx) { vmax_all = std::max(vmax_all, std::fabs(v.get(idx))); });
+  for_each_index(dout.view.rank, dout.view.shape.data(), [&](const std::int64_t* idx) { dmax = std::max(dmax, std::fabs(dout.get(idx))); });
+  const double cancel = 8.0 * (p.dv + p.Nkv + 2) * eps * std::fabs(p.scale) * vmax_all * dmax * p.dv *
+                        std::max(qmax, kmax) * (p.Nkv + p.Nq * p.group());
   for (int g = 0; g < 3; ++g)
-    if (std::sqrt(num[g]) > tol * (std::sqrt(den[g]) + all) + 1e-300)
+    if (std::sqrt(num[g]) > tol * (std::sqrt(den[g]) + all) + (g < 2 ? cancel * std::sqrt(a_numel(g)) : 0.0) + 1e-300)
       fuzz_fail("gradient differs from the reference", std::sqrt(num[g]), std::sqrt(den[g]));
   return 0;
 }
