@@ -65,3 +65,8 @@ bench: build
 .PHONY: bench-lab
 bench-lab: build
 	$(PYTHON) bench/saturation_vs_numpy.py --bin $(BUILD)/bin/attnscale
+
+# The performance goals of docs/performance.md, each a ratio timed within one round (bench/goals.py).
+.PHONY: bench-goals
+bench-goals: build
+	$(PYTHON) bench/goals.py --pymod $(BUILD)/python $(GOALS_ARGS)

@@ -3,7 +3,9 @@
 N = 50 tokens, d in {1, 2, 4, ..., 512}, 200 trials, unscaled and 1/sqrt(d)-scaled softmax;
 metric top_p_95 (per row: sort descending, the smallest count whose cumulative sum reaches 0.95),
 averaged over the rows of a trial. Prints both wall times (the attnscale time includes starting the
-process), the speed ratio, and whether every mean agrees within the two 95% intervals.
+process) and both CPU times (numpy: this process; attnscale: the child's user + system time), the
+speed ratios, and whether every mean agrees within the two 95% intervals. On a machine shared with
+other work the wall times move with its load; the CPU times much less.
 
 Run: /usr/bin/python3 bench/saturation_vs_numpy.py [--bin build/bin/attnscale] [--threads T]
 """
@@ -11,6 +13,7 @@ import argparse
 import csv
 import io
 import math
+import resource
 import subprocess
 import time
 
@@ -72,14 +75,17 @@ def attnscale_sweep(binary, threads, sampler):
            "--trials", str(TRIALS), "--scaling", "none,sqrt", "--sampler", sampler, "--seed", "1"]
     if threads:
         cmd += ["--threads", str(threads)]
+    r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     text = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
     seconds = time.perf_counter() - t0
+    r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime)
     out = {}
     for r in csv.DictReader(io.StringIO(text)):
         if r["metric"] == "top_p_95":
             out[(int(r["d"]), r["scaling"])] = (float(r["mean"]), float(r["ci_low"]), float(r["ci_high"]))
-    return seconds, out
+    return seconds, cpu, out
 
 
 def main():
@@ -87,16 +93,20 @@ def main():
     ap.add_argument("--bin", default="build/bin/attnscale")
     ap.add_argument("--threads", type=int, default=0, help="attnscale threads (0: all cores)")
     args = ap.parse_args()
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     ref = numpy_sweep()
-    t_numpy = time.perf_counter() - t0
-    print(f"numpy (seed 001 code): {t_numpy:8.3f} s   N={N_TOK} d=1..512 trials={TRIALS} none+sqrt")
-    for sampler in ("direct", "wishart"):
-        t_ours, ours = attnscale_sweep(args.bin, args.threads, sampler)
-        agree = sum(1 for k in ref if ours[k][1] <= ref[k][2] and ref[k][1] <= ours[k][2])
-        print(f"attnscale --sampler {sampler:7s}: {t_ours:8.3f} s   speed-up {t_numpy / t_ours:6.1f}x "
-              f"(goal >= 20x)   means agree within CIs: {agree}/{len(ref)}")
-    print("\n    d  scaling   numpy mean [95% CI]          attnscale (wishart) mean [95% CI]")
+    t_numpy, c_numpy = time.perf_counter() - t0, time.process_time() - c0
+    print(f"numpy (seed 001 code):       wall {t_numpy:7.3f} s  cpu {c_numpy:7.3f} s   "
+          f"N={N_TOK} d=1..512 trials={TRIALS} none+sqrt")
+    for sampler in ("auto", "direct", "wishart"):
+        t_ours, c_ours, got = attnscale_sweep(args.bin, args.threads, sampler)
+        if sampler == "auto":
+            ours = got
+        agree = sum(1 for k in ref if got[k][1] <= ref[k][2] and ref[k][1] <= got[k][2])
+        print(f"attnscale --sampler {sampler:7s}: wall {t_ours:7.3f} s  cpu {c_ours:7.3f} s   "
+              f"speed-up wall {t_numpy / t_ours:5.1f}x  cpu {c_numpy / max(c_ours, 1e-9):5.1f}x (goal >= 20x)   "
+              f"means agree within CIs: {agree}/{len(ref)}")
+    print("\n    d  scaling   numpy mean [95% CI]          attnscale (auto) mean [95% CI]")
     for k in sorted(ref):
         a, b = ref[k], ours[k]
         print(f"{k[0]:5d}  {k[1]:7s}  {a[0]:7.3f} [{a[1]:7.3f}, {a[2]:7.3f}]   {b[0]:7.3f} [{b[1]:7.3f}, {b[2]:7.3f}]")

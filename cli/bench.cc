@@ -6,6 +6,7 @@
 // FLOPs: forward 4·B·Hq·Nq·Nkv·d, counting only visible (query, key) pairs under a causal mask;
 // backward 2.5x that (five products of the same size against the forward's two).
 #include <cblas.h>
+#include <dlfcn.h>
 
 #include <algorithm>
 #include <chrono>
@@ -16,11 +17,33 @@
 #include <vector>
 
 #include "attnscale/attention.h"
+#include "attnscale/error.h"
 #include "attnscale/version.h"
 #include "common/parallel.h"
 #include "subcommands.h"
 
-extern "C" void openblas_set_num_threads(int);
+// OpenBLAS is loaded when `attnscale bench` runs, not linked into the CLI: its pthread build starts
+// a pool of worker threads (spinning in sched_yield) in every process that links it, which cost every
+// other subcommand ~35 ms of CPU time (measured on `attnscale experiment saturation`).
+namespace {
+struct OpenBlas {
+  void (*set_num_threads)(int) = nullptr;
+  decltype(&cblas_sgemm) sgemm = nullptr;
+};
+
+const OpenBlas& openblas() {
+  static const OpenBlas blas = [] {
+    void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw attnscale::Error(std::string("bench: cannot load libopenblas.so.0: ") + dlerror());
+    OpenBlas b;
+    b.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(lib, "openblas_set_num_threads"));
+    b.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(lib, "cblas_sgemm"));
+    if (!b.set_num_threads || !b.sgemm) throw attnscale::Error("bench: libopenblas.so.0 lacks cblas_sgemm");
+    return b;
+  }();
+  return blas;
+}
+}  // namespace
 
 namespace attnscale::cli {
 namespace {
@@ -99,31 +122,41 @@ void print(const std::vector<Row>& rows, const std::string& format) {
                 (long long)r.B, (long long)r.H, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
                 r.causal ? "causal" : "none", r.dtype.c_str(), r.threads, r.seconds * 1e3, r.gflops, r.unit.c_str(),
                 r.ratio);
-  std::printf("ratio: to sgemm 2048^3 GFLOP/s (attention rows), to copy GB/s (decode rows)\n");
+  std::printf("ratio: to sgemm 2048^3 GFLOP/s (attention rows), to copy GB/s (decode rows); fwd-scaling: time on 1\n"
+              "thread over time on all threads, the two timed alternately\n");
 }
 
 void run(const Bench& opt) {
   const int threads = opt.threads > 0 ? opt.threads : resolve_threads(0);
   std::vector<Row> rows;
   // Ceiling 1: OpenBLAS sgemm 2048^3 with the same thread count.
-  openblas_set_num_threads(threads);
+  openblas().set_num_threads(threads);
   {
     const int n = 2048;
     std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
     const double s = best_seconds([&] {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+      openblas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
     });
     rows.push_back({"sgemm", 1, 1, n, n, n, false, "f32", threads, s, 2.0 * n * n * double(n) / s * 1e-9, 1.0, "GFLOP/s"});
   }
   const double sgemm = rows[0].gflops;
-  // Ceiling 2: copy bandwidth (read + write) over 256 MiB, far beyond the caches.
+  // Ceiling 2: copy bandwidth (read + write) over 256 MiB, far beyond the caches, with the same
+  // thread count as decode (each thread copies its own slice).
   double copy_gbs = 0;
   {
     const std::size_t bytes = std::size_t(256) << 20;
     std::vector<char> src(bytes, 1), dst(bytes, 0);
-    const double s = best_seconds([&] { std::memcpy(dst.data(), src.data(), bytes); });
+    const double s = best_seconds([&] {
+      const std::size_t slice = bytes / threads;
+      parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+        for (std::int64_t t = t0; t < t1; ++t) {
+          const std::size_t begin = t * slice, end = t + 1 == threads ? bytes : begin + slice;
+          std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
+        }
+      });
+    });
     copy_gbs = 2.0 * bytes / s * 1e-9;
-    rows.push_back({"copy", 1, 1, 0, 0, 0, false, "u8", 1, s, copy_gbs, 1.0, "GB/s"});
+    rows.push_back({"copy", 1, 1, 0, 0, 0, false, "u8", threads, s, copy_gbs, 1.0, "GB/s"});
   }
   auto attention = [&](const std::string& name, std::int64_t H, std::int64_t N, std::int64_t d, bool causal, DType dtype,
                        bool backward_too, int thr) {
@@ -157,7 +190,32 @@ void run(const Bench& opt) {
     for (std::int64_t n : ns)
       for (bool causal : {false, true}) attention("fwd", 8, n, d, causal, DType::f32, false, threads);
   const std::int64_t n_key = opt.quick ? 2048 : 4096;
-  attention("fwd-1thread", 8, n_key, 128, false, DType::f32, false, 1);
+  // Thread scaling: one thread and `threads` threads on the same shape, timed alternately (best
+  // of 4 each) so that both see the same machine load; the "fwd-scaling" row's rate is t1 / tN.
+  {
+    const std::int64_t H = 8, N = n_key, d = 128;
+    const Tensor q = filled(DType::f32, {1, H, N, d}, 1), k = filled(DType::f32, {1, H, N, d}, 2),
+                 v = filled(DType::f32, {1, H, N, d}, 3);
+    Tensor out(DType::f32, {1, H, N, d});
+    auto once = [&](int thr) {
+      Options o;
+      o.threads = thr;
+      const auto t0 = Clock::now();
+      forward(q.view(), k.view(), v.view(), {out.view()}, o);
+      return std::chrono::duration<double>(Clock::now() - t0).count();
+    };
+    double t1 = 1e30, tn = 1e30;
+    once(1);
+    once(threads);
+    for (int r = 0; r < 4; ++r) {
+      t1 = std::min(t1, once(1));
+      tn = std::min(tn, once(threads));
+    }
+    const double flops = 4.0 * H * visible_pairs(N, N, false) * d;
+    rows.push_back({"fwd-1thread", 1, H, N, N, d, false, "f32", 1, t1, flops / t1 * 1e-9, flops / t1 * 1e-9 / sgemm,
+                    "GFLOP/s"});
+    rows.push_back({"fwd-scaling", 1, H, N, N, d, false, "f32", threads, tn, t1 / tn, t1 / tn, "x"});
+  }
   attention("fwd-bf16", 8, n_key, 128, false, DType::bf16, false, threads);
   attention("bwd", 8, n_key, 128, false, DType::f32, true, threads);
   attention("bwd", 8, n_key, 128, true, DType::f32, true, threads);

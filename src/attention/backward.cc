@@ -13,6 +13,8 @@
 // shape only, so every thread count gives the same bits. (Pass 2 recomputes P and dP once more:
 // 7 tile products instead of 5, the price of needing neither atomics nor an N x d buffer per
 // thread.)
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,66 +30,64 @@ namespace {
 
 template <class T>
 struct BackwardScratch {
-  static constexpr std::int64_t ld = kBr;
-  Buffer<T> qt, dot, qr, dor, st, dpt, kp, vp, lse2, D, one, dk_acc, dv_acc, dq_acc;
+  static constexpr std::int64_t ld = kBr;  // columns of the transposed (query-column) tiles
+  static constexpr std::int64_t ldr = kBc;  // columns of the row-layout (key-column) tiles
+  Buffer<T> qt, dot, qr, dor, st, dpt, kp, vp, kt, vt, lse2, D, one, dk_acc, dv_acc, dq_acc;
   explicit BackwardScratch(const Params& p)
-      : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * ld), dpt(kBc * ld), kp(kBc * p.dk),
-        vp(kBc * p.dv), lse2(ld), D(ld), one(ld), dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {
+      : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr),
+        kp(kBc * p.dk), vp(kBc * p.dv), kt(p.dk * ldr), vt(p.dv * ldr), lse2(ld), D(ld), one(ld),
+        dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {
     one.fill(T(1));
   }
 };
 
-// Rows [i0, i1) of head h, with what every key tile needs from them: Qᵀ·s·log2(e), dOᵀ,
-// lse in base 2 and D_i = dO_i·o_i.
+// What every tile needs from a query row, computed once per backward: lse in base 2 (+inf for a
+// fully masked row, lse = -inf, so that 2^(t − lse2) = 0 for every score, where subtracting -inf
+// would give 2^(+inf) or NaN) and D_i = dO_i·o_i. Row (b, h, i) is at (b·Hq + h)·Nq + i.
 template <class T>
-struct QueryBlock {
-  RowBlock rb;
-  Operand q, dO;  // row-major rows [n x dk], [n x dv]
+struct RowStats {
+  std::vector<T> lse2, D;
+  std::int64_t at(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i) const {
+    return (b * p.Hq + h) * p.Nq + i;
+  }
 };
 template <class T>
-QueryBlock<T> prepare(const BackwardParams& p, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
-                      BackwardScratch<T>& s) {
-  QueryBlock<T> qb;
-  qb.rb.b = b;
-  qb.rb.kh = p.kv_head(h);
-  for (std::int64_t i = i0; i < i1; ++i) qb.rb.add(p, h, i);
-  const RowBlock& rb = qb.rb;
-  pack_transposed<T>(p.q, rb, p.dk, p.scale * kLog2e, s.qt.get(), s.ld);
-  pack_transposed<T>(p.dO, rb, p.dv, 1.0, s.dot.get(), s.ld);
-  qb.q = rows_operand<T>(p.q, b, h, i0, rb.n, p.dk, s.qr.get());
-  qb.dO = rows_operand<T>(p.dO, b, h, i0, rb.n, p.dv, s.dor.get());
-  for (std::int64_t r = 0; r < s.ld; ++r) {
-    if (r >= rb.n) {  // padding columns: P = 0
-      s.lse2[r] = std::numeric_limits<T>::infinity();
-      s.D[r] = 0;
-      continue;
+RowStats<T> row_stats(const BackwardParams& p, int threads) {
+  RowStats<T> st;
+  st.lse2.resize(p.B * p.Hq * p.Nq);
+  st.D.resize(p.B * p.Hq * p.Nq);
+  parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    for (std::int64_t bh = t0; bh < t1; ++bh) {
+      const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
+      for (std::int64_t i = 0; i < p.Nq; ++i) {
+        const double lse = load(p.lse, element(p.lse, b, h, i, 0));
+        st.lse2[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse * kLog2e);
+        T d = 0;
+        for (std::int64_t c = 0; c < p.dv; ++c) d += value<T>(p.dO, b, h, i, c) * value<T>(p.out, b, h, i, c);
+        st.D[bh * p.Nq + i] = d;
+      }
     }
-    const double lse = load(p.lse, element(p.lse, b, h, rb.i[r], 0));
-    // A fully masked row (lse = -inf) must give P = 0: subtracting +inf gives 2^(-inf) = 0 for
-    // every score, where subtracting -inf would give 2^(+inf) or NaN.
-    s.lse2[r] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse * kLog2e);
-    T d = 0;
-    for (std::int64_t c = 0; c < p.dv; ++c)
-      d += value<T>(p.dO, b, h, rb.i[r], c) * value<T>(p.out, b, h, rb.i[r], c);
-    s.D[r] = d;
-  }
-  return qb;
+  });
+  return st;
 }
 
-// For keys [j0, j1) against a prepared block: Pt = P tile in s.st, dSt = dS tile in s.dpt.
+RowBlock rows_of(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1) {
+  RowBlock rb;
+  rb.b = b;
+  rb.kh = p.kv_head(h);
+  for (std::int64_t i = i0; i < i1; ++i) rb.add(p, h, i);
+  return rb;
+}
+
+// Keys [j0, j0 + n) of a [B, H, N, d] view at (b, h), transposed into Xt[c][j] (ld columns, zero
+// beyond n), times `mul`.
 template <class T>
-void gradient_tile(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
-                   BackwardScratch<T>& s) {
-  const std::int64_t nk = j1 - j0;
-  const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
-  Ops<T>::gemm(nk, s.ld, p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
-               simd::kOverwrite);
-  if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
-  Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.lse2.get(), s.one.get());
-  const StridedOperand v = strided_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
-  Ops<T>::gemm(nk, s.ld, p.dv, static_cast<const T*>(v.ptr), v.rs, v.cs, s.dot.get(), s.ld, s.dpt.get(), s.ld,
-               simd::kOverwrite);
-  Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
+void pack_keys_transposed(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t n,
+                          std::int64_t d, double mul, T* Xt, std::int64_t ld) {
+  const T f = static_cast<T>(mul);
+  for (std::int64_t c = 0; c < d; ++c) std::fill(Xt + c * ld + n, Xt + (c + 1) * ld, T(0));
+  for (std::int64_t j = 0; j < n; ++j)
+    for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + j] = value<T>(t, b, h, j0 + j, c) * f;
 }
 
 template <class T>
@@ -100,47 +100,75 @@ void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_
     }
 }
 
-// Pass 1: dK and dV of keys [j0, j1) of (b, kh).
+// Pass 1: dK and dV of keys [j0, j1) of (b, kh). Tiles in row layout, S[query][key]: the key
+// block's Kᵀ (times s·log2 e) and Vᵀ are packed once, and every query block's Q and dO rows are
+// read in place, so the loop over query blocks packs nothing:
+//   S = Q·(s·log2e·Kᵀ), P = 2^(S − lse2), dP = dO·Vᵀ, dS = s·P∘(dP − D);
+//   dV += Pᵀ·dO, dK += dSᵀ·Q.
 template <class T>
-void key_block(const BackwardParams& p, std::int64_t b, std::int64_t kh, std::int64_t j0, std::int64_t j1,
-               BackwardScratch<T>& s) {
-  const std::int64_t nk = j1 - j0;
+void key_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t b, std::int64_t kh,
+               std::int64_t j0, std::int64_t j1, BackwardScratch<T>& s) {
+  const std::int64_t nk = j1 - j0, cols = round_up(nk, simd::kColumnPad), ld = s.ldr;
+  pack_keys_transposed<T>(p.k, b, kh, j0, nk, p.dk, p.scale * kLog2e, s.kt.get(), ld);
+  pack_keys_transposed<T>(p.v, b, kh, j0, nk, p.dv, 1.0, s.vt.get(), ld);
   s.dk_acc.fill(T(0));
   s.dv_acc.fill(T(0));
   for (std::int64_t h = kh * p.group(); h < (kh + 1) * p.group(); ++h)
     for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kBr) {
-      const std::int64_t i1 = std::min(p.Nq, i0 + kBr);
+      const std::int64_t i1 = std::min(p.Nq, i0 + kBr), n = i1 - i0;
       // Key ranges grow with i (causal/window), so the block's union is [lo(i0), hi(i1 - 1)).
       const KeyRange first = key_range(p, i0), last = key_range(p, i1 - 1);
       if (last.hi <= j0 || first.lo >= j1) continue;
-      const QueryBlock<T> qb = prepare(p, b, h, i0, i1, s);
-      const TileKind kind = classify(p, qb.rb, j0, j1);
+      const RowBlock rb = rows_of(p, b, h, i0, i1);
+      const TileKind kind = classify(p, rb, j0, j1);
       if (kind == TileKind::skip) continue;
-      gradient_tile(p, qb.rb, j0, j1, kind, s);
-      const std::int64_t n = qb.rb.n;
-      Ops<T>::gemm(nk, p.dv, n, s.st.get(), s.ld, 1, static_cast<const T*>(qb.dO.ptr), qb.dO.ld, s.dv_acc.get(),
-                   p.dv, simd::kAccumulate);
-      Ops<T>::gemm(nk, p.dk, n, s.dpt.get(), s.ld, 1, static_cast<const T*>(qb.q.ptr), qb.q.ld, s.dk_acc.get(),
-                   p.dk, simd::kAccumulate);
+      const Operand q = rows_operand<T>(p.q, b, h, i0, n, p.dk, s.qr.get());
+      const Operand dO = rows_operand<T>(p.dO, b, h, i0, n, p.dv, s.dor.get());
+      const T* Q = static_cast<const T*>(q.ptr);
+      const T* dOr = static_cast<const T*>(dO.ptr);
+      const std::int64_t row = stats.at(p, b, h, i0);
+      Ops<T>::gemm(n, cols, p.dk, Q, q.ld, 1, s.kt.get(), ld, s.st.get(), ld, simd::kOverwrite);
+      if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.st.get(), ld);
+      Ops<T>::exp2_rows(s.st.get(), ld, n, cols, stats.lse2.data() + row);
+      Ops<T>::gemm(n, cols, p.dv, dOr, dO.ld, 1, s.vt.get(), ld, s.dpt.get(), ld, simd::kOverwrite);
+      Ops<T>::softmax_grad_rows(s.st.get(), s.dpt.get(), ld, n, cols, stats.D.data() + row, static_cast<T>(p.scale));
+      Ops<T>::gemm(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, s.dv_acc.get(), p.dv, simd::kAccumulate);
+      Ops<T>::gemm(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, s.dk_acc.get(), p.dk, simd::kAccumulate);
     }
   write_rows(p.dK, b, kh, j0, nk, p.dk, s.dk_acc.get());
   write_rows(p.dV, b, kh, j0, nk, p.dv, s.dv_acc.get());
 }
 
-// Pass 2: dQ of rows [i0, i1) of (b, h).
+// Pass 2: dQ of rows [i0, i1) of (b, h). Tiles transposed, St[key][query]: the block's Qᵀ (times
+// s·log2 e) and dOᵀ are packed once and K, V are read in place:
+//   St = K·Qᵀ, Pt = 2^(St − lse2), dPt = V·dOᵀ, dSt = s·Pt∘(dPt − D);  dQ += dS·K.
 template <class T>
-void query_block(const BackwardParams& p, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1,
-                 BackwardScratch<T>& s) {
-  const QueryBlock<T> qb = prepare(p, b, h, i0, i1, s);
-  const RowBlock& rb = qb.rb;
+void query_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t b, std::int64_t h,
+                 std::int64_t i0, std::int64_t i1, BackwardScratch<T>& s) {
+  const RowBlock rb = rows_of(p, b, h, i0, i1);
+  pack_transposed<T>(p.q, rb, p.dk, p.scale * kLog2e, s.qt.get(), s.ld);
+  pack_transposed<T>(p.dO, rb, p.dv, 1.0, s.dot.get(), s.ld);
+  const std::int64_t row = stats.at(p, b, h, i0);
+  for (std::int64_t r = 0; r < s.ld; ++r) {  // padding columns: P = 0
+    s.lse2[r] = r < rb.n ? stats.lse2[row + r] : std::numeric_limits<T>::infinity();
+    s.D[r] = r < rb.n ? stats.D[row + r] : T(0);
+  }
   s.dq_acc.fill(T(0));
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
-    gradient_tile(p, rb, j0, j1, kind, s);
-    const Operand k = rows_operand<T>(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
-    Ops<T>::gemm(rb.n, p.dk, nk, s.dpt.get(), 1, s.ld, static_cast<const T*>(k.ptr), k.ld, s.dq_acc.get(), p.dk,
+    const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
+    Ops<T>::gemm(nk, s.ld, p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+                 simd::kOverwrite);
+    if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
+    Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.lse2.get(), s.one.get());
+    const StridedOperand v = strided_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
+    Ops<T>::gemm(nk, s.ld, p.dv, static_cast<const T*>(v.ptr), v.rs, v.cs, s.dot.get(), s.ld, s.dpt.get(), s.ld,
+                 simd::kOverwrite);
+    Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
+    const Operand kr = rows_operand<T>(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
+    Ops<T>::gemm(rb.n, p.dk, nk, s.dpt.get(), 1, s.ld, static_cast<const T*>(kr.ptr), kr.ld, s.dq_acc.get(), p.dk,
                  simd::kAccumulate);
   }
   write_rows(p.dQ, b, h, i0, rb.n, p.dk, s.dq_acc.get());
@@ -151,6 +179,7 @@ void backward_all(const BackwardParams& p) {
   const std::int64_t nkb = (p.Nkv + kBc - 1) / kBc, nqb = (p.Nq + kBr - 1) / kBr;
   const std::int64_t key_items = p.B * p.Hkv * nkb, query_items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, std::max(key_items, query_items));
+  const RowStats<T> stats = row_stats<T>(p, threads);
   std::vector<std::unique_ptr<BackwardScratch<T>>> scratch(threads);
   auto scratch_of = [&](int t) -> BackwardScratch<T>& {
     if (!scratch[t]) scratch[t] = std::make_unique<BackwardScratch<T>>(p);
@@ -159,13 +188,13 @@ void backward_all(const BackwardParams& p) {
   parallel_for(key_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
     for (std::int64_t item = t0; item < t1; ++item) {
       const std::int64_t kb = item % nkb, head = item / nkb;
-      key_block(p, head / p.Hkv, head % p.Hkv, kb * kBc, std::min(p.Nkv, (kb + 1) * kBc), scratch_of(t));
+      key_block(p, stats, head / p.Hkv, head % p.Hkv, kb * kBc, std::min(p.Nkv, (kb + 1) * kBc), scratch_of(t));
     }
   });
   parallel_for(query_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
     for (std::int64_t item = t0; item < t1; ++item) {
       const std::int64_t qb = nqb - 1 - item % nqb, head = item / nqb;  // costliest (causal) first
-      query_block(p, head / p.Hq, head % p.Hq, qb * kBr, std::min(p.Nq, (qb + 1) * kBr), scratch_of(t));
+      query_block(p, stats, head / p.Hq, head % p.Hq, qb * kBr, std::min(p.Nq, (qb + 1) * kBr), scratch_of(t));
     }
   });
 }

@@ -2,10 +2,14 @@
 // (float32 accumulation) through bf16_kernels.h. Used for bfloat16 inputs and for float32 inputs
 // with Options::compute = Compute::bf16 (rounded to bfloat16 as they are packed).
 //
-// Per block: Qp = Q in VNNI pairs [dk/2][kBr][2]; per key tile: Kb = K rows [kBc][dk] bf16,
-//   St = s·log2(e) · Kb·Qp  (float32),  softmax update in float32 (kernels.h),
-//   Pb = P transposed to rows [query][key] bf16,  Vp = V in pairs [kBc/2][dv][2],
-//   O  = alpha·O + Pb·Vp  (float32).
+// K and V are packed to bfloat16 once per (batch, KV head), before any query block runs:
+//   Kp = K in VNNI pairs over the head dimension [dk32/2][Nkv64][2] (the B operand of Q·Kᵀ),
+//   Vp = V in VNNI pairs over the keys [Nkv64/2][ldv][2] (the B operand of P·V),
+// zero beyond Nkv (one tile more than needed: a tile that starts off the grid of kBc may read
+// up to 32 keys past Nkv) and beyond dk, so every query block and key tile reads them in place. Per block:
+// Qb = Q rows [kBr][dk32] bf16; per key tile, in row layout (one query per row):
+//   S = s·log2(e) · Qb·Kp  (float32),  online softmax along the rows (kernels.h),
+//   Pb = bf16(P) [query][key],  O = alpha·O + Pb·Vp  (float32).
 // The scale is applied to the float32 scores, not folded into Q, so Q is rounded only once.
 #include <cstring>
 #include <memory>
@@ -18,71 +22,108 @@
 namespace attnscale::detail::bfdot {
 namespace {
 
-// Round to nearest even (NaN kept quiet), as to_bf16 does, inline for the packing loops.
-inline std::uint16_t round_bf16(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);
-  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
 // Element (a, b, c, d) of a float32 or bfloat16 view as bfloat16 bits.
 inline std::uint16_t bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
   if (t.dtype == DType::bf16) return at<const std::uint16_t>(t, a, b, c, d)[0];
-  if (t.dtype == DType::f32) return round_bf16(*at<const float>(t, a, b, c, d));
-  return round_bf16(value<float>(t, a, b, c, d));
+  if (t.dtype == DType::f32) return round_to_bf16(*at<const float>(t, a, b, c, d));
+  return round_to_bf16(value<float>(t, a, b, c, d));
 }
 
-struct Scratch {
-  std::int64_t dk32, ldv;
-  Buffer<std::uint16_t> qp, kb, pb, vp;
-  ForwardScratch<float> f;
-  explicit Scratch(const Params& p)
-      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), qp(dk32 * kBr), kb(kBc * dk32), pb(kBr * kBc),
-        vp(kBc * ldv), f(p) {
-    qp.fill(0);
-    kb.fill(0);
-    pb.fill(0);
-    vp.fill(0);
+// K and V of every (batch, KV head), packed once (layouts above).
+struct PackedKV {
+  std::int64_t dk32, ldv, nkv64;  // nkv64: keys allocated, round_up(Nkv, kBc) + kBc
+  std::vector<Buffer<std::uint16_t>> k, v;  // index b·Hkv + kh
+  PackedKV(const Params& p, int threads)
+      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kBc) + kBc), k(p.B * p.Hkv),
+        v(p.B * p.Hkv) {
+    parallel_for(p.B * p.Hkv, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+      for (std::int64_t bh = t0; bh < t1; ++bh) {
+        const std::int64_t b = bh / p.Hkv, kh = bh % p.Hkv;
+        k[bh] = Buffer<std::uint16_t>(dk32 * nkv64);
+        v[bh] = Buffer<std::uint16_t>(nkv64 * ldv);
+        k[bh].fill(0);
+        v[bh].fill(0);
+        std::uint16_t* K = k[bh].get();
+        std::uint16_t* V = v[bh].get();
+        for (std::int64_t j = 0; j < p.Nkv; ++j) {
+          for (std::int64_t c = 0; c < p.dk; ++c) K[((c / 2) * nkv64 + j) * 2 + c % 2] = bits(p.k, b, kh, j, c);
+          for (std::int64_t c = 0; c < p.dv; ++c) V[((j / 2) * ldv + c) * 2 + j % 2] = bits(p.v, b, kh, j, c);
+        }
+      }
+    });
   }
 };
 
-void attend(const Params& p, const RowBlock& rb, Path path, Scratch& s) {
+struct Scratch {
+  static constexpr std::int64_t lds = kBc;  // columns of the row-layout score tile (keys)
+  std::int64_t dk32;
+  Buffer<std::uint16_t> qb, pb;
+  Buffer<float> s;
+  ForwardScratch<float> f;
+  explicit Scratch(const Params& p)
+      : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kBc), s(kBr * lds), f(p) {
+    qb.fill(0);
+    pb.fill(0);
+  }
+};
+
+void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, Scratch& s) {
   ForwardScratch<float>& f = s.f;
   f.m.fill(-INFINITY);
   f.l.fill(0.0f);
   f.o.fill(0.0f);
-  const std::int64_t ld = f.ld;
-  std::fill(s.qp.get(), s.qp.get() + s.dk32 * ld, 0);
   for (std::int64_t r = 0; r < rb.n; ++r)
-    for (std::int64_t c = 0; c < p.dk; ++c)
-      s.qp[((c / 2) * ld + r) * 2 + c % 2] = bits(p.q, rb.b, rb.h[r], rb.i[r], c);
+    for (std::int64_t c = 0; c < p.dk; ++c) s.qb[r * s.dk32 + c] = bits(p.q, rb.b, rb.h[r], rb.i[r], c);
+  const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
+  const std::uint16_t* V = kv.v[rb.b * p.Hkv + rb.kh].get();
   const float scale = static_cast<float>(p.scale * kLog2e);
   const std::int64_t jb = rb.lo_min, je = rb.hi_max;
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
-    const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0, nk32 = round_up(nk, 32);
+    const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
-    for (std::int64_t j = 0; j < kBc; ++j)
-      for (std::int64_t c = 0; c < p.dk; ++c)
-        s.kb[j * s.dk32 + c] = j < nk ? bits(p.k, rb.b, rb.kh, j0 + j, c) : 0;
-    gemm(path, nk, columns(rb), s.dk32, s.kb.get(), s.dk32, s.qp.get(), ld, f.st.get(), ld, 0, nullptr, scale);
-    if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, f.st.get(), ld);
-    Ops<float>::softmax_update(f.st.get(), ld, nk, columns(rb), f.m.get(), f.l.get(), f.alpha.get());
-    // A hidden key's non-finite value must not reach a row through P = 0 (0 · NaN = NaN): such
-    // partial tiles take the float32 path that reads only the visible pairs, as flash_forward.h does.
+    // j0 need not be even (a window's first key): the pair layouts are indexed from key 0, so a
+    // tile starting at an odd key begins one key earlier with that key's probability zero.
+    const std::int64_t j0e = j0 & ~std::int64_t{1}, shift = j0 - j0e;
+    gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.nkv64, s.s.get(), s.lds, 0,
+         nullptr, scale);
+    if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
+    simd::softmax_update_rows(s.s.get(), s.lds, rb.n, nk, f.m.get(), f.l.get(), f.alpha.get());
+    // A hidden key's non-finite value must not reach a row through its zero weight (0 · NaN = NaN):
+    // such a partial tile reads only the visible pairs, in float32, as flash_forward.h does.
     if (kind == TileKind::partial) {
-      const Operand v = rows_operand<float>(p.v, rb.b, rb.kh, j0, nk, p.dv, f.vp.get());
-      if (!all_finite(static_cast<const float*>(v.ptr), v.ld, nk, p.dv)) {
-        accumulate_visible(p, rb, j0, nk, static_cast<const float*>(v.ptr), v.ld, f);
+      const Operand vo = rows_operand<float>(p.v, rb.b, rb.kh, j0, nk, p.dv, f.vp.get());
+      const float* Vf = static_cast<const float*>(vo.ptr);
+      if (!all_finite(Vf, vo.ld, nk, p.dv)) {
+        for (std::int64_t r = 0; r < rb.n; ++r) {
+          float* o = f.o.get() + r * p.dv;
+          for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= f.alpha[r];
+          for (std::int64_t j = 0; j < nk; ++j) {
+            const std::int64_t key = j0 + j;
+            if (key < rb.lo[r] || key >= rb.hi[r]) continue;
+            if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
+            const float w = s.s[r * s.lds + j];
+            for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * Vf[j * vo.ld + c];
+          }
+        }
         continue;
       }
     }
-    for (std::int64_t r = 0; r < rb.n; ++r)
-      for (std::int64_t j = 0; j < nk32; ++j) s.pb[r * kBc + j] = j < nk ? round_bf16(f.st[j * ld + r]) : 0;
-    for (std::int64_t j = 0; j < nk32; ++j)
-      for (std::int64_t c = 0; c < p.dv; ++c)
-        s.vp[((j / 2) * s.ldv + c) * 2 + j % 2] = j < nk ? bits(p.v, rb.b, rb.kh, j0 + j, c) : 0;
-    gemm(path, rb.n, p.dv, nk32, s.pb.get(), kBc, s.vp.get(), s.ldv, f.o.get(), p.dv, 2, f.alpha.get(), 1.0f);
+    if (shift == 0) {
+      to_bf16(path, s.s.get(), s.lds, rb.n, nk16, s.pb.get(), kBc);
+      for (std::int64_t r = 0; r < rb.n; ++r) std::fill(s.pb.get() + r * kBc + nk16, s.pb.get() + r * kBc + nk32, 0);
+      gemm(path, rb.n, p.dv, nk32, s.pb.get(), kBc, V + (j0 / 2) * kv.ldv * 2, kv.ldv, f.o.get(), p.dv, 2,
+           f.alpha.get(), 1.0f);
+    } else {  // odd j0: Pb column 0 is key j0 - 1 (probability 0)
+      for (std::int64_t r = 0; r < rb.n; ++r) {
+        std::uint16_t* row = s.pb.get() + r * kBc;
+        row[0] = 0;
+        for (std::int64_t j = 0; j < nk; ++j) row[j + 1] = round_to_bf16(s.s[r * s.lds + j]);
+        std::fill(row + nk + 1, row + kBc, 0);
+      }
+      gemm(path, rb.n, p.dv, round_up(nk + 1, 32), s.pb.get(), kBc, V + (j0e / 2) * kv.ldv * 2, kv.ldv, f.o.get(),
+           p.dv, 2, f.alpha.get(), 1.0f);
+    }
   }
 }
 
@@ -92,6 +133,7 @@ void forward(const Params& p) {
   const Path path = bfdot::path();
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
+  const PackedKV kv(p, threads);
   std::vector<std::unique_ptr<Scratch>> scratch(threads);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     if (!scratch[t]) scratch[t] = std::make_unique<Scratch>(p);
@@ -102,10 +144,11 @@ void forward(const Params& p) {
       rb.b = b;
       rb.kh = p.kv_head(h);
       for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
-      attend(p, rb, path, s);
+      attend(p, kv, rb, path, s);
       write_rows(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
-      if (!p.probs.empty()) {  // float32 recomputation with the bf16 statistics, from Q·s·log2(e) in qt
+      if (!p.probs.empty()) {  // float32 recomputation of the scores with the bf16 statistics
         pack_transposed<float>(p.q, rb, p.dk, p.scale * kLog2e, s.f.qt.get(), s.f.ld);
+        if (rb.n <= kDotRows) pack_scaled_rows<float>(p.q, rb, p.dk, p.scale * kLog2e, s.f.qr.get());
         write_probs(p, rb, s.f);
       }
     }

@@ -53,28 +53,38 @@ template <int MR>
 ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, std::size_t lda, const std::uint16_t* Bp,
                                       std::size_t ldb, float* C, std::size_t ldc, std::size_t cols, int mode,
                                       const float* row_scale, float out_scale) {
+  // Every loop below has a constant trip count and is unrolled, so the MR x 4 accumulators stay
+  // in registers (a loop the compiler keeps makes it spill them to the stack every step).
   __m512 acc[MR][4];
   __mmask16 mask[4];
+#pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
     const std::size_t left = cols > 16u * r ? cols - 16u * r : 0;
     mask[r] = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
-    for (int i = 0; i < MR; ++i) acc[i][r] = _mm512_setzero_ps();
   }
+#pragma GCC unroll 16
+  for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_setzero_ps();
   for (std::size_t kk = 0; kk < K / 2; ++kk) {
     __m512bh b[4];
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r)
       b[r] = (__m512bh)_mm512_maskz_loadu_epi32(mask[r], Bp + (kk * ldb + 16 * r) * 2);
+#pragma GCC unroll 16
     for (int i = 0; i < MR; ++i) {
       std::int32_t pair;
       std::memcpy(&pair, A + i * lda + 2 * kk, 4);
       const __m512bh a = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 4
       for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], a, b[r]);
     }
   }
   const __m512 s = _mm512_set1_ps(out_scale);
+#pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
-      if (!mask[r]) continue;
       float* c = C + i * ldc + 16 * r;
       __m512 v = _mm512_mul_ps(acc[i][r], s);
       if (mode != 0) {
@@ -82,7 +92,7 @@ ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, st
         if (mode == 2) old = _mm512_mul_ps(old, _mm512_set1_ps(row_scale[i]));
         v = _mm512_add_ps(old, v);
       }
-      _mm512_mask_storeu_ps(c, mask[r], v);
+      _mm512_mask_storeu_ps(c, mask[r], v);  // an empty mask stores nothing
     }
 }
 
@@ -136,6 +146,14 @@ __attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(std::size_t M, std::s
           finish(C + (m0 + i) * ldc + n0 + j, out[i * 16 + j], mode, row_scale ? row_scale[m0 + i] : 1.0f, out_scale);
     }
   _tile_release();
+}
+
+ATTNSCALE_BF16_TARGET void to_bf16_avx512(const float* src, std::size_t lds, std::size_t rows, std::size_t cols,
+                                          std::uint16_t* dst, std::size_t ldd) {
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; c += 16)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + r * ldd + c),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + r * lds + c)));
 }
 
 std::uint64_t xgetbv0() {
@@ -219,6 +237,22 @@ void force_path(const char* name) {
   else if (n == "avx512-bf16" && has_avx512_bf16) chosen = Path::avx512_bf16;
   else if (n == "amx" && has_amx) chosen = Path::amx;
   else throw Error("ATTNSCALE_BF16: '" + n + "' is not a bf16 path this CPU supports (amx, avx512-bf16, portable)");
+}
+
+std::uint16_t round_to_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // quiet NaN
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);  // nearest even
+}
+
+void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,
+             std::size_t ldd) {
+#if defined(__x86_64__)
+  if (path != Path::portable && avx512_bf16_usable()) return to_bf16_avx512(src, lds, rows, cols, dst, ldd);
+#endif
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c) dst[r * ldd + c] = round_to_bf16(src[r * lds + c]);
 }
 
 void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,

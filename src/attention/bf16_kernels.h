@@ -28,6 +28,14 @@ void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uin
           const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
           float out_scale);
 
+// Round to nearest even (NaN kept, quiet).
+std::uint16_t round_to_bf16(float x);
+// dst[r][c] = bf16(src[r][c]) for c < cols (a multiple of 16): vcvtneps2bf16 on the AVX-512 BF16
+// and AMX paths (which, unlike round_to_bf16, flushes float32 subnormals to zero), else
+// round_to_bf16.
+void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,
+             std::size_t ldd);
+
 }  // namespace attnscale::detail::bfdot
 
 namespace attnscale::detail {

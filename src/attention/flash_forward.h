@@ -7,21 +7,27 @@
 // and at the end out = o / l, lse = ln 2 · (m + log2 l). The N x N matrix never exists: a thread
 // holds one block's Qᵀ (dk x kBr), one score tile (kBc x kBr), o (kBr x dv) and m, l.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <type_traits>
 
 #include "attention/params.h"
 #include "attention/tiles.h"
 
 namespace attnscale::detail {
 
+// Blocks of at most this many rows compute their scores one dot product per (key, row)
+// (dot_tile) instead of by the GEMM kernel, whose 16-lane columns they would mostly leave empty.
+inline constexpr std::int64_t kDotRows = 4;
+
 template <class T>
 struct ForwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of Qᵀ and of score tiles (queries)
-  Buffer<T> qt, st, o, kp, vp, m, l, alpha, sub, mul;
+  Buffer<T> qt, qr, st, o, kp, vp, m, l, alpha, sub, mul;
   explicit ForwardScratch(const Params& p)
-      : qt(p.dk * ld), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
+      : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
         sub(ld), mul(ld) {}
 };
 
@@ -40,12 +46,23 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
 }
 
+// The same scores for a block of at most kDotRows rows, in row layout S[r][j - j0] (row stride
+// kBc): one dot product per (key, row) from the Q rows in s.qr, each key row read once.
+template <class T>
+void score_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
+                ForwardScratch<T>& s) {
+  const std::int64_t nk = j1 - j0;
+  const Operand k = rows_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
+  Ops<T>::dot_tile(nk, rb.n, p.dk, static_cast<const T*>(k.ptr), k.ld, s.qr.get(), p.dk, s.st.get(), kBc);
+  if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.st.get(), kBc);
+}
+
 // o = alpha·o + P·V for a partial tile whose V holds a non-finite value: only the pairs the mask
 // shows are read, so a NaN or inf in a hidden key's value never reaches a row (P = 0 for a hidden
 // pair, but 0 · NaN = NaN).
 template <class T>
 void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* V,
-                        std::int64_t ldv, ForwardScratch<T>& s) {
+                        std::int64_t ldv, std::int64_t prs, std::int64_t pcs, ForwardScratch<T>& s) {
   for (std::int64_t r = 0; r < rb.n; ++r) {
     T* o = s.o.get() + r * p.dv;
     for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= s.alpha[r];
@@ -53,10 +70,20 @@ void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, st
       const std::int64_t key = j0 + j;
       if (key < rb.lo[r] || key >= rb.hi[r]) continue;
       if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
-      const T w = s.st[j * s.ld + r];
+      const T w = s.st[r * prs + j * pcs];  // P(row r, key j) through its strides
       for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * V[j * ldv + c];
     }
   }
+}
+
+// Asks for the V rows of a key tile while the scores are computed (decode is bound by memory:
+// the two streams, K for the scores and V for the product, then overlap instead of alternating).
+inline void prefetch_rows(const TensorView& t, const RowBlock& rb, std::int64_t j0, std::int64_t n, std::int64_t d) {
+  if (t.strides[3] != 1 || n <= 0) return;
+  const std::int64_t size = static_cast<std::int64_t>(dtype_size(t.dtype)), bytes = d * size, stride = t.strides[2] * size;
+  const char* row = static_cast<const char*>(element(t, rb.b, rb.kh, j0, 0));
+  for (std::int64_t j = 0; j < n; ++j, row += stride)
+    for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
 }
 
 // Attends the block's rows to keys [k0, k1): leaves o (unnormalised), m and l (base 2) in s.
@@ -66,19 +93,29 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
   s.l.fill(T(0));
   s.o.fill(T(0));
   pack_transposed<T>(p.q, rb, p.dk, p.scale * kLog2e, s.qt.get(), s.ld);  // s·log2(e) folded into Q
+  if (rb.n <= kDotRows) pack_scaled_rows(p.q, rb, p.dk, p.scale * kLog2e, s.qr.get());
   const std::int64_t jb = std::max(k0, rb.lo_min), je = std::min(k1, rb.hi_max);
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;  // causal: the tiles above the diagonal cost nothing
-    score_tile(p, rb, j0, j1, kind, s);
-    Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
+    // Few rows (decode): scores in row layout, so the softmax's vectors run along the keys.
+    const bool rows = rb.n <= kDotRows;
+    const std::int64_t prs = rows ? kBc : 1, pcs = rows ? 1 : s.ld;  // strides of P(r, j) in s.st
+    if (rows) {
+      prefetch_rows(p.v, rb, j0, nk, p.dv);
+      score_rows(p, rb, j0, j1, kind, s);
+      Ops<T>::softmax_update_rows(s.st.get(), kBc, rb.n, nk, s.m.get(), s.l.get(), s.alpha.get());
+    } else {
+      score_tile(p, rb, j0, j1, kind, s);
+      Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
+    }
     const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
-      accumulate_visible(p, rb, j0, nk, V, v.ld, s);
+      accumulate_visible(p, rb, j0, nk, V, v.ld, prs, pcs, s);
     else
-      Ops<T>::gemm(rb.n, p.dv, nk, s.st.get(), 1, s.ld, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
+      Ops<T>::gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
                    s.alpha.get());
   }
 }
@@ -101,24 +138,77 @@ void write_rows(const Params& p, const RowBlock& rb, const T* o, const T* m, con
 }
 
 // Second pass for the optional probs output, with m and l final: P = 2^(t − m) / l.
+// scores_left: attend() has just run on this block over all keys. When its keys fit in one tile,
+// attend left that tile as St = 2^(t − m) with m final (same Exp2, same inputs), so P = St · (1/l)
+// comes out bit for bit as the recomputation would, without the second score GEMM.
 template <class T>
-void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s) {
+void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool scores_left = false) {
   for (std::int64_t r = 0; r < s.ld; ++r) {
     const bool seen = r < rb.n && s.l[r] != T(0);
     s.sub[r] = seen ? s.m[r] : std::numeric_limits<T>::infinity();  // 2^(t − inf) = 0
     s.mul[r] = seen ? T(1) / s.l[r] : T(0);
   }
-  for (std::int64_t r = 0; r < rb.n; ++r)
-    for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+  // probs of the compute type T: written through typed row pointers (no per-element dtype dispatch).
+  const bool typed = p.probs.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64);
+  T* rows[kBr];
+  const std::int64_t cs = p.probs.strides[3];
+  // A key-major view (e.g. probs transposed) whose block rows are adjacent: each key's column of
+  // the tile is one contiguous run of rb.n values.
+  bool runs = typed && cs != 1 && rb.n > 0;
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    if (typed) rows[r] = at<T>(p.probs, rb.b, rb.h[r], rb.i[r]);
+    runs = runs && rows[r] == rows[0] + r;
+  }
+  // Keys no tile writes are zero; when one tile spans all the keys, it writes every entry itself.
+  const bool covered = !rb.empty() && rb.lo_min == 0 && rb.hi_max == p.Nkv && p.Nkv <= kBc;
+  if (runs && !covered) {
+    for (std::int64_t j = 0; j < p.Nkv; ++j) std::fill(rows[0] + j * cs, rows[0] + j * cs + rb.n, T(0));
+  }
+  for (std::int64_t r = 0; r < rb.n && !runs && !covered; ++r) {
+    if (typed) {
+      for (std::int64_t j = 0; j < p.Nkv; ++j) rows[r][j * cs] = T(0);
+    } else {
+      for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+    }
+  }
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
-    score_tile(p, rb, j0, j1, kind, s);
-    Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
-    for (std::int64_t j = 0; j < nk; ++j)
+    if (rb.n <= kDotRows) {  // row layout, the scores exactly as attend() computed them (m matches)
+      if (!(scores_left && j0 == rb.lo_min && j1 == rb.hi_max)) {
+        score_rows(p, rb, j0, j1, kind, s);
+        Ops<T>::exp2_rows(s.st.get(), kBc, rb.n, round_up(nk, simd::kColumnPad), s.sub.get());
+      }
       for (std::int64_t r = 0; r < rb.n; ++r)
-        store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+        for (std::int64_t j = 0; j < nk; ++j) {
+          const T x = s.st[r * kBc + j] * s.mul[r];
+          if (typed) rows[r][(j0 + j) * cs] = x;
+          else store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(x));
+        }
+      continue;
+    }
+    if (scores_left && j0 == rb.lo_min && j1 == rb.hi_max) {
+      for (std::int64_t j = 0; j < nk; ++j)
+        for (std::int64_t r = 0; r < columns(rb); ++r) s.st[j * s.ld + r] *= s.mul[r];
+    } else {
+      score_tile(p, rb, j0, j1, kind, s);
+      Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
+    }
+    if (runs) {
+      for (std::int64_t j = 0; j < nk; ++j)
+        std::copy(s.st.get() + j * s.ld, s.st.get() + j * s.ld + rb.n, rows[0] + (j0 + j) * cs);
+    } else if (typed && cs == 1) {
+      for (std::int64_t r = 0; r < rb.n; ++r)
+        for (std::int64_t j = 0; j < nk; ++j) rows[r][j0 + j] = s.st[j * s.ld + r];
+    } else if (typed) {  // e.g. a transposed view: walk the tile in its own (key-major) order
+      for (std::int64_t j = 0; j < nk; ++j)
+        for (std::int64_t r = 0; r < rb.n; ++r) rows[r][(j0 + j) * cs] = s.st[j * s.ld + r];
+    } else {
+      for (std::int64_t j = 0; j < nk; ++j)
+        for (std::int64_t r = 0; r < rb.n; ++r)
+          store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+    }
   }
 }
 

@@ -38,7 +38,7 @@ void forward_all(const Params& p) {
       for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
       attend(p, rb, 0, p.Nkv, s);
       write_rows(p, rb, s.o.get(), s.m.get(), s.l.get());
-      if (!p.probs.empty()) write_probs(p, rb, s);
+      if (!p.probs.empty()) write_probs(p, rb, s, /*scores_left=*/true);
     }
   });
 }

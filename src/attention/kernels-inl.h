@@ -14,6 +14,7 @@
 #define ATTNSCALE_ATTENTION_KERNELS_INL_H_
 #endif
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -134,6 +135,56 @@ void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, 
   if (n < N) ColumnBlock<1, true>(d, M, K, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, N - n);
 }
 
+// Scores of few query rows, GEMV-style: S[r][j] = Σ_c K[j·ldk + c] · Q[r·ldq + c] for keys
+// j < nk and rows r < rows (Q row-major). Each key row is read once with whole-vector loads and
+// reduced across lanes, where the GEMM kernel would fill a 16-lane column for one useful query;
+// decode (one or a few queries over a long KV cache) is bound by reading K and V.
+void DotTile(size_t nk, size_t rows, size_t dk, const float* HWY_RESTRICT K, size_t ldk, const float* HWY_RESTRICT Q,
+             size_t ldq, float* HWY_RESTRICT St, size_t lds) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const auto tail = hn::FirstN(d, dk % L);
+  const size_t full = dk / L * L;
+  for (size_t j = 0; j < nk; ++j) {
+    const float* k = K + j * ldk;
+    for (size_t r = 0; r < rows; ++r) {
+      const float* q = Q + r * ldq;
+      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+      size_t c = 0;
+      for (; c + 2 * L <= full; c += 2 * L) {
+        a0 = hn::MulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
+        a1 = hn::MulAdd(hn::LoadU(d, k + c + L), hn::LoadU(d, q + c + L), a1);
+      }
+      if (c < full) a0 = hn::MulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
+      if (full < dk) a1 = hn::MulAdd(hn::MaskedLoad(tail, d, k + full), hn::MaskedLoad(tail, d, q + full), a1);
+      St[r * lds + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+    }
+  }
+}
+
+// The one-column case of Gemm with unit row stride in A (ars = 1) and in C (ldc = 1), e.g. P·V
+// for dv = 1 with the transposed score tile as A: C[m] = init + Σ_k A[m + k·acs] · B[k·ldb] runs
+// with the rows m in the lanes, one FMA per k per vector, instead of MR-row tiles with one useful
+// lane. The products are summed in the same order with the same FMAs as MicroTile (acc from 0,
+// then init + acc), so the result is bit for bit Gemm's.
+void GemvColumns(size_t M, size_t K, const float* HWY_RESTRICT A, size_t acs, const float* HWY_RESTRICT B,
+                 size_t ldb, float* HWY_RESTRICT C, int mode, const float* HWY_RESTRICT row_scale) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t m = 0; m < M; m += L) {
+    const auto valid = hn::FirstN(d, M - m);
+    VF acc = hn::Zero(d);
+    for (size_t k = 0; k < K; ++k)
+      acc = hn::MulAdd(hn::Set(d, B[k * ldb]), hn::MaskedLoad(valid, d, A + k * acs + m), acc);
+    if (mode != 0) {
+      VF old = hn::MaskedLoad(valid, d, C + m);
+      if (mode == 2) old = hn::Mul(old, hn::MaskedLoad(valid, d, row_scale + m));
+      acc = hn::Add(old, acc);
+    }
+    hn::BlendedStore(acc, valid, d, C + m);
+  }
+}
+
 // Online softmax over a transposed score tile St[rows][lds] (keys x queries; cols a multiple of
 // the lane count). Per query column c, with m the running max and l the running sum (base 2):
 //   m' = max(m, max_j St[j][c]);  alpha = 2^(m − m');  P[j][c] = 2^(St[j][c] − m');
@@ -192,6 +243,68 @@ void SoftmaxGrad(const float* Pt, float* dPt, size_t ld, size_t rows, size_t col
       const VF dp = hn::LoadU(d, dPt + j * ld + c);
       hn::StoreU(hn::Mul(hn::Mul(p, hn::Sub(dp, dd)), s), d, dPt + j * ld + c);
     }
+  }
+}
+
+// Row-layout variants for tiles S[rows][lds] with one query per row (the backward's key-block
+// pass, whose K and V tiles are packed once and whose Q and dO are read in place):
+// S[r][c] = 2^(S[r][c] − sub[r]) over cols (a multiple of the lane count; a caller passes
+// sub = +inf for a fully masked row, so the row becomes 0).
+void Exp2Rows(float* S, size_t lds, size_t rows, size_t cols, const float* sub) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t r = 0; r < rows; ++r) {
+    const VF s = hn::Set(d, sub[r]);
+    float* row = S + r * lds;
+    for (size_t c = 0; c < cols; c += L) hn::StoreU(Exp2(d, hn::Sub(hn::LoadU(d, row + c), s)), d, row + c);
+  }
+}
+
+// dS[r][c] = P[r][c] · (dP[r][c] − D[r]) · scale, in place over dP (row layout, see Exp2Rows).
+void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t cols, const float* D,
+                     float scale) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF s = hn::Set(d, scale);
+  for (size_t r = 0; r < rows; ++r) {
+    const VF dd = hn::Set(d, D[r]);
+    for (size_t c = 0; c < cols; c += L) {
+      const VF p = hn::LoadU(d, P + r * ld + c);
+      const VF dp = hn::LoadU(d, dP + r * ld + c);
+      hn::StoreU(hn::Mul(hn::Mul(p, hn::Sub(dp, dd)), s), d, dP + r * ld + c);
+    }
+  }
+}
+
+// Online softmax over a score tile in row layout, S[rows][lds] (one query per row, keys along
+// the row; the bf16 forward's layout): the same update as SoftmaxUpdate per row, with the max
+// and sum reduced across lanes. Columns [cols, round_up(cols, L)) are treated as -inf and come
+// out as P = 0, so a ragged tile may be padded to whole vectors.
+void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF neg_inf = hn::Set(d, -INFINITY);
+  const size_t full = cols / L * L;
+  const auto tail = hn::FirstN(d, cols - full);
+  for (size_t r = 0; r < rows; ++r) {
+    float* row = S + r * lds;
+    if (full < cols) hn::StoreU(hn::IfThenElse(tail, hn::LoadU(d, row + full), neg_inf), d, row + full);
+    const size_t padded = full < cols ? full + L : full;
+    VF mx = neg_inf;
+    for (size_t c = 0; c < padded; c += L) mx = hn::Max(mx, hn::LoadU(d, row + c));
+    const float m_new = std::max(m[r], hn::GetLane(hn::MaxOfLanes(d, mx)));
+    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // the fully-masked guard of SoftmaxUpdate
+    const VF mu = hn::Set(d, m_use);
+    VF sum = hn::Zero(d);
+    for (size_t c = 0; c < padded; c += L) {
+      const VF p = Exp2(d, hn::Sub(hn::LoadU(d, row + c), mu));
+      hn::StoreU(p, d, row + c);
+      sum = hn::Add(sum, p);
+    }
+    const float a = hn::GetLane(Exp2(d, hn::Set(d, m[r] - m_use)));
+    alpha[r] = a;
+    l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum));
+    m[r] = m_new;
   }
 }
 

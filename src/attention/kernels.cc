@@ -19,9 +19,14 @@
 
 namespace attnscale::detail {
 HWY_EXPORT(Gemm);
+HWY_EXPORT(GemvColumns);
 HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
 HWY_EXPORT(SoftmaxGrad);
+HWY_EXPORT(Exp2Rows);
+HWY_EXPORT(DotTile);
+HWY_EXPORT(SoftmaxUpdateRows);
+HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(TargetName);
 
 namespace simd {
@@ -83,6 +88,8 @@ const char* target_name() {
 void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
           const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale) {
   if (M == 0 || N == 0) return;
+  if (N == 1 && ars == 1 && ldc == 1)  // one column, rows contiguous in A and C: same bits, lanes over rows
+    return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, mode, row_scale);
   HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
 }
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
@@ -96,6 +103,21 @@ void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale) {
   HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(Pt, dPt, ld, rows, cols, D, scale);
+}
+void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
+                         float* alpha) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRows)(S, lds, rows, cols, m, l, alpha);
+}
+void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, std::size_t ldk, const float* Q,
+              std::size_t ldq, float* St, std::size_t lds) {
+  HWY_DYNAMIC_DISPATCH(DotTile)(nk, rows, dk, K, ldk, Q, ldq, St, lds);
+}
+void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub) {
+  HWY_DYNAMIC_DISPATCH(Exp2Rows)(S, lds, rows, cols, sub);
+}
+void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
+                       const float* D, float scale) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxGradRows)(P, dP, ld, rows, cols, D, scale);
 }
 
 }  // namespace simd

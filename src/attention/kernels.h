@@ -25,6 +25,18 @@ void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols
 // dPt[j][c] = Pt[j][c] · (dPt[j][c] − D[c]) · scale.
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale);
+// Row layout (one query per row; sub and D per row): S[r][c] = 2^(S[r][c] − sub[r]) and
+// dP[r][c] = P[r][c] · (dP[r][c] − D[r]) · scale. cols: a multiple of 16.
+// Scores of few rows, one dot product per (key, row), in row layout: St[r][j] = Σ_c K[j·ldk + c]·Q[r·ldq + c].
+void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, std::size_t ldk, const float* Q,
+              std::size_t ldq, float* St, std::size_t lds);
+// Online-softmax step over a tile in row layout (one query per row); any cols, the row padded
+// with P = 0 up to whole vectors (lds >= round_up(cols, 16)).
+void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
+                         float* alpha);
+void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub);
+void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
+                       const float* D, float scale);
 
 // Column padding every tile uses: a multiple of the widest target's lane count.
 inline constexpr std::size_t kColumnPad = 16;

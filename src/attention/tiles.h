@@ -106,6 +106,23 @@ void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
   }
 }
 
+// apply_mask for a tile in row layout, S[r][j - j0] (one query per row).
+template <class T>
+void apply_mask_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* S, std::int64_t lds) {
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    T* s = S + r * lds - j0;
+    for (std::int64_t j = j0; j < j1; ++j) {
+      if (j < rb.lo[r] || j >= rb.hi[r]) {
+        s[j] = -std::numeric_limits<T>::infinity();
+        continue;
+      }
+      if (p.mask.empty()) continue;
+      const double bias = mask_bias(p, rb.b, rb.h[r], rb.i[r], j);
+      s[j] = bias == -INFINITY ? -std::numeric_limits<T>::infinity() : s[j] + static_cast<T>(bias * kLog2e);
+    }
+  }
+}
+
 // Element (a, b, c, d) of any float view converted to T.
 template <class T>
 inline T value(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
@@ -152,8 +169,35 @@ template <class T>
 void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, double mul, T* Xt, std::int64_t ld) {
   for (std::int64_t c = 0; c < d; ++c) std::fill(Xt + c * ld + rb.n, Xt + (c + 1) * ld, T(0));
   const T f = static_cast<T>(mul);
+  if (std::is_same_v<T, float> ? t.dtype == DType::f32 : t.dtype == DType::f64) {
+    // The view's own type: row pointers once, then each Xt row written contiguously.
+    const T* rows[kBr];
+    for (std::int64_t r = 0; r < rb.n; ++r) rows[r] = at<const T>(t, rb.b, rb.h[r], rb.i[r]);
+    const std::int64_t cs = t.strides[3];
+    bool runs = rb.n > 0;  // a column-major view (rows adjacent): each Xt row is one contiguous run
+    for (std::int64_t r = 0; r < rb.n; ++r) runs = runs && rows[r] == rows[0] + r;
+    if (runs) {
+      for (std::int64_t c = 0; c < d; ++c) {
+        const T* src = rows[0] + c * cs;
+        T* dst = Xt + c * ld;
+        for (std::int64_t r = 0; r < rb.n; ++r) dst[r] = src[r] * f;
+      }
+      return;
+    }
+    for (std::int64_t c = 0; c < d; ++c)
+      for (std::int64_t r = 0; r < rb.n; ++r) Xt[c * ld + r] = rows[r][c * cs] * f;
+    return;
+  }
   for (std::int64_t r = 0; r < rb.n; ++r)
     for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + r] = value<T>(t, rb.b, rb.h[r], rb.i[r], c) * f;
+}
+
+// The block's rows of a [B, H, N, d] view, row-major into X[r][c], times `mul`.
+template <class T>
+void pack_scaled_rows(const TensorView& t, const RowBlock& rb, std::int64_t d, double mul, T* X) {
+  const T f = static_cast<T>(mul);
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t c = 0; c < d; ++c) X[r * d + c] = value<T>(t, rb.b, rb.h[r], rb.i[r], c) * f;
 }
 
 // The block's rows of a [B, H, N, d] view, row-major into X[r][c].
@@ -196,6 +240,21 @@ struct Ops<float> {
                            const float* D, float scale) {
     simd::softmax_grad(Pt, dPt, ld, rows, cols, D, scale);
   }
+  static void dot_tile(std::int64_t nk, std::int64_t rows, std::int64_t dk, const float* K, std::int64_t ldk,
+                       const float* Q, std::int64_t ldq, float* St, std::int64_t lds) {
+    simd::dot_tile(nk, rows, dk, K, ldk, Q, ldq, St, lds);
+  }
+  static void softmax_update_rows(float* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* m,
+                                  float* l, float* alpha) {
+    simd::softmax_update_rows(S, lds, rows, cols, m, l, alpha);
+  }
+  static void exp2_rows(float* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const float* sub) {
+    simd::exp2_rows(S, lds, rows, cols, sub);
+  }
+  static void softmax_grad_rows(const float* P, float* dP, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                const float* D, float scale) {
+    simd::softmax_grad_rows(P, dP, ld, rows, cols, D, scale);
+  }
 };
 
 template <>
@@ -236,6 +295,38 @@ struct Ops<double> {
     for (std::int64_t j = 0; j < rows; ++j)
       for (std::int64_t c = 0; c < cols; ++c)
         dPt[j * ld + c] = Pt[j * ld + c] * (dPt[j * ld + c] - D[c]) * scale;
+  }
+  static void dot_tile(std::int64_t nk, std::int64_t rows, std::int64_t dk, const double* K, std::int64_t ldk,
+                       const double* Q, std::int64_t ldq, double* St, std::int64_t lds) {
+    for (std::int64_t j = 0; j < nk; ++j)
+      for (std::int64_t r = 0; r < rows; ++r) {
+        double acc = 0;
+        for (std::int64_t c = 0; c < dk; ++c) acc += K[j * ldk + c] * Q[r * ldq + c];
+        St[r * lds + j] = acc;
+      }
+  }
+  static void softmax_update_rows(double* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, double* m,
+                                  double* l, double* alpha) {
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double* row = S + r * lds;
+      double mx = m[r];
+      for (std::int64_t j = 0; j < cols; ++j) mx = std::max(mx, row[j]);
+      const double use = mx == -INFINITY ? 0.0 : mx;  // fully-masked guard, see kernels-inl.h
+      double sum = 0;
+      for (std::int64_t j = 0; j < cols; ++j) sum += row[j] = std::exp2(row[j] - use);
+      alpha[r] = std::exp2(m[r] - use);
+      l[r] = alpha[r] * l[r] + sum;
+      m[r] = mx;
+    }
+  }
+  static void exp2_rows(double* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const double* sub) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) S[r * lds + c] = std::exp2(S[r * lds + c] - sub[r]);
+  }
+  static void softmax_grad_rows(const double* P, double* dP, std::int64_t ld, std::int64_t rows, std::int64_t cols,
+                                const double* D, double scale) {
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t c = 0; c < cols; ++c) dP[r * ld + c] = P[r * ld + c] * (dP[r * ld + c] - D[r]) * scale;
   }
 };
 

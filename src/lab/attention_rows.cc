@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "attnscale/attention.h"
+#include "lab/stats.h"
 #include "lab/theory.h"
 
 namespace attnscale::lab {
@@ -92,14 +93,24 @@ void row_metrics(const double* p, std::int64_t n, double* out, std::vector<doubl
   out[3] = 1 / s2;
 }
 
-// E over r² ~ χ²_d of f(s r): Simpson's rule in r² on [0, d + 40√(2d) + 40] with 4000 panels, using
-// the χ² density exp((d/2 − 1) ln x − x/2 − (d/2) ln 2 − lnΓ(d/2)). For d = 1, 2 the density is
-// singular or cusped at 0, so integrate in r (x = r², density of r: 2r · f_χ²(r²)) instead.
+// E over r² ~ χ²_d of f(s r): Simpson's rule in r on [0, √(d + 40√(2d) + 40)] with 4000 panels,
+// density of r = √χ²_d: 2r f_χ²(r²) = 2 exp((d − 1) ln r − r²/2 − (d/2) ln 2 − lnΓ(d/2)).
+// A metric gets a theory only when σ's 99% quantile, s √χ²_{d,0.99} (Wilson–Hilferty:
+// χ²_{d,p} ≈ d (1 − 2/(9d) + z_p √(2/(9d)))³), is inside that formula's range (theory.h: σ ≤ σ_c/2,
+// σ_c/4 for participation); the hot formula is then used at every node, the 1% of mass past the
+// quantile included (it is continuous there and the error it adds is that of the formula near its
+// edge). Otherwise the entry is NaN: a row whose σ straddles the freezing point has no closed form.
 void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_sigma, double out[kRowMetrics]) {
+  const double sc = theory::rem_sigma_c(n);
+  double sigma_hi = fixed_sigma;
+  if (fixed_sigma < 0) {
+    const double a = 2 / (9.0 * d), c = 1 - a + normal_quantile(0.99) * std::sqrt(a);
+    sigma_hi = scale * std::sqrt(d * c * c * c);
+  }
   auto point = [&](double sigma, double* acc, double w) {
-    acc[0] += w * theory::rem_top_p(n, sigma, 0.95);
-    acc[1] += w * theory::rem_entropy(n, sigma);
-    acc[3] += w * theory::rem_participation(n, sigma);
+    acc[0] += w * theory::rem_top_p_hot(n, sigma, 0.95);
+    acc[1] += w * theory::rem_entropy_hot(n, sigma);
+    acc[3] += w * theory::rem_participation_hot(n, sigma);
   };
   double acc[kRowMetrics] = {0, 0, 0, 0};
   if (fixed_sigma >= 0) {
@@ -113,7 +124,6 @@ void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_s
     for (int i = 0; i <= panels; ++i) {
       const double r = i * h;
       const double w = (i == 0 || i == panels) ? 1 : (i % 2 ? 4 : 2);
-      // density of r = sqrt(χ²_d): 2r f(r²) = 2 exp((d−1) ln r − r²/2 − k ln 2 − lnΓ(k))
       const double dens = r > 0 ? 2 * std::exp((d - 1) * std::log(r) - r * r / 2 - k * std::log(2.0) - lg)
                                 : (d == 1 ? 2 * std::exp(-k * std::log(2.0) - lg) : 0);
       if (dens == 0) continue;
@@ -122,14 +132,11 @@ void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_s
     }
     for (double& a : acc) a /= total;
   }
-  // top-p theory exists only where every σ of the average is below freezing; the frozen branch
-  // returns −1, which the average would blend in: mark it missing then.
-  const bool top_ok = fixed_sigma >= 0 ? theory::rem_top_p(n, fixed_sigma, 0.95) >= 0
-                                       : scale * std::sqrt(d + 6 * std::sqrt(2.0 * d)) < theory::rem_sigma_c(n);
-  out[0] = top_ok ? acc[0] : std::numeric_limits<double>::quiet_NaN();
-  out[1] = acc[1];
-  out[2] = std::numeric_limits<double>::quiet_NaN();
-  out[3] = acc[3];
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  out[0] = sigma_hi <= theory::kRemTopPMax * sc ? acc[0] : none;
+  out[1] = sigma_hi <= theory::kRemEntropyMax * sc ? acc[1] : none;
+  out[2] = none;
+  out[3] = sigma_hi <= theory::kRemParticipationMax * sc ? acc[3] : none;
 }
 
 }  // namespace attnscale::lab

@@ -44,7 +44,8 @@ void row_metrics(const double* p, std::int64_t n, double* out, std::vector<doubl
 // REM theory of each metric for a row whose logits are σ z with σ² = s² |q|² and |q|² ~ σ_q² χ²_d
 // (conditional on q the logits are exactly Gaussian): the REM formulas of theory.h averaged over
 // the χ²_d law of |q|² by quadrature. `fixed_sigma` >= 0 skips the average (LayerNorm'd q).
-// Entries: top_p_95, entropy, participation theory (max_weight has none): NaN where none.
+// Entries: top_p_95, entropy, participation theory (max_weight has none): NaN where none, i.e. where
+// σ's 99% quantile leaves the range in which the formula is accurate at finite N (theory.h).
 void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_sigma, double out[kRowMetrics]);
 
 }  // namespace attnscale::lab

@@ -2,8 +2,9 @@
 // rules on top of 1/√d: fixed (s = 1/√d), sqrt-log (s = √(ln N)/√d) and log (s = ln N/√d).
 // With unit-variance q, k the logits have σ² ≈ s² d: 1, ln N and (ln N)². Against the REM's freezing
 // point σ_c = √(2 ln N): fixed stays hot (σ/σ_c → 0, attention spreads over ~N e^{−1} keys),
-// sqrt-log holds σ/σ_c = 1/√2 (entropy ≈ (3/4) ln N: a constant fraction), and log freezes once
-// ln N > 2 (N ≥ 8): attention concentrates on O(1) keys however long the sequence.
+// sqrt-log holds σ/σ_c = 1/√2 (inside the freezing transition: at N = ∞ the entropy would be
+// (3/4) ln N, at N ≤ 4096 it is well above), and log freezes once ln N > 2 (N ≥ 8): attention
+// concentrates on O(1) keys however long the sequence. Theory (rem_row_theory) only where σ ≤ σ_c/2.
 //
 // Each trial draws K [N, d] and --queries query rows (rows are i.i.d. given K, so a few rows
 // estimate the per-row metrics without the N × N matrix).

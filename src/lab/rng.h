@@ -70,6 +70,11 @@ class Stream {
   // Attempt a of the rejection loop reads block(index | a << 48).
   double gamma(std::uint64_t index, double shape) const;
 
+  // The Philox key (seed) and the fixed counter words, for the vectorised bulk fills (normals.h).
+  const r123::Philox4x32::key_type& key() const { return key_; }
+  std::uint32_t stream() const { return stream_; }
+  std::uint32_t trial() const { return trial_; }
+
  private:
   r123::Philox4x32::key_type key_;
   std::uint32_t stream_;

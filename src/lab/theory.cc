@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "lab/stats.h"
 
@@ -33,33 +34,31 @@ double kurtosis_dot(std::int64_t d, double kappa_q, double kappa_k) {
 
 double rem_sigma_c(std::int64_t n) { return std::sqrt(2 * std::log(static_cast<double>(n))); }
 
-double rem_entropy(std::int64_t n, double sigma) {
-  const double sc = rem_sigma_c(n);
-  if (sigma < sc) return std::log(static_cast<double>(n)) - sigma * sigma / 2;
-  return std::min(digamma(1) - digamma(1 - sc / sigma), std::log(static_cast<double>(n)));
+double rem_entropy_hot(std::int64_t n, double sigma) {
+  return std::log(static_cast<double>(n)) - sigma * sigma / 2;
 }
 
-double rem_participation(std::int64_t n, double sigma) {
-  const double sc = rem_sigma_c(n);
-  if (sigma < sc) return std::min<double>(n, n * std::exp(-sigma * sigma));
-  return 1 / (1 - sc / sigma);
+double rem_participation_hot(std::int64_t n, double sigma) {
+  return std::min<double>(n, n * std::exp(-sigma * sigma));
 }
 
-double rem_top_p(std::int64_t n, double sigma, double p) {
-  if (sigma >= rem_sigma_c(n)) return -1;
+double rem_top_p_hot(std::int64_t n, double sigma, double p) {
   return n * normal_cdf(normal_quantile(p) - sigma);
 }
 
-// ψ(x): recurrence ψ(x) = ψ(x+1) − 1/x up to x ≥ 10, then the asymptotic series
-// ψ(x) ≈ ln x − 1/(2x) − 1/(12x²) + 1/(120x⁴) − 1/(252x⁶).
-double digamma(double x) {
-  double r = 0;
-  while (x < 10) {
-    r -= 1 / x;
-    x += 1;
-  }
-  const double f = 1 / (x * x);
-  return r + std::log(x) - 0.5 / x - f * (1.0 / 12 - f * (1.0 / 120 - f / 252));
+double rem_entropy(std::int64_t n, double sigma) {
+  if (sigma > kRemEntropyMax * rem_sigma_c(n)) return std::numeric_limits<double>::quiet_NaN();
+  return rem_entropy_hot(n, sigma);
+}
+
+double rem_participation(std::int64_t n, double sigma) {
+  if (sigma > kRemParticipationMax * rem_sigma_c(n)) return std::numeric_limits<double>::quiet_NaN();
+  return rem_participation_hot(n, sigma);
+}
+
+double rem_top_p(std::int64_t n, double sigma, double p) {
+  if (sigma > kRemTopPMax * rem_sigma_c(n)) return std::numeric_limits<double>::quiet_NaN();
+  return rem_top_p_hot(n, sigma, p);
 }
 
 }  // namespace attnscale::lab::theory

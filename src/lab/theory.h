@@ -24,18 +24,28 @@ double kurtosis_dot(std::int64_t d, double kappa_q, double kappa_k);
 
 // Random Energy Model for a row of N logits x_j = σ z_j, z_j i.i.d. N(0, 1), weights p = softmax(x).
 // Freezing point σ_c = √(2 ln N).
+//
+// Only the hot-phase (annealed) formulas are given, and only where they are accurate at the
+// N = 8…4096 the lab uses; elsewhere these functions return NaN (no theory). The N = ∞ frozen-phase
+// law (Poisson–Dirichlet PD(m, 0), m = σ_c/σ: E H = ψ(1) − ψ(1 − m)) is NOT used: its entropy
+// diverges as σ → σ_c+ while the hot one goes to 0 there, and even at σ = 2…4 σ_c it is 18–70% high
+// at N = 8…4096 (scripts/rem_finite_n.py, docs/lab.md), so an average over σ would mix two wrong branches.
 double rem_sigma_c(std::int64_t n);
-// Entropy −Σ p ln p:  σ < σ_c: ln N − σ²/2 (annealed: ln Z ≈ ln N + σ²/2, Σ p x ≈ σ²);
-//                     σ ≥ σ_c: ψ(1) − ψ(1 − m), m = σ_c/σ (Poisson-Dirichlet PD(m, 0) weights),
-//                     capped at ln N (it diverges as σ → σ_c+, where N = ∞ asymptotics fail).
+// Largest σ/σ_c at which each formula is used: entropy and top_p_95 within 0.16 nats / 4% of N
+// there (measured: docs/lab.md), participation within 8% (its annealed form fails first, because
+// Σp² = Σe^{2x}/Z² freezes at 2σ = σ_c and E[1/Σp²] > 1/E[Σp²]).
+inline constexpr double kRemEntropyMax = 0.5, kRemTopPMax = 0.5, kRemParticipationMax = 0.25;
+// Entropy −Σ p ln p = ln N − σ²/2 (annealed: ln Z ≈ ln N + σ²/2, Σ p x ≈ σ²) for σ ≤ σ_c/2, else NaN.
 double rem_entropy(std::int64_t n, double sigma);
-// 1 / E[Σ p²]:  σ < σ_c: N e^{−σ²} (capped at N);  σ ≥ σ_c: 1 / (1 − m).
+// Participation 1/Σ p² ≈ 1/E[Σp²] = N e^{−σ²} (capped at N) for σ ≤ σ_c/4, else NaN.
 double rem_participation(std::int64_t n, double sigma);
-// top_p_95 in the annealed (σ < σ_c) phase: the keys above z* with ∫_{z*} e^{σz} φ = 0.95 ∫ e^{σz} φ,
-// i.e. z* = σ − Φ^{-1}(0.95), hold 95% of the mass; their count is N Φ(Φ^{-1}(0.95) − σ).
-// Returns a negative number in the frozen phase (no closed form there).
+// top_p_95 in the hot phase: the keys above z* with ∫_{z*} e^{σz} φ = p ∫ e^{σz} φ, i.e.
+// z* = σ − Φ^{-1}(p), hold a fraction p of the mass; their count is N Φ(Φ^{-1}(p) − σ) (the measured
+// integer count sits ≈ 0.5 above it). For σ ≤ σ_c/2, else NaN.
 double rem_top_p(std::int64_t n, double sigma, double p);
-
-double digamma(double x);
+// The same three without the range check (for quadrature nodes in the tail of a valid average).
+double rem_entropy_hot(std::int64_t n, double sigma);
+double rem_participation_hot(std::int64_t n, double sigma);
+double rem_top_p_hot(std::int64_t n, double sigma, double p);
 
 }  // namespace attnscale::lab::theory

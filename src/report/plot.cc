@@ -119,7 +119,7 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
                     " lc rgb " + colour +
                     " title " + quote(ser.title));
   }
-  if (theory) plots.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title 'theory'");
+  if (theory) plots.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title " + quote(p.theory_title));
   if (plots.empty()) throw Error("figure panel '" + p.title + "' has no data");
   gp << "plot ";
   for (std::size_t i = 0; i < plots.size(); ++i) gp << (i ? ", \\\n     " : "") << plots[i];
@@ -158,7 +158,7 @@ void legend_strip(std::ostringstream& gp, const LinePanel& p, double height) {
                     " lc rgb '" + kColours[ci % std::size(kColours)] + "' title " + quote(ser.title));
     theory = theory || any_finite(p.series[s].theory);
   }
-  if (theory) items.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title 'theory'");
+  if (theory) items.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title " + quote(p.theory_title));
   gp << "plot NaN notitle";
   for (const auto& i : items) gp << ", \\\n     " << i;
   gp << "\n";

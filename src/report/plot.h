@@ -42,6 +42,7 @@ struct LinePanel {
   std::vector<Series> series;
   std::vector<RefLine> refs;
   std::string key_position = "top left";  // gnuplot `set key` position, or "off"
+  std::string theory_title = "theory";     // legend entry of the dashed curves
 };
 
 // A row-major matrix drawn with the viridis palette; row 0 at the top.

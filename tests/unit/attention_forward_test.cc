@@ -26,11 +26,18 @@ struct Case {
   Scale scale{};
 };
 
+const char* mask_name(MaskKind m) {
+  constexpr const char* names[] = {"none", "causalTL", "causalBR", "window", "windowCausal", "keep", "additive", "all"};
+  return names[static_cast<int>(m)];
+}
+
 std::string name(const Case& c) {
   return "B" + std::to_string(c.B) + "_Hq" + std::to_string(c.Hq) + "_Hkv" + std::to_string(c.Hkv) + "_Nq" +
          std::to_string(c.Nq) + "_Nkv" + std::to_string(c.Nkv) + "_dk" + std::to_string(c.dk) + "_dv" +
-         std::to_string(c.dv) + "_mask" + std::to_string(static_cast<int>(c.mask));
+         std::to_string(c.dv) + "_" + mask_name(c.mask) + (c.dtype == DType::f64 ? "_f64" : "_f32");
 }
+// gtest prints parameters with this (instead of their bytes).
+void PrintTo(const Case& c, std::ostream* os) { *os << name(c); }
 
 // Runs forward and reference on the same inputs; returns the relative errors of out, lse, probs.
 struct Errors {

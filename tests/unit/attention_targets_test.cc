@@ -176,20 +176,25 @@ TEST(Targets, ForwardWithinTwiceNaiveFloat32Error) {
 }
 
 TEST(Targets, DecodeSplitsKeysAndMatchesReference) {
-  // Nq * group <= 16 and Nkv >= 2048 takes the split-key decode path.
+  // Nq * group <= 16 and Nkv >= 2048 takes the split-key decode path; at most kDotRows rows per
+  // (batch, KV head) also take the one-dot-product-per-key scores (Nq = 1 below, dk = 37 ragged).
+  struct Shape {
+    std::int64_t Nq, dk;
+  };
   for_each_target([&](const std::string& target) {
-    for (MaskKind m : {MaskKind::none, MaskKind::causal_br, MaskKind::keep}) {
-      const std::int64_t Nkv = target == "scalar" ? 2100 : 5001;
-      const Inputs in = make_inputs(1, 4, 2, 3, Nkv, 32, 24, m, 77);
-      Tensor out(DType::f32, {1, 4, 3, 24}), lse(DType::f32, {1, 4, 3}), ref(DType::f64, {1, 4, 3, 24}),
-          rlse(DType::f64, {1, 4, 3});
-      poison(out);
-      poison(lse);
-      forward(in.q.view(), in.k.view(), in.v.view(), {out.view(), lse.view()}, in.opt);
-      reference::forward(in.q.view(), in.k.view(), in.v.view(), {ref.view(), rlse.view()}, in.opt);
-      EXPECT_LE(rel_error(out.view(), ref.view()), 2e-6) << static_cast<int>(m);
-      EXPECT_LE(rel_error(lse.view(), rlse.view()), 1e-6) << static_cast<int>(m);
-    }
+    for (const Shape& sh : {Shape{3, 32}, Shape{1, 37}})
+      for (MaskKind m : {MaskKind::none, MaskKind::causal_br, MaskKind::keep}) {
+        const std::int64_t Nkv = target == "scalar" ? 2100 : 5001;
+        const Inputs in = make_inputs(1, 4, 2, sh.Nq, Nkv, sh.dk, 24, m, 77);
+        Tensor out(DType::f32, {1, 4, sh.Nq, 24}), lse(DType::f32, {1, 4, sh.Nq}), ref(DType::f64, {1, 4, sh.Nq, 24}),
+            rlse(DType::f64, {1, 4, sh.Nq});
+        poison(out);
+        poison(lse);
+        forward(in.q.view(), in.k.view(), in.v.view(), {out.view(), lse.view()}, in.opt);
+        reference::forward(in.q.view(), in.k.view(), in.v.view(), {ref.view(), rlse.view()}, in.opt);
+        EXPECT_LE(rel_error(out.view(), ref.view()), 2e-6) << static_cast<int>(m) << " Nq " << sh.Nq;
+        EXPECT_LE(rel_error(lse.view(), rlse.view()), 1e-6) << static_cast<int>(m) << " Nq " << sh.Nq;
+      }
   });
 }
 

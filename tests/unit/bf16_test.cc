@@ -49,7 +49,7 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
     detail::bfdot::force_path(detail::bfdot::path_name(path));
     SCOPED_TRACE(detail::bfdot::path_name(path));
     for (const Shape& s : shapes)
-      for (int mask = 0; mask < 3; ++mask)
+      for (int mask = 0; mask < 4; ++mask)
         for (DType dtype : {DType::bf16, DType::f32}) {
           const Tensor q = random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dk}, 60 + s.Nq, 0),
                        k = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dk}, 60 + s.Nq, 1),
@@ -59,6 +59,10 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
           opt.compute = Compute::bf16;
           if (mask == 1) opt.mask.causal = true;
           if (mask == 2) opt.mask.explicit_mask = keep.view();
+          if (mask == 3) {  // a window: key tiles start off the grid, at odd keys too
+            opt.mask.window_left = 37;
+            opt.mask.window_right = 3;
+          }
           Tensor out(dtype, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq}),
               ref(DType::f64, {s.B, s.Hq, s.Nq, s.dv}), rlse(DType::f64, {s.B, s.Hq, s.Nq});
           poison(out);
@@ -67,6 +71,13 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
           reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view()}, opt);
           EXPECT_LE(rel_error(out.view(), ref.view()), 1e-2) << s.Nq << " mask " << mask;
           EXPECT_LE(rel_error(lse.view(), rlse.view()), 1e-2) << s.Nq << " mask " << mask;
+          if (mask == 3) {  // the optional probabilities, from the bf16 statistics
+            Tensor probs(DType::f32, {s.B, s.Hq, s.Nq, s.Nkv}), rprobs(DType::f64, {s.B, s.Hq, s.Nq, s.Nkv});
+            poison(probs);
+            forward(q.view(), k.view(), v.view(), {out.view(), {}, probs.view()}, opt);
+            reference::forward(q.view(), k.view(), v.view(), {ref.view(), {}, rprobs.view()}, opt);
+            EXPECT_LE(rel_error(probs.view(), rprobs.view()), 1e-2) << s.Nq << " probs";
+          }
         }
   }
   detail::bfdot::force_path("");

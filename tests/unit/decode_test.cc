@@ -94,10 +94,15 @@ TEST(Determinism, SameBitsForAnyThreadCount) {
         dk(DType::f32, {1, 2, 200, 32}), dv(DType::f32, {1, 2, 200, 16}), od(DType::f32, {1, 4, 1, 16});
     forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
     backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dv.view()}, opt);
+    Tensor ob(DType::f32, {1, 4, 150, 16});  // the bf16 forward (K, V packed once per KV head)
+    Options bf = opt;
+    bf.compute = Compute::bf16;
+    forward(q.view(), k.view(), v.view(), {ob.view()}, bf);
     opt.mask.align = Align::bottom_right;
     forward(q1.view(), kl.view(), vl.view(), {od.view()}, opt);
     std::vector<float> all;
-    for (const Tensor* t : {&out, &lse, &dq, &dk, &dv, &od}) all.insert(all.end(), t->as<float>(), t->as<float>() + t->numel());
+    for (const Tensor* t : {&out, &lse, &dq, &dk, &dv, &od, &ob})
+      all.insert(all.end(), t->as<float>(), t->as<float>() + t->numel());
     runs.push_back(all);
   }
   EXPECT_EQ(runs[0], runs[1]);

@@ -44,7 +44,7 @@ TEST(LabExperiment, BadFlagsThrowErrorsNamingTheFlag) {
   EXPECT_EQ(message({{"d", "1,x"}}), "--d: expected a comma-separated list of integers, got '1,x'");
   EXPECT_EQ(message({{"d", "0"}}), "--d: each value must be in [1, 2^20], got 0");
   EXPECT_EQ(message({{"scaling", "cube"}}).rfind("--scaling: unknown value 'cube'", 0), 0u);
-  EXPECT_EQ(message({{"sampler", "magic"}}), "--sampler: expected direct or wishart, got 'magic'");
+  EXPECT_EQ(message({{"sampler", "magic"}}), "--sampler: expected auto, direct or wishart, got 'magic'");
   EXPECT_THROW(run_experiment(sat, {}, 1, -3, 1), Error);
 }
 

@@ -1,0 +1,155 @@
+#!/usr/bin/python3
+"""The performance goals of docs/performance.md, each a ratio of two timings taken in one run.
+
+On a machine shared with other jobs the available CPU changes from second to second, so a ratio of
+two timings taken a minute apart says little. Here every measured function runs once per round,
+all of them in turn, for several rounds, the two sides of each ratio next to each other; a ratio
+is computed within each round (timings seconds apart, under the same load) and the median over
+rounds is reported with its range. The load average is printed before and after.
+
+    /usr/bin/python3 bench/goals.py [--pymod build/python] [--threads 2] [--rounds 5]
+
+Measured (B = 1, H = 8, d = 128): our float32 forward at N = 4096 against OpenBLAS sgemm 2048^3
+(through ctypes, the library `attnscale bench` links) and torch's _scaled_dot_product_attention;
+the same forward on 1 thread against `threads` threads (with sgemm on 1 and `threads` threads as a
+control of what the machine gives); our backward at N = 2048 against sgemm; our bf16 forward
+against torch's bf16 matmul 2048^3; decode (Nq = 1, Nkv = 65536) against a 256 MiB copy on
+as many threads (bytes read + written per second); causal against non-causal forward time at N = 4096.
+
+Thread scaling needs idle cores: Linux shares the CPU between sessions (autogroups), not threads,
+so while other sessions keep the cores busy a second thread gains nothing, for sgemm as for us
+(the control row shows it). The CPU-time row is the work done on 1 thread over the work done on
+`threads` threads (all threads' CPU seconds): near 1 when splitting the work costs nothing extra.
+"""
+import argparse
+import ctypes
+import math
+import os
+import statistics
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--pymod", default="build/python", help="folder holding the attnscale Python module")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--rounds", type=int, default=5)
+    a = ap.parse_args()
+    sys.path.insert(0, a.pymod)
+    import attnscale  # noqa: E402
+    import torch  # noqa: E402
+    import torch.nn.functional as F  # noqa: E402
+
+    T = a.threads
+    torch.set_num_threads(T)
+    blas = ctypes.CDLL("libopenblas.so.0")
+    n = 2048
+    ga, gb = np.full((n, n), 0.5, np.float32), np.full((n, n), 0.25, np.float32)
+    gc = np.zeros((n, n), np.float32)
+
+    def sgemm(threads):
+        def run():
+            blas.openblas_set_num_threads(threads)
+            blas.cblas_sgemm(101, 111, 111, n, n, n, ctypes.c_float(1), ctypes.c_void_p(ga.ctypes.data), n,
+                             ctypes.c_void_p(gb.ctypes.data), n, ctypes.c_float(0), ctypes.c_void_p(gc.ctypes.data), n)
+        return run
+
+    rng = np.random.default_rng(0)
+    H, d = 8, 128
+
+    def qkv(N, nq=None):
+        return tuple(rng.uniform(-1, 1, (1, H, nq if (nq and i == 0) else N, d)).astype(np.float32) for i in range(3))
+
+    q4, k4, v4 = qkv(4096)
+    tq, tk, tv = (torch.from_numpy(x) for x in (q4, k4, v4))
+    q2, k2, v2 = qkv(2048)
+    out2, lse2 = attnscale.attention(q2, k2, v2, return_lse=True, threads=T)
+    dout2 = rng.uniform(-1, 1, out2.shape).astype(np.float32)
+    qd, kd, vd = qkv(65536, nq=1)
+    xb, yb = torch.rand(n, n).bfloat16(), torch.rand(n, n).bfloat16()
+    src = np.ones(256 << 20, np.uint8)
+    dst = np.zeros_like(src)
+
+    pool = ThreadPoolExecutor(T)
+    slices = [slice(i * src.size // T, (i + 1) * src.size // T) for i in range(T)]
+
+    def copy():  # with the same thread count as decode; numpy's copy releases the GIL
+        list(pool.map(lambda s: np.copyto(dst[s], src[s]), slices))
+
+    def sdpa():
+        with torch.no_grad():
+            F._scaled_dot_product_attention(tq, tk, tv, None, 0.0, False)
+
+    fns = {  # in this order, so that the two sides of every ratio run next to each other
+        "fwd-causal": lambda: attnscale.attention(q4, k4, v4, causal=True, threads=T),
+        "torch-sdpa": sdpa,
+        "fwd": lambda: attnscale.attention(q4, k4, v4, threads=T),
+        "sgemm": sgemm(T),
+        "bwd": lambda: attnscale.attention_backward(q2, k2, v2, out2, lse2, dout2, threads=T),
+        "sgemm-1thread": sgemm(1),
+        "fwd-1thread": lambda: attnscale.attention(q4, k4, v4, threads=1),
+        "fwd-bf16": lambda: attnscale.attention(q4, k4, v4, threads=T, compute="bf16"),
+        "torch-bf16-mm": lambda: xb @ yb,
+        "decode": lambda: attnscale.attention(qd, kd, vd, threads=T),
+        "copy": copy,
+    }
+    load0 = os.getloadavg()
+    times = {k: [] for k in fns}  # wall seconds per round
+    cpus = {k: [] for k in fns}  # CPU seconds of all the process's threads, same calls
+    for f in fns.values():
+        f()
+    for _ in range(a.rounds):
+        for name, f in fns.items():
+            c0, t0 = time.process_time(), time.perf_counter()
+            f()
+            times[name].append(time.perf_counter() - t0)
+            cpus[name].append(time.process_time() - c0)
+    load1 = os.getloadavg()
+
+    fwd_flops = 4.0 * H * 4096 * 4096 * d
+    work = {
+        "sgemm": 2.0 * n**3, "sgemm-1thread": 2.0 * n**3, "fwd": fwd_flops, "fwd-1thread": fwd_flops,
+        "fwd-causal": 4.0 * H * (4096 * 4097 / 2) * d, "torch-sdpa": fwd_flops, "bwd": 2.5 * 4.0 * H * 2048 * 2048 * d,
+        "fwd-bf16": fwd_flops, "torch-bf16-mm": 2.0 * n**3, "decode": 2.0 * H * 65536 * d * 4,
+        "copy": 2.0 * src.nbytes,
+    }
+    print(f"attnscale {attnscale.version()} ({attnscale.git_hash()}), target {attnscale.cpu_target()}, "
+          f"{T} threads, {a.rounds} interleaved rounds; load average {load0[0]:.2f} before, {load1[0]:.2f} after")
+    print(f"{'measured':<15}{'best ms':>10}{'rate':>10}  unit (rate from the best time)")
+    for name in fns:
+        unit = "GB/s" if name in ("decode", "copy") else "GFLOP/s"
+        print(f"{name:<15}{min(times[name]) * 1e3:>10.2f}{work[name] / min(times[name]) * 1e-9:>10.1f}  {unit}")
+
+    def ratio(num, den, t=times):
+        # Rate of `num` over rate of `den` (time of den over time of num for equal work), per round:
+        # the two were timed seconds apart, under the same load. The median over rounds is reported.
+        per_round = sorted((work[num] / tn) / (work[den] / td) for tn, td in zip(t[num], t[den]))
+        return statistics.median(per_round), per_round[0], per_round[-1]
+
+    def speedup(slow, fast, t=times):
+        per_round = sorted(ts / tf for ts, tf in zip(t[slow], t[fast]))
+        return statistics.median(per_round), per_round[0], per_round[-1]
+
+    goals = [
+        ("fp32 fwd N=4096 / sgemm", ratio("fwd", "sgemm"), 0.80),
+        ("fp32 fwd N=4096 / torch SDPA", ratio("fwd", "torch-sdpa"), 2.0),
+        (f"{T} threads / 1 thread (fwd)", speedup("fwd-1thread", "fwd"), 1.8),
+        (f"  control: sgemm {T} threads / 1", speedup("sgemm-1thread", "sgemm"), None),
+        (f"  fwd CPU time, 1 thread / {T}", speedup("fwd-1thread", "fwd", cpus), None),
+        ("fp32 bwd N=2048 / sgemm", ratio("bwd", "sgemm"), 0.50),
+        ("bf16 fwd N=4096 / torch bf16 mm", ratio("fwd-bf16", "torch-bf16-mm"), 0.50),
+        ("decode Nkv=65536 / copy", ratio("decode", "copy"), 0.70),
+        ("causal speedup N=4096 (time)", speedup("fwd", "fwd-causal"), 1.8),
+    ]
+    print(f"{'goal':<34}{'median':>8}{'min':>8}{'max':>8}{'target':>8}  met (median of the per-round ratios)")
+    for name, (med, lo, hi), target in goals:
+        print(f"{name:<34}{med:>8.3f}{lo:>8.3f}{hi:>8.3f}{'' if target is None else f'{target:>8.2f}'}"
+              f"{'' if target is None else ('  yes' if med >= target else '  no')}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
