@@ -29,13 +29,30 @@ test-python: build
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale ATTNSCALE_BUILD=$(abspath $(BUILD)) \
 	  $(PYTHON) -m pytest -q tests/report
 
-test: test-cpp test-python
+test: test-cpp test-python test-asan
 
 report: build
 	$(BUILD)/bin/attnscale report --out $(REPORT)
 
 clean:
 	rm -rf $(BUILD)
+
+# Reliability (docs/reliability.md): the C++ suite under AddressSanitizer + UndefinedBehaviorSanitizer
+# (preset "asan", -O1, build-asan/), and libFuzzer runs of FUZZ_SECONDS per target (preset "fuzz").
+FUZZ_SECONDS ?= 60
+SANITIZER_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_after_return=1:strict_string_checks=1 \
+  UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+.PHONY: test-asan fuzz
+
+test-asan: deps
+	cmake --preset asan >/dev/null
+	cmake --build build-asan -j $(JOBS)
+	cd build-asan && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS)
+
+fuzz: deps
+	cmake --preset fuzz >/dev/null
+	cmake --build build-fuzz -j $(JOBS) --target npy_fuzz cli_args_fuzz attention_fuzz
+	$(SANITIZER_ENV) FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh build-fuzz
 
 # Benchmarks (measurements, not tests): one table of attnscale vs OpenBLAS sgemm and PyTorch.
 # BENCH_ARGS=--quick for a subset; --memory adds the N = 65536 peak-RSS case.

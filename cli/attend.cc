@@ -6,6 +6,7 @@
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
 #include "mask_options.h"
+#include "nonfinite_inputs.h"
 #include "output_files.h"
 #include "subcommands.h"
 
@@ -15,22 +16,34 @@ namespace {
 struct AttendFlags {
   std::string q, k, v, out, lse, probs;
   bool reference = false;
+  bool allow_nonfinite = false;
   MaskFlags mask;
 };
 
-// An output shaped like q's leading dimensions followed by `tail` (or nothing).
-Tensor like_q(const Tensor& q, DType dtype, int drop, std::int64_t tail) {
+// An output shaped like q's leading dimensions followed by `tail` (or nothing). A size that
+// cannot be allocated is an Error naming `flag`, raised before any allocation is attempted.
+Tensor like_q(const char* flag, const Tensor& q, DType dtype, int drop, std::int64_t tail) {
   std::int64_t shape[4];
   int rank = 0;
   for (int d = 0; d < q.rank() - drop; ++d) shape[rank++] = q.dim(d);
   if (tail > 0) shape[rank++] = tail;
-  return Tensor(dtype, shape, rank);
+  try {
+    return Tensor(dtype, shape, rank);
+  } catch (const Error& e) {
+    throw Error(std::string(flag) + ": " + e.what());
+  }
 }
 
 void run(const AttendFlags& f) {
   Tensor mask;
   const Options options = f.mask.options(mask);
   const Tensor q = read_npy(f.q), k = read_npy(f.k), v = read_npy(f.v);
+  if (!f.allow_nonfinite) {
+    require_finite("--q", f.q, q, false);
+    require_finite("--k", f.k, k, false);
+    require_finite("--v", f.v, v, false);
+    if (!mask.empty()) require_finite("--mask", f.mask.mask_path, mask, true);
+  }
   for (auto [name, t] : {std::pair{"--q", &q}, {"--k", &k}, {"--v", &v}})
     if (t->rank() < 2)
       throw Error(std::string(name) + ": expected a 2-D [N,d], 3-D [H,N,d] or 4-D [B,H,N,d] array, got " +
@@ -38,11 +51,11 @@ void run(const AttendFlags& f) {
   if (v.rank() != k.rank())
     throw Error("--v: rank " + std::to_string(v.rank()) + " differs from --k's rank " + std::to_string(k.rank()));
   const std::int64_t nkv = k.dim(k.rank() - 2), dv = v.dim(v.rank() - 1);
-  Tensor out = like_q(q, q.dtype(), 1, dv);
+  Tensor out = like_q("--out", q, q.dtype(), 1, dv);
   Outputs outputs{out.view()};
   Tensor lse, probs;
-  if (!f.lse.empty()) outputs.lse = (lse = like_q(q, q.dtype(), 1, 0)).view();
-  if (!f.probs.empty()) outputs.probs = (probs = like_q(q, q.dtype(), 1, nkv)).view();
+  if (!f.lse.empty()) outputs.lse = (lse = like_q("--lse", q, q.dtype(), 1, 0)).view();
+  if (!f.probs.empty()) outputs.probs = (probs = like_q("--probs", q, q.dtype(), 1, nkv)).view();
   if (q.dtype() == DType::u8) throw Error("--q: dtype must be float32 or float64, got bool/uint8");
   if (f.reference)
     reference::forward(q.view(), k.view(), v.view(), outputs, options);
@@ -73,6 +86,8 @@ void add_attend(CLI::App& app) {
   sub->add_option("--probs", flags->probs, "Also write the probability matrix [..., Nq, Nkv]")->type_name("FILE");
   flags->mask.add_to(*sub);
   sub->add_flag("--reference", flags->reference, "Use the naive float64 reference instead of the fast path");
+  sub->add_flag("--allow-nonfinite", flags->allow_nonfinite,
+                "Accept NaN/inf in --q/--k/--v and NaN/+inf in --mask (they stay in the rows they touch)");
   sub->callback([flags] { run(*flags); });
 }
 

@@ -5,10 +5,13 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "attnscale/error.h"
+#include "common/journal.h"
 #include "common/progress.h"
+#include "experiment_journal.h"
 #include "lab/experiment.h"
 #include "subcommands.h"
 
@@ -21,6 +24,7 @@ struct ExperimentFlags {
   int threads = 0;
   std::string format = "csv";
   std::string out;
+  bool resume = false;
   std::map<std::string, std::string> values;
 };
 
@@ -45,11 +49,32 @@ void write_atomically(const std::string& path, const std::string& text) {
 
 void run(const lab::Experiment& e, const ExperimentFlags& f) {
   if (f.format != "csv" && f.format != "json") throw Error("--format: expected csv or json, got '" + f.format + "'");
+  if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
+  // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
+  // that a killed run can be resumed; it is removed once FILE is in place.
+  std::optional<Journal> journal;
+  lab::CompletedPoints completed;
+  if (!f.out.empty()) {
+    journal.emplace(Journal::open(f.out + ".partial", journal_identity(e, f.seed, f.trials, f.values), f.resume));
+    for (const auto& [point, payload] : journal->records()) {
+      try {
+        completed[static_cast<std::size_t>(point)] = decode_rows(payload);
+      } catch (const Error& err) {
+        throw Error("--resume: " + journal->path() + ": " + err.what());
+      }
+    }
+    if (f.resume && !completed.empty())
+      std::fprintf(stderr, "attnscale: resuming %s: %zu points already done\n", e.name.c_str(), completed.size());
+  }
   ProgressBar bar("experiment " + e.name);
-  const auto table = lab::run_experiment(e, f.values, f.seed, f.trials, f.threads,
-                                         [&](std::size_t done, std::size_t total, const std::vector<lab::Row>&) {
-                                           bar.update(done, total);
-                                         });
+  const auto table = lab::run_experiment(
+      e, f.values, f.seed, f.trials, f.threads,
+      [&](std::size_t done, std::size_t total, const std::vector<lab::Row>& rows) {
+        const std::size_t point = done - 1;  // points are reported in order
+        if (journal && !completed.count(point)) journal->append(static_cast<std::int64_t>(point), encode_rows(rows));
+        bar.update(done, total);
+      },
+      completed);
   bar.finish();
   const std::string text = f.format == "csv" ? lab::to_csv(table) : lab::to_json(table);
   if (f.out.empty()) {
@@ -57,6 +82,7 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
     std::fflush(stdout);
   } else {
     write_atomically(f.out, text);
+    journal->remove();
   }
 }
 
@@ -81,6 +107,8 @@ void add_experiment(CLI::App& app) {
         ->capture_default_str();
     x->add_option("--format", flags->format, "csv or json")->capture_default_str();
     x->add_option("--out", flags->out, "write to FILE (atomically) instead of stdout")->type_name("FILE");
+    x->add_flag("--resume", flags->resume,
+                "continue an interrupted run of the same flags from FILE.partial (needs --out)");
     for (const auto& spec : e.flags) {
       flags->values[spec.name] = spec.default_value;
       x->add_option("--" + spec.name, flags->values[spec.name], spec.help)->capture_default_str();

@@ -41,7 +41,16 @@ void MaskFlags::add_to(CLI::App& app, bool with_mask_file) {
                                         "keep) or float (added to the scaled scores)")
         ->type_name("FILE");
   app.add_option("--threads", threads, "Worker threads (0: $ATTNSCALE_THREADS or all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            char* end = nullptr;
+            errno = 0;
+            const long v = std::strtol(text.c_str(), &end, 10);
+            if (text.empty() || *end != '\0' || errno == ERANGE || v < 0 || v > 1 << 20)
+              return "expected an integer from 0 to 1048576, got '" + text + "'";
+            return std::string();
+          },
+          "INT>=0"));
 }
 
 Options MaskFlags::options(Tensor& mask_storage) const {

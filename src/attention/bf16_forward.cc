@@ -89,6 +89,26 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
          nullptr, scale);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
     simd::softmax_update_rows(s.s.get(), s.lds, rb.n, nk, f.m.get(), f.l.get(), f.alpha.get());
+    // A hidden key's non-finite value must not reach a row through its zero weight (0 · NaN = NaN):
+    // such a partial tile reads only the visible pairs, in float32, as flash_forward.h does.
+    if (kind == TileKind::partial) {
+      const Operand vo = rows_operand<float>(p.v, rb.b, rb.kh, j0, nk, p.dv, f.vp.get());
+      const float* Vf = static_cast<const float*>(vo.ptr);
+      if (!all_finite(Vf, vo.ld, nk, p.dv)) {
+        for (std::int64_t r = 0; r < rb.n; ++r) {
+          float* o = f.o.get() + r * p.dv;
+          for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= f.alpha[r];
+          for (std::int64_t j = 0; j < nk; ++j) {
+            const std::int64_t key = j0 + j;
+            if (key < rb.lo[r] || key >= rb.hi[r]) continue;
+            if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
+            const float w = s.s[r * s.lds + j];
+            for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * Vf[j * vo.ld + c];
+          }
+        }
+        continue;
+      }
+    }
     if (shift == 0) {
       to_bf16(path, s.s.get(), s.lds, rb.n, nk16, s.pb.get(), kBc);
       for (std::int64_t r = 0; r < rb.n; ++r) std::fill(s.pb.get() + r * kBc + nk16, s.pb.get() + r * kBc + nk32, 0);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "attention/params.h"
+#include "common/memory.h"
 
 namespace attnscale::reference {
 namespace {
@@ -53,11 +54,19 @@ void probabilities(const Params& p, std::int64_t b, std::int64_t h, std::vector<
     lse[i] = m + std::log(l);
   }
 }
+
+// The reference holds one head's Nq × Nkv probabilities (double) and visibility flags at once.
+void check_score_matrix(const Params& p) {
+  detail::check_allocation("reference: one head's " + std::to_string(p.Nq) + " x " + std::to_string(p.Nkv) +
+                               " score matrix",
+                           9.0 * static_cast<double>(p.Nq) * static_cast<double>(p.Nkv));
+}
 }  // namespace
 
 void forward(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outputs,
              const Options& options) {
   const Params p = detail::make_forward_params(q, k, v, outputs, options, detail::Kernel::reference);
+  check_score_matrix(p);
   std::vector<double> P, lse;
   std::vector<char> vis;
   for (std::int64_t b = 0; b < p.B; ++b)
@@ -82,6 +91,7 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
               const Gradients& grads, const Options& options) {
   const auto p = detail::make_backward_params(q, k, v, {}, {}, dout, grads, options,
                                               detail::Kernel::reference);
+  check_score_matrix(p);
   std::vector<double> P, lse;
   std::vector<char> vis;
   for (std::int64_t b = 0; b < p.B; ++b)

@@ -139,8 +139,9 @@ struct Operand {
 template <class T>
 Operand rows_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t n,
                      std::int64_t d, T* pack) {
+  // The kernels take strides as size_t: a reversed (negative-stride) view goes through the copy.
   const bool direct = (std::is_same_v<T, float> ? t.dtype == DType::f32 : t.dtype == DType::f64) &&
-                      t.strides[3] == 1;
+                      t.strides[3] == 1 && t.strides[2] >= 0;
   if (direct) return {at<const T>(t, b, h, j0), t.strides[2]};
   for (std::int64_t j = 0; j < n; ++j)
     for (std::int64_t c = 0; c < d; ++c) pack[j * d + c] = value<T>(t, b, h, j0 + j, c);
@@ -157,7 +158,7 @@ template <class T>
 StridedOperand strided_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0,
                                std::int64_t n, std::int64_t d, T* pack) {
   const bool same = std::is_same_v<T, float> ? t.dtype == DType::f32 : t.dtype == DType::f64;
-  if (same) return {at<const T>(t, b, h, j0), t.strides[2], t.strides[3]};
+  if (same && t.strides[2] >= 0 && t.strides[3] >= 0) return {at<const T>(t, b, h, j0), t.strides[2], t.strides[3]};
   const Operand o = rows_operand<T>(t, b, h, j0, n, d, pack);
   return {o.ptr, o.ld, 1};
 }

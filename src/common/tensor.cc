@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "attnscale/error.h"
+#include "common/memory.h"
 
 namespace attnscale {
 
@@ -119,11 +120,14 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
   // Refuse sizes whose byte count overflows or exceeds what one process could ever hold,
   // before allocating (a clear error instead of an out-of-memory kill).
   constexpr std::int64_t kMaxBytes = std::int64_t{1} << 46;  // 64 TiB
-  std::int64_t n = 1;
+  // A zero dimension makes the tensor empty whatever the others are (numpy allows (10^6, 10^6, 0)).
+  bool empty = false;
+  for (int d = 0; d < rank; ++d) empty = empty || shape[d] == 0;
+  std::int64_t n = empty ? 0 : 1;
   for (int d = 0; d < rank; ++d) {
     if (shape[d] < 0) throw Error("tensor: negative dimension in shape");
     view_.shape[d] = shape[d];
-    if (shape[d] != 0 && n > kMaxBytes / shape[d]) throw Error("tensor: shape too large to allocate");
+    if (!empty && n > kMaxBytes / shape[d]) throw Error("tensor: shape too large to allocate");
     n *= shape[d];
   }
   if (n > kMaxBytes / static_cast<std::int64_t>(dtype_size(dtype)))
@@ -134,8 +138,16 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
     stride *= view_.shape[d];
   }
   std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
+  detail::check_allocation("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)),
+                           static_cast<double>(bytes));
   constexpr std::align_val_t kAlign{64};
-  std::byte* p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, kAlign));
+  std::byte* p = nullptr;
+  try {
+    p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, kAlign));
+  } catch (const std::bad_alloc&) {
+    throw Error("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)) + ": cannot allocate " +
+                detail::format_bytes(static_cast<double>(bytes)) + " (out of memory)");
+  }
   storage_ = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { ::operator delete[](q, kAlign); });
   view_.data = p;
 }

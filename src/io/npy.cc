@@ -1,37 +1,154 @@
-// NumPy .npy reading and writing.
-//
-// Layout: "\x93NUMPY", major, minor, header length (uint16 for 1.0, uint32 for 2.0/3.0, little
-// endian), then a Python dict literal such as
-//   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
-// padded with spaces to a multiple of 64 bytes and ended by '\n'; then the raw data.
+// NumPy .npy reading and writing. The header format is described in npy_header.h.
 #include "attnscale/npy.h"
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "attnscale/error.h"
+#include "io/npy_header.h"
 
 namespace attnscale {
+namespace detail {
 namespace {
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) { throw Error(path + ": " + what); }
 
-// The value text of `key` in the header dict, or "" when absent.
-std::string dict_value(const std::string& header, const std::string& key) {
-  const std::regex re("['\"]" + key + "['\"]\\s*:\\s*('[^']*'|\"[^\"]*\"|True|False|\\([^)]*\\))");
-  std::smatch m;
-  return std::regex_search(header, m, re) ? m[1].str() : std::string();
-}
+// A strict reader of the header dict: {'key': value, ...} with string, True/False and
+// tuple-of-integers values, an optional trailing comma, then spaces/newline padding.
+class DictReader {
+ public:
+  DictReader(const std::string& path, std::string_view text) : path_(path), t_(text) {}
 
-DType parse_descr(const std::string& path, std::string d) {
-  if (d.size() < 2) fail(path, "missing or malformed 'descr' in header");
-  d = d.substr(1, d.size() - 2);
+  struct Entry {
+    std::string key;
+    std::string str;                  // string value (unquoted)
+    int boolean = -1;                 // 0/1 for False/True, -1 otherwise
+    bool is_tuple = false;
+    bool is_list = false;             // a [...] value (structured dtypes), kept only as text
+    std::vector<std::int64_t> tuple;  // tuple value
+    std::string raw;                  // the value's text, for messages
+  };
+
+  std::vector<Entry> entries() {
+    std::vector<Entry> out;
+    space();
+    if (!eat('{')) fail(path_, "malformed header (no dict)");
+    space();
+    while (!eat('}')) {
+      Entry e;
+      e.key = quoted("a quoted key");
+      space();
+      if (!eat(':')) malformed("expected ':' after '" + e.key + "'");
+      space();
+      value(e);
+      out.push_back(std::move(e));
+      space();
+      if (eat(',')) {
+        space();
+        continue;
+      }
+      if (!eat('}')) malformed("expected ',' or '}'");
+      break;
+    }
+    for (; pos_ < t_.size(); ++pos_)
+      if (t_[pos_] != ' ' && t_[pos_] != '\n' && t_[pos_] != '\t' && t_[pos_] != '\r' && t_[pos_] != '\0')
+        malformed("unexpected text after the dict");
+    return out;
+  }
+
+ private:
+  [[noreturn]] void malformed(const std::string& what) {
+    fail(path_, "malformed header: " + what + " at byte " + std::to_string(pos_));
+  }
+  bool eat(char c) {
+    if (pos_ < t_.size() && t_[pos_] == c) {
+      ++pos_;
+      return true;
+    }
+    return false;
+  }
+  void space() {
+    while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\n' || t_[pos_] == '\r'))
+      ++pos_;
+  }
+  std::string quoted(const char* what) {
+    if (pos_ >= t_.size() || (t_[pos_] != '\'' && t_[pos_] != '"')) malformed(std::string("expected ") + what);
+    const char q = t_[pos_++];
+    const std::size_t end = t_.find(q, pos_);
+    if (end == std::string_view::npos) malformed("unterminated string");
+    std::string s(t_.substr(pos_, end - pos_));
+    pos_ = end + 1;
+    return s;
+  }
+  void value(Entry& e) {
+    const std::size_t begin = pos_;
+    if (pos_ < t_.size() && (t_[pos_] == '\'' || t_[pos_] == '"')) {
+      e.str = quoted("a string");
+    } else if (t_.substr(pos_, 4) == "True") {
+      e.boolean = 1;
+      pos_ += 4;
+    } else if (t_.substr(pos_, 5) == "False") {
+      e.boolean = 0;
+      pos_ += 5;
+    } else if (eat('(')) {
+      e.is_tuple = true;
+      space();
+      while (!eat(')')) {
+        const std::size_t d0 = pos_;
+        while (pos_ < t_.size() && t_[pos_] >= '0' && t_[pos_] <= '9') ++pos_;
+        // 15 digits bound every dimension below 10^15, so the products below cannot overflow
+        // before the size check stops them.
+        if (pos_ == d0 || pos_ - d0 > 15) malformed("expected a non-negative integer of at most 15 digits in the tuple");
+        e.tuple.push_back(std::stoll(std::string(t_.substr(d0, pos_ - d0))));
+        if (e.tuple.size() > 32) malformed("tuple too long");
+        space();
+        if (eat(',')) {
+          space();
+          continue;
+        }
+        if (!eat(')')) malformed("expected ',' or ')' in the tuple");
+        break;
+      }
+    } else if (t_.substr(pos_, 1) == "[") {  // a structured dtype's field list: skipped, then refused
+      skip_brackets();
+      e.is_list = true;
+    } else {
+      malformed("expected a string, True, False or a tuple");
+    }
+    e.raw = std::string(t_.substr(begin, pos_ - begin));
+  }
+
+  // Skips a bracketed group, nested brackets and quoted strings included (iteratively: no
+  // recursion, so no input can exhaust the stack).
+  void skip_brackets() {
+    std::size_t depth = 0;
+    while (pos_ < t_.size()) {
+      const char c = t_[pos_];
+      if (c == '\'' || c == '"') {
+        quoted("a string");
+        continue;
+      }
+      ++pos_;
+      if (c == '[' || c == '(') ++depth;
+      if ((c == ']' || c == ')') && --depth == 0) return;
+    }
+    malformed("unterminated list");
+  }
+
+  const std::string& path_;
+  std::string_view t_;
+  std::size_t pos_ = 0;
+};
+
+DType parse_descr(const std::string& path, const std::string& d) {
   if (d == "<f4") return DType::f32;
   if (d == "<f8") return DType::f64;
   if (d == "|b1" || d == "|u1" || d == "<u1" || d == ">u1" || d == "b1" || d == "u1") return DType::u8;
@@ -40,73 +157,114 @@ DType parse_descr(const std::string& path, std::string d) {
   fail(path, "unsupported dtype '" + d + "' (expected float32 '<f4', float64 '<f8', bool or uint8)");
 }
 
-std::vector<std::int64_t> parse_shape(const std::string& path, const std::string& s) {
-  if (s.empty()) fail(path, "missing 'shape' in header");
-  std::vector<std::int64_t> shape;
-  const std::string inner = s.substr(1, s.size() - 2);
-  std::size_t pos = 0;
-  while (pos < inner.size()) {
-    while (pos < inner.size() && (inner[pos] == ' ' || inner[pos] == ',')) ++pos;
-    if (pos >= inner.size()) break;
-    std::size_t end = pos;
-    while (end < inner.size() && inner[end] >= '0' && inner[end] <= '9') ++end;
-    if (end == pos || end - pos > 15) fail(path, "malformed 'shape' in header: " + s);
-    shape.push_back(std::stoll(inner.substr(pos, end - pos)));
-    pos = end;
-    while (pos < inner.size() && inner[pos] == ' ') ++pos;
-    if (pos < inner.size() && inner[pos] != ',') fail(path, "malformed 'shape' in header: " + s);
+// The tensor a header describes; an allocation refused by Tensor names the file too.
+Tensor allocate(const std::string& path, const NpyHeader& h) {
+  try {
+    return Tensor(h.dtype, h.shape.data(), static_cast<int>(h.shape.size()));
+  } catch (const Error& e) {
+    fail(path, e.what());
   }
-  if (shape.empty() || shape.size() > 4)
-    fail(path, "arrays of rank 1..4 are supported, got shape " + s);
-  return shape;
 }
 
 }  // namespace
 
+NpyPreamble parse_npy_preamble(const std::string& path, std::string_view first, std::int64_t file_size) {
+  if (file_size == 0) fail(path, "empty file, not a .npy array");
+  if (first.size() < 10 || first.substr(0, 6) != std::string_view("\x93NUMPY", 6))
+    fail(path, "not a .npy file (bad magic string)");
+  const auto byte = [&](std::size_t i) { return static_cast<std::int64_t>(static_cast<unsigned char>(first[i])); };
+  NpyPreamble p;
+  if (byte(6) == 1) {
+    p.header_len = byte(8) | (byte(9) << 8);
+    p.header_offset = 10;
+  } else if (byte(6) == 2 || byte(6) == 3) {
+    if (first.size() < 12) fail(path, "truncated header");
+    p.header_len = byte(8) | (byte(9) << 8) | (byte(10) << 16) | (byte(11) << 24);
+    p.header_offset = 12;
+  } else {
+    fail(path, "unsupported .npy format version " + std::to_string(byte(6)) + "." + std::to_string(byte(7)));
+  }
+  if (p.header_offset + p.header_len > file_size) fail(path, "truncated header");
+  return p;
+}
+
+NpyHeader parse_npy_header(const std::string& path, std::string_view dict, const NpyPreamble& pre,
+                           std::int64_t file_size) {
+  std::string descr, shape_text;
+  int fortran = -1;
+  bool have_descr = false, have_shape = false;
+  NpyHeader h;
+  for (const auto& e : DictReader(path, dict).entries()) {
+    if (e.key == "descr") {
+      if (have_descr) fail(path, "malformed header: 'descr' given twice");
+      if (e.is_list) fail(path, "unsupported dtype: structured arrays (record fields) are not supported");
+      if (e.is_tuple || e.boolean >= 0) fail(path, "unsupported dtype " + e.raw);
+      descr = e.str;
+      have_descr = true;
+    } else if (e.key == "fortran_order") {
+      if (fortran >= 0) fail(path, "malformed header: 'fortran_order' given twice");
+      if (e.boolean < 0) fail(path, "malformed header: 'fortran_order' must be True or False, got " + e.raw);
+      fortran = e.boolean;
+    } else if (e.key == "shape") {
+      if (have_shape) fail(path, "malformed header: 'shape' given twice");
+      if (!e.is_tuple) fail(path, "malformed 'shape' in header: " + e.raw);
+      h.shape = e.tuple;
+      shape_text = e.raw;
+      have_shape = true;
+    } else {
+      fail(path, "malformed header: unexpected key '" + e.key + "'");
+    }
+  }
+  if (!have_descr) fail(path, "missing or malformed 'descr' in header");
+  h.dtype = parse_descr(path, descr);
+  if (fortran == 1) fail(path, "Fortran-order arrays are not supported; save with np.ascontiguousarray");
+  if (fortran < 0) fail(path, "missing 'fortran_order' in header");
+  if (!have_shape) fail(path, "missing 'shape' in header");
+  if (h.shape.empty() || h.shape.size() > 4) fail(path, "arrays of rank 1..4 are supported, got shape " + shape_text);
+  std::int64_t numel = 1;
+  for (auto d : h.shape) {
+    if (d != 0 && numel > (std::int64_t{1} << 50) / d) fail(path, "shape too large: " + shape_text);
+    numel *= d;
+  }
+  h.data_offset = pre.header_offset + pre.header_len;
+  h.data_bytes = numel * static_cast<std::int64_t>(dtype_size(h.dtype));
+  const std::int64_t have = file_size - h.data_offset;
+  if (have != h.data_bytes)
+    fail(path, "header promises " + std::to_string(h.data_bytes) + " data bytes but the file holds " +
+                   std::to_string(have) + (have < h.data_bytes ? " (truncated)" : ""));
+  return h;
+}
+
+Tensor read_npy_bytes(const std::string& name, std::string_view bytes) {
+  const auto size = static_cast<std::int64_t>(bytes.size());
+  const NpyPreamble pre = parse_npy_preamble(name, bytes.substr(0, kNpyPreambleBytes), size);
+  const NpyHeader h = parse_npy_header(name, bytes.substr(pre.header_offset, pre.header_len), pre, size);
+  Tensor t = allocate(name, h);
+  if (h.data_bytes > 0) std::memcpy(t.data(), bytes.data() + h.data_offset, h.data_bytes);
+  return t;
+}
+
+}  // namespace detail
+
 Tensor read_npy(const std::string& path) {
+  using namespace detail;
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a .npy file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail(path, "cannot open file (" + std::string(std::strerror(errno)) + ")");
   in.seekg(0, std::ios::end);
   const std::int64_t file_size = static_cast<std::int64_t>(in.tellg());
+  if (file_size < 0) fail(path, "cannot read file size (not a regular file?)");
   in.seekg(0);
-  unsigned char pre[10] = {};
-  if (file_size < 10 || !in.read(reinterpret_cast<char*>(pre), 10) ||
-      std::memcmp(pre, "\x93NUMPY", 6) != 0)
-    fail(path, file_size == 0 ? "empty file, not a .npy array" : "not a .npy file (bad magic string)");
-  std::int64_t header_len = 0, offset = 0;
-  if (pre[6] == 1) {
-    header_len = pre[8] | (pre[9] << 8);
-    offset = 10;
-  } else if (pre[6] == 2 || pre[6] == 3) {
-    unsigned char extra[2];
-    if (!in.read(reinterpret_cast<char*>(extra), 2)) fail(path, "truncated header");
-    header_len = pre[8] | (pre[9] << 8) | (extra[0] << 16) | (static_cast<std::int64_t>(extra[1]) << 24);
-    offset = 12;
-  } else {
-    fail(path, "unsupported .npy format version " + std::to_string(pre[6]) + "." + std::to_string(pre[7]));
-  }
-  if (offset + header_len > file_size) fail(path, "truncated header");
-  std::string header(static_cast<std::size_t>(header_len), '\0');
-  in.read(header.data(), header_len);
-  if (header.find('{') == std::string::npos || header.find('}') == std::string::npos)
-    fail(path, "malformed header (no dict)");
-  const DType dtype = parse_descr(path, dict_value(header, "descr"));
-  const std::string fortran = dict_value(header, "fortran_order");
-  if (fortran == "True") fail(path, "Fortran-order arrays are not supported; save with np.ascontiguousarray");
-  if (fortran != "False") fail(path, "missing 'fortran_order' in header");
-  const std::vector<std::int64_t> shape = parse_shape(path, dict_value(header, "shape"));
-  std::int64_t numel = 1;
-  for (auto d : shape) {
-    if (d != 0 && numel > (std::int64_t{1} << 50) / d) fail(path, "shape too large");
-    numel *= d;
-  }
-  const std::int64_t want = numel * static_cast<std::int64_t>(dtype_size(dtype));
-  const std::int64_t have = file_size - offset - header_len;
-  if (have != want)
-    fail(path, "header promises " + std::to_string(want) + " data bytes but the file holds " +
-                   std::to_string(have) + (have < want ? " (truncated)" : ""));
-  Tensor t(dtype, shape.data(), static_cast<int>(shape.size()));
-  if (want > 0 && !in.read(static_cast<char*>(t.data()), want)) fail(path, "read error");
+  std::string first(static_cast<std::size_t>(std::min(file_size, kNpyPreambleBytes)), '\0');
+  if (!in.read(first.data(), static_cast<std::streamsize>(first.size()))) fail(path, "read error");
+  const NpyPreamble pre = parse_npy_preamble(path, first, file_size);
+  std::string dict(static_cast<std::size_t>(pre.header_len), '\0');
+  in.seekg(pre.header_offset);
+  if (!in.read(dict.data(), pre.header_len)) fail(path, "truncated header");
+  const NpyHeader h = parse_npy_header(path, dict, pre, file_size);
+  Tensor t = allocate(path, h);
+  if (h.data_bytes > 0 && !in.read(static_cast<char*>(t.data()), h.data_bytes)) fail(path, "read error");
   return t;
 }
 

@@ -85,7 +85,8 @@ const Experiment& find_experiment(const std::string& name) {
 }
 
 ResultTable run_experiment(const Experiment& e, const std::map<std::string, std::string>& given,
-                           std::uint64_t seed, std::int64_t trials, int threads, const Progress& progress) {
+                           std::uint64_t seed, std::int64_t trials, int threads, const Progress& progress,
+                           const CompletedPoints& completed) {
   const auto start = std::chrono::steady_clock::now();
   Args args;
   for (const auto& f : e.flags) args.values[f.name] = f.default_value;
@@ -116,9 +117,12 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
   std::vector<char> done(n, 0);
   std::size_t next = 0;  // points [0, next) have been reported, in order
   std::mutex mutex;
+  for (const auto& [i, rows] : completed)
+    if (i >= n) throw Error("resumed rows name point " + std::to_string(i) + " of a sweep of " + std::to_string(n));
   parallel_for(static_cast<std::int64_t>(n), 1, outer, [&](std::int64_t b, std::int64_t end, int) {
     for (std::int64_t i = b; i < end; ++i) {
-      auto rows = e.run_point(inner, points[i]);
+      const auto previous = completed.find(static_cast<std::size_t>(i));
+      auto rows = previous != completed.end() ? previous->second : e.run_point(inner, points[i]);
       std::lock_guard<std::mutex> lock(mutex);
       results[i] = std::move(rows);
       done[i] = 1;

@@ -58,10 +58,17 @@ const Experiment& find_experiment(const std::string& name);  // Error lists the 
 // incremental (resumable) output.
 using Progress = std::function<void(std::size_t done, std::size_t total, const std::vector<Row>& rows)>;
 
+// Rows of points finished by an earlier, interrupted run of the same flags, by point index
+// (`attnscale experiment --resume` reads them back from its journal).
+using CompletedPoints = std::map<std::size_t, std::vector<Row>>;
+
 // Fills defaults into `given` (unknown flag names: Error), runs every point, returns the table
-// with its metadata. Rows come out in point order whatever the thread count.
+// with its metadata. Rows come out in point order whatever the thread count. Points found in
+// `completed` are not run again: their rows are used as given (and reported to `progress` in
+// order like the others), which gives the same table because a point's rows are a pure function
+// of (seed, flags, point).
 ResultTable run_experiment(const Experiment& e, const std::map<std::string, std::string>& given,
                            std::uint64_t seed, std::int64_t trials, int threads,
-                           const Progress& progress = {});
+                           const Progress& progress = {}, const CompletedPoints& completed = {});
 
 }  // namespace attnscale::lab

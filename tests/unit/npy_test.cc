@@ -111,3 +111,20 @@ TEST(Npy, FailedWriteLeavesNoFile) {
 
 }  // namespace
 }  // namespace attnscale
+
+namespace attnscale {
+namespace {
+
+// Found by npy_fuzz: a zero dimension after dimensions whose product alone is too large. The array
+// is empty (numpy writes such files) and must read as such, not fail as "too large".
+TEST(Npy, ZeroDimensionAfterHugeOnesIsEmpty) {
+  const std::string p = temp_path("zero_after_huge.npy");
+  write_raw(p, "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 100, 0), }", 0);
+  const Tensor t = read_npy(p);
+  EXPECT_EQ(t.numel(), 0);
+  EXPECT_EQ(t.view().shape_str(), "[1000000, 1000000, 100, 0]");
+  fs::remove(p);
+}
+
+}  // namespace
+}  // namespace attnscale

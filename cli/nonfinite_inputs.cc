@@ -1,0 +1,37 @@
+#include "nonfinite_inputs.h"
+
+#include <cmath>
+
+#include "attnscale/error.h"
+
+namespace attnscale::cli {
+namespace {
+
+std::string index_str(const Tensor& t, std::int64_t n) {
+  std::string s;
+  for (int d = t.rank() - 1; d >= 0; --d) {
+    s = std::to_string(n % t.dim(d)) + (s.empty() ? "" : ", ") + s;
+    n /= t.dim(d);
+  }
+  return "[" + s + "]";
+}
+
+template <class T>
+void scan(const std::string& flag, const std::string& path, const Tensor& t, bool minus_inf_ok) {
+  const T* p = t.as<T>();
+  for (std::int64_t n = 0; n < t.numel(); ++n) {
+    if (std::isfinite(p[n]) || (minus_inf_ok && p[n] == -INFINITY)) continue;
+    const char* what = std::isnan(p[n]) ? "nan" : p[n] > 0 ? "inf" : "-inf";
+    throw Error(flag + ": " + path + " holds " + what + " at " + index_str(t, n) +
+                "; non-finite inputs are refused (--allow-nonfinite propagates them)");
+  }
+}
+
+}  // namespace
+
+void require_finite(const std::string& flag, const std::string& path, const Tensor& t, bool minus_inf_ok) {
+  if (t.dtype() == DType::f32) scan<float>(flag, path, t, minus_inf_ok);
+  if (t.dtype() == DType::f64) scan<double>(flag, path, t, minus_inf_ok);
+}
+
+}  // namespace attnscale::cli

@@ -1,0 +1,17 @@
+// Refusing NaN and infinity in input files unless asked to propagate them.
+//
+// The library gives NaN semantics (a NaN stays in the rows it touches); on the command line a
+// non-finite input is far more often a broken file than an intent, so `attend` refuses it with
+// the first offending index, and --allow-nonfinite passes it through.
+#pragma once
+#include <string>
+
+#include "attnscale/tensor.h"
+
+namespace attnscale::cli {
+
+// Throws Error("<flag>: <path> holds nan at [i, j] ...") on the first non-finite element of a
+// float tensor. With `minus_inf_ok` (additive masks, where -inf means "hidden") -inf is allowed.
+void require_finite(const std::string& flag, const std::string& path, const Tensor& t, bool minus_inf_ok);
+
+}  // namespace attnscale::cli

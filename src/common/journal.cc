@@ -1,0 +1,156 @@
+// Journal: see journal.h. FNV-1a is written out here (a dozen lines) because the checksum only
+// has to catch torn and garbled tails, not adversaries, and it keeps the library free of zlib.
+#include "common/journal.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+#include <string_view>
+
+#include "attnscale/error.h"
+
+namespace attnscale {
+namespace {
+
+constexpr std::string_view kMagic = "attnscale-journal 1\n";
+
+[[noreturn]] void fail(const std::string& path, const std::string& what) {
+  throw Error(path + ": " + what + " (" + std::strerror(errno) + ")");
+}
+
+std::string frame(char kind, const std::string& key, const std::string& payload) {
+  char buf[96];
+  std::snprintf(buf, sizeof buf, "%zu %016" PRIx64 "\n", payload.size(), fnv1a64(payload));
+  return std::string(1, kind) + " " + (key.empty() ? "" : key + " ") + buf + payload + "\n";
+}
+
+// Reads one framed record at `pos`: kind ('H' or 'R'), key (records only), payload. Returns false
+// when the bytes from `pos` do not hold one whole, intact record.
+bool read_record(std::string_view s, std::size_t& pos, char kind, std::int64_t& key, std::string& payload) {
+  const std::size_t eol = s.find('\n', pos);
+  if (eol == std::string_view::npos || eol - pos > 80 || s[pos] != kind) return false;
+  const std::string line(s.substr(pos, eol - pos));
+  long long k = 0;
+  unsigned long long len = 0, sum = 0;
+  int used = 0;
+  if (kind == 'R') {
+    if (std::sscanf(line.c_str(), "R %lld %llu %llx%n", &k, &len, &sum, &used) != 3) return false;
+  } else if (std::sscanf(line.c_str(), "H %llu %llx%n", &len, &sum, &used) != 2) {
+    return false;
+  }
+  if (static_cast<std::size_t>(used) != line.size()) return false;
+  const std::size_t start = eol + 1;
+  if (len > s.size() || start + len + 1 > s.size() || s[start + len] != '\n') return false;
+  payload.assign(s.substr(start, len));
+  if (fnv1a64(payload) != sum) return false;
+  key = k;
+  pos = start + len + 1;
+  return true;
+}
+
+std::string read_file(const std::string& path, int fd) {
+  std::string data;
+  char buf[1 << 16];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof buf)) != 0) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(path, "cannot read journal");
+    }
+    data.append(buf, static_cast<std::size_t>(n));
+  }
+  return data;
+}
+
+// Makes the file's directory entry durable too (a new file is otherwise lost on power failure).
+void sync_parent_dir(const std::string& path) {
+  const std::size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (dfd >= 0) {
+    ::fsync(dfd);
+    ::close(dfd);
+  }
+}
+
+}  // namespace
+
+std::uint64_t fnv1a64(const std::string& bytes) {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+Journal Journal::open(const std::string& path, const std::string& header, bool resume) {
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) fail(path, "cannot open journal");
+  Journal j(path, fd);
+  const std::string data = resume ? read_file(path, fd) : std::string();
+  std::size_t good = 0;  // bytes of intact journal at the start of the file
+  if (!data.empty()) {
+    std::size_t pos = kMagic.size();
+    std::int64_t key = 0;
+    std::string text;
+    if (data.compare(0, kMagic.size(), kMagic) != 0 || !read_record(data, pos, 'H', key, text))
+      throw Error(path + ": not a journal of this tool; remove it or run without --resume");
+    if (text != header)
+      throw Error(path + ": belongs to a different run (" + text + "); rerun with the same flags, or without --resume");
+    good = pos;
+    std::string payload;
+    while (read_record(data, pos, 'R', key, payload)) {
+      j.records_[key] = payload;
+      good = pos;
+    }
+    j.recovered_ = j.records_.size();
+  }
+  // Cut off whatever follows the last intact record (a torn append), or everything when starting over.
+  if (::ftruncate(fd, static_cast<off_t>(good)) != 0 || ::lseek(fd, 0, SEEK_END) < 0) fail(path, "cannot truncate journal");
+  if (good == 0) {
+    j.write_all(std::string(kMagic) + frame('H', "", header));
+    sync_parent_dir(path);
+  }
+  return j;
+}
+
+Journal::Journal(Journal&& other) noexcept
+    : path_(std::move(other.path_)), fd_(other.fd_), records_(std::move(other.records_)), recovered_(other.recovered_) {
+  other.fd_ = -1;
+}
+
+Journal::~Journal() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void Journal::write_all(const std::string& bytes) {
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd_, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      fail(path_, "cannot write journal");
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::fsync(fd_) != 0) fail(path_, "cannot sync journal");
+}
+
+void Journal::append(std::int64_t key, const std::string& payload) {
+  write_all(frame('R', std::to_string(key), payload));
+  records_[key] = payload;
+}
+
+void Journal::remove() {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = -1;
+  ::unlink(path_.c_str());
+}
+
+}  // namespace attnscale

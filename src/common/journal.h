@@ -1,0 +1,60 @@
+// Journal: an append-only file of completed work, so that a long run killed at any moment can
+// resume where it stopped.
+//
+// Each record is durable once append() returns (write, then fsync). A kill during an append can
+// leave at most one torn record at the end; it is recognised (length and checksum) and cut off
+// when the journal is opened again. A journal starts with a header naming the run (for the lab:
+// experiment, seed, trials, every flag); resuming with a different header is an Error, so the
+// work of one run is never mixed into another.
+//
+//   Journal j = Journal::open("out.csv.partial", "saturation seed=1 ...", /*resume=*/true);
+//   if (!j.records().count(7)) j.append(7, rows_as_text);
+//   ... write the final file atomically, then j.remove();
+//
+// File layout (text framing, binary-safe payloads):
+//   "attnscale-journal 1\n" "H <len> <fnv64>\n" <header> "\n"   then per record
+//   "R <key> <len> <fnv64>\n" <payload> "\n"
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+
+namespace attnscale {
+
+class Journal {
+ public:
+  // Opens `path`. With `resume`, an existing journal's intact records are kept (its header must
+  // equal `header`); without, or when there is no file, a new journal is started.
+  static Journal open(const std::string& path, const std::string& header, bool resume);
+
+  Journal(Journal&& other) noexcept;
+  Journal& operator=(Journal&&) = delete;
+  ~Journal();
+
+  // Completed records by key (the last one wins if a key was appended twice).
+  const std::map<std::int64_t, std::string>& records() const { return records_; }
+  // Records recovered from the file when it was opened (the rest were appended since).
+  std::size_t recovered() const { return recovered_; }
+
+  // Appends and fsyncs one record. Throws Error if the write fails.
+  void append(std::int64_t key, const std::string& payload);
+
+  // Closes and deletes the file (after the final result is safely in place).
+  void remove();
+
+  const std::string& path() const { return path_; }
+
+ private:
+  Journal(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  void write_all(const std::string& bytes);
+
+  std::string path_;
+  int fd_ = -1;
+  std::map<std::int64_t, std::string> records_;
+  std::size_t recovered_ = 0;
+};
+
+// 64-bit FNV-1a of `bytes` (the record checksum; a torn or garbled record fails it).
+std::uint64_t fnv1a64(const std::string& bytes);
+
+}  // namespace attnscale

@@ -1,0 +1,44 @@
+// The .npy header parser, shared by read_npy (files) and read_npy_bytes (memory: tests, fuzzing).
+//
+// Layout: "\x93NUMPY", major, minor, header length (uint16 for 1.0, uint32 for 2.0/3.0, little
+// endian), then a Python dict literal such as
+//   {'descr': '<f4', 'fortran_order': False, 'shape': (3, 4), }
+// padded with spaces and ended by '\n'; then the raw data. The dict is parsed by a small strict
+// recursive-descent reader, never a regex: its cost is linear in the header and its stack depth
+// constant, whatever bytes the file holds.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "attnscale/tensor.h"
+
+namespace attnscale::detail {
+
+inline constexpr std::int64_t kNpyPreambleBytes = 12;  // enough for every format version
+
+struct NpyPreamble {
+  std::int64_t header_offset = 0;  // where the dict text starts (10 or 12)
+  std::int64_t header_len = 0;
+};
+
+struct NpyHeader {
+  DType dtype = DType::f32;
+  std::vector<std::int64_t> shape;
+  std::int64_t data_offset = 0;  // first data byte
+  std::int64_t data_bytes = 0;   // numel × element size, checked against the file size
+};
+
+// `first` holds the file's first min(file_size, kNpyPreambleBytes) bytes. Throws Error naming `name`.
+NpyPreamble parse_npy_preamble(const std::string& name, std::string_view first, std::int64_t file_size);
+
+// `dict` is the header text that follows the preamble. Checks the data size against `file_size`,
+// so a header promising more (or fewer) bytes than the file holds fails before any allocation.
+NpyHeader parse_npy_header(const std::string& name, std::string_view dict, const NpyPreamble& pre,
+                           std::int64_t file_size);
+
+// A whole .npy file held in memory.
+Tensor read_npy_bytes(const std::string& name, std::string_view bytes);
+
+}  // namespace attnscale::detail

@@ -1,0 +1,312 @@
+"""Every kind of bad input, end to end through the `attnscale` command line.
+
+Each case must exit with code 2, print exactly one line "attnscale: error: ..." naming the
+problem, and leave no output file (nor a temporary one) behind.
+Run: ATTNSCALE_BIN=build/bin/attnscale /usr/bin/python3 -m pytest -q tests/cli/test_bad_inputs.py
+"""
+import os
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+BIN = os.environ.get("ATTNSCALE_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin", "attnscale"))
+
+
+def npy_bytes(header, data, version=1):
+    """A .npy file with a hand-written header dict (padded as numpy pads it)."""
+    pre = 10 if version == 1 else 12
+    h = header + " " * ((64 - (pre + len(header) + 1) % 64) % 64) + "\n"
+    n = struct.pack("<H", len(h)) if version == 1 else struct.pack("<I", len(h))
+    return b"\x93NUMPY" + bytes([version, 0]) + n + h.encode("latin1") + data
+
+
+@pytest.fixture
+def work(tmp_path):
+    """A folder with valid q [4, 8], k [6, 8], v [6, 3] float32 files."""
+    rng = np.random.default_rng(6)
+    np.save(tmp_path / "q.npy", rng.standard_normal((4, 8)).astype("<f4"))
+    np.save(tmp_path / "k.npy", rng.standard_normal((6, 8)).astype("<f4"))
+    np.save(tmp_path / "v.npy", rng.standard_normal((6, 3)).astype("<f4"))
+    return tmp_path
+
+
+def attend(work, *extra, q="q.npy", k="k.npy", v="v.npy", out="o.npy"):
+    args = ["attend", "--q", q, "--k", k, "--v", v, "--out", out, *extra]
+    return subprocess.run([BIN, *args], cwd=work, capture_output=True, text=True, timeout=120)
+
+
+def assert_refused(result, work, *words):
+    """Exit 2, one error line containing every word, no output or temporary file left."""
+    assert result.returncode == 2, (result.returncode, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("attnscale: error: "), lines[0]
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+    assert result.stdout == ""
+    left = sorted(p.name for p in work.iterdir() if p.name.startswith(("o.npy", "lse.npy", "probs.npy")))
+    assert left == [], left
+
+
+def test_valid_inputs_work(work):
+    r = attend(work, "--lse", "lse.npy", "--probs", "probs.npy")
+    assert r.returncode == 0, r.stderr
+    assert np.load(work / "o.npy").shape == (4, 3)
+
+
+# --- files -------------------------------------------------------------------------------------
+
+def test_missing_file(work):
+    assert_refused(attend(work, q="absent.npy"), work, "absent.npy", "cannot open file")
+
+
+def test_directory_instead_of_file(work):
+    (work / "adir").mkdir()
+    assert_refused(attend(work, k="adir"), work, "adir", "is a directory")
+
+
+def test_empty_file(work):
+    (work / "e.npy").write_bytes(b"")
+    assert_refused(attend(work, q="e.npy"), work, "e.npy", "empty file")
+
+
+def test_truncated_data(work):
+    full = (work / "q.npy").read_bytes()
+    (work / "t.npy").write_bytes(full[:-7])
+    assert_refused(attend(work, q="t.npy"), work, "t.npy", "truncated")
+
+
+def test_truncated_header(work):
+    (work / "t.npy").write_bytes((work / "q.npy").read_bytes()[:40])
+    assert_refused(attend(work, q="t.npy"), work, "t.npy", "truncated header")
+
+
+def test_oversized_file(work):
+    (work / "big.npy").write_bytes((work / "v.npy").read_bytes() + b"\0" * 12)
+    assert_refused(attend(work, v="big.npy"), work, "big.npy", "header promises 72 data bytes but the file holds 84")
+
+
+def test_wrong_magic(work):
+    (work / "zip.npy").write_bytes(b"PK\x03\x04" + b"\0" * 100)
+    assert_refused(attend(work, q="zip.npy"), work, "zip.npy", "bad magic")
+
+
+def test_text_file(work):
+    (work / "t.npy").write_text("1.0 2.0 3.0\n" * 10)
+    assert_refused(attend(work, q="t.npy"), work, "t.npy", "not a .npy file")
+
+
+def test_unknown_format_version(work):
+    data = bytearray((work / "q.npy").read_bytes())
+    data[6] = 9
+    (work / "v9.npy").write_bytes(bytes(data))
+    assert_refused(attend(work, q="v9.npy"), work, "v9.npy", "format version 9")
+
+
+def test_garbled_header(work):
+    (work / "g.npy").write_bytes(npy_bytes("{'descr': '<f4', 'fortran_order': Maybe, 'shape': (4, 8), }", b"\0" * 128))
+    assert_refused(attend(work, q="g.npy"), work, "g.npy", "malformed header")
+
+
+def test_big_endian(work):
+    np.save(work / "be.npy", np.ones((4, 8), ">f4"))
+    assert_refused(attend(work, q="be.npy"), work, "be.npy", "big-endian")
+
+
+def test_fortran_order(work):
+    np.save(work / "f.npy", np.asfortranarray(np.ones((4, 8), "<f4")))
+    assert_refused(attend(work, q="f.npy"), work, "f.npy", "Fortran-order")
+
+
+@pytest.mark.parametrize("dtype", ["<i8", "<i4", "<f2", "<c8", "<u2"])
+def test_unsupported_dtype(work, dtype):
+    np.save(work / "d.npy", np.ones((4, 8), dtype))
+    assert_refused(attend(work, q="d.npy"), work, "d.npy", "unsupported dtype", dtype)
+
+
+def test_object_dtype(work):
+    np.save(work / "o_arr.npy", np.array([[1, "a"]], dtype=object), allow_pickle=True)
+    assert_refused(attend(work, q="o_arr.npy"), work, "o_arr.npy", "unsupported dtype '|O'")
+
+
+def test_structured_dtype(work):
+    np.save(work / "s.npy", np.zeros(4, dtype=[("a", "<f4"), ("b", "<i4")]))
+    assert_refused(attend(work, q="s.npy"), work, "s.npy", "structured arrays")
+
+
+def test_bool_queries(work):
+    np.save(work / "b.npy", np.ones((4, 8), bool))
+    assert_refused(attend(work, q="b.npy"), work, "--q", "dtype must be float32 or float64")
+
+
+def test_rank_one_and_rank_five(work):
+    np.save(work / "r1.npy", np.ones(8, "<f4"))
+    assert_refused(attend(work, q="r1.npy"), work, "--q", "expected a 2-D")
+    np.save(work / "r5.npy", np.ones((1, 1, 1, 4, 8), "<f4"))
+    assert_refused(attend(work, q="r5.npy"), work, "r5.npy", "rank 1..4")
+
+
+def test_scalar_file(work):
+    np.save(work / "s.npy", np.float32(3))
+    assert_refused(attend(work, q="s.npy"), work, "s.npy", "rank 1..4")
+
+
+# --- shapes ------------------------------------------------------------------------------------
+
+def test_dk_mismatch(work):
+    np.save(work / "k7.npy", np.ones((6, 7), "<f4"))
+    assert_refused(attend(work, k="k7.npy"), work, "dk = 7", "dk = 8")
+
+
+def test_v_keys_mismatch(work):
+    np.save(work / "v5.npy", np.ones((5, 3), "<f4"))
+    assert_refused(attend(work, v="v5.npy"), work, "v:", "[5, 3]", "[6, 8]")
+
+
+def test_v_rank_differs_from_k(work):
+    np.save(work / "v3.npy", np.ones((1, 6, 3), "<f4"))
+    assert_refused(attend(work, v="v3.npy"), work, "--v", "rank 3", "rank 2")
+
+
+def test_heads_not_a_multiple(work):
+    np.save(work / "q3.npy", np.ones((3, 4, 8), "<f4"))
+    np.save(work / "k2.npy", np.ones((2, 6, 8), "<f4"))
+    np.save(work / "v2.npy", np.ones((2, 6, 3), "<f4"))
+    assert_refused(attend(work, q="q3.npy", k="k2.npy", v="v2.npy"), work, "Hq = 3", "Hkv = 2")
+
+
+def test_batch_mismatch(work):
+    np.save(work / "q4.npy", np.ones((2, 1, 4, 8), "<f4"))
+    np.save(work / "k4.npy", np.ones((3, 1, 6, 8), "<f4"))
+    np.save(work / "v4.npy", np.ones((3, 1, 6, 3), "<f4"))
+    assert_refused(attend(work, q="q4.npy", k="k4.npy", v="v4.npy"), work, "batch")
+
+
+def test_dtype_mismatch(work):
+    np.save(work / "k64.npy", np.ones((6, 8), "<f8"))
+    assert_refused(attend(work, k="k64.npy"), work, "dtypes differ", "float64")
+
+
+def test_mask_shape_mismatch(work):
+    np.save(work / "m.npy", np.ones((4, 5), bool))
+    assert_refused(attend(work, "--mask", "m.npy"), work, "mask", "[4, 5]", "[4, 6]")
+
+
+def test_mask_unsupported_dtype(work):
+    np.save(work / "m.npy", np.ones((4, 6), "<i2"))
+    assert_refused(attend(work, "--mask", "m.npy"), work, "m.npy", "unsupported dtype")
+
+
+@pytest.mark.parametrize("which,shape", [("q", (0, 8)), ("k", (0, 8)), ("q", (4, 0)), ("v", (6, 0))])
+def test_zero_size_dimension(work, which, shape):
+    np.save(work / "z.npy", np.zeros(shape, "<f4"))
+    assert_refused(attend(work, **{which: "z.npy"}), work, "every dimension must be positive", str(list(shape)).replace("(", "["))
+
+
+# --- values ------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value,word", [(np.nan, "nan"), (np.inf, "inf"), (-np.inf, "-inf")])
+@pytest.mark.parametrize("which", ["q", "k", "v"])
+def test_nonfinite_inputs_refused(work, which, value, word):
+    a = np.load(work / f"{which}.npy")
+    a[2, 1] = value
+    np.save(work / "x.npy", a)
+    assert_refused(attend(work, **{which: "x.npy"}), work, f"--{which}", f"holds {word} at [2, 1]")
+
+
+def test_nonfinite_mask_refused_but_minus_inf_allowed(work):
+    m = np.zeros((4, 6), "<f4")
+    m[1, 2] = -np.inf
+    np.save(work / "m.npy", m)
+    assert attend(work, "--mask", "m.npy").returncode == 0
+    (work / "o.npy").unlink()
+    m[3, 0] = np.nan
+    np.save(work / "m.npy", m)
+    assert_refused(attend(work, "--mask", "m.npy"), work, "--mask", "holds nan at [3, 0]")
+
+
+def test_allow_nonfinite_keeps_nan_in_its_row(work):
+    q = np.load(work / "q.npy")
+    q[2, 0] = np.nan
+    np.save(work / "x.npy", q)
+    r = attend(work, "--allow-nonfinite", q="x.npy")
+    assert r.returncode == 0, r.stderr
+    o = np.load(work / "o.npy")
+    assert np.isnan(o[2]).all() and np.isfinite(np.delete(o, 2, axis=0)).all()
+
+
+# --- sizes that cannot be allocated --------------------------------------------------------------
+
+def test_header_claims_huge_shape_short_file(work):
+    (work / "h.npy").write_bytes(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000), }", b"\0" * 64))
+    assert_refused(attend(work, q="h.npy"), work, "h.npy", "header promises 4000000000000 data bytes", "truncated")
+
+
+def test_header_shape_overflows(work):
+    (work / "h.npy").write_bytes(npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (999999999999999, 999999999999999, 9), }", b"\0" * 8))
+    assert_refused(attend(work, q="h.npy"), work, "h.npy", "shape too large")
+
+
+def huge_problem(work, n=1_000_000):
+    """q, k, v of n rows and width 1: a few MB each, but n x n probabilities would take terabytes."""
+    x = np.linspace(-1, 1, n, dtype="<f4").reshape(n, 1)
+    for name in ("q", "k", "v"):
+        np.save(work / f"{name}_big.npy", x)
+    return dict(q="q_big.npy", k="k_big.npy", v="v_big.npy")
+
+
+def test_probs_that_would_need_terabytes(work):
+    r = attend(work, "--probs", "probs.npy", **huge_problem(work))
+    assert_refused(r, work, "--probs", "[1000000, 1000000] float32 needs 3.6 TiB", "more than")
+
+
+def test_reference_score_matrix_that_would_need_terabytes(work):
+    r = attend(work, "--reference", **huge_problem(work))
+    assert_refused(r, work, "reference", "1000000 x 1000000 score matrix", "TiB")
+
+
+# --- flags and values ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("extra,words", [
+    (["--bogus"], ["--bogus", "not expected"]),
+    (["--causal", "sideways"], ["--causal", "sideways"]),
+    (["--align", "middle"], ["--align", "middle"]),
+    (["--causal", "top-left", "--align", "bottom-right"], ["--align", "conflicts"]),
+    (["--window", "3"], ["--window", "'3'"]),
+    (["--window", "a,b"], ["--window", "'a,b'"]),
+    (["--window", "-5,2"], ["--window", "'-5,2'"]),
+    (["--window", "99999999999999999999,1"], ["--window"]),
+    (["--scale", "abc"], ["--scale", "abc"]),
+    (["--scale", "nan"], ["--scale"]),
+    (["--scale", "inf"], ["--scale"]),
+    (["--threads", "-1"], ["--threads", "'-1'"]),
+    (["--threads", "many"], ["--threads", "'many'"]),
+    (["--threads", "99999999999"], ["--threads"]),
+    (["--lse"], ["--lse"]),
+])
+def test_bad_flags(work, extra, words):
+    assert_refused(attend(work, *extra), work, *words)
+
+
+def test_missing_required_flag(work):
+    r = subprocess.run([BIN, "attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy"], cwd=work,
+                       capture_output=True, text=True)
+    assert_refused(r, work, "--out", "required")
+
+
+def test_unknown_subcommand(work):
+    r = subprocess.run([BIN, "frobnicate"], cwd=work, capture_output=True, text=True)
+    assert r.returncode == 2 and len(r.stderr.splitlines()) == 1 and "frobnicate" in r.stderr, r.stderr
+
+
+def test_unwritable_output_leaves_nothing(work):
+    r = attend(work, out="no_such_dir/o.npy")
+    assert_refused(r, work, "no_such_dir/o.npy", "cannot write")
+
+
+def test_failed_second_output_removes_the_first(work):
+    r = attend(work, "--lse", "no_such_dir/lse.npy")
+    assert_refused(r, work, "no_such_dir/lse.npy")
+    assert not (work / "o.npy").exists()

@@ -1,0 +1,109 @@
+"""Sweeps that survive a kill: `attnscale experiment ... --out FILE` journals each finished point
+to FILE.partial; after a SIGKILL, `--resume` runs only the missing points and writes a file
+byte-identical to an uninterrupted run of the same seed.
+Run: ATTNSCALE_BIN=build/bin/attnscale /usr/bin/python3 -m pytest -q tests/cli/test_resume.py
+"""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+BIN = os.environ.get("ATTNSCALE_BIN", os.path.join(os.path.dirname(__file__), "..", "..", "build", "bin", "attnscale"))
+
+POINTS = 40
+SWEEP = ["experiment", "saturation", "--n", "16", "--d", ",".join(str(d) for d in range(1, POINTS + 1)),
+         "--scaling", "sqrt,none", "--trials", "1000", "--seed", "11"]
+
+
+def journal_records(path):
+    """Completed points in a journal: lines that start a record ("R <point> <len> <sum>")."""
+    if not os.path.exists(path):
+        return 0
+    with open(path, "rb") as f:
+        return sum(1 for line in f if line.startswith(b"R "))
+
+
+def run(args, cwd, **kw):
+    return subprocess.run([BIN, *args], cwd=cwd, capture_output=True, **kw)
+
+
+@pytest.fixture(scope="module")
+def uninterrupted(tmp_path_factory):
+    d = tmp_path_factory.mktemp("clean")
+    r = run(SWEEP + ["--out", "clean.csv", "--threads", "2"], d, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert not (d / "clean.csv.partial").exists(), "the journal outlives a finished run"
+    return (d / "clean.csv").read_bytes()
+
+
+def test_sigkill_midway_then_resume_is_byte_identical(tmp_path, uninterrupted):
+    out, partial = tmp_path / "swept.csv", tmp_path / "swept.csv.partial"
+    proc = subprocess.Popen([BIN, *SWEEP, "--out", str(out), "--threads", "1"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while journal_records(partial) < 3 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    done = journal_records(partial)
+    assert 3 <= done < POINTS
+    assert not out.exists(), "a killed run left a partial result file"
+
+    r = run(SWEEP + ["--out", str(out), "--resume", "--threads", "2"], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert b"resuming saturation:" in r.stderr
+    resumed = int(r.stderr.split(b"resuming saturation: ")[1].split()[0])
+    assert resumed >= done  # every journaled point was reused (a torn last record may be re-run)
+    assert out.read_bytes() == uninterrupted
+    assert not partial.exists()
+
+
+def test_torn_journal_tail_is_recovered(tmp_path, uninterrupted):
+    out, partial = tmp_path / "t.csv", tmp_path / "t.csv.partial"
+    proc = subprocess.Popen([BIN, *SWEEP, "--out", str(out), "--threads", "1"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while journal_records(partial) < 2 and proc.poll() is None:
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    with open(partial, "ab") as f:  # a record cut short, as a kill inside write() would leave it
+        f.write(b"R 39 4000 0123456789abcdef\n1\n2;3:abc")
+    r = run(SWEEP + ["--out", str(out), "--resume"], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == uninterrupted
+
+
+def test_resume_refuses_a_foreign_partial_file(tmp_path):
+    out = tmp_path / "x.csv"
+    (tmp_path / "x.csv.partial").write_text("n,d,metric\n1,2,x\n")
+    r = run(["experiment", "saturation", "--n", "8", "--d", "1,2", "--trials", "20", "--out", str(out), "--resume"],
+            tmp_path)
+    assert r.returncode == 2
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and "x.csv.partial: not a journal" in lines[0], lines
+    assert not out.exists()
+
+
+def test_resume_refuses_a_different_run(tmp_path):
+    out, partial = tmp_path / "y.csv", tmp_path / "y.csv.partial"
+    proc = subprocess.Popen([BIN, *SWEEP, "--out", str(out), "--threads", "1"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while journal_records(partial) < 1 and proc.poll() is None:
+        time.sleep(0.01)
+    proc.kill()
+    proc.wait()
+    other = [a if a != "11" else "12" for a in SWEEP]  # another seed
+    r = run(other + ["--out", str(out), "--resume"], tmp_path)
+    assert r.returncode == 2
+    lines = r.stderr.decode().splitlines()
+    assert len(lines) == 1 and "belongs to a different run" in lines[0] and "seed=11" in lines[0], lines
+    assert not out.exists()
+
+
+def test_resume_needs_out(tmp_path):
+    r = run(["experiment", "saturation", "--n", "8", "--d", "1", "--resume"], tmp_path)
+    assert r.returncode == 2 and b"--resume: needs --out" in r.stderr
