@@ -11,6 +11,7 @@
 //   S = s·log2(e) · Qb·Kp  (float32),  online softmax along the rows (kernels.h),
 //   Pb = bf16(P) [query][key],  O = alpha·O + Pb·Vp  (float32).
 // The scale is applied to the float32 scores, not folded into Q, so Q is rounded only once.
+// The optional probs recompute S tile by tile with the same GEMM (write_probs below).
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -64,6 +65,7 @@ struct Scratch {
       : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kBc), s(kBr * lds), f(p) {
     qb.fill(0);
     pb.fill(0);
+    this->s.fill(0.0f);  // columns past a ragged tile's keys are read (never used) by exp2_rows
   }
 };
 
@@ -127,6 +129,42 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
   }
 }
 
+// The probs output, P = 2^(t − m) / l, from the very scores t that attend() turned into m and l:
+// the same bf16 GEMM of the same Qb and Kp with the same float32 scale, then the same mask. m is
+// the largest of these t and Exp2 of a non-positive argument is at most 1 (its polynomial is
+// 1 + f·p(f) with f·p(f) ≤ 0), so every entry lies in [0, 1]; l is the float32 sum of the same
+// 2^(t − m), one of which is exactly 2^0 = 1, so 1/l ≤ 1 and the row sums to 1 up to float32
+// rounding over Nkv terms. Scores recomputed any other way (e.g. from the unrounded float32 Q,
+// with s folded into Q) differ from these by a rounding error relative to |t|, which for logits
+// of order 1e23 (scale 1e30) is itself astronomically large, and 2^(error) is not a probability.
+void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path path, Scratch& s) {
+  ForwardScratch<float>& f = s.f;
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    const bool seen = f.l[r] != 0.0f;
+    f.sub[r] = seen ? f.m[r] : INFINITY;  // 2^(t − inf) = 0: a row with no visible key stays 0
+    f.mul[r] = seen ? 1.0f / f.l[r] : 0.0f;
+  }
+  const bool typed = p.probs.dtype == DType::f32;
+  const auto put = [&](std::int64_t r, std::int64_t j, float x) {
+    if (typed) *at<float>(p.probs, rb.b, rb.h[r], rb.i[r], j) = x;
+    else store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), static_cast<double>(x));
+  };
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t j = 0; j < p.Nkv; ++j) put(r, j, 0.0f);  // keys no tile reaches
+  const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
+  const float scale = static_cast<float>(p.scale * kLog2e);
+  for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
+    const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
+    const TileKind kind = classify(p, rb, j0, j1);
+    if (kind == TileKind::skip) continue;
+    gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.nkv64, s.s.get(), s.lds, 0, nullptr, scale);
+    if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
+    simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get());
+    for (std::int64_t r = 0; r < rb.n; ++r)
+      for (std::int64_t j = 0; j < nk; ++j) put(r, j0 + j, s.s[r * s.lds + j] * f.mul[r]);
+  }
+}
+
 }  // namespace
 
 void forward(const Params& p) {
@@ -146,11 +184,7 @@ void forward(const Params& p) {
       for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
       attend(p, kv, rb, path, s);
       write_rows(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
-      if (!p.probs.empty()) {  // float32 recomputation of the scores with the bf16 statistics
-        pack_transposed<float>(p.q, rb, p.dk, p.scale * kLog2e, s.f.qt.get(), s.f.ld);
-        if (rb.n <= kDotRows) pack_scaled_rows<float>(p.q, rb, p.dk, p.scale * kLog2e, s.f.qr.get());
-        write_probs(p, rb, s.f);
-      }
+      if (!p.probs.empty()) write_probs(p, rb, kv, path, s);  // Qb is still this block's
     }
   });
 }

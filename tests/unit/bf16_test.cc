@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <cpuid.h>
 
+#include <algorithm>
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -18,6 +20,7 @@ using detail::bfdot::Path;
 using testing::poison;
 using testing::random_tensor;
 using testing::rel_error;
+using testing::value_at;
 
 std::vector<Path> usable_paths() {
   std::vector<Path> paths{Path::portable};
@@ -78,6 +81,86 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
             reference::forward(q.view(), k.view(), v.view(), {ref.view(), {}, rprobs.view()}, opt);
             EXPECT_LE(rel_error(probs.view(), rprobs.view()), 1e-2) << s.Nq << " probs";
           }
+        }
+  }
+  detail::bfdot::force_path("");
+}
+
+
+// Logits far beyond bfloat16's resolution (scale ±1e30, huge inputs): probs must still be
+// probabilities — every entry in [0, 1], each row summing to 1 (0 for a row with no visible key),
+// never NaN — because they come from the same scores as the statistics m and l. out and lse are
+// held to the float64 reference within the bound of attention_fuzz: a logit's absolute error is
+// ds = (dk + 3)·eps·M (M = |s|·max Σ|q k|; eps = 2^-24 for the float32 products of exact bfloat16
+// inputs, 2^-8 when float32 inputs are rounded to bfloat16), so the lse carries ds and out
+// 4·(e^(2·ds) − 1)·max|v| (at most 2·max|v|: a bound that says nothing once ds is large).
+TEST(Bf16, HugeLogitsKeepProbabilities) {
+  struct Case {
+    double scale, sigma;  // sigma: standard deviation of the inputs
+  };
+  const std::vector<Case> cases = {{1e4, 1}, {1e4, 100}, {1e30, 1}, {-1e30, 1}, {1e30, 1e3}, {1, 1e17}, {-1, 1e17}};
+  const std::int64_t B = 1, Hq = 2, Hkv = 1, Nq = 37, Nkv = 83, dk = 7, dv = 5;
+  for (Path path : usable_paths()) {
+    detail::bfdot::force_path(detail::bfdot::path_name(path));
+    SCOPED_TRACE(detail::bfdot::path_name(path));
+    for (const Case& cs : cases)
+      for (DType dtype : {DType::bf16, DType::f32})
+        for (int mask = 0; mask < 3; ++mask) {
+          SCOPED_TRACE("scale " + std::to_string(cs.scale) + " sigma " + std::to_string(cs.sigma) + " mask " +
+                       std::to_string(mask) + (dtype == DType::bf16 ? " bf16" : " f32"));
+          const Tensor q = random_tensor(dtype, {B, Hq, Nq, dk}, 90, 0, cs.sigma),
+                       k = random_tensor(dtype, {B, Hkv, Nkv, dk}, 90, 1, cs.sigma),
+                       v = random_tensor(dtype, {B, Hkv, Nkv, dv}, 90, 2);
+          Tensor keep = random_tensor(DType::u8, {Nq, Nkv}, 90, 3);
+          for (std::int64_t j = 0; j < Nkv; ++j) keep.as<std::uint8_t>()[5 * Nkv + j] = 0;  // row 5: no key
+          Options opt;
+          opt.compute = Compute::bf16;
+          opt.scale = Scale::value(cs.scale);
+          if (mask == 1) opt.mask.causal = true;
+          if (mask == 2) opt.mask.explicit_mask = keep.view();
+          Tensor out(dtype, {B, Hq, Nq, dv}), lse(DType::f32, {B, Hq, Nq}), probs(DType::f32, {B, Hq, Nq, Nkv});
+          Tensor ref(DType::f64, {B, Hq, Nq, dv}), rlse(DType::f64, {B, Hq, Nq}), rprobs(DType::f64, {B, Hq, Nq, Nkv});
+          poison(out);
+          poison(lse);
+          poison(probs);
+          forward(q.view(), k.view(), v.view(), {out.view(), lse.view(), probs.view()}, opt);
+          reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view(), rprobs.view()}, opt);
+          const double eps = dtype == DType::bf16 ? 0x1p-24 : 0x1p-8;
+          double vmax = 0;
+          for (std::int64_t n = 0; n < v.numel(); ++n) vmax = std::max(vmax, std::fabs(value_at(v.view(), n)));
+          for (std::int64_t h = 0; h < Hq; ++h)
+            for (std::int64_t i = 0; i < Nq; ++i) {
+              const std::int64_t row = h * Nq + i;
+              double M = 0;
+              for (std::int64_t j = 0; j < Nkv; ++j) {
+                double qk = 0;
+                for (std::int64_t c = 0; c < dk; ++c)
+                  qk += std::fabs(value_at(q.view(), row * dk + c) * value_at(k.view(), j * dk + c));
+                M = std::max(M, std::fabs(cs.scale) * qk);
+              }
+              double sum = 0;
+              for (std::int64_t j = 0; j < Nkv; ++j) {
+                const double p = value_at(probs.view(), row * Nkv + j);
+                ASSERT_TRUE(p >= 0.0 && p <= 1.0) << "row " << row << " key " << j << ": " << p;
+                sum += p;
+              }
+              if (value_at(rlse.view(), row) == -INFINITY) {  // no visible key
+                EXPECT_EQ(sum, 0.0) << "row " << row;
+                EXPECT_EQ(value_at(lse.view(), row), -INFINITY) << "row " << row;
+                continue;
+              }
+              EXPECT_NEAR(sum, 1.0, (Nkv + 4) * 4 * 0x1p-23) << "row " << row;
+              const double ds = (dk + 3) * eps * M + (Nkv + 4) * 0x1p-24;
+              const double a = value_at(lse.view(), row), r = value_at(rlse.view(), row);
+              ASSERT_TRUE(std::isfinite(a)) << "row " << row;
+              EXPECT_LE(std::fabs(a - r), 2 * ds + 0x1p-23 * std::fabs(r)) << "row " << row;
+              const double tol = vmax * std::min(2.0, 4 * std::expm1(2 * ds));
+              for (std::int64_t c = 0; c < dv; ++c) {
+                const double o = value_at(out.view(), row * dv + c), ro = value_at(ref.view(), row * dv + c);
+                ASSERT_TRUE(std::isfinite(o)) << "row " << row;
+                EXPECT_LE(std::fabs(o - ro), tol + 0x1p-8 * std::fabs(ro) + 1e-300) << "row " << row << " col " << c;
+              }
+            }
         }
   }
   detail::bfdot::force_path("");

@@ -15,6 +15,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/params.h"
@@ -106,7 +107,10 @@ double logit_bound(const Tensor& q, const Tensor& k, const Options& opt) {
   return std::fabs(opt.scale.resolve(q.dim(3))) * max_row_norm(q) * max_row_norm(k) + bias;
 }
 
-void expect_matches_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Options& opt) {
+// lse_from_bound: hold the lse to its absolute error 2·(dk + 2)·eps·(M + 1) as well as 1e-6
+// relative (rows whose lse is small beside M, e.g. cancelling logits of order 1e4).
+void expect_matches_reference(const Tensor& q, const Tensor& k, const Tensor& v, const Options& opt,
+                              bool lse_from_bound = false) {
   const Result f = run(false, q, k, v, opt), r = run(true, q, k, v, opt);
   const std::int64_t rows = q.dim(0) * q.dim(1) * q.dim(2), Nkv = k.dim(2), dv = v.dim(3), dk = q.dim(3);
   const double bound = logit_bound(q, k, opt);
@@ -121,7 +125,9 @@ void expect_matches_reference(const Tensor& q, const Tensor& k, const Tensor& v,
       for (std::int64_t j = 0; j < Nkv; ++j) EXPECT_EQ(value_at(f.probs.view(), row * Nkv + j), 0.0) << "row " << row;
       continue;
     }
-    EXPECT_NEAR(lse_f, lse_r, 1e-6 * std::max(1.0, std::fabs(lse_r))) << "row " << row;
+    const double lse_tol = std::max(1e-6 * std::max(1.0, std::fabs(lse_r)),
+                                    lse_from_bound ? 2.0 * (dk + 2) * eps * (bound + 1) : 0.0);
+    EXPECT_NEAR(lse_f, lse_r, lse_tol) << "row " << row;
     for (std::int64_t c = 0; c < dv; ++c)
       ASSERT_NEAR(value_at(f.out.view(), row * dv + c), value_at(r.out.view(), row * dv + c), out_tol)
           << "row " << row << " col " << c;
@@ -172,6 +178,32 @@ TEST_P(Robustness, LogitsUpTo1e4) {
     const Tensor v = random_tensor(dt, {2, 2, 31, 3}, 2, 2);
     Options sqrt_opt;
     expect_matches_reference(q, k, v, sqrt_opt);
+  }
+}
+
+// Huge scales (±1e30, 1e4) and huge inputs, with logits still inside float32's range: probs stay
+// in [0, 1] and sum to 1 (the scores of the probs pass are those of the statistics); out and lse
+// are within the bounds of the header comment (lse: its absolute error, the logits cancelling).
+TEST_P(Robustness, HugeScalesKeepProbabilities) {
+  const DType dt = GetParam();
+  for (const auto& target : targets()) {
+    SCOPED_TRACE("target " + target);
+    ForceTarget force(target);
+    for (const auto& [scale, sigma] : std::vector<std::pair<double, double>>{
+             {1e4, 1}, {1e4, 100}, {1e30, 1}, {-1e30, 1}, {1e30, 1e3}, {1, 1e17}, {-1, 1e17}}) {
+      SCOPED_TRACE("scale " + std::to_string(scale) + " sigma " + std::to_string(sigma));
+      const Tensor q = random_tensor(dt, {1, 2, 37, 2}, 3, 0, sigma), k = random_tensor(dt, {1, 2, 83, 2}, 3, 1, sigma);
+      const Tensor v = random_tensor(dt, {1, 2, 83, 5}, 3, 2);
+      Options opt;
+      opt.scale = Scale::value(scale);
+      expect_matches_reference(q, k, v, opt, true);
+      opt.mask.causal = true;
+      expect_matches_reference(q, k, v, opt, true);
+      opt.mask.causal = false;
+      opt.mask.window_left = 9;
+      opt.mask.window_right = 70;
+      expect_matches_reference(q, k, v, opt, true);
+    }
   }
 }
 
