@@ -107,10 +107,20 @@ void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_s
     const double a = 2 / (9.0 * d), c = 1 - a + normal_quantile(0.99) * std::sqrt(a);
     sigma_hi = scale * std::sqrt(d * c * c * c);
   }
+  // Which metrics get a theory is known before the quadrature: the nodes evaluate only those, and
+  // none at all when every entry is NaN (e.g. no scaling at d >= 2 for N = 50). Φ⁻¹(0.95) is
+  // computed once (rem_top_p_hot(n, σ, p) = n Φ(Φ⁻¹(p) − σ), the same expression node by node).
+  const bool want_top_p = sigma_hi <= theory::kRemTopPMax * sc;
+  const bool want_entropy = sigma_hi <= theory::kRemEntropyMax * sc;
+  const bool want_participation = sigma_hi <= theory::kRemParticipationMax * sc;
+  const double none = std::numeric_limits<double>::quiet_NaN();
+  out[0] = out[1] = out[2] = out[3] = none;
+  if (!want_top_p && !want_entropy && !want_participation) return;
+  const double z95 = normal_quantile(0.95);
   auto point = [&](double sigma, double* acc, double w) {
-    acc[0] += w * theory::rem_top_p_hot(n, sigma, 0.95);
-    acc[1] += w * theory::rem_entropy_hot(n, sigma);
-    acc[3] += w * theory::rem_participation_hot(n, sigma);
+    if (want_top_p) acc[0] += w * (n * normal_cdf(z95 - sigma));
+    if (want_entropy) acc[1] += w * theory::rem_entropy_hot(n, sigma);
+    if (want_participation) acc[3] += w * theory::rem_participation_hot(n, sigma);
   };
   double acc[kRowMetrics] = {0, 0, 0, 0};
   if (fixed_sigma >= 0) {
@@ -132,11 +142,9 @@ void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_s
     }
     for (double& a : acc) a /= total;
   }
-  const double none = std::numeric_limits<double>::quiet_NaN();
-  out[0] = sigma_hi <= theory::kRemTopPMax * sc ? acc[0] : none;
-  out[1] = sigma_hi <= theory::kRemEntropyMax * sc ? acc[1] : none;
-  out[2] = none;
-  out[3] = sigma_hi <= theory::kRemParticipationMax * sc ? acc[3] : none;
+  if (want_top_p) out[0] = acc[0];
+  if (want_entropy) out[1] = acc[1];
+  if (want_participation) out[3] = acc[3];
 }
 
 }  // namespace attnscale::lab
