@@ -122,7 +122,11 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
   parallel_for(static_cast<std::int64_t>(n), 1, outer, [&](std::int64_t b, std::int64_t end, int) {
     for (std::int64_t i = b; i < end; ++i) {
       const auto previous = completed.find(static_cast<std::size_t>(i));
-      auto rows = previous != completed.end() ? previous->second : e.run_point(inner, points[i]);
+      // The last point starts when no point is left for the other threads, which go idle as they
+      // finish theirs: it gets all the threads for its trial chunks (trials are counter-based, so
+      // the rows do not depend on the thread count).
+      auto rows = previous != completed.end() ? previous->second
+                                              : e.run_point(static_cast<std::size_t>(i) + 1 == n ? args : inner, points[i]);
       std::lock_guard<std::mutex> lock(mutex);
       results[i] = std::move(rows);
       done[i] = 1;
