@@ -52,9 +52,9 @@ void check_rank(std::size_t rank) {
   if (rank < 1 || rank > static_cast<std::size_t>(kMaxRank))
     throw Error("tensor rank must be 1..4, got " + std::to_string(rank));
 }
-}  // namespace
 
-TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
+// A view of `data` with the given shape and its strides not yet set.
+TensorView shaped(void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
   check_rank(shape.size());
   TensorView v;
   v.data = data;
@@ -62,6 +62,12 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
   v.rank = static_cast<int>(shape.size());
   int i = 0;
   for (auto s : shape) v.shape[i++] = s;
+  return v;
+}
+}  // namespace
+
+TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list<std::int64_t> shape) {
+  TensorView v = shaped(data, dtype, shape);
   std::int64_t stride = 1;
   for (int d = v.rank - 1; d >= 0; --d) {
     v.strides[d] = stride;
@@ -72,17 +78,11 @@ TensorView TensorView::contiguous(void* data, DType dtype, std::initializer_list
 
 TensorView TensorView::strided(void* data, DType dtype, std::initializer_list<std::int64_t> shape,
                                std::initializer_list<std::int64_t> strides) {
-  check_rank(shape.size());
+  TensorView v = shaped(data, dtype, shape);
   if (strides.size() != shape.size())
     throw Error("strides: " + std::to_string(strides.size()) + " strides for rank " +
                 std::to_string(shape.size()));
-  TensorView v;
-  v.data = data;
-  v.dtype = dtype;
-  v.rank = static_cast<int>(shape.size());
   int i = 0;
-  for (auto s : shape) v.shape[i++] = s;
-  i = 0;
   for (auto s : strides) v.strides[i++] = s;
   return v;
 }

@@ -50,13 +50,7 @@ class DictReader {
       space();
       value(e);
       out.push_back(std::move(e));
-      space();
-      if (eat(',')) {
-        space();
-        continue;
-      }
-      if (!eat('}')) malformed("expected ',' or '}'");
-      break;
+      if (!next_item('}', "expected ',' or '}'")) break;
     }
     for (; pos_ < t_.size(); ++pos_)
       if (t_[pos_] != ' ' && t_[pos_] != '\n' && t_[pos_] != '\t' && t_[pos_] != '\r' && t_[pos_] != '\0')
@@ -78,6 +72,17 @@ class DictReader {
   void space() {
     while (pos_ < t_.size() && (t_[pos_] == ' ' || t_[pos_] == '\t' || t_[pos_] == '\n' || t_[pos_] == '\r'))
       ++pos_;
+  }
+  // After an item of a dict or tuple: true at ',' (the next item, or `close`, follows), false once
+  // `close` ends the list; anything else is malformed (`expected` says what was wanted).
+  bool next_item(char close, const char* expected) {
+    space();
+    if (eat(',')) {
+      space();
+      return true;
+    }
+    if (!eat(close)) malformed(expected);
+    return false;
   }
   std::string quoted(const char* what) {
     if (pos_ >= t_.size() || (t_[pos_] != '\'' && t_[pos_] != '"')) malformed(std::string("expected ") + what);
@@ -109,13 +114,7 @@ class DictReader {
         if (pos_ == d0 || pos_ - d0 > 15) malformed("expected a non-negative integer of at most 15 digits in the tuple");
         e.tuple.push_back(std::stoll(std::string(t_.substr(d0, pos_ - d0))));
         if (e.tuple.size() > 32) malformed("tuple too long");
-        space();
-        if (eat(',')) {
-          space();
-          continue;
-        }
-        if (!eat(')')) malformed("expected ',' or ')' in the tuple");
-        break;
+        if (!next_item(')', "expected ',' or ')' in the tuple")) break;
       }
     } else if (t_.substr(pos_, 1) == "[") {  // a structured dtype's field list: skipped, then refused
       skip_brackets();

@@ -201,4 +201,29 @@ void check_scalings(const std::vector<std::string>& rules, const std::vector<std
     }
 }
 
+namespace {
+std::string bound_text(std::int64_t v) {
+  if (v > 65536 && (v & (v - 1)) == 0) {
+    int k = 0;
+    while ((std::int64_t{1} << k) < v) ++k;
+    return "2^" + std::to_string(k);
+  }
+  return std::to_string(v);
+}
+}  // namespace
+
+void check_ints_in(const Args& a, const std::string& flag, std::int64_t lo, std::int64_t hi) {
+  for (auto v : a.ints(flag))
+    if (v < lo || v > hi)
+      throw Error("--" + flag + ": each value must be in [" + bound_text(lo) + ", " + bound_text(hi) + "], got " +
+                  std::to_string(v));
+}
+
+std::vector<std::vector<std::string>> n_d_points(const Args& a) {
+  std::vector<std::vector<std::string>> pts;
+  for (auto n : a.ints("n"))
+    for (auto d : a.ints("d")) pts.push_back({std::to_string(n), std::to_string(d)});
+  return pts;
+}
+
 }  // namespace attnscale::lab

@@ -102,15 +102,10 @@ Experiment make_gradients() {
   e.default_trials = 50;
   e.param_names = {"n", "d", "scaling"};
   e.points = [](const Args& a) {
-    for (auto n : a.ints("n"))
-      if (n < 2 || n > 4096) throw Error("--n: each value must be in [2, 4096], got " + std::to_string(n));
-    for (auto d : a.ints("d"))
-      if (d < 1 || d > 8192) throw Error("--d: each value must be in [1, 8192], got " + std::to_string(d));
+    check_ints_in(a, "n", 2, 4096);
+    check_ints_in(a, "d", 1, 8192);
     check_scalings(a.words("scaling"), {"none", "sqrt", "linear", "log-n"}, "scaling");
-    std::vector<std::vector<std::string>> pts;
-    for (auto n : a.ints("n"))
-      for (auto d : a.ints("d")) pts.push_back({std::to_string(n), std::to_string(d)});
-    return pts;
+    return n_d_points(a);
   };
   e.run_point = run;
   return e;

@@ -23,10 +23,8 @@ Experiment make_heatmap() {
   e.default_trials = 1;
   e.param_names = {"n", "d", "trial", "scaling", "axis", "i", "j"};
   e.points = [](const Args& a) {
-    for (auto n : a.ints("n"))
-      if (n < 1 || n > 1024) throw Error("--n: each value must be in [1, 1024], got " + std::to_string(n));
-    for (auto d : a.ints("d"))
-      if (d < 1 || d > 65536) throw Error("--d: each value must be in [1, 65536], got " + std::to_string(d));
+    check_ints_in(a, "n", 1, 1024);
+    check_ints_in(a, "d", 1, 65536);
     check_scalings(a.words("scaling"), {"none", "sqrt", "linear", "qk-norm", "log-n"}, "scaling");
     for (const auto& w : a.words("axis"))
       if (w != "row" && w != "column") throw Error("--axis: expected row or column, got '" + w + "'");

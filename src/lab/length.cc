@@ -70,17 +70,12 @@ Experiment make_length() {
   e.default_trials = 50;
   e.param_names = {"n", "d", "rule"};
   e.points = [](const Args& a) {
-    for (auto n : a.ints("n"))
-      if (n < 2 || n > (1 << 20)) throw Error("--n: each value must be in [2, 2^20], got " + std::to_string(n));
-    for (auto d : a.ints("d"))
-      if (d < 1 || d > 65536) throw Error("--d: each value must be in [1, 65536], got " + std::to_string(d));
+    check_ints_in(a, "n", 2, 1 << 20);
+    check_ints_in(a, "d", 1, 65536);
     check_scalings(a.words("rule"), {"fixed", "sqrt-log", "log"}, "rule");
     const auto q = a.ints("queries");
     if (q.size() != 1 || q[0] < 1) throw Error("--queries: expected one positive integer");
-    std::vector<std::vector<std::string>> pts;
-    for (auto n : a.ints("n"))
-      for (auto d : a.ints("d")) pts.push_back({std::to_string(n), std::to_string(d)});
-    return pts;
+    return n_d_points(a);
   };
   e.run_point = run;
   return e;

@@ -123,8 +123,7 @@ Experiment make_moments() {
   e.default_trials = 10000;
   e.param_names = {"proposition", "case", "d", "dist", "claim"};
   e.points = [](const Args& a) {
-    for (auto d : a.ints("d"))
-      if (d < 1 || d > (1 << 20)) throw Error("--d: each value must be in [1, 2^20], got " + std::to_string(d));
+    check_ints_in(a, "d", 1, 1 << 20);
     if (a.doubles("mu").size() != 1) throw Error("--mu: expected one number");
     const auto rho = a.doubles("rho");
     if (rho.size() != 1 || !(std::abs(rho[0]) <= 1)) throw Error("--rho: expected one number in [-1, 1]");

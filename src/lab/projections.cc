@@ -125,11 +125,9 @@ Experiment make_projections() {
   e.default_trials = 100;
   e.param_names = {"init", "layernorm", "n", "dx", "d"};
   e.points = [](const Args& a) {
-    for (auto n : a.ints("n"))
-      if (n < 2 || n > 4096) throw Error("--n: each value must be in [2, 4096], got " + std::to_string(n));
-    for (const char* f : {"dx", "d"})
-      for (auto v : a.ints(f))
-        if (v < 1 || v > 4096) throw Error(std::string("--") + f + ": each value must be in [1, 4096], got " + std::to_string(v));
+    check_ints_in(a, "n", 2, 4096);
+    check_ints_in(a, "dx", 1, 4096);
+    check_ints_in(a, "d", 1, 4096);
     check_scalings(a.words("init"), kInits, "init");
     for (const auto& w : a.words("layernorm"))
       if (w != "on" && w != "off") throw Error("--layernorm: expected off or on, got '" + w + "'");

@@ -49,4 +49,11 @@ std::vector<Row> attention_rows_point(const Args& a, std::uint32_t stream_experi
 void check_scalings(const std::vector<std::string>& rules, const std::vector<std::string>& allowed,
                     const std::string& flag);
 
+// Throws "--flag: each value must be in [lo, hi], got v" for the first value of the integer flag
+// outside [lo, hi]. A bound that is a power of two above 2^16 is written 2^k.
+void check_ints_in(const Args& a, const std::string& flag, std::int64_t lo, std::int64_t hi);
+
+// The points (n, d) for every n of --n and, within it, every d of --d.
+std::vector<std::vector<std::string>> n_d_points(const Args& a);
+
 }  // namespace attnscale::lab

@@ -241,8 +241,7 @@ std::vector<Row> run_rows(const Args& a, std::uint32_t stream_experiment, std::i
 }
 
 void check_common(const Args& a) {
-  for (auto n : a.ints("n"))
-    if (n < 2 || n > 8192) throw Error("--n: each value must be in [2, 8192], got " + std::to_string(n));
+  check_ints_in(a, "n", 2, 8192);
   const auto& s = a.get("sampler");
   if (s != "auto" && s != "direct" && s != "wishart")
     throw Error("--sampler: expected auto, direct or wishart, got '" + s + "'");
@@ -274,13 +273,9 @@ Experiment make_saturation() {
   e.param_names = {"n", "d", "scaling"};
   e.points = [](const Args& a) {
     check_common(a);
-    for (auto d : a.ints("d"))
-      if (d < 1 || d > (1 << 20)) throw Error("--d: each value must be in [1, 2^20], got " + std::to_string(d));
+    check_ints_in(a, "d", 1, 1 << 20);
     check_scalings(a.words("scaling"), kScalings, "scaling");
-    std::vector<std::vector<std::string>> pts;
-    for (auto n : a.ints("n"))
-      for (auto d : a.ints("d")) pts.push_back({std::to_string(n), std::to_string(d)});
-    return pts;
+    return n_d_points(a);
   };
   e.run_point = [](const Args& a, const std::vector<std::string>& p) {
     const std::int64_t n = std::stoll(p[0]), d = std::stoll(p[1]);

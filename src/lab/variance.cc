@@ -78,8 +78,7 @@ Experiment make_variance() {
   e.default_trials = 1000;
   e.param_names = {"d", "scaling", "dist"};
   e.points = [](const Args& a) {
-    for (auto d : a.ints("d"))
-      if (d < 1 || d > (1 << 24)) throw Error("--d: each value must be in [1, 2^24], got " + std::to_string(d));
+    check_ints_in(a, "d", 1, 1 << 24);
     check_scalings(a.words("scaling"), {"none", "sqrt", "linear"}, "scaling");
     if (a.doubles("mu").size() != 1) throw Error("--mu: expected one number");
     if (a.doubles("sigma").size() != 1 || !(a.doubles("sigma")[0] > 0))
