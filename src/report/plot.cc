@@ -130,7 +130,6 @@ void heat_panel(std::ostringstream& gp, const HeatPanel& h, int index) {
   gp << "set title " << quote(h.title) << "\n"
      << "set xlabel " << quote(h.xlabel) << "\n"
      << "set ylabel " << quote(h.ylabel) << "\n"
-     << "set cblabel " << quote(h.cblabel) << "\n"
      << kViridis << "set cbrange [" << num(h.cbmin) << ":" << num(h.cbmax) << "]\n"
      << "set xrange [-0.5:" << num(h.cols - 0.5) << "]\n"
      << "set yrange [" << num(h.rows - 0.5) << ":-0.5]\n"

@@ -47,7 +47,7 @@ struct LinePanel {
 
 // A row-major matrix drawn with the viridis palette; row 0 at the top.
 struct HeatPanel {
-  std::string title, xlabel, ylabel, cblabel;
+  std::string title, xlabel, ylabel;
   int rows = 0, cols = 0;
   std::vector<double> values;
   double cbmin = 0, cbmax = 1;

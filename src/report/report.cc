@@ -310,18 +310,17 @@ void heatmap_section(Document& doc, const fs::path& dir, const lab::ResultTable&
     HeatPanel& h = f.heat(title, "key j", "query i");
     h.rows = h.cols = side;
     h.values.assign(static_cast<std::size_t>(side) * side, 0.0);
-    h.cblabel = "p_{ij}";
     for (const lab::Row* r : select(t, "p", {{"scaling", scaling}, {"axis", axis}, {"trial", trial}, {"d", d}, {"n", n}}))
       h.values[std::stoul(param(t, *r, "i")) * side + std::stoul(param(t, *r, "j"))] = r->mean;
   };
   panel("none", "row", "unscaled (rows sum to 1)");
   panel("sqrt", "row", "1/√d_{k} (rows sum to 1)");
   panel("sqrt", "column", "1/√d_{k}, column-wise (seed 000)");
-  // Every panel keeps its colour box (same scale), so the three maps stay the same size.
-  for (std::size_t i = 0; i + 1 < f.panels.size(); ++i) std::get<HeatPanel>(f.panels[i]).cblabel.clear();
+  // Every panel keeps its colour box (same scale), so the three maps stay the same size; the
+  // caption names the quantity (a colour-box label would not fit beside the last panel).
   add_figure(doc, dir, f,
              "Attention probabilities for one draw of Q and K (N = " + n + ", d_{k} = " + d +
-                 ", N(0,1) entries), on one colour scale from 0 to 1 (viridis). Left and middle: seed 001's "
+                 ", N(0,1) entries), on one colour scale for p_{ij} from 0 to 1 (viridis). Left and middle: seed 001's "
                  "heatmaps, unscaled and scaled. Right: the same scaled logits normalised over each column.");
   std::string text;
   if (!select(t, "top_p_95", {{"scaling", "none"}, {"axis", "row"}}).empty()) {
