@@ -180,11 +180,8 @@ void backward_all(const BackwardParams& p) {
   const std::int64_t key_items = p.B * p.Hkv * nkb, query_items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, std::max(key_items, query_items));
   const RowStats<T> stats = row_stats<T>(p, threads);
-  std::vector<std::unique_ptr<BackwardScratch<T>>> scratch(threads);
-  auto scratch_of = [&](int t) -> BackwardScratch<T>& {
-    if (!scratch[t]) scratch[t] = std::make_unique<BackwardScratch<T>>(p);
-    return *scratch[t];
-  };
+  PerThread<BackwardScratch<T>> scratch(threads);
+  auto scratch_of = [&](int t) -> BackwardScratch<T>& { return scratch.get(t, p); };
   parallel_for(key_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
     for (std::int64_t item = t0; item < t1; ++item) {
       const std::int64_t kb = item % nkb, head = item / nkb;

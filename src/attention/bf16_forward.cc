@@ -172,16 +172,11 @@ void forward(const Params& p) {
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
   const PackedKV kv(p, threads);
-  std::vector<std::unique_ptr<Scratch>> scratch(threads);
+  PerThread<Scratch> scratch(threads);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
-    if (!scratch[t]) scratch[t] = std::make_unique<Scratch>(p);
-    Scratch& s = *scratch[t];
+    Scratch& s = scratch.get(t, p);
     for (std::int64_t item = i0; item < i1; ++item) {
-      const std::int64_t qb = nqb - 1 - item % nqb, bh = item / nqb, b = bh / p.Hq, h = bh % p.Hq;
-      RowBlock rb;
-      rb.b = b;
-      rb.kh = p.kv_head(h);
-      for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
+      const RowBlock rb = query_block(p, item, nqb);
       attend(p, kv, rb, path, s);
       write_rows(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
       if (!p.probs.empty()) write_probs(p, rb, kv, path, s);  // Qb is still this block's

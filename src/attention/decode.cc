@@ -33,10 +33,9 @@ void decode_all(const Params& p) {
     return rb;
   };
   const int threads = resolve_threads(p.threads, items);
-  std::vector<std::unique_ptr<ForwardScratch<T>>> scratch(threads);
+  PerThread<ForwardScratch<T>> scratch(threads);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
-    if (!scratch[t]) scratch[t] = std::make_unique<ForwardScratch<T>>(p);
-    ForwardScratch<T>& s = *scratch[t];
+    ForwardScratch<T>& s = scratch.get(t, p);
     for (std::int64_t item = i0; item < i1; ++item) {
       const RowBlock rb = block(item / chunks);
       const std::int64_t c = item % chunks;

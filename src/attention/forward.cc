@@ -25,17 +25,11 @@ void forward_all(const Params& p) {
   if (use_decode(p)) return decode_all<T>(p);
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
-  std::vector<std::unique_ptr<ForwardScratch<T>>> scratch(threads);
+  PerThread<ForwardScratch<T>> scratch(threads);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
-    if (!scratch[t]) scratch[t] = std::make_unique<ForwardScratch<T>>(p);
-    ForwardScratch<T>& s = *scratch[t];
+    ForwardScratch<T>& s = scratch.get(t, p);
     for (std::int64_t item = i0; item < i1; ++item) {
-      // Last query blocks first: under a causal mask they see the most keys.
-      const std::int64_t qb = nqb - 1 - item % nqb, bh = item / nqb, b = bh / p.Hq, h = bh % p.Hq;
-      RowBlock rb;
-      rb.b = b;
-      rb.kh = p.kv_head(h);
-      for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
+      const RowBlock rb = query_block(p, item, nqb);
       attend(p, rb, 0, p.Nkv, s);
       write_rows(p, rb, s.o.get(), s.m.get(), s.l.get());
       if (!p.probs.empty()) write_probs(p, rb, s, /*scores_left=*/true);

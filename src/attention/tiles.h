@@ -74,6 +74,17 @@ struct RowBlock {
   bool any_ = false;
 };
 
+// Work item `item` of the forward pass over B·Hq·nqb query blocks of kBr rows: the block's rows.
+// Items run last query block first, since under a causal mask those see the most keys.
+inline RowBlock query_block(const Params& p, std::int64_t item, std::int64_t nqb) {
+  const std::int64_t qb = nqb - 1 - item % nqb, bh = item / nqb, h = bh % p.Hq;
+  RowBlock rb;
+  rb.b = bh / p.Hq;
+  rb.kh = p.kv_head(h);
+  for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
+  return rb;
+}
+
 // How a key tile [j0, j1) meets a block: no visible pair, every pair visible, or some of each.
 enum class TileKind { skip, full, partial };
 inline TileKind classify(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1) {
