@@ -36,7 +36,12 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     if (what.empty()) what = e.get_name();
-    std::fprintf(stderr, "attnscale: error: %s (see attnscale --help)\n", what.c_str());
+    // Point at the help of the subcommand that was given, if any.
+    std::string help = "attnscale";
+    for (const CLI::App* sub : app.get_subcommands())
+      for (const CLI::App* s = sub; s != nullptr; s = s->get_subcommands().empty() ? nullptr : s->get_subcommands()[0])
+        help += " " + s->get_name();
+    std::fprintf(stderr, "attnscale: error: %s (see %s --help)\n", what.c_str(), help.c_str());
     return 2;
   } catch (const attnscale::Error& e) {
     std::fprintf(stderr, "attnscale: error: %s\n", e.what());
