@@ -22,5 +22,14 @@ PYBIND11_MODULE(_attnscale, m) {
   m.def("_copy_count", &attnscale::python::copy_count,
         "How many input arrays were copied because their strides are not whole elements or their "
         "byte order is not native (every other input is read in place).");
+  m.def(
+      "_as_array",
+      [](const std::string& name, py::handle obj, bool mask) {
+        using attnscale::python::ArrayKind;
+        return attnscale::python::as_view(name.c_str(), obj, mask ? ArrayKind::mask : ArrayKind::floating).array;
+      },
+      "_as_array(name, obj, mask): obj as the numpy array the kernels would read (the same TypeError "
+      "naming `name` for a wrong dtype or a torch tensor numpy cannot read).");
   m.attr("__version__") = attnscale::version();
+  m.attr("bfloat16") = attnscale::python::bfloat16_dtype();
 }
