@@ -73,3 +73,27 @@ def attention(q, k, v, scale=None, causal=None, window=None, align=None, mask=No
     out = probs @ v4
     lead = tuple(q_shape[:-1])
     return out.reshape(lead + (v4.shape[-1],)), lse.reshape(lead), probs.reshape(lead + (nkv,))
+
+
+def sdpa(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    """PyTorch 2's documented math for F.scaled_dot_product_attention, in float64.
+
+    A row whose every key is masked gives 0 (PyTorch's math gives NaN there, its fused kernels 0).
+    """
+    query, key, value = (t.to(torch.float64) for t in (query, key, value))
+    L, S = query.size(-2), key.size(-2)
+    s = 1 / math.sqrt(query.size(-1)) if scale is None else scale
+    bias = torch.zeros(L, S, dtype=torch.float64)
+    if is_causal:
+        bias.masked_fill_(~torch.ones(L, S, dtype=torch.bool).tril(), -math.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            bias = bias.masked_fill(~attn_mask, -math.inf)
+        else:
+            bias = attn_mask.to(torch.float64) + bias
+    if enable_gqa:
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+    scores = query @ key.transpose(-2, -1) * s + bias
+    p = torch.softmax(scores, dim=-1)
+    return torch.nan_to_num(p, nan=0.0) @ value

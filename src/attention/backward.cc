@@ -52,6 +52,7 @@ struct BackwardScratch {
 template <class T>
 struct RowStats {
   std::vector<T> lse2, D;
+  std::vector<char> finite;  // q_i and dO_i hold only finite values
   std::int64_t at(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i) const {
     return (b * p.Hq + h) * p.Nq + i;
   }
@@ -61,6 +62,7 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
   RowStats<T> st;
   st.lse2.resize(p.B * p.Hq * p.Nq);
   st.D.resize(p.B * p.Hq * p.Nq);
+  st.finite.resize(p.B * p.Hq * p.Nq);
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
@@ -72,6 +74,10 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
         double d = 0;
         for (std::int64_t c = 0; c < p.dv; ++c) d += value<double>(p.dO, b, h, i, c) * value<double>(p.out, b, h, i, c);
         st.D[bh * p.Nq + i] = static_cast<T>(d);
+        bool finite = true;
+        for (std::int64_t c = 0; c < p.dk; ++c) finite = finite && std::isfinite(value<T>(p.q, b, h, i, c));
+        for (std::int64_t c = 0; c < p.dv; ++c) finite = finite && std::isfinite(value<T>(p.dO, b, h, i, c));
+        st.finite[bh * p.Nq + i] = finite;
       }
     }
   });
@@ -145,6 +151,7 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, std::int64_t 
     pack_keys_transposed<T>(p.k, b, kh, j0, nk, p.dk, p.scale * kLog2e, s.kt.get(), ld);
     pack_keys_transposed<T>(p.v, b, kh, j0, nk, p.dv, 1.0, s.vt.get(), ld);
     const Operand kr = dq.dq ? rows_operand<T>(p.k, b, kh, j0, nk, p.dk, s.kp.get()) : Operand{nullptr, 0};
+    const bool keys_finite = all_finite(s.kt.get(), ld, p.dk, nk) && all_finite(s.vt.get(), ld, p.dv, nk);
     s.dk_acc.fill(T(0));
     s.dv_acc.fill(T(0));
     for (std::int64_t h = kh * p.group(); h < (kh + 1) * p.group(); ++h)
@@ -161,11 +168,27 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, std::int64_t 
         const T* Q = static_cast<const T*>(q.ptr);
         const T* dOr = static_cast<const T*>(dO.ptr);
         p_and_ds_rows(p, stats, rb, j0, j1, kind, Q, q.ld, dOr, dO.ld, s);
-        Ops<T>::gemm(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, s.dv_acc.get(), p.dv, simd::kAccumulate);
-        Ops<T>::gemm(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, s.dk_acc.get(), p.dk, simd::kAccumulate);
-        if (dq.dq)
-          Ops<T>::gemm(n, p.dk, nk, s.dpt.get(), ld, 1, static_cast<const T*>(kr.ptr), kr.ld, dq.rows(p, b, h, i0),
-                       p.dk, simd::kAccumulate);
+        const T* K = static_cast<const T*>(kr.ptr);
+        // A hidden pair's dS is 0 · (a non-finite dP) when its key holds one; a hidden row's
+        // non-finite q or dO must not reach the keys through a zero weight, nor a hidden key's
+        // non-finite k the rows' dQ.
+        const std::int64_t row = stats.at(p, b, h, i0);
+        const bool rows_finite =
+            std::all_of(stats.finite.begin() + row, stats.finite.begin() + row + n, [](char f) { return f != 0; });
+        const bool guarded = kind == TileKind::partial && !(keys_finite && rows_finite);
+        if (guarded) zero_hidden(p, rb, j0, nk, s.dpt.get(), ld, 1);
+        if (guarded && !rows_finite) {
+          visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, s.dv_acc.get(), p.dv, false);
+          visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, Q, q.ld, p.dk, s.dk_acc.get(), p.dk, false);
+        } else {
+          Ops<T>::gemm(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, s.dv_acc.get(), p.dv, simd::kAccumulate);
+          Ops<T>::gemm(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, s.dk_acc.get(), p.dk, simd::kAccumulate);
+        }
+        if (!dq.dq) continue;
+        if (guarded)
+          visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, K, kr.ld, p.dk, dq.rows(p, b, h, i0), p.dk, true);
+        else
+          Ops<T>::gemm(n, p.dk, nk, s.dpt.get(), ld, 1, K, kr.ld, dq.rows(p, b, h, i0), p.dk, simd::kAccumulate);
       }
     write_rows(p.dK, b, kh, j0, nk, p.dk, s.dk_acc.get());
     write_rows(p.dV, b, kh, j0, nk, p.dv, s.dv_acc.get());
@@ -201,6 +224,14 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t
                  simd::kOverwrite);
     Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
     const Operand kr = rows_operand<T>(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
+    const T* K = static_cast<const T*>(kr.ptr);
+    // As in pass 1: a hidden key's non-finite k or v must not reach the rows through a zero dS.
+    if (kind == TileKind::partial &&
+        !(all_finite(K, kr.ld, nk, p.dk) && all_finite(static_cast<const T*>(v.ptr), v.rs, nk, p.dv, v.cs))) {
+      zero_hidden(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
+      visible_product(p, rb, j0, nk, s.dpt.get(), 1, s.ld, K, kr.ld, p.dk, s.dq_acc.get(), p.dk, true);
+      continue;
+    }
     Ops<T>::gemm(rb.n, p.dk, nk, s.dpt.get(), 1, s.ld, static_cast<const T*>(kr.ptr), kr.ld, s.dq_acc.get(), p.dk,
                  simd::kAccumulate);
   }
