@@ -73,7 +73,8 @@ class Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, forward_options, options):
-        mask_np = None if mask is None else to_numpy("mask", mask)
+        # mask: a constant, a tensor or a numpy array (attnscale.torch_flash's strided ALiBi bias).
+        mask_np = mask if mask is None or isinstance(mask, np.ndarray) else to_numpy("mask", mask)
         out, lse = _attnscale.attention(
             to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), mask=mask_np, return_lse=True, **forward_options
         )

@@ -97,3 +97,33 @@ def sdpa(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_
     scores = query @ key.transpose(-2, -1) * s + bias
     p = torch.softmax(scores, dim=-1)
     return torch.nan_to_num(p, nan=0.0) @ value
+
+
+def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi_slopes=None):
+    """FlashAttention's documented semantics in float64, [B, N, H, d] layout: (out, lse).
+
+    Diagonal bottom-right (query i at key i + Nkv - Nq); window (left, right), -1 unbounded; ALiBi
+    adds -slope * |i + Nkv - Nq - j|. A row with no visible key gives out 0 and lse +inf.
+    """
+    q, k, v = (t.to(torch.float64).transpose(1, 2) for t in (q, k, v))  # [B, H, N, d]
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    nq, nkv = q.shape[2], k.shape[2]
+    scale = 1 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
+    scores = q @ k.transpose(-1, -2) * scale
+    i = torch.arange(nq)[:, None] + nkv - nq
+    j = torch.arange(nkv)[None, :]
+    left, right = window_size
+    right = 0 if causal else right
+    keep = torch.ones(nq, nkv, dtype=torch.bool)
+    if left >= 0:
+        keep &= j >= i - left
+    if right >= 0:
+        keep &= j <= i + right
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(torch.float64).reshape(-1, q.shape[1], 1, 1)
+        scores = scores - slopes * (i - j).abs()
+    scores = scores.masked_fill(~keep, -math.inf)
+    lse = torch.logsumexp(scores, -1)
+    p = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0)
+    return (p @ v).transpose(1, 2), lse.masked_fill(lse == -math.inf, math.inf)
