@@ -47,6 +47,7 @@ struct BackwardScratch {
 template <class T>
 struct RowStats {
   std::vector<T> lse2, D;
+  std::vector<char> finite;  // q_i and dO_i hold only finite values
   std::int64_t at(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i) const {
     return (b * p.Hq + h) * p.Nq + i;
   }
@@ -56,6 +57,7 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
   RowStats<T> st;
   st.lse2.resize(p.B * p.Hq * p.Nq);
   st.D.resize(p.B * p.Hq * p.Nq);
+  st.finite.resize(p.B * p.Hq * p.Nq);
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
@@ -65,6 +67,10 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
         T d = 0;
         for (std::int64_t c = 0; c < p.dv; ++c) d += value<T>(p.dO, b, h, i, c) * value<T>(p.out, b, h, i, c);
         st.D[bh * p.Nq + i] = d;
+        bool finite = true;
+        for (std::int64_t c = 0; c < p.dk; ++c) finite = finite && std::isfinite(value<T>(p.q, b, h, i, c));
+        for (std::int64_t c = 0; c < p.dv; ++c) finite = finite && std::isfinite(value<T>(p.dO, b, h, i, c));
+        st.finite[bh * p.Nq + i] = finite;
       }
     }
   });
@@ -111,6 +117,7 @@ void key_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t b
   const std::int64_t nk = j1 - j0, cols = round_up(nk, simd::kColumnPad), ld = s.ldr;
   pack_keys_transposed<T>(p.k, b, kh, j0, nk, p.dk, p.scale * kLog2e, s.kt.get(), ld);
   pack_keys_transposed<T>(p.v, b, kh, j0, nk, p.dv, 1.0, s.vt.get(), ld);
+  const bool keys_finite = all_finite(s.kt.get(), ld, p.dk, nk) && all_finite(s.vt.get(), ld, p.dv, nk);
   s.dk_acc.fill(T(0));
   s.dv_acc.fill(T(0));
   for (std::int64_t h = kh * p.group(); h < (kh + 1) * p.group(); ++h)
@@ -132,6 +139,17 @@ void key_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t b
       Ops<T>::exp2_rows(s.st.get(), ld, n, cols, stats.lse2.data() + row);
       Ops<T>::gemm(n, cols, p.dv, dOr, dO.ld, 1, s.vt.get(), ld, s.dpt.get(), ld, simd::kOverwrite);
       Ops<T>::softmax_grad_rows(s.st.get(), s.dpt.get(), ld, n, cols, stats.D.data() + row, static_cast<T>(p.scale));
+      // A hidden pair's dS is 0 · (a non-finite dP) when its key holds one; a hidden row's
+      // non-finite q or dO must not reach the keys through a zero weight either.
+      const bool rows_finite = std::all_of(stats.finite.begin() + row, stats.finite.begin() + row + n, [](char f) { return f != 0; });
+      if (kind == TileKind::partial && !(keys_finite && rows_finite)) {
+        zero_hidden(p, rb, j0, nk, s.dpt.get(), ld, 1);
+        if (!rows_finite) {
+          visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, s.dv_acc.get(), p.dv, false);
+          visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, Q, q.ld, p.dk, s.dk_acc.get(), p.dk, false);
+          continue;
+        }
+      }
       Ops<T>::gemm(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, s.dv_acc.get(), p.dv, simd::kAccumulate);
       Ops<T>::gemm(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, s.dk_acc.get(), p.dk, simd::kAccumulate);
     }
@@ -168,6 +186,14 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t
                  simd::kOverwrite);
     Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
     const Operand kr = rows_operand<T>(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
+    const T* K = static_cast<const T*>(kr.ptr);
+    // As in pass 1: a hidden key's non-finite k or v must not reach the rows through a zero dS.
+    if (kind == TileKind::partial &&
+        !(all_finite(K, kr.ld, nk, p.dk) && all_finite(static_cast<const T*>(v.ptr), v.rs, nk, p.dv, v.cs))) {
+      zero_hidden(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
+      visible_product(p, rb, j0, nk, s.dpt.get(), 1, s.ld, K, kr.ld, p.dk, s.dq_acc.get(), p.dk, true);
+      continue;
+    }
     Ops<T>::gemm(rb.n, p.dk, nk, s.dpt.get(), 1, s.ld, static_cast<const T*>(kr.ptr), kr.ld, s.dq_acc.get(), p.dk,
                  simd::kAccumulate);
   }

@@ -69,9 +69,11 @@ std::vector<std::string> Args::words(const std::string& name) const {
 }
 
 const std::vector<Experiment>& experiments() {
-  static const std::vector<Experiment> all = {make_moments(),  make_variance(),    make_saturation(),
-                                              make_gradients(), make_heatmap(),    make_projections(),
-                                              make_length()};
+  static const std::vector<Experiment> all = {
+#define ATTNSCALE_UNIT(name, id) make_##name(),
+#include "lab/experiments/list.h"
+#undef ATTNSCALE_UNIT
+  };
   return all;
 }
 
