@@ -9,11 +9,22 @@ include(CMakePackageConfigHelpers)
 
 set(ATTNSCALE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attnscale)
 
+set(ATTNSCALE_HEADER_FILTER)
+if(NOT TARGET attnscale_distributed)
+  set(ATTNSCALE_HEADER_FILTER PATTERN distributed.h EXCLUDE)
+endif()
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/attnscale DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
-        COMPONENT development)
+        COMPONENT development ${ATTNSCALE_HEADER_FILTER})
 set(ATTNSCALE_INSTALLED_LIBRARIES attnscale)
 if(TARGET attnscale_shared)
   list(APPEND ATTNSCALE_INSTALLED_LIBRARIES attnscale_shared)
+endif()
+# Context-parallel attention (include/attnscale/distributed.h) when MPI was found: attnscale::distributed.
+set(ATTNSCALE_WITH_MPI OFF)
+if(TARGET attnscale_distributed)
+  set(ATTNSCALE_WITH_MPI ON)
+  list(APPEND ATTNSCALE_INSTALLED_LIBRARIES attnscale_distributed)
+  set_target_properties(attnscale_distributed PROPERTIES EXPORT_NAME distributed)
 endif()
 install(TARGETS ${ATTNSCALE_INSTALLED_LIBRARIES} EXPORT attnscaleTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
