@@ -58,16 +58,34 @@ struct PackedKV {
 struct Scratch {
   static constexpr std::int64_t lds = kBc;  // columns of the row-layout score tile (keys)
   std::int64_t dk32;
-  Buffer<std::uint16_t> qb, pb;
+  Buffer<std::uint16_t> qb, pb, vt;
   Buffer<float> s;
   ForwardScratch<float> f;
   explicit Scratch(const Params& p)
-      : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kBc), s(kBr * lds), f(p) {
+      : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kBc), vt((kBc + 32) * round_up(p.dv, 16)), s(kBr * lds),
+        f(p) {
     qb.fill(0);
     pb.fill(0);
     this->s.fill(0.0f);  // columns past a ragged tile's keys are read (never used) by exp2_rows
   }
 };
+
+// The B operand of P·V for the keys [k0, k0 + n) of the packed V (k0 even, n a multiple of 32),
+// of which only [j0, j1) belong to the tile. The GEMM reads whole 32-key blocks and P is zero
+// outside the tile, but 0 · NaN = NaN: when real keys outside [j0, j1) fall in the span (the end
+// of a causal row's keys, a window's first key), the span is copied with them zeroed, so a
+// non-finite value of a key the tile's rows cannot see never reaches them.
+const std::uint16_t* value_span(const Params& p, const PackedKV& kv, const std::uint16_t* V, std::int64_t k0,
+                                std::int64_t n, std::int64_t j0, std::int64_t j1, Scratch& s) {
+  const std::uint16_t* span = V + (k0 / 2) * kv.ldv * 2;
+  if (k0 == j0 && std::min(k0 + n, p.Nkv) <= j1) return span;  // beyond Nkv the packing is zero
+  std::uint16_t* dst = s.vt.get();
+  std::copy(span, span + n * kv.ldv, dst);
+  for (std::int64_t j = k0; j < k0 + n; ++j)
+    if (j < j0 || j >= j1)
+      for (std::int64_t c = 0; c < kv.ldv; ++c) dst[(((j - k0) / 2) * kv.ldv + c) * 2 + (j - k0) % 2] = 0;
+  return dst;
+}
 
 void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, Scratch& s) {
   ForwardScratch<float>& f = s.f;
@@ -97,25 +115,17 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
       const Operand vo = rows_operand<float>(p.v, rb.b, rb.kh, j0, nk, p.dv, f.vp.get());
       const float* Vf = static_cast<const float*>(vo.ptr);
       if (!all_finite(Vf, vo.ld, nk, p.dv)) {
-        for (std::int64_t r = 0; r < rb.n; ++r) {
-          float* o = f.o.get() + r * p.dv;
-          for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= f.alpha[r];
-          for (std::int64_t j = 0; j < nk; ++j) {
-            const std::int64_t key = j0 + j;
-            if (key < rb.lo[r] || key >= rb.hi[r]) continue;
-            if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
-            const float w = s.s[r * s.lds + j];
-            for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * Vf[j * vo.ld + c];
-          }
-        }
+        for (std::int64_t r = 0; r < rb.n; ++r)
+          for (std::int64_t c = 0; c < p.dv; ++c) f.o[r * p.dv + c] *= f.alpha[r];
+        visible_product(p, rb, j0, nk, s.s.get(), s.lds, 1, Vf, vo.ld, p.dv, f.o.get(), p.dv, /*into_rows=*/true);
         continue;
       }
     }
     if (shift == 0) {
       to_bf16(path, s.s.get(), s.lds, rb.n, nk16, s.pb.get(), kBc);
       for (std::int64_t r = 0; r < rb.n; ++r) std::fill(s.pb.get() + r * kBc + nk16, s.pb.get() + r * kBc + nk32, 0);
-      gemm(path, rb.n, p.dv, nk32, s.pb.get(), kBc, V + (j0 / 2) * kv.ldv * 2, kv.ldv, f.o.get(), p.dv, 2,
-           f.alpha.get(), 1.0f);
+      gemm(path, rb.n, p.dv, nk32, s.pb.get(), kBc, value_span(p, kv, V, j0, nk32, j0, j1, s), kv.ldv, f.o.get(),
+           p.dv, 2, f.alpha.get(), 1.0f);
     } else {  // odd j0: Pb column 0 is key j0 - 1 (probability 0)
       for (std::int64_t r = 0; r < rb.n; ++r) {
         std::uint16_t* row = s.pb.get() + r * kBc;
@@ -123,8 +133,9 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
         for (std::int64_t j = 0; j < nk; ++j) row[j + 1] = round_to_bf16(s.s[r * s.lds + j]);
         std::fill(row + nk + 1, row + kBc, 0);
       }
-      gemm(path, rb.n, p.dv, round_up(nk + 1, 32), s.pb.get(), kBc, V + (j0e / 2) * kv.ldv * 2, kv.ldv, f.o.get(),
-           p.dv, 2, f.alpha.get(), 1.0f);
+      const std::int64_t n = round_up(nk + 1, 32);
+      gemm(path, rb.n, p.dv, n, s.pb.get(), kBc, value_span(p, kv, V, j0e, n, j0, j1, s), kv.ldv, f.o.get(), p.dv, 2,
+           f.alpha.get(), 1.0f);
     }
   }
 }

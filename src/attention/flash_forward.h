@@ -65,17 +65,9 @@ void score_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
 template <class T>
 void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* V,
                         std::int64_t ldv, std::int64_t prs, std::int64_t pcs, ForwardScratch<T>& s) {
-  for (std::int64_t r = 0; r < rb.n; ++r) {
-    T* o = s.o.get() + r * p.dv;
-    for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= s.alpha[r];
-    for (std::int64_t j = 0; j < nk; ++j) {
-      const std::int64_t key = j0 + j;
-      if (key < rb.lo[r] || key >= rb.hi[r]) continue;
-      if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
-      const T w = s.st[r * prs + j * pcs];  // P(row r, key j) through its strides
-      for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * V[j * ldv + c];
-    }
-  }
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t c = 0; c < p.dv; ++c) s.o[r * p.dv + c] *= s.alpha[r];
+  visible_product(p, rb, j0, nk, s.st.get(), prs, pcs, V, ldv, p.dv, s.o.get(), p.dv, /*into_rows=*/true);
 }
 
 // Asks for the V rows of a key tile while the scores are computed (decode is bound by memory:

@@ -37,8 +37,8 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
   // Per trial: mean q, mean q², corr(q_j, k_j), corr(q_j, q_l), Var(q_i·k_j) (i ≠ j).
   const auto cols = per_trial(a.threads, a.trials, 5, [&](std::int64_t t, double* out) {
     // X is shared by every init (same stream), so inits compare on the same inputs.
-    const Stream sx(a.seed, stream_id(kProjections, {n, dx, 0}), static_cast<std::uint32_t>(t));
-    const Stream sw(a.seed, stream_id(kProjections, {n, dx, d, static_cast<std::int64_t>(init_index) + 1}),
+    const Stream sx(a.seed, stream_id(k_projections, {n, dx, 0}), static_cast<std::uint32_t>(t));
+    const Stream sw(a.seed, stream_id(k_projections, {n, dx, d, static_cast<std::int64_t>(init_index) + 1}),
                     static_cast<std::uint32_t>(t));
     std::vector<double> x(n * dx), wq(dx * d), wk(dx * d);
     sx.fill_normal(0, n * dx, x.data());

@@ -1,4 +1,4 @@
-// moments: Propositions 1-5 of seed 000 checked by Monte Carlo, each beside a case that drops its
+// moments: Propositions 1-5 of Chuang (2023) checked by Monte Carlo, each beside a case that drops its
 // assumption. Rows carry the proposition's claim (column `claim`), the measurement with its 95% CI,
 // and the correct closed form (`theory`, theory.h):
 //   P1  Var X = E X² − (E X)²               (identity; X = q_i with mean μ)
@@ -9,6 +9,13 @@
 //         (q_i = √(1−c) a_i + √c g, k likewise) Cov(q_i k_i, q_j k_j) = c², so Var = d + d(d−1)c²
 //   P5  Var(q·k) = d_k                       μ ≠ 0: d((1+μ²)² − μ⁴), mean dμ²;  ρ: mean ρd, var d(1+ρ²);
 //         heavy tails keep Var = d but the kurtosis of q·k is 3 + (κ_q κ_k − 3)/d, not 3.
+//         uncorrelated_dependent: k_i = (q_i² − 1)/√2 with q_i ~ N(0, 1). Then E k_i = 0, Var k_i =
+//         (E q⁴ − 2 E q² + 1)/2 = 1 and Cov(q_i, k_i) = E[q³ − q]/√2 = 0: every covariance Chuang
+//         (2023)'s assumption (iv) lists is 0, yet q_i and k_i are dependent, and
+//         Var(q_i k_i) = E[(q³ − q)²]/2 = (E q⁶ − 2 E q⁴ + E q²)/2 = (15 − 6 + 1)/2 = 5, so
+//         Var(q·k) = 5d: zero covariance is not enough, Proposition 3 needs independence.
+//         q_equals_k: k = q (self-attention's diagonal when Q = K, the Study notes' worked example):
+//         q·q = |q|² ~ χ²_d, mean d and variance 2d, not Lemma 1's 0 and d.
 #include <cmath>
 
 #include "lab/registry.h"
@@ -26,7 +33,8 @@ const std::vector<Case> kCases = {
     {"P1", "holds", false},        {"P2", "holds", false},        {"P3", "holds", false},
     {"P3", "mean_nonzero", false}, {"P3", "correlated", false},   {"P4", "holds", true},
     {"P4", "shared_factor", true}, {"P5", "holds", true},         {"P5", "mean_nonzero", true},
-    {"P5", "correlated", true},    {"P5", "heavy_tails", true}};
+    {"P5", "correlated", true},    {"P5", "heavy_tails", true},   {"P5", "uncorrelated_dependent", true},
+    {"P5", "q_equals_k", true}};  // append only: a case's index is part of its stream id
 
 std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
   const std::string prop = p[0], name = p[1];
@@ -40,7 +48,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
   if (name == "correlated" || prop == "P2") comp.rho = rho;
   const bool shared = name == "shared_factor";
   const std::uint32_t stream =
-      stream_id(kMoments, {static_cast<std::int64_t>(case_index), d, static_cast<int>(dist.kind),
+      stream_id(k_moments, {static_cast<std::int64_t>(case_index), d, static_cast<int>(dist.kind),
                            std::llround(dist.nu * 1000)});
   // Per trial: q_0, k_0, and q·k over d components.
   const auto cols = per_trial(a.threads, a.trials, 3, [&](std::int64_t t, double* out) {
@@ -54,6 +62,8 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
         q = std::sqrt(1 - c) * q + std::sqrt(c) * gq;
         k = std::sqrt(1 - c) * k + std::sqrt(c) * gk;
       }
+      if (name == "uncorrelated_dependent") k = (q * q - 1) / std::sqrt(2.0);
+      if (name == "q_equals_k") k = q;
       if (i == 0) {
         out[0] = q;
         out[1] = k;
@@ -96,10 +106,15 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
   } else if (prop == "P4") {
     add("var_dot", variance_ci(dot), dd, shared ? dd + dd * (dd - 1) * c * c : dd);
   } else {  // P5
-    const double m = name == "mean_nonzero" ? dd * mu * mu : name == "correlated" ? rho * dd : 0;
-    const double v = name == "mean_nonzero" ? theory::var_dot(d, mu, 1, 0)
-                     : name == "correlated"  ? theory::var_dot_general(d, rho, dist.kurtosis())
-                                             : dd;
+    const double m = name == "mean_nonzero" ? dd * mu * mu
+                     : name == "correlated" ? rho * dd
+                     : name == "q_equals_k" ? dd
+                                            : 0;
+    const double v = name == "mean_nonzero"             ? theory::var_dot(d, mu, 1, 0)
+                     : name == "correlated"             ? theory::var_dot_general(d, rho, dist.kurtosis())
+                     : name == "uncorrelated_dependent" ? 5 * dd
+                     : name == "q_equals_k"             ? 2 * dd
+                                                        : dd;
     add("mean_dot", mean_ci(dot), 0, m);
     add("var_dot", variance_ci(dot), dd, v);
     if (name == "heavy_tails" || name == "holds")
@@ -114,7 +129,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
 Experiment make_moments() {
   Experiment e;
   e.name = "moments";
-  e.summary = "seed 000's Propositions 1-5 by Monte Carlo, each also with its assumption dropped";
+  e.summary = "Propositions 1-5 of Chuang (2023) by Monte Carlo, each also with its assumption dropped";
   e.flags = {{"d", "1,4,16,64", "head dimensions for P4 and P5"},
              {"mu", "0.5", "component mean for the mean_nonzero cases (and P1)"},
              {"rho", "0.5", "correlation of q_i and k_i for the correlated cases (and P2)"},

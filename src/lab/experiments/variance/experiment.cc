@@ -21,7 +21,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& point) {
   const Components comp{dist, mu, sigma, 0};
   const auto dots = per_trial(a.threads, a.trials, ds.size(), [&](std::int64_t t, double* out) {
     for (std::size_t c = 0; c < ds.size(); ++c) {
-      const Stream s(a.seed, stream_id(kVariance, {static_cast<int>(dist.kind), std::llround(dist.nu * 1000), ds[c]}),
+      const Stream s(a.seed, stream_id(k_variance, {static_cast<int>(dist.kind), std::llround(dist.nu * 1000), ds[c]}),
                      static_cast<std::uint32_t>(t));
       double dot = 0;
       for (std::int64_t i = 0; i < ds[c]; ++i) {

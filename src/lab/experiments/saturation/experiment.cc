@@ -282,7 +282,7 @@ Experiment make_saturation() {
     const auto names = a.words("scaling");
     std::vector<double> scales;
     for (const auto& r : names) scales.push_back(scaling_factor(r, d, n));
-    return run_rows(a, kSaturation, n, d, names, scales, {p[0], p[1]});
+    return run_rows(a, k_saturation, n, d, names, scales, {p[0], p[1]});
   };
   return e;
 }

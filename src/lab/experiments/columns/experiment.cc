@@ -1,24 +1,30 @@
-// See column_softmax.h.
+// columns: one reference's definition applies the softmax to each *column* of Q Kᵀ/√d_k; the
+// others (and the engine) normalise each *row*, over the keys. This measures what the column-wise
+// reading would compute, on the saturation experiment's setting (Q, K, V with N(0, 1) entries), so
+// the report can show the difference instead of asserting it.
 //
 // Row-wise (attention):  P_ij  = exp(s_ij) / Σ_j' exp(s_ij'),  rows of P sum to 1, O = P V.
-// Column-wise (seed 000's wording): P'_ij = exp(s_ij) / Σ_i' exp(s_i'j), columns sum to 1.
+// Column-wise:           P'_ij = exp(s_ij) / Σ_i' exp(s_i'j), columns sum to 1.
 // P' is the transpose of the row-wise softmax of Sᵀ: keys distributing weight over queries.
 // The row-wise P comes from the engine (attnscale::forward, float64, probs output); P' is
 // computed here with the same max subtraction (per column).
-#include "report/column_softmax.h"
-
+//
+// Rows (n, d, normalisation ∈ {row, column}):
+//   row_sum_min, row_sum_max, col_sum_min, col_sum_max  smallest and largest sums of P's rows/columns
+//   output_rel_diff   ‖P'V − PV‖_F / ‖PV‖_F (column rows only)
+//   causal_leak       with a causal mask, change only the last query row: the largest change in the
+//                     outputs of all earlier rows. Row-wise exactly 0 (a query never sees later
+//                     positions); column-wise a column's normaliser sums over every later query.
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "attnscale/attention.h"
-#include "common/parallel.h"
+#include "lab/registry.h"
 #include "lab/rng.h"
 
-namespace attnscale::report {
+namespace attnscale::lab {
 namespace {
-
-constexpr std::uint32_t kStream = 0xC0150000u;  // this measurement's own random streams
 
 struct Trial {
   double row_err, col_min, col_max, col_err, row_min, row_max, rel_diff, leak_row, leak_col;
@@ -75,7 +81,7 @@ double max_abs_diff_before_last(const std::vector<double>& a, const std::vector<
 }
 
 Trial one_trial(std::uint64_t seed, std::int64_t n, std::int64_t d, std::int64_t t) {
-  const lab::Stream rng(seed, kStream, static_cast<std::uint32_t>(t));
+  const Stream rng(seed, stream_id(k_columns, {n, d}), static_cast<std::uint32_t>(t));
   std::vector<double> q(n * d), k(n * d), v(n * d);
   for (std::int64_t i = 0; i < n * d; ++i) {
     q[i] = rng.normal(i);
@@ -125,33 +131,42 @@ Trial one_trial(std::uint64_t seed, std::int64_t n, std::int64_t d, std::int64_t
   return r;
 }
 
+constexpr int kWidth = 9;  // the fields of Trial, in order
+
+std::vector<Row> run(const Args& a, const std::vector<std::string>& point) {
+  const std::int64_t n = std::stoll(point[0]), d = std::stoll(point[1]);
+  const auto cols = per_trial(a.threads, a.trials, kWidth, [&](std::int64_t t, double* out) {
+    const Trial r = one_trial(a.seed, n, d, t);
+    const double f[kWidth] = {r.row_err, r.col_min, r.col_max, r.col_err, r.row_min,
+                              r.row_max, r.rel_diff, r.leak_row, r.leak_col};
+    std::copy(f, f + kWidth, out);
+  });
+  auto row = [&](const char* norm, const char* metric, int field, std::optional<double> theory = std::nullopt) {
+    return make_row({point[0], point[1], norm}, metric, mean_ci(cols[field]), theory);
+  };
+  return {row("row", "row_sum_error", 0, 0.0),     row("row", "col_sum_min", 1),
+          row("row", "col_sum_max", 2),            row("row", "causal_leak", 7, 0.0),
+          row("column", "col_sum_error", 3, 0.0),  row("column", "row_sum_min", 4),
+          row("column", "row_sum_max", 5),         row("column", "output_rel_diff", 6),
+          row("column", "causal_leak", 8)};
+}
+
 }  // namespace
 
-ColumnSoftmaxEvidence measure_column_softmax(std::uint64_t seed, std::int64_t n, std::int64_t d,
-                                             std::int64_t trials, int threads) {
-  std::vector<Trial> all(static_cast<std::size_t>(trials));
-  parallel_for(trials, 1, resolve_threads(threads, trials), [&](std::int64_t a, std::int64_t b, int) {
-    for (std::int64_t t = a; t < b; ++t) all[t] = one_trial(seed, n, d, t);
-  });
-  auto col = [&](double Trial::*field) {
-    std::vector<double> x;
-    for (const Trial& t : all) x.push_back(t.*field);
-    return lab::mean_ci(x);
+Experiment make_columns() {
+  Experiment e;
+  e.name = "columns";
+  e.summary = "softmax over each column instead of each row: what it computes, and the causal leak";
+  e.flags = {{"n", "50", "sequence lengths (N queries, N keys)"}, {"d", "64", "head dimensions"}};
+  e.default_trials = 200;
+  e.param_names = {"n", "d", "normalisation"};
+  e.points = [](const Args& a) {
+    check_ints_in(a, "n", 2, 4096);
+    check_ints_in(a, "d", 1, 4096);
+    return n_d_points(a);
   };
-  ColumnSoftmaxEvidence e;
-  e.n = n;
-  e.d = d;
-  e.trials = trials;
-  e.row_sum_error_rowwise = col(&Trial::row_err);
-  e.col_sum_min_rowwise = col(&Trial::col_min);
-  e.col_sum_max_rowwise = col(&Trial::col_max);
-  e.col_sum_error_colwise = col(&Trial::col_err);
-  e.row_sum_min_colwise = col(&Trial::row_min);
-  e.row_sum_max_colwise = col(&Trial::row_max);
-  e.output_rel_diff = col(&Trial::rel_diff);
-  e.causal_leak_rowwise = col(&Trial::leak_row);
-  e.causal_leak_colwise = col(&Trial::leak_col);
+  e.run_point = run;
   return e;
 }
 
-}  // namespace attnscale::report
+}  // namespace attnscale::lab

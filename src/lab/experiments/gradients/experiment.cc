@@ -35,7 +35,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
   const std::size_t ns = names.size();
   // Per trial and scaling: mean ‖J‖_F over rows, median over rows, ‖dQ‖_F, ‖dK‖_F.
   const auto cols = per_trial(a.threads, a.trials, ns * 4, [&](std::int64_t t, double* out) {
-    const Stream s(a.seed, stream_id(kGradients, {n, d}), static_cast<std::uint32_t>(t));
+    const Stream s(a.seed, stream_id(k_gradients, {n, d}), static_cast<std::uint32_t>(t));
     std::vector<double> q, k, probs, v(n * d), g(n * d), o(n * d), lse(n), dq(n * d), dk(n * d), dv(n * d);
     sample_qk_direct(s, n, d, q, k);
     const std::uint64_t base = 4 * static_cast<std::uint64_t>((n * d + 1) / 2 * 2);

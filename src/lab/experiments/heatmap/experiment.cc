@@ -36,7 +36,7 @@ Experiment make_heatmap() {
   };
   e.run_point = [](const Args& a, const std::vector<std::string>& p) {
     const std::int64_t n = std::stoll(p[0]), d = std::stoll(p[1]);
-    const Stream s(a.seed, stream_id(kHeatmap, {n, d}), static_cast<std::uint32_t>(std::stoll(p[2])));
+    const Stream s(a.seed, stream_id(k_heatmap, {n, d}), static_cast<std::uint32_t>(std::stoll(p[2])));
     std::vector<double> q, k, probs, scratch, m(kRowMetrics);
     sample_qk_direct(s, n, d, q, k);
     std::vector<Row> rows;

@@ -30,7 +30,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
   const auto rules = a.words("rule");
   const std::size_t nr = rules.size();
   const auto cols = per_trial(a.threads, a.trials, nr * kRowMetrics, [&](std::int64_t t, double* out) {
-    const Stream s(a.seed, stream_id(kLength, {n, d}), static_cast<std::uint32_t>(t));
+    const Stream s(a.seed, stream_id(k_length, {n, d}), static_cast<std::uint32_t>(t));
     std::vector<double> q(nq * d), k(n * d), probs, scratch, m(kRowMetrics);
     s.fill_normal(0, n * d, k.data());
     s.fill_normal(static_cast<std::uint64_t>(n * d + 1) / 2 * 2, nq * d, q.data());
