@@ -188,7 +188,7 @@ struct Scratch {
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
       : q(L.group() * L.dk), s(L.group() * kTile), o(L.group() * L.dv), m(L.group()), l(L.group()),
-        alpha(L.group()), krow(kTile), vrow(kTile), ksc(kTile), vsc(kTile) {}
+        alpha(L.group()), krow(2 * kTile), vrow(2 * kTile), ksc(2 * kTile), vsc(2 * kTile) {}
 };
 
 // The partial (o, m, l) of the group's rows over keys [j0, j1) of (b, kh), left in s.
@@ -204,24 +204,38 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
   std::fill(s.l.begin(), s.l.end(), 0.0f);
   std::fill(s.o.begin(), s.o.end(), 0.0f);
   const bool int8 = L.type == kv::kI8;
-  for (std::int64_t t0 = j0; t0 < j1; t0 += kTile) {
+  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`, and a prefetch of its rows:
+  // the next tile's rows are asked for while this one is computed, which hides the latency of
+  // scattered rows (paged blocks, a [.., Hkv, d] interleaved pool) that the hardware prefetcher
+  // does not follow.
+  auto gather = [&](std::int64_t t0, std::int64_t set) {
     const std::int64_t nk = std::min(kTile, j1 - t0);
     for (std::int64_t j = 0; j < nk; ++j) {
       std::int64_t i0, i1, i2;
       L.index(b, kh, t0 + j, i0, i1, i2);
-      s.krow[j] = L.k.data + (i0 * L.k.s0 + i1 * L.k.s1 + i2 * L.k.s2) * L.k.esize;
-      s.vrow[j] = L.v.data + (i0 * L.v.s0 + i1 * L.v.s1 + i2 * L.v.s2) * L.v.esize;
+      const std::int64_t x = set * kTile + j;
+      s.krow[x] = L.k.data + (i0 * L.k.s0 + i1 * L.k.s1 + i2 * L.k.s2) * L.k.esize;
+      s.vrow[x] = L.v.data + (i0 * L.v.s0 + i1 * L.v.s1 + i2 * L.v.s2) * L.v.esize;
       if (int8) {
-        s.ksc[j] = L.k.scales + i0 * L.k.c0 + i1 * L.k.c1 + i2 * L.k.c2;
-        s.vsc[j] = L.v.scales + i0 * L.v.c0 + i1 * L.v.c1 + i2 * L.v.c2;
+        s.ksc[x] = L.k.scales + i0 * L.k.c0 + i1 * L.k.c1 + i2 * L.k.c2;
+        s.vsc[x] = L.v.scales + i0 * L.v.c0 + i1 * L.v.c1 + i2 * L.v.c2;
       }
-      // V rows are asked for now, so that their reads overlap the scores' reads of K.
-      const char* vr = static_cast<const char*>(s.vrow[j]);
+      const char* kr = static_cast<const char*>(s.krow[x]);
+      const char* vr = static_cast<const char*>(s.vrow[x]);
+      for (std::int64_t c = 0; c < L.dk * L.k.esize; c += 64) __builtin_prefetch(kr + c, 0, 2);
       for (std::int64_t c = 0; c < L.dv * L.v.esize; c += 64) __builtin_prefetch(vr + c, 0, 2);
     }
-    kv::scores(L.type, nk, g, L.dk, s.krow.data(), int8 ? s.ksc.data() : nullptr, s.q.data(), L.dk, s.s.data(), kTile);
+  };
+  gather(j0, 0);
+  std::int64_t set = 0;
+  for (std::int64_t t0 = j0; t0 < j1; t0 += kTile, set ^= 1) {
+    const std::int64_t nk = std::min(kTile, j1 - t0);
+    if (t0 + kTile < j1) gather(t0 + kTile, set ^ 1);
+    const std::int64_t x = set * kTile;
+    kv::scores(L.type, nk, g, L.dk, s.krow.data() + x, int8 ? s.ksc.data() + x : nullptr, s.q.data(), L.dk,
+               s.s.data(), kTile);
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
-    kv::accumulate(L.type, nk, g, L.dv, s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.s.data(), kTile,
+    kv::accumulate(L.type, nk, g, L.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(), kTile,
                    s.alpha.data(), s.o.data(), L.dv);
   }
 }
