@@ -18,14 +18,9 @@
 
 namespace attnscale::reference {
 namespace {
-using detail::element;
-using detail::load;
 using detail::Params;
-using detail::store;
-
-double get(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
-  return load(t, element(t, a, b, c, d));
-}
+using detail::put;
+constexpr auto get = detail::value<double>;
 
 // P for head (b, h) as an Nq × Nkv row-major matrix, which entries are visible (not masked), lse
 // per row and the soft-capping factor 1 − tanh²(x/c) per entry. A row with no visible key is all
@@ -100,12 +95,12 @@ void forward_params(const Params& p) {
           double o = 0;
           for (std::int64_t j = 0; j < p.Nkv; ++j)
             if (vis[i * p.Nkv + j]) o += z[i * p.Nkv + j] * P[i * p.Nkv + j] * get(p.v, b, p.kv_head(h), j, c);
-          store(p.out, element(p.out, b, h, i, c), o);
+          put(p.out, b, h, i, c, o);
         }
-        if (!p.lse.empty()) store(p.lse, element(p.lse, b, h, i, 0), lse[i]);
+        if (!p.lse.empty()) put(p.lse, b, h, i, 0, lse[i]);
         if (!p.probs.empty())
           for (std::int64_t j = 0; j < p.Nkv; ++j)
-            store(p.probs, element(p.probs, b, h, i, j), P[i * p.Nkv + j]);
+            put(p.probs, b, h, i, j, P[i * p.Nkv + j]);
       }
     }
 }
@@ -138,7 +133,7 @@ void backward_params(const detail::BackwardParams& p) {
           for (std::int64_t j = 0; j < p.Nkv; ++j) dS[j] -= P[i * p.Nkv + j] * D;
           if (!p.sinks.empty()) dsinks[h] -= std::exp(detail::sink2(p, h) / detail::kLog2e - lse[i]) * D;
           if (!p.dBias.empty())
-            for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.dBias, element(p.dBias, b, h, i, j), dS[j]);
+            for (std::int64_t j = 0; j < p.Nkv; ++j) put(p.dBias, b, h, i, j, dS[j]);
           for (std::int64_t j = 0; j < p.Nkv; ++j) dS[j] *= dcap[i * p.Nkv + j];
           for (std::int64_t c = 0; c < p.dk; ++c) {
             double dq = 0;
@@ -147,17 +142,17 @@ void backward_params(const detail::BackwardParams& p) {
               dq += dS[j] * get(p.k, b, kh, j, c);
               dK[j * p.dk + c] += p.scale * dS[j] * get(p.q, b, h, i, c);
             }
-            store(p.dQ, element(p.dQ, b, h, i, c), p.scale * dq);
+            put(p.dQ, b, h, i, c, p.scale * dq);
           }
         }
       }
       for (std::int64_t j = 0; j < p.Nkv; ++j) {
-        for (std::int64_t c = 0; c < p.dk; ++c) store(p.dK, element(p.dK, b, kh, j, c), dK[j * p.dk + c]);
-        for (std::int64_t c = 0; c < p.dv; ++c) store(p.dV, element(p.dV, b, kh, j, c), dV[j * p.dv + c]);
+        for (std::int64_t c = 0; c < p.dk; ++c) put(p.dK, b, kh, j, c, dK[j * p.dk + c]);
+        for (std::int64_t c = 0; c < p.dv; ++c) put(p.dV, b, kh, j, c, dV[j * p.dv + c]);
       }
     }
   if (!p.dSinks.empty())
-    for (std::int64_t h = 0; h < p.Hq; ++h) store(p.dSinks, detail::element1(p.dSinks, h), dsinks[h]);
+    for (std::int64_t h = 0; h < p.Hq; ++h) detail::store(p.dSinks, detail::element1(p.dSinks, h), dsinks[h]);
 }
 
 }  // namespace
