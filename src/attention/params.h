@@ -105,4 +105,8 @@ BackwardParams make_backward_params(const TensorView& q, const TensorView& k, co
                                     const TensorView& dout, const Gradients& grads,
                                     const Options& options, Kernel kernel);
 
+// The dQ partials the one-pass backward may allocate (backward.cc) before it falls back to two
+// passes; returns the previous budget. For tests, which reach both paths on small shapes.
+std::int64_t set_backward_partial_budget(std::int64_t bytes);
+
 }  // namespace attnscale::detail
