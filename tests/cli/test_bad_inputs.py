@@ -321,7 +321,7 @@ def test_misspelt_flag_is_named_with_the_nearest_one(work):
 
 @pytest.mark.parametrize("extra,out,words", [
     (["--lse", "o.npy"], "o.npy", ["--lse: 'o.npy' is also --out's file"]),
-    (["--probs", "./lse.npy", "--lse", "lse.npy"], "o.npy", ["--lse: 'lse.npy' is also --probs's file"]),
+    (["--probs", "./lse.npy", "--lse", "lse.npy"], "o.npy", ["--probs: './lse.npy' is also --lse's file"]),
     ([], "q.npy", ["--out: 'q.npy' is also the input --q"]),
     (["--lse", "./k.npy"], "o.npy", ["--lse: './k.npy' is also the input --k"]),
 ])
