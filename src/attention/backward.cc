@@ -67,7 +67,7 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
       for (std::int64_t i = 0; i < p.Nq; ++i) {
-        const double lse = load(p.lse, element(p.lse, b, h, i, 0));
+        const double lse = value<double>(p.lse, b, h, i, 0);
         st.lse2[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse * kLog2e);
         // In float64: one chain of dv products, whose float32 error would grow with dv (4096 at the
         // edge) and enter every dS of the row.
@@ -107,10 +107,7 @@ template <class T>
 void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t n,
                 std::int64_t d, const T* x) {
   for (std::int64_t r = 0; r < n; ++r)
-    for (std::int64_t c = 0; c < d; ++c) {
-      if (t.dtype == DType::f32) *at<float>(t, b, h, i0 + r, c) = static_cast<float>(x[r * d + c]);
-      else store(t, element(t, b, h, i0 + r, c), static_cast<double>(x[r * d + c]));
-    }
+    for (std::int64_t c = 0; c < d; ++c) put(t, b, h, i0 + r, c, x[r * d + c]);
 }
 
 // The one place where the backward forms a tile's P and dS, in row layout S[query][key] (ld
@@ -148,7 +145,7 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, std::int64_t 
                 std::int64_t kb0, std::int64_t kb1, DqPartial<T> dq, BackwardScratch<T>& s) {
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t j0 = kb * kBc, j1 = std::min(p.Nkv, j0 + kBc), nk = j1 - j0, ld = s.ldr;
-    pack_keys_transposed<T>(p.k, b, kh, j0, nk, p.dk, p.scale * kLog2e, s.kt.get(), ld);
+    pack_keys_transposed<T>(p.k, b, kh, j0, nk, p.dk, p.scale_log2e, s.kt.get(), ld);
     pack_keys_transposed<T>(p.v, b, kh, j0, nk, p.dv, 1.0, s.vt.get(), ld);
     const Operand kr = dq.dq ? rows_operand<T>(p.k, b, kh, j0, nk, p.dk, s.kp.get()) : Operand{nullptr, 0};
     const bool keys_finite = all_finite(s.kt.get(), ld, p.dk, nk) && all_finite(s.vt.get(), ld, p.dv, nk);
@@ -202,7 +199,7 @@ template <class T>
 void query_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t b, std::int64_t h,
                  std::int64_t i0, std::int64_t i1, BackwardScratch<T>& s) {
   const RowBlock rb = rows_of(p, b, h, i0, i1);
-  pack_transposed<T>(p.q, rb, p.dk, p.scale * kLog2e, s.qt.get(), s.ld);
+  pack_transposed<T>(p.q, rb, p.dk, p.scale_log2e, s.qt.get(), s.ld);
   pack_transposed<T>(p.dO, rb, p.dv, 1.0, s.dot.get(), s.ld);
   const std::int64_t row = stats.at(p, b, h, i0);
   for (std::int64_t r = 0; r < s.ld; ++r) {  // padding columns: P = 0
