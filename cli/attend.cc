@@ -38,6 +38,8 @@ Tensor allocate(const char* flag, DType dtype, const std::vector<std::int64_t>& 
 }
 
 void run(const AttendFlags& f) {
+  require_own_paths({{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}},
+                    {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path}});
   Tensor mask;
   const Options options = f.mask.options(mask);
   if (f.context_parallel) {
