@@ -6,9 +6,8 @@ attnscale.bfloat16. The forward keeps each row's log-sum-exp (float32 for bfloat
 backward recomputes the probabilities from q, k, v and it.
 
 A float mask that requires grad is an additive bias b: s = q k^T * scale + b, so its gradient is
-the score gradient dS = P o (dP - D), with dP = dout v^T and D_i = sum_j P_ij dP_ij = dout_i . out_i
-(the softmax's backward). It has the mask's size, B Hq Nq Nkv before the sums over the mask's
-broadcast dimensions, and is computed from P, which the forward kernel returns on request.
+the score gradient dS = P o (dP - D), which the backward kernel returns on request (dbias). It has
+the mask's size, B Hq Nq Nkv before autograd sums it over the mask's broadcast dimensions.
 """
 import functools
 
@@ -80,8 +79,7 @@ class Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, forward_options, options):
-        # mask: a constant, a tensor or a numpy array (attnscale.torch_flash's strided ALiBi bias).
-        mask_np = mask if mask is None or isinstance(mask, np.ndarray) else to_numpy("mask", mask)
+        mask_np = None if mask is None else to_numpy("mask", mask)
         out, lse = _attnscale.attention(
             to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), mask=mask_np, return_lse=True, **forward_options
         )
@@ -98,7 +96,8 @@ class Attention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         # _dlse is always zero: lse is marked non-differentiable.
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _attnscale.attention_backward(
+        need = ctx.needs_input_grad
+        grads = _attnscale.attention_backward(
             to_numpy("q", q),
             to_numpy("k", k),
             to_numpy("v", v),
@@ -106,10 +105,11 @@ class Attention(torch.autograd.Function):
             lse.numpy(),
             to_numpy("dout", dout.to(out.dtype)),
             mask=ctx.mask,
+            return_dbias=need[3],
             **ctx.options,
         )
-        need = ctx.needs_input_grad
-        dmask = _mask_gradient(ctx, q, k, v, out, dout) if need[3] else None
+        dq, dk, dv = grads[:3]
+        dmask = from_numpy(grads[3]).to(ctx.mask_dtype) if need[3] else None
         return (
             from_numpy(dq) if need[0] else None,
             from_numpy(dk) if need[1] else None,
@@ -120,18 +120,13 @@ class Attention(torch.autograd.Function):
         )
 
 
-def _mask_gradient(ctx, q, k, v, out, dout):
-    """dS = P o (dP - D) (see the module's notes), in the mask's dtype and shape."""
-    _, probs = _attnscale.attention(
-        to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), mask=ctx.mask, return_probs=True, **ctx.options
-    )
-    p = torch.from_numpy(probs)  # float64 for float64 inputs, else float32
-    group = q.shape[-3] // v.shape[-3] if v.dim() >= 3 else 1
-    vv = v.to(p.dtype).repeat_interleave(group, dim=-3) if group > 1 else v.to(p.dtype)
-    do = dout.to(p.dtype)
-    dp = do @ vv.transpose(-1, -2)
-    d = (do * out.to(p.dtype)).sum(-1, keepdim=True)
-    return (p * (dp - d)).to(ctx.mask_dtype)
+def dropout_keywords(p):
+    """The kernels' dropout keywords for probability p: a seed from torch's default generator, so
+    torch.manual_seed fixes the mask (the backward regenerates it from the same seed)."""
+    if p == 0:
+        return {}
+    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
+    return dict(dropout_p=float(p), dropout_seed=seed)
 
 
 def attend(q, k, v, mask, forward_options, options, gqa=True):
