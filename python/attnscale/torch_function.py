@@ -75,11 +75,15 @@ def once_differentiable(backward):
 
 
 class Attention(torch.autograd.Function):
-    """softmax(q k^T * scale + mask) v with gradients for q, k and v (see attnscale.torch.attention)."""
+    """softmax(q k^T * scale + mask) v with gradients for q, k, v, a float mask and sinks (a logit per
+    head that joins every row's softmax without a value; see attnscale.torch.attention)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, forward_options, options):
+    def forward(ctx, q, k, v, mask, forward_options, options, sinks=None):
         mask_np = None if mask is None else to_numpy("mask", mask)
+        if sinks is not None:
+            options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64)))
+            forward_options = dict(forward_options, sinks=options["sinks"])
         out, lse = _attnscale.attention(
             to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), mask=mask_np, return_lse=True, **forward_options
         )
@@ -87,6 +91,7 @@ class Attention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.mask = mask_np
         ctx.mask_dtype = None if mask is None else mask.dtype
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
         ctx.options = options
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -96,7 +101,7 @@ class Attention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         # _dlse is always zero: lse is marked non-differentiable.
         q, k, v, out, lse = ctx.saved_tensors
-        need = ctx.needs_input_grad
+        need = ctx.needs_input_grad + (False,) * (7 - len(ctx.needs_input_grad))  # sinks: optional
         grads = _attnscale.attention_backward(
             to_numpy("q", q),
             to_numpy("k", k),
@@ -105,19 +110,23 @@ class Attention(torch.autograd.Function):
             lse.numpy(),
             to_numpy("dout", dout.to(out.dtype)),
             mask=ctx.mask,
+            return_dsinks=need[6],
             return_dbias=need[3],
             **ctx.options,
         )
-        dq, dk, dv = grads[:3]
-        dmask = from_numpy(grads[3]).to(ctx.mask_dtype) if need[3] else None
-        return (
+        dq, dk, dv, *extra = grads  # then dsinks, then dbias, each when asked for
+        dsinks = from_numpy(extra.pop(0)).to(ctx.sinks_dtype) if need[6] else None
+        dmask = from_numpy(extra.pop(0)).to(ctx.mask_dtype) if need[3] else None
+        result = (
             from_numpy(dq) if need[0] else None,
             from_numpy(dk) if need[1] else None,
             from_numpy(dv) if need[2] else None,
             dmask,
             None,
             None,
+            dsinks,
         )
+        return result[: len(ctx.needs_input_grad)]
 
 
 def dropout_keywords(p):
@@ -129,7 +138,7 @@ def dropout_keywords(p):
     return dict(dropout_p=float(p), dropout_seed=seed)
 
 
-def attend(q, k, v, mask, forward_options, options, gqa=True):
+def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None):
     """(out, lse) of attention over tensors of PyTorch's shapes (attnscale.broadcast folds them).
 
     An empty key set (or no query) is PyTorch's math on the empty operands: out 0, lse -inf.
@@ -147,5 +156,8 @@ def attend(q, k, v, mask, forward_options, options, gqa=True):
         return out.reshape(lay.out), torch.full(lay.lse, -math.inf, dtype=stats)
     q4, k4, v4 = (broadcast.fold(t, s, lay.batch, torch.Tensor.expand) for t, s in ((q, lay.q), (k, lay.k), (v, lay.v)))
     m4 = None if mask is None else broadcast.fold(mask, lay.mask, lay.batch, torch.Tensor.expand)
-    out, lse = Attention.apply(q4, k4, v4, m4, forward_options, options)
+    if sinks is not None and (not isinstance(sinks, torch.Tensor) or sinks.shape != (lay.hq,)):
+        got = list(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+        raise ValueError(f"sinks: expected a tensor of shape ({lay.hq},), one logit per query head, got {got}")
+    out, lse = Attention.apply(q4, k4, v4, m4, forward_options, options, sinks)
     return out.reshape(lay.out), lse.reshape(lay.lse)
