@@ -30,7 +30,8 @@ namespace {
 // length hi with a window of hi − 1 − lo keys before the last. Every Params field that changes
 // the result must either be passed on here or exclude this route.
 bool decode_as_cache(const Params& p) {
-  if (p.Nq != 1 || !p.mask.empty() || p.dtype != DType::f32 || p.out.dtype != DType::f32 || p.k.strides[3] != 1 ||
+  if (p.Nq != 1 || !p.mask.empty() || p.transforms_scores() || !p.sinks.empty() || p.has_dropout() ||
+      p.dtype != DType::f32 || p.out.dtype != DType::f32 || p.k.strides[3] != 1 ||
       p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
       p.Nkv >= std::numeric_limits<std::int32_t>::max())
     return false;
