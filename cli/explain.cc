@@ -46,11 +46,11 @@ struct Matrix {
 Matrix load_matrix(const std::string& flag, const std::string& path) {
   const Tensor t = read_npy(path);
   if (t.rank() != 2 || t.dtype() == DType::u8)
-    throw Error(flag + ": explain takes a 2-D float array [N, d], got " + t.view().shape_str() + " " +
-                std::string(dtype_name(t.dtype())));
+    throw Error(fmt::format("{}: explain takes a 2-D float array [N, d], got {} {}", flag, t.view().shape_str(),
+                            dtype_name(t.dtype())));
   if (t.dim(0) > kMaxSide || t.dim(1) > kMaxSide)
-    throw Error(flag + ": explain prints every matrix; use at most " + std::to_string(kMaxSide) +
-                " rows and columns, got " + t.view().shape_str());
+    throw Error(fmt::format("{}: explain prints every matrix; use at most {} rows and columns, got {}", flag,
+                            kMaxSide, t.view().shape_str()));
   Matrix m{t.dim(0), t.dim(1), std::vector<double>(t.numel())};
   for (std::int64_t i = 0; i < t.numel(); ++i)
     m.a[i] = t.dtype() == DType::f32 ? t.as<float>()[i] : t.as<double>()[i];
@@ -117,8 +117,8 @@ void run(ExplainFlags& f) {
     V = random_matrix(n, d, f.seed, 2);
     origin = fmt::format("random N(0, 1) entries, N = {}, d_k = {}, seed {}", n, d, f.seed);
   }
-  if (K.cols != Q.cols) throw Error("--k: dk = " + std::to_string(K.cols) + " differs from --q's " + std::to_string(Q.cols));
-  if (V.rows != K.rows) throw Error("--v: " + std::to_string(V.rows) + " rows differ from --k's " + std::to_string(K.rows));
+  if (K.cols != Q.cols) throw Error(fmt::format("--k: dk = {} differs from --q's {}", K.cols, Q.cols));
+  if (V.rows != K.rows) throw Error(fmt::format("--v: {} rows differ from --k's {}", V.rows, K.rows));
 
   // The library computes P, O and lse; the steps below recompute each stage in plain loops.
   Matrix O{Q.rows, V.cols, std::vector<double>(Q.rows * V.cols)};
