@@ -204,26 +204,41 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
   std::fill(s.l.begin(), s.l.end(), 0.0f);
   std::fill(s.o.begin(), s.o.end(), 0.0f);
   const bool int8 = L.type == kv::kI8;
-  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`, and a prefetch of its rows:
-  // the next tile's rows are asked for while this one is computed, which hides the latency of
-  // scattered rows (paged blocks, a [.., Hkv, d] interleaved pool) that the hardware prefetcher
-  // does not follow.
+  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`; for a paged cache also a
+  // prefetch of its rows: the next tile's rows are asked for while this one is computed, which
+  // hides the latency of scattered rows (blocks in any order, a [.., block, Hkv, d] pool whose
+  // rows of one head are Hkv·d apart) that the hardware prefetcher does not follow.
   auto gather = [&](std::int64_t t0, std::int64_t set) {
     const std::int64_t nk = std::min(kTile, j1 - t0);
+    const void** kr = s.krow.data() + set * kTile;
+    const void** vr = s.vrow.data() + set * kTile;
+    const float** ksc = s.ksc.data() + set * kTile;
+    const float** vsc = s.vsc.data() + set * kTile;
+    if (!L.paged) {  // one stride per row; the hardware prefetcher follows these streams
+      const char* k = L.k.data + (b * L.k.s0 + kh * L.k.s1 + t0 * L.k.s2) * L.k.esize;
+      const char* v = L.v.data + (b * L.v.s0 + kh * L.v.s1 + t0 * L.v.s2) * L.v.esize;
+      for (std::int64_t j = 0; j < nk; ++j) {
+        kr[j] = k + j * L.k.s2 * L.k.esize;
+        vr[j] = v + j * L.v.s2 * L.v.esize;
+      }
+      if (int8)
+        for (std::int64_t j = 0; j < nk; ++j) {
+          ksc[j] = L.k.scales + b * L.k.c0 + kh * L.k.c1 + (t0 + j) * L.k.c2;
+          vsc[j] = L.v.scales + b * L.v.c0 + kh * L.v.c1 + (t0 + j) * L.v.c2;
+        }
+      return;
+    }
     for (std::int64_t j = 0; j < nk; ++j) {
       std::int64_t i0, i1, i2;
       L.index(b, kh, t0 + j, i0, i1, i2);
-      const std::int64_t x = set * kTile + j;
-      s.krow[x] = L.k.data + (i0 * L.k.s0 + i1 * L.k.s1 + i2 * L.k.s2) * L.k.esize;
-      s.vrow[x] = L.v.data + (i0 * L.v.s0 + i1 * L.v.s1 + i2 * L.v.s2) * L.v.esize;
+      kr[j] = L.k.data + (i0 * L.k.s0 + i1 * L.k.s1 + i2 * L.k.s2) * L.k.esize;
+      vr[j] = L.v.data + (i0 * L.v.s0 + i1 * L.v.s1 + i2 * L.v.s2) * L.v.esize;
       if (int8) {
-        s.ksc[x] = L.k.scales + i0 * L.k.c0 + i1 * L.k.c1 + i2 * L.k.c2;
-        s.vsc[x] = L.v.scales + i0 * L.v.c0 + i1 * L.v.c1 + i2 * L.v.c2;
+        ksc[j] = L.k.scales + i0 * L.k.c0 + i1 * L.k.c1 + i2 * L.k.c2;
+        vsc[j] = L.v.scales + i0 * L.v.c0 + i1 * L.v.c1 + i2 * L.v.c2;
       }
-      const char* kr = static_cast<const char*>(s.krow[x]);
-      const char* vr = static_cast<const char*>(s.vrow[x]);
-      for (std::int64_t c = 0; c < L.dk * L.k.esize; c += 64) __builtin_prefetch(kr + c, 0, 2);
-      for (std::int64_t c = 0; c < L.dv * L.v.esize; c += 64) __builtin_prefetch(vr + c, 0, 2);
+      for (std::int64_t c = 0; c < L.dk * L.k.esize; c += 64) __builtin_prefetch(static_cast<const char*>(kr[j]) + c, 0, 2);
+      for (std::int64_t c = 0; c < L.dv * L.v.esize; c += 64) __builtin_prefetch(static_cast<const char*>(vr[j]) + c, 0, 2);
     }
   };
   gather(j0, 0);

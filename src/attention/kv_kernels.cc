@@ -58,47 +58,80 @@ HWY_INLINE float Element(const void* row, const float* scales, size_t c) {
   }
 }
 
-// S[r][j] = Σ_c Q[r][c] · K_j[c] for NR rows (row stride ldq) and keys j < nk.
+// S[r][j] = Σ_c Q[r][c] · K_j[c] for NR rows (row stride ldq) and keys j < nk. Two
+// accumulators per row (even and odd vectors of the row) halve the chain of dependent FMAs.
 template <int kType, size_t NR>
 HWY_INLINE void ScoresRows(size_t nk, size_t dk, const void* const* krow, const float* const* ksc, const float* Q,
                            size_t ldq, float* S, size_t lds) {
   const DF d;
   const size_t L = hn::Lanes(d), full = dk / L * L;
   for (size_t j = 0; j < nk; ++j) {
-    VF acc[NR];
-    for (size_t r = 0; r < NR; ++r) acc[r] = hn::Zero(d);
-    for (size_t c = 0; c < full; c += L) {
-      const VF k = LoadRow<kType>(d, krow[j], ksc ? ksc[j] : nullptr, c);
-      for (size_t r = 0; r < NR; ++r) acc[r] = hn::MulAdd(k, hn::LoadU(d, Q + r * ldq + c), acc[r]);
+    const float* sc = ksc ? ksc[j] : nullptr;
+    VF acc[NR][2];
+    for (size_t r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+    size_t c = 0;
+    for (; c + 2 * L <= full; c += 2 * L) {
+      const VF k0 = LoadRow<kType>(d, krow[j], sc, c), k1 = LoadRow<kType>(d, krow[j], sc, c + L);
+      for (size_t r = 0; r < NR; ++r) {
+        acc[r][0] = hn::MulAdd(k0, hn::LoadU(d, Q + r * ldq + c), acc[r][0]);
+        acc[r][1] = hn::MulAdd(k1, hn::LoadU(d, Q + r * ldq + c + L), acc[r][1]);
+      }
+    }
+    if (c < full) {
+      const VF k0 = LoadRow<kType>(d, krow[j], sc, c);
+      for (size_t r = 0; r < NR; ++r) acc[r][0] = hn::MulAdd(k0, hn::LoadU(d, Q + r * ldq + c), acc[r][0]);
     }
     for (size_t r = 0; r < NR; ++r) {
-      float s = hn::GetLane(hn::SumOfLanes(d, acc[r]));
-      for (size_t c = full; c < dk; ++c) s += Q[r * ldq + c] * Element<kType>(krow[j], ksc ? ksc[j] : nullptr, c);
+      float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc[r][0], acc[r][1])));
+      for (size_t e = full; e < dk; ++e) s += Q[r * ldq + e] * Element<kType>(krow[j], sc, e);
       S[r * lds + j] = s;
     }
   }
 }
 
-// O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for NR rows (row stride ldo).
+// O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for NR rows (row stride ldo). The output columns go in
+// blocks of CB vectors whose NR x CB accumulators stay in registers while all nk keys stream
+// through (one load and widening of each V vector for all rows).
+#if HWY_TARGET == HWY_AVX2
+constexpr size_t kAccumulators = 8;  // of 16 vector registers
+#else
+constexpr size_t kAccumulators = 16;  // of 32 (AVX-512); the scalar target has no limit that matters
+#endif
+
+template <int kType, size_t NR, size_t CB>
+HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, const float* const* vsc, const float* P,
+                                size_t ldp, const float* alpha, float* O, size_t ldo) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  VF acc[NR][CB];
+  for (size_t r = 0; r < NR; ++r)
+    for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(hn::LoadU(d, O + r * ldo + c0 + b * L), hn::Set(d, alpha[r]));
+  for (size_t j = 0; j < nk; ++j) {
+    VF p[NR];
+    for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * ldp + j]);
+    for (size_t b = 0; b < CB; ++b) {
+      const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+      for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], v, acc[r][b]);
+    }
+  }
+  for (size_t r = 0; r < NR; ++r)
+    for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[r][b], d, O + r * ldo + c0 + b * L);
+}
+
 template <int kType, size_t NR>
 HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
                                size_t ldp, const float* alpha, float* O, size_t ldo) {
   const DF d;
   const size_t L = hn::Lanes(d), full = dv / L * L;
-  for (size_t c = 0; c < full; c += L) {
-    VF acc[NR];
-    for (size_t r = 0; r < NR; ++r) acc[r] = hn::Mul(hn::LoadU(d, O + r * ldo + c), hn::Set(d, alpha[r]));
-    for (size_t j = 0; j < nk; ++j) {
-      const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c);
-      for (size_t r = 0; r < NR; ++r) acc[r] = hn::MulAdd(hn::Set(d, P[r * ldp + j]), v, acc[r]);
-    }
-    for (size_t r = 0; r < NR; ++r) hn::StoreU(acc[r], d, O + r * ldo + c);
-  }
-  for (size_t c = full; c < dv; ++c)
+  constexpr size_t CB = kAccumulators / NR > 0 ? kAccumulators / NR : 1;
+  size_t c = 0;
+  for (; c + CB * L <= full; c += CB * L) AccumulateBlock<kType, NR, CB>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  for (; c < full; c += L) AccumulateBlock<kType, NR, 1>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  for (size_t e = full; e < dv; ++e)
     for (size_t r = 0; r < NR; ++r) {
-      float o = O[r * ldo + c] * alpha[r];
-      for (size_t j = 0; j < nk; ++j) o += P[r * ldp + j] * Element<kType>(vrow[j], vsc ? vsc[j] : nullptr, c);
-      O[r * ldo + c] = o;
+      float o = O[r * ldo + e] * alpha[r];
+      for (size_t j = 0; j < nk; ++j) o += P[r * ldp + j] * Element<kType>(vrow[j], vsc ? vsc[j] : nullptr, e);
+      O[r * ldo + e] = o;
     }
 }
 
