@@ -164,7 +164,8 @@ std::string Page::html() const {
       continue;
     }
     const auto svg = figures.find(p.figure);
-    if (svg == figures.end()) throw Error("report: the text places figure '" + p.figure + "', which was not drawn");
+    if (svg == figures.end())
+      throw Error(fmt::format("report: the text places figure '{}', which was not drawn", p.figure));
     // The caption is one paragraph: keep cmark's inline HTML without the <p> around it.
     std::string caption = markdown_to_html(p.text);
     caption = std::regex_replace(caption, std::regex(R"(^<p>|</p>\s*$)"), "");
