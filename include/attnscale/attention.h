@@ -65,6 +65,11 @@ struct Options {
   Mask mask;
   int threads = 0;  // 0: $ATTNSCALE_THREADS, else every hardware thread
   Compute compute = Compute::native;
+  // backward() only: true when lse is the log-normaliser over exactly the keys passed (the
+  // forward's own lse); the backward then rescales each row's recomputed probabilities to sum to
+  // 1, which removes the float32 rounding of lse from the gradients. false when lse also counts
+  // keys not passed (one shard of the keys, as ring attention passes): P = e^(t − lse) as given.
+  bool lse_covers_keys = true;
 };
 
 // Outputs of the forward pass. `out` is required and has q's dtype; `lse` and `probs` are

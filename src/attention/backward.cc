@@ -68,7 +68,7 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
       for (std::int64_t i = 0; i < p.Nq; ++i) {
-        const double lse = load(p.lse, element(p.lse, b, h, i, 0));
+        const double lse = value<double>(p.lse, b, h, i, 0);
         st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
         // In float64: one chain of dv products, whose float32 error would grow with dv (4096 at the
         // edge) and enter every dS of the row.
@@ -149,7 +149,8 @@ void scores_rows(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, s
 // σ_i = Σ_j e^(t_ij − lse_i) summed in float64 over the same t bits the gradient pass computes,
 // P = e^(t − lse)/σ sums to 1 up to the rounding of its terms. The cost is one more score product
 // per tile (6 instead of 5). A term of the normaliser beyond the keys (an attention sink) would
-// join σ here. Not needed for float64 (its lse rounds at 1e-16).
+// join σ here. Not needed for float64 (its lse rounds at 1e-16), nor possible when lse counts
+// keys not passed (Options::lse_covers_keys = false: a shard of the keys, σ < 1 by design).
 template <class T>
 void normalisers(const BackwardParams& p, const PackedKeys<T>& kt, std::int64_t b, std::int64_t h, std::int64_t i0,
                  std::int64_t i1, RowStats<T>& stats, BackwardScratch<T>& s) {
@@ -173,10 +174,7 @@ template <class T>
 void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t n,
                 std::int64_t d, const T* x) {
   for (std::int64_t r = 0; r < n; ++r)
-    for (std::int64_t c = 0; c < d; ++c) {
-      if (t.dtype == DType::f32) *at<float>(t, b, h, i0 + r, c) = static_cast<float>(x[r * d + c]);
-      else store(t, element(t, b, h, i0 + r, c), static_cast<double>(x[r * d + c]));
-    }
+    for (std::int64_t c = 0; c < d; ++c) put(t, b, h, i0 + r, c, x[r * d + c]);
 }
 
 // The one place where the backward forms a tile's P and dS, in row layout S[query][key] (ld
@@ -321,7 +319,7 @@ void backward_all(const BackwardParams& p) {
   PerThread<BackwardScratch<T>> scratch(threads);
   auto scratch_of = [&](int t) -> BackwardScratch<T>& { return scratch.get(t, p); };
   const PackedKeys<T> kts = pack_keys<T>(p, nkb, threads);
-  if (std::is_same_v<T, float>) {
+  if (std::is_same_v<T, float> && p.lse_covers_keys) {
     parallel_for(query_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
       for (std::int64_t item = t0; item < t1; ++item) {
         const std::int64_t qb = nqb - 1 - item % nqb, head = item / nqb;  // costliest (causal) first

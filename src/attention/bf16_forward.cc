@@ -115,9 +115,7 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
       const Operand vo = rows_operand<float>(p.v, rb.b, rb.kh, j0, nk, p.dv, f.vp.get());
       const float* Vf = static_cast<const float*>(vo.ptr);
       if (!all_finite(Vf, vo.ld, nk, p.dv)) {
-        for (std::int64_t r = 0; r < rb.n; ++r)
-          for (std::int64_t c = 0; c < p.dv; ++c) f.o[r * p.dv + c] *= f.alpha[r];
-        visible_product(p, rb, j0, nk, s.s.get(), s.lds, 1, Vf, vo.ld, p.dv, f.o.get(), p.dv, /*into_rows=*/true);
+        accumulate_visible(p, rb, j0, nk, s.s.get(), s.lds, 1, Vf, vo.ld, f);
         continue;
       }
     }
@@ -155,13 +153,9 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     f.sub[r] = seen ? f.m[r] : INFINITY;  // e^(t − inf) = 0: a row with no visible key stays 0
     f.mul[r] = seen ? 1.0f / f.l[r] : 0.0f;
   }
-  const bool typed = p.probs.dtype == DType::f32;
-  const auto put = [&](std::int64_t r, std::int64_t j, float x) {
-    if (typed) *at<float>(p.probs, rb.b, rb.h[r], rb.i[r], j) = x;
-    else store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), static_cast<double>(x));
-  };
+  const auto set = [&](std::int64_t r, std::int64_t j, float x) { put(p.probs, rb.b, rb.h[r], rb.i[r], j, x); };
   for (std::int64_t r = 0; r < rb.n; ++r)
-    for (std::int64_t j = 0; j < p.Nkv; ++j) put(r, j, 0.0f);  // keys no tile reaches
+    for (std::int64_t j = 0; j < p.Nkv; ++j) set(r, j, 0.0f);  // keys no tile reaches
   const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
   const float scale = static_cast<float>(p.scale);
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
@@ -172,7 +166,7 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
     simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get());
     for (std::int64_t r = 0; r < rb.n; ++r)
-      for (std::int64_t j = 0; j < nk; ++j) put(r, j0 + j, s.s[r * s.lds + j] * f.mul[r]);
+      for (std::int64_t j = 0; j < nk; ++j) set(r, j0 + j, s.s[r * s.lds + j] * f.mul[r]);
   }
 }
 

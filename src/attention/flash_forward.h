@@ -59,13 +59,13 @@ void score_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
 
 // o = alpha·o + P·V for a partial tile whose V holds a non-finite value: only the pairs the mask
 // shows are read, so a NaN or inf in a hidden key's value never reaches a row (P = 0 for a hidden
-// pair, but 0 · NaN = NaN).
+// pair, but 0 · NaN = NaN). P(row r, key j) is P[r·prs + j·pcs]; the float and bf16 forwards share it.
 template <class T>
-void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* V,
-                        std::int64_t ldv, std::int64_t prs, std::int64_t pcs, ForwardScratch<T>& s) {
+void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* P,
+                        std::int64_t prs, std::int64_t pcs, const T* V, std::int64_t ldv, ForwardScratch<T>& s) {
   for (std::int64_t r = 0; r < rb.n; ++r)
     for (std::int64_t c = 0; c < p.dv; ++c) s.o[r * p.dv + c] *= s.alpha[r];
-  visible_product(p, rb, j0, nk, s.st.get(), prs, pcs, V, ldv, p.dv, s.o.get(), p.dv, /*into_rows=*/true);
+  visible_product(p, rb, j0, nk, P, prs, pcs, V, ldv, p.dv, s.o.get(), p.dv, /*into_rows=*/true);
 }
 
 // Asks for the V rows of a key tile while the scores are computed (decode is bound by memory:
@@ -105,7 +105,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
-      accumulate_visible(p, rb, j0, nk, V, v.ld, prs, pcs, s);
+      accumulate_visible(p, rb, j0, nk, s.st.get(), prs, pcs, V, v.ld, s);
     else
       Ops<T>::gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
                    s.alpha.get());
@@ -117,14 +117,10 @@ template <class T>
 void write_rows(const Params& p, const RowBlock& rb, const T* o, const T* m, const T* l) {
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const T inv = l[r] == T(0) ? T(0) : T(1) / l[r];
-    for (std::int64_t c = 0; c < p.dv; ++c) {
-      const T x = o[r * p.dv + c] * inv;
-      if (p.out.dtype == DType::f32) *at<float>(p.out, rb.b, rb.h[r], rb.i[r], c) = static_cast<float>(x);
-      else store(p.out, element(p.out, rb.b, rb.h[r], rb.i[r], c), static_cast<double>(x));
-    }
+    for (std::int64_t c = 0; c < p.dv; ++c) put(p.out, rb.b, rb.h[r], rb.i[r], c, o[r * p.dv + c] * inv);
     if (!p.lse.empty()) {
       const double lse = l[r] == T(0) ? -INFINITY : static_cast<double>(m[r]) + std::log(static_cast<double>(l[r]));
-      store(p.lse, element(p.lse, rb.b, rb.h[r], rb.i[r], 0), lse);
+      put(p.lse, rb.b, rb.h[r], rb.i[r], 0, lse);
     }
   }
 }
@@ -160,7 +156,7 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
     if (typed) {
       for (std::int64_t j = 0; j < p.Nkv; ++j) rows[r][j * cs] = T(0);
     } else {
-      for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+      for (std::int64_t j = 0; j < p.Nkv; ++j) put(p.probs, rb.b, rb.h[r], rb.i[r], j, T(0));
     }
   }
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
@@ -176,7 +172,7 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
         for (std::int64_t j = 0; j < nk; ++j) {
           const T x = s.st[r * kBc + j] * s.mul[r];
           if (typed) rows[r][(j0 + j) * cs] = x;
-          else store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(x));
+          else put(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j, x);
         }
       continue;
     }
@@ -199,7 +195,7 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
     } else {
       for (std::int64_t j = 0; j < nk; ++j)
         for (std::int64_t r = 0; r < rb.n; ++r)
-          store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+          put(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j, s.st[j * s.ld + r]);
     }
   }
 }

@@ -22,8 +22,6 @@ namespace attnscale::detail {
 
 inline constexpr std::int64_t kBr = 64;  // query rows per block (a multiple of kColumnPad)
 inline constexpr std::int64_t kBc = 64;  // keys per tile
-inline constexpr double kLog2e = 1.4426950408889634;
-inline constexpr double kLn2 = 0.6931471805599453;
 
 inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
@@ -169,13 +167,6 @@ void visible_product(const Params& p, const RowBlock& rb, std::int64_t j0, std::
       T* c = C + (into_rows ? r : j) * ldc;
       for (std::int64_t e = 0; e < d; ++e) c[e] += w * x[e];
     }
-}
-
-// Element (a, b, c, d) of any float view converted to T.
-template <class T>
-inline T value(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
-  if (t.dtype == DType::f32) return static_cast<T>(*at<const float>(t, a, b, c, d));
-  return static_cast<T>(load(t, element(t, a, b, c, d)));
 }
 
 // Rows [j0, j0 + n) of a [B, H, N, d] view at (b, h) as a row-major operand of T: the view itself
