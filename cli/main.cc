@@ -6,16 +6,20 @@
 #include "attnscale/error.h"
 #include "attnscale/version.h"
 #include "mpi_job.h"
+#ifdef ATTNSCALE_HAVE_MPI
+#include "attnscale/distributed.h"
+#endif
 #include "subcommands.h"
 
 namespace {
 
 // One line on stderr for this rank; under mpirun with several ranks, the others are stopped too
-// (they may be waiting for this one), so no rank hangs.
-int fail(int code, const char* kind, const std::string& what) {
-  std::fprintf(stderr, "attnscale: %s%s: %s\n", attnscale::cli::mpi_job::prefix().c_str(), kind, what.c_str());
+// (they may be waiting for this one), so no rank hangs, unless every rank has the same error.
+int fail(int code, const char* kind, const std::string& what, bool every_rank = false) {
+  std::fprintf(stderr, "attnscale: %s%s: %s\n", every_rank ? "" : attnscale::cli::mpi_job::prefix().c_str(), kind,
+               what.c_str());
   std::fflush(stderr);
-  attnscale::cli::mpi_job::stop_others(code);
+  if (!every_rank) attnscale::cli::mpi_job::stop_others(code);
   attnscale::cli::mpi_job::finish();
   return code;
 }
@@ -60,6 +64,10 @@ int main(int argc, char** argv) {
       for (const CLI::App* s = sub; s != nullptr; s = s->get_subcommands().empty() ? nullptr : s->get_subcommands()[0])
         help += " " + s->get_name();
     return fail(2, "error", what + " (see " + help + " --help)");
+#ifdef ATTNSCALE_HAVE_MPI
+  } catch (const attnscale::distributed::AgreedError& e) {
+    return fail(2, "error", e.what(), /*every_rank=*/true);
+#endif
   } catch (const attnscale::Error& e) {
     return fail(2, "error", e.what());
   } catch (const std::exception& e) {

@@ -140,19 +140,11 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
   const bool typed = p.probs.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64);
   T* rows[kBr];
   const std::int64_t cs = p.probs.strides[3];
-  // A key-major view (e.g. probs transposed) whose block rows are adjacent: each key's column of
-  // the tile is one contiguous run of rb.n values.
-  bool runs = typed && cs != 1 && rb.n > 0;
-  for (std::int64_t r = 0; r < rb.n; ++r) {
+  for (std::int64_t r = 0; r < rb.n; ++r)
     if (typed) rows[r] = at<T>(p.probs, rb.b, rb.h[r], rb.i[r]);
-    runs = runs && rows[r] == rows[0] + r;
-  }
   // Keys no tile writes are zero; when one tile spans all the keys, it writes every entry itself.
   const bool covered = !rb.empty() && rb.lo_min == 0 && rb.hi_max == p.Nkv && p.Nkv <= kBc;
-  if (runs && !covered) {
-    for (std::int64_t j = 0; j < p.Nkv; ++j) std::fill(rows[0] + j * cs, rows[0] + j * cs + rb.n, T(0));
-  }
-  for (std::int64_t r = 0; r < rb.n && !runs && !covered; ++r) {
+  for (std::int64_t r = 0; r < rb.n && !covered; ++r) {
     if (typed) {
       for (std::int64_t j = 0; j < p.Nkv; ++j) rows[r][j * cs] = T(0);
     } else {
@@ -183,13 +175,10 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
       score_tile(p, rb, j0, j1, kind, s);
       Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
     }
-    if (runs) {
-      for (std::int64_t j = 0; j < nk; ++j)
-        std::copy(s.st.get() + j * s.ld, s.st.get() + j * s.ld + rb.n, rows[0] + (j0 + j) * cs);
-    } else if (typed && cs == 1) {
+    if (typed && cs == 1) {
       for (std::int64_t r = 0; r < rb.n; ++r)
         for (std::int64_t j = 0; j < nk; ++j) rows[r][j0 + j] = s.st[j * s.ld + r];
-    } else if (typed) {  // e.g. a transposed view: walk the tile in its own (key-major) order
+    } else if (typed) {  // a strided view: walk the tile in its own (key-major) order
       for (std::int64_t j = 0; j < nk; ++j)
         for (std::int64_t r = 0; r < rb.n; ++r) rows[r][(j0 + j) * cs] = s.st[j * s.ld + r];
     } else {

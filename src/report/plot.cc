@@ -50,6 +50,16 @@ bool any_finite(const std::vector<double>& v) {
   return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
 }
 
+// Whether the dashed theory curve can be seen: somewhere it is finite and off the measured curve
+// (a theory equal to the data everywhere, such as an exact 0, is hidden beneath it, so the legend
+// must not promise it).
+bool theory_visible(const Series& s) {
+  for (std::size_t i = 0; i < s.theory.size() && i < s.y.size(); ++i)
+    if (std::isfinite(s.theory[i]) && std::abs(s.theory[i] - s.y[i]) > 1e-9 * std::max(1.0, std::abs(s.y[i])))
+      return true;
+  return false;
+}
+
 // Tic marks at the data's own x values on a log axis (d = 1, 2, 4, ...), thinned to at most 8.
 std::string log_xtics(const LinePanel& p) {
   std::set<double> xs;
@@ -124,7 +134,7 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
          << num(at(ser.theory, i)) << "\n";
     }
     gp << "EOD\n";
-    theory = theory || any_finite(ser.theory);
+    theory = theory || theory_visible(ser);
   }
   int arrow = 1;
   for (const RefLine& r : p.refs) {
@@ -190,7 +200,7 @@ void legend_strip(std::ostringstream& gp, const LinePanel& p, double height) {
     const std::size_t ci = ser.colour >= 0 ? static_cast<std::size_t>(ser.colour) : s;
     items.push_back(std::string("keyentry with linespoints ") + (ser.secondary ? "lw 1.2 pt 6 ps 0.7" : "lw 2 pt 7 ps 0.55") +
                     " lc rgb '" + kColours[ci % std::size(kColours)] + "' title " + quote(ser.title));
-    theory = theory || any_finite(p.series[s].theory);
+    theory = theory || theory_visible(p.series[s]);
   }
   if (theory) items.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title " + quote(p.theory_title));
   gp << "plot NaN notitle";

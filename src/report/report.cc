@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
@@ -78,7 +79,26 @@ std::map<std::string, std::string> draw_figures(const Measurements& m, const std
 
 }  // namespace
 
+// The tables of an earlier report: DIR/data/<unit>.json for every unit that has one.
+Measurements read_measurements(const ReportOptions& options) {
+  Measurements m;
+  m.options = options;
+  m.threads = resolve_threads(options.threads);
+  for (const Unit& u : units()) {
+    const fs::path path = fs::path(options.from) / "data" / (u.name + ".json");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    std::ostringstream text;
+    text << in.rdbuf();
+    m.tables[u.name] = lab::from_json(text.str(), path.string());
+    m.seconds += m.tables[u.name].meta.seconds;
+  }
+  if (m.tables.empty()) throw Error(fmt::format("--from: {} holds no data/<experiment>.json of this build's units", options.from));
+  return m;
+}
+
 Measurements measure(const ReportOptions& options) {
+  if (!options.from.empty()) return read_measurements(options);
   const auto start = std::chrono::steady_clock::now();
   Measurements m;
   m.options = options;

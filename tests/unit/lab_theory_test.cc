@@ -27,9 +27,12 @@ void expect_covers(const Row& r, const std::string& what) {
 TEST(LabStats, QuantilesMatchTables) {
   EXPECT_NEAR(normal_quantile(0.975), 1.959963984540054, 1e-9);
   EXPECT_NEAR(normal_quantile(0.05), -1.6448536269514722, 1e-9);
-  EXPECT_NEAR(student_t_quantile(0.975, 9), 2.262157, 2e-3);
-  EXPECT_NEAR(student_t_quantile(0.975, 19), 2.093024, 1e-3);
-  EXPECT_NEAR(student_t_quantile(0.975, 200), 1.971896, 1e-4);
+  // Published values of t_{0.975, df}, to their printed digits.
+  // Two degrees of freedom have a closed form: t = (2p − 1)/√(2p(1 − p)).
+  EXPECT_NEAR(student_t_quantile(0.975, 2), 0.95 / std::sqrt(2 * 0.975 * 0.025), 1e-12);
+  EXPECT_NEAR(student_t_quantile(0.975, 9), 2.262157162799, 1e-11);
+  EXPECT_NEAR(student_t_quantile(0.975, 19), 2.093024054408, 1e-11);
+  EXPECT_NEAR(student_t_quantile(0.975, 200), 1.971896, 1e-6);
 }
 
 TEST(LabStats, MeanMedianSlope) {
