@@ -26,7 +26,9 @@
 #include <vector>
 
 #include "attention/params.h"
+#include "attention/score_transforms.h"
 #include "attention/tiles.h"
+#include "attention/varlen.h"
 #include "attnscale/error.h"
 #include "common/parallel.h"
 
@@ -38,9 +40,9 @@ template <class T>
 struct BackwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of the transposed (query-column) tiles
   static constexpr std::int64_t ldr = kBc;  // columns of the row-layout (key-column) tiles
-  Buffer<T> qt, dot, qr, dor, st, dpt, kp, vp, vt, lse, D, mul, dk_acc, dv_acc, dq_acc;
+  Buffer<T> qt, dot, qr, dor, st, dpt, dcap, kp, vp, vt, lse, D, mul, dk_acc, dv_acc, dq_acc;
   explicit BackwardScratch(const Params& p)
-      : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr),
+      : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr), dcap(kBc * kBr),
         kp(kBc * p.dk), vp(kBc * p.dv), vt(p.dv * ldr), lse(ld), D(ld), mul(ld),
         dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {}
 };
@@ -129,14 +131,16 @@ PackedKeys<T> pack_keys(const BackwardParams& p, std::int64_t nkb, int threads) 
   return kt;
 }
 
-// The backward's score tile in row layout, S[r][j − j0] = s·q_r·k_j + bias for the
-// block's rows (Q read in place) against key block Kt (keys from j0), masked pairs -inf: the one
-// place where the backward post-processes its row-layout scores, for the normaliser pass and the
-// gradient pass alike.
+// The backward's score tile in row layout, S[r][j − j0] = t(s·q_r·k_j) + bias for the block's
+// rows (Q read in place) against key block Kt (keys from j0), t the score transforms (soft-cap,
+// ALiBi; their factor for dS in dcap when given), masked pairs -inf: the one place where the
+// backward post-processes its row-layout scores, for the normaliser pass and the gradient pass
+// alike.
 template <class T>
 void scores_rows(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
-                 const T* Q, std::int64_t ldq, const T* Kt, T* S) {
+                 const T* Q, std::int64_t ldq, const T* Kt, T* S, T* dcap = nullptr) {
   Ops<T>::gemm(rb.n, round_up(j1 - j0, simd::kColumnPad), p.dk, Q, ldq, 1, Kt, kBc, S, kBc, simd::kOverwrite);
+  if (p.transforms_scores()) transform_scores(p, rb, j0, j1 - j0, S, kBc, 1, dcap);
   if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, kBc);
 }
 
@@ -148,8 +152,8 @@ void scores_rows(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, s
 // has no such term (its dV error was 2-9x smaller at d_k = 64..4096 with unscaled logits). With
 // σ_i = Σ_j e^(t_ij − lse_i) summed in float64 over the same t bits the gradient pass computes,
 // P = e^(t − lse)/σ sums to 1 up to the rounding of its terms. The cost is one more score product
-// per tile (6 instead of 5). A term of the normaliser beyond the keys (an attention sink) would
-// join σ here. Not needed for float64 (its lse rounds at 1e-16), nor possible when lse counts
+// per tile (6 instead of 5). An attention sink, a term of the normaliser beyond the keys, joins
+// σ as e^(sink − lse). Not needed for float64 (its lse rounds at 1e-16), nor possible when lse counts
 // keys not passed (Options::lse_covers_keys = false: a shard of the keys, σ < 1 by design).
 template <class T>
 void normalisers(const BackwardParams& p, const PackedKeys<T>& kt, std::int64_t b, std::int64_t h, std::int64_t i0,
@@ -167,7 +171,11 @@ void normalisers(const BackwardParams& p, const PackedKeys<T>& kt, std::int64_t 
     for (std::int64_t r = 0; r < rb.n; ++r)
       for (std::int64_t j = 0; j < nk; ++j) sigma[r] += s.st[r * kBc + j];
   }
-  for (std::int64_t r = 0; r < rb.n; ++r) stats.mul[row + r] = sigma[r] > 0 ? static_cast<T>(1 / sigma[r]) : T(1);
+  const double sink = sink_logit(p, h);
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    if (sink != -INFINITY) sigma[r] += std::exp(sink - static_cast<double>(stats.lse[row + r]));
+    stats.mul[row + r] = sigma[r] > 0 ? static_cast<T>(1 / sigma[r]) : T(1);
+  }
 }
 
 template <class T>
@@ -177,19 +185,41 @@ void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_
     for (std::int64_t c = 0; c < d; ++c) put(t, b, h, i0 + r, c, x[r * d + c]);
 }
 
+// dbias(b, h, i, j0 + j) = dS(r, j) of a tile (W(r, j) = W[r·rs + j·cs], unscaled), then dS ∘= s.
+template <class T>
+void write_bias_grad(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, T* dS,
+                     std::int64_t rs, std::int64_t cs) {
+  const T scale = static_cast<T>(p.scale);
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t j = 0; j < nk; ++j) {
+      T& x = dS[r * rs + j * cs];
+      put(p.dBias, rb.b, rb.h[r], rb.i[r], j0 + j, x);
+      x *= scale;
+    }
+}
+
 // The one place where the backward forms a tile's P and dS, in row layout S[query][key] (ld
 // kBc), for the block's rows read in place (Q, dO) against key block Kt and the block's Vᵀ in s.vt:
 //   S = scores_rows(), P = e^(S − lse)/σ in s.st, dP = dO·Vᵀ, dS = s·P∘(dP − D) in s.dpt.
 template <class T>
 void p_and_ds_rows(const BackwardParams& p, const RowStats<T>& stats, const RowBlock& rb, std::int64_t j0,
-                   std::int64_t j1, TileKind kind, const T* Q, std::int64_t ldq, const T* Kt, const T* dO,
-                   std::int64_t lddo, BackwardScratch<T>& s) {
-  const std::int64_t cols = round_up(j1 - j0, simd::kColumnPad), ld = s.ldr, n = rb.n;
+                   std::int64_t j1, TileKind kind, bool guarded, const T* Q, std::int64_t ldq, const T* Kt,
+                   const T* dO, std::int64_t lddo, BackwardScratch<T>& s) {
+  const std::int64_t nk = j1 - j0, cols = round_up(nk, simd::kColumnPad), ld = s.ldr, n = rb.n;
   const std::int64_t row = stats.at(p, rb.b, rb.h[0], rb.i[0]);
-  scores_rows(p, rb, j0, j1, kind, Q, ldq, Kt, s.st.get());
+  scores_rows(p, rb, j0, j1, kind, Q, ldq, Kt, s.st.get(), s.dcap.get());
   Ops<T>::exp2_rows(s.st.get(), ld, n, cols, stats.lse.data() + row, stats.mul.data() + row);
   Ops<T>::gemm(n, cols, p.dv, dO, lddo, 1, s.vt.get(), ld, s.dpt.get(), ld, simd::kOverwrite);
-  Ops<T>::softmax_grad_rows(s.st.get(), s.dpt.get(), ld, n, cols, stats.D.data() + row, static_cast<T>(p.scale));
+  if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), ld, 1);  // dP = Z∘(dO·Vᵀ)/(1 − p)
+  // With dbias wanted, dS = P∘(dP − D) comes unscaled first: it is the gradient of the additive mask.
+  const bool bias = !p.dBias.empty();
+  Ops<T>::softmax_grad_rows(s.st.get(), s.dpt.get(), ld, n, cols, stats.D.data() + row,
+                            bias ? T(1) : static_cast<T>(p.scale));
+  // A hidden pair's dS is 0 · (a non-finite dP) when its key holds one.
+  if (guarded) zero_hidden(p, rb, j0, nk, s.dpt.get(), ld, 1);
+  if (bias) write_bias_grad(p, rb, j0, nk, s.dpt.get(), ld, 1);
+  if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), ld, 1);
+  if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), ld, 1);  // dV takes Z∘P/(1 − p)
 }
 
 // Where a key task adds dQ += dS·K: rows of (b, h) at dq + ((b·Hq + h)·Nq + i)·dk, or nowhere
@@ -230,16 +260,14 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedK
         const Operand dO = rows_operand<T>(p.dO, b, h, i0, n, p.dv, s.dor.get());
         const T* Q = static_cast<const T*>(q.ptr);
         const T* dOr = static_cast<const T*>(dO.ptr);
-        p_and_ds_rows(p, stats, rb, j0, j1, kind, Q, q.ld, Kt, dOr, dO.ld, s);
-        const T* K = static_cast<const T*>(kr.ptr);
-        // A hidden pair's dS is 0 · (a non-finite dP) when its key holds one; a hidden row's
-        // non-finite q or dO must not reach the keys through a zero weight, nor a hidden key's
-        // non-finite k the rows' dQ.
+        // A hidden row's non-finite q or dO must not reach the keys through a zero weight, nor a
+        // hidden key's non-finite k the rows' dQ (p_and_ds_rows clears the hidden dS).
         const std::int64_t row = stats.at(p, b, h, i0);
         const bool rows_finite =
             std::all_of(stats.finite.begin() + row, stats.finite.begin() + row + n, [](char f) { return f != 0; });
         const bool guarded = kind == TileKind::partial && !(keys_finite && rows_finite);
-        if (guarded) zero_hidden(p, rb, j0, nk, s.dpt.get(), ld, 1);
+        p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, Kt, dOr, dO.ld, s);
+        const T* K = static_cast<const T*>(kr.ptr);
         if (guarded && !rows_finite) {
           visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, s.dv_acc.get(), p.dv, false);
           visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, Q, q.ld, p.dk, s.dk_acc.get(), p.dk, false);
@@ -281,18 +309,22 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, const Packed
     if (kind == TileKind::skip) continue;
     Ops<T>::gemm(nk, s.ld, p.dk, kts.at(b, rb.kh, j0 / kBc), 1, kBc, s.qt.get(), s.ld, s.st.get(), s.ld,
                  simd::kOverwrite);
+    if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, s.ld, s.dcap.get());
     if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
     Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.lse.get(), s.mul.get());
     const StridedOperand v = strided_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     Ops<T>::gemm(nk, s.ld, p.dv, static_cast<const T*>(v.ptr), v.rs, v.cs, s.dot.get(), s.ld, s.dpt.get(), s.ld,
                  simd::kOverwrite);
+    if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
     Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
     const Operand kr = rows_operand<T>(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
     const T* K = static_cast<const T*>(kr.ptr);
     // As in pass 1: a hidden key's non-finite k or v must not reach the rows through a zero dS.
-    if (kind == TileKind::partial &&
-        !(all_finite(K, kr.ld, nk, p.dk) && all_finite(static_cast<const T*>(v.ptr), v.rs, nk, p.dv, v.cs))) {
-      zero_hidden(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
+    const bool dirty = kind == TileKind::partial && !(all_finite(K, kr.ld, nk, p.dk) &&
+                                                      all_finite(static_cast<const T*>(v.ptr), v.rs, nk, p.dv, v.cs));
+    if (dirty) zero_hidden(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
+    if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, s.ld);
+    if (dirty) {
       visible_product(p, rb, j0, nk, s.dpt.get(), 1, s.ld, K, kr.ld, p.dk, s.dq_acc.get(), p.dk, true);
       continue;
     }
@@ -300,6 +332,23 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, const Packed
                  simd::kAccumulate);
   }
   write_rows(p.dQ, b, h, i0, rb.n, p.dk, s.dq_acc.get());
+}
+
+// dsink_h = −Σ_{b,i} P_sink·D_i with P_sink = e^(sink_h − lse_i)/σ_i (σ: normalisers()): the sink
+// joins the softmax like a key whose value is zero, so its dP is 0 and dS_sink = P_sink·(0 − D).
+template <class T>
+void write_sink_grads(const BackwardParams& p, const RowStats<T>& stats) {
+  for (std::int64_t h = 0; h < p.Hq; ++h) {
+    const double sink = sink_logit(p, h);
+    double g = 0;
+    for (std::int64_t b = 0; b < p.B; ++b)
+      for (std::int64_t i = 0; i < p.Nq; ++i) {
+        const std::int64_t row = stats.at(p, b, h, i);
+        g -= std::exp(sink - static_cast<double>(stats.lse[row])) * static_cast<double>(stats.mul[row]) *
+             static_cast<double>(stats.D[row]);
+      }
+    store(p.dSinks, element1(p.dSinks, h), g);
+  }
 }
 
 // Key groups of the one-pass backward: enough (batch, KV head, key group) tasks to keep up to 8
@@ -316,6 +365,12 @@ void backward_all(const BackwardParams& p) {
   const std::int64_t key_items = heads * (one_pass ? groups : nkb), query_items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, std::max(key_items, query_items));
   RowStats<T> stats = row_stats<T>(p, threads);
+  if (!p.dBias.empty())  // the key tasks write every pair a tile reaches; the others are 0
+    parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+      for (std::int64_t bh = t0; bh < t1; ++bh)
+        for (std::int64_t i = 0; i < p.Nq; ++i)
+          for (std::int64_t j = 0; j < p.Nkv; ++j) put(p.dBias, bh / p.Hq, bh % p.Hq, i, j, 0.0);
+    });
   PerThread<BackwardScratch<T>> scratch(threads);
   auto scratch_of = [&](int t) -> BackwardScratch<T>& { return scratch.get(t, p); };
   const PackedKeys<T> kts = pack_keys<T>(p, nkb, threads);
@@ -327,6 +382,7 @@ void backward_all(const BackwardParams& p) {
       }
     });
   }
+  if (!p.dSinks.empty()) write_sink_grads(p, stats);
   if (!one_pass) {
     parallel_for(key_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
       for (std::int64_t item = t0; item < t1; ++item)
@@ -377,17 +433,22 @@ std::int64_t set_backward_partial_budget(std::int64_t bytes) {
 
 }  // namespace detail
 
+void detail::run_backward(const BackwardParams& p) {
+  switch (p.dtype) {
+    case DType::f32:
+    case DType::bf16: return backward_all<float>(p);  // bf16: converted to float32 on load
+    case DType::f64: return backward_all<double>(p);
+    default: throw Error("q: dtype " + std::string(dtype_name(p.dtype)) + " is not supported by backward");
+  }
+}
+
 void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
               const TensorView& lse, const TensorView& dout, const Gradients& grads,
               const Options& options) {
-  const auto p = detail::make_backward_params(q, k, v, out, lse, dout, grads, options, detail::Kernel::fast);
   detail::simd::init_target_from_env();
-  switch (p.dtype) {
-    case DType::f32:
-    case DType::bf16: return detail::backward_all<float>(p);  // bf16: converted to float32 on load
-    case DType::f64: return detail::backward_all<double>(p);
-    default: throw Error("q: dtype " + std::string(dtype_name(p.dtype)) + " is not supported by backward");
-  }
+  if (detail::is_varlen(options))
+    return detail::varlen_backward(q, k, v, out, lse, dout, grads, options, detail::Kernel::fast);
+  detail::run_backward(detail::make_backward_params(q, k, v, out, lse, dout, grads, options, detail::Kernel::fast));
 }
 
 }  // namespace attnscale

@@ -65,6 +65,7 @@ void decode_all(const Params& p) {
           for (std::int64_t d = 0; d < p.dv; ++d) o[r * p.dv + d] += w * po[slot * p.dv + d];
         }
       }
+      if (!p.sinks.empty()) fold_sinks(p, rb, o.data(), m.data(), l.data());
       write_rows(p, rb, o.data(), m.data(), l.data());
     }
   });

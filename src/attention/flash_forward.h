@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "attention/params.h"
+#include "attention/score_transforms.h"
 #include "attention/tiles.h"
 
 namespace attnscale::detail {
@@ -45,6 +46,7 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
   const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
   Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
                simd::kOverwrite);
+  if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, s.ld);
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
 }
 
@@ -56,6 +58,7 @@ void score_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
   const std::int64_t nk = j1 - j0;
   const Operand k = rows_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
   Ops<T>::dot_tile(nk, rb.n, p.dk, static_cast<const T*>(k.ptr), k.ld, s.qr.get(), p.dk, s.st.get(), kBc);
+  if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), kBc, 1);
   if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.st.get(), kBc);
 }
 
@@ -104,6 +107,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
       score_tile(p, rb, j0, j1, kind, s);
       Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
     }
+    if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), prs, pcs);  // l keeps every P
     const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))

@@ -204,22 +204,28 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
   std::fill(s.l.begin(), s.l.end(), 0.0f);
   std::fill(s.o.begin(), s.o.end(), 0.0f);
   const bool int8 = L.type == kv::kI8;
-  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`; for a paged cache also a
-  // prefetch of its rows: the next tile's rows are asked for while this one is computed, which
-  // hides the latency of scattered rows (blocks in any order, a [.., block, Hkv, d] pool whose
-  // rows of one head are Hkv·d apart) that the hardware prefetcher does not follow.
+  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`, and a prefetch of its rows:
+  // the next tile's rows are asked for while this one is computed, so that the K and V streams
+  // overlap the arithmetic, and the scattered rows of a paged cache (blocks in any order, a
+  // [.., block, Hkv, d] pool whose rows of one head are Hkv·d apart) arrive in time.
+  const std::int64_t kbytes = L.dk * L.k.esize, vbytes = L.dv * L.v.esize;
+  auto prefetch = [&](const void* k, const void* v) {
+    for (std::int64_t c = 0; c < kbytes; c += 64) __builtin_prefetch(static_cast<const char*>(k) + c, 0, 2);
+    for (std::int64_t c = 0; c < vbytes; c += 64) __builtin_prefetch(static_cast<const char*>(v) + c, 0, 2);
+  };
   auto gather = [&](std::int64_t t0, std::int64_t set) {
     const std::int64_t nk = std::min(kTile, j1 - t0);
     const void** kr = s.krow.data() + set * kTile;
     const void** vr = s.vrow.data() + set * kTile;
     const float** ksc = s.ksc.data() + set * kTile;
     const float** vsc = s.vsc.data() + set * kTile;
-    if (!L.paged) {  // one stride per row; the hardware prefetcher follows these streams
+    if (!L.paged) {  // one stride per row
       const char* k = L.k.data + (b * L.k.s0 + kh * L.k.s1 + t0 * L.k.s2) * L.k.esize;
       const char* v = L.v.data + (b * L.v.s0 + kh * L.v.s1 + t0 * L.v.s2) * L.v.esize;
       for (std::int64_t j = 0; j < nk; ++j) {
         kr[j] = k + j * L.k.s2 * L.k.esize;
         vr[j] = v + j * L.v.s2 * L.v.esize;
+        prefetch(kr[j], vr[j]);
       }
       if (int8)
         for (std::int64_t j = 0; j < nk; ++j) {
@@ -237,8 +243,7 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
         ksc[j] = L.k.scales + i0 * L.k.c0 + i1 * L.k.c1 + i2 * L.k.c2;
         vsc[j] = L.v.scales + i0 * L.v.c0 + i1 * L.v.c1 + i2 * L.v.c2;
       }
-      for (std::int64_t c = 0; c < L.dk * L.k.esize; c += 64) __builtin_prefetch(static_cast<const char*>(kr[j]) + c, 0, 2);
-      for (std::int64_t c = 0; c < L.dv * L.v.esize; c += 64) __builtin_prefetch(static_cast<const char*>(vr[j]) + c, 0, 2);
+      prefetch(kr[j], vr[j]);
     }
   };
   gather(j0, 0);

@@ -89,6 +89,63 @@ HWY_INLINE void ScoresRows(size_t nk, size_t dk, const void* const* krow, const 
   }
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// The sums of the lanes of four vectors at once: lane i of every 128-bit block of the result holds
+// the sum of a_i over that block (two rounds of interleave-and-add, 32-bit then 64-bit lanes);
+// BlockSums4 then adds the blocks. About a third of the shuffles of four separate SumOfLanes.
+HWY_INLINE VF Sum4(DF d, VF a0, VF a1, VF a2, VF a3) {
+  const hn::Repartition<double, DF> dd;
+  const VF x01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+  const VF x23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+  const auto y01 = hn::BitCast(dd, x01), y23 = hn::BitCast(dd, x23);
+  return hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, y01, y23)), hn::BitCast(d, hn::InterleaveUpper(dd, y01, y23)));
+}
+HWY_INLINE void BlockSums4(DF d, VF v, float* out4) {
+  const hn::Full128<float> d4;
+  HWY_ALIGN float buf[hn::MaxLanes(DF())];
+  hn::Store(v, d, buf);
+  auto t = hn::Load(d4, buf);
+  for (size_t k = 4; k < hn::Lanes(d); k += 4) t = hn::Add(t, hn::Load(d4, buf + k));
+  hn::StoreU(t, d4, out4);
+}
+
+// ScoresRows for NR a multiple of 4, two keys at a time: each vector of Q is loaded once for both
+// keys, and the lane sums go four rows at a time through Sum4.
+template <int kType, size_t NR>
+HWY_INLINE void ScoresRowsPairs(size_t nk, size_t dk, const void* const* krow, const float* const* ksc,
+                                const float* Q, size_t ldq, float* S, size_t lds) {
+  static_assert(NR % 4 == 0);
+  const DF d;
+  const size_t L = hn::Lanes(d), full = dk / L * L;
+  size_t j = 0;
+  for (; j + 2 <= nk; j += 2) {
+    const float* sc0 = ksc ? ksc[j] : nullptr;
+    const float* sc1 = ksc ? ksc[j + 1] : nullptr;
+    VF acc[NR][2];
+    for (size_t r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+    for (size_t c = 0; c < full; c += L) {
+      const VF k0 = LoadRow<kType>(d, krow[j], sc0, c), k1 = LoadRow<kType>(d, krow[j + 1], sc1, c);
+      for (size_t r = 0; r < NR; ++r) {
+        const VF q = hn::LoadU(d, Q + r * ldq + c);
+        acc[r][0] = hn::MulAdd(k0, q, acc[r][0]);
+        acc[r][1] = hn::MulAdd(k1, q, acc[r][1]);
+      }
+    }
+    for (size_t x = 0; x < 2; ++x) {
+      float sums[NR];
+      for (size_t r = 0; r < NR; r += 4)
+        BlockSums4(d, Sum4(d, acc[r][x], acc[r + 1][x], acc[r + 2][x], acc[r + 3][x]), sums + r);
+      for (size_t r = 0; r < NR; ++r) {
+        float s = sums[r];
+        for (size_t e = full; e < dk; ++e) s += Q[r * ldq + e] * Element<kType>(krow[j + x], x ? sc1 : sc0, e);
+        S[r * lds + j + x] = s;
+      }
+    }
+  }
+  if (j < nk) ScoresRows<kType, NR>(1, dk, krow + j, ksc ? ksc + j : nullptr, Q, ldq, S + j, lds);
+}
+#endif
+
 // O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for NR rows (row stride ldo). The output columns go in
 // blocks of CB vectors whose NR x CB accumulators stay in registers while all nk keys stream
 // through (one load and widening of each V vector for all rows).
@@ -123,9 +180,15 @@ HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, co
                                size_t ldp, const float* alpha, float* O, size_t ldo) {
   const DF d;
   const size_t L = hn::Lanes(d), full = dv / L * L;
-  constexpr size_t CB = kAccumulators / NR > 0 ? kAccumulators / NR : 1;
+  // Blocks of 8, 4, 2, 1 vectors, as wide as the register budget allows: each V row is then read
+  // in as few passes as possible (one for d = 128 and one row on AVX-512).
   size_t c = 0;
-  for (; c + CB * L <= full; c += CB * L) AccumulateBlock<kType, NR, CB>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  if constexpr (8 * NR <= kAccumulators)
+    for (; c + 8 * L <= full; c += 8 * L) AccumulateBlock<kType, NR, 8>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  if constexpr (4 * NR <= kAccumulators)
+    for (; c + 4 * L <= full; c += 4 * L) AccumulateBlock<kType, NR, 4>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  if constexpr (2 * NR <= kAccumulators)
+    for (; c + 2 * L <= full; c += 2 * L) AccumulateBlock<kType, NR, 2>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
   for (; c < full; c += L) AccumulateBlock<kType, NR, 1>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
   for (size_t e = full; e < dv; ++e)
     for (size_t r = 0; r < NR; ++r) {
@@ -148,11 +211,19 @@ void ScoresT(size_t nk, size_t rows, size_t dk, const void* const* krow, const f
       case 1: ScoresRows<kType, 1>(nk, dk, krow, ksc, q, ldq, s, lds); break;
       case 2: ScoresRows<kType, 2>(nk, dk, krow, ksc, q, ldq, s, lds); break;
       case 3: ScoresRows<kType, 3>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#if HWY_TARGET != HWY_SCALAR
+      case 4: ScoresRowsPairs<kType, 4>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#else
       case 4: ScoresRows<kType, 4>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#endif
       case 5: ScoresRows<kType, 5>(nk, dk, krow, ksc, q, ldq, s, lds); break;
       case 6: ScoresRows<kType, 6>(nk, dk, krow, ksc, q, ldq, s, lds); break;
       case 7: ScoresRows<kType, 7>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#if HWY_TARGET != HWY_SCALAR
+      default: ScoresRowsPairs<kType, 8>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#else
       default: ScoresRows<kType, 8>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#endif
     }
   }
 }
