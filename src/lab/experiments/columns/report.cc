@@ -86,7 +86,7 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 Unit unit_columns() {
   Unit u;
   u.quick = {{{"n", "8,50"}}, 50};
-  u.standard = {{{"n", "8,16,32,50,100,200"}}, 200};
+  u.standard = {{{"n", "8,16,32,50,100"}}, 200};
   u.full = {{{"n", "8,16,32,50,100,200"}}, 2000};
   u.figures = figures;
   u.slots = slots;

@@ -75,7 +75,8 @@ Slots slots(const lab::ResultTable& t) {
           {"var_mean_theory", fmt(mn.theory.value_or(NAN))},
           {"var_corr", fmt_ci(co)},
           {"var_corr_theory", fmt(co.theory.value_or(NAN))},
-          {"mean_corr", fmt_ci(cm)}};
+          {"mean_corr", fmt_ci(cm)},
+          {"mean_moves", !covers(cm, 0.0) ? "true" : ""}};
   if (!p5(t, "var_dot", "uncorrelated_dependent").empty()) {
     const lab::Row& ud = row("uncorrelated_dependent", "var_dot");
     s["dependent"] = "true";
