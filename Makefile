@@ -75,7 +75,7 @@ BENCH_ARGS ?=
 bench: build
 	$(PYTHON) bench/compare.py --bin $(BUILD)/bin/attnscale $(BENCH_ARGS)
 
-# The lab's speed check: seed 001's numpy simulation vs `attnscale experiment saturation`.
+# The lab's speed check: the Simulation note's numpy simulation vs `attnscale experiment saturation`.
 .PHONY: bench-lab
 bench-lab: build
 	$(PYTHON) bench/saturation_vs_numpy.py --bin $(BUILD)/bin/attnscale

@@ -1,4 +1,4 @@
-// attnscale report: runs every lab experiment and writes seed 000 completed (HTML, Markdown,
+// attnscale report: runs every lab experiment and writes Chuang (2023) completed (HTML, Markdown,
 // figures, data) into --out. See src/report/report.h.
 #include <chrono>
 #include <cstdio>

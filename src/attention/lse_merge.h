@@ -1,7 +1,7 @@
 // The LSE merge: one softmax row from partial results over disjoint key chunks. The decode paths
-// (decode.cc, kv_decode.cc) merge their key chunks with it (base 2, unnormalised partials) and
-// merge_partials() the public (out, lse) pairs (base e, normalised), through which the ring
-// attention of distributed.h merges too.
+// (decode.cc, kv_decode.cc) merge their key chunks with it (unnormalised partials) and
+// merge_partials() the public (out, lse) pairs (normalised), through which the ring attention of
+// distributed.h merges too. Every user works in base e today; the base is a parameter.
 //
 // Chunk c holds m_c (its largest score, or its lse), l_c = Σ_j b^(s_j − m_c) (0: the chunk saw
 // no key of this row) and o_c = Σ_j b^(s_j − m_c) v_j. With M = max_c m_c (for stability, as in

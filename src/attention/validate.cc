@@ -139,7 +139,6 @@ void fill_transforms(Params& p, const Options& options) {
 void fill_options(Params& p, const Options& options) {
   p.scale = options.scale.resolve(p.dk);
   if (!std::isfinite(p.scale)) fail("scale: must be finite, got " + std::to_string(p.scale));
-  p.scale_log2e = p.scale * kLog2e;
   const Mask& m = options.mask;
   p.causal = m.causal;
   p.align = m.align;
@@ -210,6 +209,7 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
                                     const Options& options, Kernel kernel) {
   BackwardParams p;
   fill_inputs(p, q0, k0, v0, options);
+  p.lse_covers_keys = options.lse_covers_keys;
   const bool any = kernel == Kernel::reference;
   const std::int64_t o_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
   const std::string o_str = dims(p.B, p.Hq, p.Nq, p.dv);

@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "attnscale/error.h"
 
 namespace attnscale::report {
@@ -161,7 +163,7 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
                     " title " + quote(ser.title));
   }
   if (theory) plots.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title " + quote(p.theory_title));
-  if (plots.empty()) throw Error("figure panel '" + p.title + "' has no data");
+  if (plots.empty()) throw Error(fmt::format("figure panel '{}' has no data", p.title));
   gp << "plot ";
   for (std::size_t i = 0; i < plots.size(); ++i) gp << (i ? ", \\\n     " : "") << plots[i];
   gp << "\n";
@@ -274,7 +276,7 @@ std::string gnuplot_script(const Figure& figure, const std::string& terminal, co
 
 std::string render(const Figure& figure, const std::string& dir) {
   namespace fs = std::filesystem;
-  if (figure.panels.empty()) throw Error("figure " + figure.name + ": no panels");
+  if (figure.panels.empty()) throw Error(fmt::format("figure {}: no panels", figure.name));
   fs::create_directories(dir);
   const fs::path base = fs::path(dir) / figure.name;
   const std::string svg = base.string() + ".svg", png = base.string() + ".png";
@@ -292,7 +294,7 @@ std::string render(const Figure& figure, const std::string& dir) {
   {
     std::ofstream out(gp_path);
     out << script;
-    if (!out) throw Error("cannot write " + gp_path.string());
+    if (!out) throw Error(fmt::format("cannot write {}", gp_path.string()));
   }
   const std::string cmd = "gnuplot " + shell_quote(gp_path.string()) + " > " + shell_quote(log_path.string()) + " 2>&1";
   const int rc = std::system(cmd.c_str());
@@ -300,7 +302,7 @@ std::string render(const Figure& figure, const std::string& dir) {
   fs::remove(log_path);
   if (rc != 0 || !fs::exists(svg) || !fs::exists(png)) {
     if (log.size() > 600) log = log.substr(log.size() - 600);
-    throw Error("gnuplot failed on " + gp_path.string() + " (is gnuplot-nox installed?): " + log);
+    throw Error(fmt::format("gnuplot failed on {} (is gnuplot-nox installed?): {}", gp_path.string(), log));
   }
   // Heatmaps reach the SVG as embedded PNG images; keep their cells sharp when scaled up.
   std::string text = slurp(svg);

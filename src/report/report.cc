@@ -26,7 +26,7 @@ namespace {
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-  if (!out) throw Error("cannot write " + path.string());
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
 }
 
 std::string reproduce_command(const lab::ResultTable& t) {
@@ -73,7 +73,8 @@ std::map<std::string, std::string> draw_figures(const Measurements& m, const std
   });
   std::map<std::string, std::string> out;
   for (std::size_t i = 0; i < all.size(); ++i)
-    if (!out.emplace(all[i].name, std::move(svg[i])).second) throw Error("report: two figures are named " + all[i].name);
+    if (!out.emplace(all[i].name, std::move(svg[i])).second)
+      throw Error(fmt::format("report: two figures are named {}", all[i].name));
   return out;
 }
 

@@ -278,3 +278,40 @@ TEST(KVCache, BadArgumentsThrowNamingThem) {
 
 }  // namespace
 }  // namespace attnscale
+
+namespace attnscale {
+namespace {
+
+// forward() with one query row and no explicit mask runs the cache decode (decode.cc): every
+// causal / window combination that leaves a range of keys, including none, against float64.
+TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
+  struct M {
+    bool causal;
+    Align align;
+    std::int64_t left, right;
+  };
+  const std::vector<M> masks = {{false, Align::top_left, -1, -1},     {true, Align::top_left, -1, -1},
+                                {true, Align::bottom_right, 300, -1}, {false, Align::top_left, 7, 1500},
+                                {false, Align::bottom_right, 2, 0},   {true, Align::bottom_right, 0, -1}};
+  for_each_target([&] {
+    for (const M& m : masks) {
+      const std::int64_t B = 2, Hq = 8, Hkv = 1, Nkv = 2500, d = 40;
+      const Tensor q = random_tensor(DType::f32, {B, Hq, 1, d}, 31, 1), k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 2),
+                   v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 3);
+      Options o;
+      o.mask.causal = m.causal;
+      o.mask.align = m.align;
+      o.mask.window_left = m.left;
+      o.mask.window_right = m.right;
+      Tensor out(DType::f32, {B, Hq, 1, d}), lse(DType::f32, {B, Hq, 1}), ref(DType::f64, {B, Hq, 1, d}),
+          rlse(DType::f64, {B, Hq, 1});
+      forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o);
+      reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view()}, o);
+      EXPECT_LE(testing::rel_error(out.view(), ref.view()), 2e-6) << m.causal << " " << m.left << " " << m.right;
+      EXPECT_LE(testing::rel_error(lse.view(), rlse.view()), 1e-6) << m.causal << " " << m.left << " " << m.right;
+    }
+  });
+}
+
+}  // namespace
+}  // namespace attnscale

@@ -75,7 +75,8 @@ Slots slots(const lab::ResultTable& t) {
           {"var_mean_theory", fmt(mn.theory.value_or(NAN))},
           {"var_corr", fmt_ci(co)},
           {"var_corr_theory", fmt(co.theory.value_or(NAN))},
-          {"mean_corr", fmt_ci(cm)}};
+          {"mean_corr", fmt_ci(cm)},
+          {"mean_moves", !covers(cm, 0.0) ? "true" : ""}};
   if (!p5(t, "var_dot", "uncorrelated_dependent").empty()) {
     const lab::Row& ud = row("uncorrelated_dependent", "var_dot");
     s["dependent"] = "true";
@@ -194,14 +195,10 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_moments() {
-  Unit u;
-  u.quick = {{{"d", "1,4,16,64"}}, 1000};
-  u.standard = {{{"d", "1,4,16,64,256"}}, 10000};
-  u.full = {{{"d", "1,4,16,64,256"}}, 100000};
-  u.figures = figures;
-  u.slots = slots;
-  u.claims = claims;
-  return u;
+  return {.quick = {{{"d", "1,4,16,64"}}, 1000},
+          .standard = {{{"d", "1,4,16,64,256"}}, 10000},
+          .full = {{{"d", "1,4,16,64,256"}}, 100000},
+          .figures = figures, .slots = slots, .claims = claims};
 }
 
 }  // namespace attnscale::report

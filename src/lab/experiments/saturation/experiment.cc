@@ -1,9 +1,9 @@
-// saturation: seed 001's experiment. Q, K [N, d] with i.i.d. N(0, 1) entries; P = softmax(Q Kᵀ s)
+// saturation: the Simulation note's experiment. Q, K [N, d] with i.i.d. N(0, 1) entries; P = softmax(Q Kᵀ s)
 // by attnscale::forward (probs output); per row top_p_95, entropy, max_weight, participation,
 // averaged over the N rows of a trial; mean and 95% CI over trials.
 //
 // Scalings (s): none 1; sqrt 1/√d; linear 1/d; qk-norm: LayerNorm on q and k rows, then 1/√d;
-// log-n: √(ln N)/√d. All scalings of one (N, d, trial) see the same Q and K, as in seed 001.
+// log-n: √(ln N)/√d. All scalings of one (N, d, trial) see the same Q and K, as in the Simulation note.
 // Theory: the Random Energy Model (theory.h, attention_rows.h), averaged over |q|².
 //
 // Speed: trials go in chunks of kChunk; a chunk's Q and K are drawn by the vectorised Philox
@@ -266,12 +266,12 @@ std::vector<Row> attention_rows_point(const Args& a, std::uint32_t stream_experi
 Experiment make_saturation() {
   Experiment e;
   e.name = "saturation";
-  e.summary = "seed 001: top_p_95, entropy, max weight, participation of softmax rows vs d and scaling";
+  e.summary = "the Simulation note: top_p_95, entropy, max weight, participation of softmax rows vs d and scaling";
   e.flags = {{"n", "50", "sequence lengths N (keys = queries = N)"},
              {"d", "1,2,4,8,16,32,64,128,256,512", "head dimensions"},
              {"scaling", "none,sqrt,linear,qk-norm,log-n", "scalings: none, sqrt, linear, qk-norm, log-n"},
              {"sampler", "auto",
-              "auto (wishart where d > N, else direct: the cheaper exact one), direct (Q, K [N,d] as seed 001) "
+              "auto (wishart where d > N, else direct: the cheaper exact one), direct (Q, K [N,d] as the Simulation note) "
               "or wishart (exact law of Q K^T for d >= N, O(N^3))"},
              {"dtype", "f32", "precision of Q, K and the engine's forward: f32, or f64 (float64 throughout)"}};
   e.default_trials = 100;
