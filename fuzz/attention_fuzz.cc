@@ -373,7 +373,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           for (std::int64_t c = 0; c < p.dv; ++c)
             if (detail::load(pf.out, detail::element(pf.out, b, h, i, c)) != 0.0)
               fuzz_fail("masked row: out != 0", detail::load(pf.out, detail::element(pf.out, b, h, i, c)));
-          const double lse_none = p.sinks.empty() ? -INFINITY : detail::sink2(p, h) / detail::kLog2e;
+          const double lse_none = p.sinks.empty() ? -INFINITY : detail::sink_logit(p, h);
           if (want_lse && !(std::fabs(detail::load(pf.lse, detail::element(pf.lse, b, h, i, 0)) - lse_none) <=
                             1e-6 * std::fabs(lse_none) || detail::load(pf.lse, detail::element(pf.lse, b, h, i, 0)) == lse_none))
             fuzz_fail("masked row: lse is not -inf (or the sink)");
@@ -414,7 +414,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
           }
           // Each probability carries the relative error exp(2·ds) − 1 of its logit (bounded above).
           double sink_p = 0;
-          if (!p.sinks.empty()) sink_p = std::exp(detail::sink2(p, h) / detail::kLog2e - detail::load(p.lse, detail::element(p.lse, b, h, i, 0)));
+          if (!p.sinks.empty()) sink_p = std::exp(detail::sink_logit(p, h) - detail::load(p.lse, detail::element(p.lse, b, h, i, 0)));
           if (std::fabs(sum - (1 - sink_p)) > (p.Nkv + 4) * std::max(eps, eps_of(aux)) * 4 + 4 * std::expm1(2 * ds))
             fuzz_fail("probabilities do not sum to 1", sum);
         }
