@@ -71,7 +71,11 @@ std::vector<std::string> Args::words(const std::string& name) const {
 const std::vector<Experiment>& experiments() {
   static const std::vector<Experiment> all = {make_moments(),  make_variance(),    make_saturation(),
                                               make_gradients(), make_heatmap(),    make_projections(),
-                                              make_length()};
+                                              make_length()
+#ifdef ATTNSCALE_HAVE_TRAINING
+                                              , make_training()
+#endif
+  };
   return all;
 }
 
@@ -141,6 +145,8 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
   table.param_names = e.param_names;
   for (auto& r : results)
     for (auto& row : r) table.rows.push_back(std::move(row));
+  if (e.summarize)
+    for (auto& row : e.summarize(args, table.rows)) table.rows.push_back(std::move(row));
   Metadata& m = table.meta;
   m.experiment = e.name;
   m.seed = seed;

@@ -20,11 +20,14 @@ Experiment make_gradients();
 Experiment make_heatmap();
 Experiment make_projections();
 Experiment make_length();
+#ifdef ATTNSCALE_HAVE_TRAINING
+Experiment make_training();  // src/lab/training/ (built when libtorch is found)
+#endif
 
 // Experiment ids: the top 8 bits of every stream number (rng.h stream_id), so experiments never
 // share random numbers.
 enum ExperimentId : std::uint32_t {
-  kMoments = 1, kVariance, kSaturation, kGradients, kHeatmap, kProjections, kLength
+  kMoments = 1, kVariance, kSaturation, kGradients, kHeatmap, kProjections, kLength, kTraining
 };
 
 // Runs fn(trial, out) for trial in [0, trials), where out points at `width` doubles of that
