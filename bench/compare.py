@@ -1,10 +1,11 @@
 #!/usr/bin/python3
 """One table: attnscale against PyTorch (1.13, CPU) and the machine's ceilings, all measured in one run.
 
-Runs `attnscale bench --format csv` (our rows, OpenBLAS sgemm 2048^3, copy bandwidth), then times in
+Runs `attnscale bench --format csv` (our rows and the machine's limits: fp32 and bf16 peak, copy bandwidth,
+OpenBLAS sgemm 2048^3), then times in
 this process, with the same thread count: torch bf16 matmul 2048^3 (the bf16 ceiling),
 torch.nn.functional._scaled_dot_product_attention, and torch's matmul-softmax-matmul composition,
-on the same shapes. Ratios: ours / sgemm, ours / torch SDPA, ours / composition; bf16 rows / bf16 matmul.
+on the same shapes. Ratios: ours / the row's limit (from the bench), ours / torch SDPA, ours / composition; bf16 rows / bf16 matmul.
 
     /usr/bin/python3 bench/compare.py --bin build/bin/attnscale [--quick] [--threads 2] [--memory]
 """
@@ -68,17 +69,21 @@ def main():
     torch.set_num_threads(a.threads)
     cmd = [a.bin, "bench", "--format", "csv", "--threads", str(a.threads)] + (["--quick"] if a.quick else [])
     rows = list(csv.DictReader(io.StringIO(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)))
-    sgemm = float(rows[0]["rate"])
+    limits = {r["case"]: float(r["rate"]) for r in rows if r["limit"] == "" and r["unit"] != "us/call" and r["threads"] == "0"}
+    sgemm = limits["sgemm"]
     n = 2048
     x, y = torch.rand(n, n).bfloat16(), torch.rand(n, n).bfloat16()
     bf16_mm = 2.0 * n**3 / best_seconds(lambda: x @ y) * 1e-9
     print(f"attnscale vs PyTorch {torch.__version__} on {a.threads} threads; best of up to 5 runs each")
-    print(f"ceilings: OpenBLAS sgemm 2048^3 {sgemm:.1f} GFLOP/s, torch bf16 matmul 2048^3 {bf16_mm:.1f} GFLOP/s, "
-          f"copy {float(rows[1]['rate']):.1f} GB/s")
+    print(f"ceilings: fp32 peak {limits['fp32-peak']:.1f} GFLOP/s, bf16 peak {limits['bf16-peak']:.1f} GFLOP/s, "
+          f"OpenBLAS sgemm 2048^3 {sgemm:.1f} GFLOP/s, torch bf16 matmul 2048^3 {bf16_mm:.1f} GFLOP/s, "
+          f"copy {limits['copy']:.1f} GB/s, cache-resident copy {limits['copy-cache']:.1f} GB/s")
     head = f"{'case':<12}{'H':>3}{'N/Nkv':>7}{'d':>5} {'mask':<7}{'dtype':<6}{'thr':>4}{'ours':>10} {'unit':<8}" \
-           f"{'/sgemm':>8}{'/bf16mm':>8}{'torch sdpa':>11}{'/sdpa':>7}{'torch mm-sm-mm':>15}{'/comp':>7}"
+           f"{'/limit':>8}{'/bf16mm':>8}{'torch sdpa':>11}{'/sdpa':>7}{'torch mm-sm-mm':>15}{'/comp':>7}"
     print(head)
-    for r in rows[2:]:
+    for r in rows:
+        if r["limit"] == "":
+            continue
         H, N, d, causal = int(r["H"]), int(r["Nkv"]), int(r["d"]), r["causal"] == "1"
         ours = float(r["rate"])
         sd = comp = "" 
@@ -88,11 +93,12 @@ def main():
             t_sdpa, t_comp = torch_attention(H, N, d, causal)
             sd, comp = f"{flops / t_sdpa * 1e-9:.1f}", f"{flops / t_comp * 1e-9:.1f}"
             ratio_sd, ratio_comp = f"{ours / (flops / t_sdpa * 1e-9):.2f}", f"{ours / (flops / t_comp * 1e-9):.2f}"
-        vs_sgemm = {"GFLOP/s": f"{float(r['ratio']):.3f}", "GB/s": f"{float(r['ratio']):.3f}c"}.get(r["unit"], "")
+        vs_sgemm = f"{float(r['ratio']):.3f}" + {"copy": "c", "copy-cache": "L", "fwd-1thread": "x"}.get(r["limit"], "")
         vs_bf16 = f"{ours / bf16_mm:.3f}" if r["dtype"] == "bf16" else ""
         print(f"{r['case']:<12}{H:>3}{N:>7}{d:>5} {'causal' if causal else 'none':<7}{r['dtype']:<6}{int(r['threads']):>4}"
               f"{ours:>10.1f} {r['unit']:<8}{vs_sgemm:>8}{vs_bf16:>8}{sd:>11}{ratio_sd:>7}{comp:>15}{ratio_comp:>7}")
-    print("/sgemm: ours over OpenBLAS sgemm (decode rows, marked c: over copy bandwidth); /bf16mm: over torch bf16 matmul;")
+    print("/limit: ours over the fp32 or bf16 peak (decode rows over the copy bandwidth, c; over the cache-resident copy, L;")
+    print("fwd-scaling over the 1-thread forward, x), medians of `attnscale bench`'s rounds; /bf16mm: over torch bf16 matmul;")
     print("/sdpa, /comp: ours over torch's _scaled_dot_product_attention and matmul-softmax-matmul, same shape;")
     print("fwd-scaling: time on 1 thread over time on all threads, the two timed alternately")
     if a.memory:

@@ -1,21 +1,34 @@
-// attnscale bench: one table of attention throughput against this machine's ceilings, all
-// measured in the same run: OpenBLAS sgemm on 2048^3 (the float32 matrix-product ceiling) and a
-// memory copy (the bandwidth ceiling of decode). PyTorch's numbers join the table through
-// bench/compare.py, which runs this command with --format csv.
+// attnscale bench: attention throughput as fractions of this machine's own limits, all measured in
+// the same run:
+//   fp32-peak   16 independent FMA chains per thread on the dispatched SIMD target
+//   bf16-peak   16 independent vdpbf16ps chains (AVX-512 BF16), else Highway's bf16 dot
+//   copy        a 256 MiB memcpy split across the threads (bytes read + written per second)
+//   copy-cache  the same over L3/4 bytes, repeated: cache-resident
+//   sgemm       OpenBLAS sgemm 2048^3, for comparison with a tuned GEMM library
+// Flop-bound rows are divided by the peak of their dtype, decode rows (bound by reading K and V)
+// by the copy: the DRAM copy when K and V exceed the last-level cache, else the cache-resident
+// copy, and the row says which. Every round runs every row once, each right after one run of its
+// limit, so a row and its limit see the same load; the table gives the median over rounds and the
+// range. PyTorch's numbers join the table through bench/compare.py (--format csv).
 //
 // FLOPs: forward 4·B·Hq·Nq·Nkv·d, counting only visible (query, key) pairs under a causal mask;
 // backward 2.5x that (five products of the same size against the forward's two).
 #include <cblas.h>
 #include <dlfcn.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "attention/peak_loops.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
 #include "attnscale/version.h"
@@ -50,23 +63,8 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Best of `reps` runs after one warm-up, stopping early once `budget` seconds are spent: the
-// best time is the least disturbed by other processes on a shared machine.
-double best_seconds(const std::function<void()>& fn, int reps = 5, double budget = 3.0) {
-  fn();
-  double best = 1e30, spent = 0;
-  for (int r = 0; r < reps && (r == 0 || spent < budget); ++r) {
-    const auto t0 = Clock::now();
-    fn();
-    const double s = std::chrono::duration<double>(Clock::now() - t0).count();
-    best = std::min(best, s);
-    spent += s;
-  }
-  return best;
-}
-
-Tensor filled(DType dtype, std::initializer_list<std::int64_t> shape, std::uint32_t salt) {
-  Tensor t(dtype, shape);
+Tensor filled(DType dtype, const std::vector<std::int64_t>& shape, std::uint32_t salt) {
+  Tensor t(dtype, shape.data(), static_cast<int>(shape.size()));
   std::uint32_t x = 2463534242u + salt;
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     x ^= x << 13;
@@ -79,16 +77,6 @@ Tensor filled(DType dtype, std::initializer_list<std::int64_t> shape, std::uint3
   return t;
 }
 
-struct Row {
-  std::string name;
-  std::int64_t B, H, Nq, Nkv, d;
-  bool causal;
-  std::string dtype;
-  int threads;
-  double seconds, gflops, ratio;  // ratio: to sgemm (GFLOP/s) or to copy (GB/s) for decode
-  std::string unit;
-};
-
 double visible_pairs(std::int64_t Nq, std::int64_t Nkv, bool causal) {
   if (!causal) return static_cast<double>(Nq) * Nkv;
   double pairs = 0;  // bottom-right aligned: query i sees keys j <= i + Nkv - Nq
@@ -96,91 +84,220 @@ double visible_pairs(std::int64_t Nq, std::int64_t Nkv, bool causal) {
   return pairs;
 }
 
+// Something timed: `calls` calls of fn per timing, `work` flops or bytes per call (0: the row
+// reports microseconds per call).
+struct Timed {
+  std::function<void()> fn;
+  double work = 0;
+  int calls = 1;
+  double seconds() const {  // per call
+    const auto t0 = Clock::now();
+    for (int c = 0; c < calls; ++c) fn();
+    return std::chrono::duration<double>(Clock::now() - t0).count() / calls;
+  }
+};
+
+struct Limit {
+  std::string name, unit, what;
+  Timed timed;
+  std::vector<double> rates;  // every run of it, over all rounds
+};
+
+struct Row {
+  std::string name;
+  std::int64_t B = 1, Hq = 1, Hkv = 1, Nq = 0, Nkv = 0, d = 0;
+  bool causal = false;
+  std::string dtype = "f32";
+  int threads = 1;
+  std::string unit;
+  Timed timed;
+  Limit* limit = nullptr;        // null: no ratio
+  std::vector<double> seconds;   // per round
+  std::vector<double> ratios;    // per round: rate / the limit's rate timed just before
+};
+
+struct Stats {
+  double median, lo, hi;
+};
+Stats stats(std::vector<double> v) {
+  if (v.empty()) return {0, 0, 0};
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
+}
+
 struct Bench {
   int threads = 0;
+  int rounds = 5;
   bool quick = false;
   std::string format = "table";
   std::vector<std::int64_t> ns, ds;
   bool memory_case = false;
 };
 
-void print(const std::vector<Row>& rows, const std::string& format) {
-  if (format == "csv") {
-    std::printf("case,B,H,Nq,Nkv,d,causal,dtype,threads,ms,rate,unit,ratio\n");
-    for (const Row& r : rows)
-      std::printf("%s,%lld,%lld,%lld,%lld,%lld,%d,%s,%d,%.4f,%.2f,%s,%.3f\n", r.name.c_str(), (long long)r.B,
-                  (long long)r.H, (long long)r.Nq, (long long)r.Nkv, (long long)r.d, r.causal, r.dtype.c_str(),
-                  r.threads, r.seconds * 1e3, r.gflops, r.unit.c_str(), r.ratio);
-    return;
+double rate_of(const Timed& t, double seconds) { return t.work > 0 ? t.work / seconds * 1e-9 : seconds * 1e6; }
+
+// The last-level cache as the kernel reports it (sysconf's value is wrong in some virtual
+// machines: 320 MiB here, where sysfs and lscpu say 32 MiB); 32 MiB if neither knows.
+std::size_t l3_bytes() {
+  static const std::size_t bytes = [] {
+    if (std::FILE* f = std::fopen("/sys/devices/system/cpu/cpu0/cache/index3/size", "r")) {
+      unsigned long kib = 0;
+      const int got = std::fscanf(f, "%luK", &kib);
+      std::fclose(f);
+      if (got == 1 && kib > 0) return std::size_t(kib) << 10;
+    }
+    const long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    return l3 > 0 ? static_cast<std::size_t>(l3) : std::size_t(32) << 20;
+  }();
+  return bytes;
+}
+
+// Copy `bytes` from src to dst `repeat` times, each thread its own slice.
+void copy_slices(const char* src, char* dst, std::size_t bytes, int threads, int repeat) {
+  const std::size_t slice = bytes / threads;
+  parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::size_t begin = t * slice, end = t + 1 == threads ? bytes : begin + slice;
+      for (int r = 0; r < repeat; ++r) std::memcpy(dst + begin, src + begin, end - begin);
+    }
+  });
+}
+
+void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows, int threads,
+                 int rounds, double load0, double load1) {
+  std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, threads %d, %d interleaved rounds, L3 %zu MiB\n",
+              version(), git_hash(), cpu_target(), detail::peak::bf16_instruction(), threads, rounds,
+              l3_bytes() >> 20);
+  std::printf("load average %.2f before, %.2f after (%ld CPUs)\n", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("%-11s %9s %9s %9s  %-7s %s\n", "limit", "median", "min", "max", "unit", "what");
+  for (const auto& l : limits) {
+    const Stats s = stats(l->rates);
+    std::printf("%-11s %9.2f %9.2f %9.2f  %-7s %s\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str(),
+                l->what.c_str());
   }
-  std::printf("attnscale %s (%s), CPU target %s, threads %d\n", version(), git_hash(), cpu_target(),
-              rows.empty() ? 0 : rows.front().threads);
-  std::printf("%-12s %2s %3s %6s %6s %4s %-6s %-5s %3s %10s %10s %-7s %8s\n", "case", "B", "H", "Nq", "Nkv", "d",
-              "mask", "dtype", "thr", "ms", "rate", "unit", "ratio");
-  for (const Row& r : rows)
-    std::printf("%-12s %2lld %3lld %6lld %6lld %4lld %-6s %-5s %3d %10.3f %10.2f %-7s %8.3f\n", r.name.c_str(),
-                (long long)r.B, (long long)r.H, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
-                r.causal ? "causal" : "none", r.dtype.c_str(), r.threads, r.seconds * 1e3, r.gflops, r.unit.c_str(),
-                r.ratio);
-  std::printf("ratio: to sgemm 2048^3 GFLOP/s (attention rows), to copy GB/s (decode rows); fwd-scaling: time on 1\n"
-              "thread over time on all threads, the two timed alternately\n");
+  std::printf("\n%-12s %2s %3s %3s %5s %6s %4s %-6s %-4s %3s %9s %9s %15s %-7s %-10s %6s %13s\n", "case", "B", "Hq", "Hkv",
+              "Nq", "Nkv", "d", "mask", "dt", "thr", "ms", "rate", "[min - max]", "unit", "of limit", "ratio",
+              "[min - max]");
+  for (const Row& r : rows) {
+    const Stats t = stats(r.seconds);
+    std::vector<double> rates;
+    for (double s : r.seconds) rates.push_back(rate_of(r.timed, s));
+    const Stats rt = stats(rates);
+    std::printf("%-12s %2lld %3lld %3lld %5lld %6lld %4lld %-6s %-4s %3d %9.3f %9.2f %7.2f-%-7.2f %-7s", r.name.c_str(),
+                (long long)r.B, (long long)r.Hq, (long long)r.Hkv, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
+                r.causal ? "causal" : "none", r.dtype.c_str(), r.threads, t.median * 1e3, rt.median, rt.lo, rt.hi,
+                r.unit.c_str());
+    if (r.limit) {
+      const Stats q = stats(r.ratios);
+      std::printf(" %-10s %6.3f %6.3f-%-6.3f", r.limit->name.c_str(), q.median, q.lo, q.hi);
+    }
+    std::printf("\n");
+  }
+  std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
+              "just before the row in the same round. copy rates count bytes read + written; decode rows count the\n"
+              "K and V bytes read, against copy-cache when K and V fit in L3. fwd-scaling: rate on %d threads over\n"
+              "the rate on 1 thread (its limit, fwd-1thread). small-call: microseconds per call.\n",
+              threads);
+}
+
+void print_csv(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows) {
+  std::printf("case,B,H,Hkv,Nq,Nkv,d,causal,dtype,threads,ms,rate,rate_min,rate_max,unit,limit,ratio,ratio_min,ratio_max\n");
+  for (const auto& l : limits) {
+    const Stats s = stats(l->rates);
+    std::printf("%s,1,1,1,0,0,0,0,,0,,%.3f,%.3f,%.3f,%s,,,,\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str());
+  }
+  for (const Row& r : rows) {
+    std::vector<double> rates;
+    for (double s : r.seconds) rates.push_back(rate_of(r.timed, s));
+    const Stats rt = stats(rates), q = stats(r.ratios);
+    std::printf("%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%d,%.4f,%.3f,%.3f,%.3f,%s,%s,%.4f,%.4f,%.4f\n", r.name.c_str(),
+                (long long)r.B, (long long)r.Hq, (long long)r.Hkv, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
+                r.causal, r.dtype.c_str(), r.threads, stats(r.seconds).median * 1e3, rt.median, rt.lo, rt.hi,
+                r.unit.c_str(), r.limit ? r.limit->name.c_str() : "", q.median, q.lo, q.hi);
+  }
 }
 
 void run(const Bench& opt) {
   const int threads = opt.threads > 0 ? opt.threads : resolve_threads(0);
-  std::vector<Row> rows;
-  // Ceiling 1: OpenBLAS sgemm 2048^3 with the same thread count.
+  std::vector<std::unique_ptr<Limit>> limits;
+  auto limit = [&](std::string name, std::string unit, std::string what, Timed t) {
+    limits.push_back(std::make_unique<Limit>(Limit{std::move(name), std::move(unit), std::move(what), std::move(t), {}}));
+    return limits.back().get();
+  };
+  // Peak loops of about 20 ms each on an idle core.
+  const std::int64_t steps = std::int64_t(1) << 23;
+  Limit* fp32_peak = limit("fp32-peak", "GFLOP/s", "FMA, 16 independent chains a thread, dispatched target",
+                           {[=] { detail::peak::fp32_fma(threads, steps); }, 0});
+  fp32_peak->timed.work = detail::peak::fp32_fma(1, 1) * threads * double(steps);
+  Limit* bf16_peak = limit("bf16-peak", "GFLOP/s", std::string("bf16 dot, 16 independent chains a thread: ") +
+                                                        detail::peak::bf16_instruction(),
+                           {[=] { detail::peak::bf16_dot(threads, steps / 2); }, 0});
+  bf16_peak->timed.work = detail::peak::bf16_dot(1, 1) * threads * double(steps / 2);
+  const std::size_t dram_bytes = std::size_t(256) << 20, cache_bytes = l3_bytes() / 4;
+  auto src = std::make_shared<std::vector<char>>(dram_bytes, 1), dst = std::make_shared<std::vector<char>>(dram_bytes, 0);
+  Limit* copy = limit("copy", "GB/s", "memcpy 256 MiB -> 256 MiB over the threads (read + write)",
+                      {[=] { copy_slices(src->data(), dst->data(), dram_bytes, threads, 1); }, 2.0 * dram_bytes});
+  const int cache_repeat = 16;
+  Limit* copy_cache = limit("copy-cache", "GB/s", "memcpy of L3/4 bytes, 16 times (cache-resident)",
+                            {[=] { copy_slices(src->data(), dst->data(), cache_bytes, threads, cache_repeat); },
+                             2.0 * cache_bytes * cache_repeat});
   openblas().set_num_threads(threads);
-  {
-    const int n = 2048;
-    std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
-    const double s = best_seconds([&] {
-      openblas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
-    });
-    rows.push_back({"sgemm", 1, 1, n, n, n, false, "f32", threads, s, 2.0 * n * n * double(n) / s * 1e-9, 1.0, "GFLOP/s"});
-  }
-  const double sgemm = rows[0].gflops;
-  // Ceiling 2: copy bandwidth (read + write) over 256 MiB, far beyond the caches, with the same
-  // thread count as decode (each thread copies its own slice).
-  double copy_gbs = 0;
-  {
-    const std::size_t bytes = std::size_t(256) << 20;
-    std::vector<char> src(bytes, 1), dst(bytes, 0);
-    const double s = best_seconds([&] {
-      const std::size_t slice = bytes / threads;
-      parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
-        for (std::int64_t t = t0; t < t1; ++t) {
-          const std::size_t begin = t * slice, end = t + 1 == threads ? bytes : begin + slice;
-          std::memcpy(dst.data() + begin, src.data() + begin, end - begin);
-        }
-      });
-    });
-    copy_gbs = 2.0 * bytes / s * 1e-9;
-    rows.push_back({"copy", 1, 1, 0, 0, 0, false, "u8", threads, s, copy_gbs, 1.0, "GB/s"});
-  }
+  const int n = 2048;
+  auto ga = std::make_shared<std::vector<float>>(n * n, 0.5f), gb = std::make_shared<std::vector<float>>(n * n, 0.25f),
+       gc = std::make_shared<std::vector<float>>(n * n);
+  Limit* sgemm = limit("sgemm", "GFLOP/s", "OpenBLAS sgemm 2048^3",
+                       {[=] {
+                          openblas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, ga->data(), n,
+                                           gb->data(), n, 0.0f, gc->data(), n);
+                        },
+                        2.0 * n * n * double(n)});
+
+  std::deque<Row> rows;  // stable addresses: a row may serve as another's limit
+  std::vector<std::shared_ptr<void>> keep;  // tensors the rows' closures use
+  auto hold = [&](Tensor t) {
+    auto p = std::make_shared<Tensor>(std::move(t));
+    keep.push_back(p);
+    return p.get();
+  };
   auto attention = [&](const std::string& name, std::int64_t H, std::int64_t N, std::int64_t d, bool causal, DType dtype,
                        bool backward_too, int thr) {
-    const Tensor q = filled(dtype, {1, H, N, d}, 1), k = filled(dtype, {1, H, N, d}, 2), v = filled(dtype, {1, H, N, d}, 3);
-    Tensor out(dtype, {1, H, N, d}), lse(DType::f32, {1, H, N});
+    const Tensor* q = hold(filled(dtype, {1, H, N, d}, 1));
+    const Tensor* k = hold(filled(dtype, {1, H, N, d}, 2));
+    const Tensor* v = hold(filled(dtype, {1, H, N, d}, 3));
+    Tensor* out = hold(Tensor(dtype, {1, H, N, d}));
+    Tensor* lse = hold(Tensor(DType::f32, {1, H, N}));
     Options o;
     o.threads = thr;
     o.mask.causal = causal;
     o.compute = dtype == DType::bf16 ? Compute::bf16 : Compute::native;
     const double flops = 4.0 * H * visible_pairs(N, N, causal) * d;
+    Row r;
+    r.name = name;
+    r.Hq = r.Hkv = H;
+    r.Nq = r.Nkv = N;
+    r.d = d;
+    r.causal = causal;
+    r.dtype = dtype == DType::bf16 ? "bf16" : "f32";
+    r.threads = thr;
+    r.unit = "GFLOP/s";
+    r.limit = dtype == DType::bf16 ? bf16_peak : fp32_peak;
     if (!backward_too) {
-      const double s = best_seconds([&] { forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o); });
-      rows.push_back({name, 1, H, N, N, d, causal, dtype == DType::bf16 ? "bf16" : "f32", thr, s, flops / s * 1e-9,
-                      flops / s * 1e-9 / sgemm, "GFLOP/s"});
-      return;
+      r.timed = {[=] { forward(q->view(), k->view(), v->view(), {out->view(), lse->view()}, o); }, flops};
+    } else {
+      forward(q->view(), k->view(), v->view(), {out->view(), lse->view()}, o);
+      const Tensor* dout = hold(filled(dtype, {1, H, N, d}, 4));
+      Tensor* dq = hold(Tensor(dtype, {1, H, N, d}));
+      Tensor* dk = hold(Tensor(dtype, {1, H, N, d}));
+      Tensor* dv = hold(Tensor(dtype, {1, H, N, d}));
+      r.timed = {[=] {
+                   backward(q->view(), k->view(), v->view(), out->view(), lse->view(), dout->view(),
+                            {dq->view(), dk->view(), dv->view()}, o);
+                 },
+                 2.5 * flops};
     }
-    forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o);
-    const Tensor dout = filled(dtype, {1, H, N, d}, 4);
-    Tensor dq(dtype, {1, H, N, d}), dk(dtype, {1, H, N, d}), dv(dtype, {1, H, N, d});
-    const double s = best_seconds([&] {
-      backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dv.view()}, o);
-    }, 3);
-    rows.push_back({name, 1, H, N, N, d, causal, "f32", thr, s, 2.5 * flops / s * 1e-9, 2.5 * flops / s * 1e-9 / sgemm,
-                    "GFLOP/s"});
+    rows.push_back(std::move(r));
+    return &rows.back();
   };
   const std::vector<std::int64_t> ns = !opt.ns.empty() ? opt.ns
                                        : opt.quick      ? std::vector<std::int64_t>{1024, 4096}
@@ -190,48 +307,83 @@ void run(const Bench& opt) {
     for (std::int64_t n : ns)
       for (bool causal : {false, true}) attention("fwd", 8, n, d, causal, DType::f32, false, threads);
   const std::int64_t n_key = opt.quick ? 2048 : 4096;
-  // Thread scaling: one thread and `threads` threads on the same shape, timed alternately (best
-  // of 4 each) so that both see the same machine load; the "fwd-scaling" row's rate is t1 / tN.
+  // Thread scaling: the same forward on 1 thread (against the peak) and on `threads` threads
+  // against the 1-thread run timed just before it.
   {
-    const std::int64_t H = 8, N = n_key, d = 128;
-    const Tensor q = filled(DType::f32, {1, H, N, d}, 1), k = filled(DType::f32, {1, H, N, d}, 2),
-                 v = filled(DType::f32, {1, H, N, d}, 3);
-    Tensor out(DType::f32, {1, H, N, d});
-    auto once = [&](int thr) {
-      Options o;
-      o.threads = thr;
-      const auto t0 = Clock::now();
-      forward(q.view(), k.view(), v.view(), {out.view()}, o);
-      return std::chrono::duration<double>(Clock::now() - t0).count();
-    };
-    double t1 = 1e30, tn = 1e30;
-    once(1);
-    once(threads);
-    for (int r = 0; r < 4; ++r) {
-      t1 = std::min(t1, once(1));
-      tn = std::min(tn, once(threads));
-    }
-    const double flops = 4.0 * H * visible_pairs(N, N, false) * d;
-    rows.push_back({"fwd-1thread", 1, H, N, N, d, false, "f32", 1, t1, flops / t1 * 1e-9, flops / t1 * 1e-9 / sgemm,
-                    "GFLOP/s"});
-    rows.push_back({"fwd-scaling", 1, H, N, N, d, false, "f32", threads, tn, t1 / tn, t1 / tn, "x"});
+    Row* one = attention("fwd-1thread", 8, n_key, 128, false, DType::f32, false, 1);
+    Limit* as_limit = limit("fwd-1thread", "GFLOP/s", "the forward on 1 thread (fwd-scaling's reference)", one->timed);
+    Row* all = attention("fwd-scaling", 8, n_key, 128, false, DType::f32, false, threads);
+    all->unit = "GFLOP/s";
+    all->limit = as_limit;
   }
   attention("fwd-bf16", 8, n_key, 128, false, DType::bf16, false, threads);
   attention("bwd", 8, n_key, 128, false, DType::f32, true, threads);
   attention("bwd", 8, n_key, 128, true, DType::f32, true, threads);
-  // Decode: one query per head against a long KV cache; bound by reading K and V once.
-  for (std::int64_t nkv : {std::int64_t{4096}, std::int64_t{65536}}) {
-    const std::int64_t H = 8, d = 128;
-    const Tensor q = filled(DType::f32, {1, H, 1, d}, 5), k = filled(DType::f32, {1, H, nkv, d}, 6),
-                 v = filled(DType::f32, {1, H, nkv, d}, 7);
-    Tensor out(DType::f32, {1, H, 1, d});
+  // Decode: Nq = 1 per query head against a long KV cache; bound by reading K and V once.
+  auto decode = [&](std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d) {
+    const Tensor* q = hold(filled(DType::f32, {1, Hq, 1, d}, 5));
+    const Tensor* k = hold(filled(DType::f32, {1, Hkv, nkv, d}, 6));
+    const Tensor* v = hold(filled(DType::f32, {1, Hkv, nkv, d}, 7));
+    Tensor* out = hold(Tensor(DType::f32, {1, Hq, 1, d}));
     Options o;
     o.threads = threads;
-    const double s = best_seconds([&] { forward(q.view(), k.view(), v.view(), {out.view()}, o); }, 20);
-    const double gbs = 2.0 * H * nkv * d * 4 / s * 1e-9;
-    rows.push_back({"decode", 1, H, 1, nkv, d, false, "f32", threads, s, gbs, gbs / copy_gbs, "GB/s"});
+    Row r;
+    r.name = "decode";
+    r.Hq = Hq;
+    r.Hkv = Hkv;
+    r.Nq = 1;
+    r.Nkv = nkv;
+    r.d = d;
+    r.threads = threads;
+    r.unit = "GB/s";
+    const double bytes = 2.0 * Hkv * nkv * d * 4;
+    r.limit = bytes <= double(l3_bytes()) ? copy_cache : copy;
+    r.timed = {[=] { forward(q->view(), k->view(), v->view(), {out->view()}, o); }, bytes,
+               bytes <= double(l3_bytes()) ? 8 : 1};
+    rows.push_back(std::move(r));
+  };
+  for (std::int64_t d : {std::int64_t{64}, std::int64_t{128}})
+    for (std::int64_t nkv : {std::int64_t{4096}, std::int64_t{65536}}) decode(8, 8, nkv, d);  // ggml-comparable
+  decode(32, 4, 65536, 128);   // GQA, 8 query heads per KV head
+  if (!opt.quick) decode(8, 1, 262144, 128);
+  // A small call: the fixed cost of one forward (threads, scratch, dispatch).
+  {
+    const Tensor* q = hold(filled(DType::f32, {1, 1, 4, 4}, 8));
+    Tensor* out = hold(Tensor(DType::f32, {1, 1, 4, 4}));
+    Options o;
+    o.threads = threads;
+    Row r;
+    r.name = "small-call";
+    r.Nq = r.Nkv = r.d = 4;
+    r.threads = threads;
+    r.unit = "us/call";
+    r.timed = {[=] { forward(q->view(), q->view(), q->view(), {out->view()}, o); }, 0, 2000};
+    rows.push_back(std::move(r));
   }
-  print(rows, opt.format);
+
+  double load[2] = {0, 0};
+  getloadavg(load, 1);
+  const double load0 = load[0];
+  for (Row& r : rows) {  // warm-up: first-touch of outputs, thread and target start-up
+    if (r.limit) r.limit->timed.fn();
+    r.timed.fn();
+  }
+  for (int round = 0; round < opt.rounds; ++round)
+    for (Row& r : rows) {
+      double limit_rate = 0;
+      if (r.limit) {
+        limit_rate = rate_of(r.limit->timed, r.limit->timed.seconds());
+        r.limit->rates.push_back(limit_rate);
+      }
+      const double s = r.timed.seconds();
+      r.seconds.push_back(s);
+      if (r.limit) r.ratios.push_back(rate_of(r.timed, s) / limit_rate);
+    }
+  // sgemm is no row's limit: time it once per round on its own, after the rows.
+  for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));
+  getloadavg(load, 1);
+  if (opt.format == "csv") print_csv(limits, rows);
+  else print_table(limits, rows, threads, opt.rounds, load0, load[0]);
 }
 
 // Forward + backward of one head, N = 65536, d = 128: run under /usr/bin/time -v for peak RSS.
@@ -253,9 +405,12 @@ void memory_case() {
 
 void add_bench(CLI::App& app) {
   auto opt = std::make_shared<Bench>();
-  CLI::App* cmd = app.add_subcommand("bench", "Measure attention throughput against sgemm and memory copy");
+  CLI::App* cmd = app.add_subcommand("bench", "Measure attention throughput against this machine's peaks and copy bandwidth");
   cmd->add_option("--threads", opt->threads, "threads (default: $ATTNSCALE_THREADS, else all cores)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--rounds", opt->rounds, "interleaved rounds (median and range over them)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   cmd->add_flag("--quick", opt->quick, "a quick subset: N in {1024, 4096}, key cases at N = 2048");
   cmd->add_option("--n", opt->ns, "sequence lengths (comma-separated)")->delimiter(',')->check(CLI::PositiveNumber);
   cmd->add_option("--d", opt->ds, "head dimensions (comma-separated)")->delimiter(',')->check(CLI::PositiveNumber);

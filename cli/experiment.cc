@@ -13,6 +13,7 @@
 #include "common/progress.h"
 #include "experiment_journal.h"
 #include "lab/experiment.h"
+#include "lab/point_scheduler.h"
 #include "subcommands.h"
 
 namespace attnscale::cli {
@@ -52,13 +53,16 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
   if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
   // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
   // that a killed run can be resumed; it is removed once FILE is in place.
+  // Under mpirun only rank 0 keeps the journal and writes; the other ranks run their share of the
+  // points (lab/mpi_points.h).
+  const bool writer = lab::point_scheduler().writes_results();
   std::optional<Journal> journal;
   lab::CompletedPoints completed;
-  if (!f.out.empty()) {
+  if (writer && !f.out.empty()) {
     journal.emplace(Journal::open(f.out + ".partial", journal_identity(e, f.seed, f.trials, f.values), f.resume));
     for (const auto& [point, payload] : journal->records()) {
       try {
-        completed[static_cast<std::size_t>(point)] = decode_rows(payload);
+        completed[static_cast<std::size_t>(point)] = lab::decode_rows(payload);
       } catch (const Error& err) {
         throw Error("--resume: " + journal->path() + ": " + err.what());
       }
@@ -66,16 +70,18 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
     if (f.resume && !completed.empty())
       std::fprintf(stderr, "attnscale: resuming %s: %zu points already done\n", e.name.c_str(), completed.size());
   }
-  ProgressBar bar("experiment " + e.name);
+  std::optional<ProgressBar> bar;
+  if (writer) bar.emplace("experiment " + e.name);
   const auto table = lab::run_experiment(
       e, f.values, f.seed, f.trials, f.threads,
       [&](std::size_t done, std::size_t total, const std::vector<lab::Row>& rows) {
         const std::size_t point = done - 1;  // points are reported in order
-        if (journal && !completed.count(point)) journal->append(static_cast<std::int64_t>(point), encode_rows(rows));
-        bar.update(done, total);
+        if (journal && !completed.count(point)) journal->append(static_cast<std::int64_t>(point), lab::encode_rows(rows));
+        if (bar) bar->update(done, total);
       },
       completed);
-  bar.finish();
+  if (!writer) return;
+  bar->finish();
   const std::string text = f.format == "csv" ? lab::to_csv(table) : lab::to_json(table);
   if (f.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);

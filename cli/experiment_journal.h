@@ -1,13 +1,15 @@
 // The journal of `attnscale experiment --out FILE`: FILE.partial holds each finished point's rows
 // (appended and fsynced as points complete), so `--resume` after a kill runs only the points
-// that are missing. Rows are encoded exactly (numbers as hexadecimal floats), so a resumed run
-// writes the same bytes as one never interrupted.
+// that are missing. Rows are encoded exactly (lab/row_codec.h), so a resumed run writes the same
+// bytes as one never interrupted.
 #pragma once
+#include <map>
 #include <string>
 #include <vector>
 
 #include "lab/experiment.h"
 #include "lab/results.h"
+#include "lab/row_codec.h"  // encode_rows, decode_rows: the records' payload
 
 namespace attnscale::cli {
 
@@ -15,8 +17,5 @@ namespace attnscale::cli {
 // format: neither changes a row). A journal written under another identity is not resumed.
 std::string journal_identity(const lab::Experiment& e, std::uint64_t seed, std::int64_t trials,
                              const std::map<std::string, std::string>& values);
-
-std::string encode_rows(const std::vector<lab::Row>& rows);
-std::vector<lab::Row> decode_rows(const std::string& text);  // throws Error on a malformed payload
 
 }  // namespace attnscale::cli

@@ -5,9 +5,25 @@
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
+#include "mpi_job.h"
 #include "subcommands.h"
 
+namespace {
+
+// One line on stderr for this rank; under mpirun with several ranks, the others are stopped too
+// (they may be waiting for this one), so no rank hangs.
+int fail(int code, const char* kind, const std::string& what) {
+  std::fprintf(stderr, "attnscale: %s%s: %s\n", attnscale::cli::mpi_job::prefix().c_str(), kind, what.c_str());
+  std::fflush(stderr);
+  attnscale::cli::mpi_job::stop_others(code);
+  attnscale::cli::mpi_job::finish();
+  return code;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
+  attnscale::cli::mpi_job::start(&argc, &argv);
   CLI::App app{"attnscale: scaled dot-product attention, softmax(Q K^T * s) V, and a lab that measures\n"
                "why s = 1/sqrt(dk)."};
   app.name("attnscale");
@@ -32,7 +48,9 @@ int main(int argc, char** argv) {
     }
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
-    return app.exit(e);  // --help, --version
+    const int code = app.exit(e);  // --help, --version
+    attnscale::cli::mpi_job::finish();
+    return code;
   } catch (const CLI::ParseError& e) {
     std::string what = e.what();
     if (what.empty()) what = e.get_name();
@@ -41,14 +59,12 @@ int main(int argc, char** argv) {
     for (const CLI::App* sub : app.get_subcommands())
       for (const CLI::App* s = sub; s != nullptr; s = s->get_subcommands().empty() ? nullptr : s->get_subcommands()[0])
         help += " " + s->get_name();
-    std::fprintf(stderr, "attnscale: error: %s (see %s --help)\n", what.c_str(), help.c_str());
-    return 2;
+    return fail(2, "error", what + " (see " + help + " --help)");
   } catch (const attnscale::Error& e) {
-    std::fprintf(stderr, "attnscale: error: %s\n", e.what());
-    return 2;
+    return fail(2, "error", e.what());
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "attnscale: internal error: %s\n", e.what());
-    return 1;
+    return fail(1, "internal error", e.what());
   }
+  attnscale::cli::mpi_job::finish();
   return 0;
 }

@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "attnscale/error.h"
+#include "lab/point_scheduler.h"
 #include "report/report.h"
 #include "subcommands.h"
 
@@ -34,7 +35,9 @@ void add_report(CLI::App& app) {
     std::filesystem::create_directories(opts->out, ec);
     if (ec) throw Error("--out: cannot create " + opts->out + ": " + ec.message());
     const auto start = std::chrono::steady_clock::now();
+    opts->progress = lab::point_scheduler().writes_results();
     const report::Measurements m = report::measure(*opts);
+    if (!lab::point_scheduler().writes_results()) return;  // under mpirun, rank 0 writes the report
     const std::string index = report::write_report(m);
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     std::fprintf(stderr, "attnscale report: wrote %s (%.1f s, %d threads)\n", index.c_str(), secs, m.threads);

@@ -14,17 +14,29 @@ std::string shape_text(const py::array& a) {
   return s + "]";
 }
 
+bool is_bfloat16(const py::dtype& dt) {
+  const py::object meta = dt.attr("metadata");
+  return !meta.is_none() && py::bool_(meta.attr("get")("attnscale").equal(py::str("bfloat16")));
+}
+
 // The attnscale dtype of a numpy dtype, or throws TypeError.
 DType dtype_of(const char* name, const py::array& a, ArrayKind kind) {
   const char k = a.dtype().kind();
   const auto size = a.itemsize();
   if (k == 'f' && size == 4) return DType::f32;
   if (k == 'f' && size == 8) return DType::f64;
+  if (kind == ArrayKind::floating && size == 2 && is_bfloat16(a.dtype())) return DType::bf16;
   if (kind == ArrayKind::mask && (k == 'b' || (k == 'u' && size == 1))) return DType::u8;
   const std::string got = py::str(a.dtype());
   if (kind == ArrayKind::mask)
     throw py::type_error(std::string(name) + ": dtype must be bool, uint8, float32 or float64, got " + got);
   throw py::type_error(std::string(name) + ": dtype must be float32 or float64, got " + got);
+}
+
+bool is_torch_tensor(py::handle obj) {
+  const py::handle type = obj.get_type();
+  return py::str(type.attr("__module__")).cast<std::string>() == "torch" &&
+         py::str(type.attr("__name__")).cast<std::string>() == "Tensor" && py::hasattr(obj, "requires_grad");
 }
 
 bool strides_are_whole_elements(const py::array& a) {
@@ -43,7 +55,14 @@ ArrayView as_view(const char* name, py::handle obj, ArrayKind kind) {
   } else {
     try {
       a = np.attr("asarray")(obj);
-    } catch (py::error_already_set&) {
+    } catch (py::error_already_set& e) {
+      if (is_torch_tensor(obj)) {
+        if (obj.attr("requires_grad").cast<bool>())
+          throw py::type_error(std::string(name) + ": a torch.Tensor that requires grad; use attnscale.torch."
+                               "attention (differentiable), or pass " + name + ".detach()");
+        throw py::type_error(std::string(name) + ": cannot read this torch.Tensor as a numpy array (" +
+                             std::string(py::str(e.value())) + "); use attnscale.torch.attention");
+      }
       throw py::type_error(std::string(name) + ": expected a numpy array, got " +
                            std::string(py::str(obj.get_type().attr("__name__"))));
     }
@@ -76,10 +95,19 @@ ArrayView as_view(const char* name, py::handle obj, ArrayKind kind) {
   return v;
 }
 
+py::dtype bfloat16_dtype() {
+  // Never freed: a static py::object would be destroyed after the interpreter shuts down.
+  static const py::object* dt = new py::object(py::module_::import("numpy").attr("dtype")(
+      "int16", py::arg("metadata") = py::dict(py::arg("attnscale") = "bfloat16")));
+  return py::reinterpret_borrow<py::dtype>(*dt);
+}
+
 ArrayView new_array(DType dtype, const std::vector<std::int64_t>& shape) {
   std::vector<py::ssize_t> dims(shape.begin(), shape.end());
   ArrayView v;
-  v.array = dtype == DType::f64 ? py::array(py::dtype::of<double>(), dims) : py::array(py::dtype::of<float>(), dims);
+  v.array = dtype == DType::f64    ? py::array(py::dtype::of<double>(), dims)
+            : dtype == DType::bf16 ? py::array(bfloat16_dtype(), dims)
+                                   : py::array(py::dtype::of<float>(), dims);
   v.view.data = v.array.mutable_data();
   v.view.dtype = dtype;
   v.view.rank = static_cast<int>(shape.size());
@@ -102,7 +130,9 @@ py::array to_numpy(Tensor t) {
     shape.push_back(v.shape[d]);
     strides.push_back(v.strides[d] * item);
   }
-  py::dtype dt = v.dtype == DType::f64 ? py::dtype::of<double>() : py::dtype::of<float>();
+  py::dtype dt = v.dtype == DType::f64    ? py::dtype::of<double>()
+                : v.dtype == DType::bf16 ? bfloat16_dtype()
+                                         : py::dtype::of<float>();
   return py::array(dt, shape, strides, keep->data(), owner);
 }
 

@@ -33,10 +33,16 @@ struct ArrayView {
 };
 
 // Views `obj` (a numpy array or anything np.asarray accepts) as a TensorView. Raises TypeError
-// naming `name` for a dtype of the wrong kind, ValueError for more than 4 dimensions.
+// naming `name` for a dtype of the wrong kind or a torch tensor numpy cannot read (one that
+// requires grad: the message points to attnscale.torch), ValueError for more than 4 dimensions.
 ArrayView as_view(const char* name, py::handle obj, ArrayKind kind);
 
-// A new C-ordered array of `dtype` (float32 or float64) and its view.
+// numpy has no bfloat16: attnscale reads and writes it as int16 storage under this dtype, an int16
+// tagged with metadata {"attnscale": "bfloat16"} (attnscale.bfloat16; a torch.bfloat16 tensor t is
+// t.view(torch.int16).numpy().view(attnscale.bfloat16), without a copy).
+py::dtype bfloat16_dtype();
+
+// A new C-ordered array of `dtype` (float32, float64 or bfloat16) and its view.
 ArrayView new_array(DType dtype, const std::vector<std::int64_t>& shape);
 
 // A numpy array sharing the owning Tensor's storage (no copy).

@@ -34,6 +34,10 @@ std::vector<std::int64_t> shape_of(const TensorView& t) {
   return std::vector<std::int64_t>(t.shape.begin(), t.shape.begin() + t.rank);
 }
 
+// lse and probs of bfloat16 inputs are float32: the backward recomputes P = exp(s - lse), and an
+// lse rounded to bfloat16 (8 bits) would move every P of the row by up to |lse| * 2^-9.
+DType statistics_dtype(DType inputs) { return inputs == DType::bf16 ? DType::f32 : inputs; }
+
 bool rank_at_least_2(std::initializer_list<const TensorView*> ts) {
   for (const TensorView* t : ts)
     if (t->rank < 2) return false;
@@ -65,9 +69,10 @@ py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
   if (rank_at_least_2({&q.view, &k.view, &v.view})) {
     out = new_array(q.view.dtype, like_q(q.view, v.view.shape[v.view.rank - 1]));
     outputs.out = out.view;
-    if (return_lse) outputs.lse = (lse = new_array(q.view.dtype, like_q(q.view, std::nullopt))).view;
+    const DType stats = statistics_dtype(q.view.dtype);
+    if (return_lse) outputs.lse = (lse = new_array(stats, like_q(q.view, std::nullopt))).view;
     if (return_probs)
-      outputs.probs = (probs = new_array(q.view.dtype, like_q(q.view, k.view.shape[k.view.rank - 2]))).view;
+      outputs.probs = (probs = new_array(stats, like_q(q.view, k.view.shape[k.view.rank - 2]))).view;
   }
   {
     py::gil_scoped_release unlocked;
@@ -204,10 +209,13 @@ const std::string kAttentionDoc = std::string(R"(attention(q, k, v, *, scale=Non
 
 Scaled dot-product attention softmax(q k^T * scale + mask) v on numpy arrays.
 
-    q [..., Nq, dk], k [..., Nkv, dk], v [..., Nkv, dv]: 2-D [N, d], 3-D [H, N, d] or 4-D
-    [B, H, N, d], all float32 or all float64. k and v may have fewer heads than q
-    (grouped-query attention: query head h reads kv head h // (Hq // Hkv)). Inputs are read in
-    place whatever their strides (no copy); the GIL is released while computing.
+    q [..., H, Nq, dk], k [..., Hkv, Nkv, dk], v [..., Hkv, Nkv, dv]: [N, d], [H, N, d],
+    [B, H, N, d] or more leading dimensions, which broadcast as in PyTorch; all float32, all
+    float64 or all attnscale.bfloat16. k and v may have fewer heads than q (grouped-query
+    attention: query head h reads kv head h // (Hq // Hkv)). Inputs are read in place whatever
+    their strides (no copy); the GIL is released while computing. Nkv = 0 gives out 0, lse -inf.
+    For attention and attention_backward the mask may be any shape that broadcasts to
+    [..., H, Nq, Nkv] (a [B, 1, 1, Nkv] padding mask is read with stride 0, not copied).
 )") + kOptionsDoc + R"(
     return_lse:   also return the natural-log log-sum-exp of each row, [..., Nq].
     return_probs: also return the attention probabilities, [..., Nq, Nkv].

@@ -4,6 +4,7 @@
 #include "array_view.h"
 #include "attention_bindings.h"
 #include "lab_bindings.h"
+#include "attention/peak_loops.h"
 #include "attnscale/version.h"
 
 namespace py = pybind11;
@@ -22,5 +23,19 @@ PYBIND11_MODULE(_attnscale, m) {
   m.def("_copy_count", &attnscale::python::copy_count,
         "How many input arrays were copied because their strides are not whole elements or their "
         "byte order is not native (every other input is read in place).");
+  m.def(
+      "_as_array",
+      [](const std::string& name, py::handle obj, bool mask) {
+        using attnscale::python::ArrayKind;
+        return attnscale::python::as_view(name.c_str(), obj, mask ? ArrayKind::mask : ArrayKind::floating).array;
+      },
+      "_as_array(name, obj, mask): obj as the numpy array the kernels would read (the same TypeError "
+      "naming `name` for a wrong dtype or a torch tensor numpy cannot read).");
+  // The compute ceilings bench/goals.py measures beside the kernels (see peak_loops.h).
+  m.def("_fp32_peak_loop", &attnscale::detail::peak::fp32_fma, py::call_guard<py::gil_scoped_release>(),
+        "_fp32_peak_loop(threads, steps) -> float: run the fp32 FMA peak loop; returns the flops done.");
+  m.def("_bf16_peak_loop", &attnscale::detail::peak::bf16_dot, py::call_guard<py::gil_scoped_release>(),
+        "_bf16_peak_loop(threads, steps) -> float: run the bf16 dot peak loop; returns the flops done.");
   m.attr("__version__") = attnscale::version();
+  m.attr("bfloat16") = attnscale::python::bfloat16_dtype();
 }

@@ -11,17 +11,14 @@ Submodules:
     attnscale.torch  a torch.autograd.Function over the same kernels (imports torch on first use)
     attnscale.lab    the lab's experiments (saturation, moments, ...) returning their rows
 """
-from ._attnscale import (  # noqa: F401
-    __version__,
-    attention,
-    attention_backward,
-    cpu_target,
-    git_hash,
-    merge_partials,
-    multi_head_attention,
-    self_attention,
-    version,
-)
+from . import _attnscale
+from ._attnscale import __version__, bfloat16, cpu_target, git_hash, version  # noqa: F401
+from .arrays import attention, attention_backward  # noqa: F401
+from .keywords import short_errors
+
+merge_partials = short_errors(_attnscale.merge_partials)
+self_attention = short_errors(_attnscale.self_attention)
+multi_head_attention = short_errors(_attnscale.multi_head_attention)
 
 __all__ = [
     "attention",
@@ -32,6 +29,7 @@ __all__ = [
     "version",
     "git_hash",
     "cpu_target",
+    "bfloat16",
     "lab",
     "torch",
 ]

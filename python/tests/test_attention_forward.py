@@ -160,3 +160,17 @@ def test_merge_partials_equals_attention_over_all_keys(rng):
     np.testing.assert_allclose(lse, want_lse, rtol=1e-12)
     with pytest.raises(ValueError, match=r"^outs: at least one partial result is needed$"):
         attnscale.merge_partials([], [])
+
+
+@pytest.mark.parametrize("compute", [None, "bf16"])
+def test_keys_no_query_sees_may_hold_nan(rng, compute):
+    # The unused tail of a preallocated KV cache: 3 queries over 8 keys whose rows 3..7 are NaN.
+    q = rng.standard_normal((3, 16)).astype(np.float32)
+    k = np.concatenate([rng.standard_normal((3, 16)), np.full((5, 16), np.nan)]).astype(np.float32)
+    v = np.concatenate([rng.standard_normal((3, 16)), np.full((5, 16), np.nan)]).astype(np.float32)
+    out, lse = attnscale.attention(q, k, v, causal=True, compute=compute, return_lse=True)
+    want = attnscale.attention(q, k[:3], v[:3], causal=True, reference=True)
+    assert np.allclose(out, want, atol=3e-2 if compute else 1e-6)
+    dq, dk, dv = attnscale.attention_backward(q, k, v, out, lse, np.ones_like(out), causal=True)
+    assert np.isfinite(dq).all()
+    assert (dk[3:] == 0).all() and (dv[3:] == 0).all()

@@ -18,6 +18,20 @@ def raises(exc, message, *args, fn=attnscale.attention, **kwargs):
     assert str(info.value) == message
 
 
+def test_misspelt_keywords_and_torch_tensors():
+    raises(TypeError, "attention() got an unexpected keyword argument 'casual' (did you mean 'causal'?)", Q, K, V,
+           casual=True)
+    raises(TypeError, "attention_backward() got an unexpected keyword argument 'windw' (did you mean 'window'?)",
+           Q, K, V, Q, Q[:, 0], Q, windw=(1, 1), fn=attnscale.attention_backward)
+    raises(TypeError, "threads: expected int, got str", Q, K, V, threads="2")
+    raises(TypeError, "self_attention() got an unexpected keyword argument 'scaling' (did you mean 'scale'?)",
+           Q, Q, Q, Q, scaling="none", fn=attnscale.self_attention)
+    import torch
+    x = torch.ones(5, 4, requires_grad=True)
+    raises(TypeError, "k: a torch.Tensor that requires grad; use attnscale.torch.attention (differentiable), "
+           "or pass k.detach()", Q, x, V)
+
+
 def test_array_types():
     raises(TypeError, "q: dtype must be float32 or float64, got int64", np.ones((5, 4), dtype=np.int64), K, V)
     raises(TypeError, "k: expected a numpy array, got object", Q, object(), V)
@@ -29,15 +43,16 @@ def test_array_types():
 def test_shapes():
     raises(ValueError, "q: expected rank 2, 3 or 4 ([N, d], [H, N, d] or [B, H, N, d]), got rank 1 [4]",
            np.ones(4), K, V)
-    raises(ValueError, "q: expected at most 4 dimensions, got rank 5 [1, 1, 1, 5, 4]", np.ones((1, 1, 1, 5, 4)), K, V)
     raises(ValueError, "k: last dimension dk = 3 must equal q's dk = 4 (q [5, 4], k [5, 3])", Q, np.ones((5, 3)), V)
     raises(ValueError, "q, k, v: dtypes differ (q float32, k float64, v float64)", Q.astype(np.float32), K, V)
     raises(ValueError, "k: query heads Hq = 3 must be a multiple of key/value heads Hkv = 2 "
            "(q [3, 5, 4], k [2, 5, 4])", np.ones((3, 5, 4)), np.ones((2, 5, 4)), np.ones((2, 5, 4)))
     raises(ValueError, "v: heads and keys must match k's (k [5, 4], v [6, 4])", Q, K, np.ones((6, 4)))
-    raises(ValueError, "q: every dimension must be positive, got shape [0, 4]", np.ones((0, 4)), K, V)
+    raises(ValueError, "q: every dimension must be positive, got shape [5, 0]", np.ones((5, 0)), K, V)
     raises(ValueError, "mask: shape [4, 5] does not broadcast to [1, 1, 5, 5] (expected [5, 5] or [1|1, 1|1, 5, 5])",
            Q, K, V, mask=np.ones((4, 5), dtype=bool))
+    raises(ValueError, "q, k, v: leading dimensions [2, 1], [3, 1], [3, 1] do not broadcast",
+           np.ones((2, 1, 1, 5, 4)), np.ones((3, 1, 1, 5, 4)), np.ones((3, 1, 1, 5, 4)))
 
 
 def test_options():

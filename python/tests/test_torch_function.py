@@ -96,7 +96,7 @@ def test_return_lse_and_errors(gen):
     np.testing.assert_allclose(lse.numpy(), torch.logsumexp(q.detach() @ k.detach().T / 2, dim=-1).numpy())
     with pytest.raises(ValueError, match=r"^mask: gradients with respect to the mask are not supported"):
         at.attention(q, k, v, mask=torch.zeros(5, 5, dtype=torch.float64, requires_grad=True))
-    with pytest.raises(TypeError, match=r"^q: dtype must be float32 or float64, got torch.int64$"):
+    with pytest.raises(TypeError, match=r"^q: dtype must be float32, float64 or bfloat16, got torch.int64$"):
         at.attention(torch.zeros(5, 4, dtype=torch.int64), k, v)
     with pytest.raises(TypeError, match=r"^k: expected a torch.Tensor, got ndarray$"):
         at.attention(q, k.detach().numpy(), v)

@@ -73,3 +73,57 @@ def attention(q, k, v, scale=None, causal=None, window=None, align=None, mask=No
     out = probs @ v4
     lead = tuple(q_shape[:-1])
     return out.reshape(lead + (v4.shape[-1],)), lse.reshape(lead), probs.reshape(lead + (nkv,))
+
+
+def sdpa(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    """PyTorch 2's documented math for F.scaled_dot_product_attention, in float64.
+
+    A row whose every key is masked gives 0 (PyTorch's math gives NaN there, its fused kernels 0).
+    """
+    query, key, value = (t.to(torch.float64) for t in (query, key, value))
+    L, S = query.size(-2), key.size(-2)
+    s = 1 / math.sqrt(query.size(-1)) if scale is None else scale
+    bias = torch.zeros(L, S, dtype=torch.float64)
+    if is_causal:
+        bias.masked_fill_(~torch.ones(L, S, dtype=torch.bool).tril(), -math.inf)
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            bias = bias.masked_fill(~attn_mask, -math.inf)
+        else:
+            bias = attn_mask.to(torch.float64) + bias
+    if enable_gqa:
+        key = key.repeat_interleave(query.size(-3) // key.size(-3), -3)
+        value = value.repeat_interleave(query.size(-3) // value.size(-3), -3)
+    scores = query @ key.transpose(-2, -1) * s + bias
+    p = torch.softmax(scores, dim=-1)
+    return torch.nan_to_num(p, nan=0.0) @ value
+
+
+def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi_slopes=None):
+    """FlashAttention's documented semantics in float64, [B, N, H, d] layout: (out, lse).
+
+    Diagonal bottom-right (query i at key i + Nkv - Nq); window (left, right), -1 unbounded; ALiBi
+    adds -slope * |i + Nkv - Nq - j|. A row with no visible key gives out 0 and lse +inf.
+    """
+    q, k, v = (t.to(torch.float64).transpose(1, 2) for t in (q, k, v))  # [B, H, N, d]
+    group = q.shape[1] // k.shape[1]
+    k, v = k.repeat_interleave(group, 1), v.repeat_interleave(group, 1)
+    nq, nkv = q.shape[2], k.shape[2]
+    scale = 1 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
+    scores = q @ k.transpose(-1, -2) * scale
+    i = torch.arange(nq)[:, None] + nkv - nq
+    j = torch.arange(nkv)[None, :]
+    left, right = window_size
+    right = 0 if causal else right
+    keep = torch.ones(nq, nkv, dtype=torch.bool)
+    if left >= 0:
+        keep &= j >= i - left
+    if right >= 0:
+        keep &= j <= i + right
+    if alibi_slopes is not None:
+        slopes = alibi_slopes.to(torch.float64).reshape(-1, q.shape[1], 1, 1)
+        scores = scores - slopes * (i - j).abs()
+    scores = scores.masked_fill(~keep, -math.inf)
+    lse = torch.logsumexp(scores, -1)
+    p = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0)
+    return (p @ v).transpose(1, 2), lse.masked_fill(lse == -math.inf, math.inf)

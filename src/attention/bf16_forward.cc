@@ -58,16 +58,34 @@ struct PackedKV {
 struct Scratch {
   static constexpr std::int64_t lds = kBc;  // columns of the row-layout score tile (keys)
   std::int64_t dk32;
-  Buffer<std::uint16_t> qb, pb;
+  Buffer<std::uint16_t> qb, pb, vt;
   Buffer<float> s;
   ForwardScratch<float> f;
   explicit Scratch(const Params& p)
-      : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kBc), s(kBr * lds), f(p) {
+      : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kBc), vt((kBc + 32) * round_up(p.dv, 16)), s(kBr * lds),
+        f(p) {
     qb.fill(0);
     pb.fill(0);
     this->s.fill(0.0f);  // columns past a ragged tile's keys are read (never used) by exp2_rows
   }
 };
+
+// The B operand of P·V for the keys [k0, k0 + n) of the packed V (k0 even, n a multiple of 32),
+// of which only [j0, j1) belong to the tile. The GEMM reads whole 32-key blocks and P is zero
+// outside the tile, but 0 · NaN = NaN: when real keys outside [j0, j1) fall in the span (the end
+// of a causal row's keys, a window's first key), the span is copied with them zeroed, so a
+// non-finite value of a key the tile's rows cannot see never reaches them.
+const std::uint16_t* value_span(const Params& p, const PackedKV& kv, const std::uint16_t* V, std::int64_t k0,
+                                std::int64_t n, std::int64_t j0, std::int64_t j1, Scratch& s) {
+  const std::uint16_t* span = V + (k0 / 2) * kv.ldv * 2;
+  if (k0 == j0 && std::min(k0 + n, p.Nkv) <= j1) return span;  // beyond Nkv the packing is zero
+  std::uint16_t* dst = s.vt.get();
+  std::copy(span, span + n * kv.ldv, dst);
+  for (std::int64_t j = k0; j < k0 + n; ++j)
+    if (j < j0 || j >= j1)
+      for (std::int64_t c = 0; c < kv.ldv; ++c) dst[(((j - k0) / 2) * kv.ldv + c) * 2 + (j - k0) % 2] = 0;
+  return dst;
+}
 
 void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, Scratch& s) {
   ForwardScratch<float>& f = s.f;
@@ -78,7 +96,7 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
     for (std::int64_t c = 0; c < p.dk; ++c) s.qb[r * s.dk32 + c] = bits(p.q, rb.b, rb.h[r], rb.i[r], c);
   const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
   const std::uint16_t* V = kv.v[rb.b * p.Hkv + rb.kh].get();
-  const float scale = static_cast<float>(p.scale * kLog2e);
+  const float scale = static_cast<float>(p.scale_log2e);
   const std::int64_t jb = rb.lo_min, je = rb.hi_max;
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
@@ -97,25 +115,15 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
       const Operand vo = rows_operand<float>(p.v, rb.b, rb.kh, j0, nk, p.dv, f.vp.get());
       const float* Vf = static_cast<const float*>(vo.ptr);
       if (!all_finite(Vf, vo.ld, nk, p.dv)) {
-        for (std::int64_t r = 0; r < rb.n; ++r) {
-          float* o = f.o.get() + r * p.dv;
-          for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= f.alpha[r];
-          for (std::int64_t j = 0; j < nk; ++j) {
-            const std::int64_t key = j0 + j;
-            if (key < rb.lo[r] || key >= rb.hi[r]) continue;
-            if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
-            const float w = s.s[r * s.lds + j];
-            for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * Vf[j * vo.ld + c];
-          }
-        }
+        accumulate_visible(p, rb, j0, nk, s.s.get(), s.lds, 1, Vf, vo.ld, f);
         continue;
       }
     }
     if (shift == 0) {
       to_bf16(path, s.s.get(), s.lds, rb.n, nk16, s.pb.get(), kBc);
       for (std::int64_t r = 0; r < rb.n; ++r) std::fill(s.pb.get() + r * kBc + nk16, s.pb.get() + r * kBc + nk32, 0);
-      gemm(path, rb.n, p.dv, nk32, s.pb.get(), kBc, V + (j0 / 2) * kv.ldv * 2, kv.ldv, f.o.get(), p.dv, 2,
-           f.alpha.get(), 1.0f);
+      gemm(path, rb.n, p.dv, nk32, s.pb.get(), kBc, value_span(p, kv, V, j0, nk32, j0, j1, s), kv.ldv, f.o.get(),
+           p.dv, 2, f.alpha.get(), 1.0f);
     } else {  // odd j0: Pb column 0 is key j0 - 1 (probability 0)
       for (std::int64_t r = 0; r < rb.n; ++r) {
         std::uint16_t* row = s.pb.get() + r * kBc;
@@ -123,8 +131,9 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
         for (std::int64_t j = 0; j < nk; ++j) row[j + 1] = round_to_bf16(s.s[r * s.lds + j]);
         std::fill(row + nk + 1, row + kBc, 0);
       }
-      gemm(path, rb.n, p.dv, round_up(nk + 1, 32), s.pb.get(), kBc, V + (j0e / 2) * kv.ldv * 2, kv.ldv, f.o.get(),
-           p.dv, 2, f.alpha.get(), 1.0f);
+      const std::int64_t n = round_up(nk + 1, 32);
+      gemm(path, rb.n, p.dv, n, s.pb.get(), kBc, value_span(p, kv, V, j0e, n, j0, j1, s), kv.ldv, f.o.get(), p.dv, 2,
+           f.alpha.get(), 1.0f);
     }
   }
 }
@@ -144,15 +153,11 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     f.sub[r] = seen ? f.m[r] : INFINITY;  // 2^(t − inf) = 0: a row with no visible key stays 0
     f.mul[r] = seen ? 1.0f / f.l[r] : 0.0f;
   }
-  const bool typed = p.probs.dtype == DType::f32;
-  const auto put = [&](std::int64_t r, std::int64_t j, float x) {
-    if (typed) *at<float>(p.probs, rb.b, rb.h[r], rb.i[r], j) = x;
-    else store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), static_cast<double>(x));
-  };
+  const auto set = [&](std::int64_t r, std::int64_t j, float x) { put(p.probs, rb.b, rb.h[r], rb.i[r], j, x); };
   for (std::int64_t r = 0; r < rb.n; ++r)
-    for (std::int64_t j = 0; j < p.Nkv; ++j) put(r, j, 0.0f);  // keys no tile reaches
+    for (std::int64_t j = 0; j < p.Nkv; ++j) set(r, j, 0.0f);  // keys no tile reaches
   const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
-  const float scale = static_cast<float>(p.scale * kLog2e);
+  const float scale = static_cast<float>(p.scale_log2e);
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
@@ -161,7 +166,7 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
     simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get());
     for (std::int64_t r = 0; r < rb.n; ++r)
-      for (std::int64_t j = 0; j < nk; ++j) put(r, j0 + j, s.s[r * s.lds + j] * f.mul[r]);
+      for (std::int64_t j = 0; j < nk; ++j) set(r, j0 + j, s.s[r * s.lds + j] * f.mul[r]);
   }
 }
 

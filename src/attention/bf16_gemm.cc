@@ -239,13 +239,6 @@ void force_path(const char* name) {
   else throw Error("ATTNSCALE_BF16: '" + n + "' is not a bf16 path this CPU supports (amx, avx512-bf16, portable)");
 }
 
-std::uint16_t round_to_bf16(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((u >> 16) | 0x40);  // quiet NaN
-  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);  // nearest even
-}
-
 void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,
              std::size_t ldd) {
 #if defined(__x86_64__)

@@ -10,6 +10,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "attnscale/tensor.h"
+
 namespace attnscale::detail::bfdot {
 
 enum class Path { amx, avx512_bf16, portable };
@@ -28,8 +30,8 @@ void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uin
           const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
           float out_scale);
 
-// Round to nearest even (NaN kept, quiet).
-std::uint16_t round_to_bf16(float x);
+// Round to nearest even (NaN kept, quiet): the bits of the library's one rounding, to_bf16().
+inline std::uint16_t round_to_bf16(float x) { return to_bf16(x).bits; }
 // dst[r][c] = bf16(src[r][c]) for c < cols (a multiple of 16): vcvtneps2bf16 on the AVX-512 BF16
 // and AMX paths (which, unlike round_to_bf16, flushes float32 subnormals to zero), else
 // round_to_bf16.

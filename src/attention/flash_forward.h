@@ -59,21 +59,13 @@ void score_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
 
 // o = alpha·o + P·V for a partial tile whose V holds a non-finite value: only the pairs the mask
 // shows are read, so a NaN or inf in a hidden key's value never reaches a row (P = 0 for a hidden
-// pair, but 0 · NaN = NaN).
+// pair, but 0 · NaN = NaN). P(row r, key j) is P[r·prs + j·pcs]; the float and bf16 forwards share it.
 template <class T>
-void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* V,
-                        std::int64_t ldv, std::int64_t prs, std::int64_t pcs, ForwardScratch<T>& s) {
-  for (std::int64_t r = 0; r < rb.n; ++r) {
-    T* o = s.o.get() + r * p.dv;
-    for (std::int64_t c = 0; c < p.dv; ++c) o[c] *= s.alpha[r];
-    for (std::int64_t j = 0; j < nk; ++j) {
-      const std::int64_t key = j0 + j;
-      if (key < rb.lo[r] || key >= rb.hi[r]) continue;
-      if (!p.mask.empty() && mask_bias(p, rb.b, rb.h[r], rb.i[r], key) == -INFINITY) continue;
-      const T w = s.st[r * prs + j * pcs];  // P(row r, key j) through its strides
-      for (std::int64_t c = 0; c < p.dv; ++c) o[c] += w * V[j * ldv + c];
-    }
-  }
+void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* P,
+                        std::int64_t prs, std::int64_t pcs, const T* V, std::int64_t ldv, ForwardScratch<T>& s) {
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t c = 0; c < p.dv; ++c) s.o[r * p.dv + c] *= s.alpha[r];
+  visible_product(p, rb, j0, nk, P, prs, pcs, V, ldv, p.dv, s.o.get(), p.dv, /*into_rows=*/true);
 }
 
 // Asks for the V rows of a key tile while the scores are computed (decode is bound by memory:
@@ -92,8 +84,8 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
   s.m.fill(-std::numeric_limits<T>::infinity());
   s.l.fill(T(0));
   s.o.fill(T(0));
-  pack_transposed<T>(p.q, rb, p.dk, p.scale * kLog2e, s.qt.get(), s.ld);  // s·log2(e) folded into Q
-  if (rb.n <= kDotRows) pack_scaled_rows(p.q, rb, p.dk, p.scale * kLog2e, s.qr.get());
+  pack_transposed<T>(p.q, rb, p.dk, p.scale_log2e, s.qt.get(), s.ld);  // s·log2(e) folded into Q
+  if (rb.n <= kDotRows) pack_scaled_rows(p.q, rb, p.dk, p.scale_log2e, s.qr.get());
   const std::int64_t jb = std::max(k0, rb.lo_min), je = std::min(k1, rb.hi_max);
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0;
@@ -113,7 +105,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
-      accumulate_visible(p, rb, j0, nk, V, v.ld, prs, pcs, s);
+      accumulate_visible(p, rb, j0, nk, s.st.get(), prs, pcs, V, v.ld, s);
     else
       Ops<T>::gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
                    s.alpha.get());
@@ -125,14 +117,10 @@ template <class T>
 void write_rows(const Params& p, const RowBlock& rb, const T* o, const T* m, const T* l) {
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const T inv = l[r] == T(0) ? T(0) : T(1) / l[r];
-    for (std::int64_t c = 0; c < p.dv; ++c) {
-      const T x = o[r * p.dv + c] * inv;
-      if (p.out.dtype == DType::f32) *at<float>(p.out, rb.b, rb.h[r], rb.i[r], c) = static_cast<float>(x);
-      else store(p.out, element(p.out, rb.b, rb.h[r], rb.i[r], c), static_cast<double>(x));
-    }
+    for (std::int64_t c = 0; c < p.dv; ++c) put(p.out, rb.b, rb.h[r], rb.i[r], c, o[r * p.dv + c] * inv);
     if (!p.lse.empty()) {
       const double lse = l[r] == T(0) ? -INFINITY : kLn2 * (static_cast<double>(m[r]) + std::log2(static_cast<double>(l[r])));
-      store(p.lse, element(p.lse, rb.b, rb.h[r], rb.i[r], 0), lse);
+      put(p.lse, rb.b, rb.h[r], rb.i[r], 0, lse);
     }
   }
 }
@@ -168,7 +156,7 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
     if (typed) {
       for (std::int64_t j = 0; j < p.Nkv; ++j) rows[r][j * cs] = T(0);
     } else {
-      for (std::int64_t j = 0; j < p.Nkv; ++j) store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j), 0.0);
+      for (std::int64_t j = 0; j < p.Nkv; ++j) put(p.probs, rb.b, rb.h[r], rb.i[r], j, T(0));
     }
   }
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
@@ -184,7 +172,7 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
         for (std::int64_t j = 0; j < nk; ++j) {
           const T x = s.st[r * kBc + j] * s.mul[r];
           if (typed) rows[r][(j0 + j) * cs] = x;
-          else store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(x));
+          else put(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j, x);
         }
       continue;
     }
@@ -207,7 +195,7 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
     } else {
       for (std::int64_t j = 0; j < nk; ++j)
         for (std::int64_t r = 0; r < rb.n; ++r)
-          store(p.probs, element(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j), static_cast<double>(s.st[j * s.ld + r]));
+          put(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j, s.st[j * s.ld + r]);
     }
   }
 }

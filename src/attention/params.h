@@ -13,10 +13,16 @@
 
 namespace attnscale::detail {
 
+inline constexpr double kLog2e = 1.4426950408889634;
+inline constexpr double kLn2 = 0.6931471805599453;
+
 struct Params {
   DType dtype = DType::f32;  // of q, k, v (and out)
   std::int64_t B = 0, Hq = 0, Hkv = 0, Nq = 0, Nkv = 0, dk = 0, dv = 0;
   double scale = 1.0;
+  // The kernels exponentiate in base 2: exp(s·q·k) = 2^((s·log2 e)·q·k), so the factor they fold
+  // into Q or K is s·log2 e. Set with `scale`, in validate.cc.
+  double scale_log2e = kLog2e;
   TensorView q, k, v;
   TensorView out, lse, probs;  // lse/probs may be empty
   // Mask.
@@ -53,26 +59,20 @@ inline KeyRange key_range(const Params& p, std::int64_t i) {
   return {lo, hi};
 }
 
-// Element pointer of a rank-4 view.
+// Element access, one family for every kernel: at<T>() is the typed pointer of element
+// (a, b, c, d) of a rank-4 view; value<T>() reads any float dtype converted to T and put()
+// writes one (float32, the common case, without the dtype switch); load()/store() convert
+// through double at a byte pointer from element().
 template <class T>
 inline T* at(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d = 0) {
   return static_cast<T*>(t.data) + a * t.strides[0] + b * t.strides[1] + c * t.strides[2] +
          d * t.strides[3];
 }
-
-// The explicit mask's contribution to score (b, h, i, j): 0 to keep, -inf to hide, or the
-// additive value. Returns 0 when there is no explicit mask.
-inline double mask_bias(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
-  if (p.mask.empty()) return 0.0;
-  switch (p.mask.dtype) {
-    case DType::u8: return *at<const std::uint8_t>(p.mask, b, h, i, j) ? 0.0 : -INFINITY;
-    case DType::f32: return *at<const float>(p.mask, b, h, i, j);
-    case DType::f64: return *at<const double>(p.mask, b, h, i, j);
-    default: return 0.0;
-  }
+inline void* element(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  return static_cast<char*>(t.data) +
+         (a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3]) *
+             static_cast<std::int64_t>(dtype_size(t.dtype));
 }
-
-// Load/store one element of any float dtype as double.
 inline double load(const TensorView& t, const void* ptr) {
   switch (t.dtype) {
     case DType::f32: return *static_cast<const float*>(ptr);
@@ -89,10 +89,27 @@ inline void store(const TensorView& t, void* ptr, double x) {
     default: break;
   }
 }
-inline void* element(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
-  return static_cast<char*>(t.data) +
-         (a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3]) *
-             static_cast<std::int64_t>(dtype_size(t.dtype));
+template <class T>
+inline T value(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
+  if (t.dtype == DType::f32) return static_cast<T>(*at<const float>(t, a, b, c, d));
+  return static_cast<T>(load(t, element(t, a, b, c, d)));
+}
+template <class T>
+inline void put(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, T x) {
+  if (t.dtype == DType::f32) *at<float>(t, a, b, c, d) = static_cast<float>(x);
+  else store(t, element(t, a, b, c, d), static_cast<double>(x));
+}
+
+// The explicit mask's contribution to score (b, h, i, j): 0 to keep, -inf to hide, or the
+// additive value. Returns 0 when there is no explicit mask.
+inline double mask_bias(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+  if (p.mask.empty()) return 0.0;
+  switch (p.mask.dtype) {
+    case DType::u8: return *at<const std::uint8_t>(p.mask, b, h, i, j) ? 0.0 : -INFINITY;
+    case DType::f32: return *at<const float>(p.mask, b, h, i, j);
+    case DType::f64: return *at<const double>(p.mask, b, h, i, j);
+    default: return 0.0;
+  }
 }
 
 enum class Kernel { fast, reference };
@@ -104,5 +121,9 @@ BackwardParams make_backward_params(const TensorView& q, const TensorView& k, co
                                     const TensorView& out, const TensorView& lse,
                                     const TensorView& dout, const Gradients& grads,
                                     const Options& options, Kernel kernel);
+
+// The dQ partials the one-pass backward may allocate (backward.cc) before it falls back to two
+// passes; returns the previous budget. For tests, which reach both paths on small shapes.
+std::int64_t set_backward_partial_budget(std::int64_t bytes);
 
 }  // namespace attnscale::detail

@@ -13,14 +13,9 @@
 
 namespace attnscale::reference {
 namespace {
-using detail::element;
-using detail::load;
 using detail::Params;
-using detail::store;
-
-double get(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
-  return load(t, element(t, a, b, c, d));
-}
+using detail::put;
+constexpr auto get = detail::value<double>;
 
 // P for head (b, h) as an Nq × Nkv row-major matrix, which entries are visible (not masked), and
 // lse per row. A row with no visible key is all zeros with lse = -inf; a NaN score makes its whole
@@ -77,12 +72,12 @@ void forward(const TensorView& q, const TensorView& k, const TensorView& v, cons
           double o = 0;
           for (std::int64_t j = 0; j < p.Nkv; ++j)
             if (vis[i * p.Nkv + j]) o += P[i * p.Nkv + j] * get(p.v, b, p.kv_head(h), j, c);
-          store(p.out, element(p.out, b, h, i, c), o);
+          put(p.out, b, h, i, c, o);
         }
-        if (!p.lse.empty()) store(p.lse, element(p.lse, b, h, i, 0), lse[i]);
+        if (!p.lse.empty()) put(p.lse, b, h, i, 0, lse[i]);
         if (!p.probs.empty())
           for (std::int64_t j = 0; j < p.Nkv; ++j)
-            store(p.probs, element(p.probs, b, h, i, j), P[i * p.Nkv + j]);
+            put(p.probs, b, h, i, j, P[i * p.Nkv + j]);
       }
     }
 }
@@ -122,13 +117,13 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
               dq += dS[j] * get(p.k, b, kh, j, c);
               dK[j * p.dk + c] += p.scale * dS[j] * get(p.q, b, h, i, c);
             }
-            store(p.dQ, element(p.dQ, b, h, i, c), p.scale * dq);
+            put(p.dQ, b, h, i, c, p.scale * dq);
           }
         }
       }
       for (std::int64_t j = 0; j < p.Nkv; ++j) {
-        for (std::int64_t c = 0; c < p.dk; ++c) store(p.dK, element(p.dK, b, kh, j, c), dK[j * p.dk + c]);
-        for (std::int64_t c = 0; c < p.dv; ++c) store(p.dV, element(p.dV, b, kh, j, c), dV[j * p.dv + c]);
+        for (std::int64_t c = 0; c < p.dk; ++c) put(p.dK, b, kh, j, c, dK[j * p.dk + c]);
+        for (std::int64_t c = 0; c < p.dv; ++c) put(p.dV, b, kh, j, c, dV[j * p.dv + c]);
       }
     }
 }

@@ -22,8 +22,6 @@ namespace attnscale::detail {
 
 inline constexpr std::int64_t kBr = 64;  // query rows per block (a multiple of kColumnPad)
 inline constexpr std::int64_t kBc = 64;  // keys per tile
-inline constexpr double kLog2e = 1.4426950408889634;
-inline constexpr double kLn2 = 0.6931471805599453;
 
 inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
@@ -134,11 +132,41 @@ void apply_mask_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::
   }
 }
 
-// Element (a, b, c, d) of any float view converted to T.
+// True when query row r of the block may see key j: inside its causal/window range and not
+// hidden by the explicit mask.
+inline bool pair_visible(const Params& p, const RowBlock& rb, std::int64_t r, std::int64_t j) {
+  if (j < rb.lo[r] || j >= rb.hi[r]) return false;
+  return p.mask.empty() || mask_bias(p, rb.b, rb.h[r], rb.i[r], j) != -INFINITY;
+}
+
+// Sets the hidden pairs of a tile over keys [j0, j0 + nk) to zero; W(r, j) is W[r·rs + j·cs].
+// A product with a hidden key's (or row's) non-finite value gives NaN even with weight zero, so
+// a gradient tile is cleared there before it meets such a value.
 template <class T>
-inline T value(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
-  if (t.dtype == DType::f32) return static_cast<T>(*at<const float>(t, a, b, c, d));
-  return static_cast<T>(load(t, element(t, a, b, c, d)));
+void zero_hidden(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, T* W, std::int64_t rs,
+                 std::int64_t cs) {
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t j = 0; j < nk; ++j)
+      if (!pair_visible(p, rb, r, j0 + j)) W[r * rs + j * cs] = T(0);
+}
+
+// The products of a partial tile with operands that hold a non-finite value, over the visible
+// pairs only (the GEMM would multiply the hidden ones by zero, and 0 · NaN = NaN). W(r, j) is
+// W[r·rs + j·cs] for the block's row r and key j0 + j.
+//   into_rows: C[r][c] += Σ_j W(r, j)·X[j][c]   (X: the tile's key rows, C: query rows)
+//   else:      C[j][c] += Σ_r W(r, j)·X[r][c]   (X: the block's query rows, C: key rows)
+template <class T>
+void visible_product(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, const T* W,
+                     std::int64_t rs, std::int64_t cs, const T* X, std::int64_t ldx, std::int64_t d, T* C,
+                     std::int64_t ldc, bool into_rows) {
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t j = 0; j < nk; ++j) {
+      if (!pair_visible(p, rb, r, j0 + j)) continue;
+      const T w = W[r * rs + j * cs];
+      const T* x = X + (into_rows ? j : r) * ldx;
+      T* c = C + (into_rows ? r : j) * ldc;
+      for (std::int64_t e = 0; e < d; ++e) c[e] += w * x[e];
+    }
 }
 
 // Rows [j0, j0 + n) of a [B, H, N, d] view at (b, h) as a row-major operand of T: the view itself
@@ -218,12 +246,12 @@ void pack_rows(const TensorView& t, const RowBlock& rb, std::int64_t d, T* X) {
     for (std::int64_t c = 0; c < d; ++c) X[r * d + c] = value<T>(t, rb.b, rb.h[r], rb.i[r], c);
 }
 
-// True when rows [0, n) x [0, d) of a row-major operand are all finite.
+// True when rows [0, n) x [0, d) of an operand (row stride ld, column stride cs) are all finite.
 template <class T>
-bool all_finite(const T* x, std::int64_t ld, std::int64_t n, std::int64_t d) {
+bool all_finite(const T* x, std::int64_t ld, std::int64_t n, std::int64_t d, std::int64_t cs = 1) {
   for (std::int64_t j = 0; j < n; ++j)
     for (std::int64_t c = 0; c < d; ++c)
-      if (!std::isfinite(x[j * ld + c])) return false;
+      if (!std::isfinite(x[j * ld + c * cs])) return false;
   return true;
 }
 

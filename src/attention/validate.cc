@@ -95,6 +95,7 @@ void fill_shapes(Params& p, const TensorView& q, const TensorView& k, const Tens
 void fill_options(Params& p, const Options& options) {
   p.scale = options.scale.resolve(p.dk);
   if (!std::isfinite(p.scale)) fail("scale: must be finite, got " + std::to_string(p.scale));
+  p.scale_log2e = p.scale * kLog2e;
   const Mask& m = options.mask;
   p.causal = m.causal;
   p.align = m.align;

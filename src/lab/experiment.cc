@@ -4,11 +4,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
-#include <mutex>
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
 #include "common/parallel.h"
+#include "lab/point_scheduler.h"
 #include "lab/registry.h"
 
 namespace attnscale::lab {
@@ -69,12 +69,10 @@ std::vector<std::string> Args::words(const std::string& name) const {
 }
 
 const std::vector<Experiment>& experiments() {
-  static const std::vector<Experiment> all = {make_moments(),  make_variance(),    make_saturation(),
-                                              make_gradients(), make_heatmap(),    make_projections(),
-                                              make_length()
-#ifdef ATTNSCALE_HAVE_TRAINING
-                                              , make_training()
-#endif
+  static const std::vector<Experiment> all = {
+#define ATTNSCALE_UNIT(name, id) make_##name(),
+#include "lab/experiments/list.h"
+#undef ATTNSCALE_UNIT
   };
   return all;
 }
@@ -111,41 +109,20 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
 
   const auto points = e.points(args);
   const std::size_t n = points.size();
-  // Points run in parallel; a point gets the threads left over (for its own trial chunks) when
-  // there are fewer points than threads.
-  const int outer = std::max(1, static_cast<int>(std::min<std::size_t>(args.threads, std::max<std::size_t>(n, 1))));
-  Args inner = args;
-  inner.threads = std::max(1, args.threads / outer);
-
-  std::vector<std::vector<Row>> results(n);
-  std::vector<char> done(n, 0);
-  std::size_t next = 0;  // points [0, next) have been reported, in order
-  std::mutex mutex;
-  for (const auto& [i, rows] : completed)
-    if (i >= n) throw Error("resumed rows name point " + std::to_string(i) + " of a sweep of " + std::to_string(n));
-  parallel_for(static_cast<std::int64_t>(n), 1, outer, [&](std::int64_t b, std::int64_t end, int) {
-    for (std::int64_t i = b; i < end; ++i) {
-      const auto previous = completed.find(static_cast<std::size_t>(i));
-      // The last point starts when no point is left for the other threads, which go idle as they
-      // finish theirs: it gets all the threads for its trial chunks (trials are counter-based, so
-      // the rows do not depend on the thread count).
-      auto rows = previous != completed.end() ? previous->second
-                                              : e.run_point(static_cast<std::size_t>(i) + 1 == n ? args : inner, points[i]);
-      std::lock_guard<std::mutex> lock(mutex);
-      results[i] = std::move(rows);
-      done[i] = 1;
-      while (next < n && done[next]) {
-        if (progress) progress(next + 1, n, results[next]);
-        ++next;
-      }
-    }
-  });
+  auto results = point_scheduler().run(
+      n, args.threads,
+      [&](std::size_t i, int threads) {
+        Args mine = args;
+        mine.threads = threads;
+        return e.run_point(mine, points[i]);
+      },
+      completed, progress);
 
   ResultTable table;
   table.param_names = e.param_names;
   for (auto& r : results)
     for (auto& row : r) table.rows.push_back(std::move(row));
-  if (e.summarize)
+  if (e.summarize && !table.rows.empty())
     for (auto& row : e.summarize(args, table.rows)) table.rows.push_back(std::move(row));
   Metadata& m = table.meta;
   m.experiment = e.name;

@@ -1,5 +1,5 @@
-// The experiments the lab knows, one factory per file (moments.cc, variance.cc, ...), and the
-// pieces they share: stream ids, per-trial parallel work, rows from summaries.
+// The pieces the lab's experiments (src/lab/experiments/<name>/) share: their factories, stream
+// ids, per-trial parallel work, rows from summaries.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -13,21 +13,17 @@
 
 namespace attnscale::lab {
 
-Experiment make_moments();
-Experiment make_variance();
-Experiment make_saturation();
-Experiment make_gradients();
-Experiment make_heatmap();
-Experiment make_projections();
-Experiment make_length();
-#ifdef ATTNSCALE_HAVE_TRAINING
-Experiment make_training();  // src/lab/training/ (built when libtorch is found)
-#endif
+// Experiment make_<name>(); for every line of the registry (experiments/list.h).
+#define ATTNSCALE_UNIT(name, id) Experiment make_##name();
+#include "lab/experiments/list.h"
+#undef ATTNSCALE_UNIT
 
-// Experiment ids: the top 8 bits of every stream number (rng.h stream_id), so experiments never
-// share random numbers.
+// Experiment ids (lab::k_<name>): the top 8 bits of every stream number (rng.h stream_id), given
+// by the registry line.
 enum ExperimentId : std::uint32_t {
-  kMoments = 1, kVariance, kSaturation, kGradients, kHeatmap, kProjections, kLength, kTraining
+#define ATTNSCALE_UNIT(name, id) k_##name = id,
+#include "lab/experiments/list.h"
+#undef ATTNSCALE_UNIT
 };
 
 // Runs fn(trial, out) for trial in [0, trials), where out points at `width` doubles of that

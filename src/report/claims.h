@@ -1,23 +1,39 @@
-// The table of every claim in the seeds: what each predicts, what was measured (± 95% CI), and a
-// verdict computed from the data by a rule stated next to it.
+// The claims table: every claim of the references (the catalogue, report/templates/claims.md) with
+// the evidence the units judged it on. Units give Evidence by claim id (report/unit.h); this joins
+// them, refuses evidence on a claim the catalogue does not hold, and lists the claims no unit of this
+// build judged as not measured.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
-#include "report/report.h"
+#include "report/unit.h"
 
 namespace attnscale::report {
 
-struct Claim {
-  std::string claim;        // quoted or paraphrased from the seed
-  std::string source;       // "000", "001–004", ...
-  std::string prediction;   // what it predicts, in numbers where it has them
-  std::string measurement;  // mean [95% CI], with the conditions
-  std::string verdict;      // "supported", "refuted", "mixed", "not testable here"
-  std::string css;          // supported | refuted | mixed | untestable
-  std::string rule;         // how the verdict was decided (shown under the table)
+struct CatalogueClaim {
+  std::string id, claim, reference, measured_by;
 };
 
-std::vector<Claim> evaluate_claims(const Measurements& m);
+// The catalogue, in its order (parsed from the embedded template; Error on a malformed row).
+std::vector<CatalogueClaim> claim_catalogue();
+
+struct ClaimRow {
+  CatalogueClaim claim;
+  std::optional<Evidence> evidence;  // none: no unit of this build measured it
+};
+
+// Joins evidence (from every unit) with the catalogue. Error when evidence names an unknown claim
+// or a claim gets evidence twice.
+std::vector<ClaimRow> join_claims(const std::vector<Evidence>& evidence);
+
+// The claims as a Markdown table followed by the rules, one bullet per judged claim.
+std::string claims_markdown(const std::vector<ClaimRow>& rows);
+
+// Counts of verdicts (supported, refuted, mixed) and of claims not measured.
+struct ClaimCounts {
+  int supported = 0, refuted = 0, mixed = 0, unmeasured = 0;
+};
+ClaimCounts count_claims(const std::vector<ClaimRow>& rows);
 
 }  // namespace attnscale::report

@@ -67,6 +67,37 @@ std::string log_xtics(const LinePanel& p) {
   return out + ")\n";
 }
 
+// The data's y extent (curves and bands) and the reference lines'.
+std::pair<double, double> y_extent(const LinePanel& p) {
+  double lo = INFINITY, hi = -INFINITY;
+  auto add = [&](double v) {
+    if (std::isfinite(v) && (!p.logy || v > 0)) lo = std::min(lo, v), hi = std::max(hi, v);
+  };
+  for (const Series& s : p.series)
+    for (const auto* v : {&s.y, &s.lo, &s.hi, &s.theory})
+      for (double x : *v) add(x);
+  for (const RefLine& r : p.refs) add(r.y);
+  return {lo, hi};
+}
+
+// A panel with reference lines gets an explicit range with room around them, so a line on the
+// data's edge is not drawn on the axis itself; otherwise gnuplot's autoscale (NaN: "*").
+double y_low(const LinePanel& p) {
+  if (p.ymin) return *p.ymin;
+  if (p.refs.empty()) return NAN;
+  const auto [lo, hi] = y_extent(p);
+  if (!std::isfinite(lo)) return NAN;
+  return p.logy ? lo / 1.6 : lo - 0.06 * std::max(hi - lo, 1e-12);
+}
+double y_high(const LinePanel& p) {
+  if (p.ymax) return *p.ymax;
+  if (p.refs.empty()) return NAN;
+  const auto [lo, hi] = y_extent(p);
+  if (!std::isfinite(hi)) return NAN;
+  return p.logy ? hi * 1.6 : hi + 0.06 * std::max(hi - lo, 1e-12);
+}
+std::string num_or_auto(double v) { return std::isnan(v) ? "*" : num(v); }
+
 void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std::string& key_override) {
   gp << "set title " << quote(p.title) << "\n"
      << "set xlabel " << quote(p.xlabel) << "\n"
@@ -78,7 +109,7 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
      << "set border 3 lc rgb '#444444'\nset tics nomirror\n";
   if (p.logx) gp << "set logscale x 2\n" << log_xtics(p);
   if (p.logy) gp << "set logscale y 10\nset format y '%g'\n";
-  gp << "set yrange [" << (p.ymin ? num(*p.ymin) : "*") << ":" << (p.ymax ? num(*p.ymax) : "*") << "]\n";
+  gp << "set yrange [" << num_or_auto(y_low(p)) << ":" << num_or_auto(y_high(p)) << "]\n";
   gp << "set offsets graph 0.02, graph 0.02, 0, 0\n";
 
   bool theory = false;
@@ -98,10 +129,10 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
   int arrow = 1;
   for (const RefLine& r : p.refs) {
     gp << "set arrow " << arrow++ << " from graph 0, first " << num(r.y) << " to graph 1, first "
-       << num(r.y) << " nohead dt 3 lw 1.2 lc rgb '#666666' back\n";
+       << num(r.y) << " nohead dt 3 lw 1.4 lc rgb '" << r.colour << "' back\n";
     if (!r.label.empty())
       gp << "set label " << arrow << " " << quote(r.label) << " at graph 0.99, first " << num(r.y)
-       << " right offset 0, 0.7 tc rgb '#444444'\n";
+       << " right offset 0, 0.7 tc rgb '" << r.colour << "'\n";
   }
 
   std::vector<std::string> plots;
@@ -131,13 +162,17 @@ void heat_panel(std::ostringstream& gp, const HeatPanel& h, int index) {
      << "set xlabel " << quote(h.xlabel) << "\n"
      << "set ylabel " << quote(h.ylabel) << "\n"
      << kViridis << "set cbrange [" << num(h.cbmin) << ":" << num(h.cbmax) << "]\n"
+     << (h.logcb ? "set logscale cb 10\nset format cb '10^{%L}'\n" : "")
      << "set xrange [-0.5:" << num(h.cols - 0.5) << "]\n"
      << "set yrange [" << num(h.rows - 0.5) << ":-0.5]\n"
      << "set size ratio -1\nset tics out nomirror\nset border lc rgb '#444444'\nunset key\nunset grid\n"
      << (h.colorbox ? "" : "unset colorbox\n");
   gp << "$h" << index << " << EOD\n";
   for (int r = 0; r < h.rows; ++r) {
-    for (int c = 0; c < h.cols; ++c) gp << (c ? " " : "") << num(h.values[static_cast<std::size_t>(r) * h.cols + c]);
+    for (int c = 0; c < h.cols; ++c) {
+      const double v = h.values[static_cast<std::size_t>(r) * h.cols + c];
+      gp << (c ? " " : "") << num(h.logcb ? std::max(v, h.cbmin) : v);
+    }
     gp << "\n";
   }
   gp << "EOD\nplot $h" << index << " matrix with image notitle\n";

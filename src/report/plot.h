@@ -1,4 +1,4 @@
-// Figures for the report, drawn by gnuplot.
+// Figures for the report, drawn by gnuplot (the figure specs live in the units, report/unit.h).
 //
 // A Figure is one or more panels side by side: line panels (measured curves with 95% confidence
 // bands and dashed theory curves) or heatmaps (viridis colour map). render() writes a gnuplot
@@ -29,10 +29,13 @@ struct Series {
   bool secondary = false;    // drawn thinner with open points (e.g. a mean beside its median)
 };
 
-// A horizontal reference line, e.g. seed 001's "38 of 50".
+// A horizontal reference line, e.g. a target ("1") or a value a reference quotes ("38 of 50"),
+// dotted, in its own colour (theory curves are dashed in their series' colour). The panel's y range
+// always includes it, clear of the axes.
 struct RefLine {
   double y = 0;
   std::string label;
+  std::string colour = "#666666";
 };
 
 struct LinePanel {
@@ -51,6 +54,7 @@ struct HeatPanel {
   int rows = 0, cols = 0;
   std::vector<double> values;
   double cbmin = 0, cbmax = 1;
+  bool logcb = false;  // logarithmic colour scale (values below cbmin drawn as cbmin)
   bool colorbox = true;  // off for all but the last of several panels sharing one scale
 };
 

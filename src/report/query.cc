@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "attnscale/error.h"
 
 namespace attnscale::report {
@@ -14,7 +16,7 @@ namespace {
 std::size_t column(const lab::ResultTable& t, const std::string& name) {
   const auto it = std::find(t.param_names.begin(), t.param_names.end(), name);
   if (it == t.param_names.end())
-    throw Error("report: experiment " + t.meta.experiment + " has no parameter '" + name + "'");
+    throw Error(fmt::format("report: experiment {} has no parameter '{}'", t.meta.experiment, name));
   return static_cast<std::size_t>(it - t.param_names.begin());
 }
 
@@ -83,6 +85,60 @@ std::vector<std::string> values(const lab::ResultTable& t, const std::string& na
   return out;
 }
 
+bool is_number(const std::string& s) {
+  char* end = nullptr;
+  std::strtod(s.c_str(), &end);
+  return !s.empty() && end != s.c_str() && *end == '\0';
+}
+
+std::string largest_value(const lab::ResultTable& t, const std::string& name) {
+  std::string best;
+  for (const auto& v : values(t, name))
+    if (is_number(v) && (best.empty() || std::stod(v) > std::stod(best))) best = v;
+  return best;
+}
+
+std::string smallest_value(const lab::ResultTable& t, const std::string& name) {
+  std::string best;
+  for (const auto& v : values(t, name))
+    if (is_number(v) && (best.empty() || std::stod(v) < std::stod(best))) best = v;
+  return best;
+}
+
+const std::string& flag(const lab::ResultTable& t, const std::string& name) {
+  for (const auto& [k, v] : t.meta.flags)
+    if (k == name) return v;
+  throw Error(fmt::format("report: experiment {} was run without a flag --{}", t.meta.experiment, name));
+}
+
+bool covers(const lab::Row& r, double v) { return r.ci_low <= v && v <= r.ci_high; }
+
+std::string scaling_title(const std::string& s) {
+  if (s == "none") return "unscaled";
+  if (s == "sqrt") return "1/√d";
+  if (s == "linear") return "1/d";
+  if (s == "qk-norm") return "QK-LayerNorm";
+  if (s == "log-n") return "√(ln N)/√d";
+  return s;
+}
+
+std::string md_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows) {
+  auto line = [](const std::vector<std::string>& cells) {
+    std::string out = "|";
+    for (const auto& c : cells) {
+      out += " ";
+      for (char ch : c) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+      out += " |";
+    }
+    return out + "\n";
+  };
+  std::string out = line(header) + "|";
+  for (std::size_t i = 0; i < header.size(); ++i) out += "---|";
+  out += "\n";
+  for (const auto& r : rows) out += line(r);
+  return out;
+}
+
 std::string fmt(double v, int digits) {
   if (std::isnan(v)) return "n/a";
   if (std::isinf(v)) return v > 0 ? "∞" : "−∞";
@@ -99,8 +155,10 @@ std::string fmt(double v, int digits) {
   return s;
 }
 
-std::string fmt_ci(const lab::Row& r, int digits) {
-  return fmt(r.mean, digits) + " [" + fmt(r.ci_low, digits) + ", " + fmt(r.ci_high, digits) + "]";
+std::string fmt_ci(const lab::Summary& s, int digits) {
+  return fmt(s.mean, digits) + " [" + fmt(s.ci_low, digits) + ", " + fmt(s.ci_high, digits) + "]";
 }
+
+std::string fmt_ci(const lab::Row& r, int digits) { return fmt_ci(lab::Summary{r.mean, r.ci_low, r.ci_high}, digits); }
 
 }  // namespace attnscale::report

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "lab/results.h"
+#include "lab/stats.h"
 #include "report/plot.h"
 
 namespace attnscale::report {
@@ -30,8 +31,27 @@ const std::string& param(const lab::ResultTable& t, const lab::Row& r, const std
 // Distinct values of a parameter, in order of first appearance.
 std::vector<std::string> values(const lab::ResultTable& t, const std::string& name);
 
+// The numerically largest / smallest value of a parameter, as written in the table ("" when none
+// is a number).
+std::string largest_value(const lab::ResultTable& t, const std::string& name);
+std::string smallest_value(const lab::ResultTable& t, const std::string& name);
+bool is_number(const std::string& s);
+
+// The value of flag `name` the table was made with (Error when it has none).
+const std::string& flag(const lab::ResultTable& t, const std::string& name);
+
+// Whether v lies inside the row's 95% CI.
+bool covers(const lab::Row& r, double v);
+
 // "38.1 [37.9, 38.3]" with `digits` significant digits.
 std::string fmt_ci(const lab::Row& r, int digits = 3);
+std::string fmt_ci(const lab::Summary& s, int digits = 3);
 std::string fmt(double v, int digits = 3);
+
+// How the figures name a scaling rule of the lab: "none" → "unscaled", "sqrt" → "1/√d", ...
+std::string scaling_title(const std::string& rule);
+
+// A Markdown (GitHub) table; "|" inside cells is escaped.
+std::string md_table(const std::vector<std::string>& header, const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace attnscale::report

@@ -91,7 +91,7 @@ def test_sections_and_claims(report_dir):
     html = (report_dir / "index.html").read_text()
     for title in ["Introduction", "Algorithm", "Experiments", "Discussion", "Conclusion", "Appendix"]:
         assert re.search(rf"<h2[^>]*>\d+ {title}</h2>", html), title
-    verdicts = re.findall(r'<tr class="(supported|refuted|mixed|untestable)">', html)
+    verdicts = re.findall(r'<span class="verdict (supported|refuted|mixed)">', html)
     assert len(verdicts) >= 8
     assert "column" in html and "online softmax" in html
     for key in ["seed 0", "git ", "CPU target", "threads", "measured in"]:

@@ -8,16 +8,18 @@
 #include "attnscale/error.h"
 #include "lab/experiment.h"
 #include "lab/results.h"
-#include "lab/training/attention_function.h"
-#include "lab/training/model.h"
-#include "lab/training/tasks.h"
-#include "lab/training/train_run.h"
+#include "lab/experiments/training/attention_function.h"
+#include "lab/experiments/training/model.h"
+#include "lab/experiments/training/tasks.h"
+#include "lab/experiments/training/train_run.h"
 
 namespace attnscale::lab::training {
 namespace {
 
+// max |a − b| / max |b| (just max |a − b| when b is all zero, e.g. dq and dk of a single key).
 double max_rel(const torch::Tensor& a, const torch::Tensor& b) {
-  return ((a - b).abs().max() / b.abs().max()).item<double>();
+  const double diff = (a - b).abs().max().item<double>(), size = b.abs().max().item<double>();
+  return size > 0 ? diff / size : diff;
 }
 
 struct OpCase {

@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "attention/params.h"
 #include "attnscale/attention.h"
 #include "random_tensors.h"
 
@@ -86,17 +88,47 @@ TEST(Backward, ReferenceMatchesFiniteDifferences) {
   }
 }
 
-TEST(Backward, BitwiseSameForAnyThreadCount) {
-  const Tensor q = random_tensor(DType::f32, {2, 4, 17, 8}, 5, 0), k = random_tensor(DType::f32, {2, 2, 19, 8}, 5, 1),
-               v = random_tensor(DType::f32, {2, 2, 19, 8}, 5, 2), dout = random_tensor(DType::f32, {2, 4, 17, 8}, 5, 3);
-  Options one, two;
-  one.threads = 1;
-  two.threads = 2;
-  const Grads a = run_backward(DType::f32, q, k, v, dout, one, false);
-  const Grads b = run_backward(DType::f32, q, k, v, dout, two, false);
-  EXPECT_EQ(0, std::memcmp(a.dq.data(), b.dq.data(), a.dq.nbytes()));
-  EXPECT_EQ(0, std::memcmp(a.dk.data(), b.dk.data(), a.dk.nbytes()));
-  EXPECT_EQ(0, std::memcmp(a.dv.data(), b.dv.data(), a.dv.nbytes()));
+// The one-pass backward (dQ partials per key group, summed in order) and the two-pass fallback
+// (taken when the partials would exceed their memory budget, forced here with a zero budget):
+// bitwise the same for 1, 2 and 3 threads, and both against the float64 reference. Shapes: one
+// key group (B·Hkv = 8), several (B·Hkv = 2 and 1, so 4 and 8 groups over 5 and 9 key blocks,
+// ragged), GQA, causal and a window.
+TEST(Backward, BitwiseSameForAnyThreadCountOnBothPaths) {
+  struct Shape {
+    std::int64_t B, Hq, Hkv, Nq, Nkv, d;
+    bool causal;
+  };
+  const std::vector<Shape> shapes = {{2, 8, 4, 17, 19, 8, false}, {1, 4, 2, 131, 257, 16, true},
+                                     {1, 3, 1, 67, 541, 5, false}, {2, 4, 4, 70, 64, 33, true}};
+  for (std::int64_t budget : {std::int64_t{64} << 20, std::int64_t{0}}) {
+    const std::int64_t old = detail::set_backward_partial_budget(budget);
+    for (const Shape& sh : shapes) {
+      const std::uint64_t seed = 5 + sh.Nkv;
+      const Tensor q = random_tensor(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.d}, seed, 0),
+                   k = random_tensor(DType::f32, {sh.B, sh.Hkv, sh.Nkv, sh.d}, seed, 1),
+                   v = random_tensor(DType::f32, {sh.B, sh.Hkv, sh.Nkv, sh.d}, seed, 2),
+                   dout = random_tensor(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.d}, seed, 3);
+      Options opt;
+      opt.mask.causal = sh.causal;
+      opt.mask.align = Align::bottom_right;
+      if (sh.Nkv == 541) opt.mask.window_left = 200;
+      opt.threads = 1;
+      const Grads a = run_backward(DType::f32, q, k, v, dout, opt, false);
+      const Grads ref = run_backward(DType::f64, q, k, v, dout, opt, true);
+      const std::string what = "Nkv " + std::to_string(sh.Nkv) + " budget " + std::to_string(budget);
+      EXPECT_LE(rel_error(a.dq.view(), ref.dq.view()), 1e-5) << what;
+      EXPECT_LE(rel_error(a.dk.view(), ref.dk.view()), 1e-5) << what;
+      EXPECT_LE(rel_error(a.dv.view(), ref.dv.view()), 1e-5) << what;
+      for (int threads : {2, 3}) {
+        opt.threads = threads;
+        const Grads b = run_backward(DType::f32, q, k, v, dout, opt, false);
+        EXPECT_EQ(0, std::memcmp(a.dq.data(), b.dq.data(), a.dq.nbytes())) << what << " threads " << threads;
+        EXPECT_EQ(0, std::memcmp(a.dk.data(), b.dk.data(), a.dk.nbytes())) << what << " threads " << threads;
+        EXPECT_EQ(0, std::memcmp(a.dv.data(), b.dv.data(), a.dv.nbytes())) << what << " threads " << threads;
+      }
+    }
+    detail::set_backward_partial_budget(old);
+  }
 }
 
 }  // namespace

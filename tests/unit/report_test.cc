@@ -1,16 +1,19 @@
-// The report's pieces on tables built here: queries, verdicts computed from the numbers, the
-// gnuplot pipeline, and the HTML/Markdown writers.
+// The report's pieces on tables built here: queries, the units' verdicts computed from the numbers,
+// templates and their slots, the claims catalogue, the gnuplot pipeline and the Markdown → HTML page.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <set>
 #include <string>
 
 #include "attnscale/error.h"
 #include "report/claims.h"
-#include "report/document.h"
+#include "report/page.h"
 #include "report/plot.h"
 #include "report/query.h"
+#include "report/templates.h"
+#include "report/unit.h"
 
 namespace attnscale::report {
 namespace {
@@ -50,36 +53,108 @@ TEST(ReportQuery, SeriesIsSortedAndSkipsNonNumericX) {
   EXPECT_EQ(values(t, "scaling"), (std::vector<std::string>{"none", "sqrt", "linear"}));
 }
 
-TEST(ReportClaims, VerdictsFollowTheNumbers) {
-  Measurements m;
-  m.tables["variance"] = variance_table(1);
-  m.columns.n = 50;
-  m.columns.d = 64;
-  m.columns.output_rel_diff = {0.5, 0.45, 0.55};
-  m.columns.causal_leak_colwise = {0.1, 0.08, 0.12};
-  auto claims = evaluate_claims(m);
-  auto find = [&](const std::string& part) {
-    for (const auto& c : claims)
-      if (c.claim.find(part) != std::string::npos) return c;
-    ADD_FAILURE() << "no claim containing " << part;
-    return Claim{};
-  };
-  EXPECT_EQ(find("Var(q·k) = d").css, "supported");
-  EXPECT_EQ(find("standard deviation is equal").css, "refuted");
-  EXPECT_EQ(find("each column").css, "refuted");
-  EXPECT_EQ(find("empirically").css, "untestable");
-
-  // The same claims on data that disagree with the theory flip their verdicts.
-  m.tables["variance"] = variance_table(1.3);
-  m.columns.output_rel_diff = {0, 0, 0};
-  claims = evaluate_claims(m);
-  EXPECT_EQ(find("Var(q·k) = d").css, "refuted");
-  EXPECT_EQ(find("each column").css, "supported");
+const Unit& unit(const std::string& name) {
+  for (const Unit& u : units())
+    if (u.name == name) return u;
+  throw Error("no unit " + name);
 }
 
-TEST(ReportDocument, InlineMarkupIsEscaped) {
-  EXPECT_EQ(inline_html("a < b & *c* **d** `e` d_{k} 2^{x}"),
-            "a &lt; b &amp; <em>c</em> <strong>d</strong> <code>e</code> d<sub>k</sub> 2<sup>x</sup>");
+Verdict verdict(const std::vector<Evidence>& evidence, const std::string& id) {
+  for (const auto& e : evidence)
+    if (e.claim == id) return e.verdict;
+  ADD_FAILURE() << "no evidence on " << id;
+  return Verdict::mixed;
+}
+
+// A columns table: the column-wise output differs from attention's by `diff`, leaks `leak`.
+lab::ResultTable columns_table(double diff, double leak) {
+  lab::ResultTable t;
+  t.meta.experiment = "columns";
+  t.param_names = {"n", "d", "normalisation"};
+  auto add = [&](const char* norm, const char* metric, double v) {
+    t.rows.push_back({{"50", "64", norm}, metric, v, v * 0.9, v * 1.1, std::nullopt});
+  };
+  add("row", "row_sum_error", 0);
+  add("row", "col_sum_min", 0.3);
+  add("row", "col_sum_max", 2.5);
+  add("row", "causal_leak", 0);
+  add("column", "col_sum_error", 0);
+  add("column", "row_sum_min", 0.4);
+  add("column", "row_sum_max", 2.2);
+  add("column", "output_rel_diff", diff);
+  add("column", "causal_leak", leak);
+  return t;
+}
+
+TEST(ReportClaims, VerdictsFollowTheNumbers) {
+  auto claims = unit("variance").claims(variance_table(1));
+  EXPECT_EQ(verdict(claims, "var-dot"), Verdict::supported);
+  EXPECT_EQ(verdict(claims, "sd-dk"), Verdict::refuted);
+  EXPECT_EQ(verdict(unit("columns").claims(columns_table(0.5, 0.1)), "columns"), Verdict::refuted);
+
+  // The same claims on data that disagree with the theory flip their verdicts.
+  claims = unit("variance").claims(variance_table(1.3));
+  EXPECT_EQ(verdict(claims, "var-dot"), Verdict::refuted);
+  EXPECT_EQ(verdict(unit("columns").claims(columns_table(0, 0)), "columns"), Verdict::supported);
+
+  // And so do the words of the section.
+  const std::string& section = template_text("lab/experiments/variance/section.md");
+  Slots s = unit("variance").slots(variance_table(1));
+  s["section"] = s["trials"] = "1";
+  for (const char* other : {"section.saturation", "section.moments", "section.projections"}) s[other] = "3.x";
+  const std::string good = render_template(section, s, "variance");
+  Slots bad = unit("variance").slots(variance_table(1.3));
+  for (const auto& [k, v] : s) bad.emplace(k, v);
+  const std::string worse = render_template(section, bad, "variance");
+  EXPECT_NE(good.find("Proposition 5 holds"), std::string::npos) << good;
+  EXPECT_NE(worse.find("does not hold"), std::string::npos) << worse;
+}
+
+TEST(ReportClaims, CatalogueListsEveryClaimOnce) {
+  const auto catalogue = claim_catalogue();
+  ASSERT_GE(catalogue.size(), 20u);
+  std::set<std::string> ids, names;
+  for (const Unit& u : units()) names.insert(u.name);
+  for (const auto& c : catalogue) {
+    EXPECT_TRUE(ids.insert(c.id).second) << "duplicate " << c.id;
+    EXPECT_FALSE(c.reference.empty()) << c.id;
+    EXPECT_TRUE(names.count(c.measured_by) || c.measured_by == "training") << c.id << ": " << c.measured_by;
+  }
+  // Claims no unit judged are listed as not measured; unknown or repeated evidence is an error.
+  const auto rows = join_claims({{"var-dot", "p", "m", "r", Verdict::supported}});
+  EXPECT_EQ(count_claims(rows).supported, 1);
+  EXPECT_EQ(count_claims(rows).unmeasured, static_cast<int>(catalogue.size()) - 1);
+  EXPECT_NE(claims_markdown(rows).find("not measured"), std::string::npos);
+  EXPECT_THROW(join_claims({{"no-such-claim", "p", "m", "r", Verdict::supported}}), Error);
+  EXPECT_THROW(join_claims({{"var-dot", "p", "m", "r", Verdict::supported}, {"var-dot", "p", "m", "r", Verdict::refuted}}),
+               Error);
+}
+
+TEST(ReportTemplates, SlotsSectionsAndErrors) {
+  const Slots s{{"x", "1.5"}, {"yes", "true"}, {"no", "false"}, {"empty", ""}};
+  EXPECT_EQ(render_template("x = {{x}}.", s, "t"), "x = 1.5.");
+  EXPECT_EQ(render_template("{{#yes}}a{{#no}}b{{/no}}{{^no}}c{{/no}}{{/yes}}{{#empty}}d{{/empty}}{{^missing}}e{{/missing}}", s, "t"),
+            "ace");
+  EXPECT_EQ(render_template("{{#yes}}{{#yes}}in{{/yes}}out{{/yes}}", s, "t"), "inout");
+  try {
+    render_template("a {{nope}}", s, "where.md");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "where.md: no value for slot {{nope}}");
+  }
+  EXPECT_THROW(render_template("{{#yes}}open", s, "t"), Error);
+  EXPECT_THROW(render_template("{{/yes}}", s, "t"), Error);
+  EXPECT_THROW(render_template("{{x", s, "t"), Error);
+  EXPECT_THROW(template_text("report/templates/none.md"), Error);
+  // Every unit has a section, and every unit's Evidence names claims of the catalogue.
+  for (const Unit& u : units()) EXPECT_NO_THROW(template_text("lab/experiments/" + u.name + "/section.md")) << u.name;
+}
+
+TEST(ReportPage, MarkdownToHtmlWithFiguresTablesAndSubscripts) {
+  EXPECT_EQ(markdown_to_html("a < b, *c* **d** `e` d<sub>k</sub>"),
+            "<p>a &lt; b, <em>c</em> <strong>d</strong> <code>e</code> d<sub>k</sub></p>\n");
+  EXPECT_EQ(sub_sup("d_{k} 2^{x}\n```\nq_{i}\n```\n"), "d<sub>k</sub> 2<sup>x</sup>\n```\nq_{i}\n```\n");
+  EXPECT_NE(markdown_to_html("| a | b |\n|---|---|\n| 1 | 2 |\n").find("<td>1</td>"), std::string::npos);
 }
 
 TEST(ReportPlot, RendersSvgAndPngAndInlinesWithUniqueIds) {
@@ -87,15 +162,20 @@ TEST(ReportPlot, RendersSvgAndPngAndInlinesWithUniqueIds) {
   LinePanel& p = f.lines("Var", "d_{k}", "variance");
   p.logx = p.logy = true;
   p.series.push_back({"measured", {1, 4, 16}, {1.1, 3.9, 16.2}, {0.9, 3.5, 15}, {1.3, 4.3, 17}, {1, 4, 16}});
+  p.refs.push_back({40, "a target above the data", "#8B1A4A"});
   HeatPanel& h = f.heat("P", "key", "query");
   h.rows = 3;
   h.cols = 4;
   h.values = {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0, 0.0, 0.5};
+  h.cbmin = 1e-4;
+  h.logcb = true;
   const std::string script = gnuplot_script(f, "svg", "x.svg");
   EXPECT_NE(script.find("$p0s0 << EOD"), std::string::npos);
   EXPECT_NE(script.find("filledcurves"), std::string::npos);
   EXPECT_NE(script.find("dt (6,4)"), std::string::npos);  // theory dashed
   EXPECT_NE(script.find("#440154"), std::string::npos);   // viridis
+  EXPECT_NE(script.find("set logscale cb"), std::string::npos);
+  EXPECT_NE(script.find("set yrange [0.5625:64]"), std::string::npos) << script;  // the target line inside the range
 
   const auto dir = std::filesystem::temp_directory_path() / "attnscale_report_unit";
   std::filesystem::remove_all(dir);
@@ -106,15 +186,17 @@ TEST(ReportPlot, RendersSvgAndPngAndInlinesWithUniqueIds) {
   EXPECT_EQ(a.find("id='gp"), std::string::npos);
   EXPECT_NE(a.find("f1_"), std::string::npos);
 
-  Document doc;
-  doc.title = "T";
-  doc.figure("unit_test_figure", svg, "caption with d_{k}");
-  doc.table({"claim", "verdict"}, {{"x", "supported"}}, "claims", {"supported"});
-  const std::string html = doc.html();
+  Page page;
+  page.title = "T";
+  page.body = "Text.\n\n![caption with d_{k}](figure:unit_test_figure)\n\n| claim | verdict |\n|---|---|\n| x | y |\n\n**Table #.** claims\n";
+  page.figures["unit_test_figure"] = svg;
+  const std::string html = page.html();
   EXPECT_NE(html.find("<figure id=\"fig-unit_test_figure\">\n<svg"), std::string::npos);
   EXPECT_NE(html.find("<b>Figure 1.</b> caption with d<sub>k</sub>"), std::string::npos);
-  EXPECT_NE(html.find("<tr class=\"supported\">"), std::string::npos);
-  EXPECT_NE(doc.markdown().find("![Figure 1](figures/unit_test_figure.svg)"), std::string::npos);
+  EXPECT_NE(html.find("<strong>Table 1.</strong> claims"), std::string::npos);
+  EXPECT_NE(page.markdown().find("![Figure 1](figures/unit_test_figure.svg)"), std::string::npos);
+  page.body = "![missing](figure:nope)\n";
+  EXPECT_THROW(page.html(), Error);
   std::filesystem::remove_all(dir);
 }
 

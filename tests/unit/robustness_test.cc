@@ -392,6 +392,82 @@ TEST_P(Robustness, NanStaysInItsRows) {
   }
 }
 
+// Keys no query can see (the unused tail of a preallocated KV cache; keys before a window) may
+// hold NaN and inf: no output row and no gradient may change, on any path. Each case is compared
+// with the reference on the same inputs with those keys replaced by finite numbers; the gradient
+// of a hidden key is exactly zero.
+TEST_P(Robustness, HiddenNonFiniteKeysNeverReachARow) {
+  const DType dt = GetParam();
+  struct Case {
+    std::int64_t Hq, Hkv, Nq, Nkv, dk, dv, left;  // left: window to the left (-1: none)
+    bool bottom_right;
+    std::int64_t bad0, bad1;  // keys [bad0, bad1) no query sees
+  };
+  const Case cases[] = {{1, 1, 3, 8, 16, 16, -1, false, 3, 8},  // causal: 3 queries over a cache of 8
+                        {4, 2, 5, 40, 7, 9, -1, false, 5, 40},   // GQA, awkward dims
+                        {2, 1, 70, 131, 33, 5, -1, false, 70, 131},
+                        // window of 2 at the bottom right: keys 0..32 before every row's window,
+                        // whose first key (33) is odd
+                        {2, 2, 5, 40, 8, 8, 2, true, 0, 33}};
+  const double bad_values[] = {std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::infinity()};
+  for (const auto& target : targets()) {
+    SCOPED_TRACE("target " + target);
+    ForceTarget force(target);
+    for (const Case& c : cases)
+      for (const double bad : bad_values)
+        for (const Compute compute : {Compute::native, Compute::bf16}) {
+          if (compute == Compute::bf16 && dt != DType::f32) continue;
+          SCOPED_TRACE("Nq " + std::to_string(c.Nq) + " Nkv " + std::to_string(c.Nkv) + " bad " + std::to_string(bad) +
+                       (compute == Compute::bf16 ? " bf16" : " native"));
+          Options opt;
+          opt.mask.causal = true;
+          opt.mask.window_left = c.left;
+          opt.mask.align = c.bottom_right ? Align::bottom_right : Align::top_left;
+          opt.compute = compute;
+          const Tensor q = random_tensor(dt, {1, c.Hq, c.Nq, c.dk}, 8, 0);
+          Tensor k = random_tensor(dt, {1, c.Hkv, c.Nkv, c.dk}, 8, 1), v = random_tensor(dt, {1, c.Hkv, c.Nkv, c.dv}, 8, 2);
+          const Result clean = run(true, q, k, v, opt);
+          const auto poison_keys = [&](Tensor& t, std::int64_t d) {
+            for (std::int64_t h = 0; h < c.Hkv; ++h)
+              for (std::int64_t j = c.bad0; j < c.bad1; ++j)
+                for (std::int64_t e = 0; e < d; ++e) {
+                  const std::int64_t n = (h * c.Nkv + j) * d + e;
+                  if (dt == DType::f32) t.as<float>()[n] = static_cast<float>(bad);
+                  else t.as<double>()[n] = bad;
+                }
+          };
+          poison_keys(k, c.dk);
+          poison_keys(v, c.dv);
+          const Result r = run(false, q, k, v, opt);
+          const double tol = compute == Compute::bf16 ? 3e-2 : 1e3 * eps_of(dt);
+          for (std::int64_t n = 0; n < r.out.numel(); ++n) {
+            ASSERT_TRUE(std::isfinite(value_at(r.out.view(), n))) << "out element " << n;
+            EXPECT_NEAR(value_at(r.out.view(), n), value_at(clean.out.view(), n), tol) << "out element " << n;
+          }
+          if (compute == Compute::bf16) continue;  // the backward has one arithmetic
+          Tensor dout = random_tensor(dt, {1, c.Hq, c.Nq, c.dv}, 8, 3);
+          Tensor dq(dt, {1, c.Hq, c.Nq, c.dk}), dk(dt, {1, c.Hkv, c.Nkv, c.dk}), dv(dt, {1, c.Hkv, c.Nkv, c.dv});
+          backward(q.view(), k.view(), v.view(), r.out.view(), r.lse.view(), dout.view(),
+                   {dq.view(), dk.view(), dv.view()}, opt);
+          for (std::int64_t n = 0; n < dq.numel(); ++n) ASSERT_TRUE(std::isfinite(value_at(dq.view(), n))) << "dq " << n;
+          for (std::int64_t h = 0; h < c.Hkv; ++h)
+            for (std::int64_t j = 0; j < c.Nkv; ++j) {
+              const bool hidden = j >= c.bad0 && j < c.bad1;
+              for (std::int64_t e = 0; e < c.dk; ++e) {
+                const double g = value_at(dk.view(), (h * c.Nkv + j) * c.dk + e);
+                if (hidden) ASSERT_EQ(g, 0.0) << "dk of hidden key " << j;
+                else ASSERT_TRUE(std::isfinite(g)) << "dk of key " << j;
+              }
+              for (std::int64_t e = 0; e < c.dv; ++e) {
+                const double g = value_at(dv.view(), (h * c.Nkv + j) * c.dv + e);
+                if (hidden) ASSERT_EQ(g, 0.0) << "dv of hidden key " << j;
+                else ASSERT_TRUE(std::isfinite(g)) << "dv of key " << j;
+              }
+            }
+        }
+  }
+}
+
 // lse to 1e-6 relative (to max(1, |lse|)) for logits of order 1 in both precisions, and for
 // logits of order 10 in float64. Float32 logits of order 10 carry absolute rounding errors of
 // about (dk + 2)·eps·M from the dot product alone, which is more than 1e-6·|lse| when lse is

@@ -1,0 +1,75 @@
+#include "mpi_job.h"
+
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include <unistd.h>
+
+#ifdef ATTNSCALE_HAVE_MPI
+#include <mpi.h>
+
+#include "lab/mpi_points.h"
+#endif
+
+namespace attnscale::cli::mpi_job {
+namespace {
+bool started = false;
+int my_rank = 0, my_size = 1;
+
+// mpirun stops the other ranks with SIGTERM when one dies or calls MPI_Abort: each says so in one
+// line (write() and _exit() are safe in a signal handler; the text is built beforehand).
+char stopped_line[160];
+extern "C" void on_stopped(int) {
+  const ssize_t ignored = write(STDERR_FILENO, stopped_line, std::strlen(stopped_line));
+  (void)ignored;
+  _exit(128 + SIGTERM);
+}
+}  // namespace
+
+void start(int* argc, char*** argv) {
+#ifdef ATTNSCALE_HAVE_MPI
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr) return;
+  // Serialized: the sweep scheduler calls MPI from whichever worker thread finished a point,
+  // one call at a time.
+  int provided = 0;
+  MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided);
+  started = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &my_rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &my_size);
+  std::snprintf(stopped_line, sizeof stopped_line,
+                "attnscale: rank %d/%d: stopped: another rank of the job failed (see its message)\n", my_rank, my_size);
+  if (my_size > 1) std::signal(SIGTERM, on_stopped);
+  static const lab::MpiPoints world(MPI_COMM_WORLD);
+  lab::set_point_scheduler(&world);
+#else
+  (void)argc;
+  (void)argv;
+#endif
+}
+
+void finish() {
+#ifdef ATTNSCALE_HAVE_MPI
+  if (started) MPI_Finalize();
+  started = false;
+#endif
+}
+
+bool active() { return started; }
+int rank() { return my_rank; }
+int size() { return my_size; }
+
+std::string prefix() {
+  return my_size > 1 ? "rank " + std::to_string(my_rank) + "/" + std::to_string(my_size) + ": " : std::string();
+}
+
+void stop_others(int code) {
+#ifdef ATTNSCALE_HAVE_MPI
+  if (started && my_size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#else
+  (void)code;
+#endif
+}
+
+}  // namespace attnscale::cli::mpi_job

@@ -1,0 +1,23 @@
+// The MPI job this process belongs to. Open MPI's mpirun marks the processes it starts
+// (OMPI_COMM_WORLD_SIZE); only then is MPI initialised. A process started any other way never
+// touches MPI and is a job of one, so `attnscale` without mpirun behaves as if MPI were absent.
+//
+// Under mpirun, sweeps (`experiment`, `report`) spread their points over the ranks
+// (lab/mpi_points.h) and `attend --context-parallel` shards the sequence (attnscale/distributed.h).
+#pragma once
+#include <string>
+
+namespace attnscale::cli::mpi_job {
+
+void start(int* argc, char*** argv);  // MPI_Init_thread when launched by mpirun; installs the sweep scheduler
+void finish();                        // MPI_Finalize when started
+bool active();                        // launched by mpirun (any number of ranks, 1 included)
+int rank();                           // 0 outside a job
+int size();                           // 1 outside a job
+// "rank R/K: " under mpirun with K > 1, else "": prefixes each rank's error line.
+std::string prefix();
+// After an error on this rank: stops every other rank (MPI_Abort), which may be waiting for this
+// one, with `code`. Returns only outside a job of several ranks.
+void stop_others(int code);
+
+}  // namespace attnscale::cli::mpi_job

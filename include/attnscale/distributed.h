@@ -1,0 +1,69 @@
+// attnscale/distributed.h: context-parallel (ring) attention over the ranks of an MPI communicator.
+// Built when CMake finds MPI (library attnscale_distributed).
+//
+// The sequence is sharded along N: rank r holds the rows shard(N, K, r, sharding) of q (and out,
+// lse, dout, dq) and of k, v (and dk, dv), concatenated in that order. K/V shards travel around the
+// ring r → r+1 (non-blocking sends, double-buffered, so the transfer of the next shard overlaps the
+// attention over the current one); each rank merges its partial (out, LSE) results with the LSE merge
+// of decode.h. The backward sends the dK/dV accumulators around the ring with the K/V shards, so
+// each rank ends with the gradients of its own K/V rows.
+//
+//   S   sharding       rows of rank r (N rows, K ranks)
+//   contiguous         [r·N/K, (r+1)·N/K)
+//   zigzag             chunks r and 2K−1−r of 2K equal chunks: with a causal mask every rank gets
+//                      the same work (an early chunk sees few keys, its partner many)
+//
+// Shapes per rank: q [B, Hq, nq_r, dk], k [B, Hkv, nkv_r, dk], v [B, Hkv, nkv_r, dv] (2-D and 3-D
+// views as in attention.h); out, lse, dq, dk, dv like the local inputs. GQA, dk ≠ dv, causal
+// masks (both alignments, on the global diagonal), sliding windows; float32 and float64. Not
+// supported: explicit masks and the probability output.
+//
+// Every rank of comm calls the function together. Arguments are checked on every rank and then
+// agreed on: a shape, option or shard size that differs between ranks, or an error on any one rank,
+// makes every rank throw the same Error (no rank waits forever). The ring order is fixed, so the
+// result is bitwise the same from run to run for a given number of ranks (and any thread count).
+//
+// Example (4 ranks, causal, 2^16 tokens):
+//   auto rows = attnscale::distributed::shard(65536, size, rank, Sharding::zigzag);  // load these rows
+//   attnscale::distributed::ring_forward(q, k, v, {out, lse}, opt, MPI_COMM_WORLD, Sharding::zigzag);
+#pragma once
+#include <mpi.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "attnscale/attention.h"
+
+namespace attnscale::distributed {
+
+enum class Sharding { contiguous, zigzag };
+
+// A run of global rows [begin, begin + length).
+struct Segment {
+  std::int64_t begin = 0, length = 0;
+};
+
+// The global rows rank `rank` of `ranks` holds for a sequence of n rows, in local order. Sizes
+// differ by at most one row between ranks (zigzag: between chunks) when n is not divisible.
+std::vector<Segment> shard(std::int64_t n, int ranks, int rank, Sharding sharding);
+std::int64_t shard_rows(std::int64_t n, int ranks, int rank, Sharding sharding);
+
+// Where the time went on this rank (optional): attention on the local blocks, and waiting for
+// transfers the compute did not hide.
+struct RingTimes {
+  double compute_seconds = 0, wait_seconds = 0;
+};
+
+// Forward: outputs.out (required) and outputs.lse (optional, needed by the backward) for the local
+// query rows, over the keys of every rank.
+void ring_forward(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outputs,
+                  const Options& options, MPI_Comm comm, Sharding sharding = Sharding::contiguous,
+                  RingTimes* times = nullptr);
+
+// Backward from the local out and lse of ring_forward and the local dout: dq for the local query
+// rows, dk and dv for the local key rows.
+void ring_backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
+                   const TensorView& lse, const TensorView& dout, const Gradients& grads, const Options& options,
+                   MPI_Comm comm, Sharding sharding = Sharding::contiguous, RingTimes* times = nullptr);
+
+}  // namespace attnscale::distributed

@@ -1,0 +1,123 @@
+"""attnscale.attention and attention_backward on numpy arrays of PyTorch's shapes.
+
+The extension reads q [B, Hq, Nq, dk], k and v [B, Hkv, Nkv, d] (2-D and 3-D read as B = H = 1)
+and a mask [B|1, Hq|1, Nq, Nkv]. These functions add what PyTorch users pass (attnscale.broadcast):
+any number of leading dimensions, leading dimensions that broadcast between q, k, v and the mask,
+a mask that broadcasts in Nq or Nkv too (the [B, 1, 1, Nkv] padding mask), all as stride-0 views,
+and an empty key set (Nkv = 0: out 0, lse -inf). Arrays the extension takes as they are go to it
+untouched, so its messages show the shapes the caller gave.
+"""
+import numpy as np
+
+from . import _attnscale, broadcast
+from .keywords import short_errors
+
+_attention = short_errors(_attnscale.attention)
+_attention_backward = short_errors(_attnscale.attention_backward)
+
+
+def _shape(x):
+    return tuple(np.shape(x))
+
+
+def _fits(q, k, v, mask):
+    """True when the extension reads these shapes as they are (nothing to broadcast)."""
+    if any(not 2 <= len(s) <= 4 for s in (q, k, v)):
+        return False
+    q4, k4, v4 = ((1,) * (4 - len(s)) + s for s in (q, k, v))
+    if 0 in q4[:3] + k4[:3] + v4:
+        return False  # no work (attnscale.broadcast.Layout.empty); dk = 0 is the extension's error
+    if not (q4[0] == k4[0] == v4[0] and k4[1] == v4[1] and q4[1] % k4[1] == 0):
+        return False
+    if mask is None:
+        return True
+    m4 = (1,) * (4 - len(mask)) + mask
+    return 2 <= len(mask) <= 4 and m4[0] in (1, q4[0]) and m4[1] in (1, q4[1]) and m4[2:] == (q4[2], k4[2])
+
+
+def _layout(q, k, v, mask):
+    """The Layout that folds these operands, or None when the extension takes them as given (or
+    rejects them: then its message shows the shapes the caller passed)."""
+    shapes = (_shape(q), _shape(k), _shape(v)) + (() if mask is None else (_shape(mask),))
+    if any(len(s) < 2 for s in shapes) or _fits(*shapes[:3], shapes[3] if mask is not None else None):
+        return None
+    try:
+        return broadcast.layout(*shapes)
+    except ValueError:
+        if all(2 <= len(s) <= 4 for s in shapes):
+            return None
+        raise
+
+
+def _array(name, x, mask=False):
+    """x as a numpy array; what numpy cannot read gets the extension's TypeError naming `name`."""
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        return np.asarray(x)
+    except Exception:
+        return _attnscale._as_array(name, x, mask)  # raises the TypeError naming `name`
+
+
+def _fold(name, x, shape4, lay, mask=False):
+    return broadcast.fold(_array(name, x, mask), shape4, lay.batch, np.broadcast_to)
+
+
+def _is_bfloat16(a):
+    return bool(a.dtype.metadata) and a.dtype.metadata.get("attnscale") == "bfloat16"
+
+
+def _check_options(q, options):
+    """Options are checked (misspelt keywords refused) also when there is nothing to compute."""
+    one = np.zeros((1, 1), dtype=_array("q", q).dtype)
+    _attention(one, one, one, **options)
+
+
+def _sum_kept(grad, axes):
+    if _is_bfloat16(grad):
+        raise ValueError("bfloat16 gradients of broadcast operands: use attnscale.torch, which sums them")
+    return grad.sum(axis=axes, keepdims=True)
+
+
+def attention(q, k, v, *, mask=None, return_lse=False, return_probs=False, **options):
+    lay = _layout(q, k, v, mask)
+    if lay is None:
+        return _attention(q, k, v, mask=mask, return_lse=return_lse, return_probs=return_probs, **options)
+    probs_shape = lay.lse + (lay.nkv,)
+    if lay.empty:
+        _check_options(q, options)
+        dtype = _array("q", q).dtype
+        stats = np.float32 if _is_bfloat16(np.zeros(0, dtype)) else dtype
+        results = [np.zeros(lay.out, dtype)]
+        results += [np.full(lay.lse, -np.inf, stats)] if return_lse else []
+        results += [np.zeros(probs_shape, stats)] if return_probs else []
+    else:
+        folded = [_fold(n, x, s, lay) for n, x, s in (("q", q, lay.q), ("k", k, lay.k), ("v", v, lay.v))]
+        m = None if mask is None else _fold("mask", mask, lay.mask, lay, mask=True)
+        got = _attention(*folded, mask=m, return_lse=return_lse, return_probs=return_probs, **options)
+        got = list(got) if isinstance(got, tuple) else [got]
+        want = [lay.out] + ([lay.lse] if return_lse else []) + ([probs_shape] if return_probs else [])
+        results = [a.reshape(s) for a, s in zip(got, want)]
+    return results[0] if len(results) == 1 else tuple(results)
+
+
+def attention_backward(q, k, v, out, lse, dout, *, mask=None, **options):
+    lay = _layout(q, k, v, mask)
+    if lay is None:
+        return _attention_backward(q, k, v, out, lse, dout, mask=mask, **options)
+    shapes = _shape(q), _shape(k), _shape(v)
+    if lay.empty:
+        _check_options(q, options)
+        dtype = _array("q", q).dtype
+        return tuple(np.zeros(s, dtype) for s in shapes)
+    folded = [_fold(n, x, s, lay) for n, x, s in (("q", q, lay.q), ("k", k, lay.k), ("v", v, lay.v))]
+    m = None if mask is None else _fold("mask", mask, lay.mask, lay, mask=True)
+    o4, l3 = lay.q[:3] + (lay.v[3],), lay.q[:3]
+    out4 = None if out is None else _array("out", out).reshape(o4)
+    lse3 = None if lse is None else _array("lse", lse).reshape(l3)
+    dq, dk, dv = _attention_backward(*folded, out4, lse3, _array("dout", dout).reshape(o4), mask=m, **options)
+    return tuple(broadcast.unfold_sum(g, s, lay.batch, _sum_kept) for g, s in zip((dq, dk, dv), shapes))
+
+
+attention.__doc__ = _attnscale.attention.__doc__
+attention_backward.__doc__ = _attnscale.attention_backward.__doc__

@@ -1,0 +1,139 @@
+"""attnscale.torch.flash_attn_func / flash_attn_varlen_func against FlashAttention's semantics in float64."""
+import math
+
+import pytest
+import torch
+
+import attnscale
+import attnscale.torch as at
+import torch_reference
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(31337)
+
+
+def randn(gen, *shape, dtype=torch.float64, grad=False):
+    return torch.randn(*shape, dtype=dtype, generator=gen).requires_grad_(grad)
+
+
+# (B, Nq, Nkv, H, Hkv, d, dv, options): Nq < Nkv (a cache), Nq > Nkv (first rows see no key under a
+# bottom-right causal mask), windows, ALiBi per head and per (batch, head), GQA, awkward sizes.
+CASES = [
+    (1, 1, 1, 1, 1, 1, 1, {}),
+    (2, 7, 13, 4, 2, 8, 5, dict(causal=True)),
+    (2, 13, 7, 3, 3, 8, 8, dict(causal=True, softmax_scale=0.5)),
+    (1, 17, 17, 6, 1, 16, 16, dict(window_size=(3, 2))),
+    (2, 9, 11, 4, 4, 8, 8, dict(window_size=(4, -1), causal=True)),
+    (2, 5, 19, 4, 2, 8, 8, dict(alibi_slopes="per-head")),
+    (3, 11, 11, 2, 1, 4, 4, dict(alibi_slopes="per-batch", causal=True)),
+]
+
+
+def options(gen, case):
+    B, H, opts = case[0], case[3], dict(case[7])
+    if opts.get("alibi_slopes") == "per-head":
+        opts["alibi_slopes"] = torch.rand(H, generator=gen)
+    elif opts.get("alibi_slopes") == "per-batch":
+        opts["alibi_slopes"] = torch.rand(B, H, generator=gen)
+    return opts
+
+
+def operands(gen, case, dtype=torch.float64, grad=False):
+    B, nq, nkv, h, hkv, d, dv, _ = case
+    return randn(gen, B, nq, h, d, dtype=dtype, grad=grad), randn(gen, B, nkv, hkv, d, dtype=dtype, grad=grad), randn(
+        gen, B, nkv, hkv, dv, dtype=dtype, grad=grad
+    )
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_matches_flash_attention_semantics(gen, case, dtype):
+    q, k, v = operands(gen, case, dtype)
+    opts = options(gen, case)
+    out, lse, probs = at.flash_attn_func(q, k, v, return_attn_probs=True, **opts)
+    want, want_lse = torch_reference.flash(q, k, v, **opts)
+    assert out.shape == want.shape and out.dtype == dtype and out.is_contiguous() and probs is None
+    tol = 1e-12 if dtype == torch.float64 else 2e-5
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("case", CASES[1:], ids=[str(c[:7]) for c in CASES[1:]])
+def test_gradcheck(gen, case):
+    small = (case[0], min(case[1], 4), min(case[2], 5), case[3], case[4], 3, 2, case[7])
+    q, k, v = operands(gen, small, grad=True)
+    opts = options(gen, small)
+    assert torch.autograd.gradcheck(lambda q, k, v: at.flash_attn_func(q, k, v, **opts), (q, k, v))
+
+
+def test_bfloat16(gen):
+    case = (2, 33, 40, 4, 2, 64, 64, dict(causal=True))
+    q, k, v = (t.to(torch.bfloat16).requires_grad_() for t in operands(gen, case))
+    out = at.flash_attn_func(q, k, v, causal=True)
+    assert out.dtype == torch.bfloat16
+    want, _ = torch_reference.flash(q.detach(), k.detach(), v.detach(), causal=True)
+    torch.testing.assert_close(out.double(), want, rtol=0, atol=2e-2)
+    out.float().square().sum().backward()
+    assert q.grad.dtype == torch.bfloat16 and torch.isfinite(q.grad.float()).all()
+
+
+def test_inputs_and_alibi_bias_are_read_in_place(gen):
+    case = (2, 9, 12, 4, 2, 8, 8, {})
+    q, k, v = operands(gen, case, grad=True)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    before = attnscale._attnscale._copy_count()
+    out = at.flash_attn_func(q, k, v, causal=True, alibi_slopes=slopes)
+    out.sum().backward()
+    assert attnscale._attnscale._copy_count() == before
+    torch.testing.assert_close(out, torch_reference.flash(q, k, v, causal=True, alibi_slopes=slopes)[0])
+
+
+def varlen_operands(gen, lengths_q, lengths_k, h=4, hkv=2, d=8, grad=False):
+    cu = lambda ls: torch.tensor([0] + list(torch.tensor(ls).cumsum(0)), dtype=torch.int32)
+    q = randn(gen, sum(lengths_q), h, d, grad=grad)
+    k, v = randn(gen, sum(lengths_k), hkv, d, grad=grad), randn(gen, sum(lengths_k), hkv, d, grad=grad)
+    return q, k, v, cu(lengths_q), cu(lengths_k)
+
+
+@pytest.mark.parametrize("opts", [dict(causal=True), dict(window_size=(2, 1)), dict(alibi_slopes="per-batch")])
+def test_varlen_equals_a_loop_over_the_sequences(gen, opts):
+    lq, lk = [3, 1, 7, 0, 5], [3, 4, 9, 2, 5]
+    q, k, v, cq, ck = varlen_operands(gen, lq, lk)
+    if opts.get("alibi_slopes") == "per-batch":
+        opts = dict(alibi_slopes=torch.rand(len(lq), 4, generator=gen))
+    out, lse, _ = at.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), return_attn_probs=True, **opts)
+    assert out.shape == q.shape and lse.shape == (4, sum(lq))
+    for b in range(len(lq)):
+        rows, keys = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        per = dict(opts, alibi_slopes=opts["alibi_slopes"][b : b + 1]) if "alibi_slopes" in opts else opts
+        want, want_lse = torch_reference.flash(q[None, rows], k[None, keys], v[None, keys], **per)
+        torch.testing.assert_close(out[rows], want[0], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(lse[:, rows], want_lse[0], rtol=1e-12, atol=1e-12)
+
+
+def test_varlen_gradcheck_and_empty_key_sets(gen):
+    q, k, v, cq, ck = varlen_operands(gen, [2, 3, 1], [3, 0, 2], h=2, hkv=1, d=3, grad=True)
+    f = lambda q, k, v: at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3, causal=True)
+    assert torch.autograd.gradcheck(f, (q, k, v))
+    out = f(q, k, v)
+    assert (out[2:5] == 0).all()  # the second sequence has no key
+
+
+def test_errors(gen):
+    q, k, v, cq, ck = varlen_operands(gen, [2, 3], [2, 3])
+    with pytest.raises(ValueError, match=r"^max_seqlen_q: 2 is shorter than a sequence of cu_seqlens_q \(3\)$"):
+        at.flash_attn_varlen_func(q, k, v, cq, ck, 2, 3)
+    with pytest.raises(ValueError, match=r"^cu_seqlens_k: expected non-decreasing offsets from 0 to 5"):
+        at.flash_attn_varlen_func(q, k, v, cq, torch.tensor([0, 3, 2], dtype=torch.int32), 3, 3)
+    with pytest.raises(ValueError, match=r"^q: expected a \[batch, seqlen, heads, headdim\] tensor, got \[5, 4, 8\]$"):
+        at.flash_attn_func(q, k, v)
+    qb, kb, vb = q[None], k[None], v[None]
+    with pytest.raises(ValueError, match=r"^alibi_slopes: expected a tensor of shape \(4,\) or \(batch, 4\)"):
+        at.flash_attn_func(qb, kb, vb, alibi_slopes=torch.ones(3))
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'casual'"):
+        at.flash_attn_func(qb, kb, vb, casual=True)
+    assert at.flash_attn_func(qb, kb, vb, deterministic=True).shape == qb.shape
+    empty_rows = at.flash_attn_func(qb[:, :4], kb[:, :2], vb[:, :2], causal=True, return_attn_probs=True)[1]
+    assert (empty_rows[..., :2] == math.inf).all() and torch.isfinite(empty_rows[..., 2:]).all()

@@ -1,0 +1,183 @@
+"""attnscale.torch.scaled_dot_product_attention against PyTorch 2's math, written out in float64."""
+import math
+
+import pytest
+import torch
+
+import attnscale
+import attnscale.torch as at
+import torch_reference
+
+sdpa = at.scaled_dot_product_attention
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(20240611)
+
+
+def randn(gen, *shape, dtype=torch.float64, grad=False):
+    return torch.randn(*shape, dtype=dtype, generator=gen).requires_grad_(grad)
+
+
+# (query, key, value, mask shape or None, mask kind, is_causal, enable_gqa): awkward sizes, ranks 2..5,
+# broadcast leading dimensions, the [B, 1, 1, S] padding mask, L > S and L < S under a causal mask.
+CASES = [
+    ((1, 1), (1, 1), (1, 1), None, None, False, False),
+    ((7, 5), (13, 5), (13, 3), None, None, True, False),
+    ((3, 13, 8), (3, 5, 8), (3, 5, 2), None, None, True, False),
+    ((2, 4, 11, 16), (2, 4, 17, 16), (2, 4, 17, 16), (2, 1, 1, 17), "bool", False, False),
+    ((2, 6, 9, 8), (2, 2, 9, 8), (2, 2, 9, 5), (9, 9), "float", False, True),
+    ((2, 3, 5, 7), (3, 11, 7), (3, 11, 4), (2, 1, 1, 1, 11), "bool", False, False),
+    ((5, 4), (2, 3, 6, 4), (2, 3, 6, 4), (3, 1, 6), "float", False, False),
+    ((1, 8, 31, 32), (1, 1, 31, 32), (1, 1, 31, 32), (31, 1), "float", False, False),
+]
+
+
+def make_mask(gen, shape, kind):
+    if shape is None:
+        return None
+    if kind == "bool":
+        return torch.rand(*shape, generator=gen) < 0.75
+    return torch.randn(*shape, dtype=torch.float64, generator=gen)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c[0]) for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_matches_pytorch_math(gen, case, dtype):
+    qs, ks, vs, ms, kind, causal, gqa = case
+    q, k, v = randn(gen, *qs, dtype=dtype), randn(gen, *ks, dtype=dtype), randn(gen, *vs, dtype=dtype)
+    mask = make_mask(gen, ms, kind)
+    for scale in (None, 0.3):
+        got = sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+        want = torch_reference.sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=gqa)
+        assert got.dtype == dtype and got.shape == want.shape
+        tol = 1e-12 if dtype == torch.float64 else 2e-5
+        torch.testing.assert_close(got.double(), want, rtol=tol, atol=tol)
+
+
+# Small versions of the cases above: gradcheck perturbs every input element twice.
+GRAD_CASES = [
+    ((3, 2), (5, 2), (5, 3), None, None, True, False),
+    ((2, 2, 3, 4), (2, 2, 5, 4), (2, 2, 5, 2), (2, 1, 1, 5), "bool", False, False),
+    ((1, 4, 3, 2), (1, 2, 3, 2), (1, 2, 3, 3), (3, 3), "float", False, True),
+    ((2, 1, 2, 3, 2), (2, 5, 2), (2, 5, 1), (2, 1, 1, 1, 5), "bool", False, False),
+    ((3, 2), (2, 3, 4, 2), (2, 3, 4, 2), (3, 1, 4), "float", False, False),
+]
+
+
+@pytest.mark.parametrize("case", GRAD_CASES, ids=[str(c[0]) for c in GRAD_CASES])
+def test_gradcheck(gen, case):
+    qs, ks, vs, ms, kind, causal, gqa = case
+    q, k, v = randn(gen, *qs, grad=True), randn(gen, *ks, grad=True), randn(gen, *vs, grad=True)
+    mask = make_mask(gen, ms, kind)
+    f = lambda q, k, v: sdpa(q, k, v, attn_mask=mask, is_causal=causal, scale=0.7, enable_gqa=gqa)
+    assert torch.autograd.gradcheck(f, (q, k, v))
+
+
+def test_bfloat16_forward_and_backward(gen):
+    q, k, v = (randn(gen, 2, 4, 37, 64).to(torch.bfloat16).requires_grad_() for _ in range(3))
+    mask = torch.rand(2, 1, 1, 37, generator=gen) < 0.8
+    out = sdpa(q, k, v, attn_mask=mask)
+    assert out.dtype == torch.bfloat16
+    dout = randn(gen, *out.shape).to(torch.bfloat16)
+    out.backward(dout)
+    # The float64 reference on the same (bfloat16-rounded) inputs.
+    q64, k64, v64 = (t.detach().double().requires_grad_() for t in (q, k, v))
+    want = torch_reference.sdpa(q64, k64, v64, attn_mask=mask)
+    want.backward(dout.double())
+    torch.testing.assert_close(out.double(), want, rtol=0, atol=2e-2)
+    for got, ref in ((q.grad, q64.grad), (k.grad, k64.grad), (v.grad, v64.grad)):
+        assert got.dtype == torch.bfloat16
+        assert (got.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
+
+
+def test_padding_mask_and_permuted_inputs_are_not_copied(gen):
+    x = randn(gen, 2, 9, 4, 8, grad=True)  # [B, N, H, d] viewed as [B, H, N, d]
+    q = x.permute(0, 2, 1, 3)
+    pad = torch.ones(2, 1, 1, 9, dtype=torch.bool)
+    pad[1, ..., 6:] = False
+    before = attnscale._attnscale._copy_count()
+    out = sdpa(q, q, q, attn_mask=pad)
+    out.sum().backward()
+    assert attnscale._attnscale._copy_count() == before
+    torch.testing.assert_close(out, torch_reference.sdpa(q, q, q, attn_mask=pad))
+
+
+def test_empty_key_set_gives_zero(gen):
+    q, k, v = randn(gen, 2, 3, 5, 4, grad=True), randn(gen, 2, 3, 0, 4, grad=True), randn(gen, 2, 3, 0, 6, grad=True)
+    out = sdpa(q, k, v)
+    assert out.shape == (2, 3, 5, 6) and (out == 0).all()
+    out.sum().backward()
+    assert (q.grad == 0).all()
+
+
+def test_errors(gen):
+    q, k = randn(gen, 4, 5, 8, grad=True), randn(gen, 2, 5, 8, grad=True)
+    with pytest.raises(ValueError, match=r"need enable_gqa=True\)$"):
+        sdpa(q, k, k)
+    with pytest.raises(ValueError, match=r"^attn_mask: must be None when is_causal=True"):
+        sdpa(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.bool), is_causal=True)
+    with pytest.raises(ValueError, match=r"^mask: shape \[4, 5\] does not broadcast to \[4, 5, 5\]$"):
+        sdpa(q, q, q, attn_mask=torch.ones(4, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"got an unexpected keyword argument 'casual'"):
+        sdpa(q, q, q, casual=True)
+    out = sdpa(q, k, k, enable_gqa=True)
+    (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
+    with pytest.raises(RuntimeError, match="double backward .* is not supported"):
+        dq.sum().backward()
+
+
+def test_a_model_written_for_pytorch_2_trains_the_same(monkeypatch, gen):
+    """A small pre-LN Transformer calls F.scaled_dot_product_attention as PyTorch 2 code does; with
+    attnscale patched in, its losses and gradients over a few Adam steps equal those of PyTorch's
+    own math (float32), step for step."""
+
+    class Block(torch.nn.Module):
+        def __init__(self, d=32, heads=4, kv_heads=2):
+            super().__init__()
+            self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+            self.norm = torch.nn.LayerNorm(d)
+            self.q = torch.nn.Linear(d, d)
+            self.kv = torch.nn.Linear(d, 2 * kv_heads * self.hd)
+            self.o = torch.nn.Linear(d, d)
+            self.head = torch.nn.Linear(d, 11)
+
+        def forward(self, x, pad):
+            B, N, _ = x.shape
+            h = self.norm(x)
+            q = self.q(h).view(B, N, self.heads, self.hd).transpose(1, 2)
+            k, v = self.kv(h).view(B, N, 2, self.kv_heads, self.hd).permute(2, 0, 3, 1, 4)
+            causal = torch.ones(N, N, dtype=torch.bool).tril()
+            a = torch.nn.functional.scaled_dot_product_attention(
+                q, k, v, attn_mask=causal & pad[:, None, None, :], dropout_p=0.0, enable_gqa=True
+            )
+            return self.head(x + self.o(a.transpose(1, 2).reshape(B, N, -1)))
+
+    def reference(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+        return torch_reference.sdpa(query, key, value, attn_mask, is_causal, scale, enable_gqa).to(query.dtype)
+
+    x = torch.randn(3, 13, 32, generator=gen)
+    y = torch.randint(0, 11, (3, 13), generator=gen)
+    pad = torch.ones(3, 13, dtype=torch.bool)
+    pad[2, 9:] = False
+    runs = {}
+    for name, fn in (("attnscale", sdpa), ("torch", reference)):
+        monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", fn, raising=False)
+        torch.manual_seed(0)
+        model = Block()
+        opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+        losses, grads = [], []
+        for _ in range(5):
+            loss = torch.nn.functional.cross_entropy(model(x, pad).flatten(0, 1), y.flatten())
+            opt.zero_grad()
+            loss.backward()
+            losses.append(loss.item())
+            grads.append(torch.cat([p.grad.flatten() for p in model.parameters()]))
+            opt.step()
+        runs[name] = losses, grads
+    (la, ga), (lt, gt) = runs["attnscale"], runs["torch"]
+    assert la[-1] < la[0]
+    for step in range(5):
+        assert math.isclose(la[step], lt[step], rel_tol=1e-5)
+        torch.testing.assert_close(ga[step], gt[step], rtol=1e-3, atol=1e-5)

@@ -1,0 +1,150 @@
+// Peak loops (see peak_loops.h), compiled once per Highway target like kernels.cc.
+//
+// Why 16 chains: an FMA has a latency of 4 cycles on current x86 cores and two pipes issue one
+// each per cycle, so at least 4 x 2 = 8 multiply-adds must be in flight; 16 leaves margin for
+// cores with longer latency or more pipes and still fits the 32 vector registers of AVX-512
+// (AVX2 has 16 registers: 12 chains there, the loop's two constants taking two more).
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/peak_loops.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+HWY_BEFORE_NAMESPACE();
+namespace attnscale::detail::peak::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+#if HWY_TARGET == HWY_AVX2
+constexpr int kChains = 12;
+#else
+constexpr int kChains = 16;
+#endif
+
+// acc_i = acc_i · a + b for every chain i, `steps` times; a just below 1 keeps the values finite.
+// Returns a sum of the chains (stored by the caller) so that the compiler cannot drop the loop.
+float Fp32Fma(std::int64_t steps) {
+  const hn::ScalableTag<float> d;
+  using V = hn::Vec<decltype(d)>;
+  V acc[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = hn::Set(d, 1.0f + 0.01f * i);
+  const V a = hn::Set(d, 0.9999999f), b = hn::Set(d, 1e-7f);
+  for (std::int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = hn::MulAdd(acc[i], a, b);
+  }
+  V sum = hn::Zero(d);
+  for (int i = 0; i < kChains; ++i) sum = hn::Add(sum, acc[i]);
+  return hn::GetLane(hn::SumOfLanes(d, sum));
+}
+
+// bf16 pairs multiplied and summed into float32 lanes, kChains independent accumulators (the
+// scalar target has no bf16 pairs: there the loop is the fp32 one, as its bf16 GEMM widens to
+// float32 and multiplies in float32).
+#if HWY_TARGET == HWY_SCALAR
+float Bf16Dot(std::int64_t steps) { return Fp32Fma(steps); }
+double Bf16FlopsPerStep() { return 2.0 * kChains; }
+#else
+float Bf16Dot(std::int64_t steps) {
+  const hn::ScalableTag<float> df;
+  const hn::Repartition<hwy::bfloat16_t, decltype(df)> dbf;
+  const hn::RebindToUnsigned<decltype(dbf)> du;
+  using VF = hn::Vec<decltype(df)>;
+  VF acc[kChains], acc_odd[kChains];
+  for (int i = 0; i < kChains; ++i) acc[i] = acc_odd[i] = hn::Zero(df);
+  const auto a = hn::BitCast(dbf, hn::Set(du, static_cast<uint16_t>(0x3a83)));  // bf16 bits of about 1e-3
+  for (std::int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 16
+    for (int i = 0; i < kChains; ++i) acc[i] = hn::ReorderWidenMulAccumulate(df, a, a, acc[i], acc_odd[i]);
+  }
+  VF sum = hn::Zero(df);
+  for (int i = 0; i < kChains; ++i) sum = hn::Add(sum, hn::Add(acc[i], acc_odd[i]));
+  return hn::GetLane(hn::SumOfLanes(df, sum));
+}
+double Bf16FlopsPerStep() { return 4.0 * kChains * hn::Lanes(hn::ScalableTag<float>()); }
+#endif
+
+double Fp32FlopsPerStep() { return 2.0 * kChains * hn::Lanes(hn::ScalableTag<float>()); }
+const char* Target() { return hwy::TargetName(HWY_TARGET); }
+
+}  // namespace attnscale::detail::peak::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+#include <atomic>
+#include <string>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "attention/bf16_kernels.h"
+#include "attention/kernels.h"
+#include "attention/peak_loops.h"
+#include "common/parallel.h"
+
+namespace attnscale::detail::peak {
+HWY_EXPORT(Fp32Fma);
+HWY_EXPORT(Bf16Dot);
+HWY_EXPORT(Fp32FlopsPerStep);
+HWY_EXPORT(Bf16FlopsPerStep);
+HWY_EXPORT(Target);
+
+namespace {
+
+std::atomic<float> sink{0};  // the loops' results land here, so none is optimised away
+
+#if defined(__x86_64__)
+// vdpbf16ps on 16 independent zmm accumulators (16 lanes x 4 flops each per instruction).
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float bf16_dot_avx512(std::int64_t steps) {
+  __m512 acc[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3a83), b = (__m512bh)_mm512_set1_epi16(0x3a83);  // ~1e-3
+  for (std::int64_t s = 0; s < steps; ++s) {
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  }
+  __m512 sum = _mm512_setzero_ps();
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) sum = _mm512_add_ps(sum, acc[i]);
+  return _mm512_reduce_add_ps(sum);
+}
+#endif
+
+bool use_vdpbf16ps() { return bfdot::avx512_bf16_usable(); }
+
+template <class Fn>
+void on_threads(int threads, Fn fn) {
+  parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    for (std::int64_t t = t0; t < t1; ++t) sink.store(fn(), std::memory_order_relaxed);
+  });
+}
+
+}  // namespace
+
+double fp32_fma(int threads, std::int64_t steps) {
+  simd::init_target_from_env();
+  on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Fp32Fma)(steps); });
+  return threads * double(steps) * HWY_DYNAMIC_DISPATCH(Fp32FlopsPerStep)();
+}
+
+double bf16_dot(int threads, std::int64_t steps) {
+  simd::init_target_from_env();
+#if defined(__x86_64__)
+  if (use_vdpbf16ps()) {
+    on_threads(threads, [&] { return bf16_dot_avx512(steps); });
+    return 4.0 * threads * double(steps) * 16 * 16;
+  }
+#endif
+  on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Bf16Dot)(steps); });
+  return threads * double(steps) * HWY_DYNAMIC_DISPATCH(Bf16FlopsPerStep)();
+}
+
+const char* bf16_instruction() {
+  static const std::string name = use_vdpbf16ps() ? std::string("vdpbf16ps")
+                                                  : std::string("hwy:") + HWY_DYNAMIC_DISPATCH(Target)();
+  return name.c_str();
+}
+
+}  // namespace attnscale::detail::peak
+#endif  // HWY_ONCE

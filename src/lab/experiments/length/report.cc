@@ -1,0 +1,87 @@
+// The length experiment in the report: attention rows as the sequence grows, for three temperature
+// rules.
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "report/query.h"
+#include "report/unit.h"
+
+namespace attnscale::report {
+namespace {
+
+constexpr const char* kRemTheoryTitle = "theory (REM, N → ∞, where valid)";
+
+std::string rule_title(const std::string& r) {
+  if (r == "fixed") return "1/√d (fixed)";
+  if (r == "sqrt-log") return "√(ln N)/√d";
+  if (r == "log") return "ln N/√d";
+  return r;
+}
+
+std::vector<Figure> figures(const lab::ResultTable& t) {
+  const std::string d = values(t, "d").front();
+  Figure f{"length"};
+  f.width = 960;
+  f.height = 460;
+  f.legend_below = true;
+  LinePanel& a = f.lines("Entropy of a row against N (d_{k} = " + d + ")", "N", "entropy (nats)");
+  a.logx = true;
+  LinePanel& b = f.lines("Largest weight in a row", "N", "max_{j} p_{ij}");
+  b.logx = b.logy = true;
+  a.theory_title = b.theory_title = kRemTheoryTitle;
+  for (const auto& r : values(t, "rule")) {
+    a.series.push_back(series(t, "n", "entropy", {{"d", d}, {"rule", r}}, rule_title(r)));
+    b.series.push_back(series(t, "n", "max_weight", {{"d", d}, {"rule", r}}, rule_title(r)));
+  }
+  // ln N, the entropy of uniform attention, as a reference curve.
+  Series ln;
+  ln.title = "ln N (uniform)";
+  for (double x : a.series.front().x) ln.x.push_back(x), ln.y.push_back(std::log(x));
+  a.series.push_back(ln);
+  return {f};
+}
+
+Slots slots(const lab::ResultTable& t) {
+  const std::string d = values(t, "d").front(), nmax = largest_value(t, "n"), nmin = smallest_value(t, "n");
+  // The smallest N whose fixed-rule entropy carries a theory value (the table decides, not the caption).
+  std::string from;
+  for (const lab::Row* r : select(t, "entropy", {{"d", d}, {"rule", "fixed"}}))
+    if (r->theory && (from.empty() || std::stod(param(t, *r, "n")) < std::stod(from))) from = param(t, *r, "n");
+  const lab::Row& e0 = one(t, "entropy", {{"n", nmin}, {"d", d}, {"rule", "fixed"}});
+  const lab::Row& e1 = one(t, "entropy", {{"n", nmax}, {"d", d}, {"rule", "fixed"}});
+  const lab::Row& m1 = one(t, "max_weight", {{"n", nmax}, {"d", d}, {"rule", "fixed"}});
+  // "tracks ln N − ½": the entropy at the largest N within 0.1 nats of ln N − ½.
+  const double target = std::log(std::stod(nmax)) - 0.5;
+  Slots s{{"d", d},
+          {"nmin", nmin},
+          {"nmax", nmax},
+          {"theory_from", from},
+          {"has_theory", from.empty() ? "" : "true"},
+          {"entropy_min", fmt_ci(e0)},
+          {"entropy_max", fmt_ci(e1)},
+          {"ln_n_half", fmt(target, 3)},
+          {"tracks", std::abs(e1.mean - target) < 0.1 ? "true" : ""},
+          {"rises", e1.ci_low > e0.ci_high ? "true" : ""},
+          {"max_weight", fmt_ci(m1)}};
+  const auto sl = select(t, "max_weight", {{"n", nmax}, {"d", d}, {"rule", "sqrt-log"}});
+  if (!sl.empty()) {
+    s["sqrt_log"] = fmt_ci(*sl.front());
+    s["sqrt_log_higher"] = sl.front()->ci_low > m1.ci_high ? "true" : "";
+  }
+  return s;
+}
+
+}  // namespace
+
+Unit unit_length() {
+  Unit u;
+  u.quick = {{{"n", "8,64,512"}}, 10};
+  u.standard = {{}, 50};
+  u.full = {{}, 500};
+  u.figures = figures;
+  u.slots = slots;
+  return u;
+}
+
+}  // namespace attnscale::report

@@ -1,0 +1,80 @@
+"""Sweeps over MPI ranks: `mpirun -np K attnscale experiment|report ...` writes files byte-identical
+to a single-process run of the same seed, for K = 1..4, and `--resume` works under mpirun.
+Run: ATTNSCALE_BIN=build/bin/attnscale /usr/bin/python3 -m pytest -q tests/mpi/test_sweeps.py
+"""
+import os
+import signal
+import subprocess
+import time
+
+import pytest
+
+from conftest import BIN, mpirun
+
+SWEEP = ["experiment", "saturation", "--n", "17", "--d", "1,3,8,31,64", "--scaling", "sqrt,none",
+         "--trials", "23", "--seed", "5"]
+
+
+@pytest.fixture(scope="module")
+def single(tmp_path_factory):
+    d = tmp_path_factory.mktemp("single")
+    r = mpirun(0, *SWEEP, "--out", "one.csv", cwd=d)
+    assert r.returncode == 0, r.stderr
+    return (d / "one.csv").read_bytes()
+
+
+@pytest.mark.parametrize("k", [1, 2, 3, 4])
+def test_sweep_is_byte_identical_for_every_rank_count(tmp_path, single, k):
+    r = mpirun(k, *SWEEP, "--out", "k.csv", "--threads", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "k.csv").read_bytes() == single
+    assert sorted(os.listdir(tmp_path)) == ["k.csv"], "a rank other than 0 wrote, or the journal was left"
+
+
+def test_stdout_sweep_is_written_once(single):
+    r = mpirun(3, *SWEEP)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.encode() == single
+
+
+def test_resume_under_mpirun_is_byte_identical(tmp_path):
+    sweep = ["experiment", "saturation", "--n", "16", "--d", ",".join(str(d) for d in range(1, 41)),
+             "--trials", "600", "--seed", "3"]
+    clean = mpirun(0, *sweep, "--out", "clean.csv", "--threads", "2", cwd=tmp_path)
+    assert clean.returncode == 0, clean.stderr
+    out, partial = tmp_path / "swept.csv", tmp_path / "swept.csv.partial"
+    proc = subprocess.Popen([BIN, *sweep, "--out", str(out), "--threads", "1"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 60
+    while (not partial.exists() or partial.read_bytes().count(b"\nR ") < 3) and proc.poll() is None \
+            and time.time() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    r = mpirun(3, *sweep, "--out", out, "--resume", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "resuming saturation:" in r.stderr
+    assert out.read_bytes() == (tmp_path / "clean.csv").read_bytes()
+    assert not partial.exists()
+
+
+def test_report_data_are_byte_identical(tmp_path):
+    one = mpirun(0, "report", "--quick", "--out", tmp_path / "one", "--threads", "1")
+    assert one.returncode == 0, one.stderr
+    two = mpirun(3, "report", "--quick", "--out", tmp_path / "three", "--threads", "1")
+    assert two.returncode == 0, two.stderr
+    data = sorted(p for p in os.listdir(tmp_path / "one" / "data") if p.endswith(".csv"))
+    assert data
+    for name in data:
+        assert (tmp_path / "three" / "data" / name).read_bytes() == (tmp_path / "one" / "data" / name).read_bytes(), name
+    assert (tmp_path / "three" / "index.html").exists()
+
+
+def test_ranks_started_with_different_sweeps_stop_with_one_line_each(tmp_path):
+    r = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self,vader",
+                        "-np", "1", BIN, *SWEEP, "--out", "x.csv", ":", "-np", "1", BIN, *SWEEP[:5], "1,2", *SWEEP[6:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert "the ranks disagree on the sweep" in r.stderr
+    assert not (tmp_path / "x.csv").exists()
