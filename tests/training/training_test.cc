@@ -8,6 +8,7 @@
 #include "attnscale/error.h"
 #include "lab/experiment.h"
 #include "lab/results.h"
+#include "report/unit.h"
 #include "lab/experiments/training/attention_function.h"
 #include "lab/experiments/training/model.h"
 #include "lab/experiments/training/tasks.h"
@@ -223,6 +224,56 @@ TEST(TrainingExperiment, BadFlagsNameTheFlag) {
   EXPECT_NE(message({{"lr", "-1"}}).find("--lr"), std::string::npos);
   EXPECT_NE(message({{"grid", "huge"}}).find("--grid"), std::string::npos);
   EXPECT_NE(message({{"task", "mqar"}, {"seq-len", "30"}}).find("--seq-len"), std::string::npos);
+}
+
+// A summary table as the experiment writes it: best loss and LR sensitivity per scaling (bests[i],
+// sensitivities[i] for none, sqrt, folded, additive; CIs ±0.02), and which scalings diverged at η = 1.
+ResultTable summary_table(const std::vector<double>& bests, const std::vector<double>& sensitivities,
+                          const std::vector<int>& diverged_at_top) {
+  ResultTable t;
+  t.meta.experiment = "training";
+  t.meta.flags = {{"steps", "100"}, {"seeds", "3"}};
+  t.param_names = {"task", "attention", "scaling", "d_head", "lr", "seed", "step", "layer"};
+  const std::vector<std::string> rules = {"none", "sqrt", "folded", "additive"};
+  for (std::size_t i = 0; i < rules.size(); ++i) {
+    auto p = [&](const std::string& lr) {
+      return std::vector<std::string>{"lm", "attnscale", rules[i], "64", lr, "all", "final", "all"};
+    };
+    t.rows.push_back({p("all"), "best_loss", bests[i], bests[i] - 0.02, bests[i] + 0.02, std::nullopt});
+    t.rows.push_back({p("all"), "lr_sensitivity", sensitivities[i], sensitivities[i] - 0.02, sensitivities[i] + 0.02,
+                      std::nullopt});
+    t.rows.push_back({p("0.01"), "diverged", 0, 0, 0, std::nullopt});
+    const double d = diverged_at_top[i];
+    t.rows.push_back({p("1"), "diverged", d, d, d, std::nullopt});
+  }
+  return t;
+}
+
+report::Verdict verdict_on(const ResultTable& t, const std::string& claim) {
+  for (const report::Unit& u : report::units())
+    if (u.name == "training")
+      for (const auto& e : u.claims(t))
+        if (e.claim == claim) return e.verdict;
+  throw Error("no evidence on " + claim);
+}
+
+// The verdicts follow the numbers: change a row, the verdict changes.
+TEST(TrainingClaims, VerdictsAreComputedFromTheRows) {
+  using report::Verdict;
+  // The unscaled model loses and is touchier; additive beats it.
+  auto t = summary_table({3.0, 2.5, 2.5, 2.6}, {0.9, 0.3, 0.3, 0.4}, {1, 0, 0, 0});
+  EXPECT_EQ(verdict_on(t, "stabilise-training"), Verdict::supported);
+  EXPECT_EQ(verdict_on(t, "not-used-nowadays"), Verdict::mixed);  // folded as good, unscaled not
+  EXPECT_EQ(verdict_on(t, "additive"), Verdict::supported);
+  // All alike: nothing to choose between them.
+  t = summary_table({2.5, 2.5, 2.5, 2.5}, {0.3, 0.3, 0.3, 0.3}, {0, 0, 0, 0});
+  EXPECT_EQ(verdict_on(t, "stabilise-training"), Verdict::mixed);
+  EXPECT_EQ(verdict_on(t, "not-used-nowadays"), Verdict::supported);
+  EXPECT_EQ(verdict_on(t, "additive"), Verdict::mixed);
+  // The scale hurts.
+  t = summary_table({2.5, 3.0, 3.0, 2.9}, {0.2, 0.9, 0.9, 0.5}, {0, 1, 1, 0});
+  EXPECT_EQ(verdict_on(t, "stabilise-training"), Verdict::refuted);
+  EXPECT_EQ(verdict_on(t, "additive"), Verdict::refuted);
 }
 
 }  // namespace
