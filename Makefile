@@ -5,7 +5,7 @@ REPORT    ?= report
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-cpp test-python report clean
+.PHONY: all deps configure build test test-cpp test-python test-install report clean install deb
 
 all: build
 
@@ -29,7 +29,21 @@ test-python: build
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale ATTNSCALE_BUILD=$(abspath $(BUILD)) \
 	  $(PYTHON) -m pytest -q tests/report
 
-test: test-cpp test-python test-asan
+# The installed copy as other projects see it (tests/install): cmake --install into a temporary
+# prefix, a consumer project (find_package and pkg-config), the .deb, the wheel in a venv.
+test-install: build
+	ATTNSCALE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q tests/install
+
+test: test-cpp test-python test-install test-asan
+
+# Installing (docs/install.md): headers, libraries, CLI, CMake package, pkg-config file and Python
+# package under PREFIX; `make deb` writes build/packages/attnscale_<version>_<arch>.deb.
+PREFIX ?= /usr/local
+install: build
+	cmake --install $(BUILD) --prefix $(PREFIX)
+
+deb: build
+	cd $(BUILD) && cpack -G DEB
 
 report: build
 	$(BUILD)/bin/attnscale report --out $(REPORT)
@@ -61,7 +75,7 @@ BENCH_ARGS ?=
 bench: build
 	$(PYTHON) bench/compare.py --bin $(BUILD)/bin/attnscale $(BENCH_ARGS)
 
-# The lab's speed check: seed 001's numpy simulation vs `attnscale experiment saturation`.
+# The lab's speed check: the Simulation note's numpy simulation vs `attnscale experiment saturation`.
 .PHONY: bench-lab
 bench-lab: build
 	$(PYTHON) bench/saturation_vs_numpy.py --bin $(BUILD)/bin/attnscale

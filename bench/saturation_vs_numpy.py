@@ -1,4 +1,4 @@
-"""Seed 001's numpy simulation against `attnscale experiment saturation` on the same sweep.
+"""The Simulation note's numpy simulation against `attnscale experiment saturation` on the same sweep.
 
 N = 50 tokens, d in {1, 2, 4, ..., 512}, 200 trials, unscaled and 1/sqrt(d)-scaled softmax;
 metric top_p_95 (per row: sort descending, the smallest count whose cumulative sum reaches 0.95),
@@ -22,7 +22,7 @@ import numpy as np
 N_TOK, TRIALS = 50, 200
 DIMS = [2 ** i for i in range(10)]
 
-# ---- seed 001's code (as published), with its top_p_95 definition ----
+# ---- the Simulation note's code (as published), with its top_p_95 definition ----
 rng = np.random.default_rng(0)
 
 
@@ -96,7 +96,7 @@ def main():
     t0, c0 = time.perf_counter(), time.process_time()
     ref = numpy_sweep()
     t_numpy, c_numpy = time.perf_counter() - t0, time.process_time() - c0
-    print(f"numpy (seed 001 code):       wall {t_numpy:7.3f} s  cpu {c_numpy:7.3f} s   "
+    print(f"numpy (the Simulation note code):       wall {t_numpy:7.3f} s  cpu {c_numpy:7.3f} s   "
           f"N={N_TOK} d=1..512 trials={TRIALS} none+sqrt")
     for sampler in ("auto", "direct", "wishart"):
         t_ours, c_ours, got = attnscale_sweep(args.bin, args.threads, sampler)

@@ -5,7 +5,9 @@
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
+#include "context_parallel.h"
 #include "mask_options.h"
+#include "mpi_job.h"
 #include "nonfinite_inputs.h"
 #include "output_files.h"
 #include "subcommands.h"
@@ -17,6 +19,8 @@ struct AttendFlags {
   std::string q, k, v, out, lse, probs;
   bool reference = false;
   bool allow_nonfinite = false;
+  bool context_parallel = false;
+  std::string sharding;
   MaskFlags mask;
 };
 
@@ -35,8 +39,18 @@ Tensor like_q(const char* flag, const Tensor& q, DType dtype, int drop, std::int
 }
 
 void run(const AttendFlags& f) {
+  require_own_paths({{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}},
+                    {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path}});
   Tensor mask;
   const Options options = f.mask.options(mask);
+  if (f.context_parallel) {
+    if (f.reference) throw Error("--reference: not available with --context-parallel");
+    if (!f.probs.empty()) throw Error("--probs: not available with --context-parallel");
+    attend_context_parallel({f.q, f.k, f.v, f.out, f.lse, f.sharding, f.allow_nonfinite}, options);
+    return;
+  }
+  if (!f.sharding.empty()) throw Error("--sharding: only with --context-parallel");
+  if (mpi_job::rank() != 0) return;  // under mpirun without --context-parallel, rank 0 does the work
   const Tensor q = read_npy(f.q), k = read_npy(f.k), v = read_npy(f.v);
   if (!f.allow_nonfinite) {
     require_finite("--q", f.q, q, false);
@@ -88,6 +102,12 @@ void add_attend(CLI::App& app) {
   sub->add_flag("--reference", flags->reference, "Use the naive float64 reference instead of the fast path");
   sub->add_flag("--allow-nonfinite", flags->allow_nonfinite,
                 "Accept NaN/inf in --q/--k/--v and NaN/+inf in --mask (they stay in the rows they touch)");
+  sub->add_flag("--context-parallel", flags->context_parallel,
+                "Under mpirun: shard the sequence over the ranks (ring attention); each rank reads only its rows\n"
+                "of the inputs and writes its rows of the outputs (docs/distributed.md)");
+  sub->add_option("--sharding", flags->sharding,
+                  "With --context-parallel: contiguous or zigzag rows per rank (default: zigzag when causal)")
+      ->type_name("KIND");
   sub->callback([flags] { run(*flags); });
 }
 

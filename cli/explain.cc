@@ -1,6 +1,12 @@
 // attnscale explain: softmax(Q K^T * s) V on a small input, one step at a time.
 //
-// The default input is seed 004's example: Q = K = V, a 3×1 column (here v = 1, 2, 3).
+// The default input is random, N = 4 tokens of d_k = 8 (N(0, 1) entries, seed 0): large enough that
+// the scale visibly changes the softmax, which the last step shows by comparing it with s = 1.
+// --notes-example gives the Study notes' example instead: Q = K = V, a 3×1 column (v = 1, 2, 3),
+// where d_k = 1 and the scale is 1 whatever the rule.
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -19,11 +25,13 @@ namespace attnscale::cli {
 namespace {
 
 constexpr std::int64_t kMaxSide = 16;  // explain prints every matrix, so keep them small
+constexpr std::int64_t kDefaultN = 4, kDefaultD = 8;
 
 struct ExplainFlags {
   std::string q, k, v;
   std::int64_t n = 0, d = 0;
   std::uint64_t seed = 0;
+  bool notes_example = false;
   MaskFlags mask;
 };
 
@@ -38,11 +46,11 @@ struct Matrix {
 Matrix load_matrix(const std::string& flag, const std::string& path) {
   const Tensor t = read_npy(path);
   if (t.rank() != 2 || t.dtype() == DType::u8)
-    throw Error(flag + ": explain takes a 2-D float array [N, d], got " + t.view().shape_str() + " " +
-                std::string(dtype_name(t.dtype())));
+    throw Error(fmt::format("{}: explain takes a 2-D float array [N, d], got {} {}", flag, t.view().shape_str(),
+                            dtype_name(t.dtype())));
   if (t.dim(0) > kMaxSide || t.dim(1) > kMaxSide)
-    throw Error(flag + ": explain prints every matrix; use at most " + std::to_string(kMaxSide) +
-                " rows and columns, got " + t.view().shape_str());
+    throw Error(fmt::format("{}: explain prints every matrix; use at most {} rows and columns, got {}", flag,
+                            kMaxSide, t.view().shape_str()));
   Matrix m{t.dim(0), t.dim(1), std::vector<double>(t.numel())};
   for (std::int64_t i = 0; i < t.numel(); ++i)
     m.a[i] = t.dtype() == DType::f32 ? t.as<float>()[i] : t.as<double>()[i];
@@ -74,6 +82,15 @@ void print(const char* title, const Matrix& m) {
 
 TensorView view_of(Matrix& m) { return TensorView::contiguous(m.a.data(), DType::f64, {m.rows, m.cols}); }
 
+// "s = 1/√d_k = 1/√8 = 0.3536" for the default rule; the other rules and values likewise.
+std::string scale_text(const Scale& scale, std::int64_t dk, double s) {
+  const std::string rule = scale.describe();
+  if (rule.rfind("sqrt", 0) == 0) return fmt::format("s = 1/√d_k = 1/√{} = {:.4g}", dk, s);
+  if (rule.rfind("linear", 0) == 0) return fmt::format("s = 1/d_k = 1/{} = {:.4g}", dk, s);
+  if (rule.rfind("none", 0) == 0) return "s = 1 (no scale)";
+  return fmt::format("s = {:.6g} (given; 1/√d_k would be {:.4g})", s, 1 / std::sqrt(static_cast<double>(dk)));
+}
+
 void run(ExplainFlags& f) {
   Tensor mask_storage;
   const Options options = f.mask.options(mask_storage);
@@ -85,21 +102,23 @@ void run(ExplainFlags& f) {
     K = load_matrix("--k", f.k);
     V = load_matrix("--v", f.v);
     origin = "from " + f.q + ", " + f.k + ", " + f.v;
-  } else if (f.n > 0 || f.d > 0) {
-    if (f.n <= 0 || f.d <= 0 || f.n > kMaxSide || f.d > kMaxSide)
-      throw Error("--n, --d: both are needed, each 1.." + std::to_string(kMaxSide));
-    Q = random_matrix(f.n, f.d, f.seed, 0);
-    K = random_matrix(f.n, f.d, f.seed, 1);
-    V = random_matrix(f.n, f.d, f.seed, 2);
-    origin = "random N(0, 1) entries, seed " + std::to_string(f.seed);
-  } else {
+  } else if (f.notes_example) {
+    if (f.n > 0 || f.d > 0) throw Error("--notes-example: the example has its own size; drop --n and --d");
     Q = Matrix{3, 1, {1.0, 2.0, 3.0}};
     K = Q;
     V = Q;
-    origin = "seed 004's example: Q = K = V = (v1, v2, v3) = (1, 2, 3), a 3 x 1 column";
+    origin = "the Study notes' example: Q = K = V = (v1, v2, v3) = (1, 2, 3), a 3 x 1 column";
+  } else {
+    const std::int64_t n = f.n > 0 ? f.n : kDefaultN, d = f.d > 0 ? f.d : kDefaultD;
+    if (f.n < 0 || f.d < 0 || n > kMaxSide || d > kMaxSide)
+      throw Error(fmt::format("--n, --d: each 1..{}", kMaxSide));
+    Q = random_matrix(n, d, f.seed, 0);
+    K = random_matrix(n, d, f.seed, 1);
+    V = random_matrix(n, d, f.seed, 2);
+    origin = fmt::format("random N(0, 1) entries, N = {}, d_k = {}, seed {}", n, d, f.seed);
   }
-  if (K.cols != Q.cols) throw Error("--k: dk = " + std::to_string(K.cols) + " differs from --q's " + std::to_string(Q.cols));
-  if (V.rows != K.rows) throw Error("--v: " + std::to_string(V.rows) + " rows differ from --k's " + std::to_string(K.rows));
+  if (K.cols != Q.cols) throw Error(fmt::format("--k: dk = {} differs from --q's {}", K.cols, Q.cols));
+  if (V.rows != K.rows) throw Error(fmt::format("--v: {} rows differ from --k's {}", V.rows, K.rows));
 
   // The library computes P, O and lse; the steps below recompute each stage in plain loops.
   Matrix O{Q.rows, V.cols, std::vector<double>(Q.rows * V.cols)};
@@ -123,10 +142,9 @@ void run(ExplainFlags& f) {
   std::printf("Step 1. Scores Q K^T: entry (i, j) is the dot product of query i with key j.\n");
   print("Q K^T", S);
 
-  std::printf("Step 2. Scale by s = %s = %.6g (dk = %lld).\n", options.scale.describe().c_str(), s,
-              static_cast<long long>(dk));
-  std::printf("   Why: with independent unit-variance components, Var(q.k) = dk, so s = 1/sqrt(dk)\n"
-              "   keeps the scores at unit variance whatever dk is.\n");
+  std::printf("Step 2. Scale by %s.\n", scale_text(options.scale, dk, s).c_str());
+  std::printf("   Why: with independent unit-variance components, Var(q·k) = d_k, so s = 1/√d_k\n"
+              "   keeps the scores at unit variance whatever d_k is.\n");
   for (double& x : S.a) x *= s;
   const bool masked = options.mask.causal || options.mask.has_window() || !options.mask.explicit_mask.empty();
   if (masked) {
@@ -166,6 +184,25 @@ void run(ExplainFlags& f) {
       diff = std::max(diff, std::abs(check(i, c) - O(i, c)));
     }
   std::printf("Check: P V recomputed here differs from the library's O by at most %.3g.\n", diff);
+
+  if (s != 1) {
+    // The same rows with s = 1: what the scale changed.
+    Options unscaled = options;
+    unscaled.scale = Scale::rule(ScaleRule::none);
+    Matrix O1{Q.rows, V.cols, std::vector<double>(Q.rows * V.cols)}, P1{Q.rows, K.rows, std::vector<double>(Q.rows * K.rows)};
+    Outputs outs1{view_of(O1), TensorView(), view_of(P1)};
+    reference::forward(view_of(Q), view_of(K), view_of(V), outs1, unscaled);
+    std::printf("\nWhat the scale does here: the same softmax with s = 1 instead of %.4g.\n", s);
+    print("P with s = 1", P1);
+    std::printf("   largest weight of each row, with s = %.4g and with s = 1:\n", s);
+    for (std::int64_t i = 0; i < P.rows; ++i) {
+      double a = 0, b = 0;
+      for (std::int64_t j = 0; j < P.cols; ++j) a = std::max(a, P(i, j)), b = std::max(b, P1(i, j));
+      std::printf("   row %lld: %.4f  vs  %.4f\n", static_cast<long long>(i), a, b);
+    }
+    std::printf("   Without the scale the scores' spread grows like √d_k, and each row's weight crowds onto\n"
+                "   fewer keys.\n");
+  }
 }
 
 }  // namespace
@@ -175,13 +212,16 @@ void add_explain(CLI::App& app) {
   CLI::App* sub = app.add_subcommand(
       "explain",
       "Print, step by step, what softmax(Q K^T * s) V does to a small input: Q K^T, the scaled\n"
-      "scores, the softmax rows and the output. Default input: seed 004's example, Q = K = V = (1, 2, 3)^T.\n"
-      "Example: attnscale explain --n 4 --d 2 --seed 7 --scale none");
+      "scores, the softmax rows and the output, then the same rows without the scale. Default input:\n"
+      "random, N = 4, d_k = 8. Examples: attnscale explain --notes-example (Q = K = V = (1, 2, 3)^T);\n"
+      "attnscale explain --n 4 --d 2 --seed 7 --scale none");
   sub->add_option("--q", flags->q, "Queries .npy [N, d] (with --k and --v)")->type_name("FILE");
   sub->add_option("--k", flags->k, "Keys .npy [N, d]")->type_name("FILE");
   sub->add_option("--v", flags->v, "Values .npy [N, d]")->type_name("FILE");
-  sub->add_option("--n", flags->n, "Random input: tokens (1..16)");
-  sub->add_option("--d", flags->d, "Random input: dimension (1..16)");
+  sub->add_option("--n", flags->n, "Random input: tokens (1..16, default 4)");
+  sub->add_option("--d", flags->d, "Random input: dimension d_k (1..16, default 8)");
+  sub->add_flag("--notes-example", flags->notes_example,
+                "the Study notes' 3 x 1 example, Q = K = V = (1, 2, 3)^T, instead of random input");
   sub->add_option("--seed", flags->seed, "Random input: seed")->capture_default_str();
   flags->mask.add_to(*sub);
   sub->callback([flags] { run(*flags); });

@@ -1,21 +1,27 @@
 // attnscale: the command-line tool.
 // Exit codes: 0 success, 2 bad input (flags, files, shapes), 1 anything unexpected.
+#include <cctype>
 #include <cstdio>
 #include <string>
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
+#include "flag_suggestion.h"
 #include "mpi_job.h"
+#ifdef ATTNSCALE_HAVE_MPI
+#include "attnscale/distributed.h"
+#endif
 #include "subcommands.h"
 
 namespace {
 
 // One line on stderr for this rank; under mpirun with several ranks, the others are stopped too
-// (they may be waiting for this one), so no rank hangs.
-int fail(int code, const char* kind, const std::string& what) {
-  std::fprintf(stderr, "attnscale: %s%s: %s\n", attnscale::cli::mpi_job::prefix().c_str(), kind, what.c_str());
+// (they may be waiting for this one), so no rank hangs, unless every rank has the same error.
+int fail(int code, const char* kind, const std::string& what, bool every_rank = false) {
+  std::fprintf(stderr, "attnscale: %s%s: %s\n", every_rank ? "" : attnscale::cli::mpi_job::prefix().c_str(), kind,
+               what.c_str());
   std::fflush(stderr);
-  attnscale::cli::mpi_job::stop_others(code);
+  if (!every_rank) attnscale::cli::mpi_job::stop_others(code);
   attnscale::cli::mpi_job::finish();
   return code;
 }
@@ -56,10 +62,27 @@ int main(int argc, char** argv) {
     if (what.empty()) what = e.get_name();
     // Point at the help of the subcommand that was given, if any.
     std::string help = "attnscale";
+    const CLI::App* given = &app;
     for (const CLI::App* sub : app.get_subcommands())
-      for (const CLI::App* s = sub; s != nullptr; s = s->get_subcommands().empty() ? nullptr : s->get_subcommands()[0])
+      for (const CLI::App* s = sub; s != nullptr; s = s->get_subcommands().empty() ? nullptr : s->get_subcommands()[0]) {
         help += " " + s->get_name();
+        given = s;
+      }
+    // A flag the subcommand does not know is the likelier cause than what CLI11 reports first
+    // (`--outt o.npy` makes "--out is required"): name it, with the nearest known flag.
+    for (const std::string& arg : given->remaining()) {
+      if (arg.size() < 2 || arg[0] != '-' || (arg[1] != '-' && !std::isalpha(static_cast<unsigned char>(arg[1]))))
+        continue;
+      const std::string flag = arg.substr(0, arg.find('='));
+      const std::string guess = attnscale::cli::closest_flag(*given, flag);
+      what = "unknown flag " + flag + (guess.empty() ? "" : " (did you mean " + guess + "?)");
+      break;
+    }
     return fail(2, "error", what + " (see " + help + " --help)");
+#ifdef ATTNSCALE_HAVE_MPI
+  } catch (const attnscale::distributed::AgreedError& e) {
+    return fail(2, "error", e.what(), /*every_rank=*/true);
+#endif
   } catch (const attnscale::Error& e) {
     return fail(2, "error", e.what());
   } catch (const std::exception& e) {

@@ -1,4 +1,4 @@
-// attnscale report: runs every lab experiment and writes seed 000 completed (HTML, Markdown,
+// attnscale report: runs every lab experiment and writes Chuang (2023) completed (HTML, Markdown,
 // figures, data) into --out. See src/report/report.h.
 #include <chrono>
 #include <cstdio>
@@ -22,6 +22,9 @@ void add_report(CLI::App& app) {
   sub->add_option("--seed", opts->seed, "master seed of every random stream")->capture_default_str();
   sub->add_option("--threads", opts->threads, "threads (0: $ATTNSCALE_THREADS, else every core)")
       ->check(CLI::NonNegativeNumber);
+  sub->add_option("--from", opts->from,
+                  "write the report from the data/*.json of an earlier report in this folder, measuring nothing")
+      ->check(CLI::ExistingDirectory);
   auto* q = sub->add_flag("--quick", *quick, "small sweeps and few trials (seconds; used by tests)");
   auto* f = sub->add_flag("--full", *full, "ten times the trials of the default");
   q->excludes(f);

@@ -57,12 +57,16 @@ Compute parse_compute(py::handle compute) {
 
 py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle scale,
                      py::handle causal, py::handle window, py::handle align, py::handle mask,
-                     bool return_lse, bool return_probs, int threads, bool reference, py::handle compute) {
+                     bool return_lse, bool return_probs, int threads, bool reference, py::handle compute,
+                     double softcap, py::handle alibi_slopes, py::handle sinks, double dropout_p,
+                     std::uint64_t dropout_seed, std::uint64_t dropout_offset, py::handle cu_seqlens_q,
+                     py::handle cu_seqlens_k) {
   const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
   const ArrayView k = as_view("k", k_obj, ArrayKind::floating);
   const ArrayView v = as_view("v", v_obj, ArrayKind::floating);
   MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
   opt.options.compute = parse_compute(compute);
+  add_extras(opt, {softcap, alibi_slopes, sinks, dropout_p, dropout_seed, dropout_offset, cu_seqlens_q, cu_seqlens_k});
   Outputs outputs;
   ArrayView out, lse, probs;
   // With a rank below 2 there is no output shape; the library's validation names the argument.
@@ -92,7 +96,10 @@ py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
 py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle out_obj,
                              py::handle lse_obj, py::handle dout_obj, py::handle scale, py::handle causal,
                              py::handle window, py::handle align, py::handle mask, int threads,
-                             bool reference) {
+                             bool reference, double softcap, py::handle alibi_slopes, py::handle sinks,
+                             double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset,
+                             py::handle cu_seqlens_q, py::handle cu_seqlens_k, bool return_dsinks,
+                             bool return_dbias) {
   const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
   const ArrayView k = as_view("k", k_obj, ArrayKind::floating);
   const ArrayView v = as_view("v", v_obj, ArrayKind::floating);
@@ -103,13 +110,22 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
   if (!reference && (out_obj.is_none() || lse_obj.is_none()))
     throw py::value_error(std::string(out_obj.is_none() ? "out" : "lse") +
                           ": required (the forward's output; only reference=True recomputes it)");
-  const MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
-  ArrayView dq, dk, dv;
+  MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
+  add_extras(opt, {softcap, alibi_slopes, sinks, dropout_p, dropout_seed, dropout_offset, cu_seqlens_q, cu_seqlens_k});
+  if (return_dsinks && opt.sinks.view.empty()) throw py::value_error("return_dsinks: requires sinks");
+  if (return_dbias && (opt.mask.view.empty() || opt.mask.view.dtype == DType::u8))
+    throw py::value_error("return_dbias: requires a float (additive) mask");
+  ArrayView dq, dk, dv, dsinks, dbias;
   Gradients grads;
   if (rank_at_least_2({&q.view, &k.view, &v.view})) {
     grads.dq = (dq = new_array(q.view.dtype, shape_of(q.view))).view;
     grads.dk = (dk = new_array(q.view.dtype, shape_of(k.view))).view;
     grads.dv = (dv = new_array(q.view.dtype, shape_of(v.view))).view;
+    if (return_dsinks) grads.dsinks = (dsinks = new_array(q.view.dtype, shape_of(opt.sinks.view))).view;
+    if (return_dbias) {  // [..q.., Nq, Nkv]: q's leading dimensions (which the mask broadcasts to)
+      std::vector<std::int64_t> shape = like_q(q.view, k.view.shape[k.view.rank - 2]);
+      grads.dbias = (dbias = new_array(q.view.dtype, shape)).view;
+    }
   }
   {
     py::gil_scoped_release unlocked;
@@ -118,7 +134,13 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
     else
       backward(q.view, k.view, v.view, out.view, lse.view, dout.view, grads, opt.options);
   }
-  return py::make_tuple(dq.array, dk.array, dv.array);
+  py::list result;
+  result.append(dq.array);
+  result.append(dk.array);
+  result.append(dv.array);
+  if (return_dsinks) result.append(dsinks.array);
+  if (return_dbias) result.append(dbias.array);
+  return py::tuple(result);
 }
 
 py::array self_attention_py(py::handle x_obj, py::handle wq_obj, py::handle wk_obj, py::handle wv_obj,
@@ -205,7 +227,20 @@ constexpr const char* kOptionsDoc = R"(
              (added to the scaled scores).
     threads: worker threads; 0: $ATTNSCALE_THREADS, else every core.)";
 
-const std::string kAttentionDoc = std::string(R"(attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, return_lse=False, return_probs=False, threads=0, reference=False, compute=None)
+const char* const kExtrasDoc = R"(    softcap:      0 (off) or c > 0: each scaled score x becomes c * tanh(x / c) (Gemma 2).
+    alibi_slopes: None or [Hq] / [B, Hq] float array: -slope * |diag(i) - j| is added to
+                  score (i, j), diag(i) the mask's diagonal (align='bottom-right' as
+                  FlashAttention).
+    sinks:        None or [Hq] float array: one logit per head that joins every row's softmax
+                  without a value (gpt-oss); lse includes it.
+    dropout_p, dropout_seed, dropout_offset: dropout on the probabilities, kept ones scaled by
+                  1 / (1 - p); the mask is a pure function of (seed, offset, b, h, i, j).
+    cu_seqlens_q, cu_seqlens_k: None, or integer offsets [S + 1] of packed sequences: q is
+                  [Hq, total_q, dk], k and v [Hkv, total_k, d]; sequence s owns rows
+                  cu_seqlens_q[s]:cu_seqlens_q[s+1] and keys cu_seqlens_k[s]:cu_seqlens_k[s+1].
+)";
+
+const std::string kAttentionDoc = std::string(R"(attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, return_lse=False, return_probs=False, threads=0, reference=False, compute=None, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0, cu_seqlens_q=None, cu_seqlens_k=None)
 
 Scaled dot-product attention softmax(q k^T * scale + mask) v on numpy arrays.
 
@@ -223,7 +258,7 @@ Scaled dot-product attention softmax(q k^T * scale + mask) v on numpy arrays.
     compute:      None or 'native' (products in the inputs' dtype), or 'bf16': float32 inputs
                   rounded to bfloat16 for Q K^T and P V, float32 accumulation (AMX or
                   AVX-512 BF16 where the CPU has them); float64 inputs ignore it.
-
+)" + kExtrasDoc + R"(
 Returns out [..., Nq, dv] (q's dtype), or a tuple (out[, lse][, probs]). A row whose keys are
 all masked gives out = 0 and lse = -inf. Bad shapes or options raise ValueError, wrong types
 TypeError, with a message naming the argument.
@@ -238,15 +273,20 @@ Example:
     ((2, 8, 16, 64), (2, 8, 16))
 )";
 
-const std::string kBackwardDoc = std::string(R"(attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, reference=False)
+const std::string kBackwardDoc = std::string(R"(attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, reference=False, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0, cu_seqlens_q=None, cu_seqlens_k=None, return_dsinks=False, return_dbias=False)
 
 Gradients (dq, dk, dv) of attention, given the forward's out and lse and dout = dLoss/dout.
 
     out and lse come from attention(q, k, v, ..., return_lse=True) with the same options;
     dq, dk, dv have the shapes of q, k and v (for GQA, dk and dv sum over the query heads that
     share a kv head). With reference=True the float64 reference recomputes the forward and
-    out/lse may be None.
-)") + kOptionsDoc + R"(
+    out/lse may be None. The options below must be those of the forward (the dropout mask is
+    regenerated from its seed and offset).
+)") + kOptionsDoc + kExtrasDoc + R"(
+    return_dsinks: also return dsinks [Hq], the gradient w.r.t. sinks.
+    return_dbias:  also return dbias [..q.., Nq, Nkv], the gradient w.r.t. a float mask (sum it
+                   over the dimensions the mask broadcasts).
+Returns (dq, dk, dv[, dsinks][, dbias]).
 
 Example:
     >>> import numpy as np, attnscale
@@ -296,13 +336,18 @@ void add_attention(py::module_& m) {
         py::kw_only(), py::arg("scale") = none, py::arg("causal") = none, py::arg("window") = none,
         py::arg("align") = none, py::arg("mask") = none, py::arg("return_lse") = false,
         py::arg("return_probs") = false, py::arg("threads") = 0, py::arg("reference") = false,
-        py::arg("compute") = none);
+        py::arg("compute") = none, py::arg("softcap") = 0.0, py::arg("alibi_slopes") = none, py::arg("sinks") = none,
+        py::arg("dropout_p") = 0.0, py::arg("dropout_seed") = 0, py::arg("dropout_offset") = 0,
+        py::arg("cu_seqlens_q") = none, py::arg("cu_seqlens_k") = none);
   m.def("merge_partials", &merge_partials_py, kMergeDoc, py::arg("outs"), py::arg("lses"));
   m.def("attention_backward", &attention_backward, kBackwardDoc.c_str(), py::arg("q"), py::arg("k"),
         py::arg("v"), py::arg("out"), py::arg("lse"), py::arg("dout"), py::kw_only(),
         py::arg("scale") = none, py::arg("causal") = none, py::arg("window") = none,
         py::arg("align") = none, py::arg("mask") = none, py::arg("threads") = 0,
-        py::arg("reference") = false);
+        py::arg("reference") = false, py::arg("softcap") = 0.0, py::arg("alibi_slopes") = none,
+        py::arg("sinks") = none, py::arg("dropout_p") = 0.0, py::arg("dropout_seed") = 0,
+        py::arg("dropout_offset") = 0, py::arg("cu_seqlens_q") = none, py::arg("cu_seqlens_k") = none,
+        py::arg("return_dsinks") = false, py::arg("return_dbias") = false);
   m.def("self_attention", &self_attention_py, kSelfDoc.c_str(), py::arg("x"), py::arg("w_q"),
         py::arg("w_k"), py::arg("w_v"), py::kw_only(), py::arg("scale") = none, py::arg("causal") = none,
         py::arg("window") = none, py::arg("align") = none, py::arg("mask") = none, py::arg("threads") = 0);

@@ -3,6 +3,7 @@
 
 #include "array_view.h"
 #include "attention_bindings.h"
+#include "distributed_bindings.h"
 #include "lab_bindings.h"
 #include "attention/peak_loops.h"
 #include "attnscale/version.h"
@@ -16,6 +17,7 @@ PYBIND11_MODULE(_attnscale, m) {
   m.doc() = "attnscale's C++ library: attention kernels and the lab (see the attnscale package).";
   attnscale::python::add_attention(m);
   attnscale::python::add_lab(m);
+  attnscale::python::add_distributed(m);
   m.def("version", &attnscale::version, "The library version, e.g. '0.1.0'.");
   m.def("git_hash", &attnscale::git_hash, "The commit the library was built from, or 'unknown'.");
   m.def("cpu_target", &attnscale::cpu_target,

@@ -1,6 +1,7 @@
 #include "options.h"
 
 #include <string>
+#include <vector>
 
 #include "attnscale/error.h"
 
@@ -72,6 +73,36 @@ MaskedOptions make_options(py::handle scale, py::handle causal, py::handle windo
     o.mask.explicit_mask = m.mask.view;
   }
   return m;
+}
+
+namespace {
+std::vector<std::int64_t> offsets(const char* name, py::handle obj) {
+  if (obj.is_none()) return {};
+  const py::array a = py::array::ensure(obj);
+  if (!a || a.ndim() != 1 || !(a.dtype().kind() == 'i' || a.dtype().kind() == 'u'))
+    throw py::type_error(std::string(name) + ": expected None or a 1-d sequence of integers, got " + type_name(obj));
+  const auto ints = a.cast<py::array_t<std::int64_t, py::array::forcecast>>();
+  return std::vector<std::int64_t>(ints.data(), ints.data() + ints.size());
+}
+}  // namespace
+
+void add_extras(MaskedOptions& m, const Extras& e) {
+  Options& o = m.options;
+  o.softcap = e.softcap;
+  if (!e.alibi_slopes.is_none()) {
+    m.alibi_slopes = as_view("alibi_slopes", e.alibi_slopes, ArrayKind::floating);
+    o.alibi_slopes = m.alibi_slopes.view;
+  }
+  if (!e.sinks.is_none()) {
+    m.sinks = as_view("sinks", e.sinks, ArrayKind::floating);
+    o.sinks = m.sinks.view;
+  }
+  o.dropout = Dropout{e.dropout_p, e.dropout_seed, e.dropout_offset};
+  o.cu_seqlens_q = offsets("cu_seqlens_q", e.cu_seqlens_q);
+  o.cu_seqlens_k = offsets("cu_seqlens_k", e.cu_seqlens_k);
+  if (o.cu_seqlens_q.empty() != o.cu_seqlens_k.empty())
+    throw Error(std::string(o.cu_seqlens_q.empty() ? "cu_seqlens_q" : "cu_seqlens_k") +
+                ": required with " + (o.cu_seqlens_q.empty() ? "cu_seqlens_k" : "cu_seqlens_q"));
 }
 
 }  // namespace attnscale::python

@@ -17,7 +17,23 @@ namespace attnscale::python {
 struct MaskedOptions {
   Options options;
   ArrayView mask;  // keeps the mask array alive while options.mask.explicit_mask points into it
+  ArrayView alibi_slopes, sinks;  // likewise for Options::alibi_slopes and Options::sinks
 };
+
+// The score transforms, dropout and packed sequences of attention / attention_backward:
+//   softcap:       0 (off) | c > 0, scores become c·tanh(score / c)
+//   alibi_slopes:  None | array [Hq] or [B, Hq] (packed: [S, Hq]), float32/float64
+//   sinks:         None | array [Hq], float32/float64: one logit per head in every row's softmax
+//   dropout_p, dropout_seed, dropout_offset: dropout on the probabilities (0: off)
+//   cu_seqlens_q, cu_seqlens_k: None | integer sequences [S + 1] (packed sequences)
+struct Extras {
+  double softcap = 0.0;
+  py::handle alibi_slopes, sinks;
+  double dropout_p = 0.0;
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
+  py::handle cu_seqlens_q, cu_seqlens_k;
+};
+void add_extras(MaskedOptions& m, const Extras& e);
 
 MaskedOptions make_options(py::handle scale, py::handle causal, py::handle window, py::handle align,
                            py::handle mask, int threads);

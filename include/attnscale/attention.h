@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "attnscale/tensor.h"
 
@@ -60,11 +61,41 @@ struct Mask {
 // where the CPU has them); bfloat16 inputs always use it, float32 inputs are rounded on the fly.
 enum class Compute { native, bf16 };
 
+// Dropout on the attention probabilities, as FlashAttention applies it: P_ij is kept with
+// probability 1 − p and then divided by 1 − p, else zeroed, so out = (Z ∘ P / (1 − p))·V while lse
+// stays the softmax's. The keep bit Z of pair (b, h, i, j) is a pure function of (seed, offset, b,
+// h, i, j) (Philox4x64-10): the backward regenerates it, and any thread count gives the same mask.
+// Calls with the same seed and different offsets draw independent masks.
+struct Dropout {
+  double p = 0.0;  // in [0, 1); 0: off
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+};
+
 struct Options {
   Scale scale;
   Mask mask;
   int threads = 0;  // 0: $ATTNSCALE_THREADS, else every hardware thread
   Compute compute = Compute::native;
+
+  // Score transforms, all off by default. The score of pair (b, h, i, j) is
+  //   t = cap(s·q_i·k_j) − slope_bh·|diag(i) − j| + bias_ij,   cap(x) = c·tanh(x / c)
+  // with diag(i) the mask's diagonal (Mask::align; FlashAttention's ALiBi is bottom-right).
+  double softcap = 0.0;     // c > 0 (Gemma 2 uses 50 for attention); 0: no capping
+  TensorView alibi_slopes;  // [Hq] or [B, Hq], float32/float64; empty: no ALiBi
+  // Attention sinks (gpt-oss): one logit per query head that joins every row's softmax without a
+  // value, P_ij = exp(t_ij) / (exp(sink_h) + Σ_j exp(t_ij)); lse includes it, so a row that sees
+  // no key has out = 0 and lse = sink_h. [Hq], float32/float64; empty: none.
+  TensorView sinks;
+  Dropout dropout;
+  // Packed sequences (FlashAttention's varlen layout): when cu_seqlens_q is given, q is
+  // [Hq, total_q, dk] (or [1, Hq, total_q, dk]), k and v are [Hkv, total_k, d], and sequence s
+  // owns query rows [cu_seqlens_q[s], cu_seqlens_q[s+1]) and keys [cu_seqlens_k[s],
+  // cu_seqlens_k[s+1]). Both start at 0, never decrease, have the same length S + 1 and end at
+  // total_q and total_k. Masks, ALiBi ([Hq] or [S, Hq]) and dropout (b = s, i and j counted from
+  // the sequence's start) apply per sequence, as if each were a batch entry of its own; an
+  // explicit mask is not accepted. Empty: one sequence per batch entry, as usual.
+  std::vector<std::int64_t> cu_seqlens_q, cu_seqlens_k;
 };
 
 // Outputs of the forward pass. `out` is required and has q's dtype; `lse` and `probs` are
@@ -75,11 +106,18 @@ struct Outputs {
   TensorView probs;
 };
 
-// Gradients of the backward pass, each with the dtype of its input.
+// Gradients of the backward pass, each with the dtype of its input. dsinks and dbias are
+// optional (leave empty), float32 or float64:
+//   dsinks [Hq]: the gradient w.r.t. Options::sinks, −Σ_{b,i} exp(sink_h − lse_bhi)·(dO·o)_bhi;
+//   dbias [B, Hq, Nq, Nkv] (or [Nq, Nkv] when B = Hq = 1): the gradient w.r.t. an additive float
+//     mask, dS = P ∘ (dP − rowsum(P ∘ dP)), zero where the mask hides the pair. A mask that
+//     broadcasts over B or H gets the sum of dbias over those dimensions.
 struct Gradients {
   TensorView dq;
   TensorView dk;
   TensorView dv;
+  TensorView dsinks;
+  TensorView dbias;
 };
 
 // Forward attention. Validates every argument first (throws Error naming the argument and the

@@ -33,8 +33,16 @@
 #include <vector>
 
 #include "attnscale/attention.h"
+#include "attnscale/error.h"
 
 namespace attnscale::distributed {
+
+// The Error every rank throws together when the ranks disagree or any one of them failed: no rank
+// is left waiting, so a caller may simply report it and finish MPI on every rank.
+class AgreedError : public Error {
+ public:
+  using Error::Error;
+};
 
 enum class Sharding { contiguous, zigzag };
 

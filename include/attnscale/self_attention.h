@@ -1,4 +1,4 @@
-// attnscale/self_attention.h: attention over projections of one input X, as in seed 000
+// attnscale/self_attention.h: attention over projections of one input X, as in Chuang (2023)
 // (Q = X W_q, K = X W_k, V = X W_v) and multi-head attention with an output projection W_o.
 //
 //   X [N, dx]  W_q, W_k [dx, H·dk]  W_v [dx, H·dv]  W_o [H·dv, d_out]  →  Y [N, d_out]

@@ -25,7 +25,9 @@
 #include <vector>
 
 #include "attention/params.h"
+#include "attention/score_transforms.h"
 #include "attention/tiles.h"
+#include "attention/varlen.h"
 #include "attnscale/error.h"
 #include "common/parallel.h"
 
@@ -37,9 +39,9 @@ template <class T>
 struct BackwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of the transposed (query-column) tiles
   static constexpr std::int64_t ldr = kBc;  // columns of the row-layout (key-column) tiles
-  Buffer<T> qt, dot, qr, dor, st, dpt, kp, vp, kt, vt, lse2, D, one, dk_acc, dv_acc, dq_acc;
+  Buffer<T> qt, dot, qr, dor, st, dpt, dcap, kp, vp, kt, vt, lse2, D, one, dk_acc, dv_acc, dq_acc;
   explicit BackwardScratch(const Params& p)
-      : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr),
+      : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr), dcap(kBc * kBr),
         kp(kBc * p.dk), vp(kBc * p.dv), kt(p.dk * ldr), vt(p.dv * ldr), lse2(ld), D(ld), one(ld),
         dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {
     one.fill(T(1));
@@ -110,20 +112,43 @@ void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_
     for (std::int64_t c = 0; c < d; ++c) put(t, b, h, i0 + r, c, x[r * d + c]);
 }
 
+// dbias(b, h, i, j0 + j) = dS(r, j) of a tile (W(r, j) = W[r·rs + j·cs], unscaled), then dS ∘= s.
+template <class T>
+void write_bias_grad(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, T* dS,
+                     std::int64_t rs, std::int64_t cs) {
+  const T scale = static_cast<T>(p.scale);
+  for (std::int64_t r = 0; r < rb.n; ++r)
+    for (std::int64_t j = 0; j < nk; ++j) {
+      T& x = dS[r * rs + j * cs];
+      put(p.dBias, rb.b, rb.h[r], rb.i[r], j0 + j, x);
+      x *= scale;
+    }
+}
+
 // The one place where the backward forms a tile's P and dS, in row layout S[query][key] (ld
 // kBc), for the block's rows read in place (Q, dO) against the key block packed in s.kt, s.vt:
 //   S = Q·(s·log2e·Kᵀ) (+ mask), P = 2^(S − lse2) in s.st, dP = dO·Vᵀ, dS = s·P∘(dP − D) in s.dpt.
 template <class T>
 void p_and_ds_rows(const BackwardParams& p, const RowStats<T>& stats, const RowBlock& rb, std::int64_t j0,
-                   std::int64_t j1, TileKind kind, const T* Q, std::int64_t ldq, const T* dO, std::int64_t lddo,
-                   BackwardScratch<T>& s) {
-  const std::int64_t cols = round_up(j1 - j0, simd::kColumnPad), ld = s.ldr, n = rb.n;
+                   std::int64_t j1, TileKind kind, bool guarded, const T* Q, std::int64_t ldq, const T* dO,
+                   std::int64_t lddo, BackwardScratch<T>& s) {
+  const std::int64_t nk = j1 - j0, cols = round_up(nk, simd::kColumnPad), ld = s.ldr, n = rb.n;
   const std::int64_t row = stats.at(p, rb.b, rb.h[0], rb.i[0]);
   Ops<T>::gemm(n, cols, p.dk, Q, ldq, 1, s.kt.get(), ld, s.st.get(), ld, simd::kOverwrite);
+  if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), ld, 1, s.dcap.get());
   if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.st.get(), ld);
   Ops<T>::exp2_rows(s.st.get(), ld, n, cols, stats.lse2.data() + row);
   Ops<T>::gemm(n, cols, p.dv, dO, lddo, 1, s.vt.get(), ld, s.dpt.get(), ld, simd::kOverwrite);
-  Ops<T>::softmax_grad_rows(s.st.get(), s.dpt.get(), ld, n, cols, stats.D.data() + row, static_cast<T>(p.scale));
+  if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), ld, 1);  // dP = Z∘(dO·Vᵀ)/(1 − p)
+  // With dbias wanted, dS = P∘(dP − D) comes unscaled first: it is the gradient of the additive mask.
+  const bool bias = !p.dBias.empty();
+  Ops<T>::softmax_grad_rows(s.st.get(), s.dpt.get(), ld, n, cols, stats.D.data() + row,
+                            bias ? T(1) : static_cast<T>(p.scale));
+  // A hidden pair's dS is 0 · (a non-finite dP) when its key holds one.
+  if (guarded) zero_hidden(p, rb, j0, nk, s.dpt.get(), ld, 1);
+  if (bias) write_bias_grad(p, rb, j0, nk, s.dpt.get(), ld, 1);
+  if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), ld, 1);
+  if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), ld, 1);  // dV takes Z∘P/(1 − p)
 }
 
 // Where a key task adds dQ += dS·K: rows of (b, h) at dq + ((b·Hq + h)·Nq + i)·dk, or nowhere
@@ -164,16 +189,14 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, std::int64_t 
         const Operand dO = rows_operand<T>(p.dO, b, h, i0, n, p.dv, s.dor.get());
         const T* Q = static_cast<const T*>(q.ptr);
         const T* dOr = static_cast<const T*>(dO.ptr);
-        p_and_ds_rows(p, stats, rb, j0, j1, kind, Q, q.ld, dOr, dO.ld, s);
-        const T* K = static_cast<const T*>(kr.ptr);
-        // A hidden pair's dS is 0 · (a non-finite dP) when its key holds one; a hidden row's
-        // non-finite q or dO must not reach the keys through a zero weight, nor a hidden key's
-        // non-finite k the rows' dQ.
+        // A hidden row's non-finite q or dO must not reach the keys through a zero weight, nor a
+        // hidden key's non-finite k the rows' dQ (p_and_ds_rows clears the hidden dS).
         const std::int64_t row = stats.at(p, b, h, i0);
         const bool rows_finite =
             std::all_of(stats.finite.begin() + row, stats.finite.begin() + row + n, [](char f) { return f != 0; });
         const bool guarded = kind == TileKind::partial && !(keys_finite && rows_finite);
-        if (guarded) zero_hidden(p, rb, j0, nk, s.dpt.get(), ld, 1);
+        p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, dOr, dO.ld, s);
+        const T* K = static_cast<const T*>(kr.ptr);
         if (guarded && !rows_finite) {
           visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, s.dv_acc.get(), p.dv, false);
           visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, Q, q.ld, p.dk, s.dk_acc.get(), p.dk, false);
@@ -214,18 +237,22 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t
     const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
     Ops<T>::gemm(nk, s.ld, p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
                  simd::kOverwrite);
+    if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, s.ld, s.dcap.get());
     if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
     Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.lse2.get(), s.one.get());
     const StridedOperand v = strided_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     Ops<T>::gemm(nk, s.ld, p.dv, static_cast<const T*>(v.ptr), v.rs, v.cs, s.dot.get(), s.ld, s.dpt.get(), s.ld,
                  simd::kOverwrite);
+    if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
     Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
     const Operand kr = rows_operand<T>(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
     const T* K = static_cast<const T*>(kr.ptr);
     // As in pass 1: a hidden key's non-finite k or v must not reach the rows through a zero dS.
-    if (kind == TileKind::partial &&
-        !(all_finite(K, kr.ld, nk, p.dk) && all_finite(static_cast<const T*>(v.ptr), v.rs, nk, p.dv, v.cs))) {
-      zero_hidden(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
+    const bool dirty = kind == TileKind::partial && !(all_finite(K, kr.ld, nk, p.dk) &&
+                                                      all_finite(static_cast<const T*>(v.ptr), v.rs, nk, p.dv, v.cs));
+    if (dirty) zero_hidden(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
+    if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, s.ld);
+    if (dirty) {
       visible_product(p, rb, j0, nk, s.dpt.get(), 1, s.ld, K, kr.ld, p.dk, s.dq_acc.get(), p.dk, true);
       continue;
     }
@@ -233,6 +260,22 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t
                  simd::kAccumulate);
   }
   write_rows(p.dQ, b, h, i0, rb.n, p.dk, s.dq_acc.get());
+}
+
+// dsink_h = −Σ_{b,i} P_sink·D_i with P_sink = exp(sink_h − lse_i) = 2^(sink2_h − lse2_i): the sink
+// joins the softmax like a key whose value is zero, so its dP is 0 and dS_sink = P_sink·(0 − D).
+template <class T>
+void write_sink_grads(const BackwardParams& p, const RowStats<T>& stats) {
+  for (std::int64_t h = 0; h < p.Hq; ++h) {
+    const double s2 = sink2(p, h);
+    double g = 0;
+    for (std::int64_t b = 0; b < p.B; ++b)
+      for (std::int64_t i = 0; i < p.Nq; ++i) {
+        const std::int64_t row = stats.at(p, b, h, i);
+        g -= std::exp2(s2 - static_cast<double>(stats.lse2[row])) * static_cast<double>(stats.D[row]);
+      }
+    store(p.dSinks, element1(p.dSinks, h), g);
+  }
 }
 
 // Key groups of the one-pass backward: enough (batch, KV head, key group) tasks to keep up to 8
@@ -249,6 +292,13 @@ void backward_all(const BackwardParams& p) {
   const std::int64_t key_items = heads * (one_pass ? groups : nkb), query_items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, std::max(key_items, query_items));
   const RowStats<T> stats = row_stats<T>(p, threads);
+  if (!p.dSinks.empty()) write_sink_grads(p, stats);
+  if (!p.dBias.empty())  // the key tasks write every pair a tile reaches; the others are 0
+    parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+      for (std::int64_t bh = t0; bh < t1; ++bh)
+        for (std::int64_t i = 0; i < p.Nq; ++i)
+          for (std::int64_t j = 0; j < p.Nkv; ++j) put(p.dBias, bh / p.Hq, bh % p.Hq, i, j, 0.0);
+    });
   PerThread<BackwardScratch<T>> scratch(threads);
   auto scratch_of = [&](int t) -> BackwardScratch<T>& { return scratch.get(t, p); };
   if (!one_pass) {
@@ -301,17 +351,22 @@ std::int64_t set_backward_partial_budget(std::int64_t bytes) {
 
 }  // namespace detail
 
+void detail::run_backward(const BackwardParams& p) {
+  switch (p.dtype) {
+    case DType::f32:
+    case DType::bf16: return backward_all<float>(p);  // bf16: converted to float32 on load
+    case DType::f64: return backward_all<double>(p);
+    default: throw Error("q: dtype " + std::string(dtype_name(p.dtype)) + " is not supported by backward");
+  }
+}
+
 void backward(const TensorView& q, const TensorView& k, const TensorView& v, const TensorView& out,
               const TensorView& lse, const TensorView& dout, const Gradients& grads,
               const Options& options) {
-  const auto p = detail::make_backward_params(q, k, v, out, lse, dout, grads, options, detail::Kernel::fast);
   detail::simd::init_target_from_env();
-  switch (p.dtype) {
-    case DType::f32:
-    case DType::bf16: return detail::backward_all<float>(p);  // bf16: converted to float32 on load
-    case DType::f64: return detail::backward_all<double>(p);
-    default: throw Error("q: dtype " + std::string(dtype_name(p.dtype)) + " is not supported by backward");
-  }
+  if (detail::is_varlen(options))
+    return detail::varlen_backward(q, k, v, out, lse, dout, grads, options, detail::Kernel::fast);
+  detail::run_backward(detail::make_backward_params(q, k, v, out, lse, dout, grads, options, detail::Kernel::fast));
 }
 
 }  // namespace attnscale

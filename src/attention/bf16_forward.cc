@@ -18,6 +18,7 @@
 
 #include "attention/bf16_kernels.h"
 #include "attention/flash_forward.h"
+#include "attention/score_transforms.h"
 #include "common/parallel.h"
 
 namespace attnscale::detail::bfdot {
@@ -107,8 +108,10 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
     const std::int64_t j0e = j0 & ~std::int64_t{1}, shift = j0 - j0e;
     gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.nkv64, s.s.get(), s.lds, 0,
          nullptr, scale);
+    if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
     simd::softmax_update_rows(s.s.get(), s.lds, rb.n, nk, f.m.get(), f.l.get(), f.alpha.get());
+    if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.s.get(), s.lds, 1);  // l keeps every P
     // A hidden key's non-finite value must not reach a row through its zero weight (0 · NaN = NaN):
     // such a partial tile reads only the visible pairs, in float32, as flash_forward.h does.
     if (kind == TileKind::partial) {
@@ -163,6 +166,7 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
     gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.nkv64, s.s.get(), s.lds, 0, nullptr, scale);
+    if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
     simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get());
     for (std::int64_t r = 0; r < rb.n; ++r)
@@ -183,6 +187,7 @@ void forward(const Params& p) {
     for (std::int64_t item = i0; item < i1; ++item) {
       const RowBlock rb = query_block(p, item, nqb);
       attend(p, kv, rb, path, s);
+      if (!p.sinks.empty()) fold_sinks(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
       write_rows(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
       if (!p.probs.empty()) write_probs(p, rb, kv, path, s);  // Qb is still this block's
     }

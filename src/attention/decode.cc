@@ -4,10 +4,13 @@
 // in fixed chunks of kDecodeChunk to the threads, and each chunk's partial (o, m, l) is merged in
 // chunk order (see merge.cc for the math). The chunking depends on the shape only, so the result
 // is the same for any thread count.
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <vector>
 
 #include "attention/flash_forward.h"
+#include "attnscale/kv_cache.h"
 #include "common/parallel.h"
 
 namespace attnscale::detail {
@@ -19,8 +22,46 @@ bool use_decode(const Params& p) {
   return p.Nq * p.group() <= kDecodeRows && p.Nkv >= 2 * kDecodeChunk && p.probs.empty();
 }
 
+namespace {
+
+// One query row per head and no explicit mask: the cache decode of kv_decode.cc over the
+// contiguous K and V, whose kernels read each key row once for the whole GQA group with the group's
+// rows in registers. The query's visible keys [lo, hi) (causal and window masks) are a cache of
+// length hi with a window of hi − 1 − lo keys before the last. Every Params field that changes
+// the result must either be passed on here or exclude this route.
+bool decode_as_cache(const Params& p) {
+  if (p.Nq != 1 || !p.mask.empty() || p.transforms_scores() || !p.sinks.empty() || p.has_dropout() ||
+      p.dtype != DType::f32 || p.out.dtype != DType::f32 || p.k.strides[3] != 1 ||
+      p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
+      p.Nkv >= std::numeric_limits<std::int32_t>::max())
+    return false;
+  const KeyRange range = key_range(p, 0);
+  const std::int64_t len = range.hi > range.lo ? range.hi : 0;  // no visible key: an empty cache
+  std::vector<std::int32_t> lens(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(len));
+  KVCache cache;
+  cache.k = p.k;
+  cache.v = p.v;
+  cache.seq_lens = TensorView::strided(lens.data(), DType::i32, {p.B}, {1});
+  DecodeOptions o;
+  o.scale = Scale::value(p.scale);
+  o.window_left = range.hi > range.lo ? range.hi - 1 - range.lo : -1;
+  o.threads = p.threads;
+  const TensorView q = TensorView::strided(p.q.data, DType::f32, {p.B, p.Hq, p.dk}, {p.q.strides[0], p.q.strides[1], p.q.strides[3]});
+  const TensorView out =
+      TensorView::strided(p.out.data, DType::f32, {p.B, p.Hq, p.dv}, {p.out.strides[0], p.out.strides[1], p.out.strides[3]});
+  const TensorView lse = p.lse.empty() ? TensorView{}
+                                       : TensorView::strided(p.lse.data, p.lse.dtype, {p.B, p.Hq},
+                                                             {p.lse.strides[0], p.lse.strides[1]});
+  decode(q, cache, out, lse, o);
+  return true;
+}
+
+}  // namespace
+
 template <class T>
 void decode_all(const Params& p) {
+  if constexpr (std::is_same_v<T, float>)
+    if (decode_as_cache(p)) return;
   const std::int64_t rows = p.Nq * p.group(), chunks = (p.Nkv + kDecodeChunk - 1) / kDecodeChunk;
   const std::int64_t heads = p.B * p.Hkv, items = heads * chunks;
   Buffer<T> po(items * rows * p.dv), pm(items * rows), pl(items * rows);
@@ -65,6 +106,7 @@ void decode_all(const Params& p) {
           for (std::int64_t d = 0; d < p.dv; ++d) o[r * p.dv + d] += w * po[slot * p.dv + d];
         }
       }
+      if (!p.sinks.empty()) fold_sinks(p, rb, o.data(), m.data(), l.data());
       write_rows(p, rb, o.data(), m.data(), l.data());
     }
   });

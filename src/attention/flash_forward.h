@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "attention/params.h"
+#include "attention/score_transforms.h"
 #include "attention/tiles.h"
 
 namespace attnscale::detail {
@@ -28,7 +29,9 @@ struct ForwardScratch {
   Buffer<T> qt, qr, st, o, kp, vp, m, l, alpha, sub, mul;
   explicit ForwardScratch(const Params& p)
       : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
-        sub(ld), mul(ld) {}
+        sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
+  std::int64_t dk, dv;
+  bool fits(const Params& p) const { return p.dk == dk && p.dv == dv; }  // reusable for p (PerThread)
 };
 
 // Columns of the score tile in use: the block's rows rounded up to the widest SIMD width (a
@@ -43,6 +46,7 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
   const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
   Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
                simd::kOverwrite);
+  if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, s.ld);
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
 }
 
@@ -54,6 +58,7 @@ void score_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
   const std::int64_t nk = j1 - j0;
   const Operand k = rows_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
   Ops<T>::dot_tile(nk, rb.n, p.dk, static_cast<const T*>(k.ptr), k.ld, s.qr.get(), p.dk, s.st.get(), kBc);
+  if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), kBc, 1);
   if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.st.get(), kBc);
 }
 
@@ -102,6 +107,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
       score_tile(p, rb, j0, j1, kind, s);
       Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
     }
+    if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), prs, pcs);  // l keeps every P
     const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
@@ -140,19 +146,11 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
   const bool typed = p.probs.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64);
   T* rows[kBr];
   const std::int64_t cs = p.probs.strides[3];
-  // A key-major view (e.g. probs transposed) whose block rows are adjacent: each key's column of
-  // the tile is one contiguous run of rb.n values.
-  bool runs = typed && cs != 1 && rb.n > 0;
-  for (std::int64_t r = 0; r < rb.n; ++r) {
+  for (std::int64_t r = 0; r < rb.n; ++r)
     if (typed) rows[r] = at<T>(p.probs, rb.b, rb.h[r], rb.i[r]);
-    runs = runs && rows[r] == rows[0] + r;
-  }
   // Keys no tile writes are zero; when one tile spans all the keys, it writes every entry itself.
   const bool covered = !rb.empty() && rb.lo_min == 0 && rb.hi_max == p.Nkv && p.Nkv <= kBc;
-  if (runs && !covered) {
-    for (std::int64_t j = 0; j < p.Nkv; ++j) std::fill(rows[0] + j * cs, rows[0] + j * cs + rb.n, T(0));
-  }
-  for (std::int64_t r = 0; r < rb.n && !runs && !covered; ++r) {
+  for (std::int64_t r = 0; r < rb.n && !covered; ++r) {
     if (typed) {
       for (std::int64_t j = 0; j < p.Nkv; ++j) rows[r][j * cs] = T(0);
     } else {
@@ -183,13 +181,10 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
       score_tile(p, rb, j0, j1, kind, s);
       Ops<T>::exp2_columns(s.st.get(), s.ld, nk, columns(rb), s.sub.get(), s.mul.get());
     }
-    if (runs) {
-      for (std::int64_t j = 0; j < nk; ++j)
-        std::copy(s.st.get() + j * s.ld, s.st.get() + j * s.ld + rb.n, rows[0] + (j0 + j) * cs);
-    } else if (typed && cs == 1) {
+    if (typed && cs == 1) {
       for (std::int64_t r = 0; r < rb.n; ++r)
         for (std::int64_t j = 0; j < nk; ++j) rows[r][j0 + j] = s.st[j * s.ld + r];
-    } else if (typed) {  // e.g. a transposed view: walk the tile in its own (key-major) order
+    } else if (typed) {  // a strided view: walk the tile in its own (key-major) order
       for (std::int64_t j = 0; j < nk; ++j)
         for (std::int64_t r = 0; r < rb.n; ++r) rows[r][(j0 + j) * cs] = s.st[j * s.ld + r];
     } else {

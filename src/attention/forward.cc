@@ -13,6 +13,8 @@
 #include "attention/flash_forward.h"
 #include "attention/kernels.h"
 #include "attention/params.h"
+#include "attention/score_transforms.h"
+#include "attention/varlen.h"
 #include "attnscale/error.h"
 #include "common/parallel.h"
 
@@ -31,8 +33,10 @@ void forward_all(const Params& p) {
     for (std::int64_t item = i0; item < i1; ++item) {
       const RowBlock rb = query_block(p, item, nqb);
       attend(p, rb, 0, p.Nkv, s);
+      if (!p.sinks.empty()) fold_sinks(p, rb, s.o.get(), s.m.get(), s.l.get());
       write_rows(p, rb, s.o.get(), s.m.get(), s.l.get());
-      if (!p.probs.empty()) write_probs(p, rb, s, /*scores_left=*/true);
+      // attend() leaves the last tile's 2^(t − m) unless a sink moved m or dropout changed it.
+      if (!p.probs.empty()) write_probs(p, rb, s, /*scores_left=*/p.sinks.empty() && !p.has_dropout());
     }
   });
 }
@@ -40,18 +44,22 @@ void forward_all(const Params& p) {
 }  // namespace
 }  // namespace detail
 
-void forward(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outputs,
-             const Options& options) {
-  const detail::Params p = detail::make_forward_params(q, k, v, outputs, options, detail::Kernel::fast);
-  detail::simd::init_target_from_env();
+void detail::run_forward(const Params& p, Compute compute) {
   switch (p.dtype) {
     case DType::f32:
-      if (options.compute == Compute::bf16) return detail::bfdot::forward(p);
-      return detail::forward_all<float>(p);
-    case DType::f64: return detail::forward_all<double>(p);
-    case DType::bf16: return detail::bfdot::forward(p);
+      if (compute == Compute::bf16) return bfdot::forward(p);
+      return forward_all<float>(p);
+    case DType::f64: return forward_all<double>(p);
+    case DType::bf16: return bfdot::forward(p);
     default: throw Error("q: dtype " + std::string(dtype_name(p.dtype)) + " is not supported by forward");
   }
+}
+
+void forward(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outputs,
+             const Options& options) {
+  detail::simd::init_target_from_env();
+  if (detail::is_varlen(options)) return detail::varlen_forward(q, k, v, outputs, options, detail::Kernel::fast);
+  detail::run_forward(detail::make_forward_params(q, k, v, outputs, options, detail::Kernel::fast), options.compute);
 }
 
 }  // namespace attnscale

@@ -5,6 +5,7 @@
 // Accumulated in float64; chunks are visited in order, so the result is deterministic.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include "attention/params.h"
 #include "attnscale/decode.h"
@@ -58,28 +59,36 @@ void merge_partials(const std::vector<TensorView>& outs, const std::vector<Tenso
     check(lses[c], lse, "lses[" + std::to_string(c) + "]", "lse");
   }
   const std::int64_t dv = out.shape[out.rank - 1], rows = out.numel() / dv;
+  const std::size_t C = outs.size();
+  // Per row: each chunk's lse and where its output row starts; a row's elements are dv apart by
+  // the last stride, so the inner loop needs no index arithmetic.
+  std::vector<double> weight(C);
+  std::vector<std::int64_t> base(C);
+  std::vector<char> seen(C);  // lse_k != -inf: the chunk showed the row a key
   for (std::int64_t r = 0; r < rows; ++r) {
-    const std::int64_t lo = offset(lse, r);
     double M = -INFINITY;
     bool nan = false;
-    for (const TensorView& l : lses) {
-      const double x = get(l, offset(l, r));
-      nan |= std::isnan(x);
-      M = std::max(M, x);
+    for (std::size_t k = 0; k < C; ++k) {
+      weight[k] = get(lses[k], offset(lses[k], r));  // lse_k for now
+      base[k] = offset(outs[k], r * dv);
+      nan |= std::isnan(weight[k]);
+      M = std::max(M, weight[k]);
     }
     double sum = 0;
-    for (const TensorView& l : lses)
-      if (const double x = get(l, offset(l, r)); x != -INFINITY) sum += std::exp(x - M);
+    for (std::size_t k = 0; k < C; ++k)
+      if (weight[k] != -INFINITY) sum += std::exp(weight[k] - M);
     const double total = nan ? NAN : M == -INFINITY ? -INFINITY : M + std::log(sum);
-    put(lse, lo, total);
+    put(lse, offset(lse, r), total);
+    for (std::size_t k = 0; k < C; ++k) {
+      seen[k] = weight[k] != -INFINITY;
+      weight[k] = seen[k] ? std::exp(weight[k] - total) : 0.0;
+    }
+    const std::int64_t out_base = offset(out, r * dv), out_step = out.strides[out.rank - 1];
     for (std::int64_t c = 0; c < dv; ++c) {
       double acc = 0;
-      for (std::size_t k = 0; k < outs.size(); ++k) {
-        const double x = get(lses[k], offset(lses[k], r));
-        if (x == -INFINITY) continue;
-        acc += std::exp(x - total) * get(outs[k], offset(outs[k], r * dv + c));
-      }
-      put(out, offset(out, r * dv + c), M == -INFINITY ? 0.0 : nan ? NAN : acc);
+      for (std::size_t k = 0; k < C; ++k)
+        if (seen[k]) acc += weight[k] * get(outs[k], base[k] + c * outs[k].strides[outs[k].rank - 1]);
+      put(out, out_base + c * out_step, M == -INFINITY ? 0.0 : nan ? NAN : acc);
     }
   }
 }

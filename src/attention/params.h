@@ -31,6 +31,16 @@ struct Params {
   std::int64_t window_left = -1, window_right = -1;
   TensorView mask;  // empty, or rank 4 with stride 0 on broadcast dimensions
   int threads = 1;
+  // Score transforms and extras (Options; score_transforms.h applies them).
+  double softcap = 0.0;   // 0: off
+  TensorView alibi;       // empty, or rank 2 [B, Hq] (stride 0 over B when given as [Hq])
+  TensorView sinks;       // empty, or rank 1 [Hq]
+  double dropout_p = 0.0;  // 0: off
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
+  std::int64_t batch_base = 0;  // packed sequences: the sequence index of batch entry 0
+
+  bool transforms_scores() const { return softcap > 0.0 || !alibi.empty(); }
+  bool has_dropout() const { return dropout_p > 0.0; }
 
   std::int64_t group() const { return Hq / Hkv; }
   std::int64_t kv_head(std::int64_t h) const { return h / group(); }
@@ -41,6 +51,8 @@ struct Params {
 struct BackwardParams : Params {
   TensorView dO;          // gradient of the loss w.r.t. out, [B, Hq, Nq, dv]
   TensorView dQ, dK, dV;  // outputs, shapes of q, k, v
+  TensorView dSinks;      // empty, or rank 1 [Hq]
+  TensorView dBias;       // empty, or rank 4 [B, Hq, Nq, Nkv]
 };
 
 // Keys [lo, hi) allowed for query i by the causal and window parts of the mask (the explicit
@@ -110,6 +122,11 @@ inline double mask_bias(const Params& p, std::int64_t b, std::int64_t h, std::in
     case DType::f64: return *at<const double>(p.mask, b, h, i, j);
     default: return 0.0;
   }
+}
+
+// Element i of a rank-1 view.
+inline void* element1(const TensorView& t, std::int64_t i) {
+  return static_cast<char*>(t.data) + i * t.strides[0] * static_cast<std::int64_t>(dtype_size(t.dtype));
 }
 
 enum class Kernel { fast, reference };

@@ -1,4 +1,4 @@
-// Self-attention from X and projection matrices (seed 000), and multi-head attention (seed 001).
+// Self-attention from X and projection matrices (Chuang (2023)), and multi-head attention (the Simulation note).
 #include "attnscale/self_attention.h"
 
 #include <string>

@@ -92,6 +92,45 @@ void fill_shapes(Params& p, const TensorView& q, const TensorView& k, const Tens
          std::to_string(p.Hkv) + " (" + qs + ", " + ks + ")");
 }
 
+// A float vector argument of shape [n] (stride kept), or [rows, n] when rows > 0 is allowed.
+TensorView per_head(const char* name, const TensorView& t, std::int64_t n, std::int64_t rows) {
+  const std::string want = rows > 0 ? "[" + std::to_string(n) + "] or [" + std::to_string(rows) + ", " +
+                                          std::to_string(n) + "]"
+                                    : "[" + std::to_string(n) + "]";
+  if (t.dtype != DType::f32 && t.dtype != DType::f64)
+    fail(std::string(name) + ": dtype must be float32 or float64, got " + std::string(dtype_name(t.dtype)));
+  const bool ok = (t.rank == 1 && t.shape[0] == n) || (rows > 0 && t.rank == 2 && t.shape[0] == rows && t.shape[1] == n);
+  if (!ok) fail(std::string(name) + ": expected shape " + want + ", got " + t.shape_str());
+  for (std::int64_t e = 0; e < t.numel(); ++e) {
+    const std::int64_t r = t.rank == 2 ? e / n : 0, c = e % n;
+    const char* at = static_cast<const char*>(t.data) +
+                     (r * (t.rank == 2 ? t.strides[0] : 0) + c * t.strides[t.rank - 1]) *
+                         static_cast<std::int64_t>(dtype_size(t.dtype));
+    if (!std::isfinite(load(t, at)))
+      fail(std::string(name) + ": values must be finite, got " + std::to_string(load(t, at)) + " at index " +
+           std::to_string(e));
+  }
+  return t;
+}
+
+void fill_transforms(Params& p, const Options& options) {
+  if (!(options.softcap >= 0.0) || !std::isfinite(options.softcap))
+    fail("softcap: must be a finite number >= 0 (0: off), got " + std::to_string(options.softcap));
+  p.softcap = options.softcap;
+  if (options.alibi_slopes.data) {
+    TensorView a = per_head("alibi_slopes", options.alibi_slopes, p.Hq, p.B);
+    if (a.rank == 1) a = pad_rank(a, 2);  // [Hq] → [1 (stride 0), Hq]
+    a.shape[0] = p.B;
+    p.alibi = a;
+  }
+  if (options.sinks.data) p.sinks = per_head("sinks", options.sinks, p.Hq, 0);
+  const Dropout& d = options.dropout;
+  if (!(d.p >= 0.0 && d.p < 1.0)) fail("dropout: p must be in [0, 1), got " + std::to_string(d.p));
+  p.dropout_p = d.p;
+  p.dropout_seed = d.seed;
+  p.dropout_offset = d.offset;
+}
+
 void fill_options(Params& p, const Options& options) {
   p.scale = options.scale.resolve(p.dk);
   if (!std::isfinite(p.scale)) fail("scale: must be finite, got " + std::to_string(p.scale));
@@ -106,6 +145,7 @@ void fill_options(Params& p, const Options& options) {
   p.window_right = m.window_right;
   if (options.threads < 0) fail("threads: must be >= 0, got " + std::to_string(options.threads));
   p.threads = resolve_threads(options.threads);
+  fill_transforms(p, options);
   const TensorView& mk = m.explicit_mask;
   if (mk.data == nullptr) return;
   const std::string want = "[" + std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "] or [" +
@@ -180,6 +220,16 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
   p.dQ = output("dq", grads.dq, 4, q_shape, dims(p.B, p.Hq, p.Nq, p.dk), any, p.dtype);
   p.dK = output("dk", grads.dk, 4, k_shape, dims(p.B, p.Hkv, p.Nkv, p.dk), any, p.dtype);
   p.dV = output("dv", grads.dv, 4, v_shape, dims(p.B, p.Hkv, p.Nkv, p.dv), any, p.dtype);
+  if (grads.dsinks.data) {
+    if (p.sinks.empty()) fail("dsinks: given without sinks");
+    const std::int64_t s[1] = {p.Hq};
+    p.dSinks = output("dsinks", grads.dsinks, 1, s, "[" + std::to_string(p.Hq) + "]", true, p.dtype);
+  }
+  if (grads.dbias.data) {
+    if (p.mask.empty() || p.mask.dtype == DType::u8) fail("dbias: given without an additive float mask");
+    const std::int64_t s[4] = {p.B, p.Hq, p.Nq, p.Nkv};
+    p.dBias = output("dbias", grads.dbias, 4, s, dims(p.B, p.Hq, p.Nq, p.Nkv), true, p.dtype);
+  }
   return p;
 }
 

@@ -16,7 +16,7 @@ void agree(MPI_Comm comm, const std::string& local_error) {
     throw Error("MPI_Allgather failed while the ranks compared their arguments");
   for (int r = 0; r < size; ++r) {
     const char* text = all.data() + static_cast<std::size_t>(kWidth) * r;
-    if (text[0] != '\0') throw Error((size > 1 ? "rank " + std::to_string(r) + ": " : std::string()) + text);
+    if (text[0] != '\0') throw AgreedError((size > 1 ? "rank " + std::to_string(r) + ": " : std::string()) + text);
   }
 }
 

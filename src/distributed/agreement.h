@@ -6,12 +6,13 @@
 
 #include <string>
 
+#include "attnscale/distributed.h"
 #include "attnscale/error.h"
 
 namespace attnscale::distributed {
 
 // Every rank passes its own error ("" when it has none). If any rank has one, every rank throws
-// Error: the lowest failing rank's message, prefixed "rank R: " when there are several ranks.
+// AgreedError: the lowest failing rank's message, prefixed "rank R: " when there are several ranks.
 void agree(MPI_Comm comm, const std::string& local_error);
 
 // Runs fn on this rank and agrees on the Error it may throw.
@@ -20,6 +21,8 @@ void agreed(MPI_Comm comm, F&& fn) {
   std::string error;
   try {
     fn();
+  } catch (const AgreedError&) {
+    throw;  // already thrown by every rank
   } catch (const Error& e) {
     error = e.what();
     if (error.empty()) error = "error";

@@ -125,7 +125,7 @@ Layout agree_layout(const Ring& ring, const detail::Params& p, const Options& o,
   const auto of = [&](int r) { return std::vector<std::int64_t>(all.begin() + r * w, all.begin() + r * w + w - 2); };
   for (int r = 0; r < ring.size; ++r) {
     if (of(r) != of(0))
-      throw Error("the ranks disagree on the attention: rank " + std::to_string(r) + " has " + describe(of(r)) +
+      throw AgreedError("the ranks disagree on the attention: rank " + std::to_string(r) + " has " + describe(of(r)) +
                   "; rank 0 has " + describe(of(0)));
     L.nq += all[r * w + w - 2];
     L.nkv += all[r * w + w - 1];
@@ -134,7 +134,7 @@ Layout agree_layout(const Ring& ring, const detail::Params& p, const Options& o,
   for (int r = 0; r < ring.size; ++r) {
     const std::int64_t want_q = shard_rows(L.nq, ring.size, r, sharding), want_kv = shard_rows(L.nkv, ring.size, r, sharding);
     if (all[r * w + w - 2] != want_q || all[r * w + w - 1] != want_kv)
-      throw Error("rank " + std::to_string(r) + " holds " + std::to_string(all[r * w + w - 2]) + " query and " +
+      throw AgreedError("rank " + std::to_string(r) + " holds " + std::to_string(all[r * w + w - 2]) + " query and " +
                   std::to_string(all[r * w + w - 1]) + " key rows; a " + kind + " shard of Nq = " +
                   std::to_string(L.nq) + ", Nkv = " + std::to_string(L.nkv) + " over " + std::to_string(ring.size) +
                   " ranks has " + std::to_string(want_q) + " and " + std::to_string(want_kv) +

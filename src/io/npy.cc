@@ -243,6 +243,20 @@ Tensor read_npy_bytes(const std::string& name, std::string_view bytes) {
   return t;
 }
 
+std::string npy_header_bytes(DType dtype, const std::int64_t* shape, int rank) {
+  const char* descr = dtype == DType::f32 ? "<f4" : dtype == DType::f64 ? "<f8" : "|u1";
+  std::string text = "(";
+  for (int d = 0; d < rank; ++d) text += std::to_string(shape[d]) + (rank == 1 || d + 1 < rank ? "," : "");
+  text += ")";
+  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + text + ", }";
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(header.size() & 0xff),
+                                 static_cast<unsigned char>(header.size() >> 8)};
+  return std::string(reinterpret_cast<const char*>(pre), 10) + header;
+}
+
 }  // namespace detail
 
 Tensor read_npy(const std::string& path) {
@@ -270,14 +284,7 @@ Tensor read_npy(const std::string& path) {
 void write_npy(const std::string& path, const TensorView& view) {
   if (view.data == nullptr) throw Error(path + ": nothing to write (null data pointer)");
   const DType dtype = view.dtype == DType::bf16 ? DType::f32 : view.dtype;  // .npy has no bfloat16
-  const char* descr = dtype == DType::f32 ? "<f4" : dtype == DType::f64 ? "<f8" : "|u1";
-  std::string shape = "(";
-  for (int d = 0; d < view.rank; ++d) shape += std::to_string(view.shape[d]) + (view.rank == 1 || d + 1 < view.rank ? "," : "");
-  shape += ")";
-  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': False, 'shape': " + shape + ", }";
-  const std::size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
-  header += '\n';
+  const std::string header = detail::npy_header_bytes(dtype, view.shape.data(), view.rank);
 
   // Gather the (possibly strided) elements in C order.
   const std::size_t esize = dtype_size(dtype);
@@ -300,10 +307,6 @@ void write_npy(const std::string& path, const TensorView& view) {
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error(path + ": cannot write (" + std::string(std::strerror(errno)) + ")");
-    const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0,
-                                   static_cast<unsigned char>(header.size() & 0xff),
-                                   static_cast<unsigned char>(header.size() >> 8)};
-    out.write(reinterpret_cast<const char*>(pre), 10);
     out.write(header.data(), static_cast<std::streamsize>(header.size()));
     out.write(data.data(), static_cast<std::streamsize>(data.size()));
     out.close();

@@ -38,6 +38,10 @@ NpyPreamble parse_npy_preamble(const std::string& name, std::string_view first, 
 NpyHeader parse_npy_header(const std::string& name, std::string_view dict, const NpyPreamble& pre,
                            std::int64_t file_size);
 
+// The preamble and header of a version 1.0 .npy file of C-order data (write_npy's, and the
+// shared output file of `attend --context-parallel`, whose ranks each write their own rows).
+std::string npy_header_bytes(DType dtype, const std::int64_t* shape, int rank);
+
 // A whole .npy file held in memory.
 Tensor read_npy_bytes(const std::string& name, std::string_view bytes);
 

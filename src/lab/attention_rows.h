@@ -18,7 +18,7 @@ void attention_probs(const std::vector<double>& q, const std::vector<double>& k,
 void attention_probs(const std::vector<double>& q, const std::vector<double>& k, std::int64_t nq,
                      std::int64_t nk, std::int64_t dq, double scale, std::vector<double>& probs);
 
-// Seed 001's direct sampler: Q and K with i.i.d. N(0, 1) entries, [n, d] each.
+// The Simulation note's direct sampler: Q and K with i.i.d. N(0, 1) entries, [n, d] each.
 void sample_qk_direct(const Stream& s, std::int64_t n, std::int64_t d, std::vector<double>& q,
                       std::vector<double>& k);
 
@@ -33,7 +33,7 @@ void sample_qk_wishart(const Stream& s, std::int64_t n, std::int64_t d, std::vec
 void layer_norm_rows(std::vector<double>& x, std::int64_t n, std::int64_t d);
 
 // Saturation metrics of one probability row p[0..n):
-//   top_p_95      seed 001: sort descending, the smallest count whose cumulative sum reaches 0.95
+//   top_p_95      the Simulation note: sort descending, the smallest count whose cumulative sum reaches 0.95
 //   entropy       −Σ p ln p (nats)
 //   max_weight    max p
 //   participation 1 / Σ p²

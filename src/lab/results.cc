@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
+#include "attnscale/error.h"
+
 namespace attnscale::lab {
 namespace {
 
@@ -57,6 +59,39 @@ std::string to_json(const ResultTable& table) {
   }
   json doc = {{"metadata", meta}, {"param_names", table.param_names}, {"rows", rows}};
   return doc.dump(1) + "\n";
+}
+
+ResultTable from_json(const std::string& text, const std::string& where) {
+  using json = nlohmann::ordered_json;  // the flags keep their order
+  const auto num = [](const json& v) { return v.is_null() ? std::nan("") : v.get<double>(); };
+  try {
+    const json doc = json::parse(text);
+    ResultTable t;
+    const json& m = doc.at("metadata");
+    t.meta.experiment = m.at("experiment").get<std::string>();
+    t.meta.seed = m.at("seed").get<std::uint64_t>();
+    t.meta.trials = m.at("trials").get<std::int64_t>();
+    t.meta.threads = m.at("threads").get<int>();
+    t.meta.version = m.at("version").get<std::string>();
+    t.meta.git_hash = m.at("git_hash").get<std::string>();
+    t.meta.cpu_target = m.at("cpu_target").get<std::string>();
+    t.meta.seconds = num(m.at("seconds"));
+    for (const auto& [k, v] : m.at("flags").items()) t.meta.flags.emplace_back(k, v.get<std::string>());
+    t.param_names = doc.at("param_names").get<std::vector<std::string>>();
+    for (const json& r : doc.at("rows")) {
+      Row row;
+      for (const auto& p : t.param_names) row.params.push_back(r.at(p).get<std::string>());
+      row.metric = r.at("metric").get<std::string>();
+      row.mean = num(r.at("mean"));
+      row.ci_low = num(r.at("ci_low"));
+      row.ci_high = num(r.at("ci_high"));
+      if (!r.at("theory").is_null()) row.theory = r.at("theory").get<double>();
+      t.rows.push_back(std::move(row));
+    }
+    return t;
+  } catch (const json::exception& e) {
+    throw Error(where + ": not a result table of the lab (" + e.what() + ")");
+  }
 }
 
 }  // namespace attnscale::lab

@@ -39,4 +39,8 @@ struct ResultTable {
 std::string to_csv(const ResultTable& table);
 std::string to_json(const ResultTable& table);
 
+// A table back from to_json's text (JSON null, written for non-finite numbers, reads as NaN; a null
+// theory as none). Throws Error naming `where` on text that is not such a table.
+ResultTable from_json(const std::string& text, const std::string& where);
+
 }  // namespace attnscale::lab

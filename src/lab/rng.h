@@ -113,7 +113,7 @@ struct Components {
 
 // A stream number for one experiment and the data-defining parameters of a point (FNV-1a hash,
 // 24 bits, with the experiment's id in the top 8 bits). Points that share these parameters share
-// their random numbers (e.g. scaled and unscaled attention over the same Q and K, as in seed 001).
+// their random numbers (e.g. scaled and unscaled attention over the same Q and K, as in the Simulation note).
 std::uint32_t stream_id(std::uint32_t experiment, std::initializer_list<std::int64_t> params);
 
 }  // namespace attnscale::lab

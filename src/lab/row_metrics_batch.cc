@@ -206,7 +206,7 @@ void row_metrics_columns(float* cols, std::int64_t ld, std::int64_t rows, std::i
     const std::int64_t nb = std::min(nv * lanes, rows - r0);
     for (std::int64_t l = 0; l < nb; ++l) {
       double* o = out + (r0 + l) * kRowMetrics;
-      o[0] = std::min(below[l] + 1, static_cast<double>(n));  // seed 001's top_p_95
+      o[0] = std::min(below[l] + 1, static_cast<double>(n));  // the Simulation note's top_p_95
       o[1] = ent[l];
       o[2] = cols[r0 + l];  // the largest weight, first after sorting
       o[3] = 1 / static_cast<double>(s2[l]);

@@ -2,7 +2,7 @@
 // writes them): the same definitions as row_metrics (attention_rows.h), computed with one row per
 // SIMD lane.
 //
-//   top_p_95      seed 001's definition, unchanged: the row sorted descending (a Batcher odd-even
+//   top_p_95      the Simulation note's definition, unchanged: the row sorted descending (a Batcher odd-even
 //                 merge sorting network run on the lanes of a column-major block of rows: each
 //                 compare-exchange is one Max and one Min for all the rows of the block), then the
 //                 cumulative sum in that order, in float64: the count of sums below 0.95, plus one,

@@ -1,8 +1,8 @@
 // Summaries with 95% confidence intervals.
 //
 // Which interval each function gives:
-//   mean_ci      Student-t interval of the mean, t_{0.975, n-1} · s / sqrt(n) (t quantile from a
-//                Cornish-Fisher expansion, exact to < 1e-3 for n >= 3).
+//   mean_ci      Student-t interval of the mean, t_{0.975, n-1} · s / sqrt(n) (the t quantile from
+//                Boost.Math, exact).
 //   variance_ci  the sample variance with the distribution-free asymptotic standard error
 //                sqrt((m4 - s^4) / n) and the normal quantile 1.959964.
 //   median_ci    the sample median with the order-statistic interval [x_(lo), x_(hi)],
@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 namespace attnscale::lab {
@@ -22,8 +23,13 @@ struct Summary {
   double mean = 0, ci_low = 0, ci_high = 0;
 };
 
-double normal_quantile(double p);          // Φ^{-1}(p), Acklam's rational approximation + Newton step
-double student_t_quantile(double p, double dof);
+// The bounds of an interval the sample is too small for (one trial for a mean, fewer than 4 for a
+// median, fewer than 3 points for a slope): NaN, written "nan" in CSV and null in JSON, never a
+// zero-width interval that would look exact.
+inline constexpr double kNotComputable = std::numeric_limits<double>::quiet_NaN();
+
+double normal_quantile(double p);                 // Φ^{-1}(p) (Boost.Math)
+double student_t_quantile(double p, double dof);  // the Student-t quantile (Boost.Math); dof < 1 taken as 1
 double normal_cdf(double x);
 
 Summary mean_ci(const std::vector<double>& x);

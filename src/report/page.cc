@@ -34,6 +34,7 @@ h3 { font-size: 1.14rem; margin: 1.8rem 0 .4rem; font-weight: 600; }
 p { margin: .55rem 0; text-align: justify; hyphens: auto; }
 code, pre { font-family: "DejaVu Sans Mono", Menlo, Consolas, monospace; font-size: .86em; }
 code { background: #f3f3f3; padding: 0 .2em; border-radius: 3px; }
+pre code { background: none; padding: 0; font-size: 1em; }
 pre { background: #f7f7f5; border-left: 3px solid var(--accent); padding: .8rem 1rem; overflow-x: auto;
       line-height: 1.4; }
 figure { margin: 1.4rem 0 1.8rem; }
@@ -164,7 +165,8 @@ std::string Page::html() const {
       continue;
     }
     const auto svg = figures.find(p.figure);
-    if (svg == figures.end()) throw Error("report: the text places figure '" + p.figure + "', which was not drawn");
+    if (svg == figures.end())
+      throw Error(fmt::format("report: the text places figure '{}', which was not drawn", p.figure));
     // The caption is one paragraph: keep cmark's inline HTML without the <p> around it.
     std::string caption = markdown_to_html(p.text);
     caption = std::regex_replace(caption, std::regex(R"(^<p>|</p>\s*$)"), "");

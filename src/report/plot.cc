@@ -11,6 +11,8 @@
 #include <set>
 #include <sstream>
 
+#include <fmt/format.h>
+
 #include "attnscale/error.h"
 
 namespace attnscale::report {
@@ -48,6 +50,16 @@ double at(const std::vector<double>& v, std::size_t i) {
 
 bool any_finite(const std::vector<double>& v) {
   return std::any_of(v.begin(), v.end(), [](double x) { return std::isfinite(x); });
+}
+
+// Whether the dashed theory curve can be seen: somewhere it is finite and off the measured curve
+// (a theory equal to the data everywhere, such as an exact 0, is hidden beneath it, so the legend
+// must not promise it).
+bool theory_visible(const Series& s) {
+  for (std::size_t i = 0; i < s.theory.size() && i < s.y.size(); ++i)
+    if (std::isfinite(s.theory[i]) && std::abs(s.theory[i] - s.y[i]) > 1e-9 * std::max(1.0, std::abs(s.y[i])))
+      return true;
+  return false;
 }
 
 // Tic marks at the data's own x values on a log axis (d = 1, 2, 4, ...), thinned to at most 8.
@@ -124,7 +136,7 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
          << num(at(ser.theory, i)) << "\n";
     }
     gp << "EOD\n";
-    theory = theory || any_finite(ser.theory);
+    theory = theory || theory_visible(ser);
   }
   int arrow = 1;
   for (const RefLine& r : p.refs) {
@@ -151,7 +163,7 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
                     " title " + quote(ser.title));
   }
   if (theory) plots.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title " + quote(p.theory_title));
-  if (plots.empty()) throw Error("figure panel '" + p.title + "' has no data");
+  if (plots.empty()) throw Error(fmt::format("figure panel '{}' has no data", p.title));
   gp << "plot ";
   for (std::size_t i = 0; i < plots.size(); ++i) gp << (i ? ", \\\n     " : "") << plots[i];
   gp << "\n";
@@ -190,7 +202,7 @@ void legend_strip(std::ostringstream& gp, const LinePanel& p, double height) {
     const std::size_t ci = ser.colour >= 0 ? static_cast<std::size_t>(ser.colour) : s;
     items.push_back(std::string("keyentry with linespoints ") + (ser.secondary ? "lw 1.2 pt 6 ps 0.7" : "lw 2 pt 7 ps 0.55") +
                     " lc rgb '" + kColours[ci % std::size(kColours)] + "' title " + quote(ser.title));
-    theory = theory || any_finite(p.series[s].theory);
+    theory = theory || theory_visible(p.series[s]);
   }
   if (theory) items.push_back("keyentry with lines dt (6,4) lw 1.6 lc rgb '#555555' title " + quote(p.theory_title));
   gp << "plot NaN notitle";
@@ -264,7 +276,7 @@ std::string gnuplot_script(const Figure& figure, const std::string& terminal, co
 
 std::string render(const Figure& figure, const std::string& dir) {
   namespace fs = std::filesystem;
-  if (figure.panels.empty()) throw Error("figure " + figure.name + ": no panels");
+  if (figure.panels.empty()) throw Error(fmt::format("figure {}: no panels", figure.name));
   fs::create_directories(dir);
   const fs::path base = fs::path(dir) / figure.name;
   const std::string svg = base.string() + ".svg", png = base.string() + ".png";
@@ -282,7 +294,7 @@ std::string render(const Figure& figure, const std::string& dir) {
   {
     std::ofstream out(gp_path);
     out << script;
-    if (!out) throw Error("cannot write " + gp_path.string());
+    if (!out) throw Error(fmt::format("cannot write {}", gp_path.string()));
   }
   const std::string cmd = "gnuplot " + shell_quote(gp_path.string()) + " > " + shell_quote(log_path.string()) + " 2>&1";
   const int rc = std::system(cmd.c_str());
@@ -290,7 +302,7 @@ std::string render(const Figure& figure, const std::string& dir) {
   fs::remove(log_path);
   if (rc != 0 || !fs::exists(svg) || !fs::exists(png)) {
     if (log.size() > 600) log = log.substr(log.size() - 600);
-    throw Error("gnuplot failed on " + gp_path.string() + " (is gnuplot-nox installed?): " + log);
+    throw Error(fmt::format("gnuplot failed on {} (is gnuplot-nox installed?): {}", gp_path.string(), log));
   }
   // Heatmaps reach the SVG as embedded PNG images; keep their cells sharp when scaled up.
   std::string text = slurp(svg);

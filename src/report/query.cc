@@ -44,7 +44,7 @@ std::vector<const lab::Row*> select(const lab::ResultTable& t, const std::string
 const lab::Row& one(const lab::ResultTable& t, const std::string& metric, const Fixed& fixed) {
   const auto rows = select(t, metric, fixed);
   if (rows.empty())
-    throw Error("report: experiment " + t.meta.experiment + " has no row " + describe(metric, fixed));
+    throw Error(fmt::format("report: experiment {} has no row {}", t.meta.experiment, describe(metric, fixed)));
   return *rows.front();
 }
 
@@ -58,8 +58,8 @@ Series series(const lab::ResultTable& t, const std::string& x, const std::string
     if (end != r->params[cx].c_str() && *end == '\0') pts.emplace_back(v, r);
   }
   if (pts.empty())
-    throw Error("report: experiment " + t.meta.experiment + " has no rows " + describe(metric, fixed) +
-                " against " + x);
+    throw Error(fmt::format("report: experiment {} has no rows {} against {}", t.meta.experiment,
+                            describe(metric, fixed), x));
   std::stable_sort(pts.begin(), pts.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
   Series s;
   s.title = title;

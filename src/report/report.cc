@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <sstream>
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
@@ -25,7 +26,7 @@ namespace {
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
-  if (!out) throw Error("cannot write " + path.string());
+  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
 }
 
 std::string reproduce_command(const lab::ResultTable& t) {
@@ -72,13 +73,33 @@ std::map<std::string, std::string> draw_figures(const Measurements& m, const std
   });
   std::map<std::string, std::string> out;
   for (std::size_t i = 0; i < all.size(); ++i)
-    if (!out.emplace(all[i].name, std::move(svg[i])).second) throw Error("report: two figures are named " + all[i].name);
+    if (!out.emplace(all[i].name, std::move(svg[i])).second)
+      throw Error(fmt::format("report: two figures are named {}", all[i].name));
   return out;
 }
 
 }  // namespace
 
+// The tables of an earlier report: DIR/data/<unit>.json for every unit that has one.
+Measurements read_measurements(const ReportOptions& options) {
+  Measurements m;
+  m.options = options;
+  m.threads = resolve_threads(options.threads);
+  for (const Unit& u : units()) {
+    const fs::path path = fs::path(options.from) / "data" / (u.name + ".json");
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    std::ostringstream text;
+    text << in.rdbuf();
+    m.tables[u.name] = lab::from_json(text.str(), path.string());
+    m.seconds += m.tables[u.name].meta.seconds;
+  }
+  if (m.tables.empty()) throw Error(fmt::format("--from: {} holds no data/<experiment>.json of this build's units", options.from));
+  return m;
+}
+
 Measurements measure(const ReportOptions& options) {
+  if (!options.from.empty()) return read_measurements(options);
   const auto start = std::chrono::steady_clock::now();
   Measurements m;
   m.options = options;

@@ -26,6 +26,7 @@ struct ReportOptions {
   std::uint64_t seed = 0;
   int threads = 0;  // 0: $ATTNSCALE_THREADS, else every core
   bool progress = true;
+  std::string from;  // non-empty: read the tables from FROM/data/<unit>.json instead of measuring
 };
 
 // Everything the report is written from: one table per unit, by unit name.
@@ -36,6 +37,8 @@ struct Measurements {
   double seconds = 0;  // wall time of all measurements
 };
 
+// Runs every unit's experiment at options.depth, or with options.from reads the tables an earlier
+// report wrote (units without a file there are left out).
 Measurements measure(const ReportOptions& options);
 
 // The report's text and figures (drawn into `dir`/figures by gnuplot) from measurements: every

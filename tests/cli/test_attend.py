@@ -176,12 +176,17 @@ def test_help_reads_well(run):
     assert r.returncode == 0 and "--causal" in r.stdout and "--window" in r.stdout
 
 
-def test_explain_default_is_seed_004(run):
+def test_explain_default_shows_the_scale(run):
     r = run("explain")
     assert r.returncode == 0, r.stderr
     assert "Q K^T" in r.stdout and "softmax" in r.stdout
-    # P row 0 of softmax([1, 2, 3]) = [0.0900, 0.2447, 0.6652].
-    assert "0.0900     0.2447     0.6652" in r.stdout
+    assert "N = 4, d_k = 8" in r.stdout and "s = 1/√d_k = 1/√8 = 0.3536" in r.stdout
+    assert "P with s = 1" in r.stdout
+    # The Study notes' 3×1 example: P row 0 of softmax([1, 2, 3]) = [0.0900, 0.2447, 0.6652].
+    r = run("explain", "--notes-example")
+    assert r.returncode == 0, r.stderr
+    assert "0.0900     0.2447     0.6652" in r.stdout and "s = 1/√d_k = 1/√1 = 1" in r.stdout
+    assert_usage_error(run("explain", "--notes-example", "--n", "3"), "--notes-example")
     r = run("explain", "--n", "4", "--d", "3", "--seed", "2", "--causal", "top-left", "--scale", "none")
     assert r.returncode == 0 and "-inf" in r.stdout
     assert_usage_error(run("explain", "--n", "100", "--d", "3"), "--n")

@@ -147,3 +147,33 @@ def test_training_section_has_its_figures_and_judges_its_claims(report_dir):
         row = next(line for line in md.splitlines() if line.startswith("|") and claim in line)
         assert "not measured" not in row and "not testable" not in row, row
         assert re.search(r'class="verdict (supported|refuted|mixed)"', row), row
+
+
+def test_prose_and_verdicts_follow_the_data(report_dir, tmp_path):
+    """Rewrite the report from a changed data file: the words and the verdict change with it."""
+    import json
+    src = tmp_path / "changed"
+    shutil.copytree(report_dir / "data", src / "data")
+    table = json.loads((src / "data" / "variance.json").read_text())
+    for row in table["rows"]:  # unscaled variances 1.5 times the theory d
+        if row["scaling"] == "none" and row["metric"] == "var":
+            for key in ("mean", "ci_low", "ci_high"):
+                row[key] *= 1.5
+    (src / "data" / "variance.json").write_text(json.dumps(table))
+
+    def verdict(md, claim):
+        line = next(l for l in md.splitlines() if l.startswith("| " + claim))
+        return re.search(r'class="verdict (\w+)"', line).group(1)
+
+    before = (report_dir / "report.md").read_text()
+    out = tmp_path / "out"
+    subprocess.run([BIN, "report", "--from", str(src), "--out", str(out)], check=True, capture_output=True, timeout=300)
+    after = (out / "report.md").read_text()
+    assert "Proposition 5 holds" in before and verdict(before, "Var(q·k) = d<sub>k</sub> for") == "supported"
+    assert "Proposition 5 does not hold" in after and verdict(after, "Var(q·k) = d<sub>k</sub> for") == "refuted"
+    assert "The derivation's prediction is not met" in " ".join(after.split())
+    # Everything else is read back unchanged.
+    assert verdict(after, "Softmax is applied") == verdict(before, "Softmax is applied")
+    r = subprocess.run([BIN, "report", "--from", str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "--from" in r.stderr

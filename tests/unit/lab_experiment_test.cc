@@ -1,4 +1,4 @@
-// The lab's interface: flags, points, thread-count independence, result formats, seed 001's figures.
+// The lab's interface: flags, points, thread-count independence, result formats, the Simulation note's figures.
 #include <gtest/gtest.h>
 
 #include <map>
@@ -103,7 +103,7 @@ TEST(LabExperiment, CsvAndJsonCarryTheSameRows) {
   EXPECT_NE(to_json(empty_theory).find("\"theory\": null"), std::string::npos);
 }
 
-// Seed 001: N = 50; scaled ≈ 38 of 50 keys carry 95% of the mass, unscaled ≈ 2 at d = 128.
+// The Simulation note: N = 50; scaled ≈ 38 of 50 keys carry 95% of the mass, unscaled ≈ 2 at d = 128.
 TEST(LabExperiment, ReproducesSeed001TopP95) {
   const auto t = run_experiment(find_experiment("saturation"),
                                 {{"n", "50"}, {"d", "16,64,128"}, {"scaling", "none,sqrt"}}, 1, 60, 2);

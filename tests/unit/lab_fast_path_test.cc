@@ -1,5 +1,5 @@
 // The saturation experiment's fast path: vectorised normals (normals.h), batched row metrics
-// (row_metrics_batch.h), and float32 against float64 on seed 001's sweep.
+// (row_metrics_batch.h), and float32 against float64 on the Simulation note's sweep.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -129,7 +129,7 @@ TEST(LabRowMetrics, BatchMatchesScalarDefinition) {
   }
 }
 
-// float32 (the default) against float64 on seed 001's sweep: the same normals (float32 = rounded
+// float32 (the default) against float64 on the Simulation note's sweep: the same normals (float32 = rounded
 // float64), the engine in each precision. Every mean moves by far less than its interval.
 TEST(LabSaturation, Float32MatchesFloat64) {
   const auto& sat = find_experiment("saturation");

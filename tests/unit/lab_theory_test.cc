@@ -27,9 +27,12 @@ void expect_covers(const Row& r, const std::string& what) {
 TEST(LabStats, QuantilesMatchTables) {
   EXPECT_NEAR(normal_quantile(0.975), 1.959963984540054, 1e-9);
   EXPECT_NEAR(normal_quantile(0.05), -1.6448536269514722, 1e-9);
-  EXPECT_NEAR(student_t_quantile(0.975, 9), 2.262157, 2e-3);
-  EXPECT_NEAR(student_t_quantile(0.975, 19), 2.093024, 1e-3);
-  EXPECT_NEAR(student_t_quantile(0.975, 200), 1.971896, 1e-4);
+  // Published values of t_{0.975, df}, to their printed digits.
+  // Two degrees of freedom have a closed form: t = (2p − 1)/√(2p(1 − p)).
+  EXPECT_NEAR(student_t_quantile(0.975, 2), 0.95 / std::sqrt(2 * 0.975 * 0.025), 1e-12);
+  EXPECT_NEAR(student_t_quantile(0.975, 9), 2.262157162799, 1e-11);
+  EXPECT_NEAR(student_t_quantile(0.975, 19), 2.093024054408, 1e-11);
+  EXPECT_NEAR(student_t_quantile(0.975, 200), 1.971896, 1e-6);
 }
 
 TEST(LabStats, MeanMedianSlope) {
@@ -209,6 +212,21 @@ TEST(LabTheory, SaturationAndLengthTheoryMatchesWhereGiven) {
   EXPECT_TRUE(has_theory(len, {"4096", "64", "fixed"}, "entropy"));
   EXPECT_FALSE(has_theory(len, {"4096", "64", "log"}, "entropy"));
   EXPECT_GE(given, 20);
+}
+
+// A sample too small for an interval gives NaN bounds, not a zero-width interval that looks exact.
+TEST(LabStats, TooFewSamplesGiveNoInterval) {
+  for (const Summary s : {mean_ci({2.5}), median_ci({1, 2, 3}), slope_ci({0, 1}, {1, 3}),
+                          jackknife_ci({1, 2}, 20, sample_kurtosis)}) {
+    EXPECT_TRUE(std::isnan(s.ci_low) && std::isnan(s.ci_high));
+    EXPECT_FALSE(std::isnan(s.mean));
+  }
+  EXPECT_TRUE(std::isnan(variance_ci({4}).mean));
+  const Summary two = mean_ci({1, 3});  // two samples: a (wide) t interval with 1 degree of freedom
+  EXPECT_TRUE(std::isfinite(two.ci_low) && two.ci_low < 1 && two.ci_high > 3);
+  const Summary four = median_ci({4, 1, 3, 2});
+  EXPECT_EQ(four.ci_low, 1);
+  EXPECT_EQ(four.ci_high, 4);
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// Self-attention from X and projections (seed 000) and multi-head attention (seed 001).
+// Self-attention from X and projections (Chuang (2023)) and multi-head attention (the Simulation note).
 #include <gtest/gtest.h>
 
 #include "attnscale/error.h"

@@ -31,7 +31,7 @@ std::vector<Figure> figures(const lab::ResultTable& t) {
   f.width = 960;
   f.height = 430;
   LinePanel& a = f.lines("Column-wise P: row sums (rows of attention's P sum to 1)", "N", "row sum of P'");
-  a.logx = a.logy = true;
+  a.logx = true;
   a.key_position = "top left";
   a.series.push_back(series(t, "n", "row_sum_max", {{"d", d}, {"normalisation", "column"}}, "largest row sum"));
   a.series.push_back(series(t, "n", "row_sum_min", {{"d", d}, {"normalisation", "column"}}, "smallest row sum"));
@@ -86,7 +86,7 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 Unit unit_columns() {
   Unit u;
   u.quick = {{{"n", "8,50"}}, 50};
-  u.standard = {{{"n", "8,16,32,50,100,200"}}, 200};
+  u.standard = {{{"n", "8,16,32,50,100"}}, 200};
   u.full = {{{"n", "8,16,32,50,100,200"}}, 2000};
   u.figures = figures;
   u.slots = slots;

@@ -1,7 +1,7 @@
-// heatmap: seed 001's N × N attention matrices for one draw of Q, K [N, d] (trial --trials − 1 ...
+// heatmap: the Simulation note's N × N attention matrices for one draw of Q, K [N, d] (trial --trials − 1 ...
 // every trial index below --trials gives one matrix; the default is a single one), scaled and
 // unscaled, in long form (i, j, p). axis = row is softmax over keys (each row sums to 1, what
-// attention computes); axis = column is softmax over queries (each column sums to 1), what seed 000's
+// attention computes); axis = column is softmax over queries (each column sums to 1), what Chuang (2023)'s
 // wording "apply Softmax on each column of QKᵀ/√d_k" would compute. Both come from attnscale::forward:
 // the column form is forward(K, Q) transposed. Per-row top_p_95 rows (j = "all") go with each matrix.
 #include <cmath>
@@ -15,7 +15,7 @@ namespace attnscale::lab {
 Experiment make_heatmap() {
   Experiment e;
   e.name = "heatmap";
-  e.summary = "seed 001's N x N probability matrices (i, j, p), scaled vs unscaled, row- or column-normalised";
+  e.summary = "the Simulation note's N x N probability matrices (i, j, p), scaled vs unscaled, row- or column-normalised";
   e.flags = {{"n", "50", "sequence length N"},
              {"d", "64", "head dimensions"},
              {"scaling", "none,sqrt", "scalings: none, sqrt, linear, qk-norm, log-n"},

@@ -1,8 +1,8 @@
-// projections: seed 000's setting. X [N, dx] with i.i.d. entries of mean --x-mean and standard
+// projections: Chuang (2023)'s setting. X [N, dx] with i.i.d. entries of mean --x-mean and standard
 // deviation --x-std, optionally LayerNorm'd per row; W_q, W_k [dx, d] drawn fresh each trial with
 //   normal N(0, 1) · scaled N(0, 1/dx) · xavier N(0, 2/(dx + d)) · he N(0, 2/dx) ·
 //   uniform U(−1/√dx, 1/√dx) (variance 1/(3 dx), PyTorch's nn.Linear default);
-// Q = X W_q, K = X W_k. Measured against seed 000's assumptions:
+// Q = X W_q, K = X W_k. Measured against Chuang (2023)'s assumptions:
 //   (ii)  unit variance of q entries:   E q² = dx m₂ σ_w²   (m₂ = E x² = μ_x² + σ_x², 1 − 1e-5-ish after LayerNorm)
 //   (iii) zero mean of q entries:       E q = 0 (W has zero mean; per trial the mean is that of X's columns through W)
 //   (iv)  Cov(q_j, k_j) = 0 and Cov(q_j, q_l) = 0: measured as correlations pooled over tokens and components
@@ -114,7 +114,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
 Experiment make_projections() {
   Experiment e;
   e.name = "projections";
-  e.summary = "seed 000's setting Q = X W_q, K = X W_k: are q entries zero-mean, unit-variance, independent?";
+  e.summary = "Chuang (2023)'s setting Q = X W_q, K = X W_k: are q entries zero-mean, unit-variance, independent?";
   e.flags = {{"n", "50", "tokens N"},
              {"dx", "64", "input widths dx"},
              {"d", "64", "head dimensions d"},

@@ -1,9 +1,9 @@
-// saturation: seed 001's experiment. Q, K [N, d] with i.i.d. N(0, 1) entries; P = softmax(Q Kᵀ s)
+// saturation: the Simulation note's experiment. Q, K [N, d] with i.i.d. N(0, 1) entries; P = softmax(Q Kᵀ s)
 // by attnscale::forward (probs output); per row top_p_95, entropy, max_weight, participation,
 // averaged over the N rows of a trial; mean and 95% CI over trials.
 //
 // Scalings (s): none 1; sqrt 1/√d; linear 1/d; qk-norm: LayerNorm on q and k rows, then 1/√d;
-// log-n: √(ln N)/√d. All scalings of one (N, d, trial) see the same Q and K, as in seed 001.
+// log-n: √(ln N)/√d. All scalings of one (N, d, trial) see the same Q and K, as in the Simulation note.
 // Theory: the Random Energy Model (theory.h, attention_rows.h), averaged over |q|².
 //
 // Speed: trials go in chunks of kChunk; a chunk's Q and K are drawn by the vectorised Philox
@@ -41,7 +41,7 @@ constexpr DType dtype_of() {
 // One thread's buffers, reused from chunk to chunk.
 template <class T>
 struct ChunkScratch {
-  std::vector<T> q, k, qn, kn, zq, ak, v, out, probs;
+  std::vector<T> q, k, qn, kn, zq, ak, v, out, probs, columns;
   std::vector<double> metrics, scratch;
 };
 
@@ -99,10 +99,11 @@ void wishart_qk(const Stream& s, std::int64_t n, std::int64_t d, T* zq, T* ak) {
   }
 }
 
-// probs = softmax(q kᵀ · scale) for c stacked [n, dq] problems, one engine call. float32: probs
-// key-major over the whole chunk, element (t, i, j) at probs[j·ld + t·n + i] (ld = c·n rounded up to
-// 16): the layout row_metrics_columns reads, rows of all trials packed into full SIMD blocks;
-// float64: row-major [c, n, n].
+// probs = softmax(q kᵀ · scale) for c stacked [n, dq] problems, one engine call, row-major
+// [c, n, n]. float32 rows are then transposed into `columns`, key-major over the whole chunk:
+// element (t, i, j) at columns[j·ld + t·n + i] (ld = c·n rounded up to 16), the layout
+// row_metrics_columns reads, rows of all trials packed into full SIMD blocks. The transposition is
+// the lab's; the engine writes probabilities in the caller's row layout only.
 template <class T>
 void forward_probs(const T* q, const T* k, std::int64_t c, std::int64_t n, std::int64_t dq, double scale,
                    ChunkScratch<T>& s) {
@@ -113,19 +114,23 @@ void forward_probs(const T* q, const T* k, std::int64_t c, std::int64_t n, std::
   opt.threads = 1;  // the lab parallelises over chunks
   Outputs o;
   o.out = TensorView::contiguous(s.out.data(), dtype_of<T>(), {c, 1, n, 1});
-  if constexpr (sizeof(T) == 4) {
-    const std::int64_t ld = column_ld(c * n);
-    s.probs.resize(n * ld);  // padding lanes (rows >= c·n) stay as they are: finite, never read back
-    o.probs = TensorView::strided(s.probs.data(), DType::f32, {c, 1, n, n}, {n, n, 1, ld});
-  } else {
-    s.probs.resize(c * n * n);
-    o.probs = TensorView::contiguous(s.probs.data(), DType::f64, {c, 1, n, n});
-  }
+  s.probs.resize(c * n * n);
+  o.probs = TensorView::contiguous(s.probs.data(), dtype_of<T>(), {c, 1, n, n});
   // Q column-major per problem (element (i, k) at q[t·n·dq + k·n + i]): the engine packs it with
   // contiguous copies. Its entries are i.i.d. N(0, 1) either way.
   forward(TensorView::strided(const_cast<T*>(q), dtype_of<T>(), {c, 1, n, dq}, {n * dq, n * dq, 1, n}),
           TensorView::contiguous(const_cast<T*>(k), dtype_of<T>(), {c, 1, n, dq}),
           TensorView::contiguous(s.v.data(), dtype_of<T>(), {c, 1, n, 1}), o, opt);
+  if constexpr (sizeof(T) == 4) {
+    // Row r = t·n + i of the chunk becomes lane r of every key's column; padding lanes (r ≥ c·n)
+    // stay as they are: finite, never read back.
+    const std::int64_t rows = c * n, ld = column_ld(rows);
+    s.columns.resize(n * ld);
+    T* const cols = s.columns.data();
+    const T* const p = s.probs.data();
+    for (std::int64_t r = 0; r < rows; ++r)
+      for (std::int64_t j = 0; j < n; ++j) cols[j * ld + r] = p[r * n + j];
+  }
 }
 
 // Trials [t0, t1): out[(t − t0)·width + scaling·kRowMetrics + metric] = the trial's row means.
@@ -169,7 +174,7 @@ void run_chunk(const Args& a, std::uint32_t stream_experiment, std::int64_t n, s
       forward_probs(s.q.data(), s.k.data(), c, n, d, scales[sc], s);
     }
     if constexpr (sizeof(T) == 4) {
-      row_metrics_columns(s.probs.data(), column_ld(c * n), c * n, n, s.metrics.data());
+      row_metrics_columns(s.columns.data(), column_ld(c * n), c * n, n, s.metrics.data());
     } else {
       for (std::int64_t r = 0; r < c * n; ++r)
         row_metrics(s.probs.data() + r * n, n, s.metrics.data() + r * kRowMetrics, s.scratch);
@@ -261,12 +266,12 @@ std::vector<Row> attention_rows_point(const Args& a, std::uint32_t stream_experi
 Experiment make_saturation() {
   Experiment e;
   e.name = "saturation";
-  e.summary = "seed 001: top_p_95, entropy, max weight, participation of softmax rows vs d and scaling";
+  e.summary = "the Simulation note: top_p_95, entropy, max weight, participation of softmax rows vs d and scaling";
   e.flags = {{"n", "50", "sequence lengths N (keys = queries = N)"},
              {"d", "1,2,4,8,16,32,64,128,256,512", "head dimensions"},
              {"scaling", "none,sqrt,linear,qk-norm,log-n", "scalings: none, sqrt, linear, qk-norm, log-n"},
              {"sampler", "auto",
-              "auto (wishart where d > N, else direct: the cheaper exact one), direct (Q, K [N,d] as seed 001) "
+              "auto (wishart where d > N, else direct: the cheaper exact one), direct (Q, K [N,d] as the Simulation note) "
               "or wishart (exact law of Q K^T for d >= N, O(N^3))"},
              {"dtype", "f32", "precision of Q, K and the engine's forward: f32, or f64 (float64 throughout)"}};
   e.default_trials = 100;

@@ -1,5 +1,5 @@
 // variance: Var(q·k) and Var(s q·k) against d for the scalings none (1), sqrt (1/√d), linear (1/d),
-// and the fitted log-log slope of each (seed 002's question: which c gives Var(c q·k) = 1?).
+// and the fitted log-log slope of each (the Blog post's question: which c gives Var(c q·k) = 1?).
 //
 // Theory (Propositions 3-4 with mean μ and standard deviation σ): Var(q·k) = d((σ²+μ²)² − μ⁴), so
 // Var(s q·k) = s² d ((σ²+μ²)² − μ⁴): slope 1 for none, 0 for sqrt, −1 for linear. The c that makes

@@ -1,0 +1,258 @@
+#include "context_parallel.h"
+
+#include "attnscale/error.h"
+
+#ifdef ATTNSCALE_HAVE_MPI
+#include <fcntl.h>
+#include <mpi.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <tuple>
+#include <vector>
+
+#include "attnscale/distributed.h"
+#include "distributed/agreement.h"
+#include "io/npy_header.h"
+#include "mpi_job.h"
+#include "nonfinite_inputs.h"
+#endif
+
+namespace attnscale::cli {
+
+#ifndef ATTNSCALE_HAVE_MPI
+void attend_context_parallel(const ContextParallelFiles&, const Options&) {
+  throw Error("--context-parallel: this build has no MPI (install libopenmpi-dev and rebuild)");
+}
+#else
+namespace {
+
+using distributed::Segment;
+
+std::string system_error() { return std::strerror(errno); }
+
+// A read-only memory map of a whole file, closed on destruction.
+class MappedFile {
+ public:
+  MappedFile(const std::string& flag, const std::string& path) {
+    fd_ = ::open(path.c_str(), O_RDONLY);
+    if (fd_ < 0) throw Error(flag + ": " + path + ": cannot open file (" + system_error() + ")");
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(flag + ": " + path + ": not a regular file");
+    size_ = st.st_size;
+    if (size_ > 0) {
+      data_ = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_PRIVATE, fd_, 0);
+      if (data_ == MAP_FAILED) throw Error(flag + ": " + path + ": cannot map file (" + system_error() + ")");
+    }
+  }
+  ~MappedFile() {
+    if (data_ != nullptr && data_ != MAP_FAILED) ::munmap(data_, static_cast<std::size_t>(size_));
+    if (fd_ >= 0) ::close(fd_);
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const char* data() const { return static_cast<const char*>(data_); }
+  std::int64_t size() const { return size_; }
+
+ private:
+  int fd_ = -1;
+  void* data_ = nullptr;
+  std::int64_t size_ = 0;
+};
+
+// One input: its header (global shape) and this rank's rows.
+struct ShardedInput {
+  detail::NpyHeader header;
+  Tensor rows;
+  int rank() const { return static_cast<int>(header.shape.size()); }
+  std::int64_t n() const { return header.shape[header.shape.size() - 2]; }
+};
+
+detail::NpyHeader read_header(const std::string& flag, const std::string& path, const MappedFile& f) {
+  const std::string_view bytes(f.data() ? f.data() : "", static_cast<std::size_t>(f.size()));
+  const detail::NpyPreamble pre =
+      detail::parse_npy_preamble(path, bytes.substr(0, std::min<std::int64_t>(f.size(), detail::kNpyPreambleBytes)), f.size());
+  detail::NpyHeader h = detail::parse_npy_header(path, bytes.substr(pre.header_offset, pre.header_len), pre, f.size());
+  if (h.shape.size() < 2 || h.shape.size() > 4)
+    throw Error(flag + ": expected a 2-D [N,d], 3-D [H,N,d] or 4-D [B,H,N,d] array, got " + std::to_string(h.shape.size()) +
+                "-D");
+  if (h.dtype != DType::f32 && h.dtype != DType::f64)
+    throw Error(flag + ": dtype must be float32 or float64, got " + std::string(dtype_name(h.dtype)));
+  return h;
+}
+
+// The rows `segs` of dimension rank−2, copied out of the mapping (the other rows are never read).
+Tensor copy_rows(const detail::NpyHeader& h, const char* data, const std::vector<Segment>& segs) {
+  const int rank = static_cast<int>(h.shape.size());
+  std::int64_t n = 0, outer = 1;
+  for (const auto& s : segs) n += s.length;
+  for (int d = 0; d + 2 < rank; ++d) outer *= h.shape[d];
+  const std::int64_t N = h.shape[rank - 2], inner = h.shape[rank - 1];
+  std::int64_t shape[4];
+  for (int d = 0; d < rank; ++d) shape[d] = h.shape[d];
+  shape[rank - 2] = n;
+  Tensor t(h.dtype, shape, rank);
+  const std::size_t es = dtype_size(h.dtype);
+  const char* src = data + h.data_offset;
+  char* dst = static_cast<char*>(t.data());
+  for (std::int64_t o = 0; o < outer; ++o) {
+    std::int64_t at = 0;
+    for (const auto& s : segs) {
+      std::memcpy(dst + (o * n + at) * inner * es, src + (o * N + s.begin) * inner * es, s.length * inner * es);
+      at += s.length;
+    }
+  }
+  return t;
+}
+
+distributed::Sharding pick_sharding(const std::string& name, const Options& options) {
+  if (name == "contiguous") return distributed::Sharding::contiguous;
+  if (name == "zigzag") return distributed::Sharding::zigzag;
+  if (!name.empty()) throw Error("--sharding: expected contiguous or zigzag, got '" + name + "'");
+  return options.mask.causal ? distributed::Sharding::zigzag : distributed::Sharding::contiguous;
+}
+
+// One shared output .npy: rank 0 creates it (temporary name) at its full size; every rank writes its
+// rows at their offsets; rank 0 renames it into place in commit(). Removed if not committed.
+class SharedOutput {
+ public:
+  SharedOutput(MPI_Comm comm, std::string flag, std::string path, DType dtype, std::vector<std::int64_t> shape)
+      : comm_(comm), flag_(std::move(flag)), path_(std::move(path)), dtype_(dtype), shape_(std::move(shape)) {
+    MPI_Comm_rank(comm_, &rank_);
+    // The temporary's name comes from rank 0, so every rank opens the same file.
+    char name[4096] = {};
+    if (rank_ == 0) std::snprintf(name, sizeof name, "%s.tmp.%d", path_.c_str(), static_cast<int>(::getpid()));
+    MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm_);
+    tmp_ = name;
+    header_ = detail::npy_header_bytes(dtype_, shape_.data(), static_cast<int>(shape_.size()));
+    distributed::agreed(comm_, [&] {
+      if (rank_ != 0) return;
+      std::int64_t bytes = static_cast<std::int64_t>(header_.size()), numel = 1;
+      for (auto s : shape_) numel *= s;
+      bytes += numel * static_cast<std::int64_t>(dtype_size(dtype_));
+      const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      if (fd < 0) throw Error(flag_ + ": cannot write '" + path_ + "' (" + system_error() + ")");
+      created_ = true;
+      const bool ok = ::pwrite(fd, header_.data(), header_.size(), 0) == static_cast<ssize_t>(header_.size()) &&
+                      ::ftruncate(fd, bytes) == 0;
+      ::close(fd);
+      if (!ok) throw Error(flag_ + ": cannot write '" + path_ + "' (" + system_error() + ")");
+    });
+  }
+  ~SharedOutput() {
+    if (created_ && !committed_) std::remove(tmp_.c_str());
+  }
+
+  // Every rank writes its rows (segments of dimension row_dim) of the C-order array.
+  void write_rows(const Tensor& local, const std::vector<Segment>& segs, int row_dim) {
+    distributed::agreed(comm_, [&] {
+      const int rank = static_cast<int>(shape_.size());
+      std::int64_t outer = 1, inner = 1;
+      for (int d = 0; d < row_dim; ++d) outer *= shape_[d];
+      for (int d = row_dim + 1; d < rank; ++d) inner *= shape_[d];
+      const std::int64_t N = shape_[row_dim], n = local.dim(row_dim);
+      const std::size_t es = dtype_size(dtype_);
+      const int fd = ::open(tmp_.c_str(), O_WRONLY);
+      if (fd < 0) throw Error(flag_ + ": cannot open '" + tmp_ + "' to write this rank's rows (" + system_error() + ")");
+      const char* src = static_cast<const char*>(local.data());
+      bool ok = true;
+      for (std::int64_t o = 0; o < outer && ok; ++o) {
+        std::int64_t at = 0;
+        for (const auto& s : segs) {
+          const std::size_t bytes = static_cast<std::size_t>(s.length * inner) * es;
+          const off_t where = static_cast<off_t>(header_.size() + (o * N + s.begin) * inner * es);
+          ok = ok && ::pwrite(fd, src + (o * n + at) * inner * es, bytes, where) == static_cast<ssize_t>(bytes);
+          at += s.length;
+        }
+      }
+      ok = ::close(fd) == 0 && ok;
+      if (!ok) throw Error(flag_ + ": cannot write this rank's rows of '" + path_ + "' (" + system_error() + ")");
+    });
+  }
+
+  void commit() {
+    distributed::agreed(comm_, [&] {
+      if (rank_ == 0 && std::rename(tmp_.c_str(), path_.c_str()) != 0)
+        throw Error(flag_ + ": cannot rename into '" + path_ + "' (" + system_error() + ")");
+    });
+    committed_ = true;
+  }
+  void remove_placed() {
+    if (committed_ && rank_ == 0) std::remove(path_.c_str());
+  }
+
+ private:
+  MPI_Comm comm_;
+  std::string flag_, path_, tmp_, header_;
+  DType dtype_;
+  std::vector<std::int64_t> shape_;
+  int rank_ = 0;
+  bool created_ = false, committed_ = false;
+};
+
+}  // namespace
+
+void attend_context_parallel(const ContextParallelFiles& f, const Options& options) {
+  if (!mpi_job::active()) throw Error("--context-parallel: start the ranks with mpirun (mpirun -np K attnscale attend ...)");
+  if (!options.mask.explicit_mask.empty()) throw Error("--mask: not supported with --context-parallel");
+  const MPI_Comm comm = MPI_COMM_WORLD;
+  const int K = mpi_job::size(), r = mpi_job::rank();
+  const distributed::Sharding sharding = pick_sharding(f.sharding, options);
+
+  ShardedInput q, k, v;
+  distributed::agreed(comm, [&] {
+    for (auto [flag, path, in] : {std::tuple{"--q", &f.q, &q}, {"--k", &f.k, &k}, {"--v", &f.v, &v}}) {
+      const MappedFile file(flag, *path);
+      in->header = read_header(flag, *path, file);
+      const std::int64_t n = in->n();
+      if (n < (sharding == distributed::Sharding::zigzag ? 2 : 1) * K)
+        throw Error(std::string(flag) + ": " + std::to_string(n) + " rows cannot be split over " + std::to_string(K) +
+                    " ranks (" + (sharding == distributed::Sharding::zigzag ? "zigzag: 2 chunks" : "1 row") +
+                    " per rank at least)");
+      in->rows = copy_rows(in->header, file.data(), distributed::shard(n, K, r, sharding));
+    }
+    if (v.rank() != k.rank())
+      throw Error("--v: rank " + std::to_string(v.rank()) + " differs from --k's rank " + std::to_string(k.rank()));
+    if (!f.allow_nonfinite) {
+      require_finite("--q", f.q, q.rows, false);
+      require_finite("--k", f.k, k.rows, false);
+      require_finite("--v", f.v, v.rows, false);
+    }
+  });
+  const auto q_rows = distributed::shard(q.n(), K, r, sharding);
+  // Outputs: q's shape with dv last (out) or without its last dimension (lse).
+  std::vector<std::int64_t> out_shape = q.header.shape, lse_shape = q.header.shape;
+  out_shape.back() = v.header.shape.back();
+  lse_shape.pop_back();
+  std::vector<std::int64_t> local_out = out_shape, local_lse = lse_shape;
+  local_out[local_out.size() - 2] = q.rows.dim(q.rows.rank() - 2);
+  local_lse.back() = q.rows.dim(q.rows.rank() - 2);
+  Tensor out(q.rows.dtype(), local_out.data(), static_cast<int>(local_out.size()));
+  Tensor lse;
+  Outputs outputs{out.view()};
+  if (!f.lse.empty()) outputs.lse = (lse = Tensor(q.rows.dtype(), local_lse.data(), static_cast<int>(local_lse.size()))).view();
+  distributed::ring_forward(q.rows.view(), k.rows.view(), v.rows.view(), outputs, options, comm, sharding);
+
+  SharedOutput o(comm, "--out", f.out, q.rows.dtype(), out_shape);
+  o.write_rows(out, q_rows, static_cast<int>(out_shape.size()) - 2);
+  std::unique_ptr<SharedOutput> l;
+  if (!f.lse.empty()) {
+    l = std::make_unique<SharedOutput>(comm, "--lse", f.lse, q.rows.dtype(), lse_shape);
+    l->write_rows(lse, q_rows, static_cast<int>(lse_shape.size()) - 1);
+  }
+  o.commit();
+  try {
+    if (l) l->commit();
+  } catch (const Error&) {
+    o.remove_placed();  // both outputs or neither
+    throw;
+  }
+}
+#endif
+
+}  // namespace attnscale::cli

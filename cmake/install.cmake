@@ -1,0 +1,70 @@
+# Install rules (included by the top-level CMakeLists.txt when ATTNSCALE_INSTALL is ON).
+#   cmake --install build --prefix P   (`make install`: P = /usr/local)
+# puts under P: include/attnscale/*.h; lib/libattnscale.{a,so}; bin/attnscale; the CMake package
+# lib/cmake/attnscale/ (find_package(attnscale CONFIG) → attnscale::attnscale); the pkg-config file
+# lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below).
+# Components: runtime (libattnscale.so), development (headers, static library, CMake and
+# pkg-config files), cli, python.
+include(CMakePackageConfigHelpers)
+
+set(ATTNSCALE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attnscale)
+
+set(ATTNSCALE_HEADER_FILTER)
+if(NOT TARGET attnscale_distributed)
+  set(ATTNSCALE_HEADER_FILTER PATTERN distributed.h EXCLUDE)
+endif()
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/attnscale DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+        COMPONENT development ${ATTNSCALE_HEADER_FILTER})
+set(ATTNSCALE_INSTALLED_LIBRARIES attnscale)
+if(TARGET attnscale_shared)
+  list(APPEND ATTNSCALE_INSTALLED_LIBRARIES attnscale_shared)
+endif()
+# Context-parallel attention (include/attnscale/distributed.h) when MPI was found: attnscale::distributed.
+set(ATTNSCALE_WITH_MPI OFF)
+if(TARGET attnscale_distributed)
+  set(ATTNSCALE_WITH_MPI ON)
+  list(APPEND ATTNSCALE_INSTALLED_LIBRARIES attnscale_distributed)
+  set_target_properties(attnscale_distributed PROPERTIES EXPORT_NAME distributed)
+endif()
+install(TARGETS ${ATTNSCALE_INSTALLED_LIBRARIES} EXPORT attnscaleTargets
+        ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
+        LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT development)
+install(EXPORT attnscaleTargets NAMESPACE attnscale:: DESTINATION ${ATTNSCALE_INSTALL_CMAKEDIR}
+        COMPONENT development)
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/attnscaleConfig.cmake.in
+                              ${PROJECT_BINARY_DIR}/attnscaleConfig.cmake
+                              INSTALL_DESTINATION ${ATTNSCALE_INSTALL_CMAKEDIR})
+write_basic_package_version_file(${PROJECT_BINARY_DIR}/attnscaleConfigVersion.cmake
+                                 COMPATIBILITY SameMinorVersion)  # 0.x: a minor release may break
+install(FILES ${PROJECT_BINARY_DIR}/attnscaleConfig.cmake ${PROJECT_BINARY_DIR}/attnscaleConfigVersion.cmake
+        DESTINATION ${ATTNSCALE_INSTALL_CMAKEDIR} COMPONENT development)
+
+# pkg-config: prefix is found from the file's own place (${pcfiledir}), so the prefix given to
+# `cmake --install --prefix` at install time (not the one configured) is the one it names.
+file(RELATIVE_PATH ATTNSCALE_PC_TO_PREFIX /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
+configure_file(${CMAKE_CURRENT_LIST_DIR}/attnscale.pc.in ${PROJECT_BINARY_DIR}/attnscale.pc @ONLY)
+install(FILES ${PROJECT_BINARY_DIR}/attnscale.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
+        COMPONENT development)
+
+if(TARGET attnscale_cli)
+  # No run path of its own: its libraries are the system's, and the one MPI's link flags carry
+  # (-Wl,-rpath) stays as it is instead of being rewritten at install time.
+  set_target_properties(attnscale_cli PROPERTIES SKIP_BUILD_RPATH ON)
+  install(TARGETS attnscale_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
+endif()
+
+# The Python package goes where Debian's python3 looks for it, chosen when installing (the prefix
+# is only known then): lib/python3/dist-packages under /usr (Debian packages, the .deb), else
+# lib/python3.X/dist-packages (/usr/local/lib/python3.X/dist-packages is on Debian's sys.path;
+# under another prefix P, set PYTHONPATH=P/lib/python3.X/dist-packages). `pip install .` is the
+# other way in (setup.py).
+if(TARGET _attnscale)
+  install(CODE "
+    if(CMAKE_INSTALL_PREFIX STREQUAL \"/usr\")
+      set(ATTNSCALE_PYTHON_DIR lib/python3/dist-packages)
+    else()
+      set(ATTNSCALE_PYTHON_DIR lib/python${ATTNSCALE_PYTHON_VERSION}/dist-packages)
+    endif()" COMPONENT python)
+  install(DIRECTORY ${ATTNSCALE_PYTHON_PACKAGE_DIR} DESTINATION "\${ATTNSCALE_PYTHON_DIR}" COMPONENT python
+          PATTERN __pycache__ EXCLUDE)
+endif()

@@ -1,0 +1,28 @@
+# The Debian package: `cpack -G DEB` in the build folder, or `make deb`, writes
+# build/packages/attnscale_<version>_<arch>.deb holding everything `cmake --install` installs,
+# under /usr. Its dependencies on shared libraries (libhwy, libstdc++, libfmt, libcmark-gfm ...)
+# are computed by dpkg-shlibdeps (Debian's dpkg-dev); the rest are named here.
+set(CPACK_PACKAGE_NAME attnscale)
+set(CPACK_PACKAGE_VENDOR attnscale)
+set(CPACK_PACKAGE_CONTACT "attnscale maintainers <attnscale@example.org>")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "scaled dot-product attention on the CPU: library, command-line tool and Python module")
+set(CPACK_PACKAGE_DESCRIPTION
+    "A CPU attention library (forward, backward, masks, GQA, fp32/fp64/bf16, Highway SIMD), the command-line tool attnscale (attend, explain, experiment, report, bench) and the Python module attnscale.")
+set(CPACK_PACKAGE_DIRECTORY ${PROJECT_BINARY_DIR}/packages)
+set(CPACK_GENERATOR DEB)
+# Installed with DESTDIR and the prefix /usr, so the install rules see the real prefix (the
+# Python package's folder depends on it: cmake/install.cmake).
+set(CPACK_SET_DESTDIR ON)
+set(CPACK_INSTALL_PREFIX /usr)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
+set(CPACK_DEBIAN_PACKAGE_SECTION science)
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+if(TARGET _attnscale)
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3 (>= ${ATTNSCALE_PYTHON_VERSION}), python3 (<< ${ATTNSCALE_PYTHON_NEXT}), python3-numpy")
+endif()
+# attnscale report draws with gnuplot; attnscale bench opens OpenBLAS; attnscale.torch needs torch.
+set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "gnuplot-nox, libopenblas0")
+set(CPACK_DEBIAN_PACKAGE_SUGGESTS "python3-torch")
+include(CPack)

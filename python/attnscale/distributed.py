@@ -1,0 +1,60 @@
+"""Context-parallel (ring) attention over an mpi4py communicator (builds with MPI only).
+
+Each rank holds the rows shard(N, comm.size, comm.rank, sharding) of q (and k, v) along N, the
+second-to-last dimension; K/V shards travel around the ring while each rank attends to them, and each
+rank gets back its rows of the output (and of dq, dk, dv from the backward). See docs/distributed.md.
+
+    # mpirun -np 4 /usr/bin/python3 script.py
+    >>> from mpi4py import MPI
+    >>> import attnscale.distributed as dist
+    >>> rows = dist.rows(n, MPI.COMM_WORLD, "zigzag")        # this rank's global rows, as an index array
+    >>> out, lse = dist.ring_attention(q[..., rows, :], k[..., rows, :], v[..., rows, :],
+    ...                                MPI.COMM_WORLD, causal=True, return_lse=True)
+"""
+import numpy as np
+
+from . import _attnscale
+from .keywords import short_errors
+
+__all__ = ["ring_attention", "ring_attention_backward", "shard", "rows"]
+
+
+def _handle(comm):
+    if not hasattr(comm, "py2f"):
+        raise TypeError(f"comm: expected an mpi4py communicator (e.g. MPI.COMM_WORLD), got {type(comm).__name__}")
+    if not getattr(_attnscale, "has_mpi", False):
+        raise RuntimeError("attnscale was built without MPI (install libopenmpi-dev and rebuild)")
+    return comm.py2f()
+
+
+def _sharding(sharding, causal):
+    return sharding if sharding is not None else ("zigzag" if causal else "contiguous")
+
+
+@short_errors
+def ring_attention(q, k, v, comm, *, sharding=None, return_lse=False, scale=None, causal=None, window=None,
+                   align=None, threads=0):
+    """This rank's rows of attention over the whole sequence (every rank of comm calls it together).
+
+    sharding: None (zigzag when causal, else contiguous), 'contiguous' or 'zigzag'. Other keywords as
+    in attnscale.attention (no explicit mask). Returns out, or (out, lse) with return_lse=True."""
+    return _attnscale._ring_attention(q, k, v, _handle(comm), sharding, scale, causal, window, align,
+                                      return_lse, threads)
+
+
+@short_errors
+def ring_attention_backward(q, k, v, out, lse, dout, comm, *, sharding=None, scale=None, causal=None,
+                            window=None, align=None, threads=0):
+    """(dq, dk, dv) for this rank's rows, from ring_attention's out and lse and this rank's dout."""
+    return _attnscale._ring_attention_backward(q, k, v, out, lse, dout, _handle(comm), sharding, scale, causal,
+                                               window, align, threads)
+
+
+def shard(n, comm, sharding="contiguous"):
+    """[(begin, length), ...]: the global rows this rank of comm holds of a sequence of n rows."""
+    return _attnscale._shard(n, comm.size, comm.rank, sharding)
+
+
+def rows(n, comm, sharding="contiguous"):
+    """This rank's global row indices (for q[..., rows, :]), in local order."""
+    return np.concatenate([np.arange(b, b + l) for b, l in shard(n, comm, sharding)])

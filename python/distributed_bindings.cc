@@ -1,0 +1,115 @@
+#include "distributed_bindings.h"
+
+#ifdef ATTNSCALE_HAVE_MPI
+#include <mpi.h>
+#include <pybind11/stl.h>
+
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "array_view.h"
+#include "attnscale/distributed.h"
+#include "options.h"
+#endif
+
+namespace attnscale::python {
+
+#ifndef ATTNSCALE_HAVE_MPI
+void add_distributed(pybind11::module_& m) { m.attr("has_mpi") = false; }
+#else
+namespace {
+
+distributed::Sharding parse_sharding(py::handle s, const Options& o) {
+  if (s.is_none()) return o.mask.causal ? distributed::Sharding::zigzag : distributed::Sharding::contiguous;
+  const std::string name = py::str(s);
+  if (name == "contiguous") return distributed::Sharding::contiguous;
+  if (name == "zigzag") return distributed::Sharding::zigzag;
+  throw py::value_error("sharding: expected None, 'contiguous' or 'zigzag', got '" + name + "'");
+}
+
+MPI_Comm communicator(std::int64_t fortran_handle) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) throw py::value_error("comm: MPI is not initialised (import mpi4py.MPI first)");
+  return MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
+}
+
+std::vector<std::int64_t> shape_with(const TensorView& t, int drop, std::optional<std::int64_t> tail) {
+  std::vector<std::int64_t> s(t.shape.begin(), t.shape.begin() + t.rank - drop);
+  if (tail) s.push_back(*tail);
+  return s;
+}
+
+py::object ring_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, std::int64_t comm,
+                          py::handle sharding, py::handle scale, py::handle causal, py::handle window,
+                          py::handle align, bool return_lse, int threads) {
+  const ArrayView q = as_view("q", q_obj, ArrayKind::floating), k = as_view("k", k_obj, ArrayKind::floating),
+                  v = as_view("v", v_obj, ArrayKind::floating);
+  const MaskedOptions opt = make_options(scale, causal, window, align, py::none(), threads);
+  const distributed::Sharding s = parse_sharding(sharding, opt.options);
+  const MPI_Comm c = communicator(comm);
+  if (q.view.rank < 2 || v.view.rank < 2) throw py::value_error("q, v: expected rank 2, 3 or 4");
+  const ArrayView out = new_array(q.view.dtype, shape_with(q.view, 1, v.view.shape[v.view.rank - 1]));
+  ArrayView lse;
+  Outputs outputs{out.view};
+  if (return_lse) outputs.lse = (lse = new_array(q.view.dtype, shape_with(q.view, 1, std::nullopt))).view;
+  {
+    py::gil_scoped_release unlocked;
+    distributed::ring_forward(q.view, k.view, v.view, outputs, opt.options, c, s);
+  }
+  if (!return_lse) return out.array;
+  return py::make_tuple(out.array, lse.array);
+}
+
+py::tuple ring_attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle out_obj,
+                                  py::handle lse_obj, py::handle dout_obj, std::int64_t comm, py::handle sharding,
+                                  py::handle scale, py::handle causal, py::handle window, py::handle align,
+                                  int threads) {
+  const ArrayView q = as_view("q", q_obj, ArrayKind::floating), k = as_view("k", k_obj, ArrayKind::floating),
+                  v = as_view("v", v_obj, ArrayKind::floating), out = as_view("out", out_obj, ArrayKind::floating),
+                  lse = as_view("lse", lse_obj, ArrayKind::floating),
+                  dout = as_view("dout", dout_obj, ArrayKind::floating);
+  const MaskedOptions opt = make_options(scale, causal, window, align, py::none(), threads);
+  const distributed::Sharding s = parse_sharding(sharding, opt.options);
+  const MPI_Comm c = communicator(comm);
+  const ArrayView dq = new_array(q.view.dtype, shape_with(q.view, 0, std::nullopt)),
+                  dk = new_array(q.view.dtype, shape_with(k.view, 0, std::nullopt)),
+                  dv = new_array(q.view.dtype, shape_with(v.view, 0, std::nullopt));
+  {
+    py::gil_scoped_release unlocked;
+    distributed::ring_backward(q.view, k.view, v.view, out.view, lse.view, dout.view, {dq.view, dk.view, dv.view},
+                               opt.options, c, s);
+  }
+  return py::make_tuple(dq.array, dk.array, dv.array);
+}
+
+}  // namespace
+
+void add_distributed(py::module_& m) {
+  m.attr("has_mpi") = true;
+  m.def("_ring_attention", &ring_attention, py::arg("q"), py::arg("k"), py::arg("v"), py::arg("comm"),
+        py::arg("sharding"), py::arg("scale"), py::arg("causal"), py::arg("window"), py::arg("align"),
+        py::arg("return_lse"), py::arg("threads"),
+        "_ring_attention(q, k, v, comm, sharding, scale, causal, window, align, return_lse, threads): "
+        "see attnscale.distributed.ring_attention.");
+  m.def("_ring_attention_backward", &ring_attention_backward, py::arg("q"), py::arg("k"), py::arg("v"),
+        py::arg("out"), py::arg("lse"), py::arg("dout"), py::arg("comm"), py::arg("sharding"), py::arg("scale"),
+        py::arg("causal"), py::arg("window"), py::arg("align"), py::arg("threads"),
+        "_ring_attention_backward(...): see attnscale.distributed.ring_attention_backward.");
+  m.def(
+      "_shard",
+      [](std::int64_t n, int ranks, int rank, const std::string& sharding) {
+        std::vector<std::tuple<std::int64_t, std::int64_t>> out;
+        const auto s = sharding == "zigzag" ? distributed::Sharding::zigzag : distributed::Sharding::contiguous;
+        if (sharding != "zigzag" && sharding != "contiguous")
+          throw py::value_error("sharding: expected 'contiguous' or 'zigzag', got '" + sharding + "'");
+        for (const auto& seg : distributed::shard(n, ranks, rank, s)) out.emplace_back(seg.begin, seg.length);
+        return out;
+      },
+      "_shard(n, ranks, rank, sharding) -> [(begin, length), ...]: see attnscale.distributed.shard.");
+}
+#endif
+
+}  // namespace attnscale::python

@@ -1,0 +1,60 @@
+"""Builds the Python module attnscale into a wheel with CMake (pyproject.toml holds the metadata).
+
+The extension attnscale._attnscale is CMake's target _attnscale: setuptools' build_ext step
+configures the project with only the library, the lab and the module (no CLI, tests or
+benchmarks; see CMakeLists.txt), builds that one target and copies it into the wheel next to the
+package's .py files (python/attnscale/). The version is the one in CMakeLists.txt's project().
+
+ATTNSCALE_CMAKE_BUILD_DIR=<folder> builds in that folder instead of build/wheel; a folder already
+configured (e.g. build/ from `make build`) is reused as it is, so nothing is compiled twice.
+"""
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+
+from setuptools import Extension, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = pathlib.Path(__file__).resolve().parent
+
+
+def project_version():
+    text = (ROOT / "CMakeLists.txt").read_text()
+    return re.search(r"project\(attnscale VERSION ([0-9.]+)", text).group(1)
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        build = pathlib.Path(os.environ.get("ATTNSCALE_CMAKE_BUILD_DIR") or ROOT / "build" / "wheel")
+        if not (build / "CMakeCache.txt").exists():
+            args = ["cmake", "-S", str(ROOT), "-B", str(build), "-DCMAKE_BUILD_TYPE=Release",
+                    f"-DPython3_EXECUTABLE={sys.executable}", "-DATTNSCALE_BUILD_PYTHON=ON",
+                    "-DATTNSCALE_BUILD_LAB=ON", "-DATTNSCALE_BUILD_CLI=OFF", "-DATTNSCALE_BUILD_TESTS=OFF",
+                    "-DATTNSCALE_BUILD_BENCH=OFF", "-DATTNSCALE_BUILD_SHARED=OFF", "-DATTNSCALE_INSTALL=OFF"]
+            if shutil.which("ninja"):
+                args += ["-G", "Ninja"]
+            if shutil.which("ccache"):
+                args += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
+            subprocess.run(args, check=True)
+        jobs = os.environ.get("JOBS") or str(os.cpu_count() or 1)
+        subprocess.run(["cmake", "--build", str(build), "--target", "_attnscale", "-j", jobs], check=True)
+        built = sorted((build / "python" / "attnscale").glob("_attnscale*.so"))
+        if not built:
+            raise RuntimeError(f"CMake built no _attnscale*.so in {build}/python/attnscale")
+        target = pathlib.Path(self.get_ext_fullpath(ext.name))
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(built[-1], target)
+
+
+setup(
+    version=project_version(),
+    packages=["attnscale"],
+    package_dir={"attnscale": "python/attnscale"},
+    ext_modules=[Extension("attnscale._attnscale", sources=[])],
+    cmdclass={"build_ext": CMakeBuild},
+    options={"build": {"build_base": "build/setuptools"}},
+    zip_safe=False,
+)

@@ -1,0 +1,154 @@
+"""attnscale as another project sees it once installed.
+
+`cmake --install` into a temporary prefix, then: README.md's C++ example (extracted as written)
+built by a separate CMake project through find_package(attnscale) against the shared and the static
+library, and by g++ through pkg-config; the installed CLI and Python package; the Debian package
+from cpack; the wheel from `pip install .` in a venv. Also: a project that adds attnscale with
+add_subdirectory() configures without the test, CLI and Python dependencies and keeps its own
+settings. ATTNSCALE_BUILD names the built build folder (`make test` sets it); the install, the
+package and the wheel reuse what it built.
+"""
+import os
+import pathlib
+import re
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+BUILD = pathlib.Path(os.environ["ATTNSCALE_BUILD"]).resolve()
+PYTHON_DIR = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/dist-packages"
+EXAMPLE_OUTPUT = re.compile(r"largest \|out - float64 reference\| = \S+")
+# A Python snippet that must run from the installed package, not from the source or build tree.
+IMPORT_CHECK = (
+    "import numpy as np, attnscale, sys; "
+    "q = np.random.default_rng(0).standard_normal((2, 5, 8), dtype=np.float32); "
+    "o = attnscale.attention(q, q, q, causal=True); assert o.shape == (2, 5, 8); "
+    "print(attnscale.__file__)"
+)
+
+
+def run(args, **kw):
+    r = subprocess.run([str(a) for a in args], capture_output=True, text=True, **kw)
+    assert r.returncode == 0, f"{' '.join(map(str, args))} failed ({r.returncode}):\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def python_env(path):
+    env = dict(os.environ, PYTHONPATH=str(path))
+    return env
+
+
+@pytest.fixture(scope="module")
+def prefix(tmp_path_factory):
+    p = tmp_path_factory.mktemp("prefix")
+    run(["cmake", "--install", BUILD, "--prefix", p])
+    return p
+
+
+@pytest.fixture(scope="module")
+def example(tmp_path_factory):
+    """README.md's first C++ block, written to example.cc exactly as the README shows it."""
+    blocks = re.findall(r"```cpp\n(.*?)```", (ROOT / "README.md").read_text(), re.S)
+    assert blocks, "README.md has no ```cpp block"
+    path = tmp_path_factory.mktemp("example") / "example.cc"
+    path.write_text(blocks[0])
+    return path
+
+
+def test_installed_tree_holds_every_part(prefix):
+    for rel in ["include/attnscale/attention.h", "lib/libattnscale.a", "lib/libattnscale.so", "bin/attnscale",
+                "lib/cmake/attnscale/attnscaleConfig.cmake", "lib/pkgconfig/attnscale.pc",
+                f"{PYTHON_DIR}/attnscale/__init__.py"]:
+        assert (prefix / rel).exists(), rel
+
+
+def test_readme_example_through_find_package(prefix, example, tmp_path):
+    run(["cmake", "-S", ROOT / "tests/install/consumer", "-B", tmp_path, "-G", "Ninja",
+         f"-DCMAKE_PREFIX_PATH={prefix}", f"-DEXAMPLE={example}", "-DCMAKE_BUILD_TYPE=Release"])
+    run(["cmake", "--build", tmp_path])
+    for exe in ["example_shared", "example_static"]:
+        assert EXAMPLE_OUTPUT.search(run([tmp_path / exe]).stdout)
+    # The shared build loads the installed libattnscale.so, not the build tree's.
+    ldd = run(["ldd", tmp_path / "example_shared"]).stdout
+    assert f"{prefix}/lib/libattnscale.so.0" in ldd, ldd
+
+
+def test_readme_example_through_pkg_config(prefix, example, tmp_path):
+    env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / "lib/pkgconfig"))
+    flags = run(["pkg-config", "--cflags", "--libs", "attnscale"], env=env).stdout.split()
+    exe = tmp_path / "example"
+    run(["g++", "-std=c++20", "-O1", example, *flags, "-o", exe])
+    out = run([exe], env=dict(os.environ, LD_LIBRARY_PATH=str(prefix / "lib"))).stdout
+    assert EXAMPLE_OUTPUT.search(out)
+
+
+def test_installed_cli_and_python_package(prefix, tmp_path):
+    assert "softmax" in run([prefix / "bin/attnscale", "explain"]).stdout.lower()
+    where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(prefix / PYTHON_DIR)).stdout
+    assert where.strip().startswith(str(prefix / PYTHON_DIR)), where
+
+
+def test_add_subdirectory_needs_only_the_library(tmp_path):
+    parent = tmp_path / "parent"
+    parent.mkdir()
+    (parent / "CMakeLists.txt").write_text(f"""
+cmake_minimum_required(VERSION 3.25)
+project(parent LANGUAGES CXX)
+add_subdirectory({ROOT} attnscale)
+add_executable(app app.cc)
+target_link_libraries(app PRIVATE attnscale::attnscale)
+get_directory_property(options COMPILE_OPTIONS)
+file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
+     "runtime=${{CMAKE_RUNTIME_OUTPUT_DIRECTORY}};options=${{options}};type=${{CMAKE_BUILD_TYPE}}")
+""")
+    (parent / "app.cc").write_text('#include "attnscale/attention.h"\nint main() { return 0; }\n')
+    build = tmp_path / "build"
+    run(["cmake", "-S", parent, "-B", build, "-G", "Ninja"])
+    assert (build / "seen.txt").read_text() == "runtime=;options=;type="
+    cache = (build / "CMakeCache.txt").read_text()
+    for dependency in ["GTest_DIR", "GTEST_INCLUDE_DIR", "CLI11_DIR", "pybind11_DIR", "nlohmann_json_DIR",
+                       "benchmark_DIR", "Torch_DIR", "Python3_EXECUTABLE"]:
+        assert dependency not in cache, f"add_subdirectory(attnscale) looked for {dependency}"
+    assert "hwy_DIR" in cache
+    targets = run(["cmake", "--build", build, "--target", "help"]).stdout
+    for absent in ["attnscale_cli", "unit_tests", "_attnscale", "attnscale_lab"]:
+        assert f"{absent}:" not in targets, absent
+
+
+def test_debian_package_installs_and_runs(tmp_path):
+    run(["cpack", "-G", "DEB"], cwd=BUILD)
+    debs = sorted((BUILD / "packages").glob("attnscale_*.deb"))
+    assert debs, "cpack wrote no .deb"
+    deb = debs[-1]
+    fields = run(["dpkg-deb", "-f", deb, "Package", "Depends"]).stdout
+    depends = re.search(r"^Depends: (.*)$", fields, re.M).group(1)
+    assert "libhwy" in depends and "python3-numpy" in depends, depends
+    # Every dependency is satisfied on this machine (dpkg's own check of a dependency list).
+    control = tmp_path / "control"
+    control.write_text("")
+    run(["dpkg-checkbuilddeps", "-d", depends, control])
+    # Unpacked (not installed: that needs root and changes the machine for every other process),
+    # then run from where dpkg would have put it.
+    root = tmp_path / "root"
+    run(["dpkg-deb", "-x", deb, root])
+    out = run([root / "usr/bin/attnscale", "explain"]).stdout
+    assert "softmax" in out.lower(), out
+    site = root / "usr/lib/python3/dist-packages"
+    where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site)).stdout
+    assert where.strip().startswith(str(site)), where
+
+
+def test_wheel_installs_into_a_venv(tmp_path):
+    venv = tmp_path / "venv"
+    run([sys.executable, "-m", "venv", "--system-site-packages", venv])
+    py = venv / "bin/python"
+    env = dict(os.environ, ATTNSCALE_CMAKE_BUILD_DIR=str(BUILD), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    env.pop("PYTHONPATH", None)
+    run([py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "-q", ROOT], env=env, cwd=tmp_path)
+    env.pop("ATTNSCALE_CMAKE_BUILD_DIR")
+    where = run([py, "-c", IMPORT_CHECK], cwd=tmp_path, env=env).stdout.strip()
+    purelib = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env=env).stdout.strip()
+    assert where.startswith(purelib), (where, purelib)
+    assert "attnscale" in run([py, "-m", "pip", "list"], env=env).stdout
