@@ -16,7 +16,9 @@ and bf16 forward and the backward are reported; our float32 forward at N = 4096 
 the same forward on 1 thread against `threads` threads (with sgemm on 1 and `threads` threads as a
 control of what the machine gives); our backward at N = 4096 against the fp32 peak and sgemm; our bf16 forward
 against torch's bf16 matmul 2048^3; decode (Nq = 1, Nkv = 65536) against a 256 MiB copy on
-as many threads (bytes read + written per second); causal against non-causal forward time at N = 4096.
+as many threads (bytes read + written per second), also with GQA (32 query heads over 4 KV heads);
+int8-KV against float32-KV decode through the cache API (attnscale.decode) in tokens per second;
+causal against non-causal forward time at N = 4096.
 
 Thread scaling needs idle cores: Linux shares the CPU between sessions (autogroups), not threads,
 so while other sessions keep the cores busy a second thread gains nothing, for sgemm as for us
@@ -72,6 +74,12 @@ def main():
     out4, lse4 = attnscale.attention(q4, k4, v4, return_lse=True, threads=T)
     dout4 = rng.uniform(-1, 1, out4.shape).astype(np.float32)
     qd, kd, vd = qkv(65536, nq=1)
+    # GQA decode: 32 query heads over 4 KV heads; and the cache API over int8 and float32 K/V.
+    qg = rng.uniform(-1, 1, (1, 32, 1, d)).astype(np.float32)
+    kg, vg = (rng.uniform(-1, 1, (1, 4, 65536, d)).astype(np.float32) for _ in range(2))
+    kq, ks = attnscale.quantize_q8(kd)
+    vq, vs = attnscale.quantize_q8(vd)
+    qc = qd[:, :, 0, :]
     xb, yb = torch.rand(n, n).bfloat16(), torch.rand(n, n).bfloat16()
     src = np.ones(256 << 20, np.uint8)
     dst = np.zeros_like(src)
@@ -102,6 +110,10 @@ def main():
         "torch-bf16-mm": lambda: xb @ yb,
         "decode": lambda: attnscale.attention(qd, kd, vd, threads=T),
         "copy": copy,
+        "decode-gqa": lambda: attnscale.attention(qg, kg, vg, threads=T),
+        "copy-2": copy,
+        "kv-f32": lambda: attnscale.decode(qc, kd, vd, threads=T),
+        "kv-i8": lambda: attnscale.decode(qc, kq, vq, k_scales=ks, v_scales=vs, threads=T),
     }
     load0 = os.getloadavg()
     times = {k: [] for k in fns}  # wall seconds per round
@@ -124,14 +136,17 @@ def main():
         "fp32-peak-2": native._fp32_peak_loop(1, 1) * T * peak_steps,
         "bf16-peak": native._bf16_peak_loop(1, 1) * T * (peak_steps // 2),
         "fwd-bf16": fwd_flops, "torch-bf16-mm": 2.0 * n**3, "decode": 2.0 * H * 65536 * d * 4,
-        "copy": 2.0 * src.nbytes,
+        "copy": 2.0 * src.nbytes, "copy-2": 2.0 * src.nbytes, "decode-gqa": 2.0 * 4 * 65536 * d * 4,
+        "kv-f32": 1.0, "kv-i8": 1.0,  # one new token per call: rates in tokens/s
     }
     print(f"attnscale {attnscale.version()} ({attnscale.git_hash()}), target {attnscale.cpu_target()}, "
           f"{T} threads, {a.rounds} interleaved rounds; load average {load0[0]:.2f} before, {load1[0]:.2f} after")
     print(f"{'measured':<15}{'best ms':>10}{'rate':>10}  unit (rate from the best time)")
     for name in fns:
-        unit = "GB/s" if name in ("decode", "copy") else "GFLOP/s"
-        print(f"{name:<15}{min(times[name]) * 1e3:>10.2f}{work[name] / min(times[name]) * 1e-9:>10.1f}  {unit}")
+        unit = ("GB/s" if name in ("decode", "copy", "copy-2", "decode-gqa")
+                else "tok/s" if name.startswith("kv-") else "GFLOP/s")
+        scale = 1.0 if unit == "tok/s" else 1e-9
+        print(f"{name:<15}{min(times[name]) * 1e3:>10.2f}{work[name] / min(times[name]) * scale:>10.1f}  {unit}")
 
     def ratio(num, den, t=times):
         # Rate of `num` over rate of `den` (time of den over time of num for equal work), per round:
@@ -148,6 +163,8 @@ def main():
         ("fp32 bwd N=4096 / fp32 peak", ratio("bwd", "fp32-peak-2"), 0.75),
         ("bf16 fwd N=4096 / bf16 peak", ratio("fwd-bf16", "bf16-peak"), 0.75),
         ("decode Nkv=65536 / copy", ratio("decode", "copy"), 0.90),
+        ("GQA decode 32/4 heads / copy", ratio("decode-gqa", "copy-2"), 0.90),
+        ("int8 / f32 KV decode tokens/s", ratio("kv-i8", "kv-f32"), 3.0),
         ("fp32 fwd N=4096 / sgemm", ratio("fwd", "sgemm"), None),
         ("fp32 fwd N=4096 / torch SDPA", ratio("fwd", "torch-sdpa"), 2.0),
         (f"{T} threads / 1 thread (fwd)", speedup("fwd-1thread", "fwd"), 1.9),

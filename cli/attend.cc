@@ -1,6 +1,8 @@
 // attnscale attend: attention over .npy files.
+#include <algorithm>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
@@ -22,7 +24,49 @@ struct AttendFlags {
   bool context_parallel = false;
   std::string sharding;
   MaskFlags mask;
+  // Score transforms, dropout and packed sequences (Options of attention.h).
+  double softcap = 0.0;
+  std::string alibi_slopes, sinks;  // .npy files
+  double dropout = 0.0;
+  std::uint64_t dropout_seed = 0, dropout_offset = 0;
+  std::string cu_seqlens_q, cu_seqlens_k;  // "0,3,7"
 };
+
+// "0,3,7" -> {0, 3, 7}; an Error naming `flag` otherwise.
+std::vector<std::int64_t> offsets(const char* flag, const std::string& text) {
+  std::vector<std::int64_t> out;
+  if (text.empty()) return out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', at), text.size());
+    const std::string item = text.substr(at, comma - at);
+    std::size_t used = 0;
+    long long x = 0;
+    try {
+      x = std::stoll(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (item.empty() || used != item.size())
+      throw Error(std::string(flag) + ": expected comma-separated integers like 0,3,7, got '" + text + "'");
+    out.push_back(x);
+    at = comma + 1;
+  }
+  return out;
+}
+
+// Adds the transform flags' values to `options`; `alibi`, `sinks` keep loaded arrays alive.
+void add_transforms(const AttendFlags& f, Options& options, Tensor& alibi, Tensor& sinks) {
+  options.softcap = f.softcap;
+  if (!f.alibi_slopes.empty()) options.alibi_slopes = (alibi = read_npy(f.alibi_slopes)).view();
+  if (!f.sinks.empty()) options.sinks = (sinks = read_npy(f.sinks)).view();
+  options.dropout = Dropout{f.dropout, f.dropout_seed, f.dropout_offset};
+  options.cu_seqlens_q = offsets("--cu-seqlens-q", f.cu_seqlens_q);
+  options.cu_seqlens_k = offsets("--cu-seqlens-k", f.cu_seqlens_k);
+  if (options.cu_seqlens_q.empty() != options.cu_seqlens_k.empty())
+    throw Error(options.cu_seqlens_q.empty() ? "--cu-seqlens-q: required with --cu-seqlens-k"
+                                             : "--cu-seqlens-k: required with --cu-seqlens-q");
+}
 
 // An output shaped like q's leading dimensions followed by `tail` (or nothing). A size that
 // cannot be allocated is an Error naming `flag`, raised before any allocation is attempted.
@@ -40,9 +84,11 @@ Tensor like_q(const char* flag, const Tensor& q, DType dtype, int drop, std::int
 
 void run(const AttendFlags& f) {
   require_own_paths({{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}},
-                    {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path}});
-  Tensor mask;
-  const Options options = f.mask.options(mask);
+                    {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
+                     {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
+  Tensor mask, alibi, sinks;
+  Options options = f.mask.options(mask);
+  add_transforms(f, options, alibi, sinks);
   if (f.context_parallel) {
     if (f.reference) throw Error("--reference: not available with --context-parallel");
     if (!f.probs.empty()) throw Error("--probs: not available with --context-parallel");
@@ -108,6 +154,23 @@ void add_attend(CLI::App& app) {
   sub->add_option("--sharding", flags->sharding,
                   "With --context-parallel: contiguous or zigzag rows per rank (default: zigzag when causal)")
       ->type_name("KIND");
+  sub->add_option("--softcap", flags->softcap, "Cap each scaled score x at c*tanh(x/c) (Gemma 2; default 0: off)")
+      ->type_name("C");
+  sub->add_option("--alibi-slopes", flags->alibi_slopes,
+                  "ALiBi slopes .npy [Hq] or [B, Hq]: -slope*|diag(i) - j| added to score (i, j)")
+      ->type_name("FILE");
+  sub->add_option("--sinks", flags->sinks, "Attention sinks .npy [Hq]: one logit per head in every row's softmax")
+      ->type_name("FILE");
+  sub->add_option("--dropout", flags->dropout, "Dropout probability on P, kept values scaled by 1/(1-p) (default 0)")
+      ->type_name("P");
+  sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask (default 0)")->type_name("N");
+  sub->add_option("--dropout-offset", flags->dropout_offset, "Offset of the dropout mask (default 0)")->type_name("N");
+  sub->add_option("--cu-seqlens-q", flags->cu_seqlens_q,
+                  "Packed sequences: query offsets 0,...,total_q; q is [Hq, total_q, dk]")
+      ->type_name("LIST");
+  sub->add_option("--cu-seqlens-k", flags->cu_seqlens_k,
+                  "Packed sequences: key offsets 0,...,total_k; k and v are [Hkv, total_k, d]")
+      ->type_name("LIST");
   sub->callback([flags] { run(*flags); });
 }
 

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "attention/params.h"
+#include "attention/score_transforms.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
 
@@ -260,6 +261,45 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
 
+  // Score transforms, sinks, dropout and packed sequences, decoded last (earlier inputs keep
+  // their forward problem). Their sizes only shift the per-row bounds below.
+  std::vector<double> slopes_buf, sinks_buf;
+  double alibi_max = 0, sink_max = 0, keep = 1;
+  bool varlen = false;
+  if (in.ConsumeIntegralInRange(0, 2) == 0) {
+    opt.softcap = in.PickValueInArray({0.0, 0.5, 5.0, 50.0, -1.0});
+    if (in.ConsumeBool()) {
+      const bool per_batch = in.ConsumeBool();
+      slopes_buf.resize(static_cast<std::size_t>((per_batch ? d.B : 1) * d.Hq));
+      for (double& x : slopes_buf) alibi_max = std::max(alibi_max, x = in.ConsumeProbability<double>() * (specials ? 1e3 : 1.0));
+      opt.alibi_slopes = per_batch ? TensorView::contiguous(slopes_buf.data(), DType::f64, {d.B, d.Hq})
+                                   : TensorView::contiguous(slopes_buf.data(), DType::f64, {d.Hq});
+    }
+    if (in.ConsumeBool()) {
+      sinks_buf.resize(static_cast<std::size_t>(d.Hq));
+      for (double& x : sinks_buf) sink_max = std::max(sink_max, std::fabs(x = specials ? fuzz_value(in, 30) : 6 * in.ConsumeProbability<double>() - 3));
+      opt.sinks = TensorView::contiguous(sinks_buf.data(), DType::f64, {d.Hq});
+    }
+    if (in.ConsumeBool()) {
+      opt.dropout = Dropout{in.PickValueInArray({0.1, 0.5, 0.9, 1.0}), in.ConsumeIntegral<std::uint64_t>(),
+                            in.ConsumeIntegral<std::uint64_t>()};
+      keep = 1 - opt.dropout.p;
+    }
+    // Packed sequences: q [Hq, Nq, dk] split into up to 3 sequences, the keys likewise.
+    if (rank == 3 && in.ConsumeBool()) {
+      varlen = true;
+      const int S = in.ConsumeIntegralInRange(1, 3);
+      opt.cu_seqlens_q = {0};
+      opt.cu_seqlens_k = {0};
+      for (int s = 1; s < S; ++s) {
+        opt.cu_seqlens_q.push_back(in.ConsumeIntegralInRange<std::int64_t>(opt.cu_seqlens_q.back(), d.Nq));
+        opt.cu_seqlens_k.push_back(in.ConsumeIntegralInRange<std::int64_t>(opt.cu_seqlens_k.back(), d.Nkv));
+      }
+      opt.cu_seqlens_q.push_back(in.ConsumeIntegralInRange(0, 15) == 0 ? d.Nq + 1 : d.Nq);  // sometimes wrong
+      opt.cu_seqlens_k.push_back(d.Nkv);
+    }
+  }
+
   opt.threads = 1;
   const bool ref_threw = throws([&] { reference::forward(q.view, k.view, v.view, ref, opt); });
   const bool fast_threw = throws([&] { forward(q.view, k.view, v.view, fast, opt); });
@@ -279,6 +319,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     if (!(a == b || (std::isnan(a) && std::isnan(b))) || std::signbit(a) != std::signbit(b)) same = false;
   });
   if (!same) fuzz_fail("forward differs between 1 and 3 threads");
+  // Packed sequences: the row bounds below assume one sequence; the library's tests compare
+  // them with a loop over sequences. Here: finite, moderate inputs give the reference's numbers.
+  if (varlen) {
+    bool finite = true;
+    double mag = 0;
+    for (const Buffer* b : {&q, &k, &v})
+      for_each_index(b->view.rank, b->view.shape.data(), [&](const std::int64_t* idx) {
+        finite &= std::isfinite(b->get(idx));
+        mag = std::max(mag, std::fabs(b->get(idx)));
+      });
+    if (!finite || mag > 10 || alibi_max > 1 || sink_max > 3) return 0;
+    for_each_index(rank, out.view.shape.data(), [&](const std::int64_t* idx) {
+      const double a = out.get(idx), r = ref_out.get(idx);
+      if (!(std::fabs(a - r) <= (dtype == DType::f64 ? 1e-9 : 2e-2) * mag / keep)) fuzz_fail("packed sequences: out differs", a, r);
+    });
+    return 0;
+  }
 
   // Per-row checks, on the normalised rank-4 Params of the problem.
   const detail::Params p = detail::make_forward_params(q.view, k.view, v.view, ref, opt, detail::Kernel::reference);
@@ -309,14 +366,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             clean &= std::isfinite(vv);
             vmax = std::max(vmax, std::fabs(vv));
           }
-          M = std::max(M, std::fabs(p.scale) * qk + std::fabs(bias));
+          M = std::max(M, std::fabs(p.scale) * qk + std::fabs(bias) + alibi_max * static_cast<double>(p.Nq + p.Nkv));
         }
+        M = std::max(M + opt.softcap, sink_max);
         if (!any_visible) {
           for (std::int64_t c = 0; c < p.dv; ++c)
             if (detail::load(pf.out, detail::element(pf.out, b, h, i, c)) != 0.0)
               fuzz_fail("masked row: out != 0", detail::load(pf.out, detail::element(pf.out, b, h, i, c)));
-          if (want_lse && detail::load(pf.lse, detail::element(pf.lse, b, h, i, 0)) != -INFINITY)
-            fuzz_fail("masked row: lse != -inf");
+          const double lse_none = p.sinks.empty() ? -INFINITY : detail::sink_logit(p, h);
+          if (want_lse && !(std::fabs(detail::load(pf.lse, detail::element(pf.lse, b, h, i, 0)) - lse_none) <=
+                            1e-6 * std::fabs(lse_none) || detail::load(pf.lse, detail::element(pf.lse, b, h, i, 0)) == lse_none))
+            fuzz_fail("masked row: lse is not -inf (or the sink)");
           if (want_probs)
             for (std::int64_t j = 0; j < p.Nkv; ++j)
               if (detail::load(pf.probs, detail::element(pf.probs, b, h, i, j)) != 0.0) fuzz_fail("masked row: probs != 0");
@@ -328,13 +388,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         // plus the bias addition; exp turns it into a relative probability error, and the
         // normalisation over Nkv terms adds (Nkv + 2) eps.
         const double ds = (p.dk + 3) * eps * (M + 1e-300) + (p.Nkv + 4) * eps;
-        const double tol = vmax * std::min(2.0, 4.0 * std::expm1(2.0 * ds)) + 1e-300;
+        const double tol = vmax / keep * std::min(2.0, 4.0 * std::expm1(2.0 * ds)) + 1e-300;
         for (std::int64_t c = 0; c < p.dv; ++c) {
           const double a = detail::load(pf.out, detail::element(pf.out, b, h, i, c));
           const double r = detail::load(p.out, detail::element(p.out, b, h, i, c));
           if (!std::isfinite(a)) fuzz_fail("clean row has a non-finite output", a, r);
           // bf16 outputs round the result itself: half an ulp of 2^-8 relative.
-          if (std::fabs(a - r) > tol + (dtype == DType::bf16 ? 0x1p-8 * std::fabs(r) : 0.0))
+          if (std::fabs(a - r) > tol + (dtype == DType::bf16 ? 0x1p-8 * std::fabs(r) : 0.0) + (keep < 1 ? 4 * eps * vmax / keep : 0.0))
             fuzz_fail("out differs from the reference", a, r);
         }
         if (want_lse) {
@@ -353,7 +413,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
             sum += a;
           }
           // Each probability carries the relative error exp(2·ds) − 1 of its logit (bounded above).
-          if (std::fabs(sum - 1) > (p.Nkv + 4) * std::max(eps, eps_of(aux)) * 4 + 4 * std::expm1(2 * ds))
+          double sink_p = 0;
+          if (!p.sinks.empty()) sink_p = std::exp(detail::sink_logit(p, h) - detail::load(p.lse, detail::element(p.lse, b, h, i, 0)));
+          if (std::fabs(sum - (1 - sink_p)) > (p.Nkv + 4) * std::max(eps, eps_of(aux)) * 4 + 4 * std::expm1(2 * ds))
             fuzz_fail("probabilities do not sum to 1", sum);
         }
       }
@@ -396,8 +458,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   double qmax = 0, kmax = 0;
   for_each_index(q.view.rank, q.view.shape.data(), [&](const std::int64_t* idx) { qmax = std::max(qmax, std::fabs(q.get(idx))); });
   for_each_index(k.view.rank, k.view.shape.data(), [&](const std::int64_t* idx) { kmax = std::max(kmax, std::fabs(k.get(idx))); });
-  logit_max += std::fabs(p.scale) * p.dk * qmax * kmax;
-  if (logit_max > 30) return 0;
+  logit_max += std::fabs(p.scale) * p.dk * qmax * kmax + alibi_max * static_cast<double>(p.Nq + p.Nkv);
+  if (logit_max > 30 || sink_max > 30) return 0;
   const double tol = (dtype == DType::f64 ? 1e-9 : 2e-3);
   // A gradient whose exact value is 0 (dS cancels) is computed as rounding noise: its floor is
   // the size of all three gradients together.

@@ -23,6 +23,17 @@ bool is_bfloat16(const py::dtype& dt) {
 DType dtype_of(const char* name, const py::array& a, ArrayKind kind) {
   const char k = a.dtype().kind();
   const auto size = a.itemsize();
+  if (kind == ArrayKind::index) {
+    if (k == 'i' && size == 4) return DType::i32;
+    throw py::type_error(std::string(name) + ": dtype must be int32, got " + std::string(py::str(a.dtype())));
+  }
+  if (kind == ArrayKind::cache) {
+    if (k == 'f' && size == 4) return DType::f32;
+    if (size == 2 && is_bfloat16(a.dtype())) return DType::bf16;
+    if (k == 'i' && size == 1) return DType::i8;
+    throw py::type_error(std::string(name) + ": dtype must be float32, attnscale.bfloat16 or int8, got " +
+                         std::string(py::str(a.dtype())));
+  }
   if (k == 'f' && size == 4) return DType::f32;
   if (k == 'f' && size == 8) return DType::f64;
   if (kind == ArrayKind::floating && size == 2 && is_bfloat16(a.dtype())) return DType::bf16;
@@ -107,6 +118,7 @@ ArrayView new_array(DType dtype, const std::vector<std::int64_t>& shape) {
   ArrayView v;
   v.array = dtype == DType::f64    ? py::array(py::dtype::of<double>(), dims)
             : dtype == DType::bf16 ? py::array(bfloat16_dtype(), dims)
+            : dtype == DType::i8   ? py::array(py::dtype::of<std::int8_t>(), dims)
                                    : py::array(py::dtype::of<float>(), dims);
   v.view.data = v.array.mutable_data();
   v.view.dtype = dtype;

@@ -24,6 +24,8 @@ namespace py = pybind11;
 enum class ArrayKind {
   floating,  // q, k, v, out, lse, dout, matrices: float32 or float64
   mask,      // bool/uint8 (keep) or float32/float64 (additive)
+  cache,     // KV cache values: float32, bfloat16 or int8
+  index,     // block tables and lengths: int32
 };
 
 // A TensorView over a numpy array, with the array (or its copy) kept alive beside it.
@@ -42,7 +44,7 @@ ArrayView as_view(const char* name, py::handle obj, ArrayKind kind);
 // t.view(torch.int16).numpy().view(attnscale.bfloat16), without a copy).
 py::dtype bfloat16_dtype();
 
-// A new C-ordered array of `dtype` (float32, float64 or bfloat16) and its view.
+// A new C-ordered array of `dtype` (float32, float64, bfloat16 or int8) and its view.
 ArrayView new_array(DType dtype, const std::vector<std::int64_t>& shape);
 
 // A numpy array sharing the owning Tensor's storage (no copy).

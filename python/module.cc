@@ -4,6 +4,7 @@
 #include "array_view.h"
 #include "attention_bindings.h"
 #include "distributed_bindings.h"
+#include "kv_cache_bindings.h"
 #include "lab_bindings.h"
 #include "attention/peak_loops.h"
 #include "attnscale/version.h"
@@ -18,6 +19,7 @@ PYBIND11_MODULE(_attnscale, m) {
   attnscale::python::add_attention(m);
   attnscale::python::add_lab(m);
   attnscale::python::add_distributed(m);
+  attnscale::python::add_kv_cache(m);
   m.def("version", &attnscale::version, "The library version, e.g. '0.1.0'.");
   m.def("git_hash", &attnscale::git_hash, "The commit the library was built from, or 'unknown'.");
   m.def("cpu_target", &attnscale::cpu_target,

@@ -77,6 +77,11 @@ struct Options {
   Mask mask;
   int threads = 0;  // 0: $ATTNSCALE_THREADS, else every hardware thread
   Compute compute = Compute::native;
+  // backward() only: true when lse is the log-normaliser over exactly the keys passed (the
+  // forward's own lse); the backward then rescales each row's recomputed probabilities to sum to
+  // 1, which removes the float32 rounding of lse from the gradients. false when lse also counts
+  // keys not passed (one shard of the keys, as ring attention passes): P = e^(t − lse) as given.
+  bool lse_covers_keys = true;
 
   // Score transforms, all off by default. The score of pair (b, h, i, j) is
   //   t = cap(s·q_i·k_j) − slope_bh·|diag(i) − j| + bias_ij,   cap(x) = c·tanh(x / c)

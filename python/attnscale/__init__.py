@@ -19,6 +19,8 @@ from .keywords import short_errors
 merge_partials = short_errors(_attnscale.merge_partials)
 self_attention = short_errors(_attnscale.self_attention)
 multi_head_attention = short_errors(_attnscale.multi_head_attention)
+decode = short_errors(_attnscale.decode)
+quantize_q8 = short_errors(_attnscale.quantize_q8)
 
 __all__ = [
     "attention",
@@ -26,6 +28,8 @@ __all__ = [
     "merge_partials",
     "self_attention",
     "multi_head_attention",
+    "decode",
+    "quantize_q8",
     "version",
     "git_hash",
     "cpu_target",

@@ -67,10 +67,14 @@ def _is_bfloat16(a):
     return bool(a.dtype.metadata) and a.dtype.metadata.get("attnscale") == "bfloat16"
 
 
+# Options holding per-head or per-sequence arrays, which a one-element problem cannot check.
+_SHAPED = ("sinks", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
+
+
 def _check_options(q, options):
     """Options are checked (misspelt keywords refused) also when there is nothing to compute."""
     one = np.zeros((1, 1), dtype=_array("q", q).dtype)
-    _attention(one, one, one, **options)
+    _attention(one, one, one, **{key: value for key, value in options.items() if key not in _SHAPED})
 
 
 def _sum_kept(grad, axes):
@@ -101,22 +105,31 @@ def attention(q, k, v, *, mask=None, return_lse=False, return_probs=False, **opt
     return results[0] if len(results) == 1 else tuple(results)
 
 
-def attention_backward(q, k, v, out, lse, dout, *, mask=None, **options):
+def attention_backward(q, k, v, out, lse, dout, *, mask=None, return_dsinks=False, return_dbias=False, **options):
+    asked = dict(return_dsinks=return_dsinks, return_dbias=return_dbias)
     lay = _layout(q, k, v, mask)
     if lay is None:
-        return _attention_backward(q, k, v, out, lse, dout, mask=mask, **options)
+        return _attention_backward(q, k, v, out, lse, dout, mask=mask, **asked, **options)
     shapes = _shape(q), _shape(k), _shape(v)
+    dbias_shape = lay.lse + (lay.nkv,)  # q's leading dimensions (broadcast), Nq, Nkv
     if lay.empty:
         _check_options(q, options)
         dtype = _array("q", q).dtype
-        return tuple(np.zeros(s, dtype) for s in shapes)
+        grads = [np.zeros(s, dtype) for s in shapes]
+        grads += [np.zeros(np.shape(options.get("sinks")), dtype)] if return_dsinks else []
+        grads += [np.zeros(dbias_shape, dtype)] if return_dbias else []
+        return tuple(grads)
     folded = [_fold(n, x, s, lay) for n, x, s in (("q", q, lay.q), ("k", k, lay.k), ("v", v, lay.v))]
     m = None if mask is None else _fold("mask", mask, lay.mask, lay, mask=True)
     o4, l3 = lay.q[:3] + (lay.v[3],), lay.q[:3]
     out4 = None if out is None else _array("out", out).reshape(o4)
     lse3 = None if lse is None else _array("lse", lse).reshape(l3)
-    dq, dk, dv = _attention_backward(*folded, out4, lse3, _array("dout", dout).reshape(o4), mask=m, **options)
-    return tuple(broadcast.unfold_sum(g, s, lay.batch, _sum_kept) for g, s in zip((dq, dk, dv), shapes))
+    dout4 = _array("dout", dout).reshape(o4)
+    dq, dk, dv, *rest = _attention_backward(*folded, out4, lse3, dout4, mask=m, **asked, **options)
+    grads = [broadcast.unfold_sum(g, s, lay.batch, _sum_kept) for g, s in zip((dq, dk, dv), shapes)]
+    grads += [rest.pop(0)] if return_dsinks else []
+    grads += [rest.pop(0).reshape(dbias_shape)] if return_dbias else []
+    return tuple(grads)
 
 
 attention.__doc__ = _attnscale.attention.__doc__

@@ -29,9 +29,21 @@ __all__ = ["attention", "scaled_dot_product_attention", "flash_attn_func", "flas
 
 
 def attention(
-    q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, return_lse=False, compute=None
+    q,
+    k,
+    v,
+    *,
+    scale=None,
+    causal=None,
+    window=None,
+    align=None,
+    mask=None,
+    threads=0,
+    return_lse=False,
+    compute=None,
+    sinks=None,
 ):
-    """attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, return_lse=False, compute=None)
+    """attention(q, k, v, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, return_lse=False, compute=None, sinks=None)
 
     Differentiable scaled dot-product attention on CPU torch tensors (float32, float64 or bfloat16).
 
@@ -42,10 +54,12 @@ def attention(
     broadcasting to [..., H, Nq, Nkv]; a float mask that requires grad gets its gradient), threads.
 
     compute='bf16' runs the forward products in bfloat16 (float32 inputs); the backward pass
-    always computes in the inputs' dtype.
+    always computes in the inputs' dtype. sinks: None or a tensor [Hq], one logit per query head
+    that joins every row's softmax without a value (gpt-oss), P_ij = exp(s_ij) / (exp(sink_h) +
+    sum_j exp(s_ij)); it gets its gradient when it requires grad.
 
     Returns out [..., Nq, dv], or (out, lse) with return_lse (lse carries no gradient).
-    Gradients flow to q, k, v and a float mask; double backward is not supported.
+    Gradients flow to q, k, v, a float mask and sinks; double backward is not supported.
 
     Example:
         >>> import torch, attnscale.torch as at
@@ -57,5 +71,5 @@ def attention(
     if mask is not None and not isinstance(mask, torch.Tensor):
         mask = torch.as_tensor(mask)
     options = dict(scale=scale, causal=causal, window=window, align=align, threads=threads)
-    out, lse = attend(q, k, v, mask, dict(options, compute=compute), options)
+    out, lse = attend(q, k, v, mask, dict(options, compute=compute), options, sinks=sinks)
     return (out, lse) if return_lse else out

@@ -5,66 +5,42 @@ FlashAttention (flash_attn/flash_attn_interface.py) takes q [B, Nq, H, d], k and
 aligns its diagonal bottom-right: query i sits at key position i + Nkv - Nq, causal keeps keys
 j <= i + Nkv - Nq, and window_size (left, right) keeps i + Nkv - Nq - left <= j <= i + Nkv - Nq +
 right (-1: unbounded). alibi_slopes (H,) or (B, H) add -slope * |i + Nkv - Nq - j| to the scaled
-scores. The [B, N, H, d] tensors are read in place through a transposed view (strides, no copy).
-
-ALiBi's bias depends on j - i only (a Toeplitz matrix), so each head's [Nq, Nkv] bias is one
-array of Nq + Nkv - 1 values read with a row stride of -1 element: the kernels take it as an
-additive mask of O(H (Nq + Nkv)) memory, not O(H Nq Nkv).
+scores, softcap c > 0 turns each scaled score x into c tanh(x / c), and dropout_p drops each
+probability with that chance (kept ones scaled by 1/(1 - p)); the kernels do all three. The
+[B, N, H, d] tensors are read in place through a transposed view (strides, no copy); packed
+sequences go to the kernels in one call, as [H, total, d] views.
 """
 import math
 
-import numpy as np
 import torch
 
-from .torch_function import Attention
+from .torch_function import Attention, dropout_keywords, to_numpy
 
 
-def _options(softmax_scale, causal, window_size):
-    """attnscale's keywords for FlashAttention's softmax_scale, causal and window_size."""
+def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, dropout_p):
+    """attnscale's keywords for FlashAttention's arguments."""
     left, right = (int(w) for w in window_size)
     window = None if left < 0 and right < 0 else (None if left < 0 else left, None if right < 0 else right)
-    return dict(
+    options = dict(
         scale=None if softmax_scale is None else float(softmax_scale),
         causal="bottom-right" if causal else None,
         window=window,
         align="bottom-right",
+        softcap=float(softcap),
+        **dropout_keywords(dropout_p),
     )
-
-
-def _refuse(dropout_p, softcap):
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p: only 0.0 is supported, got {dropout_p}")
-    if softcap != 0.0:
-        raise ValueError(f"softcap: only 0.0 (off) is supported, got {softcap}")
-
-
-def alibi_bias(slopes, heads, nq, nkv, dtype):
-    """-slope[b, h] * |i + nkv - nq - j| as a numpy [B|1, H, nq, nkv] view of [B|1, H, nq + nkv - 1].
-
-    Row i of head h is the slice starting at t = nq - 1 - i of a[h, t] = bias at j - i = t - (nq - 1):
-    element (i, j) sits at t = nq - 1 - i + j, hence strides (-1, +1) elements from a[h, nq - 1].
-    """
-    if not isinstance(slopes, torch.Tensor) or slopes.dim() not in (1, 2) or slopes.shape[-1] != heads:
-        shape = list(slopes.shape) if isinstance(slopes, torch.Tensor) else type(slopes).__name__
-        raise ValueError(f"alibi_slopes: expected a tensor of shape ({heads},) or (batch, {heads}), got {shape}")
-    s = slopes.detach().to(torch.float64).reshape(-1, heads).numpy().astype(dtype)
-    t = np.arange(-(nq - 1), nkv, dtype=dtype)
-    a = -s[:, :, None] * np.abs(t - (nkv - nq))
-    e = a.itemsize
-    return np.lib.stride_tricks.as_strided(
-        a[:, :, nq - 1 :], shape=(a.shape[0], heads, nq, nkv), strides=(a.strides[0], a.strides[1], -e, e)
-    )
-
-
-def _attend(q, k, v, alibi_slopes, options):
-    """(out [.., Nq, H, dv] contiguous, lse [.., H, Nq]) of [.., N, H, d] views (3-D or 4-D)."""
-    qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))
-    nq, nkv = qh.shape[-2], kh.shape[-2]
-    bias = None
     if alibi_slopes is not None:
-        dtype = np.float64 if q.dtype == torch.float64 else np.float32
-        bias = alibi_bias(alibi_slopes, qh.shape[-3], nq, nkv, dtype)
-    out, lse = Attention.apply(qh, kh, vh, bias, options, options)
+        if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dim() not in (1, 2) or alibi_slopes.shape[-1] != heads:
+            got = list(alibi_slopes.shape) if isinstance(alibi_slopes, torch.Tensor) else type(alibi_slopes).__name__
+            raise ValueError(f"alibi_slopes: expected a tensor of shape ({heads},) or (batch, {heads}), got {got}")
+        options["alibi_slopes"] = to_numpy("alibi_slopes", alibi_slopes.detach().to(torch.float64))
+    return options
+
+
+def _attend(q, k, v, options):
+    """(out [.., N, H, dv] contiguous, lse [.., H, N]) of [.., N, H, d] tensors (4-D, or 3-D packed)."""
+    qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))
+    out, lse = Attention.apply(qh, kh, vh, None, options, options)
     # FlashAttention's log-sum-exp of a row with no visible key is +inf.
     lse = lse.masked_fill(lse == -math.inf, math.inf)
     return out.transpose(-3, -2).contiguous(), lse
@@ -91,12 +67,15 @@ def flash_attn_func(
     place. softmax_scale: None (1/sqrt(d)) or a number. causal: keys j <= i + Nkv - Nq (aligned
     bottom-right). window_size (left, right), -1 unbounded, around the same diagonal.
     alibi_slopes (H,) or (B, H): -slope * |i + Nkv - Nq - j| added to the scaled scores.
-    deterministic: accepted; attnscale's backward is always deterministic. dropout_p and softcap
-    must be 0.
+    softcap: 0 (off) or c > 0: scores become c * tanh(score / c). dropout_p: dropout on the
+    probabilities (kept ones scaled by 1/(1 - p)), its mask drawn from torch's default generator
+    (torch.manual_seed fixes it) and regenerated, not stored, by the backward.
+    deterministic: accepted; attnscale's backward is always deterministic.
 
     Returns out [B, Nq, H, dv] (contiguous); with return_attn_probs, (out, softmax_lse [B, H, Nq],
-    None): as FlashAttention, the probabilities come back only under dropout. A row with no
-    visible key gives out 0 and softmax_lse +inf. Differentiable with respect to q, k and v.
+    None): the probabilities are not returned (FlashAttention returns them only under dropout, "for
+    testing only"). A row with no visible key gives out 0 and softmax_lse +inf. Differentiable with
+    respect to q, k and v.
 
     Example:
         >>> import torch, attnscale.torch as at
@@ -106,12 +85,12 @@ def flash_attn_func(
         >>> out.sum().backward(); out.shape
         torch.Size([2, 10, 8, 16])
     """
-    _refuse(dropout_p, softcap)
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor) or t.dim() != 4:
             shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name}: expected a [batch, seqlen, heads, headdim] tensor, got {shape}")
-    out, lse = _attend(q, k, v, alibi_slopes, _options(softmax_scale, causal, window_size))
+    options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[2], dropout_p)
+    out, lse = _attend(q, k, v, options)
     return (out, lse, None) if return_attn_probs else out
 
 
@@ -151,9 +130,10 @@ def flash_attn_varlen_func(
     A drop-in for FlashAttention 2's flash_attn_varlen_func: sequences of different lengths packed
     without padding. q [total_q, H, d], k and v [total_k, Hkv, d]; sequence b holds query rows
     cu_seqlens_q[b] .. cu_seqlens_q[b+1] and key rows cu_seqlens_k[b] .. cu_seqlens_k[b+1], and
-    attends only within itself; causal and window_size align each sequence's own diagonal
-    bottom-right. max_seqlen_q/k bound the lengths (checked). Other arguments as flash_attn_func;
-    block_table (a paged KV cache) must be None.
+    attends only within itself (one kernel call for all of them); causal and window_size align
+    each sequence's own diagonal bottom-right; alibi_slopes are (H,) or (batch, H) per sequence.
+    max_seqlen_q/k bound the lengths (checked). Other arguments as flash_attn_func; block_table
+    (a paged KV cache) must be None.
 
     Returns out [total_q, H, dv]; with return_attn_probs, (out, softmax_lse [H, total_q], None).
 
@@ -164,7 +144,6 @@ def flash_attn_varlen_func(
         >>> at.flash_attn_varlen_func(q, q, q, cu, cu, 7, 7, causal=True).shape
         torch.Size([10, 4, 16])
     """
-    _refuse(dropout_p, softcap)
     if block_table is not None:
         raise ValueError("block_table: a paged KV cache is not supported here; pass None")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -177,24 +156,7 @@ def flash_attn_varlen_func(
         raise ValueError(f"cu_seqlens_k: {len(ck) - 1} sequences, cu_seqlens_q has {len(cq) - 1}")
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != len(cq) - 1:
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
-    options = _options(softmax_scale, causal, window_size)
-    heads, dv = q.shape[1], v.shape[2]
-    lse_dtype = torch.float64 if q.dtype == torch.float64 else torch.float32
-    outs, lses = [], []
-    # One kernel call per sequence, each on views of the packed tensors.
-    for b in range(len(cq) - 1):
-        qb, kb, vb = q[cq[b] : cq[b + 1]], k[ck[b] : ck[b + 1]], v[ck[b] : ck[b + 1]]
-        if qb.shape[0] == 0 or kb.shape[0] == 0:  # nothing to attend to: out 0, lse +inf
-            outs.append(q.new_zeros(qb.shape[0], heads, dv))
-            lses.append(torch.full((heads, qb.shape[0]), math.inf, dtype=lse_dtype))
-            continue
-        slopes = None
-        if alibi_slopes is not None:
-            slopes = alibi_slopes if alibi_slopes.dim() == 1 else alibi_slopes[b]
-        out, lse = _attend(qb, kb, vb, slopes, options)
-        outs.append(out)
-        lses.append(lse)
-    out = torch.cat(outs, dim=0)
-    if not return_attn_probs:
-        return out
-    return out, torch.cat(lses, dim=1), None
+    options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[1], dropout_p)
+    options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64).numpy(), cu_seqlens_k=cu_seqlens_k.to(torch.int64).numpy())
+    out, lse = _attend(q, k, v, options)
+    return (out, lse, None) if return_attn_probs else out

@@ -6,9 +6,8 @@ attnscale.bfloat16. The forward keeps each row's log-sum-exp (float32 for bfloat
 backward recomputes the probabilities from q, k, v and it.
 
 A float mask that requires grad is an additive bias b: s = q k^T * scale + b, so its gradient is
-the score gradient dS = P o (dP - D), with dP = dout v^T and D_i = sum_j P_ij dP_ij = dout_i . out_i
-(the softmax's backward). It has the mask's size, B Hq Nq Nkv before the sums over the mask's
-broadcast dimensions, and is computed from P, which the forward kernel returns on request.
+the score gradient dS = P o (dP - D), which the backward kernel returns on request (dbias). It has
+the mask's size, B Hq Nq Nkv before autograd sums it over the mask's broadcast dimensions.
 """
 import functools
 
@@ -76,12 +75,15 @@ def once_differentiable(backward):
 
 
 class Attention(torch.autograd.Function):
-    """softmax(q k^T * scale + mask) v with gradients for q, k and v (see attnscale.torch.attention)."""
+    """softmax(q k^T * scale + mask) v with gradients for q, k, v, a float mask and sinks (a logit per
+    head that joins every row's softmax without a value; see attnscale.torch.attention)."""
 
     @staticmethod
-    def forward(ctx, q, k, v, mask, forward_options, options):
-        # mask: a constant, a tensor or a numpy array (attnscale.torch_flash's strided ALiBi bias).
-        mask_np = mask if mask is None or isinstance(mask, np.ndarray) else to_numpy("mask", mask)
+    def forward(ctx, q, k, v, mask, forward_options, options, sinks=None):
+        mask_np = None if mask is None else to_numpy("mask", mask)
+        if sinks is not None:
+            options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64)))
+            forward_options = dict(forward_options, sinks=options["sinks"])
         out, lse = _attnscale.attention(
             to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), mask=mask_np, return_lse=True, **forward_options
         )
@@ -89,6 +91,7 @@ class Attention(torch.autograd.Function):
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.mask = mask_np
         ctx.mask_dtype = None if mask is None else mask.dtype
+        ctx.sinks_dtype = None if sinks is None else sinks.dtype
         ctx.options = options
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -98,7 +101,8 @@ class Attention(torch.autograd.Function):
     def backward(ctx, dout, _dlse):
         # _dlse is always zero: lse is marked non-differentiable.
         q, k, v, out, lse = ctx.saved_tensors
-        dq, dk, dv = _attnscale.attention_backward(
+        need = ctx.needs_input_grad + (False,) * (7 - len(ctx.needs_input_grad))  # sinks: optional
+        grads = _attnscale.attention_backward(
             to_numpy("q", q),
             to_numpy("k", k),
             to_numpy("v", v),
@@ -106,35 +110,35 @@ class Attention(torch.autograd.Function):
             lse.numpy(),
             to_numpy("dout", dout.to(out.dtype)),
             mask=ctx.mask,
+            return_dsinks=need[6],
+            return_dbias=need[3],
             **ctx.options,
         )
-        need = ctx.needs_input_grad
-        dmask = _mask_gradient(ctx, q, k, v, out, dout) if need[3] else None
-        return (
+        dq, dk, dv, *extra = grads  # then dsinks, then dbias, each when asked for
+        dsinks = from_numpy(extra.pop(0)).to(ctx.sinks_dtype) if need[6] else None
+        dmask = from_numpy(extra.pop(0)).to(ctx.mask_dtype) if need[3] else None
+        result = (
             from_numpy(dq) if need[0] else None,
             from_numpy(dk) if need[1] else None,
             from_numpy(dv) if need[2] else None,
             dmask,
             None,
             None,
+            dsinks,
         )
+        return result[: len(ctx.needs_input_grad)]
 
 
-def _mask_gradient(ctx, q, k, v, out, dout):
-    """dS = P o (dP - D) (see the module's notes), in the mask's dtype and shape."""
-    _, probs = _attnscale.attention(
-        to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), mask=ctx.mask, return_probs=True, **ctx.options
-    )
-    p = torch.from_numpy(probs)  # float64 for float64 inputs, else float32
-    group = q.shape[-3] // v.shape[-3] if v.dim() >= 3 else 1
-    vv = v.to(p.dtype).repeat_interleave(group, dim=-3) if group > 1 else v.to(p.dtype)
-    do = dout.to(p.dtype)
-    dp = do @ vv.transpose(-1, -2)
-    d = (do * out.to(p.dtype)).sum(-1, keepdim=True)
-    return (p * (dp - d)).to(ctx.mask_dtype)
+def dropout_keywords(p):
+    """The kernels' dropout keywords for probability p: a seed from torch's default generator, so
+    torch.manual_seed fixes the mask (the backward regenerates it from the same seed)."""
+    if p == 0:
+        return {}
+    seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
+    return dict(dropout_p=float(p), dropout_seed=seed)
 
 
-def attend(q, k, v, mask, forward_options, options, gqa=True):
+def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None):
     """(out, lse) of attention over tensors of PyTorch's shapes (attnscale.broadcast folds them).
 
     An empty key set (or no query) is PyTorch's math on the empty operands: out 0, lse -inf.
@@ -152,5 +156,8 @@ def attend(q, k, v, mask, forward_options, options, gqa=True):
         return out.reshape(lay.out), torch.full(lay.lse, -math.inf, dtype=stats)
     q4, k4, v4 = (broadcast.fold(t, s, lay.batch, torch.Tensor.expand) for t, s in ((q, lay.q), (k, lay.k), (v, lay.v)))
     m4 = None if mask is None else broadcast.fold(mask, lay.mask, lay.batch, torch.Tensor.expand)
-    out, lse = Attention.apply(q4, k4, v4, m4, forward_options, options)
+    if sinks is not None and (not isinstance(sinks, torch.Tensor) or sinks.shape != (lay.hq,)):
+        got = list(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+        raise ValueError(f"sinks: expected a tensor of shape ({lay.hq},), one logit per query head, got {got}")
+    out, lse = Attention.apply(q4, k4, v4, m4, forward_options, options, sinks)
     return out.reshape(lay.out), lse.reshape(lay.lse)

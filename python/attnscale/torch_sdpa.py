@@ -16,7 +16,7 @@ gets its gradient, dS, summed over its broadcast dimensions by autograd.
 """
 import torch
 
-from .torch_function import attend
+from .torch_function import attend, dropout_keywords
 
 
 def scaled_dot_product_attention(
@@ -32,7 +32,10 @@ def scaled_dot_product_attention(
     attn_mask: None, bool (True = take part) or float (added to the scaled scores), broadcasting
     to [..., Hq, L, S] (a [B, 1, 1, S] padding mask is read with stride 0, not copied).
     is_causal: query i sees keys j <= i (top-left diagonal); not together with attn_mask.
-    scale: None (1/sqrt(E)) or a number. dropout_p must be 0.
+    scale: None (1/sqrt(E)) or a number. dropout_p: as PyTorch's function, dropout is applied
+    whenever dropout_p > 0 (pass 0.0 in evaluation), kept probabilities scaled by 1/(1 - p); the
+    mask comes from torch's default generator (torch.manual_seed fixes it) and the backward
+    regenerates it instead of storing it.
 
     Returns [..., Hq, L, Ev] in query's dtype. Where PyTorch's math would divide 0 by 0 (every key
     of a row masked), the row is 0, as in PyTorch's fused kernels; an empty key set (S = 0) gives 0.
@@ -45,8 +48,6 @@ def scaled_dot_product_attention(
         >>> out.sum().backward(); out.shape
         torch.Size([2, 8, 10, 16])
     """
-    if dropout_p != 0.0:
-        raise ValueError(f"dropout_p: only 0.0 is supported, got {dropout_p}")
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask: must be None when is_causal=True (as in PyTorch)")
     mask = attn_mask
@@ -55,7 +56,7 @@ def scaled_dot_product_attention(
             mask = torch.as_tensor(mask)
         if mask.dtype in (torch.bfloat16, torch.float16):
             mask = mask.float()  # the kernels read float32/float64 masks; a copy of the mask as given
-    options = dict(scale=None if scale is None else float(scale), causal=bool(is_causal))
+    options = dict(scale=None if scale is None else float(scale), causal=bool(is_causal), **dropout_keywords(dropout_p))
     try:
         out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa)
     except ValueError as e:

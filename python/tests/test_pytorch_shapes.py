@@ -75,3 +75,18 @@ def test_an_empty_key_set_gives_zero_and_minus_infinity(rng):
     assert attnscale.attention(q[:, :, :0], q, q).shape == (2, 3, 0, 4)
     with pytest.raises(TypeError, match=r"^attention\(\) got an unexpected keyword argument 'casual'"):
         attnscale.attention(q, kv, kv, casual=True)
+
+
+def test_dbias_of_a_broadcast_mask_has_q_s_leading_shape(rng):
+    q, k = rng.standard_normal((2, 3, 2, 5, 4)), rng.standard_normal((3, 1, 7, 4))
+    bias = rng.standard_normal((2, 1, 1, 1, 7))
+    out, lse = attnscale.attention(q, k, k, mask=bias, return_lse=True)
+    dout = rng.standard_normal(out.shape)
+    dq, dk, dv, dbias = attnscale.attention_backward(q, k, k, out, lse, dout, mask=bias, return_dbias=True)
+    assert dbias.shape == (2, 3, 2, 5, 7)
+    tq, tk, tb = (torch.from_numpy(x).requires_grad_() for x in (q, k, bias))
+    (torch_reference.sdpa(tq, tk, tk, attn_mask=tb) * torch.from_numpy(dout)).sum().backward()
+    np.testing.assert_allclose(dbias.sum(axis=(1, 2, 3), keepdims=True), tb.grad.numpy(), rtol=1e-9, atol=1e-12)
+    empty = attnscale.attention_backward(q, k[..., :0, :], k[..., :0, :], out, lse, dout, mask=bias[..., :0],
+                                         return_dbias=True)
+    assert empty[3].shape == (2, 3, 2, 5, 0)

@@ -28,6 +28,8 @@ CASES = [
     (2, 9, 11, 4, 4, 8, 8, dict(window_size=(4, -1), causal=True)),
     (2, 5, 19, 4, 2, 8, 8, dict(alibi_slopes="per-head")),
     (3, 11, 11, 2, 1, 4, 4, dict(alibi_slopes="per-batch", causal=True)),
+    (2, 6, 9, 4, 2, 8, 8, dict(softcap=0.8, softmax_scale=1.0)),
+    (1, 10, 10, 2, 2, 8, 3, dict(softcap=2.0, alibi_slopes="per-head", window_size=(3, 3))),
 ]
 
 
@@ -137,3 +139,35 @@ def test_errors(gen):
     assert at.flash_attn_func(qb, kb, vb, deterministic=True).shape == qb.shape
     empty_rows = at.flash_attn_func(qb[:, :4], kb[:, :2], vb[:, :2], causal=True, return_attn_probs=True)[1]
     assert (empty_rows[..., :2] == math.inf).all() and torch.isfinite(empty_rows[..., 2:]).all()
+
+
+def test_dropout_is_a_pure_function_of_the_seed_and_unbiased(gen):
+    q, k, v = operands(gen, (1, 5, 7, 2, 1, 4, 4, {}), grad=True)
+    torch.manual_seed(3)
+    a = at.flash_attn_func(q, k, v, dropout_p=0.4, causal=True)
+    torch.manual_seed(3)
+    assert torch.equal(a, at.flash_attn_func(q, k, v, dropout_p=0.4, causal=True))
+    assert not torch.equal(a, at.flash_attn_func(q, k, v, dropout_p=0.4, causal=True))
+    # E[dropout(P) / (1 - p)] = P: the mean over 2000 seeds approaches the output without dropout.
+    torch.manual_seed(0)
+    mean = sum(at.flash_attn_func(q, k, v, dropout_p=0.4, causal=True) for _ in range(2000)) / 2000
+    torch.testing.assert_close(mean, at.flash_attn_func(q, k, v, causal=True), rtol=0, atol=0.12)
+
+
+def reseeded(f, seed=7):
+    """f with torch's generator reset before each call: the same dropout mask every time."""
+
+    def call(*args):
+        torch.manual_seed(seed)
+        return f(*args)
+
+    return call
+
+
+def test_gradcheck_with_dropout_and_softcap(gen):
+    q, k, v = operands(gen, (2, 4, 5, 2, 1, 3, 2, {}), grad=True)
+    f = reseeded(lambda q, k, v: at.flash_attn_func(q, k, v, dropout_p=0.3, softcap=1.5, causal=True))
+    assert torch.autograd.gradcheck(f, (q, k, v))
+    q, k, v, cq, ck = varlen_operands(gen, [2, 3], [3, 2], h=2, hkv=1, d=3, grad=True)
+    g = reseeded(lambda q, k, v: at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3, dropout_p=0.25, softcap=2.0))
+    assert torch.autograd.gradcheck(g, (q, k, v))

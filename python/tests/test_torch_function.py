@@ -109,3 +109,18 @@ def test_bf16_forward_with_native_backward(gen):
     torch.testing.assert_close(out, want, rtol=0, atol=5e-2)
     out.sum().backward()
     assert q.grad is not None and torch.isfinite(q.grad).all()
+
+
+def test_sinks_and_their_gradient(gen):
+    # A sink joins every row's softmax without a value: softmax over [scores, sink], sink column dropped.
+    q, k, v = leaves(gen, (2, 4, 5, 3), (2, 2, 6, 3), (2, 2, 6, 2))
+    sinks = torch.randn(4, dtype=torch.float64, generator=gen, requires_grad=True)
+    f = lambda q, k, v, sinks: at.attention(q, k, v, causal=True, sinks=sinks)
+    assert torch.autograd.gradcheck(f, (q, k, v, sinks))
+    kk, vv = k.repeat_interleave(2, 1), v.repeat_interleave(2, 1)
+    scores = (q @ kk.transpose(-1, -2) / 3**0.5).masked_fill(~torch.ones(5, 6, dtype=torch.bool).tril(), float("-inf"))
+    column = sinks[None, :, None, None].expand(2, 4, 5, 1)
+    want = torch.softmax(torch.cat([scores, column], -1), -1)[..., :-1] @ vv
+    torch.testing.assert_close(f(q, k, v, sinks), want)
+    with pytest.raises(ValueError, match=r"^sinks: expected a tensor of shape \(4,\)"):
+        at.attention(q, k, v, sinks=torch.zeros(2, dtype=torch.float64))

@@ -209,3 +209,18 @@ def test_gradient_with_respect_to_a_float_mask_in_float32_and_bfloat16(gen):
         ref = torch_reference.sdpa(q.detach(), k.detach(), v.detach(), attn_mask=b64)
         (want,) = torch.autograd.grad(ref.square().sum(), b64)
         assert (dbias.double() - want).abs().max() <= tol * want.abs().max()
+
+
+def test_dropout_follows_torch_manual_seed_and_has_gradients(gen):
+    q, k, v = randn(gen, 2, 2, 4, 3, grad=True), randn(gen, 2, 2, 6, 3, grad=True), randn(gen, 2, 2, 6, 2, grad=True)
+    bias = randn(gen, 1, 2, 4, 6, grad=True)
+
+    def f(q, k, v, bias):
+        torch.manual_seed(11)  # the same dropout mask on every call
+        return sdpa(q, k, v, attn_mask=bias, dropout_p=0.35)
+
+    assert torch.equal(f(q, k, v, bias), f(q, k, v, bias))
+    assert torch.autograd.gradcheck(f, (q, k, v, bias))
+    torch.manual_seed(0)
+    mean = sum(sdpa(q, k, v, attn_mask=bias, dropout_p=0.35) for _ in range(2000)) / 2000
+    torch.testing.assert_close(mean, sdpa(q, k, v, attn_mask=bias), rtol=0, atol=0.15)

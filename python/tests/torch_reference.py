@@ -99,11 +99,12 @@ def sdpa(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_
     return torch.nan_to_num(p, nan=0.0) @ value
 
 
-def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi_slopes=None):
+def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi_slopes=None, softcap=0.0):
     """FlashAttention's documented semantics in float64, [B, N, H, d] layout: (out, lse).
 
-    Diagonal bottom-right (query i at key i + Nkv - Nq); window (left, right), -1 unbounded; ALiBi
-    adds -slope * |i + Nkv - Nq - j|. A row with no visible key gives out 0 and lse +inf.
+    Diagonal bottom-right (query i at key i + Nkv - Nq); window (left, right), -1 unbounded;
+    softcap c > 0 caps the scaled scores to c tanh(s / c), then ALiBi adds -slope * |i + Nkv - Nq - j|.
+    A row with no visible key gives out 0 and lse +inf.
     """
     q, k, v = (t.to(torch.float64).transpose(1, 2) for t in (q, k, v))  # [B, H, N, d]
     group = q.shape[1] // k.shape[1]
@@ -111,6 +112,8 @@ def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi
     nq, nkv = q.shape[2], k.shape[2]
     scale = 1 / math.sqrt(q.shape[-1]) if softmax_scale is None else softmax_scale
     scores = q @ k.transpose(-1, -2) * scale
+    if softcap > 0:
+        scores = softcap * torch.tanh(scores / softcap)
     i = torch.arange(nq)[:, None] + nkv - nq
     j = torch.arange(nkv)[None, :]
     left, right = window_size

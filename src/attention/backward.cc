@@ -1,6 +1,6 @@
 // backward(): gradients by recomputation from q, k, v, out, lse and dO, as FlashAttention-2 does.
 //
-// Forward (per row i):  t_ij = log2(e)·(s·q_i·k_j + bias_ij);  P_ij = 2^(t_ij − log2(e)·lse_i);
+// Forward (per row i):  t_ij = s·q_i·k_j + bias_ij;  P_ij = e^(t_ij − lse_i);
 //                       o_i = Σ_j P_ij v_j.
 // Backward:  dV_j = Σ_i P_ij dO_i;  dP_ij = dO_i·v_j;  D_i = Σ_j P_ij dP_ij = dO_i·o_i;
 //            dS_ij = s·P_ij (dP_ij − D_i);  dQ_i = Σ_j dS_ij k_j;  dK_j = Σ_i dS_ij q_i.
@@ -21,6 +21,7 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -39,21 +40,20 @@ template <class T>
 struct BackwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of the transposed (query-column) tiles
   static constexpr std::int64_t ldr = kBc;  // columns of the row-layout (key-column) tiles
-  Buffer<T> qt, dot, qr, dor, st, dpt, dcap, kp, vp, kt, vt, lse2, D, one, dk_acc, dv_acc, dq_acc;
+  Buffer<T> qt, dot, qr, dor, st, dpt, dcap, kp, vp, vt, lse, D, mul, dk_acc, dv_acc, dq_acc;
   explicit BackwardScratch(const Params& p)
       : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr), dcap(kBc * kBr),
-        kp(kBc * p.dk), vp(kBc * p.dv), kt(p.dk * ldr), vt(p.dv * ldr), lse2(ld), D(ld), one(ld),
-        dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {
-    one.fill(T(1));
-  }
+        kp(kBc * p.dk), vp(kBc * p.dv), vt(p.dv * ldr), lse(ld), D(ld), mul(ld),
+        dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {}
 };
 
-// What every tile needs from a query row, computed once per backward: lse in base 2 (+inf for a
-// fully masked row, lse = -inf, so that 2^(t − lse2) = 0 for every score, where subtracting -inf
-// would give 2^(+inf) or NaN) and D_i = dO_i·o_i. Row (b, h, i) is at (b·Hq + h)·Nq + i.
+// What every tile needs from a query row, computed once per backward: lse (+inf for a fully
+// masked row, lse = -inf, so that e^(t − lse) = 0 for every score, where subtracting -inf would
+// give e^(+inf) or NaN), D_i = dO_i·o_i, and the factor 1/σ_i that makes the row's
+// recomputed P sum to 1 (see normalisers()). Row (b, h, i) is at (b·Hq + h)·Nq + i.
 template <class T>
 struct RowStats {
-  std::vector<T> lse2, D;
+  std::vector<T> lse, D, mul;
   std::vector<char> finite;  // q_i and dO_i hold only finite values
   std::int64_t at(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i) const {
     return (b * p.Hq + h) * p.Nq + i;
@@ -62,15 +62,16 @@ struct RowStats {
 template <class T>
 RowStats<T> row_stats(const BackwardParams& p, int threads) {
   RowStats<T> st;
-  st.lse2.resize(p.B * p.Hq * p.Nq);
+  st.lse.resize(p.B * p.Hq * p.Nq);
   st.D.resize(p.B * p.Hq * p.Nq);
+  st.mul.assign(p.B * p.Hq * p.Nq, T(1));
   st.finite.resize(p.B * p.Hq * p.Nq);
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
       for (std::int64_t i = 0; i < p.Nq; ++i) {
         const double lse = value<double>(p.lse, b, h, i, 0);
-        st.lse2[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse * kLog2e);
+        st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
         // In float64: one chain of dv products, whose float32 error would grow with dv (4096 at the
         // edge) and enter every dS of the row.
         double d = 0;
@@ -105,6 +106,78 @@ void pack_keys_transposed(const TensorView& t, std::int64_t b, std::int64_t h, s
     for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + j] = value<T>(t, b, h, j0 + j, c) * f;
 }
 
+// s·Kᵀ of every (batch, KV head), packed once per backward in key blocks of kBc: block kb
+// of (b, kh) is Kt[c][j] (kBc columns, zero past the last key). Every score tile of the backward
+// reads its keys here, so a (query, key) pair gets the same score bits in every pass and in both
+// layouts (the row layout's fma(q_c, k'_c, acc) is the transposed layout's fma(k'_c, q_c, acc)).
+template <class T>
+struct PackedKeys {
+  std::int64_t Hkv, nkb, dk;
+  Buffer<T> data;
+  const T* at(std::int64_t b, std::int64_t kh, std::int64_t kb) const {
+    return data.get() + ((b * Hkv + kh) * nkb + kb) * dk * kBc;
+  }
+};
+template <class T>
+PackedKeys<T> pack_keys(const BackwardParams& p, std::int64_t nkb, int threads) {
+  PackedKeys<T> kt{p.Hkv, nkb, p.dk, Buffer<T>(p.B * p.Hkv * nkb * p.dk * kBc)};
+  parallel_for(p.B * p.Hkv * nkb, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    for (std::int64_t item = t0; item < t1; ++item) {
+      const std::int64_t kb = item % nkb, head = item / nkb, j0 = kb * kBc;
+      pack_keys_transposed<T>(p.k, head / p.Hkv, head % p.Hkv, j0, std::min(kBc, p.Nkv - j0), p.dk,
+                              p.scale, const_cast<T*>(kt.at(head / p.Hkv, head % p.Hkv, kb)), kBc);
+    }
+  });
+  return kt;
+}
+
+// The backward's score tile in row layout, S[r][j − j0] = t(s·q_r·k_j) + bias for the block's
+// rows (Q read in place) against key block Kt (keys from j0), t the score transforms (soft-cap,
+// ALiBi; their factor for dS in dcap when given), masked pairs -inf: the one place where the
+// backward post-processes its row-layout scores, for the normaliser pass and the gradient pass
+// alike.
+template <class T>
+void scores_rows(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
+                 const T* Q, std::int64_t ldq, const T* Kt, T* S, T* dcap = nullptr) {
+  Ops<T>::gemm(rb.n, round_up(j1 - j0, simd::kColumnPad), p.dk, Q, ldq, 1, Kt, kBc, S, kBc, simd::kOverwrite);
+  if (p.transforms_scores()) transform_scores(p, rb, j0, j1 - j0, S, kBc, 1, dcap);
+  if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, kBc);
+}
+
+// Row normalisers from the backward's own scores. Derivation: the stored lse is the forward's
+// log-normaliser rounded to float32 (an error of u/2·|lse| with u = 2^-24, and |lse| is at least
+// ln Nkv, far more for unscaled logits), and the forward rounds its scores differently; so
+// P = e^(t − lse) sums over a row to 1 + ε with |ε| ~ u·|lse|, an error that scales every P of
+// the row alike, the largest ones too. A plain float32 implementation normalises its own P and
+// has no such term (its dV error was 2-9x smaller at d_k = 64..4096 with unscaled logits). With
+// σ_i = Σ_j e^(t_ij − lse_i) summed in float64 over the same t bits the gradient pass computes,
+// P = e^(t − lse)/σ sums to 1 up to the rounding of its terms. The cost is one more score product
+// per tile (6 instead of 5). An attention sink, a term of the normaliser beyond the keys, joins
+// σ as e^(sink − lse). Not needed for float64 (its lse rounds at 1e-16), nor possible when lse counts
+// keys not passed (Options::lse_covers_keys = false: a shard of the keys, σ < 1 by design).
+template <class T>
+void normalisers(const BackwardParams& p, const PackedKeys<T>& kt, std::int64_t b, std::int64_t h, std::int64_t i0,
+                 std::int64_t i1, RowStats<T>& stats, BackwardScratch<T>& s) {
+  const RowBlock rb = rows_of(p, b, h, i0, i1);
+  const std::int64_t row = stats.at(p, b, h, i0);
+  const Operand q = rows_operand<T>(p.q, b, h, i0, rb.n, p.dk, s.qr.get());
+  double sigma[kBr] = {};
+  for (std::int64_t j0 = rb.lo_min / kBc * kBc; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
+    const std::int64_t j1 = std::min(p.Nkv, j0 + kBc), nk = j1 - j0;  // the gradient pass's key blocks
+    const TileKind kind = classify(p, rb, j0, j1);
+    if (kind == TileKind::skip) continue;
+    scores_rows(p, rb, j0, j1, kind, static_cast<const T*>(q.ptr), q.ld, kt.at(b, rb.kh, j0 / kBc), s.st.get());
+    Ops<T>::exp2_rows(s.st.get(), kBc, rb.n, round_up(nk, simd::kColumnPad), stats.lse.data() + row);
+    for (std::int64_t r = 0; r < rb.n; ++r)
+      for (std::int64_t j = 0; j < nk; ++j) sigma[r] += s.st[r * kBc + j];
+  }
+  const double sink = sink_logit(p, h);
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    if (sink != -INFINITY) sigma[r] += std::exp(sink - static_cast<double>(stats.lse[row + r]));
+    stats.mul[row + r] = sigma[r] > 0 ? static_cast<T>(1 / sigma[r]) : T(1);
+  }
+}
+
 template <class T>
 void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t n,
                 std::int64_t d, const T* x) {
@@ -126,18 +199,16 @@ void write_bias_grad(const BackwardParams& p, const RowBlock& rb, std::int64_t j
 }
 
 // The one place where the backward forms a tile's P and dS, in row layout S[query][key] (ld
-// kBc), for the block's rows read in place (Q, dO) against the key block packed in s.kt, s.vt:
-//   S = Q·(s·log2e·Kᵀ) (+ mask), P = 2^(S − lse2) in s.st, dP = dO·Vᵀ, dS = s·P∘(dP − D) in s.dpt.
+// kBc), for the block's rows read in place (Q, dO) against key block Kt and the block's Vᵀ in s.vt:
+//   S = scores_rows(), P = e^(S − lse)/σ in s.st, dP = dO·Vᵀ, dS = s·P∘(dP − D) in s.dpt.
 template <class T>
 void p_and_ds_rows(const BackwardParams& p, const RowStats<T>& stats, const RowBlock& rb, std::int64_t j0,
-                   std::int64_t j1, TileKind kind, bool guarded, const T* Q, std::int64_t ldq, const T* dO,
-                   std::int64_t lddo, BackwardScratch<T>& s) {
+                   std::int64_t j1, TileKind kind, bool guarded, const T* Q, std::int64_t ldq, const T* Kt,
+                   const T* dO, std::int64_t lddo, BackwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0, cols = round_up(nk, simd::kColumnPad), ld = s.ldr, n = rb.n;
   const std::int64_t row = stats.at(p, rb.b, rb.h[0], rb.i[0]);
-  Ops<T>::gemm(n, cols, p.dk, Q, ldq, 1, s.kt.get(), ld, s.st.get(), ld, simd::kOverwrite);
-  if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), ld, 1, s.dcap.get());
-  if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.st.get(), ld);
-  Ops<T>::exp2_rows(s.st.get(), ld, n, cols, stats.lse2.data() + row);
+  scores_rows(p, rb, j0, j1, kind, Q, ldq, Kt, s.st.get(), s.dcap.get());
+  Ops<T>::exp2_rows(s.st.get(), ld, n, cols, stats.lse.data() + row, stats.mul.data() + row);
   Ops<T>::gemm(n, cols, p.dv, dO, lddo, 1, s.vt.get(), ld, s.dpt.get(), ld, simd::kOverwrite);
   if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), ld, 1);  // dP = Z∘(dO·Vᵀ)/(1 − p)
   // With dbias wanted, dS = P∘(dP − D) comes unscaled first: it is the gradient of the additive mask.
@@ -162,18 +233,18 @@ struct DqPartial {
 };
 
 // Key blocks [kb0, kb1) of (b, kh), in order: dK and dV of each block, and (unless dq.dq is null)
-// its dS·K added to the dQ partial. Tiles in row layout, S[query][key]: the key block's Kᵀ (times
-// s·log2 e) and Vᵀ are packed once, and every query block's Q and dO rows are read in place, so
-// the loop over query blocks packs nothing.
+// its dS·K added to the dQ partial. Tiles in row layout, S[query][key]: the key block's s·Kᵀ
+// comes packed, its Vᵀ is packed once here, and every query block's Q and dO rows are read in
+// place, so the loop over query blocks packs nothing.
 template <class T>
-void key_blocks(const BackwardParams& p, const RowStats<T>& stats, std::int64_t b, std::int64_t kh,
-                std::int64_t kb0, std::int64_t kb1, DqPartial<T> dq, BackwardScratch<T>& s) {
+void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedKeys<T>& kts, std::int64_t b,
+                std::int64_t kh, std::int64_t kb0, std::int64_t kb1, DqPartial<T> dq, BackwardScratch<T>& s) {
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t j0 = kb * kBc, j1 = std::min(p.Nkv, j0 + kBc), nk = j1 - j0, ld = s.ldr;
-    pack_keys_transposed<T>(p.k, b, kh, j0, nk, p.dk, p.scale_log2e, s.kt.get(), ld);
+    const T* Kt = kts.at(b, kh, kb);
     pack_keys_transposed<T>(p.v, b, kh, j0, nk, p.dv, 1.0, s.vt.get(), ld);
     const Operand kr = dq.dq ? rows_operand<T>(p.k, b, kh, j0, nk, p.dk, s.kp.get()) : Operand{nullptr, 0};
-    const bool keys_finite = all_finite(s.kt.get(), ld, p.dk, nk) && all_finite(s.vt.get(), ld, p.dv, nk);
+    const bool keys_finite = all_finite(Kt, kBc, p.dk, nk) && all_finite(s.vt.get(), ld, p.dv, nk);
     s.dk_acc.fill(T(0));
     s.dv_acc.fill(T(0));
     for (std::int64_t h = kh * p.group(); h < (kh + 1) * p.group(); ++h)
@@ -195,7 +266,7 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, std::int64_t 
         const bool rows_finite =
             std::all_of(stats.finite.begin() + row, stats.finite.begin() + row + n, [](char f) { return f != 0; });
         const bool guarded = kind == TileKind::partial && !(keys_finite && rows_finite);
-        p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, dOr, dO.ld, s);
+        p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, Kt, dOr, dO.ld, s);
         const T* K = static_cast<const T*>(kr.ptr);
         if (guarded && !rows_finite) {
           visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, s.dv_acc.get(), p.dv, false);
@@ -215,31 +286,32 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, std::int64_t 
   }
 }
 
-// Pass 2: dQ of rows [i0, i1) of (b, h). Tiles transposed, St[key][query]: the block's Qᵀ (times
-// s·log2 e) and dOᵀ are packed once and K, V are read in place:
-//   St = K·Qᵀ, Pt = 2^(St − lse2), dPt = V·dOᵀ, dSt = s·Pt∘(dPt − D);  dQ += dS·K.
+// Pass 2 of the two-pass backward: dQ of rows [i0, i1) of (b, h). Tiles transposed,
+// St[key][query]: the block's Qᵀ and dOᵀ are packed once, the scaled keys come from the packed
+// key blocks (read down their columns: the same score bits as the row layout), V is read in place:
+//   St = (s·K)·Qᵀ, Pt = e^(St − lse)/σ, dPt = V·dOᵀ, dSt = s·Pt∘(dPt − D);  dQ += dS·K.
 template <class T>
-void query_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t b, std::int64_t h,
-                 std::int64_t i0, std::int64_t i1, BackwardScratch<T>& s) {
+void query_block(const BackwardParams& p, const RowStats<T>& stats, const PackedKeys<T>& kts, std::int64_t b,
+                 std::int64_t h, std::int64_t i0, std::int64_t i1, BackwardScratch<T>& s) {
   const RowBlock rb = rows_of(p, b, h, i0, i1);
-  pack_transposed<T>(p.q, rb, p.dk, p.scale_log2e, s.qt.get(), s.ld);
+  pack_transposed<T>(p.q, rb, p.dk, 1.0, s.qt.get(), s.ld);
   pack_transposed<T>(p.dO, rb, p.dv, 1.0, s.dot.get(), s.ld);
   const std::int64_t row = stats.at(p, b, h, i0);
   for (std::int64_t r = 0; r < s.ld; ++r) {  // padding columns: P = 0
-    s.lse2[r] = r < rb.n ? stats.lse2[row + r] : std::numeric_limits<T>::infinity();
+    s.lse[r] = r < rb.n ? stats.lse[row + r] : std::numeric_limits<T>::infinity();
     s.D[r] = r < rb.n ? stats.D[row + r] : T(0);
+    s.mul[r] = r < rb.n ? stats.mul[row + r] : T(0);
   }
   s.dq_acc.fill(T(0));
-  for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
-    const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
+  for (std::int64_t j0 = rb.lo_min / kBc * kBc; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
+    const std::int64_t j1 = std::min(j0 + kBc, p.Nkv), nk = j1 - j0;  // the packed key blocks
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
-    const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
-    Ops<T>::gemm(nk, s.ld, p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+    Ops<T>::gemm(nk, s.ld, p.dk, kts.at(b, rb.kh, j0 / kBc), 1, kBc, s.qt.get(), s.ld, s.st.get(), s.ld,
                  simd::kOverwrite);
     if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, s.ld, s.dcap.get());
     if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
-    Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.lse2.get(), s.one.get());
+    Ops<T>::exp2_columns(s.st.get(), s.ld, nk, s.ld, s.lse.get(), s.mul.get());
     const StridedOperand v = strided_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     Ops<T>::gemm(nk, s.ld, p.dv, static_cast<const T*>(v.ptr), v.rs, v.cs, s.dot.get(), s.ld, s.dpt.get(), s.ld,
                  simd::kOverwrite);
@@ -262,17 +334,18 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, std::int64_t
   write_rows(p.dQ, b, h, i0, rb.n, p.dk, s.dq_acc.get());
 }
 
-// dsink_h = −Σ_{b,i} P_sink·D_i with P_sink = exp(sink_h − lse_i) = 2^(sink2_h − lse2_i): the sink
+// dsink_h = −Σ_{b,i} P_sink·D_i with P_sink = e^(sink_h − lse_i)/σ_i (σ: normalisers()): the sink
 // joins the softmax like a key whose value is zero, so its dP is 0 and dS_sink = P_sink·(0 − D).
 template <class T>
 void write_sink_grads(const BackwardParams& p, const RowStats<T>& stats) {
   for (std::int64_t h = 0; h < p.Hq; ++h) {
-    const double s2 = sink2(p, h);
+    const double sink = sink_logit(p, h);
     double g = 0;
     for (std::int64_t b = 0; b < p.B; ++b)
       for (std::int64_t i = 0; i < p.Nq; ++i) {
         const std::int64_t row = stats.at(p, b, h, i);
-        g -= std::exp2(s2 - static_cast<double>(stats.lse2[row])) * static_cast<double>(stats.D[row]);
+        g -= std::exp(sink - static_cast<double>(stats.lse[row])) * static_cast<double>(stats.mul[row]) *
+             static_cast<double>(stats.D[row]);
       }
     store(p.dSinks, element1(p.dSinks, h), g);
   }
@@ -291,8 +364,7 @@ void backward_all(const BackwardParams& p) {
   const bool one_pass = groups == 1 || groups * dq_size * std::int64_t(sizeof(T)) <= max_partial_bytes;
   const std::int64_t key_items = heads * (one_pass ? groups : nkb), query_items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, std::max(key_items, query_items));
-  const RowStats<T> stats = row_stats<T>(p, threads);
-  if (!p.dSinks.empty()) write_sink_grads(p, stats);
+  RowStats<T> stats = row_stats<T>(p, threads);
   if (!p.dBias.empty())  // the key tasks write every pair a tile reaches; the others are 0
     parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
       for (std::int64_t bh = t0; bh < t1; ++bh)
@@ -301,16 +373,26 @@ void backward_all(const BackwardParams& p) {
     });
   PerThread<BackwardScratch<T>> scratch(threads);
   auto scratch_of = [&](int t) -> BackwardScratch<T>& { return scratch.get(t, p); };
+  const PackedKeys<T> kts = pack_keys<T>(p, nkb, threads);
+  if (std::is_same_v<T, float> && p.lse_covers_keys) {
+    parallel_for(query_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
+      for (std::int64_t item = t0; item < t1; ++item) {
+        const std::int64_t qb = nqb - 1 - item % nqb, head = item / nqb;  // costliest (causal) first
+        normalisers(p, kts, head / p.Hq, head % p.Hq, qb * kBr, std::min(p.Nq, (qb + 1) * kBr), stats, scratch_of(t));
+      }
+    });
+  }
+  if (!p.dSinks.empty()) write_sink_grads(p, stats);
   if (!one_pass) {
     parallel_for(key_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
       for (std::int64_t item = t0; item < t1; ++item)
-        key_blocks(p, stats, item / nkb / p.Hkv, item / nkb % p.Hkv, item % nkb, item % nkb + 1, DqPartial<T>{},
-                   scratch_of(t));
+        key_blocks(p, stats, kts, item / nkb / p.Hkv, item / nkb % p.Hkv, item % nkb, item % nkb + 1,
+                   DqPartial<T>{}, scratch_of(t));
     });
     parallel_for(query_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
       for (std::int64_t item = t0; item < t1; ++item) {
         const std::int64_t qb = nqb - 1 - item % nqb, head = item / nqb;  // costliest (causal) first
-        query_block(p, stats, head / p.Hq, head % p.Hq, qb * kBr, std::min(p.Nq, (qb + 1) * kBr), scratch_of(t));
+        query_block(p, stats, kts, head / p.Hq, head % p.Hq, qb * kBr, std::min(p.Nq, (qb + 1) * kBr), scratch_of(t));
       }
     });
     return;
@@ -322,7 +404,7 @@ void backward_all(const BackwardParams& p) {
   parallel_for(key_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
     for (std::int64_t item = t0; item < t1; ++item) {
       const std::int64_t g = item % groups, head = item / groups;  // under a causal mask, early keys cost most
-      key_blocks(p, stats, head / p.Hkv, head % p.Hkv, g * per, std::min(nkb, (g + 1) * per),
+      key_blocks(p, stats, kts, head / p.Hkv, head % p.Hkv, g * per, std::min(nkb, (g + 1) * per),
                  DqPartial<T>{partials.get() + g * dq_size}, scratch_of(t));
     }
   });

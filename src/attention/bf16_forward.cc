@@ -8,7 +8,7 @@
 // zero beyond Nkv (one tile more than needed: a tile that starts off the grid of kBc may read
 // up to 32 keys past Nkv) and beyond dk, so every query block and key tile reads them in place. Per block:
 // Qb = Q rows [kBr][dk32] bf16; per key tile, in row layout (one query per row):
-//   S = s·log2(e) · Qb·Kp  (float32),  online softmax along the rows (kernels.h),
+//   S = s · Qb·Kp  (float32),  online softmax along the rows (kernels.h),
 //   Pb = bf16(P) [query][key],  O = alpha·O + Pb·Vp  (float32).
 // The scale is applied to the float32 scores, not folded into Q, so Q is rounded only once.
 // The optional probs recompute S tile by tile with the same GEMM (write_probs below).
@@ -97,7 +97,7 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
     for (std::int64_t c = 0; c < p.dk; ++c) s.qb[r * s.dk32 + c] = bits(p.q, rb.b, rb.h[r], rb.i[r], c);
   const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
   const std::uint16_t* V = kv.v[rb.b * p.Hkv + rb.kh].get();
-  const float scale = static_cast<float>(p.scale_log2e);
+  const float scale = static_cast<float>(p.scale);
   const std::int64_t jb = rb.lo_min, je = rb.hi_max;
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
@@ -141,26 +141,26 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
   }
 }
 
-// The probs output, P = 2^(t − m) / l, from the very scores t that attend() turned into m and l:
+// The probs output, P = e^(t − m) / l, from the very scores t that attend() turned into m and l:
 // the same bf16 GEMM of the same Qb and Kp with the same float32 scale, then the same mask. m is
 // the largest of these t and Exp2 of a non-positive argument is at most 1 (its polynomial is
 // 1 + f·p(f) with f·p(f) ≤ 0), so every entry lies in [0, 1]; l is the float32 sum of the same
-// 2^(t − m), one of which is exactly 2^0 = 1, so 1/l ≤ 1 and the row sums to 1 up to float32
+// e^(t − m), one of which is exactly e^0 = 1, so 1/l ≤ 1 and the row sums to 1 up to float32
 // rounding over Nkv terms. Scores recomputed any other way (e.g. from the unrounded float32 Q,
 // with s folded into Q) differ from these by a rounding error relative to |t|, which for logits
-// of order 1e23 (scale 1e30) is itself astronomically large, and 2^(error) is not a probability.
+// of order 1e23 (scale 1e30) is itself astronomically large, and e^(error) is not a probability.
 void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path path, Scratch& s) {
   ForwardScratch<float>& f = s.f;
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const bool seen = f.l[r] != 0.0f;
-    f.sub[r] = seen ? f.m[r] : INFINITY;  // 2^(t − inf) = 0: a row with no visible key stays 0
+    f.sub[r] = seen ? f.m[r] : INFINITY;  // e^(t − inf) = 0: a row with no visible key stays 0
     f.mul[r] = seen ? 1.0f / f.l[r] : 0.0f;
   }
   const auto set = [&](std::int64_t r, std::int64_t j, float x) { put(p.probs, rb.b, rb.h[r], rb.i[r], j, x); };
   for (std::int64_t r = 0; r < rb.n; ++r)
     for (std::int64_t j = 0; j < p.Nkv; ++j) set(r, j, 0.0f);  // keys no tile reaches
   const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
-  const float scale = static_cast<float>(p.scale_log2e);
+  const float scale = static_cast<float>(p.scale);
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);

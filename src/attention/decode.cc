@@ -86,7 +86,7 @@ void decode_all(const Params& p) {
       std::copy(s.l.get(), s.l.get() + rows, pl.get() + item * rows);
     }
   });
-  // Merge, base 2: M = max_c m_c;  o = Σ_c 2^(m_c − M) o_c;  l = Σ_c 2^(m_c − M) l_c.
+  // Merge: M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c.
   parallel_for(heads, 1, resolve_threads(p.threads, heads), [&](std::int64_t h0, std::int64_t h1, int) {
     std::vector<T> o(rows * p.dv), m(rows), l(rows);
     for (std::int64_t head = h0; head < h1; ++head) {
@@ -101,7 +101,7 @@ void decode_all(const Params& p) {
         for (std::int64_t c = 0; c < chunks; ++c) {
           const std::int64_t slot = (head * chunks + c) * rows + r;
           if (pl[slot] == T(0)) continue;  // a chunk the row saw no key of
-          const T w = std::exp2(pm[slot] - use);
+          const T w = std::exp(pm[slot] - use);
           l[r] += w * pl[slot];
           for (std::int64_t d = 0; d < p.dv; ++d) o[r * p.dv + d] += w * po[slot * p.dv + d];
         }

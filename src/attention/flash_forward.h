@@ -1,10 +1,10 @@
 // The tiled forward with online softmax, for one block of query rows over one range of keys.
 // Used by forward() (all keys at once) and by decode (keys split into chunks, merged by LSE).
 //
-// Per query row, over key tiles of kBc (base-2 scores t_j = s·log2(e)·q·k_j + log2(e)·bias_j):
-//   m' = max(m, max_j t_j);  P_j = 2^(t_j − m');  l' = 2^(m − m')·l + Σ_j P_j;
-//   o' = 2^(m − m')·o + Σ_j P_j v_j
-// and at the end out = o / l, lse = ln 2 · (m + log2 l). The N x N matrix never exists: a thread
+// Per query row, over key tiles of kBc (scores t_j = s·q·k_j + bias_j, natural units):
+//   m' = max(m, max_j t_j);  P_j = e^(t_j − m');  l' = e^(m − m')·l + Σ_j P_j;
+//   o' = e^(m − m')·o + Σ_j P_j v_j
+// and at the end out = o / l, lse = m + ln l (each e^(t − m) as in ExpDiff, kernels-inl.h). The N x N matrix never exists: a thread
 // holds one block's Qᵀ (dk x kBr), one score tile (kBc x kBr), o (kBr x dv) and m, l.
 #pragma once
 #include <algorithm>
@@ -38,7 +38,7 @@ struct ForwardScratch {
 // decode block of one row computes 16 columns, not kBr).
 inline std::int64_t columns(const RowBlock& rb) { return round_up(std::max<std::int64_t>(rb.n, 1), simd::kColumnPad); }
 
-// Score tile St[j - j0][r] = log2(e)·(s·q_r·k_j + bias_rj) for keys [j0, j1), masked pairs -inf.
+// Score tile St[j - j0][r] = s·q_r·k_j + bias_rj for keys [j0, j1), masked pairs -inf.
 template <class T>
 void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
                 ForwardScratch<T>& s) {
@@ -83,14 +83,14 @@ inline void prefetch_rows(const TensorView& t, const RowBlock& rb, std::int64_t 
     for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
 }
 
-// Attends the block's rows to keys [k0, k1): leaves o (unnormalised), m and l (base 2) in s.
+// Attends the block's rows to keys [k0, k1): leaves o (unnormalised), m and l in s.
 template <class T>
 void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k1, ForwardScratch<T>& s) {
   s.m.fill(-std::numeric_limits<T>::infinity());
   s.l.fill(T(0));
   s.o.fill(T(0));
-  pack_transposed<T>(p.q, rb, p.dk, p.scale_log2e, s.qt.get(), s.ld);  // s·log2(e) folded into Q
-  if (rb.n <= kDotRows) pack_scaled_rows(p.q, rb, p.dk, p.scale_log2e, s.qr.get());
+  pack_transposed<T>(p.q, rb, p.dk, p.scale, s.qt.get(), s.ld);  // s folded into Q
+  if (rb.n <= kDotRows) pack_scaled_rows(p.q, rb, p.dk, p.scale, s.qr.get());
   const std::int64_t jb = std::max(k0, rb.lo_min), je = std::min(k1, rb.hi_max);
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
     const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0;
@@ -118,28 +118,28 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
   }
 }
 
-// Writes out = o / l and lse = ln 2 · (m + log2 l); a row with l = 0 saw no key: out 0, lse -inf.
+// Writes out = o / l and lse = m + ln l; a row with l = 0 saw no key: out 0, lse -inf.
 template <class T>
 void write_rows(const Params& p, const RowBlock& rb, const T* o, const T* m, const T* l) {
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const T inv = l[r] == T(0) ? T(0) : T(1) / l[r];
     for (std::int64_t c = 0; c < p.dv; ++c) put(p.out, rb.b, rb.h[r], rb.i[r], c, o[r * p.dv + c] * inv);
     if (!p.lse.empty()) {
-      const double lse = l[r] == T(0) ? -INFINITY : kLn2 * (static_cast<double>(m[r]) + std::log2(static_cast<double>(l[r])));
+      const double lse = l[r] == T(0) ? -INFINITY : static_cast<double>(m[r]) + std::log(static_cast<double>(l[r]));
       put(p.lse, rb.b, rb.h[r], rb.i[r], 0, lse);
     }
   }
 }
 
-// Second pass for the optional probs output, with m and l final: P = 2^(t − m) / l.
+// Second pass for the optional probs output, with m and l final: P = e^(t − m) / l.
 // scores_left: attend() has just run on this block over all keys. When its keys fit in one tile,
-// attend left that tile as St = 2^(t − m) with m final (same Exp2, same inputs), so P = St · (1/l)
+// attend left that tile as St = e^(t − m) with m final (same ExpDiff, same inputs), so P = St · (1/l)
 // comes out bit for bit as the recomputation would, without the second score GEMM.
 template <class T>
 void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool scores_left = false) {
   for (std::int64_t r = 0; r < s.ld; ++r) {
     const bool seen = r < rb.n && s.l[r] != T(0);
-    s.sub[r] = seen ? s.m[r] : std::numeric_limits<T>::infinity();  // 2^(t − inf) = 0
+    s.sub[r] = seen ? s.m[r] : std::numeric_limits<T>::infinity();  // e^(t − inf) = 0
     s.mul[r] = seen ? T(1) / s.l[r] : T(0);
   }
   // probs of the compute type T: written through typed row pointers (no per-element dtype dispatch).

@@ -3,8 +3,8 @@
 // Everything here works on contiguous float32 tiles; masks, dtypes, strides and threads live in the
 // scalar orchestration (forward.cc, backward.cc, decode.cc). Tile layout (FlashAttention with the
 // score tile transposed so that the softmax runs down columns, one SIMD lane per query):
-//   Qt [dk][ldq]  query block, transposed, pre-multiplied by s·log2(e), zero in padding columns
-//   St [Bc][ldq]  scores of Bc keys (rows) against the query block (columns), base-2 units
+//   Qt [dk][ldq]  query block, transposed, pre-multiplied by s, zero in padding columns
+//   St [Bc][ldq]  scores x = s·q·k of Bc keys (rows) against the query block (columns)
 //   O  [ldq][ldo] output accumulator, one row per query
 // so the running max m and sum l of a query are one lane of a vector: no horizontal reductions.
 #if defined(ATTNSCALE_ATTENTION_KERNELS_INL_H_) == defined(HWY_TARGET_TOGGLE)
@@ -60,6 +60,15 @@ HWY_INLINE VF Exp2(DF d, VF x) {
   const VF r = hn::Mul(p, hn::BitCast(d, bits));
   return hn::IfThenElse(hn::IsNaN(x), x, r);
 }
+
+// e^(x − m) as 2^((x − m)·log2 e), for scores x in natural units. Derivation of the order: the
+// difference first, then the change of base. x − m is exact when x is within a factor of 2 of m
+// (Sterbenz) and otherwise rounds relative to the small result, so the multiply by log2(e) adds
+// an error of u/2·|x − m|: none where P is largest. Converting the scores to base 2 before the
+// subtraction (folding log2 e into Q) would add u/2·|x| to every exponent instead — for logits of
+// order 10-100 (unscaled, d_k = 64..4096) two to three times the error of a plain float32
+// softmax, which computes exp(x − m) directly.
+HWY_INLINE VF ExpDiff(DF d, VF x, VF m) { return Exp2(d, hn::Mul(hn::Sub(x, m), hn::Set(d, 1.4426950408889634f))); }
 
 // C tile of MR rows x NR*L columns (the last vector holding `tail` valid lanes when kTail):
 //   C = init + Σ_k A[m·ars + k·acs] · B[k·ldb + n]
@@ -121,15 +130,19 @@ HWY_INLINE void ColumnBlock(DF d, size_t M, size_t K, const float* A, size_t ars
   }
 }
 
-// Inner-dimension block of Gemm: each C element sums at most kKc products in one register chain,
-// then adds that partial sum to C. Derivation: a sum of K terms accumulated in one chain has an
-// error bound of about K·u·Σ|a_k b_k| (u = 2^-24), and a typical error of u·sqrt(K)·(sum
-// magnitude), since the error of step k scales with the partial sum so far. Cut into chains of
-// kKc that are then added in order, the bound becomes (kKc + K/kKc)·u·Σ|a_k b_k|: at K = 4096
-// (an unscaled d_k = 4096 logit), 128 + 32 instead of 4096 — at or below what a BLAS sgemm, which
-// blocks its inner dimension the same way, gets. For K <= kKc (every d_k <= 128, and the key
-// tiles of P·V) nothing changes. The cost is one load and store of the C tile per kKc steps.
-constexpr size_t kKc = 128;
+// Inner-dimension blocks of Gemm: each C element sums at most kc products in one register chain,
+// then adds that partial sum to C. Derivation: in a chain the rounding error of step k is about
+// u·|partial sum so far| (u = 2^-24), so a chain of K products of unit size errs by about
+// u·sqrt(Σ_k k) ~ u·K/√2, while kc-long chains added in order err by about u·(kc + K/kc)/√2 times
+// the same factor, least at kc ≈ √K. With kc = √K rounded up to a power of two, at least 16:
+// K = 64 → 16, 256 → 16, 1024 → 32, 4096 → 64. Measured against float64 (the scores of
+// d_k = 64..4096, unscaled), one chain had 2-4x the error of OpenBLAS's sgemm, these blocks
+// 0.8-1.3x. The cost is one load, add and store of the C tile per block.
+inline size_t InnerBlock(size_t K) {
+  size_t kc = 16;
+  while (kc * kc < K) kc *= 2;
+  return kc;
+}
 
 // C[M x N] (ldc) = init + A·B, A read element-wise through (ars, acs) so that transposed and
 // strided operands need no copy, B row-major with unit column stride (ldb). See MicroTile.
@@ -137,8 +150,9 @@ void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, 
           size_t ldb, float* C, size_t ldc, int mode, const float* row_scale) {
   const DF d;
   const size_t L = hn::Lanes(d);
-  for (size_t k0 = 0; k0 < K || k0 == 0; k0 += kKc) {
-    const size_t kc = std::min(kKc, K - k0);
+  const size_t kb = InnerBlock(K);
+  for (size_t k0 = 0; k0 < K || k0 == 0; k0 += kb) {
+    const size_t kc = std::min(kb, K - k0);
     const float* a = A + k0 * acs;
     const float* b = B + k0 * ldb;
     const int md = k0 == 0 ? mode : 1;  // later blocks add to what the first one left
@@ -189,9 +203,9 @@ void GemvColumns(size_t M, size_t K, const float* HWY_RESTRICT A, size_t acs, co
   const size_t L = hn::Lanes(d);
   for (size_t m = 0; m < M; m += L) {
     const auto valid = hn::FirstN(d, M - m);
-    for (size_t k0 = 0; k0 < K || k0 == 0; k0 += kKc) {  // Gemm's inner-dimension blocks
+    for (size_t k0 = 0; k0 < K || k0 == 0; k0 += InnerBlock(K)) {  // Gemm's inner-dimension blocks
       VF acc = hn::Zero(d);
-      for (size_t k = k0; k < std::min(K, k0 + kKc); ++k)
+      for (size_t k = k0; k < std::min(K, k0 + InnerBlock(K)); ++k)
         acc = hn::MulAdd(hn::Set(d, B[k * ldb]), hn::MaskedLoad(valid, d, A + k * acs + m), acc);
       const int md = k0 == 0 ? mode : 1;
       if (md != 0) {
@@ -205,13 +219,13 @@ void GemvColumns(size_t M, size_t K, const float* HWY_RESTRICT A, size_t acs, co
 }
 
 // Online softmax over a transposed score tile St[rows][lds] (keys x queries; cols a multiple of
-// the lane count). Per query column c, with m the running max and l the running sum (base 2):
-//   m' = max(m, max_j St[j][c]);  alpha = 2^(m − m');  P[j][c] = 2^(St[j][c] − m');
+// the lane count). Per query column c, with m the running max and l the running sum:
+//   m' = max(m, max_j St[j][c]);  alpha = e^(m − m');  P[j][c] = e^(St[j][c] − m');
 //   l' = alpha·l + Σ_j P[j][c].
-// The caller rescales its accumulator rows by alpha (O' = alpha·O + P·V). Scores arrive in
-// base-2 units because s·log2(e) was folded into Q, so exp2 replaces exp with no extra multiply.
+// The caller rescales its accumulator rows by alpha (O' = alpha·O + P·V). Each e^(x − m) is
+// ExpDiff: the difference in natural units, then exp2 of it times log2(e).
 // Fully-masked guard: while every key a query has seen is masked, m' = -inf and St − m' would be
-// (-inf) − (-inf) = NaN; subtracting 0 instead gives P = 2^(-inf) = 0 and alpha = 0, so l stays 0
+// (-inf) − (-inf) = NaN; subtracting 0 instead gives P = e^(-inf) = 0 and alpha = 0, so l stays 0
 // and the row finishes as out = 0, lse = -inf.
 void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
   const DF d;
@@ -225,27 +239,27 @@ void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, fl
     const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);  // the guard above
     VF sum = hn::Zero(d);
     for (size_t j = 0; j < rows; ++j) {
-      const VF p = Exp2(d, hn::Sub(hn::LoadU(d, St + j * lds + c), m_use));
+      const VF p = ExpDiff(d, hn::LoadU(d, St + j * lds + c), m_use);
       hn::StoreU(p, d, St + j * lds + c);
       sum = hn::Add(sum, p);
     }
-    const VF a = Exp2(d, hn::Sub(m_old, m_use));
+    const VF a = ExpDiff(d, m_old, m_use);
     hn::StoreU(a, d, alpha + c);
     hn::StoreU(hn::MulAdd(a, hn::LoadU(d, l + c), sum), d, l + c);
     hn::StoreU(m_new, d, m + c);
   }
 }
 
-// St[j][c] = 2^(St[j][c] − sub[c]) · mul[c]: probabilities from final statistics (sub = m and
-// mul = 1/l for the probs output; sub = lse·log2(e), mul = 1 for the backward). A caller passes
-// sub = +inf for a fully masked query, so every entry becomes 2^(-inf) = 0.
+// St[j][c] = e^(St[j][c] − sub[c]) · mul[c]: probabilities from final statistics (sub = m and
+// mul = 1/l for the probs output; sub = lse, mul = 1/σ for the backward). A caller passes
+// sub = +inf for a fully masked query, so every entry becomes e^(-inf) = 0.
 void Exp2Columns(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
   const DF d;
   const size_t L = hn::Lanes(d);
   for (size_t c = 0; c < cols; c += L) {
     const VF s = hn::LoadU(d, sub + c), f = hn::LoadU(d, mul + c);
     for (size_t j = 0; j < rows; ++j)
-      hn::StoreU(hn::Mul(Exp2(d, hn::Sub(hn::LoadU(d, St + j * lds + c), s)), f), d, St + j * lds + c);
+      hn::StoreU(hn::Mul(ExpDiff(d, hn::LoadU(d, St + j * lds + c), s), f), d, St + j * lds + c);
   }
 }
 
@@ -267,15 +281,21 @@ void SoftmaxGrad(const float* Pt, float* dPt, size_t ld, size_t rows, size_t col
 
 // Row-layout variants for tiles S[rows][lds] with one query per row (the backward's key-block
 // pass, whose K and V tiles are packed once and whose Q and dO are read in place):
-// S[r][c] = 2^(S[r][c] − sub[r]) over cols (a multiple of the lane count; a caller passes
-// sub = +inf for a fully masked row, so the row becomes 0).
-void Exp2Rows(float* S, size_t lds, size_t rows, size_t cols, const float* sub) {
+// S[r][c] = e^(S[r][c] − sub[r]) · mul[r] over cols (a multiple of the lane count; mul may be
+// null for 1; a caller passes sub = +inf for a fully masked row, so the row becomes 0).
+void Exp2Rows(float* S, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
   const DF d;
   const size_t L = hn::Lanes(d);
   for (size_t r = 0; r < rows; ++r) {
     const VF s = hn::Set(d, sub[r]);
     float* row = S + r * lds;
-    for (size_t c = 0; c < cols; c += L) hn::StoreU(Exp2(d, hn::Sub(hn::LoadU(d, row + c), s)), d, row + c);
+    if (mul) {
+      const VF f = hn::Set(d, mul[r]);
+      for (size_t c = 0; c < cols; c += L)
+        hn::StoreU(hn::Mul(ExpDiff(d, hn::LoadU(d, row + c), s), f), d, row + c);
+    } else {
+      for (size_t c = 0; c < cols; c += L) hn::StoreU(ExpDiff(d, hn::LoadU(d, row + c), s), d, row + c);
+    }
   }
 }
 
@@ -316,11 +336,11 @@ void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m,
     const VF mu = hn::Set(d, m_use);
     VF sum = hn::Zero(d);
     for (size_t c = 0; c < padded; c += L) {
-      const VF p = Exp2(d, hn::Sub(hn::LoadU(d, row + c), mu));
+      const VF p = ExpDiff(d, hn::LoadU(d, row + c), mu);
       hn::StoreU(p, d, row + c);
       sum = hn::Add(sum, p);
     }
-    const float a = hn::GetLane(Exp2(d, hn::Set(d, m[r] - m_use)));
+    const float a = hn::GetLane(ExpDiff(d, hn::Set(d, m[r]), hn::Set(d, m_use)));
     alpha[r] = a;
     l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum));
     m[r] = m_new;

@@ -112,8 +112,8 @@ void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, 
               std::size_t ldq, float* St, std::size_t lds) {
   HWY_DYNAMIC_DISPATCH(DotTile)(nk, rows, dk, K, ldk, Q, ldq, St, lds);
 }
-void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub) {
-  HWY_DYNAMIC_DISPATCH(Exp2Rows)(S, lds, rows, cols, sub);
+void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub, const float* mul) {
+  HWY_DYNAMIC_DISPATCH(Exp2Rows)(S, lds, rows, cols, sub, mul);
 }
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
                        const float* D, float scale) {

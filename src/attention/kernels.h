@@ -19,13 +19,13 @@ void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size
 // Online-softmax step over a transposed score tile (see kernels-inl.h). cols: a multiple of 16.
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                     float* alpha);
-// St[j][c] = 2^(St[j][c] − sub[c]) · mul[c].
+// St[j][c] = e^(St[j][c] − sub[c]) · mul[c] (the exp2 kernels take natural-unit scores; see ExpDiff).
 void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                   const float* mul);
 // dPt[j][c] = Pt[j][c] · (dPt[j][c] − D[c]) · scale.
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale);
-// Row layout (one query per row; sub and D per row): S[r][c] = 2^(S[r][c] − sub[r]) and
+// Row layout (one query per row; sub and D per row): S[r][c] = e^(S[r][c] − sub[r]) and
 // dP[r][c] = P[r][c] · (dP[r][c] − D[r]) · scale. cols: a multiple of 16.
 // Scores of few rows, one dot product per (key, row), in row layout: St[r][j] = Σ_c K[j·ldk + c]·Q[r·ldq + c].
 void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, std::size_t ldk, const float* Q,
@@ -34,7 +34,8 @@ void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, 
 // with P = 0 up to whole vectors (lds >= round_up(cols, 16)).
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                          float* alpha);
-void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub);
+void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+               const float* mul = nullptr);  // then S[r][c] ·= mul[r]
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
                        const float* D, float scale);
 

@@ -3,9 +3,9 @@
 // Work items are (sequence, KV head, chunk of kChunk keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
-// the group), runs the online softmax (base 2, s·log2 e folded into Q) and updates its partial
+// the group), runs the online softmax (s folded into Q, scores in natural units) and updates its partial
 // (o, m, l). Partials are merged per (sequence, head) in chunk order:
-//   M = max_c m_c;  o = Σ_c 2^(m_c − M) o_c;  l = Σ_c 2^(m_c − M) l_c;  out = o / l.
+//   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // The chunks are fixed by key position and the arithmetic does not see addresses, so the result is
 // the same for any thread count and for a paged or contiguous cache holding the same keys.
 #include <algorithm>
@@ -195,7 +195,7 @@ struct Scratch {
 void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int64_t kh, std::int64_t j0,
                   std::int64_t j1, Scratch& s) {
   const std::int64_t g = L.group();
-  const float f = static_cast<float>(L.scale * kLog2e);
+  const float f = static_cast<float>(L.scale);
   for (std::int64_t r = 0; r < g; ++r) {
     const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g + r) * q.strides[1];
     for (std::int64_t c = 0; c < L.dk; ++c) s.q[r * L.dk + c] = src[c * q.strides[2]] * f;
@@ -291,7 +291,7 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
       std::copy(s.l.begin(), s.l.end(), l);
     }
   });
-  // Merge in chunk order (base 2), then out = o / l and lse = ln 2 · (M + log2 l).
+  // Merge in chunk order, then out = o / l and lse = M + ln l.
   std::vector<float> o(L.dv);
   for (std::int64_t head = 0; head < heads; ++head) {
     const std::int64_t b = head / L.Hkv, kh = head % L.Hkv;
@@ -304,7 +304,7 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
       for (std::int64_t c = 0; c < chunks; ++c) {
         const std::int64_t slot = (head * chunks + c) * g + r;
         if (pl[slot] == 0.0f) continue;
-        const float w = std::exp2(pm[slot] - use);
+        const float w = std::exp(pm[slot] - use);
         l += w * pl[slot];
         for (std::int64_t d = 0; d < L.dv; ++d) o[d] += w * po[slot * L.dv + d];
       }
@@ -313,7 +313,7 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;
       for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[2]] = o[d] * inv;
       if (!lse.empty()) {
-        const double v = l == 0.0f ? -INFINITY : kLn2 * (static_cast<double>(M) + std::log2(static_cast<double>(l)));
+        const double v = l == 0.0f ? -INFINITY : static_cast<double>(M) + std::log(static_cast<double>(l));
         void* p = static_cast<char*>(lse.data) + (b * lse.strides[0] + h * lse.strides[1]) *
                                                      static_cast<std::int64_t>(dtype_size(lse.dtype));
         if (lse.dtype == DType::f32) *static_cast<float*>(p) = static_cast<float>(v);

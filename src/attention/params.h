@@ -49,6 +49,7 @@ struct Params {
 };
 
 struct BackwardParams : Params {
+  bool lse_covers_keys = true;  // Options::lse_covers_keys
   TensorView dO;          // gradient of the loss w.r.t. out, [B, Hq, Nq, dv]
   TensorView dQ, dK, dV;  // outputs, shapes of q, k, v
   TensorView dSinks;      // empty, or rank 1 [Hq]

@@ -33,7 +33,7 @@ void probabilities(const Params& p, std::int64_t b, std::int64_t h, std::vector<
   dcap.assign(p.Nq * p.Nkv, 1.0);
   visible_all.assign(p.Nq * p.Nkv, 0);
   lse.assign(p.Nq, -INFINITY);
-  const double sink = p.sinks.empty() ? -INFINITY : detail::sink2(p, h) / detail::kLog2e;
+  const double sink = p.sinks.empty() ? -INFINITY : detail::sink_logit(p, h);
   const double slope = detail::alibi_slope(p, b, h);
   for (std::int64_t i = 0; i < p.Nq; ++i) {
     double* row = &P[i * p.Nkv];
@@ -131,7 +131,7 @@ void backward_params(const detail::BackwardParams& p) {
             D += dS[j];
           }
           for (std::int64_t j = 0; j < p.Nkv; ++j) dS[j] -= P[i * p.Nkv + j] * D;
-          if (!p.sinks.empty()) dsinks[h] -= std::exp(detail::sink2(p, h) / detail::kLog2e - lse[i]) * D;
+          if (!p.sinks.empty()) dsinks[h] -= std::exp(detail::sink_logit(p, h) - lse[i]) * D;
           if (!p.dBias.empty())
             for (std::int64_t j = 0; j < p.Nkv; ++j) put(p.dBias, b, h, i, j, dS[j]);
           for (std::int64_t j = 0; j < p.Nkv; ++j) dS[j] *= dcap[i * p.Nkv + j];

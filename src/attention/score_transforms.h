@@ -29,17 +29,16 @@ inline double alibi_slope(const Params& p, std::int64_t b, std::int64_t h) {
                                static_cast<std::int64_t>(dtype_size(p.alibi.dtype)));
 }
 
-// Soft-capping and ALiBi on a tile of base-2 scores X = log2(e)·x, x = s·q·k:
-//   X → log2(e)·(c·tanh(x / c) − slope·|diag(i) − j|).
-// Derivation of the backward's factor: d/dx [c·tanh(x/c)] = 1 − tanh²(x/c); with u = X/(log2e·c)
-// = x/c the same tanh, so dcap(r, j) = 1 − tanh²(u) multiplies dS (w.r.t. the capped score) into
-// the gradient w.r.t. x. dcap (same layout as S) is written when given, for the backward.
+// Soft-capping and ALiBi on a tile of scores x = s·q·k (natural units):
+//   x → c·tanh(x / c) − slope·|diag(i) − j|.
+// Derivation of the backward's factor: d/dx [c·tanh(x/c)] = 1 − tanh²(x/c), so dcap(r, j) =
+// 1 − tanh²(x/c) multiplies dS (w.r.t. the capped score) into the gradient w.r.t. x. dcap (same layout as S) is written when given, for the backward.
 template <class T>
 void transform_scores(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, T* S, std::int64_t rs,
                       std::int64_t cs, T* dcap = nullptr) {
-  const T c2 = static_cast<T>(p.softcap * kLog2e), inv_c2 = p.softcap > 0 ? T(1) / c2 : T(0);
+  const T c2 = static_cast<T>(p.softcap), inv_c2 = p.softcap > 0 ? T(1) / c2 : T(0);
   for (std::int64_t r = 0; r < rb.n; ++r) {
-    const T slope = static_cast<T>(alibi_slope(p, rb.b, rb.h[r]) * kLog2e);
+    const T slope = static_cast<T>(alibi_slope(p, rb.b, rb.h[r]));
     const std::int64_t diag = rb.i[r] + p.diag_offset();
     for (std::int64_t j = 0; j < nk; ++j) {
       T& x = S[r * rs + j * cs];
@@ -112,25 +111,25 @@ void apply_dropout(const Params& p, const RowBlock& rb, std::int64_t j0, std::in
   }
 }
 
-// Sink logit of query head h in base 2, or -inf without sinks.
-inline double sink2(const Params& p, std::int64_t h) {
+// Sink logit of query head h, or -inf without sinks.
+inline double sink_logit(const Params& p, std::int64_t h) {
   if (p.sinks.empty()) return -INFINITY;
-  return kLog2e * load(p.sinks, element1(p.sinks, h));
+  return load(p.sinks, element1(p.sinks, h));
 }
 
-// Folds each row's sink into its online-softmax state (base 2: l = Σ_j 2^(t_j − m), o = Σ_j
-// 2^(t_j − m)·v_j). The sink σ adds 2^(σ − m) to l; with M = max(m, σ):
-//   l' = 2^(m − M)·l + 2^(σ − M),  o' = 2^(m − M)·o,  m' = M,
-// so out = o'/l' and lse = ln 2·(m' + log2 l') include it. A row that saw no key (m = −inf,
+// Folds each row's sink into its online-softmax state (l = Σ_j e^(t_j − m), o = Σ_j
+// e^(t_j − m)·v_j). The sink σ adds e^(σ − m) to l; with M = max(m, σ):
+//   l' = e^(m − M)·l + e^(σ − M),  o' = e^(m − M)·o,  m' = M,
+// so out = o'/l' and lse = m' + ln l' include it. A row that saw no key (m = −inf,
 // l = 0) gets l' = 1, m' = σ: out = 0 and lse = sink.
 template <class T>
 void fold_sinks(const Params& p, const RowBlock& rb, T* o, T* m, T* l) {
   for (std::int64_t r = 0; r < rb.n; ++r) {
-    const T s = static_cast<T>(sink2(p, rb.h[r]));
+    const T s = static_cast<T>(sink_logit(p, rb.h[r]));
     const T M = std::max(m[r], s);
-    const T a = l[r] == T(0) ? T(0) : std::exp2(m[r] - M);
+    const T a = l[r] == T(0) ? T(0) : std::exp(m[r] - M);
     for (std::int64_t c = 0; c < p.dv; ++c) o[r * p.dv + c] *= a;
-    l[r] = a * l[r] + std::exp2(s - M);
+    l[r] = a * l[r] + std::exp(s - M);
     m[r] = M;
   }
 }

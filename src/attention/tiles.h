@@ -95,9 +95,9 @@ inline TileKind classify(const Params& p, const RowBlock& rb, std::int64_t j0, s
   return !any ? TileKind::skip : all ? TileKind::full : TileKind::partial;
 }
 
-// Applies the mask to a score tile St[j - j0][r] in base-2 units: hidden pairs become -inf
-// (assigned, not added, so a NaN score of a hidden key never reaches the row), additive biases
-// are added times log2(e).
+// Applies the mask to a score tile St[j - j0][r] (natural units, x = s·q·k): hidden pairs become
+// -inf (assigned, not added, so a NaN score of a hidden key never reaches the row), additive
+// biases are added.
 template <class T>
 void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* St, std::int64_t lds) {
   for (std::int64_t j = j0; j < j1; ++j) {
@@ -110,7 +110,7 @@ void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
       if (p.mask.empty()) continue;
       const double bias = mask_bias(p, rb.b, rb.h[r], rb.i[r], j);
       s[r] = bias == -INFINITY ? -std::numeric_limits<T>::infinity()
-                               : s[r] + static_cast<T>(bias * kLog2e);
+                               : s[r] + static_cast<T>(bias);
     }
   }
 }
@@ -127,7 +127,7 @@ void apply_mask_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::
       }
       if (p.mask.empty()) continue;
       const double bias = mask_bias(p, rb.b, rb.h[r], rb.i[r], j);
-      s[j] = bias == -INFINITY ? -std::numeric_limits<T>::infinity() : s[j] + static_cast<T>(bias * kLog2e);
+      s[j] = bias == -INFINITY ? -std::numeric_limits<T>::infinity() : s[j] + static_cast<T>(bias);
     }
   }
 }
@@ -287,8 +287,9 @@ struct Ops<float> {
                                   float* l, float* alpha) {
     simd::softmax_update_rows(S, lds, rows, cols, m, l, alpha);
   }
-  static void exp2_rows(float* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const float* sub) {
-    simd::exp2_rows(S, lds, rows, cols, sub);
+  static void exp2_rows(float* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const float* sub,
+                        const float* mul = nullptr) {
+    simd::exp2_rows(S, lds, rows, cols, sub, mul);
   }
   static void softmax_grad_rows(const float* P, float* dP, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                                 const float* D, float scale) {
@@ -318,8 +319,8 @@ struct Ops<double> {
       for (std::int64_t j = 0; j < rows; ++j) mx = std::max(mx, St[j * lds + c]);
       const double use = mx == -INFINITY ? 0.0 : mx;  // fully-masked guard, see kernels-inl.h
       double sum = 0;
-      for (std::int64_t j = 0; j < rows; ++j) sum += St[j * lds + c] = std::exp2(St[j * lds + c] - use);
-      alpha[c] = std::exp2(m[c] - use);
+      for (std::int64_t j = 0; j < rows; ++j) sum += St[j * lds + c] = std::exp(St[j * lds + c] - use);
+      alpha[c] = std::exp(m[c] - use);
       l[c] = alpha[c] * l[c] + sum;
       m[c] = mx;
     }
@@ -327,7 +328,7 @@ struct Ops<double> {
   static void exp2_columns(double* St, std::int64_t lds, std::int64_t rows, std::int64_t cols,
                            const double* sub, const double* mul) {
     for (std::int64_t j = 0; j < rows; ++j)
-      for (std::int64_t c = 0; c < cols; ++c) St[j * lds + c] = std::exp2(St[j * lds + c] - sub[c]) * mul[c];
+      for (std::int64_t c = 0; c < cols; ++c) St[j * lds + c] = std::exp(St[j * lds + c] - sub[c]) * mul[c];
   }
   static void softmax_grad(const double* Pt, double* dPt, std::int64_t ld, std::int64_t rows,
                            std::int64_t cols, const double* D, double scale) {
@@ -352,15 +353,16 @@ struct Ops<double> {
       for (std::int64_t j = 0; j < cols; ++j) mx = std::max(mx, row[j]);
       const double use = mx == -INFINITY ? 0.0 : mx;  // fully-masked guard, see kernels-inl.h
       double sum = 0;
-      for (std::int64_t j = 0; j < cols; ++j) sum += row[j] = std::exp2(row[j] - use);
-      alpha[r] = std::exp2(m[r] - use);
+      for (std::int64_t j = 0; j < cols; ++j) sum += row[j] = std::exp(row[j] - use);
+      alpha[r] = std::exp(m[r] - use);
       l[r] = alpha[r] * l[r] + sum;
       m[r] = mx;
     }
   }
-  static void exp2_rows(double* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const double* sub) {
+  static void exp2_rows(double* S, std::int64_t lds, std::int64_t rows, std::int64_t cols, const double* sub,
+                        const double* mul = nullptr) {
     for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t c = 0; c < cols; ++c) S[r * lds + c] = std::exp2(S[r * lds + c] - sub[r]);
+      for (std::int64_t c = 0; c < cols; ++c) S[r * lds + c] = std::exp(S[r * lds + c] - sub[r]) * (mul ? mul[r] : 1.0);
   }
   static void softmax_grad_rows(const double* P, double* dP, std::int64_t ld, std::int64_t rows, std::int64_t cols,
                                 const double* D, double scale) {

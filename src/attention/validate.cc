@@ -205,6 +205,7 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
                                     const Options& options, Kernel kernel) {
   BackwardParams p;
   fill_inputs(p, q0, k0, v0, options);
+  p.lse_covers_keys = options.lse_covers_keys;
   const bool any = kernel == Kernel::reference;
   const std::int64_t o_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
   const std::string o_str = dims(p.B, p.Hq, p.Nq, p.dv);

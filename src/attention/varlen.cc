@@ -119,7 +119,7 @@ void varlen_forward(const TensorView& q, const TensorView& k, const TensorView& 
       fill_rows(p.out, p.Hq, p.Nq, p.dv, 0.0);
       if (!p.lse.empty())
         for (std::int64_t h = 0; h < p.Hq; ++h)
-          for (std::int64_t i = 0; i < p.Nq; ++i) store(p.lse, element(p.lse, 0, h, i, 0), sink2(p, h) / kLog2e);
+          for (std::int64_t i = 0; i < p.Nq; ++i) store(p.lse, element(p.lse, 0, h, i, 0), sink_logit(p, h));
       continue;
     }
     if (kernel == Kernel::fast) run_forward(p, options.compute);

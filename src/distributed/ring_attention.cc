@@ -363,8 +363,10 @@ void ring_backward(const TensorView& q, const TensorView& k, const TensorView& v
       for_blocks(ring, L, p, options, src, [&](const Block& blk, std::int64_t qo, std::int64_t ko) {
         const TensorView dqp = rows(dq_part.view(), 0, blk.nq), dkp = rows(dk_part.view(), 0, blk.nk),
                          dvp = rows(dv_part.view(), 0, blk.nk);
+        Options shard = blk.options;
+        shard.lse_covers_keys = false;  // the global lse: this block's keys are one shard of the row's
         backward(rows(p.q, qo, blk.nq), rows(held.k, ko, blk.nk), rows(held.v, ko, blk.nk), rows(p.out, qo, blk.nq),
-                 rows(p.lse, qo, blk.nq), rows(p.dO, qo, blk.nq), {dqp, dkp, dvp}, blk.options);
+                 rows(p.lse, qo, blk.nq), rows(p.dO, qo, blk.nq), {dqp, dkp, dvp}, shard);
         add(rows(dq_acc.view(), qo, blk.nq), dqp);
         add(rows(sum.k, ko, blk.nk), dkp);
         add(rows(sum.v, ko, blk.nk), dvp);

@@ -190,3 +190,31 @@ def test_explain_default_shows_the_scale(run):
     r = run("explain", "--n", "4", "--d", "3", "--seed", "2", "--causal", "top-left", "--scale", "none")
     assert r.returncode == 0 and "-inf" in r.stdout
     assert_usage_error(run("explain", "--n", "100", "--d", "3"), "--n")
+
+
+def test_score_transforms_dropout_and_packed_sequences(run, tmp_path):
+    # The CLI's flags give the library's numbers (checked against the float64 reference in the
+    # library's own tests), here through the Python binding on the same files.
+    import attnscale
+    rng = np.random.default_rng(3)
+    arrays = {"q": rng.standard_normal((4, 21, 16)), "k": rng.standard_normal((2, 40, 16)),
+              "v": rng.standard_normal((2, 40, 8)), "sinks": rng.standard_normal(4), "alibi": rng.uniform(0, 1, 4)}
+    for name, a in arrays.items():
+        np.save(tmp_path / f"{name}.npy", a.astype(np.float32) if name in "qkv" else a)
+    out = tmp_path / "o.npy"
+    r = run("attend", "--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v", tmp_path / "v.npy", "--out", out,
+            "--causal", "bottom-right", "--softcap", "2", "--alibi-slopes", tmp_path / "alibi.npy",
+            "--sinks", tmp_path / "sinks.npy", "--dropout", "0.25", "--dropout-seed", "9",
+            "--cu-seqlens-q", "0,3,3,20,21", "--cu-seqlens-k", "0,5,9,9,40")
+    assert r.returncode == 0, r.stderr
+    q, k, v = (arrays[n].astype(np.float32) for n in "qkv")
+    want = attnscale.attention(q, k, v, causal="bottom-right", softcap=2.0, alibi_slopes=arrays["alibi"],
+                               sinks=arrays["sinks"], dropout_p=0.25, dropout_seed=9,
+                               cu_seqlens_q=[0, 3, 3, 20, 21], cu_seqlens_k=[0, 5, 9, 9, 40])
+    np.testing.assert_array_equal(np.load(out), want)
+    base = write_inputs(tmp_path)
+    out2 = tmp_path / "o2.npy"
+    assert_usage_error(run("attend", *base, "--out", out2, "--cu-seqlens-q", "0,x"), "--cu-seqlens-q", out2)
+    assert_usage_error(run("attend", *base, "--out", out2, "--cu-seqlens-q", "0,5"), "--cu-seqlens-k: required", out2)
+    assert_usage_error(run("attend", *base, "--out", out2, "--dropout", "1.5"), "dropout: p must be in [0, 1)", out2)
+    assert_usage_error(run("attend", *base, "--out", out2, "--softcap", "-1"), "softcap:", out2)

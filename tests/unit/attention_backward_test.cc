@@ -88,6 +88,34 @@ TEST(Backward, ReferenceMatchesFiniteDifferences) {
   }
 }
 
+// A backward over a shard of the keys with the lse of all keys (Options::lse_covers_keys = false,
+// as ring attention calls it) gives that shard's rows of dK and dV from the full backward: its
+// probabilities are taken as given, not rescaled to sum to 1 over the shard.
+TEST(Backward, ShardOfKeysWithTheGlobalLse) {
+  const std::int64_t B = 1, H = 2, Nq = 37, Nkv = 101, shard = 41, d = 12;
+  const Tensor q = random_tensor(DType::f32, {B, H, Nq, d}, 71, 0), k = random_tensor(DType::f32, {B, H, Nkv, d}, 71, 1),
+               v = random_tensor(DType::f32, {B, H, Nkv, d}, 71, 2), dout = random_tensor(DType::f32, {B, H, Nq, d}, 71, 3);
+  Options opt;
+  Tensor out(DType::f32, {B, H, Nq, d}), lse(DType::f32, {B, H, Nq});
+  forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
+  const Grads full = run_backward(DType::f32, q, k, v, dout, opt, false);
+  auto first = [&](const Tensor& t) {  // keys [0, shard) of a [B, H, Nkv, d] tensor, as a view
+    TensorView view = t.view();
+    view.shape[2] = shard;
+    return view;
+  };
+  Tensor dq(DType::f32, {B, H, Nq, d}), dk(DType::f32, {B, H, shard, d}), dv(DType::f32, {B, H, shard, d});
+  opt.lse_covers_keys = false;
+  backward(q.view(), first(k), first(v), out.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dv.view()}, opt);
+  for (std::int64_t h = 0; h < H; ++h)
+    for (std::int64_t j = 0; j < shard; ++j)
+      for (std::int64_t c = 0; c < d; ++c) {
+        const std::int64_t mine = (h * shard + j) * d + c, theirs = (h * Nkv + j) * d + c;
+        EXPECT_NEAR(dk.as<float>()[mine], full.dk.as<float>()[theirs], 1e-5) << h << " " << j << " " << c;
+        EXPECT_NEAR(dv.as<float>()[mine], full.dv.as<float>()[theirs], 1e-5) << h << " " << j << " " << c;
+      }
+}
+
 // The one-pass backward (dQ partials per key group, summed in order) and the two-pass fallback
 // (taken when the partials would exceed their memory budget, forced here with a zero budget):
 // bitwise the same for 1, 2 and 3 threads, and both against the float64 reference. Shapes: one

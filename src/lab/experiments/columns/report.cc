@@ -84,14 +84,10 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_columns() {
-  Unit u;
-  u.quick = {{{"n", "8,50"}}, 50};
-  u.standard = {{{"n", "8,16,32,50,100"}}, 200};
-  u.full = {{{"n", "8,16,32,50,100,200"}}, 2000};
-  u.figures = figures;
-  u.slots = slots;
-  u.claims = claims;
-  return u;
+  return {.quick = {{{"n", "8,50"}}, 50},
+          .standard = {{{"n", "8,16,32,50,100"}}, 200},
+          .full = {{{"n", "8,16,32,50,100,200"}}, 2000},
+          .figures = figures, .slots = slots, .claims = claims};
 }
 
 }  // namespace attnscale::report

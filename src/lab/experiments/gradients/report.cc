@@ -95,14 +95,8 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_gradients() {
-  Unit u;
-  u.quick = {{{"d", "1,4,16,64,128,512"}}, 10};
-  u.standard = {{}, 100};
-  u.full = {{}, 1000};
-  u.figures = figures;
-  u.slots = slots;
-  u.claims = claims;
-  return u;
+  return {.quick = {{{"d", "1,4,16,64,128,512"}}, 10}, .standard = {{}, 100}, .full = {{}, 1000},
+          .figures = figures, .slots = slots, .claims = claims};
 }
 
 }  // namespace attnscale::report

@@ -61,11 +61,8 @@ Slots slots(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_heatmap() {
-  Unit u;
-  u.quick = u.standard = u.full = {{}, 1};
-  u.figures = figures;
-  u.slots = slots;
-  return u;
+  return {.quick = {{}, 1}, .standard = {{}, 1}, .full = {{}, 1},
+          .figures = figures, .slots = slots};
 }
 
 }  // namespace attnscale::report

@@ -75,13 +75,8 @@ Slots slots(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_length() {
-  Unit u;
-  u.quick = {{{"n", "8,64,512"}}, 10};
-  u.standard = {{}, 50};
-  u.full = {{}, 500};
-  u.figures = figures;
-  u.slots = slots;
-  return u;
+  return {.quick = {{{"n", "8,64,512"}}, 10}, .standard = {{}, 50}, .full = {{}, 500},
+          .figures = figures, .slots = slots};
 }
 
 }  // namespace attnscale::report

@@ -195,14 +195,10 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_moments() {
-  Unit u;
-  u.quick = {{{"d", "1,4,16,64"}}, 1000};
-  u.standard = {{{"d", "1,4,16,64,256"}}, 10000};
-  u.full = {{{"d", "1,4,16,64,256"}}, 100000};
-  u.figures = figures;
-  u.slots = slots;
-  u.claims = claims;
-  return u;
+  return {.quick = {{{"d", "1,4,16,64"}}, 1000},
+          .standard = {{{"d", "1,4,16,64,256"}}, 10000},
+          .full = {{{"d", "1,4,16,64,256"}}, 100000},
+          .figures = figures, .slots = slots, .claims = claims};
 }
 
 }  // namespace attnscale::report

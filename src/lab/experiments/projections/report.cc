@@ -90,14 +90,10 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_projections() {
-  Unit u;
-  u.quick = {{{"dx", "16,64,256"}}, 20};
-  u.standard = {{{"dx", "16,32,64,128,256,512"}}, 100};
-  u.full = {{{"dx", "16,32,64,128,256,512"}}, 1000};
-  u.figures = figures;
-  u.slots = slots;
-  u.claims = claims;
-  return u;
+  return {.quick = {{{"dx", "16,64,256"}}, 20},
+          .standard = {{{"dx", "16,32,64,128,256,512"}}, 100},
+          .full = {{{"dx", "16,32,64,128,256,512"}}, 1000},
+          .figures = figures, .slots = slots, .claims = claims};
 }
 
 }  // namespace attnscale::report

@@ -95,14 +95,8 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_saturation() {
-  Unit u;
-  u.quick = {{{"d", "1,4,16,64,128,512"}}, 20};
-  u.standard = {{}, 200};
-  u.full = {{}, 2000};
-  u.figures = figures;
-  u.slots = slots;
-  u.claims = claims;
-  return u;
+  return {.quick = {{{"d", "1,4,16,64,128,512"}}, 20}, .standard = {{}, 200}, .full = {{}, 2000},
+          .figures = figures, .slots = slots, .claims = claims};
 }
 
 }  // namespace attnscale::report

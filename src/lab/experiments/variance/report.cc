@@ -125,14 +125,8 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
 }  // namespace
 
 Unit unit_variance() {
-  Unit u;
-  u.quick = {{{"d", "1,4,16,64,256,1024"}}, 300};
-  u.standard = {{}, 2000};
-  u.full = {{}, 20000};
-  u.figures = figures;
-  u.slots = slots;
-  u.claims = claims;
-  return u;
+  return {.quick = {{{"d", "1,4,16,64,256,1024"}}, 300}, .standard = {{}, 2000}, .full = {{}, 20000},
+          .figures = figures, .slots = slots, .claims = claims};
 }
 
 }  // namespace attnscale::report

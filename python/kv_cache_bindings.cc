@@ -1,0 +1,99 @@
+// attnscale.decode and attnscale.quantize_q8 (include/attnscale/kv_cache.h), zero-copy over numpy.
+#include "kv_cache_bindings.h"
+
+#include <pybind11/numpy.h>
+
+#include <string>
+#include <vector>
+
+#include "array_view.h"
+#include "attnscale/kv_cache.h"
+#include "options.h"
+
+namespace attnscale::python {
+namespace {
+
+namespace py = pybind11;
+
+ArrayView optional(const char* name, py::handle obj, ArrayKind kind) {
+  return obj.is_none() ? ArrayView{} : as_view(name, obj, kind);
+}
+
+py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle k_scales, py::handle v_scales,
+                     py::handle block_table, py::handle seq_lens, py::handle scale, std::int64_t window_left,
+                     int threads, bool return_lse) {
+  const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
+  const ArrayView k = as_view("k", k_obj, ArrayKind::cache), v = as_view("v", v_obj, ArrayKind::cache);
+  const ArrayView ks = optional("k_scales", k_scales, ArrayKind::floating),
+                  vs = optional("v_scales", v_scales, ArrayKind::floating),
+                  table = optional("block_table", block_table, ArrayKind::index),
+                  lens = optional("seq_lens", seq_lens, ArrayKind::index);
+  DecodeOptions o;
+  o.scale = make_options(scale, py::none(), py::none(), py::none(), py::none(), threads).options.scale;
+  o.window_left = window_left;
+  o.threads = threads;
+  const KVCache cache{k.view, v.view, ks.view, vs.view, table.view, lens.view};
+  ArrayView out, lse;
+  if (q.view.rank == 3 && v.view.rank == 4) {  // otherwise the library names the argument
+    out = new_array(DType::f32, {q.view.shape[0], q.view.shape[1], v.view.shape[3]});
+    if (return_lse) lse = new_array(DType::f32, {q.view.shape[0], q.view.shape[1]});
+  }
+  {
+    py::gil_scoped_release unlocked;
+    decode(q.view, cache, out.view, lse.view, o);
+  }
+  if (!return_lse) return out.array;
+  return py::make_tuple(out.array, lse.array);
+}
+
+py::tuple quantize_q8_py(py::handle x_obj) {
+  const ArrayView x = as_view("x", x_obj, ArrayKind::floating);
+  std::vector<std::int64_t> shape(x.view.shape.begin(), x.view.shape.begin() + x.view.rank);
+  ArrayView q = new_array(DType::i8, shape);
+  if (!shape.empty()) shape.back() /= 32;
+  ArrayView s = new_array(DType::f32, shape);
+  {
+    py::gil_scoped_release unlocked;
+    quantize_q8(x.view, q.view, s.view);
+  }
+  return py::make_tuple(q.array, s.array);
+}
+
+constexpr const char* kDecodeDoc = R"(decode(q, k, v, *, k_scales=None, v_scales=None, block_table=None, seq_lens=None, scale=None, window_left=-1, threads=0, return_lse=False)
+
+Attention of one new token per sequence over a KV cache, read as stored (no conversion pass):
+q [B, Hq, dk] float32; k, v float32, attnscale.bfloat16 or int8 (then k_scales, v_scales:
+float32, one per 32 values, from quantize_q8). Contiguous: k [B, Hkv, Nkv, dk], seq_lens [B] int32
+optional. Paged (vLLM / FlashAttention layout): k [num_blocks, block_size, Hkv, dk],
+block_table [B, max_blocks] int32, seq_lens [B] int32. GQA when Hq % Hkv == 0. Returns out
+[B, Hq, dv] float32 (and lse [B, Hq] with return_lse=True). Paged and contiguous caches holding the
+same values give the same bits.
+
+Example:
+    >>> import numpy as np, attnscale
+    >>> k = np.random.rand(1, 2, 100, 64).astype(np.float32); v = k.copy()
+    >>> kq, ks = attnscale.quantize_q8(k); vq, vs = attnscale.quantize_q8(v)
+    >>> q = np.random.rand(1, 4, 64).astype(np.float32)
+    >>> attnscale.decode(q, kq, vq, k_scales=ks, v_scales=vs).shape
+    (1, 4, 64)
+)";
+
+constexpr const char* kQuantizeDoc = R"(quantize_q8(x) -> (q, scales)
+
+int8 blocks of 32 values with one float32 scale each (as ggml's q8_0): for every block of x's last
+dimension (a multiple of 32), scale = max|x| / 127 and q = round(x / scale). x float32 [..., d];
+returns q int8 [..., d] and scales float32 [..., d/32].
+)";
+
+}  // namespace
+
+void add_kv_cache(py::module_& m) {
+  const py::object none = py::none();
+  m.def("decode", &decode_py, kDecodeDoc, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(),
+        py::arg("k_scales") = none, py::arg("v_scales") = none, py::arg("block_table") = none,
+        py::arg("seq_lens") = none, py::arg("scale") = none, py::arg("window_left") = -1, py::arg("threads") = 0,
+        py::arg("return_lse") = false);
+  m.def("quantize_q8", &quantize_q8_py, kQuantizeDoc, py::arg("x"));
+}
+
+}  // namespace attnscale::python

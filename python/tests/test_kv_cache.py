@@ -1,0 +1,84 @@
+"""attnscale.decode over KV caches (float32, bfloat16, int8; contiguous and paged) against a
+float64 numpy reference on the values the cache holds, and attnscale.quantize_q8."""
+import numpy as np
+import pytest
+
+import attnscale
+
+
+def reference(q, k, v, lens, window=-1):
+    """float64: out[b, h] = softmax(q·Kᵀ/√d over the visible keys) · V; k, v [B, Hkv, N, d]."""
+    B, Hq, d = q.shape
+    g = Hq // k.shape[1]
+    out = np.zeros((B, Hq, v.shape[3]))
+    for b in range(B):
+        lo = max(0, lens[b] - 1 - window) if window >= 0 else 0
+        for h in range(Hq):
+            s = k[b, h // g, lo:lens[b]].astype(np.float64) @ q[b, h].astype(np.float64) / np.sqrt(d)
+            if s.size:
+                p = np.exp(s - s.max())
+                out[b, h] = p @ v[b, h // g, lo:lens[b]].astype(np.float64) / p.sum()
+    return out
+
+
+def bf16(x):
+    """Round float32 to bfloat16 (nearest even): the bits as attnscale.bfloat16, and the values."""
+    bits = x.view(np.uint32)
+    rounded = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16)
+    return rounded.view(attnscale.bfloat16), (rounded.astype(np.uint32) << 16).view(np.float32)
+
+
+@pytest.mark.parametrize("kind", ["f32", "bf16", "i8"])
+def test_paged_equals_contiguous_and_matches_reference(kind):
+    rng = np.random.default_rng(3)
+    B, Hq, Hkv, d, block = 3, 8, 2, 64, 16
+    lens = np.array([1, 37, 1100], np.int32)
+    N = int(lens.max())
+    kf = rng.standard_normal((B, Hkv, N, d), dtype=np.float32)
+    vf = rng.standard_normal((B, Hkv, N, d), dtype=np.float32)
+    q = rng.standard_normal((B, Hq, d), dtype=np.float32)
+    extra = {}
+    if kind == "f32":
+        k, v, kd, vd = kf, vf, kf, vf
+    elif kind == "bf16":
+        (k, kd), (v, vd) = bf16(kf), bf16(vf)
+    else:
+        (k, ks), (v, vs) = attnscale.quantize_q8(kf), attnscale.quantize_q8(vf)
+        kd = k.astype(np.float32) * np.repeat(ks, 32, axis=-1)
+        vd = v.astype(np.float32) * np.repeat(vs, 32, axis=-1)
+        extra = dict(k_scales=ks, v_scales=vs)
+    out = attnscale.decode(q, k, v, seq_lens=lens, **extra)
+    ref = reference(q, kd, vd, lens)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+    # The same cache paged: blocks in shuffled order in a [blocks, block, Hkv, d] pool.
+    per = -(-N // block)
+    order = rng.permutation(B * per + 1).astype(np.int32)
+    table = order[: B * per].reshape(B, per)
+
+    def pool(x):
+        p = np.zeros((B * per + 1, block, Hkv) + x.shape[3:], x.dtype)
+        padded = np.zeros((B, Hkv, per * block) + x.shape[3:], x.dtype)
+        padded[:, :, :N] = x
+        for b in range(B):
+            for i in range(per):
+                p[table[b, i]] = padded[b, :, i * block:(i + 1) * block].swapaxes(0, 1)
+        return p
+
+    paged_extra = {name: pool(a) for name, a in extra.items()}
+    paged = attnscale.decode(q, pool(k), pool(v), block_table=table, seq_lens=lens, **paged_extra)
+    assert np.array_equal(paged.view(np.uint32), out.view(np.uint32))
+
+
+def test_window_lse_and_errors():
+    rng = np.random.default_rng(5)
+    k = rng.standard_normal((1, 1, 300, 32), dtype=np.float32)
+    q = rng.standard_normal((1, 3, 32), dtype=np.float32)
+    out, lse = attnscale.decode(q, k, k, window_left=10, return_lse=True)
+    ref = reference(q, k, k, [300], window=10)
+    assert np.allclose(out, ref, atol=1e-5) and lse.shape == (1, 3)
+    with pytest.raises(ValueError, match="k_scales"):
+        attnscale.decode(q, k.astype(np.int8), k.astype(np.int8))
+    with pytest.raises(TypeError, match="seq_lens"):
+        attnscale.decode(q, k, k, seq_lens=np.array([3], np.int64))
+    with pytest.raises(ValueError, match="multiple of 32"):
+        attnscale.quantize_q8(np.zeros((2, 33), np.float32))
