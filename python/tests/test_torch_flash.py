@@ -81,7 +81,7 @@ def test_bfloat16(gen):
     assert q.grad.dtype == torch.bfloat16 and torch.isfinite(q.grad.float()).all()
 
 
-def test_inputs_and_alibi_bias_are_read_in_place(gen):
+def test_inputs_are_read_in_place_with_alibi(gen):
     case = (2, 9, 12, 4, 2, 8, 8, {})
     q, k, v = operands(gen, case, grad=True)
     slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
