@@ -47,11 +47,18 @@ def test_every_experiment_is_a_function():
             assert f"{flag.replace('-', '_')} = {default!r}" in fn.__doc__
 
 
+# Experiments whose default sweep takes minutes (training runs) are checked on a tiny one.
+SMALL = {"training": {"grid": "quick", "scaling": "sqrt", "lr": "0.01", "seeds": "1", "steps": "3",
+                      "seq-len": "8", "batch": "2", "d-model": "8", "d-head": "4"}}
+
+
 @pytest.mark.parametrize("name", NAMES)
 def test_defaults_match_the_cli(cli, name):
     # Default flags, few trials; Python on one thread, the command line on two.
-    rows = lab.run(name, seed=7, trials=3, threads=1, as_frame=False)
-    text = cli_csv(cli, name, 7, 3, 2)
+    flags = SMALL.get(name, {})
+    rows = lab.run(name, seed=7, trials=3, threads=1, as_frame=False,
+                   **{k.replace("-", "_"): v for k, v in flags.items()})
+    text = cli_csv(cli, name, 7, 3, 2, **flags)
     assert rows.csv == text
     assert_same_numbers(rows, text)
     assert rows.metadata["seed"] == 7 and rows.metadata["trials"] == 3 and rows.metadata["experiment"] == name

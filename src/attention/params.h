@@ -126,6 +126,10 @@ inline void* element1(const TensorView& t, std::int64_t i) {
 
 enum class Kernel { fast, reference };
 
+// Options::alibi_slopes / sinks: shape [n], or [rows, n] when rows > 0; float32/float64, finite.
+// Throws Error naming `name`.
+TensorView check_per_head(const char* name, const TensorView& t, std::int64_t n, std::int64_t rows);
+
 // Validation at the public boundary. Throws Error naming the argument and shapes.
 Params make_forward_params(const TensorView& q, const TensorView& k, const TensorView& v,
                            const Outputs& outputs, const Options& options, Kernel kernel);

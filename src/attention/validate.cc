@@ -97,8 +97,11 @@ void fill_shapes(Params& p, const TensorView& q, const TensorView& k, const Tens
          std::to_string(p.Hkv) + " (" + qs + ", " + ks + ")");
 }
 
-// A float vector argument of shape [n] (stride kept), or [rows, n] when rows > 0 is allowed.
-TensorView per_head(const char* name, const TensorView& t, std::int64_t n, std::int64_t rows) {
+// A float vector argument of shape [n] (stride kept), or [rows, n] when rows > 0 is allowed,
+// with finite values.
+}  // namespace
+
+TensorView check_per_head(const char* name, const TensorView& t, std::int64_t n, std::int64_t rows) {
   const std::string want = rows > 0 ? "[" + std::to_string(n) + "] or [" + std::to_string(rows) + ", " +
                                           std::to_string(n) + "]"
                                     : "[" + std::to_string(n) + "]";
@@ -118,17 +121,19 @@ TensorView per_head(const char* name, const TensorView& t, std::int64_t n, std::
   return t;
 }
 
+namespace {
+
 void fill_transforms(Params& p, const Options& options) {
   if (!(options.softcap >= 0.0) || !std::isfinite(options.softcap))
     fail("softcap: must be a finite number >= 0 (0: off), got " + std::to_string(options.softcap));
   p.softcap = options.softcap;
   if (options.alibi_slopes.data) {
-    TensorView a = per_head("alibi_slopes", options.alibi_slopes, p.Hq, p.B);
+    TensorView a = check_per_head("alibi_slopes", options.alibi_slopes, p.Hq, p.B);
     if (a.rank == 1) a = pad_rank(a, 2);  // [Hq] → [1 (stride 0), Hq]
     a.shape[0] = p.B;
     p.alibi = a;
   }
-  if (options.sinks.data) p.sinks = per_head("sinks", options.sinks, p.Hq, 0);
+  if (options.sinks.data) p.sinks = check_per_head("sinks", options.sinks, p.Hq, 0);
   const Dropout& d = options.dropout;
   if (!(d.p >= 0.0 && d.p < 1.0)) fail("dropout: p must be in [0, 1), got " + std::to_string(d.p));
   p.dropout_p = d.p;

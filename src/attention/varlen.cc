@@ -77,22 +77,9 @@ P sequence(const P& whole, const Options& options, std::int64_t s) {
   return p;
 }
 
+// ALiBi slopes of packed sequences: [Hq], or [S, Hq] with one row per sequence.
 void check_alibi(const Options& options, std::int64_t S, std::int64_t Hq) {
-  const TensorView& a = options.alibi_slopes;
-  if (a.empty()) return;
-  const bool ok = (a.rank == 1 && a.shape[0] == Hq) || (a.rank == 2 && a.shape[0] == S && a.shape[1] == Hq);
-  if (!ok)
-    throw Error("alibi_slopes: expected shape [" + std::to_string(Hq) + "] or [" + std::to_string(S) + ", " +
-                std::to_string(Hq) + "] (one row per sequence), got " + a.shape_str());
-  if (a.dtype != DType::f32 && a.dtype != DType::f64)
-    throw Error("alibi_slopes: dtype must be float32 or float64, got " + std::string(dtype_name(a.dtype)));
-  for (std::int64_t e = 0; e < a.numel(); ++e) {
-    const std::int64_t r = a.rank == 2 ? e / Hq : 0, c = e % Hq;
-    const double x = load(a, static_cast<const char*>(a.data) +
-                                 (r * (a.rank == 2 ? a.strides[0] : 0) + c * a.strides[a.rank - 1]) *
-                                     static_cast<std::int64_t>(dtype_size(a.dtype)));
-    if (!std::isfinite(x)) throw Error("alibi_slopes: values must be finite, got " + std::to_string(x) + " at index " + std::to_string(e));
-  }
+  if (!options.alibi_slopes.empty()) check_per_head("alibi_slopes", options.alibi_slopes, Hq, S);
 }
 
 // Rows [0, n) x [0, d) of (0, h, ·, ·) of a normalised view set to x.

@@ -122,6 +122,8 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
   table.param_names = e.param_names;
   for (auto& r : results)
     for (auto& row : r) table.rows.push_back(std::move(row));
+  if (e.summarize && !table.rows.empty())
+    for (auto& row : e.summarize(args, table.rows)) table.rows.push_back(std::move(row));
   Metadata& m = table.meta;
   m.experiment = e.name;
   m.seed = seed;

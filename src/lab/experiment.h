@@ -48,6 +48,9 @@ struct Experiment {
   std::function<std::vector<std::vector<std::string>>(const Args&)> points;
   // Rows of one point. Must be a pure function of (args, point).
   std::function<std::vector<Row>(const Args&, const std::vector<std::string>& point)> run_point;
+  // Optional: rows computed from every point's rows once all are done (e.g. a summary over
+  // random seeds), appended after them. Must be a pure function of (args, rows).
+  std::function<std::vector<Row>(const Args&, const std::vector<Row>& rows)> summarize;
 };
 
 const std::vector<Experiment>& experiments();

@@ -135,6 +135,20 @@ def test_rejects_a_file_as_out(tmp_path):
     assert "--out" in r.stderr and "not a folder" in r.stderr
 
 
+def test_training_section_has_its_figures_and_judges_its_claims(report_dir):
+    if "training" not in lab_experiments():
+        pytest.fail("the training experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
+    md = (report_dir / "report.md").read_text()
+    for fig in ("training_loss", "training_logits", "training_drift"):
+        assert f"figures/{fig}.svg" in md
+        assert (report_dir / "figures" / f"{fig}.png").exists()
+    for claim in ("The scale stabilises training", "may not always be utilized in modern applications",
+                  "Additive attention outperforms unscaled"):
+        row = next(line for line in md.splitlines() if line.startswith("|") and claim in line)
+        assert "not measured" not in row and "not testable" not in row, row
+        assert re.search(r'class="verdict (supported|refuted|mixed)"', row), row
+
+
 def test_prose_and_verdicts_follow_the_data(report_dir, tmp_path):
     """Rewrite the report from a changed data file: the words and the verdict change with it."""
     import json

@@ -57,7 +57,9 @@ TEST(LabExperiment, OneAndTwoThreadsGiveIdenticalCsv) {
       {"gradients", {{"n", "6"}, {"d", "1,8"}}},
       {"heatmap", {{"n", "5"}, {"d", "4"}}},
       {"projections", {{"n", "6"}, {"dx", "8"}, {"d", "4"}}},
-      {"length", {{"n", "4,9"}, {"d", "8"}}}};
+      {"length", {{"n", "4,9"}, {"d", "8"}}},
+      {"training", {{"grid", "quick"}, {"scaling", "sqrt,none"}, {"lr", "0.01"}, {"seeds", "1"}, {"steps", "3"},
+                    {"seq-len", "8"}, {"batch", "2"}, {"d-model", "8"}, {"d-head", "4"}}}};
   for (const auto& e : experiments()) {
     const auto it = small.find(e.name);
     const Flags f = it == small.end() ? Flags{} : it->second;

@@ -15,3 +15,6 @@ ATTNSCALE_UNIT(heatmap, 5)
 ATTNSCALE_UNIT(projections, 6)
 ATTNSCALE_UNIT(length, 7)
 ATTNSCALE_UNIT(columns, 8)
+#ifdef ATTNSCALE_HAVE_TORCH
+ATTNSCALE_UNIT(training, 9)
+#endif

@@ -1,0 +1,320 @@
+// The training experiment: small decoder-only Transformers trained on the fortunes text or on
+// MQAR, one run per point of the sweep task × attention × scaling × d_head × lr × seed.
+//
+// Rows (param columns task, attention, scaling, d_head, lr, seed, step, layer; every run is one
+// sample, so ci_low = ci_high = mean):
+//   step s, layer all   train_loss (every step); on logged steps also lr, val_loss,
+//                       val_accuracy (mqar), grad_norm (all parameters, before clipping)
+//   step s, layer l     max_logit, entropy, grad_q, grad_k (attention_function.h, train_run.h)
+//   step final          initial_val_loss, final_val_loss, final_val_accuracy (mqar), diverged,
+//                       steps_run
+// Summary rows (seed all), written once every run is done:
+//   lr η, step final    final_loss: min(final_val_loss, initial) with its 95% CI over seeds (a
+//                       diverged run counts as its initial loss), diverged: the fraction of seeds;
+//                       mqar also final_accuracy
+//   lr all, step final  lr_sensitivity: Wortsman et al.'s  mean_η min(L(η), L₀) − min_η L(η),
+//                       per seed, then its mean and CI over seeds; best_loss: min_η L(η)
+//   attention both      loss_rel_diff at every step: |L_attnscale − L_torch| / L_torch of the same
+//                       run (seed s), where both attentions were run
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include "attnscale/error.h"
+#include "lab/registry.h"
+#include "lab/rng.h"
+#include "lab/experiments/training/model.h"
+#include "lab/experiments/training/train_run.h"
+
+namespace attnscale::lab {
+namespace {
+
+using training::RunConfig;
+
+// The sweep presets of --grid; a flag given explicitly (not "grid") overrides its preset.
+struct Grid {
+  std::map<std::string, std::string> values;
+};
+const std::map<std::string, Grid>& grids() {
+  static const std::map<std::string, Grid> g = {
+      {"quick", {{{"torch-check", "sqrt"}, {"task", "lm"}, {"d-head", "16"}, {"lr", "0.001,0.01,0.1"}, {"seeds", "2"}, {"steps", "30"},
+                  {"seq-len", "32"}, {"batch", "8"}, {"d-model", "32"}, {"layers", "2"}, {"heads", "2"},
+                  {"log-every", "5"}}}},
+      {"default", {{{"torch-check", "none,sqrt"}, {"task", "lm"}, {"d-head", "64"}, {"lr", "0.001,0.003,0.01,0.03,0.1"}, {"seeds", "3"},
+                    {"steps", "100"}, {"seq-len", "64"}, {"batch", "8"}, {"d-model", "64"}, {"layers", "2"},
+                    {"heads", "2"}, {"log-every", "10"}}}},
+      {"full", {{{"torch-check", "none,sqrt"}, {"task", "lm,mqar"}, {"d-head", "16,64,256"},
+                 {"lr", "0.0001,0.0003,0.001,0.003,0.01,0.03,0.1,0.3,1"}, {"seeds", "5"}, {"steps", "1000"},
+                 {"seq-len", "128"}, {"batch", "32"}, {"d-model", "128"}, {"layers", "2"}, {"heads", "2"},
+                 {"log-every", "25"}}}},
+  };
+  return g;
+}
+
+// The value of a flag after --grid: its own value unless it is "grid".
+std::string value(const Args& a, const std::string& name) {
+  const std::string& v = a.get(name);
+  if (v != "grid") return v;
+  const auto it = grids().find(a.get("grid"));
+  if (it == grids().end()) throw Error("--grid: expected quick, default or full, got '" + a.get("grid") + "'");
+  return it->second.values.at(name);
+}
+Args resolved(const Args& a) {
+  Args r = a;
+  for (auto& [name, v] : r.values)
+    if (name != "grid") v = value(a, name);
+  return r;
+}
+
+std::int64_t single_int(const Args& a, const std::string& name, std::int64_t lo, std::int64_t hi) {
+  check_ints_in(a, name, lo, hi);
+  const auto v = a.ints(name);
+  if (v.size() != 1) throw Error("--" + name + ": expected one integer, got '" + a.get(name) + "'");
+  return v[0];
+}
+
+// Torch's intra-op threads and OpenBLAS's: one per run, on the run's own thread. Parallelism is
+// across runs, so a run's arithmetic (and every row) is the same for any --threads.
+void single_threaded_torch() {
+  at::set_num_threads(1);
+  using SetThreads = void (*)(int);
+  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
+}
+
+// The 64-bit seed of run `replicate`: a pure function of (--seed, replicate).
+std::uint64_t run_seed(std::uint64_t seed, std::int64_t replicate) {
+  const auto b = Stream(seed, stream_id(k_training, {3}), static_cast<std::uint32_t>(replicate)).block(0);
+  return (static_cast<std::uint64_t>(b[0]) << 32) | b[1];
+}
+
+RunConfig run_config(const Args& r, const std::vector<std::string>& point) {
+  RunConfig c;
+  c.task.task = point[0];
+  c.model.attention = point[1];
+  c.model.scaling = point[2];
+  c.model.d_head = std::stoll(point[3]);
+  c.lr = std::stod(point[4]);
+  c.seed = run_seed(r.seed, std::stoll(point[5]));
+  c.task.corpus = r.get("corpus");
+  c.task.seq_len = single_int(r, "seq-len", 2, 4096);
+  c.task.batch = single_int(r, "batch", 1, 4096);
+  c.model.d_model = single_int(r, "d-model", 1, 4096);
+  c.model.n_layers = single_int(r, "layers", 1, 64);
+  c.model.n_heads = single_int(r, "heads", 1, 64);
+  c.steps = single_int(r, "steps", 1, 1000000);
+  c.log_every = single_int(r, "log-every", 1, 1000000);
+  return c;
+}
+
+std::vector<std::vector<std::string>> training_points(const Args& a) {
+  const Args r = resolved(a);
+  const auto tasks = r.words("task"), attentions = r.words("attention"), scalings = r.words("scaling");
+  check_scalings(tasks, {"lm", "mqar"}, "task");
+  check_scalings(attentions, {"attnscale", "torch"}, "attention");
+  check_scalings(scalings, training::scaling_rules(), "scaling");
+  check_ints_in(r, "d-head", 1, 1024);
+  const auto lrs = r.doubles("lr");
+  for (double lr : lrs)
+    if (!(lr > 0)) throw Error("--lr: each value must be positive, got " + format_number(lr));
+  const std::int64_t seeds = single_int(r, "seeds", 1, 1000);
+  std::vector<std::string> checked = r.get("torch-check") == "" ? std::vector<std::string>{} : r.words("torch-check");
+  check_scalings(checked, training::scaling_rules(), "torch-check");
+  const bool torch_listed = std::find(attentions.begin(), attentions.end(), "torch") != attentions.end();
+  std::vector<std::vector<std::string>> pts;
+  for (const auto& task : tasks) {
+    training::TaskConfig check = run_config(r, {task, "attnscale", "sqrt", "1", "1", "0"}).task;
+    training::Task{check};  // validates --seq-len, --batch, --corpus for this task
+    for (const auto& att : attentions)
+      for (const auto& sc : scalings)
+        for (auto d : r.ints("d-head"))
+          for (double lr : lrs)
+            for (std::int64_t s = 0; s < seeds; ++s)
+              pts.push_back({task, att, sc, std::to_string(d), format_number(lr), std::to_string(s)});
+    // The reference runs of --torch-check: PyTorch's attention on seed 0 of the same configurations.
+    if (!torch_listed)
+      for (const auto& sc : checked)
+        for (auto d : r.ints("d-head"))
+          for (double lr : lrs) pts.push_back({task, "torch", sc, std::to_string(d), format_number(lr), "0"});
+  }
+  return pts;
+}
+
+Row one(std::vector<std::string> params, std::string metric, double v) {
+  return Row{std::move(params), std::move(metric), v, v, v, std::nullopt};
+}
+
+std::vector<Row> training_run(const Args& a, const std::vector<std::string>& point) {
+  single_threaded_torch();
+  const Args r = resolved(a);
+  const RunConfig c = run_config(r, point);
+  const training::RunRecord run = training::train(c);
+  std::vector<Row> rows;
+  auto params = [&](const std::string& step, const std::string& layer) {
+    auto p = point;
+    p.push_back(step);
+    p.push_back(layer);
+    return p;
+  };
+  const bool mqar = c.task.task == "mqar";
+  for (const auto& s : run.steps) {
+    const std::string step = std::to_string(s.step);
+    rows.push_back(one(params(step, "all"), "train_loss", s.train_loss));
+    if (!s.logged) continue;
+    rows.push_back(one(params(step, "all"), "lr", s.lr));
+    if (s.evaluated) {
+      rows.push_back(one(params(step, "all"), "val_loss", s.val_loss));
+      if (mqar) rows.push_back(one(params(step, "all"), "val_accuracy", s.val_accuracy));
+    }
+    rows.push_back(one(params(step, "all"), "grad_norm", s.grad_norm));
+    for (std::size_t l = 0; l < s.layers.size(); ++l) {
+      const auto& L = s.layers[l];
+      const std::string layer = std::to_string(l);
+      rows.push_back(one(params(step, layer), "max_logit", L.max_logit));
+      rows.push_back(one(params(step, layer), "entropy", L.entropy));
+      rows.push_back(one(params(step, layer), "grad_q", L.grad_q));
+      rows.push_back(one(params(step, layer), "grad_k", L.grad_k));
+    }
+  }
+  rows.push_back(one(params("final", "all"), "initial_val_loss", run.initial_val_loss));
+  rows.push_back(one(params("final", "all"), "final_val_loss", run.final_val_loss));
+  if (mqar) rows.push_back(one(params("final", "all"), "final_val_accuracy", run.final_val_accuracy));
+  rows.push_back(one(params("final", "all"), "diverged", run.diverged ? 1 : 0));
+  rows.push_back(one(params("final", "all"), "steps_run", static_cast<double>(run.steps.size())));
+  return rows;
+}
+
+// Column positions of the param columns (training_points and training_run).
+enum Col { kTask, kAttention, kScaling, kDHead, kLr, kSeed, kStep, kLayer };
+
+std::vector<Row> training_summary(const Args&, const std::vector<Row>& rows) {
+  // Per run (point): its capped final loss L = min(final, initial) (non-finite: initial) and more.
+  struct RunEnd {
+    double initial = 0, final_loss = 0, accuracy = 0, diverged = 0;
+    bool has_accuracy = false;
+  };
+  using Config = std::tuple<std::string, std::string, std::string, std::string>;  // task, attention, scaling, d
+  std::map<std::vector<std::string>, RunEnd> ends;  // by point
+  std::map<std::vector<std::string>, std::map<std::int64_t, double>> losses;  // point → step → train loss
+  for (const auto& row : rows) {
+    const std::vector<std::string> point(row.params.begin(), row.params.begin() + kStep);
+    if (row.params[kStep] != "final") {
+      if (row.metric == "train_loss" && row.params[kLayer] == "all")
+        losses[point][std::stoll(row.params[kStep])] = row.mean;
+      continue;
+    }
+    RunEnd& e = ends[point];
+    if (row.metric == "initial_val_loss") e.initial = row.mean;
+    if (row.metric == "final_val_loss") e.final_loss = row.mean;
+    if (row.metric == "diverged") e.diverged = row.mean;
+    if (row.metric == "final_val_accuracy") {
+      e.accuracy = row.mean;
+      e.has_accuracy = true;
+    }
+  }
+  // config → lr (in sweep order) → seed → run end
+  std::map<Config, std::vector<std::pair<std::string, std::map<std::string, RunEnd>>>> by_config;
+  std::vector<Config> config_order;
+  for (const auto& [point, e] : ends) {
+    const Config cfg{point[kTask], point[kAttention], point[kScaling], point[kDHead]};
+    if (!by_config.count(cfg)) config_order.push_back(cfg);
+    auto& lrs = by_config[cfg];
+    auto it = std::find_if(lrs.begin(), lrs.end(), [&](const auto& p) { return p.first == point[kLr]; });
+    if (it == lrs.end()) it = lrs.insert(lrs.end(), {point[kLr], {}});
+    RunEnd capped = e;
+    capped.final_loss = std::isfinite(e.final_loss) ? std::min(e.final_loss, e.initial) : e.initial;
+    it->second[point[kSeed]] = capped;
+  }
+  std::vector<Row> out;
+  for (auto& [cfg, lrs] : by_config) {
+    const auto& [task, attention, scaling, d] = cfg;
+    std::sort(lrs.begin(), lrs.end(), [](const auto& x, const auto& y) { return std::stod(x.first) < std::stod(y.first); });
+    auto params = [&](const std::string& lr) {
+      return std::vector<std::string>{task, attention, scaling, d, lr, "all", "final", "all"};
+    };
+    std::map<std::string, std::vector<double>> per_seed;  // seed → L(η) over the LR grid
+    std::map<std::string, double> initial;
+    for (const auto& [lr, seeds] : lrs) {
+      std::vector<double> loss, div, acc;
+      for (const auto& [seed, e] : seeds) {
+        loss.push_back(e.final_loss);
+        div.push_back(e.diverged);
+        if (e.has_accuracy) acc.push_back(e.accuracy);
+        per_seed[seed].push_back(e.final_loss);
+        initial[seed] = e.initial;
+      }
+      out.push_back(make_row(params(lr), "final_loss", mean_ci(loss)));
+      out.push_back(one(params(lr), "diverged", sample_mean(div.data(), div.size())));
+      if (!acc.empty()) out.push_back(make_row(params(lr), "final_accuracy", mean_ci(acc)));
+    }
+    // Wortsman et al.'s LR sensitivity, per seed over the LRs that seed ran (losses already capped
+    // at L₀): mean_η L(η) − min_η L(η).
+    std::vector<double> sensitivity, best;
+    for (const auto& [seed, l] : per_seed) {
+      if (l.size() != lrs.size()) continue;  // a seed missing some LR: not comparable
+      const double lo = *std::min_element(l.begin(), l.end());
+      sensitivity.push_back(sample_mean(l.data(), l.size()) - lo);
+      best.push_back(lo);
+    }
+    if (!sensitivity.empty()) {
+      out.push_back(make_row(params("all"), "lr_sensitivity", mean_ci(sensitivity)));
+      out.push_back(make_row(params("all"), "best_loss", mean_ci(best)));
+    }
+  }
+  // Drift between the two attentions on the same run.
+  for (const auto& [point, steps] : losses) {
+    if (point[kAttention] != "attnscale") continue;
+    auto other = point;
+    other[kAttention] = "torch";
+    const auto it = losses.find(other);
+    if (it == losses.end()) continue;
+    for (const auto& [step, l] : steps) {
+      const auto t = it->second.find(step);
+      if (t == it->second.end()) break;
+      auto p = point;
+      p[kAttention] = "both";
+      p.push_back(std::to_string(step));
+      p.push_back("all");
+      out.push_back(one(p, "loss_rel_diff", std::abs(l - t->second) / std::abs(t->second)));
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+Experiment make_training() {
+  Experiment e;
+  e.name = "training";
+  e.summary = "small pre-LN Transformers trained with each scaling rule: loss, logits, entropy, LR sensitivity";
+  e.default_trials = 1;
+  e.param_names = {"task", "attention", "scaling", "d_head", "lr", "seed", "step", "layer"};
+  e.flags = {
+      {"grid", "default", "preset of the sweep flags left at 'grid': quick (< 1 min), default, full"},
+      {"task", "grid", "lm (fortunes text, bytes) and/or mqar (associative recall)"},
+      {"attention", "attnscale", "attnscale (its fused kernels) and/or torch (PyTorch's math, the reference)"},
+      {"scaling", "none,sqrt,linear,qk-norm,folded,learned,additive", "scaling rules (see docs/lab.md)"},
+      {"d-head", "grid", "head dimensions"},
+      {"lr", "grid", "peak learning rates of AdamW"},
+      {"seeds", "grid", "runs per configuration (seed 0 .. seeds-1, each derived from --seed)"},
+      {"steps", "grid", "optimiser steps per run"},
+      {"seq-len", "grid", "sequence length N (mqar: 4 x key-value pairs)"},
+      {"batch", "grid", "sequences per step"},
+      {"d-model", "grid", "width of the residual stream"},
+      {"layers", "grid", "Transformer blocks"},
+      {"heads", "grid", "attention heads per block"},
+      {"log-every", "grid", "steps between logged steps (validation, logits, entropy, gradients)"},
+      {"torch-check", "grid",
+       "scalings also run with PyTorch's attention (seed 0, every LR) for the loss_rel_diff rows; '' for none"},
+      {"corpus", "/usr/share/games/fortunes", "folder of the fortunes text (Debian package fortunes)"},
+  };
+  e.points = training_points;
+  e.run_point = training_run;
+  e.summarize = training_summary;
+  return e;
+}
+
+}  // namespace attnscale::lab

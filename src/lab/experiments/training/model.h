@@ -1,0 +1,81 @@
+// The training experiment's model: a small pre-LN decoder-only Transformer (GPT-2's block order)
+// built from libtorch modules, whose attention is attnscale's fused op or PyTorch's math.
+//
+// Shapes: tokens [B, N] (int64) → logits [B, N, V]. Inside a block, x [B, N, D];
+// q, k, v [B, H, N, d_head] (views of the qkv projection [B, N, 3, H, d_head]).
+//
+//   x = tok_emb[tokens] + pos_emb[:N]                 (learned positions)
+//   per block:  x += W_o · attention(LN(x))           (causal; the scaling rule below)
+//               x += W_2 · GELU(W_1 · LN(x))
+//   logits = W_head · LN(x)
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "lab/experiments/training/attention_function.h"
+
+namespace attnscale::lab::training {
+
+// How the logits of a head are scaled (d = d_head):
+//   none     s = 1
+//   sqrt     s = 1/√d                                 (the Transformer paper)
+//   linear   s = 1/d                                  (μP)
+//   qk-norm  LayerNorm on q and k (per head), then s = 1/√d
+//   folded   s = 1, W_q's initialisation divided by √d (T5): the same logits at step 0 as sqrt,
+//            but the factor is not re-applied as W_q trains
+//   learned  s = e^{τ_h}/√d with one learned τ_h per head, τ_h = 0 at start: a temperature the
+//            optimiser may move away from 1/√d, so a run shows whether training wants another scale
+//   additive e_ij = v_aᵀ tanh(W_a q_i + U_a k_j) (Bahdanau et al.), no scale
+const std::vector<std::string>& scaling_rules();
+// The factor s given to the attention op (additive: unused).
+double scaling_factor(const std::string& rule, std::int64_t d_head);
+
+struct ModelConfig {
+  std::int64_t vocab = 0, seq_len = 64, d_model = 64, n_layers = 2, n_heads = 2, d_head = 64;
+  std::string scaling = "sqrt";
+  std::string attention = "attnscale";  // or "torch"
+  int threads = 1;                      // attnscale kernel threads
+};
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  explicit BlockImpl(const ModelConfig& c);
+  torch::Tensor forward(const torch::Tensor& x, AttentionProbe* probe);
+  // The projection output [B, N, 3, H, d_head] of the last forward: its .grad() after backward
+  // holds the gradient reaching Q (index 0 of dim 2) and K (index 1), when it was retained.
+  torch::Tensor qkv;
+  bool retain_qkv_grad = false;
+
+  torch::nn::LayerNorm ln1{nullptr}, ln2{nullptr}, q_norm{nullptr}, k_norm{nullptr};
+  torch::nn::Linear w_qkv{nullptr}, w_o{nullptr}, w_1{nullptr}, w_2{nullptr}, w_a{nullptr}, u_a{nullptr};
+  torch::Tensor log_temperature, v_a;
+
+ private:
+  ModelConfig c_;
+};
+TORCH_MODULE(Block);
+
+class DecoderImpl : public torch::nn::Module {
+ public:
+  explicit DecoderImpl(const ModelConfig& c);
+  // probes: empty, or one per layer.
+  torch::Tensor forward(const torch::Tensor& tokens, std::vector<AttentionProbe>* probes = nullptr);
+  // Every parameter drawn again from `generator` (see model.cc for the distributions).
+  void initialise(at::Generator& generator);
+  const ModelConfig& config() const { return c_; }
+
+  torch::nn::Embedding tok_emb{nullptr};
+  torch::Tensor pos_emb;
+  std::vector<Block> blocks;
+  torch::nn::LayerNorm ln_f{nullptr};
+  torch::nn::Linear head{nullptr};
+
+ private:
+  ModelConfig c_;
+};
+TORCH_MODULE(Decoder);
+
+}  // namespace attnscale::lab::training
