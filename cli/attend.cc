@@ -1,4 +1,6 @@
 // attnscale attend: attention over .npy files.
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -68,17 +70,13 @@ void add_transforms(const AttendFlags& f, Options& options, Tensor& alibi, Tenso
                                              : "--cu-seqlens-k: required with --cu-seqlens-q");
 }
 
-// An output shaped like q's leading dimensions followed by `tail` (or nothing). A size that
-// cannot be allocated is an Error naming `flag`, raised before any allocation is attempted.
-Tensor like_q(const char* flag, const Tensor& q, DType dtype, int drop, std::int64_t tail) {
-  std::int64_t shape[4];
-  int rank = 0;
-  for (int d = 0; d < q.rank() - drop; ++d) shape[rank++] = q.dim(d);
-  if (tail > 0) shape[rank++] = tail;
+// An output of `shape` (from output_shapes()). A size that cannot be allocated is an Error naming
+// `flag`, raised before any allocation is attempted.
+Tensor allocate(const char* flag, DType dtype, const std::vector<std::int64_t>& shape) {
   try {
-    return Tensor(dtype, shape, rank);
+    return Tensor(dtype, shape.data(), static_cast<int>(shape.size()));
   } catch (const Error& e) {
-    throw Error(std::string(flag) + ": " + e.what());
+    throw Error(fmt::format("{}: {}", flag, e.what()));
   }
 }
 
@@ -104,18 +102,14 @@ void run(const AttendFlags& f) {
     require_finite("--v", f.v, v, false);
     if (!mask.empty()) require_finite("--mask", f.mask.mask_path, mask, true);
   }
-  for (auto [name, t] : {std::pair{"--q", &q}, {"--k", &k}, {"--v", &v}})
-    if (t->rank() < 2)
-      throw Error(std::string(name) + ": expected a 2-D [N,d], 3-D [H,N,d] or 4-D [B,H,N,d] array, got " +
-                  t->view().shape_str());
+  const OutputShapes shapes = output_shapes(q.view(), k.view(), v.view(), {"--q", "--k", "--v"});
   if (v.rank() != k.rank())
-    throw Error("--v: rank " + std::to_string(v.rank()) + " differs from --k's rank " + std::to_string(k.rank()));
-  const std::int64_t nkv = k.dim(k.rank() - 2), dv = v.dim(v.rank() - 1);
-  Tensor out = like_q("--out", q, q.dtype(), 1, dv);
+    throw Error(fmt::format("--v: rank {} differs from --k's rank {}", v.rank(), k.rank()));
+  Tensor out = allocate("--out", q.dtype(), shapes.out);
   Outputs outputs{out.view()};
   Tensor lse, probs;
-  if (!f.lse.empty()) outputs.lse = (lse = like_q("--lse", q, q.dtype(), 1, 0)).view();
-  if (!f.probs.empty()) outputs.probs = (probs = like_q("--probs", q, q.dtype(), 1, nkv)).view();
+  if (!f.lse.empty()) outputs.lse = (lse = allocate("--lse", q.dtype(), shapes.lse)).view();
+  if (!f.probs.empty()) outputs.probs = (probs = allocate("--probs", q.dtype(), shapes.probs)).view();
   if (q.dtype() == DType::u8) throw Error("--q: dtype must be float32 or float64, got bool/uint8");
   if (f.reference)
     reference::forward(q.view(), k.view(), v.view(), outputs, options);

@@ -122,7 +122,8 @@ void add_experiment(CLI::App& app) {
                                                   std::to_string(e.default_trials) + ")")
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 31));
     x->add_option("--threads", flags->threads, "threads (0: $ATTNSCALE_THREADS, else all cores)")
-        ->capture_default_str();
+        ->capture_default_str()
+        ->check(threads_range());
     x->add_option("--format", flags->format, "csv or json")->capture_default_str();
     x->add_option("--out", flags->out, "write to FILE (atomically) instead of stdout")->type_name("FILE");
     x->add_flag("--resume", flags->resume,

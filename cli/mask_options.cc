@@ -1,28 +1,14 @@
 #include "mask_options.h"
 
-#include <cerrno>
-#include <cstdlib>
+#include <fmt/format.h>
 
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
+#include "subcommands.h"
 
 namespace attnscale::cli {
 namespace {
 
-Align parse_align(const std::string& flag, const std::string& text) {
-  if (text == "top-left") return Align::top_left;
-  if (text == "bottom-right") return Align::bottom_right;
-  throw Error(flag + ": expected top-left or bottom-right, got '" + text + "'");
-}
-
-std::int64_t parse_size(const std::string& text, const std::string& whole) {
-  char* end = nullptr;
-  errno = 0;
-  const long long v = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || errno == ERANGE || v < -1)
-    throw Error("--window: expected L,R with integers >= 0 (or -1 for unbounded), got '" + whole + "'");
-  return v;
-}
 
 }  // namespace
 
@@ -33,7 +19,10 @@ void MaskFlags::add_to(CLI::App& app, bool with_mask_file) {
                                      "(j <= i + Nkv - Nq)")
       ->type_name("ALIGN");
   app.add_option("--window", window, "Sliding window L,R: keys diag-L..diag+R are visible (-1: unbounded)")
-      ->type_name("L,R");
+      ->type_name("L,R")
+      ->delimiter(',')
+      ->expected(2)
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 62));  // also refuses what overflows int64
   app.add_option("--align", align, "Diagonal of --window when --causal is not given (default top-left)")
       ->type_name("ALIGN");
   if (with_mask_file)
@@ -41,16 +30,7 @@ void MaskFlags::add_to(CLI::App& app, bool with_mask_file) {
                                         "keep) or float (added to the scaled scores)")
         ->type_name("FILE");
   app.add_option("--threads", threads, "Worker threads (0: $ATTNSCALE_THREADS or all cores)")
-      ->check(CLI::Validator(
-          [](std::string& text) {
-            char* end = nullptr;
-            errno = 0;
-            const long v = std::strtol(text.c_str(), &end, 10);
-            if (text.empty() || *end != '\0' || errno == ERANGE || v < 0 || v > 1 << 20)
-              return "expected an integer from 0 to 1048576, got '" + text + "'";
-            return std::string();
-          },
-          "INT>=0"));
+      ->check(threads_range());
 }
 
 Options MaskFlags::options(Tensor& mask_storage) const {
@@ -63,20 +43,17 @@ Options MaskFlags::options(Tensor& mask_storage) const {
   o.threads = threads;
   if (!causal.empty()) {
     o.mask.causal = true;
-    o.mask.align = parse_align("--causal", causal);
+    o.mask.align = parse_align(causal, "--causal");
   }
   if (!align.empty()) {
-    const Align a = parse_align("--align", align);
+    const Align a = parse_align(align, "--align");
     if (!causal.empty() && a != o.mask.align)
-      throw Error("--align: conflicts with --causal " + causal + " (they share one diagonal)");
+      throw Error(fmt::format("--align: conflicts with --causal {} (they share one diagonal)", causal));
     o.mask.align = a;
   }
-  if (!window.empty()) {
-    const auto comma = window.find(',');
-    if (comma == std::string::npos)
-      throw Error("--window: expected L,R with integers >= 0 (or -1 for unbounded), got '" + window + "'");
-    o.mask.window_left = parse_size(window.substr(0, comma), window);
-    o.mask.window_right = parse_size(window.substr(comma + 1), window);
+  if (!window.empty()) {  // two values, each >= -1 (CLI11 checked them)
+    o.mask.window_left = window[0];
+    o.mask.window_right = window[1];
   }
   if (!mask_path.empty()) {
     mask_storage = read_npy(mask_path);

@@ -3,7 +3,9 @@
 #pragma once
 #include <CLI/CLI.hpp>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attnscale/attention.h"
 #include "attnscale/tensor.h"
@@ -13,7 +15,7 @@ namespace attnscale::cli {
 struct MaskFlags {
   std::string scale = "sqrt";
   std::string causal;  // "", "top-left", "bottom-right"
-  std::string window;  // "", "L,R"
+  std::vector<std::int64_t> window;  // empty, or {L, R}
   std::string align;   // "", "top-left", "bottom-right"
   std::string mask_path;
   int threads = 0;

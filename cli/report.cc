@@ -21,7 +21,7 @@ void add_report(CLI::App& app) {
   sub->add_option("--out", opts->out, "output folder (created if missing)")->capture_default_str();
   sub->add_option("--seed", opts->seed, "master seed of every random stream")->capture_default_str();
   sub->add_option("--threads", opts->threads, "threads (0: $ATTNSCALE_THREADS, else every core)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(threads_range());
   sub->add_option("--from", opts->from,
                   "write the report from the data/*.json of an earlier report in this folder, measuring nothing")
       ->check(CLI::ExistingDirectory);

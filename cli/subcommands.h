@@ -10,4 +10,7 @@ void add_bench(CLI::App& app);
 void add_experiment(CLI::App& app);
 void add_report(CLI::App& app);
 
+// The check of every --threads flag: 0 (ATTNSCALE_THREADS, else every core) up to 2^20.
+inline CLI::Validator threads_range() { return CLI::Range(0, 1 << 20); }
+
 }  // namespace attnscale::cli

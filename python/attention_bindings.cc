@@ -23,13 +23,6 @@
 namespace attnscale::python {
 namespace {
 
-// q's leading dimensions (all but the last), then `tail` when given.
-std::vector<std::int64_t> like_q(const TensorView& q, std::optional<std::int64_t> tail) {
-  std::vector<std::int64_t> s(q.shape.begin(), q.shape.begin() + q.rank - 1);
-  if (tail) s.push_back(*tail);
-  return s;
-}
-
 std::vector<std::int64_t> shape_of(const TensorView& t) {
   return std::vector<std::int64_t>(t.shape.begin(), t.shape.begin() + t.rank);
 }
@@ -37,12 +30,6 @@ std::vector<std::int64_t> shape_of(const TensorView& t) {
 // lse and probs of bfloat16 inputs are float32: the backward recomputes P = exp(s - lse), and an
 // lse rounded to bfloat16 (8 bits) would move every P of the row by up to |lse| * 2^-9.
 DType statistics_dtype(DType inputs) { return inputs == DType::bf16 ? DType::f32 : inputs; }
-
-bool rank_at_least_2(std::initializer_list<const TensorView*> ts) {
-  for (const TensorView* t : ts)
-    if (t->rank < 2) return false;
-  return true;
-}
 
 Compute parse_compute(py::handle compute) {
   if (compute.is_none()) return Compute::native;
@@ -69,15 +56,12 @@ py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
   add_extras(opt, {softcap, alibi_slopes, sinks, dropout_p, dropout_seed, dropout_offset, cu_seqlens_q, cu_seqlens_k});
   Outputs outputs;
   ArrayView out, lse, probs;
-  // With a rank below 2 there is no output shape; the library's validation names the argument.
-  if (rank_at_least_2({&q.view, &k.view, &v.view})) {
-    out = new_array(q.view.dtype, like_q(q.view, v.view.shape[v.view.rank - 1]));
-    outputs.out = out.view;
-    const DType stats = statistics_dtype(q.view.dtype);
-    if (return_lse) outputs.lse = (lse = new_array(stats, like_q(q.view, std::nullopt))).view;
-    if (return_probs)
-      outputs.probs = (probs = new_array(stats, like_q(q.view, k.view.shape[k.view.rank - 2]))).view;
-  }
+  const OutputShapes shapes = output_shapes(q.view, k.view, v.view);  // a bad rank: Error naming it
+  out = new_array(q.view.dtype, shapes.out);
+  outputs.out = out.view;
+  const DType stats = statistics_dtype(q.view.dtype);
+  if (return_lse) outputs.lse = (lse = new_array(stats, shapes.lse)).view;
+  if (return_probs) outputs.probs = (probs = new_array(stats, shapes.probs)).view;
   {
     py::gil_scoped_release unlocked;
     if (reference)
@@ -117,16 +101,13 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
     throw py::value_error("return_dbias: requires a float (additive) mask");
   ArrayView dq, dk, dv, dsinks, dbias;
   Gradients grads;
-  if (rank_at_least_2({&q.view, &k.view, &v.view})) {
-    grads.dq = (dq = new_array(q.view.dtype, shape_of(q.view))).view;
-    grads.dk = (dk = new_array(q.view.dtype, shape_of(k.view))).view;
-    grads.dv = (dv = new_array(q.view.dtype, shape_of(v.view))).view;
-    if (return_dsinks) grads.dsinks = (dsinks = new_array(q.view.dtype, shape_of(opt.sinks.view))).view;
-    if (return_dbias) {  // [..q.., Nq, Nkv]: q's leading dimensions (which the mask broadcasts to)
-      std::vector<std::int64_t> shape = like_q(q.view, k.view.shape[k.view.rank - 2]);
-      grads.dbias = (dbias = new_array(q.view.dtype, shape)).view;
-    }
-  }
+  const OutputShapes shapes = output_shapes(q.view, k.view, v.view);  // a bad rank: Error naming it
+  grads.dq = (dq = new_array(q.view.dtype, shape_of(q.view))).view;
+  grads.dk = (dk = new_array(q.view.dtype, shape_of(k.view))).view;
+  grads.dv = (dv = new_array(q.view.dtype, shape_of(v.view))).view;
+  if (return_dsinks) grads.dsinks = (dsinks = new_array(q.view.dtype, shape_of(opt.sinks.view))).view;
+  // dbias: [..q.., Nq, Nkv], q's leading dimensions (which the mask broadcasts to), as probs.
+  if (return_dbias) grads.dbias = (dbias = new_array(q.view.dtype, shapes.probs)).view;
   {
     py::gil_scoped_release unlocked;
     if (reference)

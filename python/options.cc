@@ -1,5 +1,7 @@
 #include "options.h"
 
+#include <fmt/format.h>
+
 #include <string>
 #include <vector>
 
@@ -16,21 +18,14 @@ Scale parse_scale(py::handle scale) {
   const py::object real = py::module_::import("numbers").attr("Real");
   if (!py::isinstance<py::bool_>(scale) && py::isinstance(scale, real))
     return Scale::value(py::float_(py::reinterpret_borrow<py::object>(scale)).cast<double>());
-  throw py::type_error("scale: expected None, 'none', 'sqrt', 'linear' or a number, got " + type_name(scale));
-}
-
-Align parse_align(const char* name, const std::string& text) {
-  if (text == "top-left") return Align::top_left;
-  if (text == "bottom-right") return Align::bottom_right;
-  throw Error(std::string(name) + ": expected 'top-left' or 'bottom-right', got '" + text + "'");
+  throw py::type_error(fmt::format("scale: expected None, 'none', 'sqrt', 'linear' or a number, got {}", type_name(scale)));
 }
 
 std::int64_t window_side(py::handle side, py::handle window) {
   if (side.is_none()) return -1;
   const py::object integral = py::module_::import("numbers").attr("Integral");
   if (py::isinstance<py::bool_>(side) || !py::isinstance(side, integral))
-    throw py::type_error("window: expected (left, right) with ints or None, got " +
-                         std::string(py::repr(window)));
+    throw py::type_error(fmt::format("window: expected (left, right) with ints or None, got {}", std::string(py::repr(window))));
   return side.cast<std::int64_t>();
 }
 
@@ -47,23 +42,21 @@ MaskedOptions make_options(py::handle scale, py::handle causal, py::handle windo
     o.mask.causal = causal.cast<bool>();
   } else if (py::isinstance<py::str>(causal)) {
     o.mask.causal = true;
-    o.mask.align = parse_align("causal", causal.cast<std::string>());
+    o.mask.align = parse_align(causal.cast<std::string>(), "causal");
   } else if (!causal.is_none()) {
-    throw py::type_error("causal: expected None, True, 'top-left' or 'bottom-right', got " + type_name(causal));
+    throw py::type_error(fmt::format("causal: expected None, True, 'top-left' or 'bottom-right', got {}", type_name(causal)));
   }
   if (!align.is_none()) {
     if (!py::isinstance<py::str>(align))
-      throw py::type_error("align: expected None, 'top-left' or 'bottom-right', got " + type_name(align));
-    const Align a = parse_align("align", align.cast<std::string>());
+      throw py::type_error(fmt::format("align: expected None, 'top-left' or 'bottom-right', got {}", type_name(align)));
+    const Align a = parse_align(align.cast<std::string>(), "align");
     if (py::isinstance<py::str>(causal) && a != o.mask.align)
-      throw Error("align: conflicts with causal='" + causal.cast<std::string>() +
-                  "' (they share one diagonal)");
+      throw Error(fmt::format("align: conflicts with causal='{}' (they share one diagonal)", causal.cast<std::string>()));
     o.mask.align = a;
   }
   if (!window.is_none()) {
     if (!(py::isinstance<py::tuple>(window) || py::isinstance<py::list>(window)) || py::len(window) != 2)
-      throw py::type_error("window: expected (left, right) with ints or None, got " +
-                           std::string(py::repr(window)));
+      throw py::type_error(fmt::format("window: expected (left, right) with ints or None, got {}", std::string(py::repr(window))));
     py::sequence w = py::reinterpret_borrow<py::sequence>(window);
     o.mask.window_left = window_side(w[0], window);
     o.mask.window_right = window_side(w[1], window);

@@ -11,6 +11,7 @@
 //   attnscale::Options opt;  opt.mask.causal = true;
 //   attnscale::forward(q.view(), k.view(), v.view(), o, opt);
 #pragma once
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -42,6 +43,10 @@ class Scale {
 //   top_left:     query i's diagonal key is j = i
 //   bottom_right: query i's diagonal key is j = i + Nkv - Nq (the last query sees every key)
 enum class Align { top_left, bottom_right };
+
+// "top-left" or "bottom-right" → Align; anything else throws Error naming `arg` (the flag or
+// keyword the text came from: "--causal", "align"). The command line and Python read it here.
+Align parse_align(std::string_view text, std::string_view arg);
 
 // Every part is optional; a key is visible when every part present allows it.
 struct Mask {
@@ -124,6 +129,16 @@ struct Gradients {
   TensorView dsinks;
   TensorView dbias;
 };
+
+// The shapes of forward()'s outputs for q [..., Nq, dk], k [..., Nkv, dk], v [..., Nkv, dv]: q's
+// leading dimensions, then out [..., Nq, dv], lse [..., Nq], probs [..., Nq, Nkv]. Throws Error,
+// with forward()'s own rank rule and message, when q, k or v is not of rank 2 to 4; `names` name
+// them in the message (the command line says "--q", Python "q").
+struct OutputShapes {
+  std::vector<std::int64_t> out, lse, probs;
+};
+OutputShapes output_shapes(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const std::array<std::string_view, 3>& names = {"q", "k", "v"});
 
 // Forward attention. Validates every argument first (throws Error naming the argument and the
 // shapes; nothing is written then). Rows whose keys are all masked give out = 0, lse = -inf.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention/flash_forward.h"
+#include "attention/lse_merge.h"
 #include "attnscale/kv_cache.h"
 #include "common/parallel.h"
 
@@ -86,25 +87,17 @@ void decode_all(const Params& p) {
       std::copy(s.l.get(), s.l.get() + rows, pl.get() + item * rows);
     }
   });
-  // Merge: M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c.
+  // The chunks' partials merged in chunk order, base e (lse_merge.h).
   parallel_for(heads, 1, resolve_threads(p.threads, heads), [&](std::int64_t h0, std::int64_t h1, int) {
     std::vector<T> o(rows * p.dv), m(rows), l(rows);
     for (std::int64_t head = h0; head < h1; ++head) {
       const RowBlock rb = block(head);
       for (std::int64_t r = 0; r < rows; ++r) {
-        T M = -std::numeric_limits<T>::infinity();
-        for (std::int64_t c = 0; c < chunks; ++c) M = std::max(M, pm[(head * chunks + c) * rows + r]);
-        const T use = M == -std::numeric_limits<T>::infinity() ? T(0) : M;  // every chunk empty
-        std::fill(o.begin() + r * p.dv, o.begin() + (r + 1) * p.dv, T(0));
-        l[r] = 0;
-        m[r] = M;
-        for (std::int64_t c = 0; c < chunks; ++c) {
-          const std::int64_t slot = (head * chunks + c) * rows + r;
-          if (pl[slot] == T(0)) continue;  // a chunk the row saw no key of
-          const T w = std::exp(pm[slot] - use);
-          l[r] += w * pl[slot];
-          for (std::int64_t d = 0; d < p.dv; ++d) o[r * p.dv + d] += w * po[slot * p.dv + d];
-        }
+        const auto slot = [&](std::int64_t c) { return (head * chunks + c) * rows + r; };
+        merge_row<T>(
+            chunks, p.dv, [](T x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
+            [&](std::int64_t c) { return pl[slot(c)]; },
+            [&](std::int64_t c, std::int64_t d) { return po[slot(c) * p.dv + d]; }, m[r], l[r], o.data() + r * p.dv);
       }
       if (!p.sinks.empty()) fold_sinks(p, rb, o.data(), m.data(), l.data());
       write_rows(p, rb, o.data(), m.data(), l.data());

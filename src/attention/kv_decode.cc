@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/lse_merge.h"
 #include "attention/kv_kernels.h"
 #include "attention/tiles.h"
 #include "attnscale/error.h"
@@ -296,18 +297,12 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
   for (std::int64_t head = 0; head < heads; ++head) {
     const std::int64_t b = head / L.Hkv, kh = head % L.Hkv;
     for (std::int64_t r = 0; r < g; ++r) {
-      float M = -std::numeric_limits<float>::infinity();
-      for (std::int64_t c = 0; c < chunks; ++c) M = std::max(M, pm[(head * chunks + c) * g + r]);
-      const float use = M == -std::numeric_limits<float>::infinity() ? 0.0f : M;
-      std::fill(o.begin(), o.end(), 0.0f);
-      float l = 0;
-      for (std::int64_t c = 0; c < chunks; ++c) {
-        const std::int64_t slot = (head * chunks + c) * g + r;
-        if (pl[slot] == 0.0f) continue;
-        const float w = std::exp(pm[slot] - use);
-        l += w * pl[slot];
-        for (std::int64_t d = 0; d < L.dv; ++d) o[d] += w * po[slot * L.dv + d];
-      }
+      const auto slot = [&](std::int64_t c) { return (head * chunks + c) * g + r; };
+      float M, l;
+      detail::merge_row<float>(
+          chunks, L.dv, [](float x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
+          [&](std::int64_t c) { return pl[slot(c)]; },
+          [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, o.data());
       const std::int64_t h = kh * g + r;
       float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1];
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;

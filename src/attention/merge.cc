@@ -1,12 +1,13 @@
 // merge_partials(): the LSE merge of attention over disjoint key chunks (see decode.h).
 //
-// With M = max_c lse_c (for stability, as in the softmax itself):
-//   lse = M + log Σ_c exp(lse_c − M),   out = Σ_c exp(lse_c − lse) · out_c.
+// The merge itself is lse_merge.h's, in base e with each (out_c, lse_c) as the chunk
+// (lse_c, 1, out_c): lse = M + log Σ_c exp(lse_c − M), out = Σ_c exp(lse_c − M) · out_c / Σ_c exp(lse_c − M).
 // Accumulated in float64; chunks are visited in order, so the result is deterministic.
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "attention/lse_merge.h"
 #include "attention/params.h"
 #include "attnscale/decode.h"
 #include "attnscale/error.h"
@@ -59,37 +60,28 @@ void merge_partials(const std::vector<TensorView>& outs, const std::vector<Tenso
     check(lses[c], lse, "lses[" + std::to_string(c) + "]", "lse");
   }
   const std::int64_t dv = out.shape[out.rank - 1], rows = out.numel() / dv;
-  const std::size_t C = outs.size();
-  // Per row: each chunk's lse and where its output row starts; a row's elements are dv apart by
-  // the last stride, so the inner loop needs no index arithmetic.
-  std::vector<double> weight(C);
+  const std::int64_t C = static_cast<std::int64_t>(outs.size());
+  // Per row: each chunk's lse and where its output row starts (its elements are one last stride
+  // apart). A normalised pair is the chunk (lse_k, 1, out_k) of the merge in base e; a chunk with
+  // lse_k = -inf showed the row no key.
+  std::vector<double> lse_k(C), o(dv);
   std::vector<std::int64_t> base(C);
-  std::vector<char> seen(C);  // lse_k != -inf: the chunk showed the row a key
   for (std::int64_t r = 0; r < rows; ++r) {
-    double M = -INFINITY;
     bool nan = false;
-    for (std::size_t k = 0; k < C; ++k) {
-      weight[k] = get(lses[k], offset(lses[k], r));  // lse_k for now
+    for (std::int64_t k = 0; k < C; ++k) {
+      lse_k[k] = get(lses[k], offset(lses[k], r));
       base[k] = offset(outs[k], r * dv);
-      nan |= std::isnan(weight[k]);
-      M = std::max(M, weight[k]);
+      nan |= std::isnan(lse_k[k]);
     }
-    double sum = 0;
-    for (std::size_t k = 0; k < C; ++k)
-      if (weight[k] != -INFINITY) sum += std::exp(weight[k] - M);
-    const double total = nan ? NAN : M == -INFINITY ? -INFINITY : M + std::log(sum);
-    put(lse, offset(lse, r), total);
-    for (std::size_t k = 0; k < C; ++k) {
-      seen[k] = weight[k] != -INFINITY;
-      weight[k] = seen[k] ? std::exp(weight[k] - total) : 0.0;
-    }
+    double M, l;
+    detail::merge_row<double>(
+        C, dv, [](double x) { return std::exp(x); }, [&](std::int64_t k) { return lse_k[k]; },
+        [&](std::int64_t k) { return lse_k[k] == -INFINITY ? 0.0 : 1.0; },
+        [&](std::int64_t k, std::int64_t c) { return get(outs[k], base[k] + c * outs[k].strides[outs[k].rank - 1]); },
+        M, l, o.data());
+    put(lse, offset(lse, r), nan ? NAN : M == -INFINITY ? -INFINITY : M + std::log(l));
     const std::int64_t out_base = offset(out, r * dv), out_step = out.strides[out.rank - 1];
-    for (std::int64_t c = 0; c < dv; ++c) {
-      double acc = 0;
-      for (std::size_t k = 0; k < C; ++k)
-        if (seen[k]) acc += weight[k] * get(outs[k], base[k] + c * outs[k].strides[outs[k].rank - 1]);
-      put(out, out_base + c * out_step, M == -INFINITY ? 0.0 : nan ? NAN : acc);
-    }
+    for (std::int64_t c = 0; c < dv; ++c) put(out, out_base + c * out_step, M == -INFINITY ? 0.0 : nan ? NAN : o[c] / l);
   }
 }
 

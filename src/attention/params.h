@@ -13,16 +13,10 @@
 
 namespace attnscale::detail {
 
-inline constexpr double kLog2e = 1.4426950408889634;
-inline constexpr double kLn2 = 0.6931471805599453;
-
 struct Params {
   DType dtype = DType::f32;  // of q, k, v (and out)
   std::int64_t B = 0, Hq = 0, Hkv = 0, Nq = 0, Nkv = 0, dk = 0, dv = 0;
   double scale = 1.0;
-  // The kernels exponentiate in base 2: exp(s·q·k) = 2^((s·log2 e)·q·k), so the factor they fold
-  // into Q or K is s·log2 e. Set with `scale`, in validate.cc.
-  double scale_log2e = kLog2e;
   TensorView q, k, v;
   TensorView out, lse, probs;  // lse/probs may be empty
   // Mask.

@@ -34,12 +34,17 @@ TensorView pad_rank(TensorView t, int rank) {
   return t;
 }
 
-// q, k, v, dout: rank 2..4, positive dimensions, a float dtype.
-TensorView operand(const char* name, const TensorView& t) {
-  if (t.data == nullptr) fail(std::string(name) + ": missing (null data pointer)");
+// The rank rule of q, k, v and dout (also behind output_shapes()).
+void require_operand_rank(std::string_view name, const TensorView& t) {
   if (t.rank < 2 || t.rank > 4)
     fail(std::string(name) + ": expected rank 2, 3 or 4 ([N, d], [H, N, d] or [B, H, N, d]), got rank " +
          std::to_string(t.rank) + " " + t.shape_str());
+}
+
+// q, k, v, dout: rank 2..4, positive dimensions, a float dtype.
+TensorView operand(const char* name, const TensorView& t) {
+  if (t.data == nullptr) fail(std::string(name) + ": missing (null data pointer)");
+  require_operand_rank(name, t);
   for (int d = 0; d < t.rank; ++d)
     if (t.shape[d] <= 0)
       fail(std::string(name) + ": every dimension must be positive, got shape " + t.shape_str());
@@ -139,7 +144,6 @@ void fill_transforms(Params& p, const Options& options) {
 void fill_options(Params& p, const Options& options) {
   p.scale = options.scale.resolve(p.dk);
   if (!std::isfinite(p.scale)) fail("scale: must be finite, got " + std::to_string(p.scale));
-  p.scale_log2e = p.scale * kLog2e;
   const Mask& m = options.mask;
   p.causal = m.causal;
   p.align = m.align;
@@ -240,3 +244,20 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
 }
 
 }  // namespace attnscale::detail
+
+namespace attnscale {
+
+OutputShapes output_shapes(const TensorView& q, const TensorView& k, const TensorView& v,
+                           const std::array<std::string_view, 3>& names) {
+  detail::require_operand_rank(names[0], q);
+  detail::require_operand_rank(names[1], k);
+  detail::require_operand_rank(names[2], v);
+  OutputShapes s;
+  s.lse.assign(q.shape.begin(), q.shape.begin() + q.rank - 1);
+  s.out = s.probs = s.lse;
+  s.out.push_back(v.shape[v.rank - 1]);
+  s.probs.push_back(k.shape[k.rank - 2]);
+  return s;
+}
+
+}  // namespace attnscale

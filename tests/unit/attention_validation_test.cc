@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
@@ -33,6 +34,34 @@ void expect_error(const std::function<void(Inputs&)>& breakit, const std::string
     EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
   }
   for (std::int64_t i = 0; i < s.out.numel(); ++i) ASSERT_EQ(s.out.as<float>()[i], 42.0f);
+}
+
+// The shape rules the command line and Python share: output_shapes() and parse_align().
+TEST(Validation, OutputShapesFollowQ) {
+  const Tensor q(DType::f32, {3, 5, 7}), k(DType::f32, {1, 11, 7}), v(DType::f32, {1, 11, 2});
+  const OutputShapes s = output_shapes(q.view(), k.view(), v.view());
+  EXPECT_EQ(s.out, (std::vector<std::int64_t>{3, 5, 2}));
+  EXPECT_EQ(s.lse, (std::vector<std::int64_t>{3, 5}));
+  EXPECT_EQ(s.probs, (std::vector<std::int64_t>{3, 5, 11}));
+  const Tensor r1(DType::f32, {4});
+  try {
+    output_shapes(q.view(), k.view(), r1.view(), {"--q", "--k", "--v"});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "--v: expected rank 2, 3 or 4 ([N, d], [H, N, d] or [B, H, N, d]), got rank 1 [4]");
+  }
+}
+
+TEST(Validation, ParseAlign) {
+  EXPECT_EQ(parse_align("top-left", "x"), Align::top_left);
+  EXPECT_EQ(parse_align("bottom-right", "x"), Align::bottom_right);
+  try {
+    parse_align("middle", "--align");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "--align: expected 'top-left' or 'bottom-right', got 'middle'");
+  }
 }
 
 TEST(Validation, WrongRank) {
