@@ -39,6 +39,8 @@ Tensor like_q(const char* flag, const Tensor& q, DType dtype, int drop, std::int
 }
 
 void run(const AttendFlags& f) {
+  require_own_paths({{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}},
+                    {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path}});
   Tensor mask;
   const Options options = f.mask.options(mask);
   if (f.context_parallel) {

@@ -31,6 +31,7 @@
 #include "attention/peak_loops.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
+#include "attnscale/kv_cache.h"
 #include "attnscale/version.h"
 #include "common/parallel.h"
 #include "subcommands.h"
@@ -90,6 +91,7 @@ struct Timed {
   std::function<void()> fn;
   double work = 0;
   int calls = 1;
+  double per = 1e-9;  // rate = work / seconds · per (GFLOP/s, GB/s; 1 for tokens/s)
   double seconds() const {  // per call
     const auto t0 = Clock::now();
     for (int c = 0; c < calls; ++c) fn();
@@ -135,7 +137,7 @@ struct Bench {
   bool memory_case = false;
 };
 
-double rate_of(const Timed& t, double seconds) { return t.work > 0 ? t.work / seconds * 1e-9 : seconds * 1e6; }
+double rate_of(const Timed& t, double seconds) { return t.work > 0 ? t.work / seconds * t.per : seconds * 1e6; }
 
 // The last-level cache as the kernel reports it (sysconf's value is wrong in some virtual
 // machines: 320 MiB here, where sysfs and lscpu say 32 MiB); 32 MiB if neither knows.
@@ -192,12 +194,15 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
       const Stats q = stats(r.ratios);
       std::printf(" %-10s %6.3f %6.3f-%-6.3f", r.limit->name.c_str(), q.median, q.lo, q.hi);
     }
+    if (r.unit == "GB/s") std::printf(" %8.0f tok/s", double(r.B) / t.median);
     std::printf("\n");
   }
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
               "just before the row in the same round. copy rates count bytes read + written; decode rows count the\n"
               "K and V bytes read, against copy-cache when K and V fit in L3. fwd-scaling: rate on %d threads over\n"
-              "the rate on 1 thread (its limit, fwd-1thread). small-call: microseconds per call.\n",
+              "the rate on 1 thread (its limit, fwd-1thread). small-call: microseconds per call. Decode rows: tok/s is\n"
+              "new tokens per second (calls per second x B, every head of the token), comparable with llama.cpp's;\n"
+              "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
               threads);
 }
 
@@ -320,15 +325,17 @@ void run(const Bench& opt) {
   attention("bwd", 8, n_key, 128, false, DType::f32, true, threads);
   attention("bwd", 8, n_key, 128, true, DType::f32, true, threads);
   // Decode: Nq = 1 per query head against a long KV cache; bound by reading K and V once.
-  auto decode = [&](std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d) {
+  // Decode: Nq = 1 per query head against a long KV cache; bound by reading K and V once. "decode"
+  // rows go through forward() with float32 K/V; "kv-*" rows through the cache API (kv_cache.h):
+  // contiguous float32, bfloat16 and int8 (q8, 32 values a scale), and a paged float32 cache with
+  // blocks of 16 keys in shuffled order.
+  enum class Cache { forward, f32, bf16, i8, paged };
+  auto decode = [&](Cache kind, std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d) {
     const Tensor* q = hold(filled(DType::f32, {1, Hq, 1, d}, 5));
-    const Tensor* k = hold(filled(DType::f32, {1, Hkv, nkv, d}, 6));
-    const Tensor* v = hold(filled(DType::f32, {1, Hkv, nkv, d}, 7));
     Tensor* out = hold(Tensor(DType::f32, {1, Hq, 1, d}));
-    Options o;
-    o.threads = threads;
+    const TensorView q3 = TensorView::contiguous(q->view().data, DType::f32, {1, Hq, d});
+    const TensorView out3 = TensorView::contiguous(out->view().data, DType::f32, {1, Hq, d});
     Row r;
-    r.name = "decode";
     r.Hq = Hq;
     r.Hkv = Hkv;
     r.Nq = 1;
@@ -336,16 +343,90 @@ void run(const Bench& opt) {
     r.d = d;
     r.threads = threads;
     r.unit = "GB/s";
-    const double bytes = 2.0 * Hkv * nkv * d * 4;
-    r.limit = bytes <= double(l3_bytes()) ? copy_cache : copy;
-    r.timed = {[=] { forward(q->view(), k->view(), v->view(), {out->view()}, o); }, bytes,
-               bytes <= double(l3_bytes()) ? 8 : 1};
+    double element_bytes = 4;
+    if (kind == Cache::forward || kind == Cache::f32 || kind == Cache::paged) {
+      const Tensor* k = hold(filled(DType::f32, {1, Hkv, nkv, d}, 6));
+      const Tensor* v = hold(filled(DType::f32, {1, Hkv, nkv, d}, 7));
+      if (kind == Cache::forward) {
+        Options o;
+        o.threads = threads;
+        r.name = "decode";
+        r.timed.fn = [=] { forward(q->view(), k->view(), v->view(), {out->view()}, o); };
+      } else if (kind == Cache::f32) {
+        r.name = "kv-f32";
+        const KVCache c{k->view(), v->view(), {}, {}, {}, {}};
+        r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
+      } else {
+        r.name = "kv-paged";
+        const std::int64_t block = 16, blocks = nkv / block;
+        Tensor* pk = hold(Tensor(DType::f32, {blocks, block, Hkv, d}));
+        Tensor* pv = hold(Tensor(DType::f32, {blocks, block, Hkv, d}));
+        Tensor* table = hold(Tensor(DType::i32, {1, blocks}));
+        Tensor* lens = hold(Tensor(DType::i32, {1}));
+        lens->as<std::int32_t>()[0] = static_cast<std::int32_t>(nkv);
+        for (std::int64_t i = 0; i < blocks; ++i)  // a fixed shuffle: block i of the sequence at (i·7919) mod blocks
+          table->as<std::int32_t>()[i] = static_cast<std::int32_t>((i * 7919) % blocks);
+        for (std::int64_t h = 0; h < Hkv; ++h)
+          for (std::int64_t j = 0; j < nkv; ++j) {
+            const std::int64_t slot = (table->as<std::int32_t>()[j / block] * block + j % block) * Hkv + h;
+            std::copy_n(k->as<float>() + (h * nkv + j) * d, d, pk->as<float>() + slot * d);
+            std::copy_n(v->as<float>() + (h * nkv + j) * d, d, pv->as<float>() + slot * d);
+          }
+        const KVCache c{pk->view(), pv->view(), {}, {}, table->view(), lens->view()};
+        r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
+      }
+    } else if (kind == Cache::bf16) {
+      r.name = "kv-bf16";
+      element_bytes = 2;
+      const Tensor* k = hold(filled(DType::bf16, {1, Hkv, nkv, d}, 6));
+      const Tensor* v = hold(filled(DType::bf16, {1, Hkv, nkv, d}, 7));
+      const KVCache c{k->view(), v->view(), {}, {}, {}, {}};
+      r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
+    } else {
+      r.name = "kv-i8";
+      element_bytes = 1 + 4.0 / 32;  // int8 values and a float32 scale per 32
+      const Tensor kf = filled(DType::f32, {1, Hkv, nkv, d}, 6), vf = filled(DType::f32, {1, Hkv, nkv, d}, 7);
+      Tensor* k = hold(Tensor(DType::i8, {1, Hkv, nkv, d}));
+      Tensor* v = hold(Tensor(DType::i8, {1, Hkv, nkv, d}));
+      Tensor* ks = hold(Tensor(DType::f32, {1, Hkv, nkv, d / 32}));
+      Tensor* vs = hold(Tensor(DType::f32, {1, Hkv, nkv, d / 32}));
+      quantize_q8(kf.view(), k->view(), ks->view());
+      quantize_q8(vf.view(), v->view(), vs->view());
+      const KVCache c{k->view(), v->view(), ks->view(), vs->view(), {}, {}};
+      r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
+    }
+    r.dtype = kind == Cache::bf16 ? "bf16" : kind == Cache::i8 ? "i8" : "f32";
+    const double bytes = 2.0 * Hkv * nkv * d * element_bytes;
+    const bool cached = bytes <= double(l3_bytes());
+    r.limit = cached ? copy_cache : copy;
+    r.timed.work = bytes;
+    r.timed.calls = cached ? 8 : 1;
     rows.push_back(std::move(r));
+    return &rows.back();
   };
+  // ggml-comparable cases (H = 8, d = 64 and 128, Nkv 4096 and 65536), then GQA.
   for (std::int64_t d : {std::int64_t{64}, std::int64_t{128}})
-    for (std::int64_t nkv : {std::int64_t{4096}, std::int64_t{65536}}) decode(8, 8, nkv, d);  // ggml-comparable
-  decode(32, 4, 65536, 128);   // GQA, 8 query heads per KV head
-  if (!opt.quick) decode(8, 1, 262144, 128);
+    for (std::int64_t nkv : {std::int64_t{4096}, std::int64_t{65536}})
+      for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::i8}) decode(kind, 8, 8, nkv, d);
+  decode(Cache::paged, 8, 8, 65536, 128);
+  for (Cache kind : {Cache::forward, Cache::f32}) decode(kind, 32, 4, 65536, 128);  // 8 query heads per KV head
+  if (!opt.quick)
+    for (Cache kind : {Cache::forward, Cache::f32, Cache::i8}) decode(kind, 8, 1, 262144, 128);
+  // int8 against float32 K/V in tokens per second (one new token per call), timed side by side.
+  {
+    const Row* f32 = nullptr;
+    for (const Row& r : rows)
+      if (r.name == "kv-f32" && r.Hq == 8 && r.Nkv == 65536 && r.d == 128) f32 = &r;
+    Limit* f32_tokens = limit("kv-f32-tok", "tok/s", "kv-f32 decode, H = 8, Nkv = 65536, d = 128, in tokens/s",
+                              {f32->timed.fn, 1.0, 1, 1.0});
+    Row* i8 = decode(Cache::i8, 8, 8, 65536, 128);
+    i8->name = "kv-i8-tok";
+    i8->unit = "tok/s";
+    i8->timed.work = 1.0;
+    i8->timed.per = 1.0;
+    i8->limit = f32_tokens;
+  }
+
   // A small call: the fixed cost of one forward (threads, scratch, dispatch).
   {
     const Tensor* q = hold(filled(DType::f32, {1, 1, 4, 4}, 8));

@@ -1,6 +1,8 @@
 // attnscale experiment NAME [flags]: run one of the lab's experiments, CSV or JSON out.
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -82,6 +84,14 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
       completed);
   if (!writer) return;
   bar->finish();
+  // Say so when a row has no interval (too few trials): its ci_low and ci_high are nan/null.
+  const auto open = std::count_if(table.rows.begin(), table.rows.end(),
+                                  [](const lab::Row& r) { return std::isnan(r.ci_low) && !std::isnan(r.mean); });
+  if (open > 0)
+    std::fprintf(stderr,
+                 "attnscale: note: %td of %zu rows have no confidence interval (%lld trials are too few for it); "
+                 "their ci_low and ci_high are nan\n",
+                 open, table.rows.size(), static_cast<long long>(table.meta.trials));
   const std::string text = f.format == "csv" ? lab::to_csv(table) : lab::to_json(table);
   if (f.out.empty()) {
     std::fwrite(text.data(), 1, text.size(), stdout);
@@ -107,8 +117,10 @@ void add_experiment(CLI::App& app) {
     auto flags = std::make_shared<ExperimentFlags>();
     CLI::App* x = sub->add_subcommand(e.name, e.summary);
     x->add_option("--seed", flags->seed, "master seed of the random streams")->capture_default_str();
+    // Given, it must be positive: 0 is not a way to ask for the default (leave the flag out).
     x->add_option("--trials", flags->trials, "Monte Carlo trials per point (default " +
-                                                  std::to_string(e.default_trials) + ")");
+                                                  std::to_string(e.default_trials) + ")")
+        ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 31));
     x->add_option("--threads", flags->threads, "threads (0: $ATTNSCALE_THREADS, else all cores)")
         ->capture_default_str();
     x->add_option("--format", flags->format, "csv or json")->capture_default_str();

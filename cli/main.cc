@@ -1,10 +1,12 @@
 // attnscale: the command-line tool.
 // Exit codes: 0 success, 2 bad input (flags, files, shapes), 1 anything unexpected.
+#include <cctype>
 #include <cstdio>
 #include <string>
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
+#include "flag_suggestion.h"
 #include "mpi_job.h"
 #ifdef ATTNSCALE_HAVE_MPI
 #include "attnscale/distributed.h"
@@ -61,9 +63,22 @@ int main(int argc, char** argv) {
     if (what.empty()) what = e.get_name();
     // Point at the help of the subcommand that was given, if any.
     std::string help = "attnscale";
+    const CLI::App* given = &app;
     for (const CLI::App* sub : app.get_subcommands())
-      for (const CLI::App* s = sub; s != nullptr; s = s->get_subcommands().empty() ? nullptr : s->get_subcommands()[0])
+      for (const CLI::App* s = sub; s != nullptr; s = s->get_subcommands().empty() ? nullptr : s->get_subcommands()[0]) {
         help += " " + s->get_name();
+        given = s;
+      }
+    // A flag the subcommand does not know is the likelier cause than what CLI11 reports first
+    // (`--outt o.npy` makes "--out is required"): name it, with the nearest known flag.
+    for (const std::string& arg : given->remaining()) {
+      if (arg.size() < 2 || arg[0] != '-' || (arg[1] != '-' && !std::isalpha(static_cast<unsigned char>(arg[1]))))
+        continue;
+      const std::string flag = arg.substr(0, arg.find('='));
+      const std::string guess = attnscale::cli::closest_flag(*given, flag);
+      what = "unknown flag " + flag + (guess.empty() ? "" : " (did you mean " + guess + "?)");
+      break;
+    }
     return fail(2, "error", what + " (see " + help + " --help)");
 #ifdef ATTNSCALE_HAVE_MPI
   } catch (const attnscale::distributed::AgreedError& e) {

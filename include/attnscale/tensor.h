@@ -14,9 +14,11 @@
 
 namespace attnscale {
 
-enum class DType : std::uint8_t { f32, f64, bf16, u8 };
+enum class DType : std::uint8_t { f32, f64, bf16, u8, i8, i32 };
 
-std::string_view dtype_name(DType t);  // "float32", "float64", "bfloat16", "bool/uint8"
+// "float32", "float64", "bfloat16", "bool/uint8", "int8", "int32"; i8 and i32 are for KV caches
+// (quantised values, block tables and lengths, see kv_cache.h).
+std::string_view dtype_name(DType t);
 std::size_t dtype_size(DType t);
 
 // bfloat16 storage: the upper 16 bits of an IEEE float32 (round-to-nearest-even on conversion).

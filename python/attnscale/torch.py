@@ -22,7 +22,7 @@ share memory and strides with the arrays the kernels read), so a [B, N, H, d] te
 import torch
 
 from .torch_flash import flash_attn_func, flash_attn_varlen_func
-from .torch_function import Attention
+from .torch_function import Attention, attend
 from .torch_sdpa import scaled_dot_product_attention
 
 __all__ = ["attention", "scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func", "Attention"]
@@ -36,16 +36,16 @@ def attention(
     Differentiable scaled dot-product attention on CPU torch tensors (float32, float64 or bfloat16).
 
     Shapes and options are those of attnscale.attention: q [..., Nq, dk], k [..., Nkv, dk],
-    v [..., Nkv, dv] (2-D, 3-D or 4-D; k and v may have fewer heads than q), scale None | 'none' |
-    'sqrt' | 'linear' | number, causal None | True | 'top-left' | 'bottom-right', window
-    (left, right), align, mask (bool keep-mask or float additive mask, [Nq, Nkv] or
-    [B|1, H|1, Nq, Nkv]; a constant: it must not require grad), threads.
+    v [..., Nkv, dv] (leading dimensions broadcast as in PyTorch; k and v may have fewer heads
+    than q), scale None | 'none' | 'sqrt' | 'linear' | number, causal None | True | 'top-left' |
+    'bottom-right', window (left, right), align, mask (bool keep-mask or float additive mask,
+    broadcasting to [..., H, Nq, Nkv]; a float mask that requires grad gets its gradient), threads.
 
     compute='bf16' runs the forward products in bfloat16 (float32 inputs); the backward pass
     always computes in the inputs' dtype.
 
     Returns out [..., Nq, dv], or (out, lse) with return_lse (lse carries no gradient).
-    Gradients flow to q, k and v; double backward is not supported.
+    Gradients flow to q, k, v and a float mask; double backward is not supported.
 
     Example:
         >>> import torch, attnscale.torch as at
@@ -54,10 +54,8 @@ def attention(
         >>> y.sum().backward(); x.grad.shape
         torch.Size([10, 8])
     """
-    if mask is not None and isinstance(mask, torch.Tensor) and mask.requires_grad:
-        raise ValueError("mask: gradients with respect to the mask are not supported; pass mask.detach()")
     if mask is not None and not isinstance(mask, torch.Tensor):
         mask = torch.as_tensor(mask)
     options = dict(scale=scale, causal=causal, window=window, align=align, threads=threads)
-    out, lse = Attention.apply(q, k, v, mask, dict(options, compute=compute), options)
+    out, lse = attend(q, k, v, mask, dict(options, compute=compute), options)
     return (out, lse) if return_lse else out

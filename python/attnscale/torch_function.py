@@ -4,13 +4,20 @@ Tensors reach the kernels as numpy arrays sharing their memory and strides (no c
 float64 through Tensor.numpy(), bfloat16 (which numpy lacks) as its int16 storage tagged
 attnscale.bfloat16. The forward keeps each row's log-sum-exp (float32 for bfloat16 inputs); the
 backward recomputes the probabilities from q, k, v and it.
+
+A float mask that requires grad is an additive bias b: s = q k^T * scale + b, so its gradient is
+the score gradient dS = P o (dP - D), with dP = dout v^T and D_i = sum_j P_ij dP_ij = dout_i . out_i
+(the softmax's backward). It has the mask's size, B Hq Nq Nkv before the sums over the mask's
+broadcast dimensions, and is computed from P, which the forward kernel returns on request.
 """
 import functools
+
+import math
 
 import numpy as np
 import torch
 
-from . import _attnscale
+from . import _attnscale, broadcast
 
 _FLOAT = (torch.float32, torch.float64, torch.bfloat16)
 _MASK = _FLOAT + (torch.bool, torch.uint8)
@@ -81,6 +88,7 @@ class Attention(torch.autograd.Function):
         out, lse = from_numpy(out), from_numpy(lse)
         ctx.save_for_backward(q, k, v, out, lse)
         ctx.mask = mask_np
+        ctx.mask_dtype = None if mask is None else mask.dtype
         ctx.options = options
         ctx.mark_non_differentiable(lse)
         return out, lse
@@ -101,11 +109,48 @@ class Attention(torch.autograd.Function):
             **ctx.options,
         )
         need = ctx.needs_input_grad
+        dmask = _mask_gradient(ctx, q, k, v, out, dout) if need[3] else None
         return (
             from_numpy(dq) if need[0] else None,
             from_numpy(dk) if need[1] else None,
             from_numpy(dv) if need[2] else None,
-            None,
+            dmask,
             None,
             None,
         )
+
+
+def _mask_gradient(ctx, q, k, v, out, dout):
+    """dS = P o (dP - D) (see the module's notes), in the mask's dtype and shape."""
+    _, probs = _attnscale.attention(
+        to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), mask=ctx.mask, return_probs=True, **ctx.options
+    )
+    p = torch.from_numpy(probs)  # float64 for float64 inputs, else float32
+    group = q.shape[-3] // v.shape[-3] if v.dim() >= 3 else 1
+    vv = v.to(p.dtype).repeat_interleave(group, dim=-3) if group > 1 else v.to(p.dtype)
+    do = dout.to(p.dtype)
+    dp = do @ vv.transpose(-1, -2)
+    d = (do * out.to(p.dtype)).sum(-1, keepdim=True)
+    return (p * (dp - d)).to(ctx.mask_dtype)
+
+
+def attend(q, k, v, mask, forward_options, options, gqa=True):
+    """(out, lse) of attention over tensors of PyTorch's shapes (attnscale.broadcast folds them).
+
+    An empty key set (or no query) is PyTorch's math on the empty operands: out 0, lse -inf.
+    """
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    lay = broadcast.layout(q.shape, k.shape, v.shape, None if mask is None else mask.shape, gqa)
+    if lay.empty:
+        kk, vv = k, v
+        if lay.hq != lay.hkv and k.dim() >= 3 and lay.hkv:
+            kk, vv = (t.repeat_interleave(lay.hq // lay.hkv, dim=-3) for t in (k, v))
+        out = torch.softmax(q @ kk.transpose(-2, -1), dim=-1) @ vv
+        stats = torch.float64 if q.dtype == torch.float64 else torch.float32
+        return out.reshape(lay.out), torch.full(lay.lse, -math.inf, dtype=stats)
+    q4, k4, v4 = (broadcast.fold(t, s, lay.batch, torch.Tensor.expand) for t, s in ((q, lay.q), (k, lay.k), (v, lay.v)))
+    m4 = None if mask is None else broadcast.fold(mask, lay.mask, lay.batch, torch.Tensor.expand)
+    out, lse = Attention.apply(q4, k4, v4, m4, forward_options, options)
+    return out.reshape(lay.out), lse.reshape(lay.lse)

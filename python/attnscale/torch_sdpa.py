@@ -11,20 +11,12 @@ PyTorch defines it by its math (matmul, softmax, matmul):
 with enable_gqa=True letting key and value have Hkv heads (dimension -3) for Hq query heads,
 Hq % Hkv == 0, each read by Hq/Hkv consecutive query heads. Here the leading dimensions are folded
 into the library's [B, H, N, d] by attnscale.broadcast (stride-0 views, no copy of q, k, v), and
-the kernels compute forward and backward.
+the kernels compute forward and backward. A float attn_mask that requires grad (a learned bias)
+gets its gradient, dS, summed over its broadcast dimensions by autograd.
 """
 import torch
 
-from . import broadcast
-from .torch_function import Attention
-
-
-def _empty_attention(query, key, value, enable_gqa):
-    """PyTorch's math on operands with a zero-sized dimension (no work; an empty key set gives 0)."""
-    if enable_gqa and key.dim() >= 3 and key.shape[-3] not in (0, query.shape[-3]):
-        key = key.repeat_interleave(query.shape[-3] // key.shape[-3], dim=-3)
-        value = value.repeat_interleave(query.shape[-3] // value.shape[-3], dim=-3)
-    return torch.softmax(query @ key.transpose(-2, -1), dim=-1) @ value
+from .torch_function import attend
 
 
 def scaled_dot_product_attention(
@@ -33,7 +25,7 @@ def scaled_dot_product_attention(
     """scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)
 
     A drop-in for torch.nn.functional.scaled_dot_product_attention on CPU tensors of float32,
-    float64 or bfloat16, differentiable with respect to query, key and value.
+    float64 or bfloat16, differentiable with respect to query, key, value and a float attn_mask.
 
     query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev]; leading dimensions
     broadcast; Hkv must equal Hq (or be 1) unless enable_gqa=True (then Hq % Hkv == 0).
@@ -61,26 +53,13 @@ def scaled_dot_product_attention(
     if mask is not None:
         if not isinstance(mask, torch.Tensor):
             mask = torch.as_tensor(mask)
-        if mask.requires_grad:
-            raise ValueError("attn_mask: gradients with respect to the mask are not supported; pass attn_mask.detach()")
         if mask.dtype in (torch.bfloat16, torch.float16):
             mask = mask.float()  # the kernels read float32/float64 masks; a copy of the mask as given
-    for name, t in (("query", query), ("key", key), ("value", value)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    options = dict(scale=None if scale is None else float(scale), causal=bool(is_causal))
     try:
-        lay = broadcast.layout(query.shape, key.shape, value.shape, None if mask is None else mask.shape, enable_gqa)
+        out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa)
     except ValueError as e:
         if not enable_gqa and str(e).startswith("q, k:"):
             raise ValueError(f"{e} (key/value with fewer heads than query need enable_gqa=True)") from None
         raise
-    if 0 in lay.q or 0 in lay.k or 0 in lay.v:
-        return _empty_attention(query, key, value, enable_gqa)
-    q, k, v = (
-        broadcast.fold(t, shape, lay.batch, torch.Tensor.expand)
-        for t, shape in ((query, lay.q), (key, lay.k), (value, lay.v))
-    )
-    m = None if mask is None else broadcast.fold(mask, lay.mask, lay.batch, torch.Tensor.expand)
-    options = dict(scale=None if scale is None else float(scale), causal=bool(is_causal))
-    out, _ = Attention.apply(q, k, v, m, options, options)
-    return out.reshape(lay.out)
+    return out

@@ -78,7 +78,7 @@ def test_seed_changes_the_numbers_and_threads_do_not():
     a = lab.variance(d=[2, 8], trials=20, seed=1, threads=1, as_frame=False)
     b = lab.variance(d=[2, 8], trials=20, seed=1, threads=3, as_frame=False)
     c = lab.variance(d=[2, 8], trials=20, seed=2, threads=1, as_frame=False)
-    assert list(a) == list(b)
+    assert a.csv == b.csv  # texts: two d points give a slope without an interval (nan != nan)
     assert [r["mean"] for r in a] != [r["mean"] for r in c]
 
 

@@ -181,3 +181,31 @@ def test_a_model_written_for_pytorch_2_trains_the_same(monkeypatch, gen):
     for step in range(5):
         assert math.isclose(la[step], lt[step], rel_tol=1e-5)
         torch.testing.assert_close(ga[step], gt[step], rtol=1e-3, atol=1e-5)
+
+
+@pytest.mark.parametrize("mask_shape", [(2, 3, 5, 7), (1, 3, 1, 7), (5, 7)])
+def test_gradient_with_respect_to_a_float_mask(gen, mask_shape):
+    # A learned additive bias: its gradient is dS, summed over the mask's broadcast dimensions.
+    q, k, v = randn(gen, 2, 3, 5, 4, grad=True), randn(gen, 2, 1, 7, 4, grad=True), randn(gen, 2, 1, 7, 3, grad=True)
+    bias = randn(gen, *mask_shape, grad=True)
+    f = lambda q, k, v, bias: sdpa(q, k, v, attn_mask=bias, enable_gqa=True)
+    assert torch.autograd.gradcheck(f, (q, k, v, bias))
+    out = f(q, k, v, bias)
+    dout = randn(gen, *out.shape)
+    (dbias,) = torch.autograd.grad(out, bias, dout)
+    bias64 = bias.detach().clone().requires_grad_()
+    (want,) = torch.autograd.grad(torch_reference.sdpa(q, k, v, attn_mask=bias64, enable_gqa=True), bias64, dout)
+    torch.testing.assert_close(dbias, want, rtol=1e-10, atol=1e-12)
+
+
+def test_gradient_with_respect_to_a_float_mask_in_float32_and_bfloat16(gen):
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
+        q, k, v = (randn(gen, 2, 2, 9, 16).to(dtype).requires_grad_() for _ in range(3))
+        bias = randn(gen, 1, 2, 9, 9).to(dtype).requires_grad_()
+        out = sdpa(q, k, v, attn_mask=bias, is_causal=False)
+        (dbias,) = torch.autograd.grad(out.float().square().sum(), bias)
+        assert dbias.dtype == dtype and dbias.shape == bias.shape
+        b64 = bias.detach().double().requires_grad_()
+        ref = torch_reference.sdpa(q.detach(), k.detach(), v.detach(), attn_mask=b64)
+        (want,) = torch.autograd.grad(ref.square().sum(), b64)
+        assert (dbias.double() - want).abs().max() <= tol * want.abs().max()

@@ -28,7 +28,9 @@ struct ForwardScratch {
   Buffer<T> qt, qr, st, o, kp, vp, m, l, alpha, sub, mul;
   explicit ForwardScratch(const Params& p)
       : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
-        sub(ld), mul(ld) {}
+        sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
+  std::int64_t dk, dv;
+  bool fits(const Params& p) const { return p.dk == dk && p.dv == dv; }  // reusable for p (PerThread)
 };
 
 // Columns of the score tile in use: the block's rows rounded up to the widest SIMD width (a

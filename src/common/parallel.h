@@ -2,10 +2,20 @@
 //
 // Work items must be independent; the result of each item may not depend on which thread ran
 // it, so outputs are the same for any thread count.
+//
+// The threads are a persistent pool, started on first use and parked (blocked on a condition
+// variable, after a short spin) between calls, so a call costs a wake-up rather than thread
+// creation; one caller uses the pool at a time, and a call made while it is busy (from another
+// thread, or from inside a work item) starts threads of its own as before. A call with one
+// thread runs inline. Hand-written rather than OpenMP: OpenMP's runtime would be a second pool
+// beside the ones OpenBLAS and libtorch start in the same process, and its static schedule waits
+// for the slowest thread where the counter lets a thread slowed by other jobs take fewer items.
 #pragma once
+#include <array>
 #include <cstdint>
-#include <functional>
 #include <memory>
+#include <mutex>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -15,25 +25,102 @@ namespace attnscale {
 // hardware thread. Never more than `items` (and at least 1).
 int resolve_threads(int requested, std::int64_t items = INT64_MAX);
 
+// A non-owning reference to a callable fn(begin, end, thread_index): unlike std::function it
+// never allocates (the callable outlives the call it is passed to).
+class ChunkFn {
+ public:
+  template <class F, class = std::enable_if_t<!std::is_same_v<std::decay_t<F>, ChunkFn>>>
+  ChunkFn(F&& f)  // NOLINT: implicit, so that a lambda can be passed directly
+      : obj_(const_cast<void*>(static_cast<const void*>(&f))), call_([](void* o, std::int64_t b, std::int64_t e, int t) {
+          (*static_cast<std::remove_reference_t<F>*>(o))(b, e, t);
+        }) {}
+  void operator()(std::int64_t b, std::int64_t e, int t) const { call_(obj_, b, e, t); }
+
+ private:
+  void* obj_;
+  void (*call_)(void*, std::int64_t, std::int64_t, int);
+};
+
 // Calls fn(begin, end, thread_index) over chunks of `chunk` items until [0, n) is covered.
-void parallel_for(std::int64_t n, std::int64_t chunk, int threads,
-                  const std::function<void(std::int64_t, std::int64_t, int)>& fn);
+void parallel_for(std::int64_t n, std::int64_t chunk, int threads, ChunkFn fn);
+
+namespace detail {
+// Scratch objects kept between calls (see PerThread): a type S that says which construction
+// arguments it can serve (`bool fits(args...) const`) is reused instead of reallocated.
+template <class S>
+class ScratchCache {
+ public:
+  template <class... Args>
+  static std::unique_ptr<S> take(const Args&... args) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto& v = items();
+    for (std::size_t i = v.size(); i-- > 0;)
+      if (v[i]->fits(args...)) {
+        std::unique_ptr<S> s = std::move(v[i]);
+        v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
+        return s;
+      }
+    return nullptr;
+  }
+  static void put(std::unique_ptr<S> s) {
+    std::lock_guard<std::mutex> lock(mutex());
+    auto& v = items();
+    if (v.size() >= kKeep) v.erase(v.begin());  // the oldest goes
+    v.push_back(std::move(s));
+  }
+
+ private:
+  static constexpr std::size_t kKeep = 8;
+  static std::mutex& mutex() {
+    static std::mutex m;
+    return m;
+  }
+  static std::vector<std::unique_ptr<S>>& items() {
+    static std::vector<std::unique_ptr<S>> v;
+    return v;
+  }
+};
+}  // namespace detail
 
 // Per-thread scratch for parallel_for, built on a thread's first item (a thread that gets no
-// work allocates nothing): `PerThread<S> s(threads); ... S& mine = s.get(t, ctor args...);`
+// work allocates nothing): `PerThread<S> s(threads); ... S& mine = s.get(t, ctor args...);`.
+// When S has `bool fits(ctor args...) const`, objects are taken from and returned to a cache
+// shared by all calls, so repeated calls of the same shape allocate nothing.
 template <class S>
 class PerThread {
  public:
-  explicit PerThread(int threads) : slots_(static_cast<std::size_t>(threads)) {}
+  explicit PerThread(int threads) {
+    if (threads > kInline) extra_.resize(static_cast<std::size_t>(threads - kInline));
+  }
+  PerThread(const PerThread&) = delete;
+  PerThread& operator=(const PerThread&) = delete;
+  ~PerThread() {
+    if constexpr (kRecycled) {
+      for (auto& s : inline_)
+        if (s) detail::ScratchCache<S>::put(std::move(s));
+      for (auto& s : extra_)
+        if (s) detail::ScratchCache<S>::put(std::move(s));
+    }
+  }
   template <class... Args>
   S& get(int t, Args&&... args) {
-    auto& slot = slots_[static_cast<std::size_t>(t)];
-    if (!slot) slot = std::make_unique<S>(std::forward<Args>(args)...);
+    auto& slot = t < kInline ? inline_[static_cast<std::size_t>(t)] : extra_[static_cast<std::size_t>(t - kInline)];
+    if (!slot) {
+      if constexpr (kRecycled) slot = detail::ScratchCache<S>::take(args...);
+      if (!slot) slot = std::make_unique<S>(std::forward<Args>(args)...);
+    }
     return *slot;
   }
 
  private:
-  std::vector<std::unique_ptr<S>> slots_;
+  template <class U, class = void>
+  struct Fits : std::false_type {};
+  template <class U>
+  struct Fits<U, std::void_t<decltype(&U::fits)>> : std::true_type {};
+  static constexpr bool kRecycled = Fits<S>::value;
+  static constexpr int kInline = 8;
+  std::array<std::unique_ptr<S>, kInline> inline_{};
+  std::vector<std::unique_ptr<S>> extra_;
 };
 
 }  // namespace attnscale

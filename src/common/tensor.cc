@@ -16,6 +16,8 @@ std::string_view dtype_name(DType t) {
     case DType::f64: return "float64";
     case DType::bf16: return "bfloat16";
     case DType::u8: return "bool/uint8";
+    case DType::i8: return "int8";
+    case DType::i32: return "int32";
   }
   return "?";
 }
@@ -26,6 +28,8 @@ std::size_t dtype_size(DType t) {
     case DType::f64: return 8;
     case DType::bf16: return 2;
     case DType::u8: return 1;
+    case DType::i8: return 1;
+    case DType::i32: return 4;
   }
   return 0;
 }

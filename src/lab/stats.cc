@@ -54,14 +54,14 @@ double sample_kurtosis(const double* x, std::size_t n) {
 Summary mean_ci(const std::vector<double>& x) {
   const std::size_t n = x.size();
   const double m = sample_mean(x.data(), n);
-  if (n < 2) return {m, m, m};
+  if (n < 2) return {m, kNotComputable, kNotComputable};
   const double h = student_t_quantile(0.975, n - 1) * std::sqrt(sample_variance(x.data(), n) / n);
   return {m, m - h, m + h};
 }
 
 Summary variance_ci(const std::vector<double>& x) {
   const std::size_t n = x.size();
-  if (n < 2) return {0, 0, 0};
+  if (n < 2) return {kNotComputable, kNotComputable, kNotComputable};
   const double m = sample_mean(x.data(), n);
   double m2 = 0, m4 = 0;
   for (double v : x) {
@@ -84,7 +84,9 @@ Summary median_ci(std::vector<double> x) {
   const double h = 1.959963984540054 * std::sqrt(static_cast<double>(n)) / 2;
   const auto lo = static_cast<std::int64_t>(std::floor(n / 2.0 - h));
   const auto hi = static_cast<std::int64_t>(std::ceil(n / 2.0 + h));
-  return {med, x[std::clamp<std::int64_t>(lo, 0, n - 1)], x[std::clamp<std::int64_t>(hi - 1, 0, n - 1)]};
+  // The interval needs order statistics the sample does not have (n < 4).
+  if (lo < 0 || hi > static_cast<std::int64_t>(n)) return {med, kNotComputable, kNotComputable};
+  return {med, x[lo], x[hi - 1]};
 }
 
 // θ_(g): the statistic without group g;  SE² = (G − 1)/G Σ_g (θ_(g) − mean θ_(·))².
@@ -92,7 +94,7 @@ Summary jackknife_ci(const std::vector<double>& x, int groups,
                      const std::function<double(const double*, std::size_t)>& statistic) {
   const double full = statistic(x.data(), x.size());
   const std::size_t size = x.size() / std::max(groups, 1);
-  if (groups < 2 || size < 1) return {full, full, full};
+  if (groups < 2 || size < 1) return {full, kNotComputable, kNotComputable};
   std::vector<double> rest, per(groups);
   for (int g = 0; g < groups; ++g) {
     rest.clear();
@@ -117,7 +119,7 @@ Summary slope_ci(const std::vector<double>& x, const std::vector<double>& y) {
   }
   if (sxx == 0) return {};
   const double b = sxy / sxx;
-  if (n < 3) return {b, b, b};
+  if (n < 3) return {b, kNotComputable, kNotComputable};
   double sse = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double r = y[i] - my - b * (x[i] - mx);

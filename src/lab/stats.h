@@ -14,6 +14,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <vector>
 
 namespace attnscale::lab {
@@ -21,6 +22,11 @@ namespace attnscale::lab {
 struct Summary {
   double mean = 0, ci_low = 0, ci_high = 0;
 };
+
+// The bounds of an interval the sample is too small for (one trial for a mean, fewer than 4 for a
+// median, fewer than 3 points for a slope): NaN, written "nan" in CSV and null in JSON, never a
+// zero-width interval that would look exact.
+inline constexpr double kNotComputable = std::numeric_limits<double>::quiet_NaN();
 
 double normal_quantile(double p);                 // Φ^{-1}(p) (Boost.Math)
 double student_t_quantile(double p, double dof);  // the Student-t quantile (Boost.Math); dof < 1 taken as 1

@@ -270,7 +270,7 @@ def test_reference_score_matrix_that_would_need_terabytes(work):
 # --- flags and values ----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("extra,words", [
-    (["--bogus"], ["--bogus", "not expected"]),
+    (["--bogus"], ["unknown flag --bogus"]),
     (["--causal", "sideways"], ["--causal", "sideways"]),
     (["--align", "middle"], ["--align", "middle"]),
     (["--causal", "top-left", "--align", "bottom-right"], ["--align", "conflicts"]),
@@ -310,3 +310,40 @@ def test_failed_second_output_removes_the_first(work):
     r = attend(work, "--lse", "no_such_dir/lse.npy")
     assert_refused(r, work, "no_such_dir/lse.npy")
     assert not (work / "o.npy").exists()
+
+
+def test_misspelt_flag_is_named_with_the_nearest_one(work):
+    r = subprocess.run([BIN, "attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--outt", "o.npy"],
+                       cwd=work, capture_output=True, text=True)
+    assert_refused(r, work, "unknown flag --outt (did you mean --out?)")
+    assert_refused(attend(work, "--casual", "top-left"), work, "unknown flag --casual (did you mean --causal?)")
+
+
+@pytest.mark.parametrize("extra,out,words", [
+    (["--lse", "o.npy"], "o.npy", ["--lse: 'o.npy' is also --out's file"]),
+    (["--probs", "./lse.npy", "--lse", "lse.npy"], "o.npy", ["--probs: './lse.npy' is also --lse's file"]),
+    ([], "q.npy", ["--out: 'q.npy' is also the input --q"]),
+    (["--lse", "./k.npy"], "o.npy", ["--lse: './k.npy' is also the input --k"]),
+])
+def test_one_file_per_output_and_no_output_over_an_input(work, extra, out, words):
+    before = {name: (work / name).read_bytes() for name in ("q.npy", "k.npy", "v.npy")}
+    assert_refused(attend(work, *extra, out=out), work, *words)
+    assert {name: (work / name).read_bytes() for name in before} == before
+
+
+def experiment(*args):
+    return subprocess.run([BIN, "experiment", *args], capture_output=True, text=True, timeout=120)
+
+
+def test_trials_zero_is_an_error_not_the_default():
+    r = experiment("moments", "--trials", "0")
+    assert r.returncode == 2 and r.stdout == "", r.stderr
+    assert r.stderr.startswith("attnscale: error: --trials: Value 0 not in range 1 to"), r.stderr
+
+
+def test_one_trial_gives_no_interval_and_says_so():
+    r = experiment("saturation", "--n", "5", "--d", "4", "--scaling", "sqrt", "--trials", "1")
+    assert r.returncode == 0, r.stderr
+    assert "have no confidence interval (1 trials are too few for it); their ci_low and ci_high are nan" in r.stderr
+    rows = [line.split(",") for line in r.stdout.splitlines()[1:]]
+    assert rows and all(row[5] == "nan" and row[6] == "nan" and row[4] != "nan" for row in rows)

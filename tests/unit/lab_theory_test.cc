@@ -214,5 +214,20 @@ TEST(LabTheory, SaturationAndLengthTheoryMatchesWhereGiven) {
   EXPECT_GE(given, 20);
 }
 
+// A sample too small for an interval gives NaN bounds, not a zero-width interval that looks exact.
+TEST(LabStats, TooFewSamplesGiveNoInterval) {
+  for (const Summary s : {mean_ci({2.5}), median_ci({1, 2, 3}), slope_ci({0, 1}, {1, 3}),
+                          jackknife_ci({1, 2}, 20, sample_kurtosis)}) {
+    EXPECT_TRUE(std::isnan(s.ci_low) && std::isnan(s.ci_high));
+    EXPECT_FALSE(std::isnan(s.mean));
+  }
+  EXPECT_TRUE(std::isnan(variance_ci({4}).mean));
+  const Summary two = mean_ci({1, 3});  // two samples: a (wide) t interval with 1 degree of freedom
+  EXPECT_TRUE(std::isfinite(two.ci_low) && two.ci_low < 1 && two.ci_high > 3);
+  const Summary four = median_ci({4, 1, 3, 2});
+  EXPECT_EQ(four.ci_low, 1);
+  EXPECT_EQ(four.ci_high, 4);
+}
+
 }  // namespace
 }  // namespace attnscale::lab

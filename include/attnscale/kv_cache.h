@@ -1,0 +1,63 @@
+// attnscale/kv_cache.h: decode (one new query token per sequence) over an inference KV cache.
+//
+// A cache holds keys and values in one of three element types, read as stored (no conversion
+// pass before the call):
+//   float32;  bfloat16;  int8 with one float32 scale per block of 32 consecutive values of a row
+//   (x ≈ scale · q, q in [-127, 127]: the scheme of ggml's q8_0, with a float32 scale). Products
+//   and sums are float32 in every case.
+// and in one of two layouts:
+//   contiguous  k [B, Hkv, Nkv, dk], v [B, Hkv, Nkv, dv]: sequence b's keys are rows 0..len_b-1
+//   paged       k [num_blocks, block_size, Hkv, dk], v [num_blocks, block_size, Hkv, dv]: fixed-size
+//               blocks shared by all sequences; block_table [B, max_blocks] (int32) lists the blocks
+//               of sequence b in order, so its key j is row j % block_size of block
+//               block_table[b][j / block_size] (the layout of vLLM's PagedAttention with the
+//               FlashAttention backend, and of flash_attn_with_kvcache's block_table). A pool laid
+//               out [num_blocks, Hkv, block_size, d] is passed as a strided view of that shape.
+// Any strides, except that the last dimension of k and v (and of their scales) is contiguous.
+// seq_lens [B] (int32) gives each sequence's number of keys (required when paged; contiguous:
+// Nkv for every sequence when empty), so sequences of different lengths share one call.
+//
+// The result does not depend on the layout: paged and contiguous caches holding the same keys
+// give the same bits, as do any thread counts (the keys are split into fixed chunks of 1024 by
+// position, each chunk's partial softmax merged in order).
+//
+// Example (paged int8 cache, 4 sequences, GQA with 8 query heads per KV head):
+//   attnscale::KVCache c;  c.k = k_i8;  c.k_scales = k_scales;  c.v = v_i8;  c.v_scales = v_scales;
+//   c.block_table = table;  c.seq_lens = lens;
+//   attnscale::decode(q /*[4, 32, 128]*/, c, out /*[4, 32, 128]*/);
+#pragma once
+#include <cstdint>
+
+#include "attnscale/attention.h"
+#include "attnscale/tensor.h"
+
+namespace attnscale {
+
+struct KVCache {
+  TensorView k, v;                // float32, bfloat16 or int8 (both the same type)
+  TensorView k_scales, v_scales;  // int8 only: float32, k's (v's) shape with the last dimension d/32
+  TensorView block_table;         // paged only: [B, max_blocks] int32
+  TensorView seq_lens;            // [B] int32; may be empty for a contiguous cache
+};
+
+struct DecodeOptions {
+  Scale scale;                    // default 1/√dk
+  std::int64_t window_left = -1;  // ≥ 0: the query sees only its last window_left + 1 keys
+  int threads = 0;                // 0: $ATTNSCALE_THREADS, else every core
+};
+
+// q [B, Hq, dk] float32 (the new token of each sequence; it sits after the cache's keys, so every
+// cached key is visible, and the cache should already hold the token's own key and value);
+// out [B, Hq, dv] float32; lse [B, Hq] float32 or float64, natural log, optional. Hq a multiple of
+// Hkv (query head h reads KV head h / (Hq/Hkv); the group shares each read of K and V). A
+// sequence of length 0 gets out = 0, lse = -inf. Throws Error naming the argument on any mismatch.
+void decode(const TensorView& q, const KVCache& cache, const TensorView& out, const TensorView& lse = {},
+            const DecodeOptions& options = {});
+
+// int8 quantisation for a cache: for every block of 32 consecutive values x of src's last
+// dimension, scale = max|x| / 127 and q = round(x / scale) (all-zero block: scale 0, q 0).
+// src float32 [..., d] with d a multiple of 32; dst int8 of src's shape; scales float32 with the
+// last dimension d/32. Any strides (last dimension contiguous).
+void quantize_q8(const TensorView& src, const TensorView& dst, const TensorView& scales);
+
+}  // namespace attnscale

@@ -1,0 +1,283 @@
+// SIMD kernels of cache decode (kv_decode.cc): scores and the P·V update for one tile of keys
+// whose rows are given by pointers (so the layout, contiguous or paged, stays outside), over
+// float32, bfloat16 or int8 rows, with float32 products and sums. Compiled once per Highway
+// target like kernels.cc.
+//
+// Every key row is read once for all the group's query rows: a vector of the row is loaded and
+// widened (bf16: the bits shifted into a float32's upper half; int8: sign-extended, converted and
+// multiplied by its block's scale) once, then multiplied into each row's accumulator.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "attention/kv_kernels.cc"
+#include <hwy/foreach_target.h>  // IWYU pragma: keep
+
+#include <hwy/highway.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "attention/kv_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace attnscale::detail::kv::HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+using DF = hn::ScalableTag<float>;
+using VF = hn::Vec<DF>;
+
+// Lanes [c, c + L) of a row, as float32. L divides 32, so one int8 vector lies in one scale block.
+template <int kType>
+HWY_INLINE VF LoadRow(DF d, const void* row, const float* scales, size_t c) {
+  if constexpr (kType == kF32) {
+    return hn::LoadU(d, static_cast<const float*>(row) + c);
+  } else if constexpr (kType == kBF16) {
+    const hn::RebindToUnsigned<DF> du32;
+    const hn::Rebind<uint16_t, DF> du16;
+    const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, static_cast<const uint16_t*>(row) + c));
+    return hn::BitCast(d, hn::ShiftLeft<16>(wide));
+  } else {
+    const hn::RebindToSigned<DF> di32;
+    const hn::Rebind<int8_t, DF> di8;
+    const VF x = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, static_cast<const int8_t*>(row) + c)));
+    return hn::Mul(x, hn::Set(d, scales[c / 32]));
+  }
+}
+
+// Element c of a row as float32 (the tail past the last whole vector).
+template <int kType>
+HWY_INLINE float Element(const void* row, const float* scales, size_t c) {
+  if constexpr (kType == kF32) {
+    return static_cast<const float*>(row)[c];
+  } else if constexpr (kType == kBF16) {
+    const std::uint32_t bits = static_cast<std::uint32_t>(static_cast<const std::uint16_t*>(row)[c]) << 16;
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+  } else {
+    return static_cast<float>(static_cast<const int8_t*>(row)[c]) * scales[c / 32];
+  }
+}
+
+// S[r][j] = Σ_c Q[r][c] · K_j[c] for NR rows (row stride ldq) and keys j < nk. Two
+// accumulators per row (even and odd vectors of the row) halve the chain of dependent FMAs.
+template <int kType, size_t NR>
+HWY_INLINE void ScoresRows(size_t nk, size_t dk, const void* const* krow, const float* const* ksc, const float* Q,
+                           size_t ldq, float* S, size_t lds) {
+  const DF d;
+  const size_t L = hn::Lanes(d), full = dk / L * L;
+  for (size_t j = 0; j < nk; ++j) {
+    const float* sc = ksc ? ksc[j] : nullptr;
+    VF acc[NR][2];
+    for (size_t r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+    size_t c = 0;
+    for (; c + 2 * L <= full; c += 2 * L) {
+      const VF k0 = LoadRow<kType>(d, krow[j], sc, c), k1 = LoadRow<kType>(d, krow[j], sc, c + L);
+      for (size_t r = 0; r < NR; ++r) {
+        acc[r][0] = hn::MulAdd(k0, hn::LoadU(d, Q + r * ldq + c), acc[r][0]);
+        acc[r][1] = hn::MulAdd(k1, hn::LoadU(d, Q + r * ldq + c + L), acc[r][1]);
+      }
+    }
+    if (c < full) {
+      const VF k0 = LoadRow<kType>(d, krow[j], sc, c);
+      for (size_t r = 0; r < NR; ++r) acc[r][0] = hn::MulAdd(k0, hn::LoadU(d, Q + r * ldq + c), acc[r][0]);
+    }
+    for (size_t r = 0; r < NR; ++r) {
+      float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc[r][0], acc[r][1])));
+      for (size_t e = full; e < dk; ++e) s += Q[r * ldq + e] * Element<kType>(krow[j], sc, e);
+      S[r * lds + j] = s;
+    }
+  }
+}
+
+#if HWY_TARGET != HWY_SCALAR
+// The sums of the lanes of four vectors at once: lane i of every 128-bit block of the result holds
+// the sum of a_i over that block (two rounds of interleave-and-add, 32-bit then 64-bit lanes);
+// BlockSums4 then adds the blocks. About a third of the shuffles of four separate SumOfLanes.
+HWY_INLINE VF Sum4(DF d, VF a0, VF a1, VF a2, VF a3) {
+  const hn::Repartition<double, DF> dd;
+  const VF x01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
+  const VF x23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
+  const auto y01 = hn::BitCast(dd, x01), y23 = hn::BitCast(dd, x23);
+  return hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, y01, y23)), hn::BitCast(d, hn::InterleaveUpper(dd, y01, y23)));
+}
+HWY_INLINE void BlockSums4(DF d, VF v, float* out4) {
+  const hn::Full128<float> d4;
+  HWY_ALIGN float buf[hn::MaxLanes(DF())];
+  hn::Store(v, d, buf);
+  auto t = hn::Load(d4, buf);
+  for (size_t k = 4; k < hn::Lanes(d); k += 4) t = hn::Add(t, hn::Load(d4, buf + k));
+  hn::StoreU(t, d4, out4);
+}
+
+// ScoresRows for NR a multiple of 4, two keys at a time: each vector of Q is loaded once for both
+// keys, and the lane sums go four rows at a time through Sum4.
+template <int kType, size_t NR>
+HWY_INLINE void ScoresRowsPairs(size_t nk, size_t dk, const void* const* krow, const float* const* ksc,
+                                const float* Q, size_t ldq, float* S, size_t lds) {
+  static_assert(NR % 4 == 0);
+  const DF d;
+  const size_t L = hn::Lanes(d), full = dk / L * L;
+  size_t j = 0;
+  for (; j + 2 <= nk; j += 2) {
+    const float* sc0 = ksc ? ksc[j] : nullptr;
+    const float* sc1 = ksc ? ksc[j + 1] : nullptr;
+    VF acc[NR][2];
+    for (size_t r = 0; r < NR; ++r) acc[r][0] = acc[r][1] = hn::Zero(d);
+    for (size_t c = 0; c < full; c += L) {
+      const VF k0 = LoadRow<kType>(d, krow[j], sc0, c), k1 = LoadRow<kType>(d, krow[j + 1], sc1, c);
+      for (size_t r = 0; r < NR; ++r) {
+        const VF q = hn::LoadU(d, Q + r * ldq + c);
+        acc[r][0] = hn::MulAdd(k0, q, acc[r][0]);
+        acc[r][1] = hn::MulAdd(k1, q, acc[r][1]);
+      }
+    }
+    for (size_t x = 0; x < 2; ++x) {
+      float sums[NR];
+      for (size_t r = 0; r < NR; r += 4)
+        BlockSums4(d, Sum4(d, acc[r][x], acc[r + 1][x], acc[r + 2][x], acc[r + 3][x]), sums + r);
+      for (size_t r = 0; r < NR; ++r) {
+        float s = sums[r];
+        for (size_t e = full; e < dk; ++e) s += Q[r * ldq + e] * Element<kType>(krow[j + x], x ? sc1 : sc0, e);
+        S[r * lds + j + x] = s;
+      }
+    }
+  }
+  if (j < nk) ScoresRows<kType, NR>(1, dk, krow + j, ksc ? ksc + j : nullptr, Q, ldq, S + j, lds);
+}
+#endif
+
+// O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for NR rows (row stride ldo). The output columns go in
+// blocks of CB vectors whose NR x CB accumulators stay in registers while all nk keys stream
+// through (one load and widening of each V vector for all rows).
+#if HWY_TARGET == HWY_AVX2
+constexpr size_t kAccumulators = 8;  // of 16 vector registers
+#else
+constexpr size_t kAccumulators = 16;  // of 32 (AVX-512); the scalar target has no limit that matters
+#endif
+
+template <int kType, size_t NR, size_t CB>
+HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, const float* const* vsc, const float* P,
+                                size_t ldp, const float* alpha, float* O, size_t ldo) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  VF acc[NR][CB];
+  for (size_t r = 0; r < NR; ++r)
+    for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(hn::LoadU(d, O + r * ldo + c0 + b * L), hn::Set(d, alpha[r]));
+  for (size_t j = 0; j < nk; ++j) {
+    VF p[NR];
+    for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * ldp + j]);
+    for (size_t b = 0; b < CB; ++b) {
+      const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+      for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], v, acc[r][b]);
+    }
+  }
+  for (size_t r = 0; r < NR; ++r)
+    for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[r][b], d, O + r * ldo + c0 + b * L);
+}
+
+template <int kType, size_t NR>
+HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
+                               size_t ldp, const float* alpha, float* O, size_t ldo) {
+  const DF d;
+  const size_t L = hn::Lanes(d), full = dv / L * L;
+  // Blocks of 8, 4, 2, 1 vectors, as wide as the register budget allows: each V row is then read
+  // in as few passes as possible (one for d = 128 and one row on AVX-512).
+  size_t c = 0;
+  if constexpr (8 * NR <= kAccumulators)
+    for (; c + 8 * L <= full; c += 8 * L) AccumulateBlock<kType, NR, 8>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  if constexpr (4 * NR <= kAccumulators)
+    for (; c + 4 * L <= full; c += 4 * L) AccumulateBlock<kType, NR, 4>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  if constexpr (2 * NR <= kAccumulators)
+    for (; c + 2 * L <= full; c += 2 * L) AccumulateBlock<kType, NR, 2>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  for (; c < full; c += L) AccumulateBlock<kType, NR, 1>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+  for (size_t e = full; e < dv; ++e)
+    for (size_t r = 0; r < NR; ++r) {
+      float o = O[r * ldo + e] * alpha[r];
+      for (size_t j = 0; j < nk; ++j) o += P[r * ldp + j] * Element<kType>(vrow[j], vsc ? vsc[j] : nullptr, e);
+      O[r * ldo + e] = o;
+    }
+}
+
+// Rows in blocks of up to kRowBlock, each block with its accumulators in registers.
+constexpr size_t kRowBlock = 8;
+
+template <int kType>
+void ScoresT(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc, const float* Q,
+             size_t ldq, float* S, size_t lds) {
+  for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const float* q = Q + r0 * ldq;
+    float* s = S + r0 * lds;
+    switch (rows - r0 < kRowBlock ? rows - r0 : kRowBlock) {
+      case 1: ScoresRows<kType, 1>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+      case 2: ScoresRows<kType, 2>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+      case 3: ScoresRows<kType, 3>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#if HWY_TARGET != HWY_SCALAR
+      case 4: ScoresRowsPairs<kType, 4>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#else
+      case 4: ScoresRows<kType, 4>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#endif
+      case 5: ScoresRows<kType, 5>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+      case 6: ScoresRows<kType, 6>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+      case 7: ScoresRows<kType, 7>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#if HWY_TARGET != HWY_SCALAR
+      default: ScoresRowsPairs<kType, 8>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#else
+      default: ScoresRows<kType, 8>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#endif
+    }
+  }
+}
+
+template <int kType>
+void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
+                 size_t ldp, const float* alpha, float* O, size_t ldo) {
+  for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+    const float* p = P + r0 * ldp;
+    const float* a = alpha + r0;
+    float* o = O + r0 * ldo;
+    switch (rows - r0 < kRowBlock ? rows - r0 : kRowBlock) {
+      case 1: AccumulateRows<kType, 1>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+      case 2: AccumulateRows<kType, 2>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+      case 3: AccumulateRows<kType, 3>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+      case 4: AccumulateRows<kType, 4>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+      case 5: AccumulateRows<kType, 5>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+      case 6: AccumulateRows<kType, 6>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+      case 7: AccumulateRows<kType, 7>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+      default: AccumulateRows<kType, 8>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+    }
+  }
+}
+
+void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
+            const float* Q, size_t ldq, float* S, size_t lds) {
+  if (type == kF32) return ScoresT<kF32>(nk, rows, dk, krow, ksc, Q, ldq, S, lds);
+  if (type == kBF16) return ScoresT<kBF16>(nk, rows, dk, krow, ksc, Q, ldq, S, lds);
+  return ScoresT<kI8>(nk, rows, dk, krow, ksc, Q, ldq, S, lds);
+}
+
+void Accumulate(int type, size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc,
+                const float* P, size_t ldp, const float* alpha, float* O, size_t ldo) {
+  if (type == kF32) return AccumulateT<kF32>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
+  if (type == kBF16) return AccumulateT<kBF16>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
+  return AccumulateT<kI8>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
+}
+
+}  // namespace attnscale::detail::kv::HWY_NAMESPACE
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace attnscale::detail::kv {
+HWY_EXPORT(Scores);
+HWY_EXPORT(Accumulate);
+
+void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
+            const float* const* ksc, const float* Q, std::size_t ldq, float* S, std::size_t lds) {
+  HWY_DYNAMIC_DISPATCH(Scores)(type, nk, rows, dk, krow, ksc, Q, ldq, S, lds);
+}
+void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow,
+                const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
+                std::size_t ldo) {
+  HWY_DYNAMIC_DISPATCH(Accumulate)(type, nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
+}
+}  // namespace attnscale::detail::kv
+#endif  // HWY_ONCE

@@ -1,0 +1,59 @@
+// quantize_q8 (attnscale/kv_cache.h): float32 rows to int8 blocks of 32 with one float32 scale.
+//
+// Per block x[0..32): scale = max|x| / 127, q_i = round(x_i / scale), so |q_i| <= 127 and
+// |x_i − scale·q_i| <= scale / 2 = max|x| / 254: the error is relative to the block's largest
+// value, as in ggml's q8_0 (whose scale is float16; float32 here).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+
+#include "attnscale/error.h"
+#include "attnscale/kv_cache.h"
+
+namespace attnscale {
+namespace {
+
+std::int64_t offset(const TensorView& t, std::int64_t flat_row) {  // row index over the leading dimensions
+  std::int64_t off = 0;
+  for (int d = t.rank - 2; d >= 0; --d) {
+    off += (flat_row % t.shape[d]) * t.strides[d];
+    flat_row /= t.shape[d];
+  }
+  return off;
+}
+
+}  // namespace
+
+void quantize_q8(const TensorView& src, const TensorView& dst, const TensorView& scales) {
+  if (src.dtype != DType::f32 || src.rank < 1) throw Error("quantize_q8: src: expected float32, got " + std::string(dtype_name(src.dtype)));
+  const std::int64_t d = src.shape[src.rank - 1];
+  if (d % 32 != 0) throw Error("quantize_q8: src: last dimension " + std::to_string(d) + " is not a multiple of 32");
+  if (dst.dtype != DType::i8 || dst.rank != src.rank || dst.shape != src.shape)
+    throw Error("quantize_q8: dst: expected int8 " + src.shape_str() + ", got " + std::string(dtype_name(dst.dtype)) +
+                " " + dst.shape_str());
+  bool same = scales.dtype == DType::f32 && scales.rank == src.rank && scales.shape[src.rank - 1] == d / 32;
+  for (int i = 0; same && i + 1 < src.rank; ++i) same = scales.shape[i] == src.shape[i];
+  if (!same) throw Error("quantize_q8: scales: expected float32 with src's shape and last dimension d/32, got " +
+                         std::string(dtype_name(scales.dtype)) + " " + scales.shape_str());
+  const int last = src.rank - 1;
+  if ((src.strides[last] != 1 || dst.strides[last] != 1) || (d > 32 && scales.strides[last] != 1))
+    throw Error("quantize_q8: the last dimension of src, dst and scales must be contiguous");
+  const std::int64_t rows = src.numel() / std::max<std::int64_t>(d, 1);
+  for (std::int64_t r = 0; r < rows && d > 0; ++r) {
+    const float* x = static_cast<const float*>(src.data) + offset(src, r);
+    std::int8_t* q = static_cast<std::int8_t*>(dst.data) + offset(dst, r);
+    float* sc = static_cast<float*>(scales.data) + offset(scales, r);
+    for (std::int64_t blk = 0; blk < d / 32; ++blk) {
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[blk * 32 + i]));
+      if (!std::isfinite(amax)) throw Error("quantize_q8: src holds a non-finite value");
+      const float scale = amax / 127.0f, inv = scale == 0.0f ? 0.0f : 1.0f / scale;
+      sc[blk] = scale;
+      for (int i = 0; i < 32; ++i)
+        q[blk * 32 + i] = static_cast<std::int8_t>(std::clamp(std::nearbyint(x[blk * 32 + i] * inv), -127.0f, 127.0f));
+    }
+  }
+}
+
+}  // namespace attnscale
