@@ -21,7 +21,8 @@ int fail(int code, const char* kind, const std::string& what, bool every_rank = 
   std::fprintf(stderr, "attnscale: %s%s: %s\n", every_rank ? "" : attnscale::cli::mpi_job::prefix().c_str(), kind,
                what.c_str());
   std::fflush(stderr);
-  if (!every_rank) attnscale::cli::mpi_job::stop_others(code);
+  if (every_rank) attnscale::cli::mpi_job::said_why(code);
+  else attnscale::cli::mpi_job::stop_others(code);
   attnscale::cli::mpi_job::finish();
   return code;
 }

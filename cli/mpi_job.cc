@@ -21,10 +21,13 @@ int my_rank = 0, my_size = 1;
 // mpirun stops the other ranks with SIGTERM when one dies or calls MPI_Abort: each says so in one
 // line (write() and _exit() are safe in a signal handler; the text is built beforehand).
 char stopped_line[160];
+volatile std::sig_atomic_t stopped_code = 128 + SIGTERM;
 extern "C" void on_stopped(int) {
-  const ssize_t ignored = write(STDERR_FILENO, stopped_line, std::strlen(stopped_line));
-  (void)ignored;
-  _exit(128 + SIGTERM);
+  if (stopped_line[0] != '\0') {
+    const ssize_t ignored = write(STDERR_FILENO, stopped_line, std::strlen(stopped_line));
+    (void)ignored;
+  }
+  _exit(stopped_code);
 }
 }  // namespace
 
@@ -62,6 +65,11 @@ int size() { return my_size; }
 
 std::string prefix() {
   return my_size > 1 ? "rank " + std::to_string(my_rank) + "/" + std::to_string(my_size) + ": " : std::string();
+}
+
+void said_why(int code) {
+  stopped_code = code;
+  stopped_line[0] = '\0';
 }
 
 void stop_others(int code) {

@@ -16,6 +16,9 @@ int rank();                           // 0 outside a job
 int size();                           // 1 outside a job
 // "rank R/K: " under mpirun with K > 1, else "": prefixes each rank's error line.
 std::string prefix();
+// After an error every rank has (and has printed): if mpirun stops this rank before it finishes
+// (another rank exited first with the same error), it exits with `code` without a second line.
+void said_why(int code);
 // After an error on this rank: stops every other rank (MPI_Abort), which may be waiting for this
 // one, with `code`. Returns only outside a job of several ranks.
 void stop_others(int code);

@@ -96,6 +96,18 @@ def rank_pid(marker, rank):
     return None
 
 
+def blocked_opening_fifo(pid):
+    """True once `pid` waits in open() of a FIFO (after its MPI start-up, before any collective)."""
+    try:
+        with open(f"/proc/{pid}/wchan") as f:
+            if f.read().strip() == "wait_for_partner":
+                return True
+        with open(f"/proc/{pid}/syscall") as f:  # where wchan is hidden: openat (257) in progress
+            return f.read().startswith("257 ")
+    except OSError:
+        return False
+
+
 def test_a_killed_rank_makes_the_others_exit_in_time(tmp_path):
     qkv = inputs(tmp_path)
     fifo = str(tmp_path / "never-written.npy")
@@ -106,16 +118,21 @@ def test_a_killed_rank_makes_the_others_exit_in_time(tmp_path):
     start = time.time()
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pid = None
-    while pid is None and time.time() - start < TIMEOUT / 2:
-        pid = rank_pid(fifo, 2)
+    while (pid is None or not blocked_opening_fifo(pid)) and time.time() - start < TIMEOUT / 2:
+        pid = pid or rank_pid(fifo, 2)
         time.sleep(0.05)
-    assert pid is not None, "rank 2 never started"
+    assert pid is not None and blocked_opening_fifo(pid), "rank 2 never reached its input"
     os.kill(pid, signal.SIGKILL)
     try:
         _, err = proc.communicate(timeout=TIMEOUT / 2)
     except subprocess.TimeoutExpired:
+        ps = subprocess.run(["ps", "-eo", "pid,ppid,stat,wchan:32,args"], capture_output=True, text=True).stdout
+        left = [line for line in ps.splitlines() if fifo in line or "mpirun" in line]
+        for rank in (0, 1):
+            if (p := rank_pid(fifo.replace("never-written.npy", "o.npy"), rank)) is not None:
+                os.kill(p, signal.SIGKILL)
         proc.kill()
-        pytest.fail("the surviving ranks hang after rank 2 was killed")
+        pytest.fail("the surviving ranks hang after rank 2 was killed:\n" + "\n".join(left))
     assert proc.returncode != 0
     assert "rank 2" in err, err
     only(tmp_path, "q.npy", "k.npy", "v.npy", "never-written.npy")

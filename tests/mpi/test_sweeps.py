@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import BIN, mpirun
+from conftest import BIN, MPIRUN, mpirun
 
 SWEEP = ["experiment", "saturation", "--n", "17", "--d", "1,3,8,31,64", "--scaling", "sqrt,none",
          "--trials", "23", "--seed", "5"]
@@ -73,8 +73,7 @@ def test_report_data_are_byte_identical(tmp_path):
 
 
 def test_ranks_started_with_different_sweeps_stop_with_one_line_each(tmp_path):
-    r = subprocess.run(["mpirun", "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "self,vader",
-                        "-np", "1", BIN, *SWEEP, "--out", "x.csv", ":", "-np", "1", BIN, *SWEEP[:5], "1,2", *SWEEP[6:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    r = subprocess.run([*MPIRUN, "-np", "1", BIN, *SWEEP, "--out", "x.csv", ":", "-np", "1", BIN, *SWEEP[:5], "1,2", *SWEEP[6:]], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert r.returncode != 0
     assert "the ranks disagree on the sweep" in r.stderr
     assert not (tmp_path / "x.csv").exists()
