@@ -20,9 +20,8 @@
 //
 // Transfers progress during the compute: Open MPI moves a large message only inside MPI calls, so
 // when MPI was initialised with MPI_THREAD_SERIALIZED or above, a helper thread of the call tests the
-// step's requests while the calling thread computes (never both calling MPI at once, as SERIALIZED
-// requires; the caller makes no MPI call from another thread meanwhile, as SERIALIZED requires of
-// it too). Under MPI_THREAD_SINGLE or FUNNELED they progress between blocks only, and a transfer
+// step's requests while the calling thread computes (the two never call MPI at once; as SERIALIZED
+// requires anyway, the caller makes no MPI call from other threads during the call). Under MPI_THREAD_SINGLE or FUNNELED they progress between blocks only, and a transfer
 // is then mostly paid for in the wait after the compute.
 //
 // Every rank of comm calls the function together. Arguments are checked on every rank and then
