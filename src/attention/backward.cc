@@ -155,11 +155,28 @@ void scores_rows(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, s
 // per tile (6 instead of 5). An attention sink, a term of the normaliser beyond the keys, joins
 // σ as e^(sink − lse). Not needed for float64 (its lse rounds at 1e-16), nor possible when lse counts
 // keys not passed (Options::lse_covers_keys = false: a shard of the keys, σ < 1 by design).
+// When the normaliser pass can be skipped. Derivation: the rounding of lse to float32 scales a
+// row's P by 1 + ε with |ε| <= u/2·|lse| (u = 2^-24), the term σ removes; exp2 itself errs by up
+// to 2e-7 ≈ 3.4u per element. Rows with |lse| <= 16 (scaled logits: lse ≈ ln Nkv + O(1) up to
+// Nkv ~ 10^6) have |ε| <= 8u, a row-uniform error of the same order as the elementwise errors of a
+// plain float32 softmax, so they skip the pass (one score product per tile of 6). Measured with
+// python/tests/test_accuracy_edge.py's pooled errors (6 trials, every d_k and scaling): the
+// largest ratio to float32 PyTorch stays 1.59 with or without the pass; the scaled cases go from
+// <= 1.3 to <= 1.37; at a bound of 32, dV reaches 2.7x. A sink (a term σ must count) keeps the pass.
+inline constexpr double kExactLse = 16;
+template <class T>
+bool lse_exact_enough(const RowStats<T>& stats, std::int64_t row, std::int64_t n, double sink) {
+  if (sink != -INFINITY) return false;
+  for (std::int64_t r = 0; r < n; ++r)
+    if (!(std::abs(static_cast<double>(stats.lse[row + r])) <= kExactLse)) return false;
+  return true;
+}
 template <class T>
 void normalisers(const BackwardParams& p, const PackedKeys<T>& kt, std::int64_t b, std::int64_t h, std::int64_t i0,
                  std::int64_t i1, RowStats<T>& stats, BackwardScratch<T>& s) {
   const RowBlock rb = rows_of(p, b, h, i0, i1);
   const std::int64_t row = stats.at(p, b, h, i0);
+  if (lse_exact_enough(stats, row, rb.n, sink_logit(p, h))) return;
   const Operand q = rows_operand<T>(p.q, b, h, i0, rb.n, p.dk, s.qr.get());
   double sigma[kBr] = {};
   for (std::int64_t j0 = rb.lo_min / kBc * kBc; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
