@@ -42,8 +42,13 @@ void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std
 
 namespace attnscale::detail {
 struct Params;
+struct BackwardParams;
 namespace bfdot {
 // The bf16 forward over validated params (bf16_forward.cc).
 void forward(const Params& p);
+// The bf16 backward (bf16_backward.cc), for params it handles: no dbias wanted and finite q, k,
+// v and dO (the float32 backward takes the others).
+bool backward_handles(const BackwardParams& p);
+void backward(const BackwardParams& p);
 }  // namespace bfdot
 }  // namespace attnscale::detail
