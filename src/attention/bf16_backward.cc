@@ -118,16 +118,6 @@ void pack_key_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int
     }
 }
 
-// dSt [key][query] (kBc x kBr floats, keys < nk) as the B operand of dQᵀ += Kᵀ·dS: pairs over
-// keys, dsv[((j/2)·kBr + i)·2 + j%2], zero for keys past nk.
-void pair_over_keys(const float* dst, std::int64_t nk, u16* dsv) {
-  for (std::int64_t j = 0; j < kBc; j += 2)
-    for (std::int64_t i = 0; i < kBr; ++i) {
-      dsv[(j / 2 * kBr + i) * 2] = j < nk ? round_to_bf16(dst[j * kBr + i]) : u16(0);
-      dsv[(j / 2 * kBr + i) * 2 + 1] = j + 1 < nk ? round_to_bf16(dst[(j + 1) * kBr + i]) : u16(0);
-    }
-}
-
 // Key blocks [kb0, kb1) of (b, kh), in order, against every query block of the group's heads.
 void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb, std::int64_t b, std::int64_t kh,
                 std::int64_t kb0, std::int64_t kb1, float* dqt, Scratch& s) {
@@ -164,7 +154,7 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
         if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), 1, kBr);  // dV takes Z∘P/(1 − p)
         to_bf16(path, s.st.get(), kBr, nk, kBr, s.pb.get(), kBr);
         to_bf16(path, s.dpt.get(), kBr, nk, kBr, s.dsb.get(), kBr);
-        pair_over_keys(s.dpt.get(), nk, s.dsv.get());
+        to_bf16_pairs(path, s.dpt.get(), kBr, nk, kBc, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
         gemm(path, nk, p.dv, kBr, s.pb.get(), kBr, qp.dov(blk), qp.ldv, s.dv_acc.get(), p.dv, 1, nullptr, 1.0f);
         gemm(path, nk, p.dk, kBr, s.dsb.get(), kBr, qp.qv(blk), qp.ldk, s.dk_acc.get(), p.dk, 1, nullptr, 1.0f);
         gemm(path, p.dk, kBr, kBc, s.ktr.get(), kBc, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr, 1.0f);
