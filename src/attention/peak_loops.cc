@@ -50,7 +50,7 @@ float Bf16Dot(std::int64_t steps) {
   const hn::RebindToUnsigned<decltype(dbf)> du;
   using VF = hn::Vec<decltype(df)>;
   VF acc[kChains], acc_odd[kChains];
-  for (int i = 0; i < kChains; ++i) acc[i] = acc_odd[i] = hn::Zero(df);
+  for (int i = 0; i < kChains; ++i) acc[i] = acc_odd[i] = hn::Set(df, 1.0f + 0.01f * i);  // distinct: see bf16_dot_avx512
   const auto a = hn::BitCast(dbf, hn::Set(du, static_cast<uint16_t>(0x3a83)));  // bf16 bits of about 1e-3
   for (std::int64_t s = 0; s < steps; ++s) {
 #pragma GCC unroll 16
@@ -96,9 +96,11 @@ std::atomic<float> sink{0};  // the loops' results land here, so none is optimis
 #if defined(__x86_64__)
 // vdpbf16ps on 16 independent zmm accumulators (16 lanes x 4 flops each per instruction).
 __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float bf16_dot_avx512(std::int64_t steps) {
+  // Distinct starting values: chains that start equal and see equal operands are equal at every
+  // step, and GCC then keeps one of them (one dependent vdpbf16ps per step, counted as 16).
   __m512 acc[16];
 #pragma GCC unroll 16
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_ps();
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(1.0f + 0.01f * i);
   const __m512bh a = (__m512bh)_mm512_set1_epi16(0x3a83), b = (__m512bh)_mm512_set1_epi16(0x3a83);  // ~1e-3
   for (std::int64_t s = 0; s < steps; ++s) {
 #pragma GCC unroll 16
