@@ -174,7 +174,7 @@ std::vector<std::vector<Row>> MpiPoints::run(std::size_t n, int threads, const R
           wait_quietly(request[1]);
           wait_quietly(request[0]);
         }
-        if (deal[0] == kNone) return;
+        if (deal[0] == kNone || failed) return;  // after an error here: the point is left undone
         if (deal[0] >= n) throw Error("MPI: rank 0 dealt point " + std::to_string(deal[0]) + " of a sweep of " + std::to_string(n));
         finished = deal[0];
         rows = run_point(finished, deal[1] ? threads : inner);
