@@ -80,6 +80,12 @@ bench: build
 bench-lab: build
 	$(PYTHON) bench/saturation_vs_numpy.py --bin $(BUILD)/bin/attnscale
 
+# Every figure of docs/distributed.md (ring attention at K = 2, transfer hidden, the many-node
+# model's c, sweep speed-up at K = 2), printed as its tables; about 2 minutes on an idle machine.
+.PHONY: bench-distributed
+bench-distributed: build
+	$(PYTHON) bench/distributed_figures.py --build $(BUILD) $(DISTRIBUTED_ARGS)
+
 # The performance goals of docs/performance.md, each a ratio timed within one round (bench/goals.py).
 .PHONY: bench-goals
 bench-goals: build

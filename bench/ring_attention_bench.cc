@@ -8,6 +8,9 @@
 // barrier; per round the slowest rank's time counts. Prints medians and ranges, the compute rate
 // F = 4·c²·d·(Hq) flops per second of block compute, the transfer rate B of the bare K/V exchange,
 // and the fraction of transfer time hidden behind compute: 1 − (wait in the ring) / (bare transfer).
+// --thread-level single initialises MPI without threads, so the ring drives its transfers only
+// between blocks (no progress thread): the comparison that shows what the progress thread hides.
+// The last line ("result {...}") repeats the figures as JSON for bench/distributed_figures.py.
 #include <mpi.h>
 
 #include <algorithm>
@@ -47,6 +50,13 @@ struct Series {
     std::snprintf(buf, sizeof buf, "%.2f [%.2f, %.2f]", s[s.size() / 2] * scale, s.front() * scale, s.back() * scale);
     return buf;
   }
+  std::string json(double scale = 1e3) const {  // [median, min, max]
+    std::vector<double> s = v;
+    std::sort(s.begin(), s.end());
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "[%.4f, %.4f, %.4f]", s[s.size() / 2] * scale, s.front() * scale, s.back() * scale);
+    return buf;
+  }
   double median() const {
     std::vector<double> s = v;
     std::sort(s.begin(), s.end());
@@ -57,7 +67,11 @@ struct Series {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  bool serialized = true;
+  for (int i = 1; i + 1 < argc; i += 2)
+    if (std::string(argv[i]) == "--thread-level") serialized = std::string(argv[i + 1]) != "single";
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, serialized ? MPI_THREAD_SERIALIZED : MPI_THREAD_SINGLE, &provided);
   int rank = 0, K = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &K);
@@ -73,6 +87,7 @@ int main(int argc, char** argv) {
     else if (a == "--rounds") rounds = x;
     else if (a == "--threads") threads = static_cast<int>(x);
     else if (a == "--causal") causal = x != 0;
+    else if (a == "--thread-level") continue;  // read before MPI_Init_thread
   }
   Options opt;
   opt.threads = threads;
@@ -83,7 +98,7 @@ int main(int argc, char** argv) {
   Tensor dout = random({1, heads, c, d}, 19 + rank);
   Tensor out(DType::f32, {1, heads, c, d}), lse(DType::f32, {1, heads, c});
   Tensor dq(DType::f32, {1, heads, c, d}), dk(DType::f32, {1, heads, c, d}), dv(DType::f32, {1, heads, c, d});
-  Series fwd, bwd, bare, fwd_wait, fwd_compute;
+  Series fwd, bwd, bare, fwd_wait, fwd_compute, bwd_wait;
   std::vector<float> send(static_cast<std::size_t>(2 * heads * c * d)), recv(send.size());
   for (std::int64_t r = -1; r < rounds; ++r) {  // round -1 warms up
     distributed::RingTimes t;
@@ -94,10 +109,11 @@ int main(int argc, char** argv) {
     const double f = slowest(MPI_Wtime() - t0), w = slowest(t.wait_seconds), cmp = slowest(t.compute_seconds);
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
+    distributed::RingTimes tb;
     if (K == 1) backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dv.view()}, opt);
     else distributed::ring_backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(),
-                                    {dq.view(), dk.view(), dv.view()}, opt, MPI_COMM_WORLD, sharding);
-    const double b = slowest(MPI_Wtime() - t0);
+                                    {dq.view(), dk.view(), dv.view()}, opt, MPI_COMM_WORLD, sharding, &tb);
+    const double b = slowest(MPI_Wtime() - t0), bw = slowest(tb.wait_seconds);
     // The K/V exchange alone: K − 1 steps of sending this shard right and receiving from the left.
     MPI_Barrier(MPI_COMM_WORLD);
     t0 = MPI_Wtime();
@@ -114,23 +130,34 @@ int main(int argc, char** argv) {
     bare.add(x);
     fwd_wait.add(w);
     fwd_compute.add(cmp);
+    bwd_wait.add(bw);
   }
   if (rank == 0) {
     const double flops_fwd = 4.0 * n * n * d * heads * (causal ? 0.5 : 1.0);
-    std::printf("ranks %d, N %lld, d %lld, heads %lld, %s, threads per rank %d, rounds %lld\n", K, (long long)n,
-                (long long)d, (long long)heads, causal ? "causal (zigzag)" : "full", threads, (long long)rounds);
+    std::printf("ranks %d, N %lld, d %lld, heads %lld, %s, threads per rank %d, rounds %lld, MPI thread level %s\n", K,
+                (long long)n, (long long)d, (long long)heads, causal ? "causal (zigzag)" : "full", threads,
+                (long long)rounds, provided >= MPI_THREAD_SERIALIZED ? "serialized (progress thread)" : "single");
     std::printf("forward  ms: %s  (%.1f GFLOP/s in all)\n", fwd.text().c_str(), flops_fwd / fwd.median() / 1e9);
     std::printf("backward ms: %s  (%.1f GFLOP/s in all, 2.5x the forward's flops)\n", bwd.text().c_str(),
                 2.5 * flops_fwd / bwd.median() / 1e9);
+    std::string json = "{\"ranks\": " + std::to_string(K) + ", \"causal\": " + (causal ? "true" : "false") +
+                       ", \"forward_ms\": " + fwd.json() + ", \"backward_ms\": " + bwd.json();
     if (K > 1) {
       const double bytes = 2.0 * heads * c * d * 4 * (K - 1);
       const double F = flops_fwd / K / fwd_compute.median();  // per rank, block compute only
-      std::printf("forward block compute ms: %s, waiting ms: %s\n", fwd_compute.text().c_str(), fwd_wait.text().c_str());
-      std::printf("bare K/V exchange ms: %s (%.2f GB/s per link)\n", bare.text().c_str(), bytes / bare.median() / 1e9);
-      std::printf("hidden fraction of the transfer: %.2f\n", std::max(0.0, 1 - fwd_wait.median() / bare.median()));
+      const double B = bytes / bare.median(), hidden = std::max(0.0, 1 - fwd_wait.median() / bare.median());
+      std::printf("forward block compute ms: %s, waiting ms: %s; backward waiting ms: %s\n", fwd_compute.text().c_str(),
+                  fwd_wait.text().c_str(), bwd_wait.text().c_str());
+      std::printf("bare K/V exchange ms: %s (%.2f GB/s per link)\n", bare.text().c_str(), B / 1e9);
+      std::printf("hidden fraction of the transfer: %.2f\n", hidden);
       std::printf("F per rank: %.1f GFLOP/s; c >= 4 * F / (2 B): shared memory %.0f, 25 GbE %.0f, 200 Gb IB %.0f\n",
-                  F / 1e9, 4 * F / (2 * bytes / bare.median()), 4 * F / (2 * 25e9 / 8), 4 * F / (2 * 200e9 / 8));
+                  F / 1e9, 4 * F / (2 * B), 4 * F / (2 * 25e9 / 8), 4 * F / (2 * 200e9 / 8));
+      json += ", \"forward_wait_ms\": " + fwd_wait.json() + ", \"forward_compute_ms\": " + fwd_compute.json() +
+              ", \"backward_wait_ms\": " + bwd_wait.json() + ", \"bare_exchange_ms\": " + bare.json() +
+              ", \"hidden\": " + std::to_string(hidden) + ", \"flops_per_second\": " + std::to_string(F) +
+              ", \"bytes_per_second\": " + std::to_string(B);
     }
+    std::printf("result %s}\n", json.c_str());
   }
   MPI_Finalize();
   return 0;

@@ -199,10 +199,10 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
   }
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
               "just before the row in the same round. copy rates count bytes read + written; decode rows count the\n"
-              "K and V bytes read, against copy-cache when K and V fit in L3. fwd-scaling: rate on %d threads over\n"
-              "the rate on 1 thread (its limit, fwd-1thread). small-call: microseconds per call. Decode rows: tok/s is\n"
-              "new tokens per second (calls per second x B, every head of the token), comparable with llama.cpp's;\n"
-              "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
+              "K and V bytes read, against copy-cache when K and V fit in L3. fwd-scaling (bwd-scaling): rate on %d\n"
+              "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread). small-call: microseconds per\n"
+              "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
+              "comparable with llama.cpp's; kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
               threads);
 }
 
@@ -324,6 +324,13 @@ void run(const Bench& opt) {
   attention("fwd-bf16", 8, n_key, 128, false, DType::bf16, false, threads);
   attention("bwd", 8, n_key, 128, false, DType::f32, true, threads);
   attention("bwd", 8, n_key, 128, true, DType::f32, true, threads);
+  attention("bwd-bf16", 8, n_key, 128, false, DType::bf16, true, threads);
+  {  // the backward's thread scaling, as the forward's
+    Row* one = attention("bwd-1thread", 8, n_key, 128, false, DType::f32, true, 1);
+    Limit* as_limit = limit("bwd-1thread", "GFLOP/s", "the backward on 1 thread (bwd-scaling's reference)", one->timed);
+    Row* all = attention("bwd-scaling", 8, n_key, 128, false, DType::f32, true, threads);
+    all->limit = as_limit;
+  }
   // Decode: Nq = 1 per query head against a long KV cache; bound by reading K and V once.
   // Decode: Nq = 1 per query head against a long KV cache; bound by reading K and V once. "decode"
   // rows go through forward() with float32 K/V; "kv-*" rows through the cache API (kv_cache.h):

@@ -83,7 +83,7 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
                              bool reference, double softcap, py::handle alibi_slopes, py::handle sinks,
                              double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset,
                              py::handle cu_seqlens_q, py::handle cu_seqlens_k, bool return_dsinks,
-                             bool return_dbias) {
+                             bool return_dbias, py::handle compute) {
   const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
   const ArrayView k = as_view("k", k_obj, ArrayKind::floating);
   const ArrayView v = as_view("v", v_obj, ArrayKind::floating);
@@ -96,6 +96,7 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
                           ": required (the forward's output; only reference=True recomputes it)");
   MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
   add_extras(opt, {softcap, alibi_slopes, sinks, dropout_p, dropout_seed, dropout_offset, cu_seqlens_q, cu_seqlens_k});
+  opt.options.compute = parse_compute(compute);
   if (return_dsinks && opt.sinks.view.empty()) throw py::value_error("return_dsinks: requires sinks");
   if (return_dbias && (opt.mask.view.empty() || opt.mask.view.dtype == DType::u8))
     throw py::value_error("return_dbias: requires a float (additive) mask");
@@ -254,7 +255,7 @@ Example:
     ((2, 8, 16, 64), (2, 8, 16))
 )";
 
-const std::string kBackwardDoc = std::string(R"(attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, reference=False, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0, cu_seqlens_q=None, cu_seqlens_k=None, return_dsinks=False, return_dbias=False)
+const std::string kBackwardDoc = std::string(R"(attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, reference=False, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0, cu_seqlens_q=None, cu_seqlens_k=None, return_dsinks=False, return_dbias=False, compute=None)
 
 Gradients (dq, dk, dv) of attention, given the forward's out and lse and dout = dLoss/dout.
 
@@ -267,6 +268,11 @@ Gradients (dq, dk, dv) of attention, given the forward's out and lse and dout = 
     return_dsinks: also return dsinks [Hq], the gradient w.r.t. sinks.
     return_dbias:  also return dbias [..q.., Nq, Nkv], the gradient w.r.t. a float mask (sum it
                    over the dimensions the mask broadcasts).
+    compute:       None or 'native', or 'bf16': the five tile products with bfloat16 operands and
+                   float32 accumulation (AMX or AVX-512 BF16 where the CPU has them), within about
+                   1e-2 of the float64 gradients; bfloat16 inputs always use it (except with
+                   return_dbias or non-finite inputs, which take the float32 path); float64
+                   inputs ignore it.
 Returns (dq, dk, dv[, dsinks][, dbias]).
 
 Example:
@@ -328,7 +334,7 @@ void add_attention(py::module_& m) {
         py::arg("reference") = false, py::arg("softcap") = 0.0, py::arg("alibi_slopes") = none,
         py::arg("sinks") = none, py::arg("dropout_p") = 0.0, py::arg("dropout_seed") = 0,
         py::arg("dropout_offset") = 0, py::arg("cu_seqlens_q") = none, py::arg("cu_seqlens_k") = none,
-        py::arg("return_dsinks") = false, py::arg("return_dbias") = false);
+        py::arg("return_dsinks") = false, py::arg("return_dbias") = false, py::arg("compute") = none);
   m.def("self_attention", &self_attention_py, kSelfDoc.c_str(), py::arg("x"), py::arg("w_q"),
         py::arg("w_k"), py::arg("w_v"), py::kw_only(), py::arg("scale") = none, py::arg("causal") = none,
         py::arg("window") = none, py::arg("align") = none, py::arg("mask") = none, py::arg("threads") = 0);

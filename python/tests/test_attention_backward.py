@@ -56,3 +56,21 @@ def test_additive_mask_and_fully_masked_rows(rng):
     keep[0] = False
     check(q, k, v, mask=keep)
     check(q, k, v, mask=rng.standard_normal((6, 6)), window=(1, None))
+
+
+@pytest.mark.parametrize("options", [{}, dict(causal=True), dict(causal="bottom-right"), dict(window=(5, 2)),
+                                     dict(softcap=4.0, causal=True), dict(dropout_p=0.1, dropout_seed=3)])
+@pytest.mark.parametrize("shape", [(1, 1, 1, 1, 1), (2, 1, 23, 41, 7), (4, 2, 70, 131, 40)])
+def test_bf16_compute_within_one_percent(rng, shape, options):
+    hq, hkv, nq, nkv, d = shape
+    q = rng.standard_normal((hq, nq, d)).astype(np.float32)
+    k, v = (rng.standard_normal((hkv, nkv, d)).astype(np.float32) for _ in range(2))
+    out, lse = attnscale.attention(q, k, v, return_lse=True, **options)
+    dout = rng.standard_normal(out.shape).astype(np.float32)
+    grads = attnscale.attention_backward(q, k, v, out, lse, dout, compute="bf16", **options)
+    want = attnscale.attention_backward(q, k, v, None, None, dout, reference=True, **options)
+    for name, got, w in zip("qkv", grads, want):
+        assert got.dtype == np.float32
+        assert np.linalg.norm(got - w) <= 1e-2 * max(np.linalg.norm(w), 1.0), f"d{name}"
+    with pytest.raises(ValueError, match=r"^compute: expected 'native' or 'bf16', got 'int8'$"):
+        attnscale.attention_backward(q, k, v, out, lse, dout, compute="int8", **options)

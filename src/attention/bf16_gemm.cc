@@ -156,6 +156,22 @@ ATTNSCALE_BF16_TARGET void to_bf16_avx512(const float* src, std::size_t lds, std
                           (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + r * lds + c)));
 }
 
+// Two rows at a time: each rounded to 16 bf16, widened to 32-bit lanes, the odd row shifted into
+// the upper halves: 16 pairs in one store.
+ATTNSCALE_BF16_TARGET void to_bf16_pairs_avx512(const float* src, std::size_t lds, std::size_t rows,
+                                                std::size_t pad_rows, std::size_t cols, std::uint16_t* dst,
+                                                std::size_t ldd) {
+  for (std::size_t r = 0; r < pad_rows; r += 2)
+    for (std::size_t c = 0; c < cols; c += 16) {
+      const __m512i even = r < rows ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + r * lds + c)))
+                                    : _mm512_setzero_si512();
+      const __m512i odd = r + 1 < rows
+                              ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + (r + 1) * lds + c)))
+                              : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + ((r / 2) * ldd + c) * 2, _mm512_or_si512(even, _mm512_slli_epi32(odd, 16)));
+    }
+}
+
 std::uint64_t xgetbv0() {
   std::uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -246,6 +262,17 @@ void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std
 #endif
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < cols; ++c) dst[r * ldd + c] = round_to_bf16(src[r * lds + c]);
+}
+
+void to_bf16_pairs(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t pad_rows,
+                   std::size_t cols, std::uint16_t* dst, std::size_t ldd) {
+#if defined(__x86_64__)
+  if (path != Path::portable && avx512_bf16_usable())
+    return to_bf16_pairs_avx512(src, lds, rows, pad_rows, cols, dst, ldd);
+#endif
+  for (std::size_t r = 0; r < pad_rows; ++r)
+    for (std::size_t c = 0; c < cols; ++c)
+      dst[((r / 2) * ldd + c) * 2 + r % 2] = r < rows ? round_to_bf16(src[r * lds + c]) : std::uint16_t(0);
 }
 
 void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,

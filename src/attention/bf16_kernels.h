@@ -37,13 +37,22 @@ inline std::uint16_t round_to_bf16(float x) { return to_bf16(x).bits; }
 // round_to_bf16.
 void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,
              std::size_t ldd);
+// The same rounding into a VNNI B operand, pairs over src's rows: dst[((r/2)·ldd + c)·2 + r%2] =
+// bf16(src[r][c]) for r < rows, 0 for rows <= r < pad_rows (even), c < cols (a multiple of 16).
+void to_bf16_pairs(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t pad_rows,
+                   std::size_t cols, std::uint16_t* dst, std::size_t ldd);
 
 }  // namespace attnscale::detail::bfdot
 
 namespace attnscale::detail {
 struct Params;
+struct BackwardParams;
 namespace bfdot {
 // The bf16 forward over validated params (bf16_forward.cc).
 void forward(const Params& p);
+// The bf16 backward (bf16_backward.cc), for params it handles: no dbias wanted and finite q, k,
+// v and dO (the float32 backward takes the others).
+bool backward_handles(const BackwardParams& p);
+void backward(const BackwardParams& p);
 }  // namespace bfdot
 }  // namespace attnscale::detail

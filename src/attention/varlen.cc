@@ -139,7 +139,7 @@ void varlen_backward(const TensorView& q, const TensorView& k, const TensorView&
       continue;
     }
     if (!p.dSinks.empty()) p.dSinks = part_view;
-    if (kernel == Kernel::fast) run_backward(p);
+    if (kernel == Kernel::fast) run_backward(p, options.compute);
     else run_reference_backward(p);
     for (std::int64_t h = 0; h < whole.Hq && !whole.dSinks.empty(); ++h) dsinks[h] += part[h];
   }

@@ -16,7 +16,7 @@ void varlen_backward(const TensorView& q, const TensorView& k, const TensorView&
 
 // The kernels over validated params (forward.cc, backward.cc, reference.cc).
 void run_forward(const Params& p, Compute compute);
-void run_backward(const BackwardParams& p);
+void run_backward(const BackwardParams& p, Compute compute);
 void run_reference_forward(const Params& p);
 void run_reference_backward(const BackwardParams& p);
 

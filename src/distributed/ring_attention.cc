@@ -18,9 +18,12 @@
 // that this becomes a top-left window (left, right >= 0): rows i < −C see no key (dropped, they keep
 // their running result), keys j < A are seen by no row (dropped).
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attention/params.h"
@@ -202,6 +205,50 @@ int message_count(std::int64_t elements) {
   return static_cast<int>(elements);
 }
 
+// Drives the transfers in flight while this thread computes. Open MPI moves a large message only
+// inside MPI calls on both ends (the shared-memory and TCP transports send it in fragments, each
+// acknowledged by the receiver), so without calls during the compute an Isend/Irecv pair started
+// before it moves in the MPI_Wait after it, and nothing is hidden. When the MPI library allows
+// calls from another thread while this one makes none (MPI_THREAD_SERIALIZED or better: the CLI
+// asks for it, mpi4py gets MPI_THREAD_MULTIPLE), a thread tests the requests every ~50 µs until they
+// complete and is joined before this thread calls MPI again; otherwise (MPI_THREAD_SINGLE or
+// FUNNELED) `poll()` between blocks is the only progress.
+class TransferProgress {
+ public:
+  explicit TransferProgress(std::vector<MPI_Request*> requests) : requests_(std::move(requests)) {
+    int level = MPI_THREAD_SINGLE;
+    MPI_Query_thread(&level);
+    if (level < MPI_THREAD_SERIALIZED) return;
+    thread_ = std::thread([this] {
+      while (!stop_.load(std::memory_order_relaxed) && !complete())
+        std::this_thread::sleep_for(std::chrono::microseconds(50));
+    });
+  }
+  ~TransferProgress() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+  }
+  void poll() {
+    if (!thread_.joinable()) complete();
+  }
+  TransferProgress(const TransferProgress&) = delete;
+  TransferProgress& operator=(const TransferProgress&) = delete;
+
+ private:
+  bool complete() {  // a completed request becomes MPI_REQUEST_NULL, which later waits skip
+    bool all = true;
+    for (MPI_Request* r : requests_) {
+      int done = 1;
+      if (*r != MPI_REQUEST_NULL) MPI_Test(r, &done, MPI_STATUS_IGNORE);
+      all = all && done;
+    }
+    return all;
+  }
+  std::vector<MPI_Request*> requests_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
 MPI_Datatype mpi_type(DType t) { return t == DType::f32 ? MPI_FLOAT : MPI_DOUBLE; }
 
 // Double-buffered K/V shards travelling r → r + 1.
@@ -218,6 +265,7 @@ class KvRing {
   KvViews views(int which, int owner) { return kv_views(buf_[which].data(), p_.dtype, p_, L_.kv_rows[owner]); }
   KvViews current(int step) { return views(cur_, source(step)); }
   int source(int step) const { return (ring_.rank - step + ring_.size) % ring_.size; }
+  MPI_Request* requests() { return req_; }
   // Starts sending the current shard on and receiving the next (before the compute of `step`).
   void start(int step) {
     if (step + 1 >= ring_.size) return;
@@ -242,7 +290,7 @@ class KvRing {
   Buffer buf_[2];
   int cur_ = 0;
   bool pending_ = false;
-  MPI_Request req_[2];
+  MPI_Request req_[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
 };
 
 // Calls fn(block, query offset, key offset (in the source's shard)) for every block of this step.
@@ -302,7 +350,9 @@ void ring_forward(const TensorView& q, const TensorView& k, const TensorView& v,
     kv.start(step);
     const KvViews held = kv.current(step);
     timed(&local.compute_seconds, [&] {
+      TransferProgress transfers({&kv.requests()[0], &kv.requests()[1]});
       for_blocks(ring, L, p, options, kv.source(step), [&](const Block& blk, std::int64_t qo, std::int64_t ko) {
+        transfers.poll();
         const TensorView po = rows(part_out.view(), 0, blk.nq), pl = rows(part_lse.view(), 0, blk.nq);
         forward(rows(p.q, qo, blk.nq), rows(held.k, ko, blk.nk), rows(held.v, ko, blk.nk), {po, pl}, blk.options);
         const TensorView ao = rows(acc_out.view(), qo, blk.nq), al = rows(acc_lse.view(), qo, blk.nq);
@@ -359,8 +409,10 @@ void ring_backward(const TensorView& q, const TensorView& k, const TensorView& v
     const std::int64_t n_src = L.kv_rows[src];
     const KvViews sum = kv_views(mine.data(), DType::f64, p, n_src);
     timed(&local.compute_seconds, [&] {
+      TransferProgress transfers({&kv.requests()[0], &kv.requests()[1], &recv_req, &send_req[0], &send_req[1]});
       std::fill(mine.mem.begin(), mine.mem.end(), 0.0);
       for_blocks(ring, L, p, options, src, [&](const Block& blk, std::int64_t qo, std::int64_t ko) {
+        transfers.poll();
         const TensorView dqp = rows(dq_part.view(), 0, blk.nq), dkp = rows(dk_part.view(), 0, blk.nk),
                          dvp = rows(dv_part.view(), 0, blk.nk);
         Options shard = blk.options;

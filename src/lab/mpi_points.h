@@ -1,11 +1,15 @@
 // A sweep spread over the ranks of an MPI job (built when CMake finds MPI).
 //
-// The points still to run (those the journal does not hold on rank 0) are dealt round-robin:
-// the j-th of them runs on rank j mod K, with that rank's threads as local_points() would use
-// them. Each finished point's rows go to rank 0 at once (exactly: lab/row_codec.h), which reports
-// them in point order (journal, progress bar) and finally sends every rank the whole table. No
-// rank draws from a stream another uses (the streams are counter-based per point and trial), so
-// the table is byte-identical to a single-process run for any K.
+// Points are dealt on demand: rank 0 holds the list of points still to run (those its journal does
+// not hold) and hands out the next one, in point order, whenever a worker asks; a worker's request
+// carries the rows of the point it just finished (exactly: lab/row_codec.h). So a rank that drew
+// cheap points simply asks more often, and uneven point costs (a sweep over d, a training grid
+// with d_head 256 runs among d_head 16 ones) leave no rank idle while points are left. Each rank
+// runs as many workers as local_points() would run points in parallel (one per thread); rank 0
+// runs its own workers on its main thread and serves the requests from a thread of its own.
+// Rank 0 reports the points in order (journal, progress bar) and finally sends every rank the
+// whole table. No rank draws from a stream another uses (the streams are counter-based per point
+// and trial), so the table is byte-identical to a single-process run for any K.
 #pragma once
 #include <mpi.h>
 

@@ -191,8 +191,13 @@ TEST(Shard, RowsCoverTheSequenceOnceAndDifferByAtMostOne) {
 }  // namespace
 }  // namespace attnscale::distributed
 
+// MPI_THREAD_SERIALIZED (as the CLI asks): the ring drives its transfers from a progress thread;
+// --mpi-thread-single: without threads, between blocks only.
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int level = MPI_THREAD_SERIALIZED, provided = 0;
+  for (int i = 1; i < argc; ++i)
+    if (std::string(argv[i]) == "--mpi-thread-single") level = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, level, &provided);
   ::testing::InitGoogleTest(&argc, argv);
   const int failed = RUN_ALL_TESTS();
   MPI_Finalize();

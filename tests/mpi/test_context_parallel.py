@@ -96,43 +96,79 @@ def rank_pid(marker, rank):
     return None
 
 
-def blocked_opening_fifo(pid):
-    """True once `pid` waits in open() of a FIFO (after its MPI start-up, before any collective)."""
+def blocked_opening(pid, path):
+    """True once `pid` waits in open() of the FIFO `path` (after its MPI start-up, before any
+    collective). The kernel's wait channel names the FIFO wait; where it is hidden, the syscall in
+    progress must be openat (257) of that very path (its argument read from the process's memory)."""
     try:
         with open(f"/proc/{pid}/wchan") as f:
-            if f.read().strip() == "wait_for_partner":
-                return True
-        with open(f"/proc/{pid}/syscall") as f:  # where wchan is hidden: openat (257) in progress
-            return f.read().startswith("257 ")
-    except OSError:
+            wchan = f.read().strip()
+        with open(f"/proc/{pid}/syscall") as f:
+            call = f.read().split()
+        if wchan not in ("", "0"):
+            return wchan == "wait_for_partner"
+        if len(call) < 3 or call[0] != "257":
+            return False
+        with open(f"/proc/{pid}/mem", "rb") as mem:
+            mem.seek(int(call[2], 16))
+            return mem.read(len(path) + 1) == path.encode() + b"\0"
+    except (OSError, ValueError):
+        return False
+
+
+def stops_quietly(pid):
+    """True once `pid` has its SIGTERM handler (it is past MPI's start-up: mpi_job::start)."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            caught = next(int(x.split()[1], 16) for x in f if x.startswith("SigCgt:"))
+        return bool(caught & (1 << (signal.SIGTERM - 1)))
+    except (OSError, StopIteration, ValueError):
         return False
 
 
 def test_a_killed_rank_makes_the_others_exit_in_time(tmp_path):
+    """Deterministic under any load: rank 2 is killed only once it waits in open() of a FIFO nobody
+    writes (past MPI's start-up) and ranks 0 and 1 are past theirs (waiting for rank 2's rows or about
+    to); each step has its own time bound, and a hang kills what is left and fails with the ranks'
+    states."""
     qkv = inputs(tmp_path)
     fifo = str(tmp_path / "never-written.npy")
-    os.mkfifo(fifo)  # rank 2 blocks opening it until it is killed; the others wait for it
+    os.mkfifo(fifo)
     out = ["--out", str(tmp_path / "o.npy"), "--context-parallel"]
     args = [str(a) for a in ["attend", *qkv, *out]]
     cmd = [*MPIRUN, "-np", "2", BIN, *args, ":", "-np", "1", BIN, "attend", "--q", fifo, *map(str, qkv[2:]), *out]
-    start = time.time()
     proc = subprocess.Popen(cmd, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    pid = None
-    while (pid is None or not blocked_opening_fifo(pid)) and time.time() - start < TIMEOUT / 2:
-        pid = pid or rank_pid(fifo, 2)
-        time.sleep(0.05)
-    assert pid is not None and blocked_opening_fifo(pid), "rank 2 never reached its input"
-    os.kill(pid, signal.SIGKILL)
-    try:
-        _, err = proc.communicate(timeout=TIMEOUT / 2)
-    except subprocess.TimeoutExpired:
+    marker = str(tmp_path / "o.npy")
+
+    def ranks():
+        return {r: rank_pid(marker, r) for r in range(3)}
+
+    def ready(pids):
+        return None not in pids.values() and blocked_opening(pids[2], fifo) \
+            and stops_quietly(pids[0]) and stops_quietly(pids[1])
+
+    def fail(why):
         ps = subprocess.run(["ps", "-eo", "pid,ppid,stat,wchan:32,args"], capture_output=True, text=True).stdout
-        left = [line for line in ps.splitlines() if fifo in line or "mpirun" in line]
-        for rank in (0, 1):
-            if (p := rank_pid(fifo.replace("never-written.npy", "o.npy"), rank)) is not None:
+        left = [line for line in ps.splitlines() if marker in line or "mpirun" in line]
+        for p in ranks().values():
+            if p is not None:
                 os.kill(p, signal.SIGKILL)
         proc.kill()
-        pytest.fail("the surviving ranks hang after rank 2 was killed:\n" + "\n".join(left))
+        proc.communicate()
+        pytest.fail(why + ":\n" + "\n".join(left))
+
+    deadline = time.time() + TIMEOUT
+    while not ready(pids := ranks()):
+        if proc.poll() is not None:
+            pytest.fail("the job ended before rank 2 was killed:\n" + proc.communicate()[1])
+        if time.time() > deadline:
+            fail(f"the ranks did not reach their inputs within {TIMEOUT} s")
+        time.sleep(0.05)
+    os.kill(pids[2], signal.SIGKILL)
+    try:
+        _, err = proc.communicate(timeout=TIMEOUT)
+    except subprocess.TimeoutExpired:
+        fail("the surviving ranks hang after rank 2 was killed")
     assert proc.returncode != 0
     assert "rank 2" in err, err
     only(tmp_path, "q.npy", "k.npy", "v.npy", "never-written.npy")

@@ -31,6 +31,28 @@ def test_sweep_is_byte_identical_for_every_rank_count(tmp_path, single, k):
     assert sorted(os.listdir(tmp_path)) == ["k.csv"], "a rank other than 0 wrote, or the journal was left"
 
 
+def test_several_workers_per_rank_are_byte_identical(tmp_path, single):
+    """Three workers on each of two ranks: rank 0 serves requests while its own workers run."""
+    r = mpirun(2, *SWEEP, "--out", "k.csv", "--threads", "3", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "k.csv").read_bytes() == single
+
+
+TRAINING = ["experiment", "training", "--grid", "quick", "--steps", "3", "--log-every", "1", "--lr", "0.01,0.1",
+            "--seeds", "1", "--scaling", "sqrt,additive", "--d-head", "4,16", "--torch-check", "", "--seed", "2"]
+
+
+def test_training_grid_is_byte_identical(tmp_path):
+    """Runs of unequal cost (d_head, additive scaling) dealt on demand give the one-process file."""
+    if "training" not in mpirun(0, "experiment", "--help").stdout:
+        pytest.skip("this build has no libtorch (no training experiment)")
+    one = mpirun(0, *TRAINING, "--out", "one.csv", "--threads", "1", cwd=tmp_path)
+    assert one.returncode == 0, one.stderr
+    three = mpirun(3, *TRAINING, "--out", "three.csv", "--threads", "1", cwd=tmp_path)
+    assert three.returncode == 0, three.stderr
+    assert (tmp_path / "three.csv").read_bytes() == (tmp_path / "one.csv").read_bytes()
+
+
 def test_stdout_sweep_is_written_once(single):
     r = mpirun(3, *SWEEP)
     assert r.returncode == 0, r.stderr

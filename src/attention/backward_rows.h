@@ -1,0 +1,80 @@
+// What the float32 and bf16 backwards share about query rows: per-row statistics computed once
+// per backward (lse, D = dO·o, the normaliser factor), and the writes of gradient rows and of the
+// sinks' gradient.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "attention/params.h"
+#include "attention/score_transforms.h"
+#include "common/parallel.h"
+
+namespace attnscale::detail {
+
+// What every tile needs from a query row, computed once per backward: lse (+inf for a fully
+// masked row, lse = -inf, so that e^(t − lse) = 0 for every score, where subtracting -inf would
+// give e^(+inf) or NaN), D_i = dO_i·o_i, and the factor 1/σ_i that makes the row's
+// recomputed P sum to 1 (see normalisers()). Row (b, h, i) is at (b·Hq + h)·Nq + i.
+template <class T>
+struct RowStats {
+  std::vector<T> lse, D, mul;
+  std::vector<char> finite;  // q_i and dO_i hold only finite values
+  std::int64_t at(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i) const {
+    return (b * p.Hq + h) * p.Nq + i;
+  }
+};
+template <class T>
+RowStats<T> row_stats(const BackwardParams& p, int threads) {
+  RowStats<T> st;
+  st.lse.resize(p.B * p.Hq * p.Nq);
+  st.D.resize(p.B * p.Hq * p.Nq);
+  st.mul.assign(p.B * p.Hq * p.Nq, T(1));
+  st.finite.resize(p.B * p.Hq * p.Nq);
+  parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    for (std::int64_t bh = t0; bh < t1; ++bh) {
+      const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
+      for (std::int64_t i = 0; i < p.Nq; ++i) {
+        const double lse = value<double>(p.lse, b, h, i, 0);
+        st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
+        // In float64: one chain of dv products, whose float32 error would grow with dv (4096 at the
+        // edge) and enter every dS of the row.
+        double d = 0;
+        for (std::int64_t c = 0; c < p.dv; ++c) d += value<double>(p.dO, b, h, i, c) * value<double>(p.out, b, h, i, c);
+        st.D[bh * p.Nq + i] = static_cast<T>(d);
+        bool finite = true;
+        for (std::int64_t c = 0; c < p.dk; ++c) finite = finite && std::isfinite(value<T>(p.q, b, h, i, c));
+        for (std::int64_t c = 0; c < p.dv; ++c) finite = finite && std::isfinite(value<T>(p.dO, b, h, i, c));
+        st.finite[bh * p.Nq + i] = finite;
+      }
+    }
+  });
+  return st;
+}
+
+template <class T>
+void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t n,
+                std::int64_t d, const T* x) {
+  for (std::int64_t r = 0; r < n; ++r)
+    for (std::int64_t c = 0; c < d; ++c) put(t, b, h, i0 + r, c, x[r * d + c]);
+}
+
+// dsink_h = −Σ_{b,i} P_sink·D_i with P_sink = e^(sink_h − lse_i)/σ_i (σ: normalisers()): the sink
+// joins the softmax like a key whose value is zero, so its dP is 0 and dS_sink = P_sink·(0 − D).
+template <class T>
+void write_sink_grads(const BackwardParams& p, const RowStats<T>& stats) {
+  for (std::int64_t h = 0; h < p.Hq; ++h) {
+    const double sink = sink_logit(p, h);
+    double g = 0;
+    for (std::int64_t b = 0; b < p.B; ++b)
+      for (std::int64_t i = 0; i < p.Nq; ++i) {
+        const std::int64_t row = stats.at(p, b, h, i);
+        g -= std::exp(sink - static_cast<double>(stats.lse[row])) * static_cast<double>(stats.mul[row]) *
+             static_cast<double>(stats.D[row]);
+      }
+    store(p.dSinks, element1(p.dSinks, h), g);
+  }
+}
+
+}  // namespace attnscale::detail

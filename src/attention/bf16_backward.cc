@@ -1,0 +1,226 @@
+// The bf16 backward: the five tile products of backward.cc's one pass with bfloat16 operands and
+// float32 accumulation (bfdot::gemm: AMX, AVX-512 BF16 vdpbf16ps, or the portable loop), for
+// bfloat16 inputs and for float32 inputs with Options::compute = bf16.
+//
+// Tiles are transposed, St[key][query] (one query per column, as in the forward's float32
+// kernel), and every product is arranged so that its bf16 operands are a row-major A and a B in
+// VNNI pairs (bf16_kernels.h) that are either packed once per backward or made by converting a
+// float32 tile as it lies, never by transposing one:
+//   St  = s·K·Qᵀ      A = K rows [key][c]         B = Qᵀ pairs over c       (per query block, once)
+//   dPt = V·dOᵀ       A = V rows [key][c]         B = dOᵀ pairs over c      (per query block, once)
+//   dV += Pt·dO       A = Pt [key][query]         B = dO pairs over queries (per query block, once)
+//   dK += dSt·Q       A = dSt [key][query]        B = Q pairs over queries  (per query block, once)
+//   dQᵀ += Kᵀ·dS      A = Kᵀ [c][key]             B = dSt pairs over keys   (per tile: two rows at a time)
+// P and dS in between are float32 (backward.cc's masks, score transforms and softmax gradient, in
+// their transposed form). dQᵀ partials of each key group are summed in group order and transposed
+// once at the end. Work items and their order depend on the shape only, so the result is bitwise
+// the same for any thread count.
+//
+// Accuracy: products of bf16-rounded operands, |rounding| <= 2^-9 relative per operand, summed in
+// float32: about 3e-3 relative per product element, well inside the 1e-2 this path promises
+// against the float64 reference. The normaliser pass of the float32 backward (which removes an
+// error of u·|lse|, u = 2^-24) buys nothing at this precision and is not run; P = e^(t − lse).
+// Rows with non-finite q, k, v or dO, and an additive mask's gradient (dbias), go to the float32
+// backward instead, which handles them pair by pair.
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <vector>
+
+#include "attention/backward_rows.h"
+#include "attention/bf16_kernels.h"
+#include "attention/params.h"
+#include "attention/score_transforms.h"
+#include "attention/tiles.h"
+#include "common/parallel.h"
+
+namespace attnscale::detail::bfdot {
+namespace {
+
+using u16 = std::uint16_t;
+
+// Per query block (b, h, qb), packed once: the four B operands above and the rows' lse, D and
+// normaliser factor padded to kBr (padding: lse = +inf and mul = 0, so P = 0; D = 0).
+struct QueryPacks {
+  std::int64_t dkp, dvp, ldk, ldv;  // dk, dv rounded up to 32 (inner dims) and 16 (columns)
+  std::int64_t per_block;
+  Buffer<u16> data;
+  Buffer<float> rows;  // lse, D, mul: 3·kBr floats per block
+  u16* qt(std::int64_t blk) const { return data.get() + blk * per_block; }
+  u16* dot(std::int64_t blk) const { return qt(blk) + dkp * kBr; }
+  u16* qv(std::int64_t blk) const { return dot(blk) + dvp * kBr; }
+  u16* dov(std::int64_t blk) const { return qv(blk) + kBr * ldk; }
+  float* lse(std::int64_t blk) const { return rows.get() + blk * 3 * kBr; }
+  float* D(std::int64_t blk) const { return lse(blk) + kBr; }
+  float* mul(std::int64_t blk) const { return D(blk) + kBr; }
+};
+
+// Element (k, n) of a VNNI B operand with ldb columns (bf16_kernels.h).
+inline std::int64_t pair_at(std::int64_t k, std::int64_t n, std::int64_t ldb) { return ((k / 2) * ldb + n) * 2 + k % 2; }
+
+QueryPacks pack_queries(const BackwardParams& p, const RowStats<float>& stats, std::int64_t nqb, int threads) {
+  QueryPacks qp;
+  qp.dkp = round_up(p.dk, 32);
+  qp.dvp = round_up(p.dv, 32);
+  qp.ldk = round_up(p.dk, 16);
+  qp.ldv = round_up(p.dv, 16);
+  qp.per_block = (qp.dkp + qp.dvp) * kBr + kBr * (qp.ldk + qp.ldv);
+  const std::int64_t blocks = p.B * p.Hq * nqb;
+  qp.data = Buffer<u16>(blocks * qp.per_block);
+  qp.rows = Buffer<float>(blocks * 3 * kBr);
+  parallel_for(blocks, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    for (std::int64_t blk = t0; blk < t1; ++blk) {
+      const std::int64_t qb = blk % nqb, bh = blk / nqb, b = bh / p.Hq, h = bh % p.Hq, i0 = qb * kBr;
+      const std::int64_t n = std::min(kBr, p.Nq - i0);
+      std::fill(qp.qt(blk), qp.qt(blk) + qp.per_block, u16(0));
+      for (std::int64_t r = 0; r < n; ++r) {
+        for (std::int64_t c = 0; c < p.dk; ++c) {
+          const u16 x = round_to_bf16(value<float>(p.q, b, h, i0 + r, c));
+          qp.qt(blk)[pair_at(c, r, kBr)] = x;
+          qp.qv(blk)[pair_at(r, c, qp.ldk)] = x;
+        }
+        for (std::int64_t c = 0; c < p.dv; ++c) {
+          const u16 x = round_to_bf16(value<float>(p.dO, b, h, i0 + r, c));
+          qp.dot(blk)[pair_at(c, r, kBr)] = x;
+          qp.dov(blk)[pair_at(r, c, qp.ldv)] = x;
+        }
+      }
+      const std::int64_t row = stats.at(p, b, h, i0);
+      for (std::int64_t r = 0; r < kBr; ++r) {
+        qp.lse(blk)[r] = r < n ? stats.lse[row + r] : std::numeric_limits<float>::infinity();
+        qp.D(blk)[r] = r < n ? stats.D[row + r] : 0.0f;
+        qp.mul(blk)[r] = r < n ? stats.mul[row + r] : 0.0f;
+      }
+    }
+  });
+  return qp;
+}
+
+struct Scratch {
+  Buffer<float> st, dpt, dcap, dk_acc, dv_acc;
+  Buffer<u16> kr, vr, ktr, pb, dsb, dsv;
+  Scratch(const BackwardParams& p, const QueryPacks& qp)
+      : st(kBc * kBr), dpt(kBc * kBr), dcap(kBc * kBr), dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), kr(kBc * qp.dkp),
+        vr(kBc * qp.dvp), ktr(p.dk * kBc), pb(kBc * kBr), dsb(kBc * kBr), dsv(kBc * kBr) {}
+};
+
+// Rows [j0, j0 + nk) of a [B, H, N, d] view at (b, h) as bf16 rows of ld columns (zero past d and
+// past nk, up to kBc rows); with Xt, also transposed, Xt[c][j] (kBc columns).
+void pack_key_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
+                   std::int64_t d, u16* X, std::int64_t ld, u16* Xt) {
+  std::fill(X, X + kBc * ld, u16(0));
+  if (Xt) std::fill(Xt, Xt + d * kBc, u16(0));
+  for (std::int64_t j = 0; j < nk; ++j)
+    for (std::int64_t c = 0; c < d; ++c) {
+      const u16 x = round_to_bf16(value<float>(t, b, h, j0 + j, c));
+      X[j * ld + c] = x;
+      if (Xt) Xt[c * kBc + j] = x;
+    }
+}
+
+// Key blocks [kb0, kb1) of (b, kh), in order, against every query block of the group's heads.
+void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb, std::int64_t b, std::int64_t kh,
+                std::int64_t kb0, std::int64_t kb1, float* dqt, Scratch& s) {
+  const Path path = bfdot::path();
+  const float scale = static_cast<float>(p.scale);
+  for (std::int64_t kb = kb0; kb < kb1; ++kb) {
+    const std::int64_t j0 = kb * kBc, j1 = std::min(p.Nkv, j0 + kBc), nk = j1 - j0;
+    pack_key_rows(p.k, b, kh, j0, nk, p.dk, s.kr.get(), qp.dkp, s.ktr.get());
+    pack_key_rows(p.v, b, kh, j0, nk, p.dv, s.vr.get(), qp.dvp, nullptr);
+    s.dk_acc.fill(0.0f);
+    s.dv_acc.fill(0.0f);
+    for (std::int64_t h = kh * p.group(); h < (kh + 1) * p.group(); ++h)
+      for (std::int64_t qb = 0; qb < nqb; ++qb) {
+        const std::int64_t i0 = qb * kBr, i1 = std::min(p.Nq, i0 + kBr);
+        const KeyRange first = key_range(p, i0), last = key_range(p, i1 - 1);
+        if (last.hi <= j0 || first.lo >= j1) continue;
+        RowBlock rb;
+        rb.b = b;
+        rb.kh = kh;
+        for (std::int64_t i = i0; i < i1; ++i) rb.add(p, h, i);
+        const TileKind kind = classify(p, rb, j0, j1);
+        if (kind == TileKind::skip) continue;
+        const std::int64_t blk = (b * p.Hq + h) * nqb + qb;
+        // St = s·K·Qᵀ, the score transforms, the mask; Pt = e^(St − lse)·mul.
+        gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr, scale);
+        if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
+        if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
+        Ops<float>::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk));
+        // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
+        gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f);
+        if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, kBr);
+        Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, nk, kBr, qp.D(blk), scale);
+        if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, kBr);
+        if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), 1, kBr);  // dV takes Z∘P/(1 − p)
+        to_bf16(path, s.st.get(), kBr, nk, kBr, s.pb.get(), kBr);
+        to_bf16(path, s.dpt.get(), kBr, nk, kBr, s.dsb.get(), kBr);
+        to_bf16_pairs(path, s.dpt.get(), kBr, nk, kBc, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
+        gemm(path, nk, p.dv, kBr, s.pb.get(), kBr, qp.dov(blk), qp.ldv, s.dv_acc.get(), p.dv, 1, nullptr, 1.0f);
+        gemm(path, nk, p.dk, kBr, s.dsb.get(), kBr, qp.qv(blk), qp.ldk, s.dk_acc.get(), p.dk, 1, nullptr, 1.0f);
+        gemm(path, p.dk, kBr, kBc, s.ktr.get(), kBc, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr, 1.0f);
+      }
+    write_rows(p.dK, b, kh, j0, nk, p.dk, s.dk_acc.get());
+    write_rows(p.dV, b, kh, j0, nk, p.dv, s.dv_acc.get());
+  }
+}
+
+bool inputs_finite(const BackwardParams& p) {
+  auto finite = [&](const TensorView& t, std::int64_t H, std::int64_t N, std::int64_t d) {
+    for (std::int64_t b = 0; b < p.B; ++b)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t i = 0; i < N; ++i)
+          for (std::int64_t c = 0; c < d; ++c)
+            if (!std::isfinite(value<float>(t, b, h, i, c))) return false;
+    return true;
+  };
+  return finite(p.q, p.Hq, p.Nq, p.dk) && finite(p.dO, p.Hq, p.Nq, p.dv) && finite(p.k, p.Hkv, p.Nkv, p.dk) &&
+         finite(p.v, p.Hkv, p.Nkv, p.dv);
+}
+
+inline constexpr std::int64_t kMinKeyTasks = 8;                  // as backward.cc
+inline constexpr std::int64_t kMaxPartialBytes = std::int64_t{64} << 20;
+
+}  // namespace
+
+bool backward_handles(const BackwardParams& p) { return p.dBias.empty() && inputs_finite(p); }
+
+void backward(const BackwardParams& p) {
+  const std::int64_t nkb = (p.Nkv + kBc - 1) / kBc, nqb = (p.Nq + kBr - 1) / kBr, heads = p.B * p.Hkv;
+  const std::int64_t dq_size = p.B * p.Hq * nqb * kBr * p.dk;
+  std::int64_t groups = std::clamp<std::int64_t>((kMinKeyTasks + heads - 1) / heads, 1, std::max<std::int64_t>(nkb, 1));
+  if (groups * dq_size * std::int64_t(sizeof(float)) > kMaxPartialBytes) groups = 1;
+  const std::int64_t per = (nkb + groups - 1) / groups;
+  const int threads = resolve_threads(p.threads, std::max(heads * groups, p.B * p.Hq * nqb));
+  const RowStats<float> stats = row_stats<float>(p, threads);
+  if (!p.dSinks.empty()) write_sink_grads(p, stats);
+  const QueryPacks qp = pack_queries(p, stats, nqb, threads);
+  Buffer<float> partials(groups * dq_size);  // dQᵀ per (group, b, h, query block): [dk][kBr]
+  parallel_for(groups, 1, threads, [&](std::int64_t g0, std::int64_t g1, int) {
+    for (std::int64_t g = g0; g < g1; ++g) std::fill(partials.get() + g * dq_size, partials.get() + (g + 1) * dq_size, 0.0f);
+  });
+  PerThread<Scratch> scratch(threads);
+  parallel_for(heads * groups, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
+    for (std::int64_t item = t0; item < t1; ++item) {
+      const std::int64_t g = item % groups, head = item / groups;  // under a causal mask, early keys cost most
+      key_blocks(p, qp, nqb, head / p.Hkv, head % p.Hkv, g * per, std::min(nkb, (g + 1) * per),
+                 partials.get() + g * dq_size, scratch.get(t, p, qp));
+    }
+  });
+  // dQ = Σ_g partial_g in group order, transposed back to rows.
+  parallel_for(p.B * p.Hq * nqb, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    std::vector<float> rows(kBr * p.dk);
+    for (std::int64_t blk = t0; blk < t1; ++blk) {
+      const std::int64_t qb = blk % nqb, bh = blk / nqb, i0 = qb * kBr, n = std::min(kBr, p.Nq - i0);
+      const float* first = partials.get() + blk * p.dk * kBr;
+      for (std::int64_t c = 0; c < p.dk; ++c)
+        for (std::int64_t r = 0; r < n; ++r) {
+          float x = first[c * kBr + r];
+          for (std::int64_t g = 1; g < groups; ++g) x += first[g * dq_size + c * kBr + r];
+          rows[r * p.dk + c] = x;
+        }
+      write_rows(p.dQ, bh / p.Hq, bh % p.Hq, i0, n, p.dk, rows.data());
+    }
+  });
+}
+
+}  // namespace attnscale::detail::bfdot
