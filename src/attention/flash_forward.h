@@ -27,9 +27,10 @@ template <class T>
 struct ForwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of Qᵀ and of score tiles (queries)
   Buffer<T> qt, qr, st, o, kp, vp, m, l, alpha, sub, mul;
-  explicit ForwardScratch(const Params& p)
-      : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
-        sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
+  // keys: the most keys a tile holds (the bf16 forward's tiles are longer than kBc).
+  explicit ForwardScratch(const Params& p, std::int64_t keys = kBc)
+      : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(keys * p.dk), vp(keys * p.dv), m(ld), l(ld),
+        alpha(ld), sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
   std::int64_t dk, dv;
   bool fits(const Params& p) const { return p.dk == dk && p.dv == dv; }  // reusable for p (PerThread)
 };
