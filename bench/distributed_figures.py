@@ -123,8 +123,12 @@ def sweep_figures(binary, repeats, compare):
         header += " other binary, mpirun -np 2 | its speed-up |"
     print(header)
     print("| --- | --- | --- | --- |" + (" --- | --- |" if compare else ""))
+    listed = subprocess.run([binary, "experiment", "--help"], capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as tmp:
         for name, args in SWEEPS.items():
+            if args[1] not in listed:
+                print(f"| {name} | (this build has no `{args[1]}` experiment) |")
+                continue
             one, two, other = [], [], []
             for r in range(repeats):
                 one.append(timed([binary, *args, "--threads", "1", "--out", "one.csv"], tmp))
