@@ -18,6 +18,12 @@
 // masks (both alignments, on the global diagonal), sliding windows; float32 and float64. Not
 // supported: explicit masks and the probability output.
 //
+// Transfers progress during the compute: Open MPI moves a large message only inside MPI calls, so
+// when MPI was initialised with MPI_THREAD_SERIALIZED or above, a helper thread of the call tests the
+// step's requests while the calling thread computes (the two never call MPI at once; as SERIALIZED
+// requires anyway, the caller makes no MPI call from other threads during the call). Under MPI_THREAD_SINGLE or FUNNELED they progress between blocks only, and a transfer
+// is then mostly paid for in the wait after the compute.
+//
 // Every rank of comm calls the function together. Arguments are checked on every rank and then
 // agreed on: a shape, option or shard size that differs between ranks, or an error on any one rank,
 // makes every rank throw the same Error (no rank waits forever). The ring order is fixed, so the

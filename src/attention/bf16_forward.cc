@@ -5,7 +5,7 @@
 // K and V are packed to bfloat16 once per (batch, KV head), before any query block runs:
 //   Kp = K in VNNI pairs over the head dimension [dk32/2][Nkv64][2] (the B operand of Q·Kᵀ),
 //   Vp = V in VNNI pairs over the keys [Nkv64/2][ldv][2] (the B operand of P·V),
-// zero beyond Nkv (one tile more than needed: a tile that starts off the grid of kBc may read
+// zero beyond Nkv (one tile more than needed: a tile that starts off the grid of kKeys may read
 // up to 32 keys past Nkv) and beyond dk, so every query block and key tile reads them in place. Per block:
 // Qb = Q rows [kBr][dk32] bf16; per key tile, in row layout (one query per row):
 //   S = s · Qb·Kp  (float32),  online softmax along the rows (kernels.h),
@@ -24,6 +24,14 @@
 namespace attnscale::detail::bfdot {
 namespace {
 
+// Keys per tile. Each tile pays per row for the softmax's two reductions and its rescale factor,
+// and per output element for one load, rescale and store of O in P·V; the products grow with the
+// tile.
+constexpr std::int64_t kKeys = 128;
+// Row stride of Pb: a tile that starts at an odd key (a window's first key) spans kKeys + 1 key
+// slots from the even key before it, rounded up to 32 for the products.
+constexpr std::int64_t kPbLd = kKeys + 32;
+
 // Element (a, b, c, d) of a float32 or bfloat16 view as bfloat16 bits.
 inline std::uint16_t bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
   if (t.dtype == DType::bf16) return at<const std::uint16_t>(t, a, b, c, d)[0];
@@ -31,12 +39,26 @@ inline std::uint16_t bits(const TensorView& t, std::int64_t a, std::int64_t b, s
   return round_to_bf16(value<float>(t, a, b, c, d));
 }
 
+// Row (a, b, c) of a view, d elements, as bfloat16 bits: read through a row pointer when the row
+// is contiguous bfloat16 or float32 (the common case; bits() per element looks the dtype up each time).
+void row_bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d, std::uint16_t* out) {
+  if (t.strides[3] == 1 && t.dtype == DType::bf16) {
+    const std::uint16_t* row = at<const std::uint16_t>(t, a, b, c, 0);
+    std::copy(row, row + d, out);
+  } else if (t.strides[3] == 1 && t.dtype == DType::f32) {
+    const float* row = at<const float>(t, a, b, c, 0);
+    for (std::int64_t e = 0; e < d; ++e) out[e] = round_to_bf16(row[e]);
+  } else {
+    for (std::int64_t e = 0; e < d; ++e) out[e] = bits(t, a, b, c, e);
+  }
+}
+
 // K and V of every (batch, KV head), packed once (layouts above).
 struct PackedKV {
-  std::int64_t dk32, ldv, nkv64;  // nkv64: keys allocated, round_up(Nkv, kBc) + kBc
+  std::int64_t dk32, ldv, nkv64;  // nkv64: keys allocated, round_up(Nkv, kKeys) + kKeys
   std::vector<Buffer<std::uint16_t>> k, v;  // index b·Hkv + kh
   PackedKV(const Params& p, int threads)
-      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kBc) + kBc), k(p.B * p.Hkv),
+      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys), k(p.B * p.Hkv),
         v(p.B * p.Hkv) {
     parallel_for(p.B * p.Hkv, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
       for (std::int64_t bh = t0; bh < t1; ++bh) {
@@ -47,9 +69,12 @@ struct PackedKV {
         v[bh].fill(0);
         std::uint16_t* K = k[bh].get();
         std::uint16_t* V = v[bh].get();
+        std::vector<std::uint16_t> kr(p.dk), vr(p.dv);
         for (std::int64_t j = 0; j < p.Nkv; ++j) {
-          for (std::int64_t c = 0; c < p.dk; ++c) K[((c / 2) * nkv64 + j) * 2 + c % 2] = bits(p.k, b, kh, j, c);
-          for (std::int64_t c = 0; c < p.dv; ++c) V[((j / 2) * ldv + c) * 2 + j % 2] = bits(p.v, b, kh, j, c);
+          row_bits(p.k, b, kh, j, p.dk, kr.data());
+          row_bits(p.v, b, kh, j, p.dv, vr.data());
+          for (std::int64_t c = 0; c < p.dk; ++c) K[((c / 2) * nkv64 + j) * 2 + c % 2] = kr[c];
+          for (std::int64_t c = 0; c < p.dv; ++c) V[((j / 2) * ldv + c) * 2 + j % 2] = vr[c];
         }
       }
     });
@@ -57,14 +82,14 @@ struct PackedKV {
 };
 
 struct Scratch {
-  static constexpr std::int64_t lds = kBc;  // columns of the row-layout score tile (keys)
+  static constexpr std::int64_t lds = kKeys;  // columns of the row-layout score tile (keys)
   std::int64_t dk32;
   Buffer<std::uint16_t> qb, pb, vt;
   Buffer<float> s;
   ForwardScratch<float> f;
   explicit Scratch(const Params& p)
-      : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kBc), vt((kBc + 32) * round_up(p.dv, 16)), s(kBr * lds),
-        f(p) {
+      : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kPbLd), vt(kPbLd * round_up(p.dv, 16)), s(kBr * lds),
+        f(p, kKeys) {
     qb.fill(0);
     pb.fill(0);
     this->s.fill(0.0f);  // columns past a ragged tile's keys are read (never used) by exp2_rows
@@ -93,14 +118,13 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
   f.m.fill(-INFINITY);
   f.l.fill(0.0f);
   f.o.fill(0.0f);
-  for (std::int64_t r = 0; r < rb.n; ++r)
-    for (std::int64_t c = 0; c < p.dk; ++c) s.qb[r * s.dk32 + c] = bits(p.q, rb.b, rb.h[r], rb.i[r], c);
+  for (std::int64_t r = 0; r < rb.n; ++r) row_bits(p.q, rb.b, rb.h[r], rb.i[r], p.dk, s.qb.get() + r * s.dk32);
   const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
   const std::uint16_t* V = kv.v[rb.b * p.Hkv + rb.kh].get();
   const float scale = static_cast<float>(p.scale);
   const std::int64_t jb = rb.lo_min, je = rb.hi_max;
-  for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kBc) {
-    const std::int64_t j1 = std::min(j0 + kBc, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
+  for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kKeys) {
+    const std::int64_t j1 = std::min(j0 + kKeys, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
     // j0 need not be even (a window's first key): the pair layouts are indexed from key 0, so a
@@ -123,19 +147,19 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
       }
     }
     if (shift == 0) {
-      to_bf16(path, s.s.get(), s.lds, rb.n, nk16, s.pb.get(), kBc);
-      for (std::int64_t r = 0; r < rb.n; ++r) std::fill(s.pb.get() + r * kBc + nk16, s.pb.get() + r * kBc + nk32, 0);
-      gemm(path, rb.n, p.dv, nk32, s.pb.get(), kBc, value_span(p, kv, V, j0, nk32, j0, j1, s), kv.ldv, f.o.get(),
+      to_bf16(path, s.s.get(), s.lds, rb.n, nk16, s.pb.get(), kPbLd);
+      for (std::int64_t r = 0; r < rb.n; ++r) std::fill(s.pb.get() + r * kPbLd + nk16, s.pb.get() + r * kPbLd + nk32, 0);
+      gemm(path, rb.n, p.dv, nk32, s.pb.get(), kPbLd, value_span(p, kv, V, j0, nk32, j0, j1, s), kv.ldv, f.o.get(),
            p.dv, 2, f.alpha.get(), 1.0f);
     } else {  // odd j0: Pb column 0 is key j0 - 1 (probability 0)
       for (std::int64_t r = 0; r < rb.n; ++r) {
-        std::uint16_t* row = s.pb.get() + r * kBc;
+        std::uint16_t* row = s.pb.get() + r * kPbLd;
         row[0] = 0;
         for (std::int64_t j = 0; j < nk; ++j) row[j + 1] = round_to_bf16(s.s[r * s.lds + j]);
-        std::fill(row + nk + 1, row + kBc, 0);
+        std::fill(row + nk + 1, row + kPbLd, 0);
       }
       const std::int64_t n = round_up(nk + 1, 32);
-      gemm(path, rb.n, p.dv, n, s.pb.get(), kBc, value_span(p, kv, V, j0e, n, j0, j1, s), kv.ldv, f.o.get(), p.dv, 2,
+      gemm(path, rb.n, p.dv, n, s.pb.get(), kPbLd, value_span(p, kv, V, j0e, n, j0, j1, s), kv.ldv, f.o.get(), p.dv, 2,
            f.alpha.get(), 1.0f);
     }
   }
@@ -161,8 +185,8 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     for (std::int64_t j = 0; j < p.Nkv; ++j) set(r, j, 0.0f);  // keys no tile reaches
   const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
   const float scale = static_cast<float>(p.scale);
-  for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kBc) {
-    const std::int64_t j1 = std::min(j0 + kBc, rb.hi_max), nk = j1 - j0;
+  for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kKeys) {
+    const std::int64_t j1 = std::min(j0 + kKeys, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
     gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.nkv64, s.s.get(), s.lds, 0, nullptr, scale);

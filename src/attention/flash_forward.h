@@ -27,9 +27,10 @@ template <class T>
 struct ForwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of Qᵀ and of score tiles (queries)
   Buffer<T> qt, qr, st, o, kp, vp, m, l, alpha, sub, mul;
-  explicit ForwardScratch(const Params& p)
-      : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(kBc * p.dk), vp(kBc * p.dv), m(ld), l(ld), alpha(ld),
-        sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
+  // keys: the most keys a tile holds (the bf16 forward's tiles are longer than kBc).
+  explicit ForwardScratch(const Params& p, std::int64_t keys = kBc)
+      : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(keys * p.dk), vp(keys * p.dv), m(ld), l(ld),
+        alpha(ld), sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
   std::int64_t dk, dv;
   bool fits(const Params& p) const { return p.dk == dk && p.dv == dv; }  // reusable for p (PerThread)
 };
@@ -44,7 +45,7 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
                 ForwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0;
   const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
-  Ops<T>::gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+  Ops<T>::tile_gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
                simd::kOverwrite);
   if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, s.ld);
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
@@ -113,7 +114,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
       accumulate_visible(p, rb, j0, nk, s.st.get(), prs, pcs, V, v.ld, s);
     else
-      Ops<T>::gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
+      Ops<T>::tile_gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
                    s.alpha.get());
   }
 }

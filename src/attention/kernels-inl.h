@@ -165,6 +165,184 @@ void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, 
   }
 }
 
+// The forward's products (TileGemm): Gemm's result, bit for bit in modes 0 and 1 (see SumTile),
+// with the running sum over the inner-dimension blocks (InnerBlock) kept in registers. Each
+// block's chain runs in its own accumulators and is added to a second register set that started
+// as init, so C is read once before the first block and written once after the last, where Gemm
+// loads, adds and stores the C tile once per block. The same operations in the same order keep
+// the forward's scores equal to the ones the backward recomputes with Gemm: scores a rounding
+// apart (the blocks grouped differently) raised the backward's error at d_k = 256, unscaled, from
+// 1.5x to 2.0x that of plain float32, since P = e^(t − lse) then no longer sums to 1 over t.
+// The two register sets halve the tile: AVX-512 2 rows x 4 vectors (16 accumulators and sums,
+// 4 B vectors, 1 broadcast). On the two products of a 64-key tile (L1-resident, one thread) 2 x 4
+// ran at 0.96 (scores) and 0.88 (P·V) of the FMA peak at d = 128, Gemm's 4 x 4 at 0.94 and 0.87.
+// 3 x 4 (29 of 32 registers) was as fast in a stand-alone test compiled for Skylake-AVX512, but
+// in this code GCC spilled part of it to the stack. AVX2's 16 registers leave 3 x 2, which ran at
+// 0.70 where Gemm's 6 x 2 runs at 0.83: there (and on the scalar target) TileGemm is Gemm.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr bool kTileSums = true;
+constexpr size_t kSumMR = 2, kSumNR = 4;  // kSumNR <= 4 (BlockChain)
+#else
+constexpr bool kTileSums = false;  // TileGemm runs Gemm
+constexpr size_t kSumMR = 2, kSumNR = 2;
+#endif
+
+// An empty asm that takes the vector in a register and may change it: the compiler must keep it
+// in a register rather than re-read its memory at every use.
+template <class Raw>
+HWY_INLINE void Pin(Raw& v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
+// One inner-dimension block [k0, k1) of a tile: acc[i][r] += A(i, k)·B(k, r-th vector), one
+// chain per element (NR <= 4). The tile's vectors are held as raw registers (RawF; arrays of Highway's
+// vector structs GCC keeps on the stack here), and B's vectors are loaded once per k and pinned
+// to registers (Pin): left to itself GCC (generic tuning) folds the loads into the FMAs as memory
+// operands, MR loads of each vector, and the loads then bound the loop (Zen 4 loads one zmm a
+// cycle, the rate of its FMAs): 0.74 of the peak instead of 0.95 on the tile products.
+using RawF = decltype(VF().raw);
+template <size_t MR, size_t NR, bool kTail>
+HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT A, size_t ars, size_t acs,
+                           const float* HWY_RESTRICT B, size_t ldb, size_t tail, RawF (&acc)[MR][NR]) {
+  const size_t L = hn::Lanes(d);
+  const auto last = hn::FirstN(d, kTail ? tail : L);
+  for (size_t k = k0; k < k1; ++k) {
+    const auto load = [&](size_t r) {
+      return ((kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, B + k * ldb + r * L) : hn::LoadU(d, B + k * ldb + r * L)).raw;
+    };
+    // Named, not an array: with an asm operand on an array element GCC keeps the array in memory
+    // and stores every B vector to the stack each step.
+    RawF b0 = load(0), b1 = b0, b2 = b0, b3 = b0;
+    if constexpr (NR > 1) b1 = load(1);
+    if constexpr (NR > 2) b2 = load(2);
+    if constexpr (NR > 3) b3 = load(3);
+    Pin(b0);
+    if constexpr (NR > 1) Pin(b1);
+    if constexpr (NR > 2) Pin(b2);
+    if constexpr (NR > 3) Pin(b3);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i) {
+      const VF a = hn::Set(d, A[i * ars + k * acs]);
+      acc[i][0] = hn::MulAdd(a, VF{b0}, VF{acc[i][0]}).raw;
+      if constexpr (NR > 1) acc[i][1] = hn::MulAdd(a, VF{b1}, VF{acc[i][1]}).raw;
+      if constexpr (NR > 2) acc[i][2] = hn::MulAdd(a, VF{b2}, VF{acc[i][2]}).raw;
+      if constexpr (NR > 3) acc[i][3] = hn::MulAdd(a, VF{b3}, VF{acc[i][3]}).raw;
+    }
+  }
+}
+
+// A tile of MR rows x NR vectors over the whole K (mode a template argument, so that each
+// instantiation is straight-line code and its 2·MR·NR vectors stay in registers).
+// sum starts as init (mode 1: C; mode 2: row_scale·C) and takes each block's chain in order; in
+// mode 0 the first block's chain runs in sum itself (0 + x would turn -0 into +0). Gemm's
+// operations in Gemm's order, so the same bits in modes 0 and 1; in mode 2 Gemm's
+// row_scale·C + chain may be one FMA (GCC contracts its multiply and add in some instantiations),
+// here it is two roundings.
+template <size_t MR, size_t NR, bool kTail, int kMode>
+HWY_INLINE void SumTile(DF d, size_t K, size_t kb, const float* HWY_RESTRICT A, size_t ars, size_t acs,
+                        const float* HWY_RESTRICT B, size_t ldb, float* HWY_RESTRICT C, size_t ldc,
+                        const float* HWY_RESTRICT row_scale, size_t tail) {
+  const size_t L = hn::Lanes(d);
+  const auto last = hn::FirstN(d, kTail ? tail : L);
+  RawF sum[MR][NR];
+#pragma GCC unroll 8
+  for (size_t i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; ++r) {
+      const float* c = C + i * ldc + r * L;
+      VF v = hn::Zero(d);
+      if constexpr (kMode != 0) v = (kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, c) : hn::LoadU(d, c);
+      if constexpr (kMode == 2) v = hn::Mul(v, hn::Set(d, row_scale[i]));
+      sum[i][r] = v.raw;
+    }
+  size_t k0 = 0;
+  if constexpr (kMode == 0) {
+    BlockChain<MR, NR, kTail>(d, 0, std::min(K, kb), A, ars, acs, B, ldb, tail, sum);
+    k0 = kb;
+  }
+  for (; k0 < K; k0 += kb) {
+    RawF acc[MR][NR];
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (size_t r = 0; r < NR; ++r) acc[i][r] = hn::Zero(d).raw;
+    BlockChain<MR, NR, kTail>(d, k0, std::min(K, k0 + kb), A, ars, acs, B, ldb, tail, acc);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+      for (size_t r = 0; r < NR; ++r) sum[i][r] = hn::Add(VF{sum[i][r]}, VF{acc[i][r]}).raw;
+  }
+#pragma GCC unroll 8
+  for (size_t i = 0; i < MR; ++i)
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; ++r) {
+      float* c = C + i * ldc + r * L;
+      if (kTail && r + 1 == NR) hn::BlendedStore(VF{sum[i][r]}, last, d, c);
+      else hn::StoreU(VF{sum[i][r]}, d, c);
+    }
+}
+
+// Rows [0, M) of one column block: whole tiles, then the rest in tiles of 2 rows and 1 (with
+// 3-row tiles, 64 rows go as 20 x 3 + 2 x 2 rather than 21 x 3 + 1: a 1-row tile loads a B vector
+// per FMA).
+template <size_t NR, bool kTail, int kMode>
+HWY_INLINE void SumColumnBlock(DF d, size_t M, size_t K, size_t kb, const float* A, size_t ars, size_t acs,
+                               const float* B, size_t ldb, float* C, size_t ldc, const float* row_scale,
+                               size_t tail) {
+  size_t tiles = M / kSumMR;
+  if (kSumMR == 3 && M % 3 == 1 && tiles > 0) --tiles;
+  size_t m = 0;
+  for (; m < tiles * kSumMR; m += kSumMR)
+    SumTile<kSumMR, NR, kTail, kMode>(d, K, kb, A + m * ars, ars, acs, B, ldb, C + m * ldc, ldc,
+                                      row_scale ? row_scale + m : nullptr, tail);
+  for (; m < M; m += m + 2 <= M ? 2 : 1) {
+    const float* a = A + m * ars;
+    float* c = C + m * ldc;
+    const float* rs = row_scale ? row_scale + m : nullptr;
+    if (m + 2 <= M) SumTile<2, NR, kTail, kMode>(d, K, kb, a, ars, acs, B, ldb, c, ldc, rs, tail);
+    else SumTile<1, NR, kTail, kMode>(d, K, kb, a, ars, acs, B, ldb, c, ldc, rs, tail);
+  }
+}
+
+template <int kMode>
+void TileGemmMode(size_t M, size_t N, size_t K, size_t kb, const float* A, size_t ars, size_t acs, const float* B,
+                  size_t ldb, float* C, size_t ldc, const float* row_scale) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  size_t n = 0;
+  for (; n + kSumNR * L <= N; n += kSumNR * L)
+    SumColumnBlock<kSumNR, false, kMode>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, row_scale, L);
+  for (; n + L <= N; n += L)
+    SumColumnBlock<1, false, kMode>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, row_scale, L);
+  if (n < N) SumColumnBlock<1, true, kMode>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, row_scale, N - n);
+}
+
+void TileGemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, const float* B, size_t ldb,
+              float* C, size_t ldc, int mode, const float* row_scale) {
+  if constexpr (!kTileSums) return Gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+  const size_t L = hn::Lanes(DF());
+  const size_t kb = InnerBlock(K);
+  // Every row tile of a column block reads the block's B panel (K x kSumNR·L); panels over
+  // 16 KiB (d = 128 at 3 x 4: 32 KiB) would leave L1 between row tiles. Such K is cut into
+  // spans whose panel fits (whole inner blocks), each span's sums added to C through memory
+  // (as Gemm adds each block's), so the bits stay Gemm's.
+  const size_t span = std::max(kb, (size_t{16384} / (kSumNR * L * sizeof(float))) / kb * kb);
+  for (size_t k0 = 0; k0 < K || k0 == 0; k0 += span) {
+    const size_t ks = std::min(span, K - k0);
+    const float* a = A + k0 * acs;
+    const float* b = B + k0 * ldb;
+    switch (k0 == 0 ? mode : 1) {  // later spans add to what the first one left
+      case 0: TileGemmMode<0>(M, N, ks, kb, a, ars, acs, b, ldb, C, ldc, row_scale); break;
+      case 1: TileGemmMode<1>(M, N, ks, kb, a, ars, acs, b, ldb, C, ldc, row_scale); break;
+      default: TileGemmMode<2>(M, N, ks, kb, a, ars, acs, b, ldb, C, ldc, row_scale); break;
+    }
+  }
+}
+
 // Scores of few query rows, GEMV-style: S[r][j] = Σ_c K[j·ldk + c] · Q[r·ldq + c] for keys
 // j < nk and rows r < rows (Q row-major). Each key row is read once with whole-vector loads and
 // reduced across lanes, where the GEMM kernel would fill a 16-lane column for one useful query;

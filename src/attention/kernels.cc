@@ -20,6 +20,7 @@
 namespace attnscale::detail {
 HWY_EXPORT(Gemm);
 HWY_EXPORT(GemvColumns);
+HWY_EXPORT(TileGemm);
 HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
 HWY_EXPORT(SoftmaxGrad);
@@ -91,6 +92,13 @@ void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size
   if (N == 1 && ars == 1 && ldc == 1)  // one column, rows contiguous in A and C: same bits, lanes over rows
     return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, mode, row_scale);
   HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+}
+void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+               const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale) {
+  if (M == 0 || N == 0) return;
+  if (N == 1 && ars == 1 && ldc == 1)  // gemm's one-column case, as gemm runs it
+    return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, mode, row_scale);
+  HWY_DYNAMIC_DISPATCH(TileGemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
 }
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                     float* alpha) {

@@ -15,6 +15,11 @@ enum GemmMode : int { kOverwrite = 0, kAccumulate = 1, kRescaleAccumulate = 2 };
 void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
           const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode,
           const float* row_scale = nullptr);
+// The forward's products: gemm's result (bit for bit in modes 0 and 1), faster for the forward's tiles (the running
+// sum over inner-dimension blocks kept in registers; kernels-inl.h, TileGemm).
+void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+               const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode,
+               const float* row_scale = nullptr);
 
 // Online-softmax step over a transposed score tile (see kernels-inl.h). cols: a multiple of 16.
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,

@@ -267,6 +267,11 @@ struct Ops<float> {
                    simd::GemmMode mode, const float* row_scale = nullptr) {
     simd::gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
   }
+  static void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t ars,
+                        std::int64_t acs, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
+                        simd::GemmMode mode, const float* row_scale = nullptr) {
+    simd::tile_gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+  }
   static void softmax_update(float* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* m,
                              float* l, float* alpha) {
     simd::softmax_update(St, lds, rows, cols, m, l, alpha);
@@ -311,6 +316,11 @@ struct Ops<double> {
         for (std::int64_t n = 0; n < N; ++n) c[n] += a * B[k * ldb + n];
       }
     }
+  }
+  static void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t ars,
+                        std::int64_t acs, const double* B, std::int64_t ldb, double* C, std::int64_t ldc,
+                        simd::GemmMode mode, const double* row_scale = nullptr) {
+    gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
   }
   static void softmax_update(double* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, double* m,
                              double* l, double* alpha) {

@@ -174,14 +174,13 @@ std::vector<std::vector<Row>> MpiPoints::run(std::size_t n, int threads, const R
           wait_quietly(request[1]);
           wait_quietly(request[0]);
         }
-        if (deal[0] == kNone) return;
+        if (deal[0] == kNone || failed) return;  // after an error here: the point is left undone
         if (deal[0] >= n) throw Error("MPI: rank 0 dealt point " + std::to_string(deal[0]) + " of a sweep of " + std::to_string(n));
         finished = deal[0];
         rows = run_point(finished, deal[1] ? threads : inner);
       }
     });
   } else {
-    // Rank 0: its own workers on a thread of their own; this thread answers the other ranks.
     std::vector<char> have(n, 0);
     std::size_t next = 0;  // points [0, next) have been reported, in order
     std::mutex mutex;      // results, have, next, and the progress callback
@@ -197,53 +196,57 @@ std::vector<std::vector<Row>> MpiPoints::run(std::size_t n, int threads, const R
     };
     for (const auto& [i, rows] : completed) arrived(i, rows);  // resumed points first
 
+    // Rank 0's own workers run on this thread (as local_points() runs them); a thread of its own
+    // answers the other ranks, and is the only one to call MPI until it is joined.
     Dealer dealer(todo);
-    std::exception_ptr local_error;
-    std::thread local([&] {
+    std::exception_ptr server_error;
+    std::thread server([&] {
       try {
-        run_workers(workers, failed, [&] {
-          while (!failed)
-            if (const auto deal = dealer.take()) arrived(deal->point, run_point(deal->point, deal->last ? threads : inner));
-            else return;
-        });
+        int open = 0;  // workers on other ranks not yet told that no point is left
+        for (int r = 1; r < size_; ++r) open += workers_of[static_cast<std::size_t>(r)];
+        Pause pause;
+        while (open > 0 && !failed) {
+          int flag = 0;
+          MPI_Status status;
+          check(MPI_Iprobe(MPI_ANY_SOURCE, kAskTag, comm_, &flag, &status), "MPI_Iprobe");
+          if (!flag) {
+            pause();
+            continue;
+          }
+          pause.reset();
+          const std::string ask = receive(comm_, status);
+          const std::string from = "MPI: rank " + std::to_string(status.MPI_SOURCE);
+          std::uint64_t finished = kNone;
+          if (ask.size() < sizeof finished) throw Error(from + " sent a request cut short");
+          std::memcpy(&finished, ask.data(), sizeof finished);
+          if (finished != kNone) {
+            if (finished >= n)
+              throw Error(from + " sent rows of point " + std::to_string(finished) + " of a sweep of " + std::to_string(n));
+            arrived(finished, decode_rows(ask.substr(sizeof finished)));
+          }
+          const auto deal = dealer.take();
+          const std::uint64_t answer[2] = {deal ? deal->point : kNone, deal && deal->last ? 1u : 0u};
+          check(MPI_Send(answer, 2, MPI_UINT64_T, status.MPI_SOURCE, kDealTag, comm_), "MPI_Send");
+          if (!deal) --open;
+        }
       } catch (...) {
-        local_error = std::current_exception();
+        server_error = std::current_exception();
+        failed = true;
+        dealer.close();
       }
     });
     try {
-      int open = 0;  // workers on other ranks not yet told that no point is left
-      for (int r = 1; r < size_; ++r) open += workers_of[static_cast<std::size_t>(r)];
-      Pause pause;
-      while (open > 0 && !failed) {
-        int flag = 0;
-        MPI_Status status;
-        check(MPI_Iprobe(MPI_ANY_SOURCE, kAskTag, comm_, &flag, &status), "MPI_Iprobe");
-        if (!flag) {
-          pause();
-          continue;
-        }
-        pause.reset();
-        const std::string ask = receive(comm_, status);
-        std::uint64_t finished = kNone;
-        if (ask.size() < sizeof finished) throw Error("MPI: a request of rank " + std::to_string(status.MPI_SOURCE) + " is cut short");
-        std::memcpy(&finished, ask.data(), sizeof finished);
-        if (finished != kNone) {
-          if (finished >= n) throw Error("MPI: rank " + std::to_string(status.MPI_SOURCE) + " sent rows of point " + std::to_string(finished) + " of a sweep of " + std::to_string(n));
-          arrived(finished, decode_rows(ask.substr(sizeof finished)));
-        }
-        const auto deal = dealer.take();
-        const std::uint64_t answer[2] = {deal ? deal->point : kNone, deal && deal->last ? 1u : 0u};
-        check(MPI_Send(answer, 2, MPI_UINT64_T, status.MPI_SOURCE, kDealTag, comm_), "MPI_Send");
-        if (!deal) --open;
-      }
+      run_workers(workers, failed, [&] {
+        while (!failed)
+          if (const auto deal = dealer.take()) arrived(deal->point, run_point(deal->point, deal->last ? threads : inner));
+          else return;
+      });
     } catch (...) {
-      failed = true;
-      dealer.close();
-      local.join();
+      server.join();  // it stops at its next poll (`failed` is set)
       throw;
     }
-    local.join();
-    if (local_error) std::rethrow_exception(local_error);
+    server.join();
+    if (server_error) std::rethrow_exception(server_error);
   }
 
   // Every rank returns the whole table (the report reads it on every rank).

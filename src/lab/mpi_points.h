@@ -6,7 +6,7 @@
 // cheap points simply asks more often, and uneven point costs (a sweep over d, a training grid
 // with d_head 256 runs among d_head 16 ones) leave no rank idle while points are left. Each rank
 // runs as many workers as local_points() would run points in parallel (one per thread); rank 0
-// runs its own workers on a thread of their own and serves the requests from its main thread.
+// runs its own workers on its main thread and serves the requests from a thread of its own.
 // Rank 0 reports the points in order (journal, progress bar) and finally sends every rank the
 // whole table. No rank draws from a stream another uses (the streams are counter-based per point
 // and trial), so the table is byte-identical to a single-process run for any K.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,39 @@ TEST(Targets, GemmMatchesDoubleLoop) {
               for (std::size_t x = 0; x < M * N; ++x) err = std::max(err, std::abs(c[1 + x] - want[x]));
               ASSERT_LE(err, 1e-4 * (K + 1)) << M << "x" << N << "x" << K << " t" << transposed << " mode " << mode;
               ASSERT_EQ(c[0], 0.5f) << "wrote before C";
+            }
+  });
+}
+
+// tile_gemm (the forward's products, their running sums in registers) gives gemm's bits (modes 0
+// and 1; mode 2 to rounding: see below), on every target, for sizes around the register tiles (rows 1..7, 64, 67), inner dimensions across the
+// blocks and the L1 spans of TileGemm (1, 17, 64, 129, 300) and every mode, A transposed or not.
+TEST(Targets, TileGemmGivesGemmsBits) {
+  const std::vector<std::size_t> rows = {1, 2, 3, 4, 5, 7, 64, 67}, cols = {1, 9, 16, 33, 64, 80, 128};
+  for_each_target([&](const std::string&) {
+    for (std::size_t M : rows)
+      for (std::size_t N : cols)
+        for (std::size_t K : {1, 17, 64, 129, 300})
+          for (int transposed = 0; transposed < 2; ++transposed)
+            for (int mode = 0; mode < 3; ++mode) {
+              std::vector<float> a(M * K + 1), b(K * N + 1), c(M * N + 1), scale(M + 1);
+              for (std::size_t x = 0; x < a.size(); ++x) a[x] = std::sin(0.37 * x + M);
+              for (std::size_t x = 0; x < b.size(); ++x) b[x] = std::cos(0.11 * x + N);
+              for (std::size_t x = 0; x < c.size(); ++x) c[x] = 0.5f - 0.01f * x;
+              for (std::size_t x = 0; x < scale.size(); ++x) scale[x] = 0.25f * x;
+              std::vector<float> c2 = c;
+              const std::size_t ars = transposed ? 1 : K, acs = transposed ? M : 1;
+              const auto md = static_cast<detail::simd::GemmMode>(mode);
+              detail::simd::gemm(M, N, K, a.data() + 1, ars, acs, b.data() + 1, N, c.data() + 1, N, md, scale.data() + 1);
+              detail::simd::tile_gemm(M, N, K, a.data() + 1, ars, acs, b.data() + 1, N, c2.data() + 1, N, md,
+                                      scale.data() + 1);
+              if (mode != 2) {
+                ASSERT_EQ(0, std::memcmp(c.data(), c2.data(), c.size() * sizeof(float)))
+                    << M << "x" << N << "x" << K << " t" << transposed << " mode " << mode;
+              } else {  // whether row_scale·C + chain is one FMA is the compiler's choice in gemm
+                for (std::size_t x = 0; x < c.size(); ++x)
+                  ASSERT_NEAR(c[x], c2[x], 1e-6f * (K + 1) * (std::abs(c[x]) + 1)) << M << "x" << N << "x" << K << " t" << transposed;
+              }
             }
   });
 }

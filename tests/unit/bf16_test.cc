@@ -47,12 +47,12 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
     std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
   };
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1}, {2, 4, 2, 67, 131, 16, 24}, {1, 2, 1, 130, 77, 59, 5},
-                                     {1, 1, 1, 64, 64, 128, 128}};
+                                     {1, 1, 1, 64, 64, 128, 128}, {1, 2, 1, 200, 420, 32, 16}};
   for (Path path : usable_paths()) {
     detail::bfdot::force_path(detail::bfdot::path_name(path));
     SCOPED_TRACE(detail::bfdot::path_name(path));
     for (const Shape& s : shapes)
-      for (int mask = 0; mask < 4; ++mask)
+      for (int mask = 0; mask < 5; ++mask)
         for (DType dtype : {DType::bf16, DType::f32}) {
           const Tensor q = random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dk}, 60 + s.Nq, 0),
                        k = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dk}, 60 + s.Nq, 1),
@@ -65,6 +65,10 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
           if (mask == 3) {  // a window: key tiles start off the grid, at odd keys too
             opt.mask.window_left = 37;
             opt.mask.window_right = 3;
+          }
+          if (mask == 4) {  // a window longer than a key tile: full tiles that start at odd keys
+            opt.mask.window_left = 293;
+            opt.mask.window_right = 0;
           }
           Tensor out(dtype, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq}),
               ref(DType::f64, {s.B, s.Hq, s.Nq, s.dv}), rlse(DType::f64, {s.B, s.Hq, s.Nq});
