@@ -10,7 +10,8 @@
    taken within one repeat (median and range over repeats).
 2. The fraction of the K/V transfer hidden behind compute, 1 - (wait in the ring) / (bare exchange of
    the same bytes), full mask, with MPI_THREAD_SERIALIZED (the ring's progress thread drives the
-   transfer during the compute) and with MPI_THREAD_SINGLE (transfers move between blocks only).
+   transfer during the compute) and with MPI_THREAD_SINGLE (transfers move between blocks only),
+   the two invocations alternating with those of 1, with their forward and backward times.
 3. The many-node model: c >= (bytes per value) F / (2 B) with F the block compute rate per rank
    measured in 1 and B for the shared memory exchange measured in 2, 25 GbE and 200 Gb InfiniBand.
 4. Sweep speed-up at K = 2: a lab sweep whose point costs grow along the sweep (saturation over
@@ -67,7 +68,7 @@ def ring_figures(bench, repeats):
     print()
     print("| case | one process ms (2 threads) | ring K = 2 ms (2 x 1 thread) | ring / one process |")
     print("| --- | --- | --- | --- |")
-    full_ring = []
+    full_ring, single = [], []
     for causal in (False, True):
         one, two = [], []
         for _ in range(repeats):
@@ -75,6 +76,7 @@ def ring_figures(bench, repeats):
             two.append(ring(bench, 2, 1, causal))
             if not causal:
                 full_ring.append(two[-1])
+                single.append(ring(bench, 2, 1, False, "single"))
         for part, key in (("forward", "forward_ms"), ("backward", "backward_ms")):
             ratios = [b[key][0] / a[key][0] for a, b in zip(one, two)]
             name = ("causal (zig-zag)" if causal else "full") + ", " + part
@@ -84,13 +86,14 @@ def ring_figures(bench, repeats):
 
     print(f"## Transfer hidden behind compute (full mask, K = 2); load {load()}")
     print()
-    print("| MPI thread level | forward wait ms | backward wait ms | bare exchange ms | hidden (forward) |")
-    print("| --- | --- | --- | --- | --- |")
-    single = [ring(bench, 2, 1, False, "single") for _ in range(repeats)]
+    print("| MPI thread level | forward ms | forward block compute ms | forward wait ms | backward ms | "
+          "backward wait ms | bare exchange ms | hidden (forward) |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for name, runs in (("serialized (progress thread)", full_ring), ("single (between blocks only)", single)):
-        print(f"| {name} | {spread([r['forward_wait_ms'][0] for r in runs])} | "
-              f"{spread([r['backward_wait_ms'][0] for r in runs])} | {spread([r['bare_exchange_ms'][0] for r in runs])} "
-              f"| {spread([r['hidden'] for r in runs])} |")
+        cells = [spread([r[key][0] for r in runs]) for key in
+                 ("forward_ms", "forward_compute_ms", "forward_wait_ms", "backward_ms", "backward_wait_ms",
+                  "bare_exchange_ms")]
+        print(f"| {name} | " + " | ".join(cells) + f" | {spread([r['hidden'] for r in runs])} |")
     print(f"\nload {load()}\n")
 
     F = statistics.median(r["flops_per_second"] for r in full_ring)
@@ -120,8 +123,12 @@ def sweep_figures(binary, repeats, compare):
         header += " other binary, mpirun -np 2 | its speed-up |"
     print(header)
     print("| --- | --- | --- | --- |" + (" --- | --- |" if compare else ""))
+    listed = subprocess.run([binary, "experiment", "--help"], capture_output=True, text=True).stdout
     with tempfile.TemporaryDirectory() as tmp:
         for name, args in SWEEPS.items():
+            if args[1] not in listed:
+                print(f"| {name} | (this build has no `{args[1]}` experiment) |")
+                continue
             one, two, other = [], [], []
             for r in range(repeats):
                 one.append(timed([binary, *args, "--threads", "1", "--out", "one.csv"], tmp))

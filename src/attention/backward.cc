@@ -352,17 +352,26 @@ void backward_all(const BackwardParams& p) {
     });
     return;
   }
-  Buffer<T> partials(groups * dq_size);
-  parallel_for(groups, 1, threads, [&](std::int64_t g0, std::int64_t g1, int) {
-    for (std::int64_t g = g0; g < g1; ++g) std::fill(partials.get() + g * dq_size, partials.get() + (g + 1) * dq_size, T(0));
+  // One key group and a dQ laid out as the partial ([B, Hq, Nq, dk] of T, contiguous): the key
+  // tasks add into dQ itself (the same sums in the same order), with no partial to fill and copy.
+  const TensorView& dQ = p.dQ;
+  const bool direct = groups == 1 && dQ.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64) &&
+                      dQ.strides[3] == 1 && dQ.strides[2] == p.dk && dQ.strides[1] == p.Nq * p.dk &&
+                      (p.B == 1 || dQ.strides[0] == p.Hq * p.Nq * p.dk);
+  Buffer<T> partials(direct ? 0 : groups * dq_size);
+  T* const dq_base = direct ? static_cast<T*>(dQ.data) : partials.get();
+  parallel_for(direct ? p.B * p.Hq : groups, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    const std::int64_t size = direct ? p.Nq * p.dk : dq_size;
+    std::fill(dq_base + t0 * size, dq_base + t1 * size, T(0));
   });
   parallel_for(key_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
     for (std::int64_t item = t0; item < t1; ++item) {
       const std::int64_t g = item % groups, head = item / groups;  // under a causal mask, early keys cost most
       key_blocks(p, stats, kts, head / p.Hkv, head % p.Hkv, g * per, std::min(nkb, (g + 1) * per),
-                 DqPartial<T>{partials.get() + g * dq_size}, scratch_of(t));
+                 DqPartial<T>{dq_base + g * dq_size}, scratch_of(t));
     }
   });
+  if (direct) return;
   // dQ = Σ_g partial_g, in group order.
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
     BackwardScratch<T>& s = scratch_of(t);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attention/bf16_kernels.h"
+#include "attention/kernels.h"
 #include "attnscale/attention.h"
 #include "random_tensors.h"
 
@@ -130,6 +131,26 @@ TEST(Bf16Backward, WithinOnePercentOfFloat64OnEveryPath) {
         }
   }
   detail::bfdot::force_path("");
+}
+
+// The float32 steps between the products (exp2, softmax gradient) on every SIMD target.
+TEST(Bf16Backward, WithinOnePercentOnEverySimdTarget) {
+  const Shape s{1, 4, 2, 67, 131, 16, 24};
+  for (const std::string& target : detail::simd::available_targets()) {
+    detail::simd::force_target(target);
+    for (int c : {0, 2, 5}) {
+      const Inputs in = inputs(DType::f32, s, 31);
+      const Tensor keep = random_tensor(DType::u8, {s.Nq, s.Nkv}, 31, 6);
+      const Options opt = options_of(c, in, keep);
+      const Grads g = gradients(DType::f32, s, in, opt, false);
+      const Inputs in64{as_f64(in.q), as_f64(in.k), as_f64(in.v), as_f64(in.dout), Tensor(), Tensor()};
+      const Grads r = gradients(DType::f64, s, in64, opt, true);
+      EXPECT_LE(rel_error(g.dq.view(), r.dq.view()), 1e-2) << target << " case " << c;
+      EXPECT_LE(rel_error(g.dk.view(), r.dk.view()), 1e-2) << target << " case " << c;
+      EXPECT_LE(rel_error(g.dv.view(), r.dv.view()), 1e-2) << target << " case " << c;
+    }
+  }
+  detail::simd::force_target("");
 }
 
 TEST(Bf16Backward, BitwiseSameForAnyThreadCount) {
