@@ -195,8 +195,9 @@ void backward(const BackwardParams& p) {
   if (!p.dSinks.empty()) write_sink_grads(p, stats);
   const QueryPacks qp = pack_queries(p, stats, nqb, threads);
   Buffer<float> partials(groups * dq_size);  // dQᵀ per (group, b, h, query block): [dk][kBr]
-  parallel_for(groups, 1, threads, [&](std::int64_t g0, std::int64_t g1, int) {
-    for (std::int64_t g = g0; g < g1; ++g) std::fill(partials.get() + g * dq_size, partials.get() + (g + 1) * dq_size, 0.0f);
+  const std::int64_t blocks = groups * p.B * p.Hq * nqb, block_size = p.dk * kBr;  // in parallel even for G = 1
+  parallel_for(blocks, 16, threads, [&](std::int64_t b0, std::int64_t b1, int) {
+    std::fill(partials.get() + b0 * block_size, partials.get() + b1 * block_size, 0.0f);
   });
   PerThread<Scratch> scratch(threads);
   parallel_for(heads * groups, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
