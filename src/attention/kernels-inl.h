@@ -174,11 +174,14 @@ void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, 
 // apart (the blocks grouped differently) raised the backward's error at d_k = 256, unscaled, from
 // 1.5x to 2.0x that of plain float32, since P = e^(t − lse) then no longer sums to 1 over t.
 // The two register sets halve the tile: AVX-512 2 rows x 4 vectors (16 accumulators and sums,
-// 4 B vectors, 1 broadcast). On the two products of a 64-key tile (L1-resident, one thread) 2 x 4
-// ran at 0.96 (scores) and 0.88 (P·V) of the FMA peak at d = 128, Gemm's 4 x 4 at 0.94 and 0.87.
-// 3 x 4 (29 of 32 registers) was as fast in a stand-alone test compiled for Skylake-AVX512, but
-// in this code GCC spilled part of it to the stack. AVX2's 16 registers leave 3 x 2, which ran at
-// 0.70 where Gemm's 6 x 2 runs at 0.83: there (and on the scalar target) TileGemm is Gemm.
+// 4 B vectors, 1 broadcast). Measured by bench/tile_products_bench.cc (one 64-key tile, one
+// thread): the scores run at 0.94-0.97 of the FMA peak against Gemm's 0.93-0.94; P·V alone, at
+// d = 128, at 0.76-0.82 against Gemm's 0.82-0.87 (equal at d = 64), yet the whole forward ran
+// faster with TileGemm for both products than with it for the scores alone (an A/B of the
+// forward at d = 128 on one thread, by CPU time: 0.86 against 0.82-0.84 of the peak). 3 x 4 (29 of 32 registers) was as fast in a stand-alone test
+// compiled for Skylake-AVX512, but in this code GCC spilled part of it to the stack. AVX2's 16
+// registers leave 3 x 2, which ran at 0.70 where Gemm's 6 x 2 runs at 0.83: there (and on the
+// scalar target) TileGemm is Gemm.
 #if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
 constexpr bool kTileSums = true;
 constexpr size_t kSumMR = 2, kSumNR = 4;  // kSumNR <= 4 (BlockChain)
