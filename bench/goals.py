@@ -72,6 +72,7 @@ def main():
     q4, k4, v4 = qkv(4096)
     tq, tk, tv = (torch.from_numpy(x) for x in (q4, k4, v4))
     out4, lse4 = attnscale.attention(q4, k4, v4, return_lse=True, threads=T)
+    outc4, lsec4 = attnscale.attention(q4, k4, v4, causal=True, return_lse=True, threads=T)
     dout4 = rng.uniform(-1, 1, out4.shape).astype(np.float32)
     qd, kd, vd = qkv(65536, nq=1)
     # GQA decode: 32 query heads over 4 KV heads; and the cache API over int8 and float32 K/V.
@@ -102,11 +103,15 @@ def main():
         "fwd": lambda: attnscale.attention(q4, k4, v4, threads=T),
         "sgemm": sgemm(T),
         "bwd": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=T),
+        "bwd-causal": lambda: attnscale.attention_backward(q4, k4, v4, outc4, lsec4, dout4, causal=True, threads=T),
+        "bwd-1thread": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=1),
         "fp32-peak-2": lambda: native._fp32_peak_loop(T, peak_steps),
         "sgemm-1thread": sgemm(1),
         "fwd-1thread": lambda: attnscale.attention(q4, k4, v4, threads=1),
         "bf16-peak": lambda: native._bf16_peak_loop(T, peak_steps // 2),
         "fwd-bf16": lambda: attnscale.attention(q4, k4, v4, threads=T, compute="bf16"),
+        "bf16-peak-2": lambda: native._bf16_peak_loop(T, peak_steps // 2),
+        "bwd-bf16": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=T, compute="bf16"),
         "torch-bf16-mm": lambda: xb @ yb,
         "decode": lambda: attnscale.attention(qd, kd, vd, threads=T),
         "copy": copy,
@@ -132,6 +137,8 @@ def main():
     work = {
         "sgemm": 2.0 * n**3, "sgemm-1thread": 2.0 * n**3, "fwd": fwd_flops, "fwd-1thread": fwd_flops,
         "fwd-causal": 4.0 * H * (4096 * 4097 / 2) * d, "torch-sdpa": fwd_flops, "bwd": 2.5 * fwd_flops,
+        "bwd-causal": 2.5 * 4.0 * H * (4096 * 4097 / 2) * d, "bwd-1thread": 2.5 * fwd_flops, "bwd-bf16": 2.5 * fwd_flops,
+        "bf16-peak-2": native._bf16_peak_loop(1, 1) * T * (peak_steps // 2),
         "fp32-peak": native._fp32_peak_loop(1, 1) * T * peak_steps,
         "fp32-peak-2": native._fp32_peak_loop(1, 1) * T * peak_steps,
         "bf16-peak": native._bf16_peak_loop(1, 1) * T * (peak_steps // 2),
@@ -162,6 +169,7 @@ def main():
         ("fp32 fwd N=4096 / fp32 peak", ratio("fwd", "fp32-peak"), 0.88),
         ("fp32 bwd N=4096 / fp32 peak", ratio("bwd", "fp32-peak-2"), 0.75),
         ("bf16 fwd N=4096 / bf16 peak", ratio("fwd-bf16", "bf16-peak"), 0.75),
+        ("bf16 bwd N=4096 / bf16 peak", ratio("bwd-bf16", "bf16-peak-2"), 0.6),
         ("decode Nkv=65536 / copy", ratio("decode", "copy"), 0.90),
         ("GQA decode 32/4 heads / copy", ratio("decode-gqa", "copy-2"), 0.90),
         ("int8 / f32 KV decode tokens/s", ratio("kv-i8", "kv-f32"), 3.0),
@@ -173,6 +181,8 @@ def main():
         ("fp32 bwd N=4096 / sgemm", ratio("bwd", "sgemm"), None),
         ("bf16 fwd N=4096 / torch bf16 mm", ratio("fwd-bf16", "torch-bf16-mm"), None),
         ("causal speedup N=4096 (time)", speedup("fwd", "fwd-causal"), 1.8),
+        ("causal speedup N=4096 bwd (time)", speedup("bwd", "bwd-causal"), 1.85),
+        (f"{T} threads / 1 thread (bwd)", speedup("bwd-1thread", "bwd"), 1.9),
     ]
     print(f"{'goal':<34}{'median':>8}{'min':>8}{'max':>8}{'target':>8}  met (median of the per-round ratios)")
     for name, (med, lo, hi), target in goals:

@@ -61,9 +61,12 @@ struct Mask {
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
 };
 
-// Arithmetic of the forward products. native: the inputs' dtype (float64 stays float64).
-// bf16: Q·Kᵀ and P·V with bfloat16 operands and float32 accumulation (AMX tiles or AVX-512 BF16
-// where the CPU has them); bfloat16 inputs always use it, float32 inputs are rounded on the fly.
+// Arithmetic of the tile products. native: the inputs' dtype (float64 stays float64).
+// bf16: bfloat16 operands and float32 accumulation (AMX tiles or AVX-512 BF16 where the CPU has
+// them) for the forward's Q·Kᵀ and P·V and the backward's five products (gradients within about
+// 1e-2 of float64's); bfloat16 inputs always use it, float32 inputs are rounded on the fly. The
+// backward of a call that asks for dbias, or whose q, k, v or dout hold a non-finite value, runs in
+// float32 instead.
 enum class Compute { native, bf16 };
 
 // Dropout on the attention probabilities, as FlashAttention applies it: P_ij is kept with

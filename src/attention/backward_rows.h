@@ -4,6 +4,8 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 #include <limits>
 #include <vector>
 
@@ -25,6 +27,26 @@ struct RowStats {
     return (b * p.Hq + h) * p.Nq + i;
   }
 };
+// Row (b, h, i) of a [B, H, N, d] view as d doubles (exact for every float dtype): through a row
+// pointer when the row is contiguous, else element by element.
+inline void row_doubles(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d,
+                        double* out) {
+  if (t.strides[3] == 1 && t.dtype == DType::f32) {
+    const float* row = at<const float>(t, b, h, i, 0);
+    for (std::int64_t c = 0; c < d; ++c) out[c] = row[c];
+  } else if (t.strides[3] == 1 && t.dtype == DType::bf16) {
+    const std::uint16_t* row = at<const std::uint16_t>(t, b, h, i, 0);
+    for (std::int64_t c = 0; c < d; ++c) {
+      const std::uint32_t u = static_cast<std::uint32_t>(row[c]) << 16;
+      float f;
+      std::memcpy(&f, &u, 4);
+      out[c] = f;
+    }
+  } else {
+    for (std::int64_t c = 0; c < d; ++c) out[c] = value<double>(t, b, h, i, c);
+  }
+}
+
 template <class T>
 RowStats<T> row_stats(const BackwardParams& p, int threads) {
   RowStats<T> st;
@@ -33,19 +55,23 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
   st.mul.assign(p.B * p.Hq * p.Nq, T(1));
   st.finite.resize(p.B * p.Hq * p.Nq);
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    std::vector<double> q(p.dk), dO(p.dv), o(p.dv);
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
       for (std::int64_t i = 0; i < p.Nq; ++i) {
+        row_doubles(p.q, b, h, i, p.dk, q.data());
+        row_doubles(p.dO, b, h, i, p.dv, dO.data());
+        row_doubles(p.out, b, h, i, p.dv, o.data());
         const double lse = value<double>(p.lse, b, h, i, 0);
         st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
         // In float64: one chain of dv products, whose float32 error would grow with dv (4096 at the
         // edge) and enter every dS of the row.
         double d = 0;
-        for (std::int64_t c = 0; c < p.dv; ++c) d += value<double>(p.dO, b, h, i, c) * value<double>(p.out, b, h, i, c);
+        for (std::int64_t c = 0; c < p.dv; ++c) d += dO[c] * o[c];
         st.D[bh * p.Nq + i] = static_cast<T>(d);
         bool finite = true;
-        for (std::int64_t c = 0; c < p.dk; ++c) finite = finite && std::isfinite(value<T>(p.q, b, h, i, c));
-        for (std::int64_t c = 0; c < p.dv; ++c) finite = finite && std::isfinite(value<T>(p.dO, b, h, i, c));
+        for (std::int64_t c = 0; c < p.dk; ++c) finite = finite && std::isfinite(static_cast<T>(q[c]));
+        for (std::int64_t c = 0; c < p.dv; ++c) finite = finite && std::isfinite(static_cast<T>(dO[c]));
         st.finite[bh * p.Nq + i] = finite;
       }
     }
@@ -56,8 +82,18 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
 template <class T>
 void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t n,
                 std::int64_t d, const T* x) {
-  for (std::int64_t r = 0; r < n; ++r)
-    for (std::int64_t c = 0; c < d; ++c) put(t, b, h, i0 + r, c, x[r * d + c]);
+  for (std::int64_t r = 0; r < n; ++r) {
+    const T* row = x + r * d;
+    if (t.strides[3] == 1 && t.dtype == DType::f32) {
+      float* out = at<float>(t, b, h, i0 + r, 0);
+      for (std::int64_t c = 0; c < d; ++c) out[c] = static_cast<float>(row[c]);
+    } else if (t.strides[3] == 1 && t.dtype == DType::bf16 && std::is_same_v<T, float>) {
+      std::uint16_t* out = at<std::uint16_t>(t, b, h, i0 + r, 0);
+      for (std::int64_t c = 0; c < d; ++c) out[c] = to_bf16(static_cast<float>(row[c])).bits;
+    } else {
+      for (std::int64_t c = 0; c < d; ++c) put(t, b, h, i0 + r, c, row[c]);
+    }
+  }
 }
 
 // dsink_h = −Σ_{b,i} P_sink·D_i with P_sink = e^(sink_h − lse_i)/σ_i (σ: normalisers()): the sink

@@ -23,6 +23,7 @@
 // Rows with non-finite q, k, v or dO, and an additive mask's gradient (dbias), go to the float32
 // backward instead, which handles them pair by pair.
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -55,10 +56,27 @@ struct QueryPacks {
   float* mul(std::int64_t blk) const { return D(blk) + kBr; }
 };
 
+// Row (b, h, i) of a [B, H, N, d] view as d bfloat16 values: copied when it is contiguous
+// bfloat16, rounded 16 at a time (to_bf16) when contiguous float32, else element by element.
+void bf16_row(Path path, const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t d, u16* out) {
+  if (t.strides[3] == 1 && t.dtype == DType::bf16) {
+    const u16* row = at<const u16>(t, b, h, i, 0);
+    std::copy(row, row + d, out);
+    return;
+  }
+  std::int64_t c = 0;
+  if (t.strides[3] == 1 && t.dtype == DType::f32) {
+    c = d / 16 * 16;
+    to_bf16(path, at<const float>(t, b, h, i, 0), 0, 1, c, out, 0);
+  }
+  for (; c < d; ++c) out[c] = round_to_bf16(value<float>(t, b, h, i, c));
+}
+
 // Element (k, n) of a VNNI B operand with ldb columns (bf16_kernels.h).
 inline std::int64_t pair_at(std::int64_t k, std::int64_t n, std::int64_t ldb) { return ((k / 2) * ldb + n) * 2 + k % 2; }
 
 QueryPacks pack_queries(const BackwardParams& p, const RowStats<float>& stats, std::int64_t nqb, int threads) {
+  const Path path = bfdot::path();
   QueryPacks qp;
   qp.dkp = round_up(p.dk, 32);
   qp.dvp = round_up(p.dv, 32);
@@ -73,16 +91,17 @@ QueryPacks pack_queries(const BackwardParams& p, const RowStats<float>& stats, s
       const std::int64_t qb = blk % nqb, bh = blk / nqb, b = bh / p.Hq, h = bh % p.Hq, i0 = qb * kBr;
       const std::int64_t n = std::min(kBr, p.Nq - i0);
       std::fill(qp.qt(blk), qp.qt(blk) + qp.per_block, u16(0));
+      std::vector<u16> bits(std::max(p.dk, p.dv));
       for (std::int64_t r = 0; r < n; ++r) {
+        bf16_row(path, p.q, b, h, i0 + r, p.dk, bits.data());
         for (std::int64_t c = 0; c < p.dk; ++c) {
-          const u16 x = round_to_bf16(value<float>(p.q, b, h, i0 + r, c));
-          qp.qt(blk)[pair_at(c, r, kBr)] = x;
-          qp.qv(blk)[pair_at(r, c, qp.ldk)] = x;
+          qp.qt(blk)[pair_at(c, r, kBr)] = bits[c];
+          qp.qv(blk)[pair_at(r, c, qp.ldk)] = bits[c];
         }
+        bf16_row(path, p.dO, b, h, i0 + r, p.dv, bits.data());
         for (std::int64_t c = 0; c < p.dv; ++c) {
-          const u16 x = round_to_bf16(value<float>(p.dO, b, h, i0 + r, c));
-          qp.dot(blk)[pair_at(c, r, kBr)] = x;
-          qp.dov(blk)[pair_at(r, c, qp.ldv)] = x;
+          qp.dot(blk)[pair_at(c, r, kBr)] = bits[c];
+          qp.dov(blk)[pair_at(r, c, qp.ldv)] = bits[c];
         }
       }
       const std::int64_t row = stats.at(p, b, h, i0);
@@ -106,16 +125,15 @@ struct Scratch {
 
 // Rows [j0, j0 + nk) of a [B, H, N, d] view at (b, h) as bf16 rows of ld columns (zero past d and
 // past nk, up to kBc rows); with Xt, also transposed, Xt[c][j] (kBc columns).
-void pack_key_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
+void pack_key_rows(Path path, const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
                    std::int64_t d, u16* X, std::int64_t ld, u16* Xt) {
   std::fill(X, X + kBc * ld, u16(0));
   if (Xt) std::fill(Xt, Xt + d * kBc, u16(0));
-  for (std::int64_t j = 0; j < nk; ++j)
-    for (std::int64_t c = 0; c < d; ++c) {
-      const u16 x = round_to_bf16(value<float>(t, b, h, j0 + j, c));
-      X[j * ld + c] = x;
-      if (Xt) Xt[c * kBc + j] = x;
-    }
+  for (std::int64_t j = 0; j < nk; ++j) {
+    bf16_row(path, t, b, h, j0 + j, d, X + j * ld);
+    if (Xt)
+      for (std::int64_t c = 0; c < d; ++c) Xt[c * kBc + j] = X[j * ld + c];
+  }
 }
 
 // Key blocks [kb0, kb1) of (b, kh), in order, against every query block of the group's heads.
@@ -125,8 +143,8 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
   const float scale = static_cast<float>(p.scale);
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t j0 = kb * kBc, j1 = std::min(p.Nkv, j0 + kBc), nk = j1 - j0;
-    pack_key_rows(p.k, b, kh, j0, nk, p.dk, s.kr.get(), qp.dkp, s.ktr.get());
-    pack_key_rows(p.v, b, kh, j0, nk, p.dv, s.vr.get(), qp.dvp, nullptr);
+    pack_key_rows(path, p.k, b, kh, j0, nk, p.dk, s.kr.get(), qp.dkp, s.ktr.get());
+    pack_key_rows(path, p.v, b, kh, j0, nk, p.dv, s.vr.get(), qp.dvp, nullptr);
     s.dk_acc.fill(0.0f);
     s.dv_acc.fill(0.0f);
     for (std::int64_t h = kh * p.group(); h < (kh + 1) * p.group(); ++h)
@@ -195,8 +213,9 @@ void backward(const BackwardParams& p) {
   if (!p.dSinks.empty()) write_sink_grads(p, stats);
   const QueryPacks qp = pack_queries(p, stats, nqb, threads);
   Buffer<float> partials(groups * dq_size);  // dQᵀ per (group, b, h, query block): [dk][kBr]
-  parallel_for(groups, 1, threads, [&](std::int64_t g0, std::int64_t g1, int) {
-    for (std::int64_t g = g0; g < g1; ++g) std::fill(partials.get() + g * dq_size, partials.get() + (g + 1) * dq_size, 0.0f);
+  const std::int64_t blocks = groups * p.B * p.Hq * nqb, block_size = p.dk * kBr;  // in parallel even for G = 1
+  parallel_for(blocks, 16, threads, [&](std::int64_t b0, std::int64_t b1, int) {
+    std::fill(partials.get() + b0 * block_size, partials.get() + b1 * block_size, 0.0f);
   });
   PerThread<Scratch> scratch(threads);
   parallel_for(heads * groups, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {

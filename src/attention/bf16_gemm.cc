@@ -213,12 +213,18 @@ std::once_flag detect_once, env_once;
 bool has_amx = false, has_avx512_bf16 = false;
 Path chosen = Path::portable;
 
-void detect() {
+// The CPU's paths, detected once. force_path() needs only these: calling detect() from it would
+// enter env_once again from inside its own initialiser (with $ATTNSCALE_BF16 set), a deadlock.
+void detect_cpu() {
   std::call_once(detect_once, [] {
     has_amx = detect_amx();
     has_avx512_bf16 = detect_avx512_bf16();
     chosen = has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::portable;
   });
+}
+
+void detect() {
+  detect_cpu();
   std::call_once(env_once, [] {
     if (const char* env = std::getenv("ATTNSCALE_BF16"); env && *env) force_path(env);
   });
@@ -238,7 +244,7 @@ bool avx512_bf16_usable() {
   return has_avx512_bf16;
 }
 Path best_path() {
-  detect();
+  detect_cpu();
   return has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::portable;
 }
 Path path() {
@@ -246,7 +252,7 @@ Path path() {
   return chosen;
 }
 void force_path(const char* name) {
-  detect();
+  detect_cpu();
   const std::string n = name;
   if (n.empty()) chosen = best_path();
   else if (n == "portable") chosen = Path::portable;

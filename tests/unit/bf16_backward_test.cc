@@ -173,3 +173,42 @@ TEST(Bf16Backward, BitwiseSameForAnyThreadCount) {
 
 }  // namespace
 }  // namespace attnscale
+
+namespace attnscale {
+namespace {
+// What the bf16 path leaves to the float32 backward (a non-finite input, dbias) gives the float32
+// backward's bits.
+TEST(Bf16Backward, NonFiniteInputsAndDbiasTakeTheFloat32Path) {
+  const Shape s{1, 2, 1, 9, 9, 8, 8};
+  Inputs in = inputs(DType::f32, s, 5);
+  in.k.as<float>()[8 * 8] = NAN;  // key 8: hidden from every row but the last under a causal mask
+  const Tensor bias = random_tensor(DType::f32, {s.Nq, s.Nkv}, 5, 7);
+  for (int variant = 0; variant < 2; ++variant) {
+    Options opt;
+    opt.mask.causal = variant == 0;
+    if (variant == 1) {
+      in.k.as<float>()[8 * 8] = 0.5f;
+      opt.mask.explicit_mask = bias.view();
+    }
+    Tensor out(DType::f32, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
+    forward(in.q.view(), in.k.view(), in.v.view(), {out.view(), lse.view()}, opt);
+    Tensor g[2][4];
+    for (int c = 0; c < 2; ++c) {
+      opt.compute = c ? Compute::bf16 : Compute::native;
+      g[c][0] = Tensor(DType::f32, {s.B, s.Hq, s.Nq, s.dk});
+      g[c][1] = Tensor(DType::f32, {s.B, s.Hkv, s.Nkv, s.dk});
+      g[c][2] = Tensor(DType::f32, {s.B, s.Hkv, s.Nkv, s.dv});
+      g[c][3] = Tensor(DType::f32, {s.B, s.Hq, s.Nq, s.Nkv});
+      Gradients grads{g[c][0].view(), g[c][1].view(), g[c][2].view()};
+      if (variant == 1) grads.dbias = g[c][3].view();
+      backward(in.q.view(), in.k.view(), in.v.view(), out.view(), lse.view(), in.dout.view(), grads, opt);
+    }
+    for (int t = 0; t < 3; ++t)
+      EXPECT_EQ(std::memcmp(g[0][t].data(), g[1][t].data(), g[0][t].nbytes()), 0) << "variant " << variant << " grad " << t;
+    // The rows that do not see key 8 keep finite gradients.
+    if (variant == 0)
+      for (std::int64_t i = 0; i < 8 * s.dk; ++i) EXPECT_TRUE(std::isfinite(g[1][0].as<float>()[i])) << i;
+  }
+}
+}  // namespace
+}  // namespace attnscale
