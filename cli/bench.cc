@@ -4,6 +4,8 @@
 //   bf16-peak   16 independent vdpbf16ps chains (AVX-512 BF16), else Highway's bf16 dot
 //   copy        a 256 MiB memcpy split across the threads (bytes read + written per second)
 //   copy-cache  the same over L3/4 bytes, repeated: cache-resident
+//   read        a 256 MiB read-only stream split across the threads (bytes read per second): what
+//               decode does, so that the copy, which also writes, can be judged as its yardstick
 //   sgemm       OpenBLAS sgemm 2048^3, for comparison with a tuned GEMM library
 // Flop-bound rows are divided by the peak of their dtype, decode rows (bound by reading K and V)
 // by the copy: the DRAM copy when K and V exceed the last-level cache, else the cache-resident
@@ -166,6 +168,28 @@ void copy_slices(const char* src, char* dst, std::size_t bytes, int threads, int
   });
 }
 
+volatile std::uint64_t read_sink;  // where read_slices leaves its sums
+
+// Read `bytes` of src once, each thread its own slice: eight independent 64-bit sums (8-byte
+// loads, two a cycle, are far above any DRAM stream), kept from being optimised away by a
+// volatile store. Counts the bytes read, as decode rows do.
+void read_slices(const char* src, std::size_t bytes, int threads) {
+  const std::size_t slice = bytes / threads / 64 * 64;
+  parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
+    for (std::int64_t t = t0; t < t1; ++t) {
+      const std::size_t begin = t * slice, end = t + 1 == threads ? bytes / 64 * 64 : begin + slice;
+      std::uint64_t sum[8] = {};
+      for (std::size_t i = begin; i < end; i += 64)
+        for (int k = 0; k < 8; ++k) {
+          std::uint64_t x;
+          std::memcpy(&x, src + i + 8 * k, 8);
+          sum[k] += x;
+        }
+      read_sink = sum[0] + sum[1] + sum[2] + sum[3] + sum[4] + sum[5] + sum[6] + sum[7];
+    }
+  });
+}
+
 void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows, int threads,
                  int rounds, double load0, double load1) {
   std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, threads %d, %d interleaved rounds, L3 %zu MiB\n",
@@ -198,8 +222,8 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
     std::printf("\n");
   }
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
-              "just before the row in the same round. copy rates count bytes read + written; decode rows count the\n"
-              "K and V bytes read, against copy-cache when K and V fit in L3. fwd-scaling (bwd-scaling): rate on %d\n"
+              "just before the row in the same round. copy rates count bytes read + written, read bytes read; decode\n"
+              "rows count the K and V bytes read, against copy-cache when K and V fit in L3. fwd-scaling (bwd-scaling): rate on %d\n"
               "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread). small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
               "comparable with llama.cpp's; kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
@@ -243,6 +267,8 @@ void run(const Bench& opt) {
   auto src = std::make_shared<std::vector<char>>(dram_bytes, 1), dst = std::make_shared<std::vector<char>>(dram_bytes, 0);
   Limit* copy = limit("copy", "GB/s", "memcpy 256 MiB -> 256 MiB over the threads (read + write)",
                       {[=] { copy_slices(src->data(), dst->data(), dram_bytes, threads, 1); }, 2.0 * dram_bytes});
+  Limit* read = limit("read", "GB/s", "a read-only stream of 256 MiB over the threads (read), timed beside the copy",
+                      {[=] { read_slices(src->data(), dram_bytes, threads); }, double(dram_bytes)});
   const int cache_repeat = 16;
   Limit* copy_cache = limit("copy-cache", "GB/s", "memcpy of L3/4 bytes, 16 times (cache-resident)",
                             {[=] { copy_slices(src->data(), dst->data(), cache_bytes, threads, cache_repeat); },
@@ -466,6 +492,9 @@ void run(const Bench& opt) {
       const double s = r.timed.seconds();
       r.seconds.push_back(s);
       if (r.limit) r.ratios.push_back(rate_of(r.timed, s) / limit_rate);
+      // The read stream beside every DRAM decode row's copy: how much of the copy's rate a pure
+      // reader reaches in the same moment (their ratio is the `read` line of the table).
+      if (r.limit == copy) read->rates.push_back(rate_of(read->timed, read->timed.seconds()));
     }
   // sgemm is no row's limit: time it once per round on its own, after the rows.
   for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));

@@ -29,6 +29,7 @@ namespace {
 
 constexpr std::int64_t kChunk = 1024;  // keys per work item
 constexpr std::int64_t kTile = 32;     // keys per tile (a row of scores is two 16-lane vectors)
+constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see attend_chunk)
 
 // One of k / v: where row (b, h, j) lives, and its scales for int8.
 struct Rows {
@@ -184,12 +185,12 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
 }
 
 struct Scratch {
-  std::vector<float> q, s, o, m, l, alpha;
+  std::vector<float> q, s, o, m, l, alpha, ones;
   std::vector<const void*> krow, vrow;
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
       : q(L.group() * L.dk), s(L.group() * kTile), o(L.group() * L.dv), m(L.group()), l(L.group()),
-        alpha(L.group()), krow(2 * kTile), vrow(2 * kTile), ksc(2 * kTile), vsc(2 * kTile) {}
+        alpha(L.group()), ones(L.group(), 1.0f), krow(2 * kTile), vrow(2 * kTile), ksc(2 * kTile), vsc(2 * kTile) {}
 };
 
 // The partial (o, m, l) of the group's rows over keys [j0, j1) of (b, kh), left in s.
@@ -205,14 +206,14 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
   std::fill(s.l.begin(), s.l.end(), 0.0f);
   std::fill(s.o.begin(), s.o.end(), 0.0f);
   const bool int8 = L.type == kv::kI8;
-  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`, and a prefetch of its rows:
-  // the next tile's rows are asked for while this one is computed, so that the K and V streams
-  // overlap the arithmetic, and the scattered rows of a paged cache (blocks in any order, a
-  // [.., block, Hkv, d] pool whose rows of one head are Hkv·d apart) arrive in time.
+  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`. The next tile's rows are
+  // prefetched while this one is computed (below), so that the K and V streams overlap the
+  // arithmetic, and the scattered rows of a paged cache (blocks in any order, a [.., block, Hkv, d]
+  // pool whose rows of one head are Hkv·d apart) arrive in time.
   const std::int64_t kbytes = L.dk * L.k.esize, vbytes = L.dv * L.v.esize;
-  auto prefetch = [&](const void* k, const void* v) {
-    for (std::int64_t c = 0; c < kbytes; c += 64) __builtin_prefetch(static_cast<const char*>(k) + c, 0, 2);
-    for (std::int64_t c = 0; c < vbytes; c += 64) __builtin_prefetch(static_cast<const char*>(v) + c, 0, 2);
+  auto prefetch_rows = [](const void* const* rows, std::int64_t n, std::int64_t bytes) {
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(static_cast<const char*>(rows[j]) + c, 0, 2);
   };
   auto gather = [&](std::int64_t t0, std::int64_t set) {
     const std::int64_t nk = std::min(kTile, j1 - t0);
@@ -226,7 +227,6 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
       for (std::int64_t j = 0; j < nk; ++j) {
         kr[j] = k + j * L.k.s2 * L.k.esize;
         vr[j] = v + j * L.v.s2 * L.v.esize;
-        prefetch(kr[j], vr[j]);
       }
       if (int8)
         for (std::int64_t j = 0; j < nk; ++j) {
@@ -244,20 +244,35 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
         ksc[j] = L.k.scales + i0 * L.k.c0 + i1 * L.k.c1 + i2 * L.k.c2;
         vsc[j] = L.v.scales + i0 * L.v.c0 + i1 * L.v.c1 + i2 * L.v.c2;
       }
-      prefetch(kr[j], vr[j]);
     }
   };
   gather(j0, 0);
+  prefetch_rows(s.krow.data(), std::min(kTile, j1 - j0), kbytes);  // the first tile: nothing to hide it behind
+  prefetch_rows(s.vrow.data(), std::min(kTile, j1 - j0), vbytes);
   std::int64_t set = 0;
   for (std::int64_t t0 = j0; t0 < j1; t0 += kTile, set ^= 1) {
     const std::int64_t nk = std::min(kTile, j1 - t0);
-    if (t0 + kTile < j1) gather(t0 + kTile, set ^ 1);
-    const std::int64_t x = set * kTile;
-    kv::scores(L.type, nk, g, L.dk, s.krow.data() + x, int8 ? s.ksc.data() + x : nullptr, s.q.data(), L.dk,
-               s.s.data(), kTile);
+    const std::int64_t next = t0 + kTile < j1 ? std::min(kTile, j1 - t0 - kTile) : 0;
+    if (next) gather(t0 + kTile, set ^ 1);
+    const std::int64_t x = set * kTile, y = (set ^ 1) * kTile;
+    // Sub-tiles of kSub keys, each after a prefetch of the matching rows of the next tile (its K
+    // rows among the scores, its V rows among the P·V updates), so that the next tile streams in
+    // while this one is computed rather than in a burst that stalls on the full miss queue.
+    for (std::int64_t a = 0; a < nk; a += kSub) {
+      const std::int64_t n = std::min(kSub, nk - a);
+      if (a < next) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes);
+      kv::scores(L.type, n, g, L.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(), L.dk,
+                 s.s.data() + a, kTile);
+    }
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
-    kv::accumulate(L.type, nk, g, L.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(), kTile,
-                   s.alpha.data(), s.o.data(), L.dv);
+    for (std::int64_t a = 0; a < nk; a += kSub) {
+      const std::int64_t n = std::min(kSub, nk - a);
+      if (a < next) prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes);
+      // The first sub-tile rescales o by alpha; the later ones add to it (alpha 1: exact, so the
+      // sums are the bits one call over the whole tile gives).
+      kv::accumulate(L.type, n, g, L.dv, s.vrow.data() + x + a, int8 ? s.vsc.data() + x + a : nullptr,
+                     s.s.data() + a, kTile, a == 0 ? s.alpha.data() : s.ones.data(), s.o.data(), L.dv);
+    }
   }
 }
 
