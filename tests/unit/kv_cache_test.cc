@@ -183,11 +183,13 @@ const std::vector<Case>& cases() {
       {6, 2, 96, 64, 7, -1, {31, 1024, 1025, 97}},     // group 3, ragged block size, chunk edges
       {4, 4, 32, 96, 32, 100, {3000, 1, 101, 102}},    // sliding window across a chunk edge
       {16, 2, 128, 128, 16, -1, {1537}},               // group 8, d = 128
+      {12, 1, 64, 32, 16, -1, {70, 3}},                // group 12: a block of 8 rows and one of 4
   };
   return c;
 }
 const std::vector<Case>& odd_dims() {  // float32 / bf16 only (int8 needs multiples of 32)
-  static const std::vector<Case> c = {{3, 1, 37, 5, 5, -1, {1, 1030}}, {2, 2, 1, 17, 3, 7, {13, 2}}};
+  static const std::vector<Case> c = {{3, 1, 37, 5, 5, -1, {1, 1030}}, {2, 2, 1, 17, 3, 7, {13, 2}},
+                                      {4, 1, 37, 5, 5, -1, {39, 6}}, {8, 1, 19, 3, 4, 9, {41}}};
   return c;
 }
 
