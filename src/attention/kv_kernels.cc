@@ -184,6 +184,37 @@ HWY_INLINE void ScoresRowsQuads(size_t nk, size_t dk, const void* const* krow, c
   }
   if (j < nk) ScoresRowsPairs<kType, NR>(nk - j, dk, krow + j, ksc ? ksc + j : nullptr, Q, ldq, S + j, lds);
 }
+
+// ScoresRows for one row (no GQA), four keys at a time: four independent accumulators, and the
+// four lane sums in one Sum4 instead of a SumOfLanes per key. (Interleaved call by call with
+// ScoresRows, H = 8, d = 128, load average 1.1-1.4: int8 K/V 1.03x at Nkv = 65536 and about 1.1x
+// at 4096; float32 the same speed.)
+template <int kType>
+HWY_INLINE void ScoresKeys4(size_t nk, size_t dk, const void* const* krow, const float* const* ksc, const float* Q,
+                            float* S) {
+  constexpr size_t NK = 4;
+  const DF d;
+  const size_t L = hn::Lanes(d), full = dk / L * L;
+  size_t j = 0;
+  for (; j + NK <= nk; j += NK) {
+    const float* sc[NK];
+    for (size_t x = 0; x < NK; ++x) sc[x] = ksc ? ksc[j + x] : nullptr;
+    VF acc[NK];
+    for (size_t x = 0; x < NK; ++x) acc[x] = hn::Zero(d);
+    for (size_t c = 0; c < full; c += L) {
+      const VF q = hn::LoadU(d, Q + c);
+      for (size_t x = 0; x < NK; ++x) acc[x] = hn::MulAdd(LoadRow<kType>(d, krow[j + x], sc[x], c), q, acc[x]);
+    }
+    float sums[NK];
+    BlockSums4(d, Sum4(d, acc[0], acc[1], acc[2], acc[3]), sums);
+    for (size_t x = 0; x < NK; ++x) {
+      float s = sums[x];
+      for (size_t e = full; e < dk; ++e) s += Q[e] * Element<kType>(krow[j + x], sc[x], e);
+      S[j + x] = s;
+    }
+  }
+  if (j < nk) ScoresRows<kType, 1>(nk - j, dk, krow + j, ksc ? ksc + j : nullptr, Q, 0, S + j, 0);
+}
 #endif
 
 // O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for NR rows (row stride ldo). The output columns go in
@@ -248,7 +279,13 @@ void ScoresT(size_t nk, size_t rows, size_t dk, const void* const* krow, const f
     const float* q = Q + r0 * ldq;
     float* s = S + r0 * lds;
     switch (rows - r0 < kRowBlock ? rows - r0 : kRowBlock) {
+#if HWY_TARGET != HWY_SCALAR
+      case 1:
+        ScoresKeys4<kType>(nk, dk, krow, ksc, q, s);
+        break;
+#else
       case 1: ScoresRows<kType, 1>(nk, dk, krow, ksc, q, ldq, s, lds); break;
+#endif
       case 2: ScoresRows<kType, 2>(nk, dk, krow, ksc, q, ldq, s, lds); break;
       case 3: ScoresRows<kType, 3>(nk, dk, krow, ksc, q, ldq, s, lds); break;
 #if HWY_TARGET != HWY_SCALAR
