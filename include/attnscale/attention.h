@@ -112,7 +112,10 @@ struct Options {
 };
 
 // Outputs of the forward pass. `out` is required and has q's dtype; `lse` and `probs` are
-// optional (leave empty) and may be float32 or float64.
+// optional (leave empty) and may be float32 or float64. probs holds the softmax P (before dropout);
+// under dropout a pair the mask drops is written as −P_ij (FlashAttention's S_dmask convention: the
+// sign carries the mask). With packed sequences probs is [Hq, total_q, total_k] (or [1, Hq, ...]):
+// sequence s fills its diagonal block, rows cu_seqlens_q[s].. by keys cu_seqlens_k[s].., the rest is 0.
 struct Outputs {
   TensorView out;
   TensorView lse;

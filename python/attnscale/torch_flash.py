@@ -14,7 +14,8 @@ import math
 
 import torch
 
-from .torch_function import Attention, dropout_keywords, to_numpy
+from . import _attnscale
+from .torch_function import Attention, dropout_keywords, from_numpy, to_numpy
 
 
 def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, dropout_p):
@@ -37,13 +38,19 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, d
     return options
 
 
-def _attend(q, k, v, options):
-    """(out [.., N, H, dv] contiguous, lse [.., H, N]) of [.., N, H, d] tensors (4-D, or 3-D packed)."""
+def _attend(q, k, v, options, want_probs=False):
+    """(out [.., N, H, dv] contiguous, lse [.., H, N], probs or None) of [.., N, H, d] tensors (4-D,
+    or 3-D packed). probs (when asked for) are the kernel's: [B, H, Nq, Nkv] (packed: [H, total_q,
+    total_k], each sequence's diagonal block), the softmax with dropped pairs negated."""
     qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))
     out, lse = Attention.apply(qh, kh, vh, None, options, options)
     # FlashAttention's log-sum-exp of a row with no visible key is +inf.
     lse = lse.masked_fill(lse == -math.inf, math.inf)
-    return out.transpose(-3, -2).contiguous(), lse
+    probs = None
+    if want_probs:
+        arrays = [to_numpy(name, t) for name, t in (("q", qh), ("k", kh), ("v", vh))]
+        probs = from_numpy(_attnscale.attention(*arrays, return_probs=True, **options)[1])
+    return out.transpose(-3, -2).contiguous(), lse, probs
 
 
 def flash_attn_func(
@@ -73,9 +80,12 @@ def flash_attn_func(
     deterministic: accepted; attnscale's backward is always deterministic.
 
     Returns out [B, Nq, H, dv] (contiguous); with return_attn_probs, (out, softmax_lse [B, H, Nq],
-    None): the probabilities are not returned (FlashAttention returns them only under dropout, "for
-    testing only"). A row with no visible key gives out 0 and softmax_lse +inf. Differentiable with
-    respect to q, k and v.
+    S_dmask) as FlashAttention returns them: S_dmask is None without dropout, and under dropout the
+    probabilities [B, H, Nq, Nkv] (float32, float64 for float64 inputs; not rounded up to a block
+    size as on a GPU) before dropout, with the pairs dropout removed negated (negative: dropped).
+    They come from a second forward pass with the same dropout mask; like FlashAttention's, they
+    are for testing and carry no gradient. A row with no visible key gives out 0 and softmax_lse
+    +inf. Differentiable with respect to q, k and v.
 
     Example:
         >>> import torch, attnscale.torch as at
@@ -90,8 +100,8 @@ def flash_attn_func(
             shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
             raise ValueError(f"{name}: expected a [batch, seqlen, heads, headdim] tensor, got {shape}")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[2], dropout_p)
-    out, lse = _attend(q, k, v, options)
-    return (out, lse, None) if return_attn_probs else out
+    out, lse, s_dmask = _attend(q, k, v, options, want_probs=return_attn_probs and dropout_p > 0)
+    return (out, lse, s_dmask) if return_attn_probs else out
 
 
 def _offsets(name, cu_seqlens, total, max_seqlen, max_name):
@@ -135,7 +145,10 @@ def flash_attn_varlen_func(
     max_seqlen_q/k bound the lengths (checked). Other arguments as flash_attn_func; block_table
     (a paged KV cache) must be None.
 
-    Returns out [total_q, H, dv]; with return_attn_probs, (out, softmax_lse [H, total_q], None).
+    Returns out [total_q, H, dv]; with return_attn_probs, (out, softmax_lse [H, total_q], S_dmask):
+    S_dmask None without dropout, else [batch, H, max_seqlen_q, max_seqlen_k], sequence b's
+    probabilities in its top-left corner (0 beyond its lengths), dropped pairs negated, as
+    flash_attn_func's.
 
     Example:
         >>> import torch, attnscale.torch as at
@@ -158,5 +171,13 @@ def flash_attn_varlen_func(
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[1], dropout_p)
     options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64).numpy(), cu_seqlens_k=cu_seqlens_k.to(torch.int64).numpy())
-    out, lse = _attend(q, k, v, options)
-    return (out, lse, None) if return_attn_probs else out
+    out, lse, packed = _attend(q, k, v, options, want_probs=return_attn_probs and dropout_p > 0)
+    if not return_attn_probs:
+        return out
+    s_dmask = None
+    if packed is not None:  # [H, total_q, total_k] block-diagonal -> [batch, H, max_seqlen_q, max_seqlen_k]
+        s_dmask = packed.new_zeros((len(cq) - 1, packed.shape[0], int(max_seqlen_q), int(max_seqlen_k)))
+        for b in range(len(cq) - 1):
+            nq, nk = cq[b + 1] - cq[b], ck[b + 1] - ck[b]
+            s_dmask[b, :, :nq, :nk] = packed[:, cq[b] : cq[b + 1], ck[b] : ck[b + 1]]
+    return out, lse, s_dmask

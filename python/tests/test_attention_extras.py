@@ -98,6 +98,17 @@ def test_dropout_mask_regenerates_and_averages_out(rng):
     kept = dropped != 0
     np.testing.assert_allclose(dropped[kept], probs[kept] / 0.6, rtol=1e-12)
     assert abs(kept.mean() - 0.6) < 0.05
+    # probs under dropout: the softmax before dropout, dropped pairs negated (FlashAttention's
+    # S_dmask), the same on the fast path, the float64 reference and the bf16 path.
+    fast = attnscale.attention(q, k, np.ascontiguousarray(eye), return_probs=True, **kw)[1]
+    ref = attnscale.attention(q, k, np.ascontiguousarray(eye), return_probs=True, reference=True, **kw)[1]
+    np.testing.assert_array_equal(np.signbit(fast), ~kept)
+    np.testing.assert_array_equal(np.signbit(ref), ~kept)
+    np.testing.assert_allclose(np.abs(fast), probs, rtol=1e-12)
+    np.testing.assert_allclose(ref, fast, rtol=1e-12)
+    q32, k32 = q.astype(np.float32), k.astype(np.float32)
+    bf = attnscale.attention(q32, k32, np.ascontiguousarray(eye, np.float32), return_probs=True, compute="bf16", **kw)[1]
+    np.testing.assert_array_equal(np.signbit(bf), ~kept)
 
 
 def test_packed_sequences_equal_a_loop_over_sequences(rng):

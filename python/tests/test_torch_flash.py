@@ -54,7 +54,7 @@ def operands(gen, case, dtype=torch.float64, grad=False):
 def test_matches_flash_attention_semantics(gen, case, dtype):
     q, k, v = operands(gen, case, dtype)
     opts = options(gen, case)
-    out, lse, probs = at.flash_attn_func(q, k, v, return_attn_probs=True, **opts)
+    out, lse, probs = at.flash_attn_func(q, k, v, return_attn_probs=True, **opts)  # no dropout: no S_dmask
     want, want_lse = torch_reference.flash(q, k, v, **opts)
     assert out.shape == want.shape and out.dtype == dtype and out.is_contiguous() and probs is None
     tol = 1e-12 if dtype == torch.float64 else 2e-5
@@ -171,3 +171,49 @@ def test_gradcheck_with_dropout_and_softcap(gen):
     q, k, v, cq, ck = varlen_operands(gen, [2, 3], [3, 2], h=2, hkv=1, d=3, grad=True)
     g = reseeded(lambda q, k, v: at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3, dropout_p=0.25, softcap=2.0))
     assert torch.autograd.gradcheck(g, (q, k, v))
+
+
+def softmax_reference(q, k, causal):
+    """P [B, H, Nq, Nkv] of q [B, Nq, H, d], k [B, Nkv, Hkv, d] in float64, causal aligned bottom-right
+    (a row with no visible key: 0)."""
+    nq, h, d, nkv, hkv = q.shape[1], q.shape[2], q.shape[3], k.shape[1], k.shape[2]
+    s = torch.einsum("bihd,bjhd->bhij", q, k.repeat_interleave(h // hkv, dim=2)) / math.sqrt(d)
+    if causal:
+        s = s.masked_fill(torch.arange(nkv)[None, :] > torch.arange(nq)[:, None] + nkv - nq, -math.inf)
+    return torch.softmax(s, dim=-1).nan_to_num(0.0)
+
+
+def test_attn_probs_under_dropout_carry_the_mask_in_their_sign(gen):
+    q, k, v = operands(gen, (2, 7, 13, 4, 2, 8, 5, {}))
+    torch.manual_seed(5)
+    out, lse, s_dmask = at.flash_attn_func(q, k, v, dropout_p=0.3, causal=True, return_attn_probs=True)
+    assert s_dmask.shape == (2, 4, 7, 13) and s_dmask.dtype == torch.float64
+    # The magnitude is the softmax before dropout; the kept (non-negative) entries / (1 - p) give out.
+    torch.testing.assert_close(s_dmask.abs(), softmax_reference(q, k, True), rtol=1e-12, atol=1e-15)
+    want = torch.einsum("bhij,bjhd->bihd", s_dmask.clamp(min=0) / 0.7, v.repeat_interleave(2, dim=2))
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    visible = softmax_reference(q, k, True) > 0
+    assert 0.2 < ((s_dmask < 0) & visible).sum() / visible.sum() < 0.4
+    torch.manual_seed(5)  # asking for the probabilities does not change the output
+    assert torch.equal(out, at.flash_attn_func(q, k, v, dropout_p=0.3, causal=True))
+
+
+def test_varlen_attn_probs_under_dropout(gen):
+    lq, lk = [3, 1, 7, 0, 5], [3, 4, 9, 2, 5]
+    q, k, v, cq, ck = varlen_operands(gen, lq, lk)
+    torch.manual_seed(9)
+    out, lse, s_dmask = at.flash_attn_varlen_func(
+        q, k, v, cq, ck, max(lq), max(lk), dropout_p=0.25, causal=True, return_attn_probs=True
+    )
+    assert s_dmask.shape == (5, 4, 7, 9)
+    assert at.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), return_attn_probs=True)[2] is None
+    for b in range(len(lq)):
+        nq, nk = lq[b], lk[b]
+        assert (s_dmask[b, :, nq:] == 0).all() and (s_dmask[b, :, :, nk:] == 0).all()
+        if nq == 0:
+            continue
+        rows, keys = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        block = s_dmask[b, :, :nq, :nk]
+        torch.testing.assert_close(block.abs(), softmax_reference(q[None, rows], k[None, keys], True)[0], rtol=1e-12, atol=1e-15)
+        want = torch.einsum("hij,jhd->ihd", block.clamp(min=0) / 0.75, v[keys].repeat_interleave(2, dim=1))
+        torch.testing.assert_close(out[rows], want, rtol=1e-12, atol=1e-12)

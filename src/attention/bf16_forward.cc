@@ -213,7 +213,10 @@ void forward(const Params& p) {
       attend(p, kv, rb, path, s);
       if (!p.sinks.empty()) fold_sinks(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
       write_rows(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
-      if (!p.probs.empty()) write_probs(p, rb, kv, path, s);  // Qb is still this block's
+      if (!p.probs.empty()) {
+        write_probs(p, rb, kv, path, s);  // Qb is still this block's
+        if (p.has_dropout()) mark_dropped_probs<float>(p, rb);
+      }
     }
   });
 }

@@ -194,6 +194,7 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
           put(p.probs, rb.b, rb.h[r], rb.i[r], j0 + j, s.st[j * s.ld + r]);
     }
   }
+  if (p.has_dropout()) mark_dropped_probs<T>(p, rb);
 }
 
 // Decode (few query rows, many keys): keys split into fixed chunks processed in parallel, merged

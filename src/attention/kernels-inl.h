@@ -194,7 +194,7 @@ constexpr size_t kSumMR = 2, kSumNR = 2;
 // in a register rather than re-read its memory at every use.
 template <class Raw>
 HWY_INLINE void Pin(Raw& v) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
   asm("" : "+v"(v));
 #else
   (void)v;
@@ -207,7 +207,17 @@ HWY_INLINE void Pin(Raw& v) {
 // to registers (Pin): left to itself GCC (generic tuning) folds the loads into the FMAs as memory
 // operands, MR loads of each vector, and the loads then bound the loop (Zen 4 loads one zmm a
 // cycle, the rate of its FMAs): 0.74 of the peak instead of 0.95 on the tile products.
+// Targets whose vector is an array (EMU128: float[4]) cannot hold it as a raw value: there the
+// vector structs themselves stand in (ToRaw/FromRaw are identities).
+#if HWY_TARGET == HWY_EMU128
+using RawF = VF;
+HWY_INLINE RawF ToRaw(VF v) { return v; }
+HWY_INLINE VF FromRaw(const RawF& r) { return r; }
+#else
 using RawF = decltype(VF().raw);
+HWY_INLINE RawF ToRaw(VF v) { return v.raw; }
+HWY_INLINE VF FromRaw(RawF r) { return VF{r}; }
+#endif
 template <size_t MR, size_t NR, bool kTail>
 HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT A, size_t ars, size_t acs,
                            const float* HWY_RESTRICT B, size_t ldb, size_t tail, RawF (&acc)[MR][NR]) {
@@ -215,7 +225,7 @@ HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT
   const auto last = hn::FirstN(d, kTail ? tail : L);
   for (size_t k = k0; k < k1; ++k) {
     const auto load = [&](size_t r) {
-      return ((kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, B + k * ldb + r * L) : hn::LoadU(d, B + k * ldb + r * L)).raw;
+      return ToRaw((kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, B + k * ldb + r * L) : hn::LoadU(d, B + k * ldb + r * L));
     };
     // Named, not an array: with an asm operand on an array element GCC keeps the array in memory
     // and stores every B vector to the stack each step.
@@ -230,10 +240,10 @@ HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT
 #pragma GCC unroll 8
     for (size_t i = 0; i < MR; ++i) {
       const VF a = hn::Set(d, A[i * ars + k * acs]);
-      acc[i][0] = hn::MulAdd(a, VF{b0}, VF{acc[i][0]}).raw;
-      if constexpr (NR > 1) acc[i][1] = hn::MulAdd(a, VF{b1}, VF{acc[i][1]}).raw;
-      if constexpr (NR > 2) acc[i][2] = hn::MulAdd(a, VF{b2}, VF{acc[i][2]}).raw;
-      if constexpr (NR > 3) acc[i][3] = hn::MulAdd(a, VF{b3}, VF{acc[i][3]}).raw;
+      acc[i][0] = ToRaw(hn::MulAdd(a, FromRaw(b0), FromRaw(acc[i][0])));
+      if constexpr (NR > 1) acc[i][1] = ToRaw(hn::MulAdd(a, FromRaw(b1), FromRaw(acc[i][1])));
+      if constexpr (NR > 2) acc[i][2] = ToRaw(hn::MulAdd(a, FromRaw(b2), FromRaw(acc[i][2])));
+      if constexpr (NR > 3) acc[i][3] = ToRaw(hn::MulAdd(a, FromRaw(b3), FromRaw(acc[i][3])));
     }
   }
 }
@@ -260,7 +270,7 @@ HWY_INLINE void SumTile(DF d, size_t K, size_t kb, const float* HWY_RESTRICT A, 
       VF v = hn::Zero(d);
       if constexpr (kMode != 0) v = (kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, c) : hn::LoadU(d, c);
       if constexpr (kMode == 2) v = hn::Mul(v, hn::Set(d, row_scale[i]));
-      sum[i][r] = v.raw;
+      sum[i][r] = ToRaw(v);
     }
   size_t k0 = 0;
   if constexpr (kMode == 0) {
@@ -272,20 +282,20 @@ HWY_INLINE void SumTile(DF d, size_t K, size_t kb, const float* HWY_RESTRICT A, 
 #pragma GCC unroll 8
     for (size_t i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-      for (size_t r = 0; r < NR; ++r) acc[i][r] = hn::Zero(d).raw;
+      for (size_t r = 0; r < NR; ++r) acc[i][r] = ToRaw(hn::Zero(d));
     BlockChain<MR, NR, kTail>(d, k0, std::min(K, k0 + kb), A, ars, acs, B, ldb, tail, acc);
 #pragma GCC unroll 8
     for (size_t i = 0; i < MR; ++i)
 #pragma GCC unroll 4
-      for (size_t r = 0; r < NR; ++r) sum[i][r] = hn::Add(VF{sum[i][r]}, VF{acc[i][r]}).raw;
+      for (size_t r = 0; r < NR; ++r) sum[i][r] = ToRaw(hn::Add(FromRaw(sum[i][r]), FromRaw(acc[i][r])));
   }
 #pragma GCC unroll 8
   for (size_t i = 0; i < MR; ++i)
 #pragma GCC unroll 4
     for (size_t r = 0; r < NR; ++r) {
       float* c = C + i * ldc + r * L;
-      if (kTail && r + 1 == NR) hn::BlendedStore(VF{sum[i][r]}, last, d, c);
-      else hn::StoreU(VF{sum[i][r]}, d, c);
+      if (kTail && r + 1 == NR) hn::BlendedStore(FromRaw(sum[i][r]), last, d, c);
+      else hn::StoreU(FromRaw(sum[i][r]), d, c);
     }
 }
 

@@ -100,7 +100,7 @@ void forward_params(const Params& p) {
         if (!p.lse.empty()) put(p.lse, b, h, i, 0, lse[i]);
         if (!p.probs.empty())
           for (std::int64_t j = 0; j < p.Nkv; ++j)
-            put(p.probs, b, h, i, j, P[i * p.Nkv + j]);
+            put(p.probs, b, h, i, j, z[i * p.Nkv + j] == 0.0 ? -P[i * p.Nkv + j] : P[i * p.Nkv + j]);
       }
     }
 }

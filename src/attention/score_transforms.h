@@ -111,6 +111,21 @@ void apply_dropout(const Params& p, const RowBlock& rb, std::int64_t j0, std::in
   }
 }
 
+// The probs output under dropout (FlashAttention's S_dmask convention): a pair the mask drops is
+// written as −P_ij, a kept one as P_ij, so the sign carries the mask and the magnitude the softmax
+// before dropout. Runs after the row block's probs are written.
+template <class T>
+void mark_dropped_probs(const Params& p, const RowBlock& rb) {
+  const DropoutMask mask(p);
+  for (std::int64_t r = 0; r < rb.n; ++r) {
+    std::uint32_t bits = 0;
+    for (std::int64_t j = 0; j < p.Nkv; ++j) {
+      if (j % 8 == 0) bits = mask.bits(rb.b, rb.h[r], rb.i[r], j / 8);
+      if (!((bits >> (j % 8)) & 1u)) put<T>(p.probs, rb.b, rb.h[r], rb.i[r], j, -value<T>(p.probs, rb.b, rb.h[r], rb.i[r], j));
+    }
+  }
+}
+
 // Sink logit of query head h, or -inf without sinks.
 inline double sink_logit(const Params& p, std::int64_t h) {
   if (p.sinks.empty()) return -INFINITY;

@@ -61,6 +61,7 @@ P sequence(const P& whole, const Options& options, std::int64_t s) {
   p.q = slice(p.q, 2, q0, p.Nq);
   p.out = slice(p.out, 2, q0, p.Nq);
   p.lse = slice(p.lse, 2, q0, p.Nq);
+  p.probs = slice(slice(p.probs, 2, q0, p.Nq), 3, k0, p.Nkv);  // the sequence's diagonal block
   p.k = slice(p.k, 2, k0, p.Nkv);
   p.v = slice(p.v, 2, k0, p.Nkv);
   p.batch_base = s;
@@ -94,11 +95,14 @@ void fill_rows(const TensorView& t, std::int64_t heads, std::int64_t n, std::int
 void varlen_forward(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outputs,
                     const Options& options, Kernel kernel) {
   const Params whole = make_forward_params(q, k, v, outputs, packed_options(q, options), kernel);
-  if (!whole.probs.empty()) throw Error("probs: not available with packed sequences (cu_seqlens_q)");
   check_offsets("cu_seqlens_q", options.cu_seqlens_q, whole.Nq, options.cu_seqlens_q.size());
   check_offsets("cu_seqlens_k", options.cu_seqlens_k, whole.Nkv, options.cu_seqlens_q.size());
   const std::int64_t S = static_cast<std::int64_t>(options.cu_seqlens_q.size()) - 1;
   check_alibi(options, S, whole.Hq);
+  // probs [Hq, total_q, total_k]: each sequence writes its diagonal block; pairs of two
+  // sequences never attend each other, so everything else is 0.
+  if (!whole.probs.empty())
+    fill_rows(whole.probs, whole.Hq, whole.Nq, whole.Nkv, 0.0);
   for (std::int64_t s = 0; s < S; ++s) {
     const Params p = sequence(whole, options, s);
     if (p.Nq == 0) continue;
