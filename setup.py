@@ -1,9 +1,9 @@
 """Builds the Python module attnscale into a wheel with CMake (pyproject.toml holds the metadata).
 
-The extension attnscale._attnscale is CMake's target _attnscale: setuptools' build_ext step
-configures the project with only the library, the lab and the module (no CLI, tests or
-benchmarks; see CMakeLists.txt), builds that one target and copies it into the wheel next to the
-package's .py files (python/attnscale/). The version is the one in CMakeLists.txt's project().
+The extensions attnscale._attnscale, attnscale._lab and attnscale._distributed are CMake's targets
+of those names: setuptools' build_ext step configures the project with only the library, the lab
+and the module (no CLI, tests or benchmarks; see CMakeLists.txt), builds each target and copies it
+into the wheel next to the package's .py files (python/attnscale/). The version is the one in CMakeLists.txt's project().
 
 ATTNSCALE_CMAKE_BUILD_DIR=<folder> builds in that folder instead of build/wheel; a folder already
 configured (e.g. build/ from `make build`) is reused as it is, so nothing is compiled twice.
@@ -40,10 +40,11 @@ class CMakeBuild(build_ext):
                 args += ["-DCMAKE_CXX_COMPILER_LAUNCHER=ccache"]
             subprocess.run(args, check=True)
         jobs = os.environ.get("JOBS") or str(os.cpu_count() or 1)
-        subprocess.run(["cmake", "--build", str(build), "--target", "_attnscale", "-j", jobs], check=True)
-        built = sorted((build / "python" / "attnscale").glob("_attnscale*.so"))
+        name = ext.name.rsplit(".", 1)[-1]  # _attnscale, _lab or _distributed: CMake targets of that name
+        subprocess.run(["cmake", "--build", str(build), "--target", name, "-j", jobs], check=True)
+        built = sorted((build / "python" / "attnscale").glob(f"{name}.*.so"))
         if not built:
-            raise RuntimeError(f"CMake built no _attnscale*.so in {build}/python/attnscale")
+            raise RuntimeError(f"CMake built no {name}*.so in {build}/python/attnscale")
         target = pathlib.Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built[-1], target)
@@ -53,7 +54,7 @@ setup(
     version=project_version(),
     packages=["attnscale"],
     package_dir={"attnscale": "python/attnscale"},
-    ext_modules=[Extension("attnscale._attnscale", sources=[])],
+    ext_modules=[Extension(f"attnscale.{name}", sources=[]) for name in ("_attnscale", "_lab", "_distributed")],
     cmdclass={"build_ext": CMakeBuild},
     options={"build": {"build_base": "build/setuptools"}},
     zip_safe=False,

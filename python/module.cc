@@ -1,11 +1,12 @@
-// The extension module attnscale._attnscale; the package attnscale/__init__.py re-exports it.
+// The extension module attnscale._attnscale (the kernels); the package attnscale/__init__.py
+// re-exports it. The lab (_lab: libtorch through the training experiment, Open MPI through its
+// sweeps) and ring attention (_distributed: Open MPI) are modules of their own, loaded on first
+// use, so that `import attnscale` maps neither.
 #include <pybind11/pybind11.h>
 
 #include "array_view.h"
 #include "attention_bindings.h"
-#include "distributed_bindings.h"
 #include "kv_cache_bindings.h"
-#include "lab_bindings.h"
 #include "attention/peak_loops.h"
 #include "attnscale/version.h"
 
@@ -15,10 +16,8 @@ PYBIND11_MODULE(_attnscale, m) {
   // The docstrings start with the Python signature; pybind11's generated one would show C++ types.
   py::options options;
   options.disable_function_signatures();
-  m.doc() = "attnscale's C++ library: attention kernels and the lab (see the attnscale package).";
+  m.doc() = "attnscale's C++ library: the attention kernels (see the attnscale package).";
   attnscale::python::add_attention(m);
-  attnscale::python::add_lab(m);
-  attnscale::python::add_distributed(m);
   attnscale::python::add_kv_cache(m);
   m.def("version", &attnscale::version, "The library version, e.g. '0.1.0'.");
   m.def("git_hash", &attnscale::git_hash, "The commit the library was built from, or 'unknown'.");

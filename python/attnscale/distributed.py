@@ -13,7 +13,7 @@ rank gets back its rows of the output (and of dq, dk, dv from the backward). See
 """
 import numpy as np
 
-from . import _attnscale
+from . import _distributed
 from .keywords import short_errors
 
 __all__ = ["ring_attention", "ring_attention_backward", "shard", "rows"]
@@ -22,7 +22,7 @@ __all__ = ["ring_attention", "ring_attention_backward", "shard", "rows"]
 def _handle(comm):
     if not hasattr(comm, "py2f"):
         raise TypeError(f"comm: expected an mpi4py communicator (e.g. MPI.COMM_WORLD), got {type(comm).__name__}")
-    if not getattr(_attnscale, "has_mpi", False):
+    if not getattr(_distributed, "has_mpi", False):
         raise RuntimeError("attnscale was built without MPI (install libopenmpi-dev and rebuild)")
     return comm.py2f()
 
@@ -38,7 +38,7 @@ def ring_attention(q, k, v, comm, *, sharding=None, return_lse=False, scale=None
 
     sharding: None (zigzag when causal, else contiguous), 'contiguous' or 'zigzag'. Other keywords as
     in attnscale.attention (no explicit mask). Returns out, or (out, lse) with return_lse=True."""
-    return _attnscale._ring_attention(q, k, v, _handle(comm), sharding, scale, causal, window, align,
+    return _distributed._ring_attention(q, k, v, _handle(comm), sharding, scale, causal, window, align,
                                       return_lse, threads)
 
 
@@ -46,13 +46,13 @@ def ring_attention(q, k, v, comm, *, sharding=None, return_lse=False, scale=None
 def ring_attention_backward(q, k, v, out, lse, dout, comm, *, sharding=None, scale=None, causal=None,
                             window=None, align=None, threads=0):
     """(dq, dk, dv) for this rank's rows, from ring_attention's out and lse and this rank's dout."""
-    return _attnscale._ring_attention_backward(q, k, v, out, lse, dout, _handle(comm), sharding, scale, causal,
+    return _distributed._ring_attention_backward(q, k, v, out, lse, dout, _handle(comm), sharding, scale, causal,
                                                window, align, threads)
 
 
 def shard(n, comm, sharding="contiguous"):
     """[(begin, length), ...]: the global rows this rank of comm holds of a sequence of n rows."""
-    return _attnscale._shard(n, comm.size, comm.rank, sharding)
+    return _distributed._shard(n, comm.size, comm.rank, sharding)
 
 
 def rows(n, comm, sharding="contiguous"):

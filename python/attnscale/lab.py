@@ -20,7 +20,7 @@ import inspect
 import numbers
 import re
 
-from . import _attnscale
+from . import _lab
 
 __all__ = ["experiments", "run", "Rows"]
 
@@ -83,7 +83,7 @@ def _pandas():
 def experiments():
     """The lab's experiments: a list of dicts with name, summary, flags [(name, default, help)],
     default_trials and param_names."""
-    return _attnscale.lab_experiments()
+    return _lab.lab_experiments()
 
 
 def run(name, *, seed=0, trials=None, threads=0, progress=None, as_frame=None, **flags):
@@ -110,7 +110,7 @@ def run(name, *, seed=0, trials=None, threads=0, progress=None, as_frame=None, *
     for key, value in flags.items():
         flag = _flag_names(name).get(key, key)
         texts[flag] = _flag_text(key, value)
-    result = _attnscale.lab_run(name, texts, int(seed), int(trials), int(threads), progress)
+    result = _lab.lab_run(name, texts, int(seed), int(trials), int(threads), progress)
     param_names = list(result["param_names"])
     rows = []
     for params, metric, mean, ci_low, ci_high, theory in result["rows"]:

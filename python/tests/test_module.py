@@ -1,4 +1,6 @@
 """The rest of the module: self/multi-head attention, version, CPU target, GIL, docstrings."""
+import subprocess
+import sys
 import threading
 import time
 
@@ -80,3 +82,16 @@ def test_docstring_examples_run():
     for module in (attnscale, attnscale._attnscale, attnscale.torch):
         failures, tried = doctest.testmod(module, verbose=False)
         assert failures == 0 and tried > 0, module.__name__
+
+
+def test_import_loads_neither_libtorch_nor_mpi():
+    # The kernels' module links only the library; the lab (libtorch, Open MPI) and ring attention
+    # (Open MPI) are modules of their own, loaded when attnscale.lab / attnscale.distributed are.
+    probe = (
+        "import attnscale, numpy as np\n"
+        "attnscale.attention(np.ones((2, 4)), np.ones((3, 4)), np.ones((3, 4)))\n"
+        "maps = open('/proc/self/maps').read()\n"
+        "print(sorted({l.split('/')[-1] for l in maps.splitlines() if 'libtorch' in l or 'libmpi' in l}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
