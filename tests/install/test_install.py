@@ -109,7 +109,7 @@ file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
     assert (build / "seen.txt").read_text() == "runtime=;options=;type="
     cache = (build / "CMakeCache.txt").read_text()
     for dependency in ["GTest_DIR", "GTEST_INCLUDE_DIR", "CLI11_DIR", "pybind11_DIR", "nlohmann_json_DIR",
-                       "benchmark_DIR", "Torch_DIR", "Python3_EXECUTABLE"]:
+                       "benchmark_DIR", "Torch_DIR", "Python3_EXECUTABLE", "MPI_CXX_COMPILER", "MPI_CXX_LIB_NAMES"]:
         assert dependency not in cache, f"add_subdirectory(attnscale) looked for {dependency}"
     assert "hwy_DIR" in cache
     targets = run(["cmake", "--build", build, "--target", "help"]).stdout
