@@ -254,6 +254,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
                  static_cast<long long>(opt.mask.window_left), static_cast<long long>(opt.mask.window_right), specials,
                  want_lse, want_probs);
     for (const Buffer* b : {&q, &k, &v, &mask}) {
+      if (b->view.empty()) continue;  // no mask: nothing to print (and no data to read)
       for_each_index(b->view.rank, b->view.shape.data(), [&](const std::int64_t* idx) {
         std::fprintf(stderr, " %g", b->view.dtype == DType::u8 ? *static_cast<const std::uint8_t*>(b->element_ptr(idx)) : b->get(idx));
       });
@@ -406,8 +407,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         if (want_probs) {
           double sum = 0;
           for (std::int64_t j = 0; j < p.Nkv; ++j) {
-            const double a = detail::load(pf.probs, detail::element(pf.probs, b, h, i, j));
-            const double r = detail::load(p.probs, detail::element(p.probs, b, h, i, j));
+            // Under dropout a dropped pair's probability is written negated (FlashAttention's
+            // S_dmask): its sign must be the reference's, its magnitude is the probability.
+            const double sa = detail::load(pf.probs, detail::element(pf.probs, b, h, i, j));
+            const double sr = detail::load(p.probs, detail::element(p.probs, b, h, i, j));
+            if (keep < 1 && sr != 0 && std::signbit(sa) != std::signbit(sr))
+              fuzz_fail("probs mark another dropout mask than the reference's", sa, sr);
+            const double a = keep < 1 ? std::fabs(sa) : sa, r = keep < 1 ? std::fabs(sr) : sr;
             if (!(a >= 0 && a <= 1)) fuzz_fail("probability outside [0, 1]", a);
             if (std::fabs(a - r) > 4 * std::expm1(2 * ds) + 2 * eps_of(aux)) fuzz_fail("probs differ from the reference", a, r);
             sum += a;

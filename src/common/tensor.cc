@@ -139,7 +139,9 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
   std::int64_t stride = 1;
   for (int d = rank - 1; d >= 0; --d) {
     view_.strides[d] = stride;
-    stride *= view_.shape[d];
+    // Only an empty tensor's dimensions can multiply past int64 (the others were bounded above);
+    // its strides address nothing, so they saturate.
+    if (__builtin_mul_overflow(stride, view_.shape[d], &stride)) stride = INT64_MAX;
   }
   std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
   detail::check_allocation("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)),
