@@ -31,31 +31,8 @@ struct AttendFlags {
   std::string alibi_slopes, sinks;  // .npy files
   double dropout = 0.0;
   std::uint64_t dropout_seed = 0, dropout_offset = 0;
-  std::string cu_seqlens_q, cu_seqlens_k;  // "0,3,7"
+  std::vector<std::int64_t> cu_seqlens_q, cu_seqlens_k;  // --cu-seqlens-q 0,3,7
 };
-
-// "0,3,7" -> {0, 3, 7}; an Error naming `flag` otherwise.
-std::vector<std::int64_t> offsets(const char* flag, const std::string& text) {
-  std::vector<std::int64_t> out;
-  if (text.empty()) return out;
-  std::size_t at = 0;
-  while (at <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', at), text.size());
-    const std::string item = text.substr(at, comma - at);
-    std::size_t used = 0;
-    long long x = 0;
-    try {
-      x = std::stoll(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (item.empty() || used != item.size())
-      throw Error(std::string(flag) + ": expected comma-separated integers like 0,3,7, got '" + text + "'");
-    out.push_back(x);
-    at = comma + 1;
-  }
-  return out;
-}
 
 // Adds the transform flags' values to `options`; `alibi`, `sinks` keep loaded arrays alive.
 void add_transforms(const AttendFlags& f, Options& options, Tensor& alibi, Tensor& sinks) {
@@ -63,11 +40,8 @@ void add_transforms(const AttendFlags& f, Options& options, Tensor& alibi, Tenso
   if (!f.alibi_slopes.empty()) options.alibi_slopes = (alibi = read_npy(f.alibi_slopes)).view();
   if (!f.sinks.empty()) options.sinks = (sinks = read_npy(f.sinks)).view();
   options.dropout = Dropout{f.dropout, f.dropout_seed, f.dropout_offset};
-  options.cu_seqlens_q = offsets("--cu-seqlens-q", f.cu_seqlens_q);
-  options.cu_seqlens_k = offsets("--cu-seqlens-k", f.cu_seqlens_k);
-  if (options.cu_seqlens_q.empty() != options.cu_seqlens_k.empty())
-    throw Error(options.cu_seqlens_q.empty() ? "--cu-seqlens-q: required with --cu-seqlens-k"
-                                             : "--cu-seqlens-k: required with --cu-seqlens-q");
+  options.cu_seqlens_q = f.cu_seqlens_q;  // each requires the other (CLI11's needs())
+  options.cu_seqlens_k = f.cu_seqlens_k;
 }
 
 // An output of `shape` (from output_shapes()). A size that cannot be allocated is an Error naming
@@ -159,12 +133,16 @@ void add_attend(CLI::App& app) {
       ->type_name("P");
   sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask (default 0)")->type_name("N");
   sub->add_option("--dropout-offset", flags->dropout_offset, "Offset of the dropout mask (default 0)")->type_name("N");
-  sub->add_option("--cu-seqlens-q", flags->cu_seqlens_q,
-                  "Packed sequences: query offsets 0,...,total_q; q is [Hq, total_q, dk]")
-      ->type_name("LIST");
-  sub->add_option("--cu-seqlens-k", flags->cu_seqlens_k,
-                  "Packed sequences: key offsets 0,...,total_k; k and v are [Hkv, total_k, d]")
-      ->type_name("LIST");
+  CLI::Option* cu_q = sub->add_option("--cu-seqlens-q", flags->cu_seqlens_q,
+                                      "Packed sequences: query offsets 0,...,total_q; q is [Hq, total_q, dk]")
+                           ->delimiter(',')
+                           ->type_name("LIST");
+  CLI::Option* cu_k = sub->add_option("--cu-seqlens-k", flags->cu_seqlens_k,
+                                      "Packed sequences: key offsets 0,...,total_k; k and v are [Hkv, total_k, d]")
+                           ->delimiter(',')
+                           ->type_name("LIST");
+  cu_q->needs(cu_k);
+  cu_k->needs(cu_q);
   sub->callback([flags] { run(*flags); });
 }
 

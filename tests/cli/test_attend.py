@@ -215,6 +215,6 @@ def test_score_transforms_dropout_and_packed_sequences(run, tmp_path):
     base = write_inputs(tmp_path)
     out2 = tmp_path / "o2.npy"
     assert_usage_error(run("attend", *base, "--out", out2, "--cu-seqlens-q", "0,x"), "--cu-seqlens-q", out2)
-    assert_usage_error(run("attend", *base, "--out", out2, "--cu-seqlens-q", "0,5"), "--cu-seqlens-k: required", out2)
+    assert_usage_error(run("attend", *base, "--out", out2, "--cu-seqlens-q", "0,5"), "requires --cu-seqlens-k", out2)
     assert_usage_error(run("attend", *base, "--out", out2, "--dropout", "1.5"), "dropout: p must be in [0, 1)", out2)
     assert_usage_error(run("attend", *base, "--out", out2, "--softcap", "-1"), "softcap:", out2)
