@@ -1,5 +1,7 @@
 #include "context_parallel.h"
 
+#include <fmt/format.h>
+
 #include "attnscale/error.h"
 
 #ifdef ATTNSCALE_HAVE_MPI
@@ -41,13 +43,13 @@ class MappedFile {
  public:
   MappedFile(const std::string& flag, const std::string& path) {
     fd_ = ::open(path.c_str(), O_RDONLY);
-    if (fd_ < 0) throw Error(flag + ": " + path + ": cannot open file (" + system_error() + ")");
+    if (fd_ < 0) throw Error(fmt::format("{}: {}: cannot open file ({})", flag, path, system_error()));
     struct stat st {};
-    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(flag + ": " + path + ": not a regular file");
+    if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) throw Error(fmt::format("{}: {}: not a regular file", flag, path));
     size_ = st.st_size;
     if (size_ > 0) {
       data_ = ::mmap(nullptr, static_cast<std::size_t>(size_), PROT_READ, MAP_PRIVATE, fd_, 0);
-      if (data_ == MAP_FAILED) throw Error(flag + ": " + path + ": cannot map file (" + system_error() + ")");
+      if (data_ == MAP_FAILED) throw Error(fmt::format("{}: {}: cannot map file ({})", flag, path, system_error()));
     }
   }
   ~MappedFile() {
@@ -79,10 +81,9 @@ detail::NpyHeader read_header(const std::string& flag, const std::string& path, 
       detail::parse_npy_preamble(path, bytes.substr(0, std::min<std::int64_t>(f.size(), detail::kNpyPreambleBytes)), f.size());
   detail::NpyHeader h = detail::parse_npy_header(path, bytes.substr(pre.header_offset, pre.header_len), pre, f.size());
   if (h.shape.size() < 2 || h.shape.size() > 4)
-    throw Error(flag + ": expected a 2-D [N,d], 3-D [H,N,d] or 4-D [B,H,N,d] array, got " + std::to_string(h.shape.size()) +
-                "-D");
+    throw Error(fmt::format("{}: expected a 2-D [N,d], 3-D [H,N,d] or 4-D [B,H,N,d] array, got {}-D", flag, h.shape.size()));
   if (h.dtype != DType::f32 && h.dtype != DType::f64)
-    throw Error(flag + ": dtype must be float32 or float64, got " + std::string(dtype_name(h.dtype)));
+    throw Error(fmt::format("{}: dtype must be float32 or float64, got {}", flag, dtype_name(h.dtype)));
   return h;
 }
 
@@ -113,7 +114,7 @@ Tensor copy_rows(const detail::NpyHeader& h, const char* data, const std::vector
 distributed::Sharding pick_sharding(const std::string& name, const Options& options) {
   if (name == "contiguous") return distributed::Sharding::contiguous;
   if (name == "zigzag") return distributed::Sharding::zigzag;
-  if (!name.empty()) throw Error("--sharding: expected contiguous or zigzag, got '" + name + "'");
+  if (!name.empty()) throw Error(fmt::format("--sharding: expected contiguous or zigzag, got '{}'", name));
   return options.mask.causal ? distributed::Sharding::zigzag : distributed::Sharding::contiguous;
 }
 
@@ -136,12 +137,12 @@ class SharedOutput {
       for (auto s : shape_) numel *= s;
       bytes += numel * static_cast<std::int64_t>(dtype_size(dtype_));
       const int fd = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      if (fd < 0) throw Error(flag_ + ": cannot write '" + path_ + "' (" + system_error() + ")");
+      if (fd < 0) throw Error(fmt::format("{}: cannot write '{}' ({})", flag_, path_, system_error()));
       created_ = true;
       const bool ok = ::pwrite(fd, header_.data(), header_.size(), 0) == static_cast<ssize_t>(header_.size()) &&
                       ::ftruncate(fd, bytes) == 0;
       ::close(fd);
-      if (!ok) throw Error(flag_ + ": cannot write '" + path_ + "' (" + system_error() + ")");
+      if (!ok) throw Error(fmt::format("{}: cannot write '{}' ({})", flag_, path_, system_error()));
     });
   }
   ~SharedOutput() {
@@ -158,7 +159,7 @@ class SharedOutput {
       const std::int64_t N = shape_[row_dim], n = local.dim(row_dim);
       const std::size_t es = dtype_size(dtype_);
       const int fd = ::open(tmp_.c_str(), O_WRONLY);
-      if (fd < 0) throw Error(flag_ + ": cannot open '" + tmp_ + "' to write this rank's rows (" + system_error() + ")");
+      if (fd < 0) throw Error(fmt::format("{}: cannot open '{}' to write this rank's rows ({})", flag_, tmp_, system_error()));
       const char* src = static_cast<const char*>(local.data());
       bool ok = true;
       for (std::int64_t o = 0; o < outer && ok; ++o) {
@@ -171,14 +172,14 @@ class SharedOutput {
         }
       }
       ok = ::close(fd) == 0 && ok;
-      if (!ok) throw Error(flag_ + ": cannot write this rank's rows of '" + path_ + "' (" + system_error() + ")");
+      if (!ok) throw Error(fmt::format("{}: cannot write this rank's rows of '{}' ({})", flag_, path_, system_error()));
     });
   }
 
   void commit() {
     distributed::agreed(comm_, [&] {
       if (rank_ == 0 && std::rename(tmp_.c_str(), path_.c_str()) != 0)
-        throw Error(flag_ + ": cannot rename into '" + path_ + "' (" + system_error() + ")");
+        throw Error(fmt::format("{}: cannot rename into '{}' ({})", flag_, path_, system_error()));
     });
     committed_ = true;
   }
@@ -211,13 +212,12 @@ void attend_context_parallel(const ContextParallelFiles& f, const Options& optio
       in->header = read_header(flag, *path, file);
       const std::int64_t n = in->n();
       if (n < (sharding == distributed::Sharding::zigzag ? 2 : 1) * K)
-        throw Error(std::string(flag) + ": " + std::to_string(n) + " rows cannot be split over " + std::to_string(K) +
-                    " ranks (" + (sharding == distributed::Sharding::zigzag ? "zigzag: 2 chunks" : "1 row") +
-                    " per rank at least)");
+        throw Error(fmt::format("{}: {} rows cannot be split over {} ranks ({} per rank at least)", flag, n, K,
+                                sharding == distributed::Sharding::zigzag ? "zigzag: 2 chunks" : "1 row"));
       in->rows = copy_rows(in->header, file.data(), distributed::shard(n, K, r, sharding));
     }
     if (v.rank() != k.rank())
-      throw Error("--v: rank " + std::to_string(v.rank()) + " differs from --k's rank " + std::to_string(k.rank()));
+      throw Error(fmt::format("--v: rank {} differs from --k's rank {}", v.rank(), k.rank()));
     if (!f.allow_nonfinite) {
       require_finite("--q", f.q, q.rows, false);
       require_finite("--k", f.k, k.rows, false);

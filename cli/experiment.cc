@@ -1,4 +1,5 @@
 // attnscale experiment NAME [flags]: run one of the lab's experiments, CSV or JSON out.
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -33,25 +34,25 @@ struct ExperimentFlags {
 
 // The file appears complete or not at all: write a temporary next to it, then rename.
 void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
+  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
   {
     std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw Error("--out: cannot write '" + path + "'");
+    if (!f) throw Error(fmt::format("--out: cannot write '{}'", path));
     f << text;
     f.close();
     if (!f) {
       std::remove(tmp.c_str());
-      throw Error("--out: cannot write '" + path + "'");
+      throw Error(fmt::format("--out: cannot write '{}'", path));
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
-    throw Error("--out: cannot rename into '" + path + "'");
+    throw Error(fmt::format("--out: cannot rename into '{}'", path));
   }
 }
 
 void run(const lab::Experiment& e, const ExperimentFlags& f) {
-  if (f.format != "csv" && f.format != "json") throw Error("--format: expected csv or json, got '" + f.format + "'");
+  if (f.format != "csv" && f.format != "json") throw Error(fmt::format("--format: expected csv or json, got '{}'", f.format));
   if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
   // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
   // that a killed run can be resumed; it is removed once FILE is in place.
@@ -66,14 +67,14 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
       try {
         completed[static_cast<std::size_t>(point)] = lab::decode_rows(payload);
       } catch (const Error& err) {
-        throw Error("--resume: " + journal->path() + ": " + err.what());
+        throw Error(fmt::format("--resume: {}: {}", journal->path(), err.what()));
       }
     }
     if (f.resume && !completed.empty())
       std::fprintf(stderr, "attnscale: resuming %s: %zu points already done\n", e.name.c_str(), completed.size());
   }
   std::optional<ProgressBar> bar;
-  if (writer) bar.emplace("experiment " + e.name);
+  if (writer) bar.emplace(fmt::format("experiment {}", e.name));
   const auto table = lab::run_experiment(
       e, f.values, f.seed, f.trials, f.threads,
       [&](std::size_t done, std::size_t total, const std::vector<lab::Row>& rows) {

@@ -1,5 +1,7 @@
 #include "mpi_job.h"
 
+#include <fmt/format.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -64,7 +66,7 @@ int rank() { return my_rank; }
 int size() { return my_size; }
 
 std::string prefix() {
-  return my_size > 1 ? "rank " + std::to_string(my_rank) + "/" + std::to_string(my_size) + ": " : std::string();
+  return my_size > 1 ? fmt::format("rank {}/{}: ", my_rank, my_size) : std::string();
 }
 
 void said_why(int code) {

@@ -1,6 +1,10 @@
 #include "nonfinite_inputs.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cmath>
+#include <vector>
 
 #include "attnscale/error.h"
 
@@ -8,12 +12,12 @@ namespace attnscale::cli {
 namespace {
 
 std::string index_str(const Tensor& t, std::int64_t n) {
-  std::string s;
+  std::vector<std::int64_t> index(static_cast<std::size_t>(t.rank()));
   for (int d = t.rank() - 1; d >= 0; --d) {
-    s = std::to_string(n % t.dim(d)) + (s.empty() ? "" : ", ") + s;
+    index[static_cast<std::size_t>(d)] = n % t.dim(d);
     n /= t.dim(d);
   }
-  return "[" + s + "]";
+  return fmt::format("[{}]", fmt::join(index, ", "));
 }
 
 template <class T>
@@ -22,8 +26,8 @@ void scan(const std::string& flag, const std::string& path, const Tensor& t, boo
   for (std::int64_t n = 0; n < t.numel(); ++n) {
     if (std::isfinite(p[n]) || (minus_inf_ok && p[n] == -INFINITY)) continue;
     const char* what = std::isnan(p[n]) ? "nan" : p[n] > 0 ? "inf" : "-inf";
-    throw Error(flag + ": " + path + " holds " + what + " at " + index_str(t, n) +
-                "; non-finite inputs are refused (--allow-nonfinite propagates them)");
+    throw Error(fmt::format("{}: {} holds {} at {}; non-finite inputs are refused (--allow-nonfinite propagates them)",
+                            flag, path, what, index_str(t, n)));
   }
 }
 

@@ -1,5 +1,7 @@
 // attnscale report: runs every lab experiment and writes Chuang (2023) completed (HTML, Markdown,
 // figures, data) into --out. See src/report/report.h.
+#include <fmt/format.h>
+
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -34,9 +36,9 @@ void add_report(CLI::App& app) {
     // Checked before the measurements start, so a bad folder fails in a second, not after minutes.
     std::error_code ec;
     if (std::filesystem::exists(opts->out, ec) && !std::filesystem::is_directory(opts->out, ec))
-      throw Error("--out: " + opts->out + " exists and is not a folder");
+      throw Error(fmt::format("--out: {} exists and is not a folder", opts->out));
     std::filesystem::create_directories(opts->out, ec);
-    if (ec) throw Error("--out: cannot create " + opts->out + ": " + ec.message());
+    if (ec) throw Error(fmt::format("--out: cannot create {}: {}", opts->out, ec.message()));
     const auto start = std::chrono::steady_clock::now();
     opts->progress = lab::point_scheduler().writes_results();
     const report::Measurements m = report::measure(*opts);
