@@ -3,7 +3,8 @@
 `cmake --install` into a temporary prefix, then: README.md's C++ example (extracted as written)
 built by a separate CMake project through find_package(attnscale) against the shared and the static
 library, and by g++ through pkg-config; the installed CLI and Python package; the Debian package
-from cpack; the wheel from `pip install .` in a venv. Also: a project that adds attnscale with
+from cpack, unpacked and also installed with dpkg -i (as root) and removed again; the wheel from
+`pip install .` in a venv. Also: a project that adds attnscale with
 add_subdirectory() configures without the test, CLI and Python dependencies and keeps its own
 settings. ATTNSCALE_BUILD names the built build folder (`make test` sets it); the install, the
 package and the wheel reuse what it built.
@@ -138,6 +139,34 @@ def test_debian_package_installs_and_runs(tmp_path):
     site = root / "usr/lib/python3/dist-packages"
     where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site)).stdout
     assert where.strip().startswith(str(site)), where
+
+
+def test_debian_package_dpkg_install_and_remove(example, tmp_path):
+    # The real thing: dpkg -i, the installed CLI, Python package and CMake package, then dpkg -r,
+    # leaving the machine as it was. It needs root and a machine without attnscale installed (CI's).
+    if os.geteuid() != 0:
+        pytest.fail("dpkg -i needs root (CI runs make test as root)")
+    installed = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
+    assert "install ok installed" not in installed.stdout, "attnscale is already installed here; dpkg -r it first"
+    run(["cpack", "-G", "DEB"], cwd=BUILD)
+    deb = sorted((BUILD / "packages").glob("attnscale_*.deb"))[-1]
+    try:
+        run(["dpkg", "-i", deb])
+        out = run(["/usr/bin/attnscale", "explain"], cwd=tmp_path).stdout
+        assert "softmax" in out.lower(), out
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        where = run(["/usr/bin/python3", "-c", IMPORT_CHECK], cwd=tmp_path, env=env).stdout.strip()
+        assert where.startswith("/usr/lib/python3/dist-packages/attnscale"), where
+        consumer = tmp_path / "consumer"
+        run(["cmake", "-S", ROOT / "tests/install/consumer", "-B", consumer, "-G", "Ninja", f"-DEXAMPLE={example}",
+             "-DCMAKE_BUILD_TYPE=Release"])
+        run(["cmake", "--build", consumer])
+        assert EXAMPLE_OUTPUT.search(run([consumer / "example_shared"]).stdout)
+    finally:
+        subprocess.run(["dpkg", "-r", "attnscale"], capture_output=True)
+    assert not pathlib.Path("/usr/bin/attnscale").exists()
+    gone = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
+    assert "install ok installed" not in gone.stdout
 
 
 def test_wheel_installs_into_a_venv(tmp_path):
