@@ -1,7 +1,10 @@
 // gnuplot scripts for the report's figures. See plot.h.
 #include "report/plot.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -110,6 +113,50 @@ double y_high(const LinePanel& p) {
 }
 std::string num_or_auto(double v) { return std::isnan(v) ? "*" : num(v); }
 
+// Where a reference line's label goes: of the right end, the left end and the middle, above or
+// below the line, the box (a quarter of the width, a tenth of the height, beside the line) that the
+// fewest curve samples fall in (curves sampled between their points, in the axes' own scales);
+// ties go to the earlier of right, left, middle and of above, below.
+std::string label_place(const LinePanel& p, double y) {
+  double xlo = INFINITY, xhi = -INFINITY;
+  for (const Series& s : p.series)
+    for (double x : s.x)
+      if (std::isfinite(x) && (!p.logx || x > 0)) xlo = std::min(xlo, x), xhi = std::max(xhi, x);
+  const double ylo = y_low(p), yhi = y_high(p);
+  struct Spot {
+    double x0, x1;  // the box's horizontal extent, as a fraction of the width
+    const char* at;
+  };
+  static constexpr Spot kSpots[] = {{0.75, 1.0, "at graph 0.99, first {} right offset 0, {}"},
+                                    {0.0, 0.25, "at graph 0.01, first {} left offset 0, {}"},
+                                    {0.375, 0.625, "at graph 0.5, first {} center offset 0, {}"}};
+  const auto place = [&](const Spot& spot, bool above) {
+    return fmt::format(fmt::runtime(spot.at), num(y), above ? "0.7" : "-0.7");
+  };
+  if (!(xhi > xlo) || !std::isfinite(ylo) || !(yhi > ylo)) return place(kSpots[0], true);
+  const auto frac = [](double v, double lo, double hi, bool log) {
+    return log ? (std::log(v) - std::log(lo)) / (std::log(hi) - std::log(lo)) : (v - lo) / (hi - lo);
+  };
+  const double fy0 = frac(y, ylo, yhi, p.logy);
+  int best = -1, best_hits = INT_MAX;
+  for (int c = 0; c < 6; ++c) {
+    const Spot& spot = kSpots[c / 2];
+    const bool above = c % 2 == 0;
+    const double y0 = above ? fy0 : fy0 - 0.1, y1 = above ? fy0 + 0.1 : fy0;
+    int hits = y0 < 0 || y1 > 1 ? 1000 : 0;  // a label beside the frame would sit on the axis
+    for (const Series& s : p.series)
+      for (std::size_t i = 0; i + 1 < s.x.size(); ++i)
+        for (int t = 0; t < 16; ++t) {  // the segment from point i to i + 1
+          const double ax = frac(s.x[i], xlo, xhi, p.logx), bx = frac(s.x[i + 1], xlo, xhi, p.logx);
+          const double ay = frac(s.y[i], ylo, yhi, p.logy), by = frac(s.y[i + 1], ylo, yhi, p.logy);
+          const double fx = ax + (bx - ax) * t / 16, fy = ay + (by - ay) * t / 16;
+          hits += fx >= spot.x0 && fx <= spot.x1 && fy >= y0 && fy <= y1;
+        }
+    if (hits < best_hits) best = c, best_hits = hits;
+  }
+  return place(kSpots[best / 2], best % 2 == 0);
+}
+
 void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std::string& key_override) {
   gp << "set title " << quote(p.title) << "\n"
      << "set xlabel " << quote(p.xlabel) << "\n"
@@ -143,8 +190,8 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
     gp << "set arrow " << arrow++ << " from graph 0, first " << num(r.y) << " to graph 1, first "
        << num(r.y) << " nohead dt 3 lw 1.4 lc rgb '" << r.colour << "' back\n";
     if (!r.label.empty())
-      gp << "set label " << arrow << " " << quote(r.label) << " at graph 0.99, first " << num(r.y)
-       << " right offset 0, 0.7 tc rgb '" << r.colour << "'\n";
+      gp << "set label " << arrow << " " << quote(r.label) << " " << label_place(p, r.y) << " tc rgb '" << r.colour
+         << "'\n";
   }
 
   std::vector<std::string> plots;
