@@ -3,7 +3,7 @@
 `cmake --install` into a temporary prefix, then: README.md's C++ example (extracted as written)
 built by a separate CMake project through find_package(attnscale) against the shared and the static
 library, and by g++ through pkg-config; the installed CLI and Python package; the Debian package
-from cpack, unpacked and also installed with dpkg -i (as root) and removed again; the wheel from
+from cpack, unpacked and also installed with dpkg -i (as root) and purged again; the wheel from
 `pip install .` in a venv. Also: a project that adds attnscale with
 add_subdirectory() configures without the test, CLI and Python dependencies and keeps its own
 settings. ATTNSCALE_BUILD names the built build folder (`make test` sets it); the install, the
@@ -150,7 +150,7 @@ def test_debian_package_installs_and_runs(tmp_path):
 
 
 def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
-    # The real thing: dpkg -i, the installed CLI, Python package and CMake package, then dpkg -r,
+    # The real thing: dpkg -i, the installed CLI, Python package and CMake package, then dpkg --purge,
     # leaving the machine as it was. It needs root and a machine without attnscale installed (CI's).
     if os.geteuid() != 0:
         pytest.fail("dpkg -i needs root (CI runs make test as root)")
@@ -176,10 +176,11 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
         run(["cmake", "--build", consumer])
         assert EXAMPLE_OUTPUT.search(run([consumer / "example_shared"]).stdout)
     finally:
-        subprocess.run(["dpkg", "-r", "attnscale"], capture_output=True)
+        # --purge, not -r: dpkg keeps no record of the package ("config-files") afterwards.
+        subprocess.run(["dpkg", "--purge", "attnscale"], capture_output=True)
     assert not pathlib.Path("/usr/bin/attnscale").exists()
     gone = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
-    assert "install ok installed" not in gone.stdout
+    assert gone.returncode != 0, f"dpkg still knows attnscale: {gone.stdout}"
 
 
 def test_wheel_installs_into_a_venv(tmp_path):
