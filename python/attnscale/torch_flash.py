@@ -89,9 +89,11 @@ def flash_attn_func(
     deterministic: accepted; attnscale's backward is always deterministic.
 
     Returns out [B, Nq, H, dv] (contiguous); with return_attn_probs, (out, softmax_lse [B, H, Nq],
-    S_dmask) as FlashAttention returns them: S_dmask is None without dropout, and under dropout the
-    probabilities [B, H, Nq, Nkv] (float32, float64 for float64 inputs; not rounded up to a block
-    size as on a GPU) before dropout, with the pairs dropout removed negated (negative: dropped).
+    S_dmask) in FlashAttention's order: S_dmask is the attention probabilities [B, H, Nq, Nkv]
+    (float32, float64 for float64 inputs; not rounded up to a block size as on a GPU) after softcap,
+    ALiBi and the masks, before dropout; under dropout the pairs it removed are negated (negative:
+    dropped), as FlashAttention encodes them. (FlashAttention itself gives no S_dmask without
+    dropout; here it is the plain softmax then.)
     They come from a second forward pass with the same dropout mask; like FlashAttention's, they
     are for testing and carry no gradient. A row with no visible key gives out 0 and softmax_lse
     +inf. Differentiable with respect to q, k and v.
@@ -106,7 +108,7 @@ def flash_attn_func(
     """
     _check_layout(q, k, v, "[batch, seqlen, heads, headdim]")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[2], dropout_p)
-    out, lse, s_dmask = _attend(q, k, v, options, want_probs=return_attn_probs and dropout_p > 0)
+    out, lse, s_dmask = _attend(q, k, v, options, want_probs=return_attn_probs)
     return (out, lse, s_dmask) if return_attn_probs else out
 
 
@@ -152,8 +154,8 @@ def flash_attn_varlen_func(
     (a paged KV cache) must be None.
 
     Returns out [total_q, H, dv]; with return_attn_probs, (out, softmax_lse [H, total_q], S_dmask):
-    S_dmask None without dropout, else [batch, H, max_seqlen_q, max_seqlen_k], sequence b's
-    probabilities in its top-left corner (0 beyond its lengths), dropped pairs negated, as
+    S_dmask [batch, H, max_seqlen_q, max_seqlen_k], sequence b's probabilities in its top-left
+    corner (0 beyond its lengths), dropped pairs negated, as
     flash_attn_func's.
 
     Example:
@@ -174,13 +176,12 @@ def flash_attn_varlen_func(
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[1], dropout_p)
     options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64).numpy(), cu_seqlens_k=cu_seqlens_k.to(torch.int64).numpy())
-    out, lse, packed = _attend(q, k, v, options, want_probs=return_attn_probs and dropout_p > 0)
+    out, lse, packed = _attend(q, k, v, options, want_probs=return_attn_probs)
     if not return_attn_probs:
         return out
-    s_dmask = None
-    if packed is not None:  # [H, total_q, total_k] block-diagonal -> [batch, H, max_seqlen_q, max_seqlen_k]
-        s_dmask = packed.new_zeros((len(cq) - 1, packed.shape[0], int(max_seqlen_q), int(max_seqlen_k)))
-        for b in range(len(cq) - 1):
-            nq, nk = cq[b + 1] - cq[b], ck[b + 1] - ck[b]
-            s_dmask[b, :, :nq, :nk] = packed[:, cq[b] : cq[b + 1], ck[b] : ck[b + 1]]
+    # [H, total_q, total_k] block-diagonal -> [batch, H, max_seqlen_q, max_seqlen_k]
+    s_dmask = packed.new_zeros((len(cq) - 1, packed.shape[0], int(max_seqlen_q), int(max_seqlen_k)))
+    for b in range(len(cq) - 1):
+        nq, nk = cq[b + 1] - cq[b], ck[b + 1] - ck[b]
+        s_dmask[b, :, :nq, :nk] = packed[:, cq[b] : cq[b + 1], ck[b] : ck[b + 1]]
     return out, lse, s_dmask
