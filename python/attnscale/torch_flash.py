@@ -53,6 +53,15 @@ def _attend(q, k, v, options, want_probs=False):
     return out.transpose(-3, -2).contiguous(), lse, probs
 
 
+def _check_layout(q, k, v, layout):
+    """q, k and v are tensors with as many dimensions as `layout` ("[batch, seqlen, ...]") names."""
+    rank = layout.count(",") + 1
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != rank:
+            shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name}: expected a {layout} tensor, got {shape}")
+
+
 def flash_attn_func(
     q,
     k,
@@ -97,10 +106,7 @@ def flash_attn_func(
         >>> out.sum().backward(); out.shape
         torch.Size([2, 10, 8, 16])
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name}: expected a [batch, seqlen, heads, headdim] tensor, got {shape}")
+    _check_layout(q, k, v, "[batch, seqlen, heads, headdim]")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[2], dropout_p)
     out, lse, s_dmask = _attend(q, k, v, options, want_probs=return_attn_probs)
     return (out, lse, s_dmask) if return_attn_probs else out
@@ -161,10 +167,7 @@ def flash_attn_varlen_func(
     """
     if block_table is not None:
         raise ValueError("block_table: a paged KV cache is not supported here; pass None")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name}: expected a [total, heads, headdim] tensor, got {shape}")
+    _check_layout(q, k, v, "[total, heads, headdim]")
     cq = _offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
     ck = _offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
     if len(cq) != len(ck):
