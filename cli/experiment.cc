@@ -119,8 +119,8 @@ void add_experiment(CLI::App& app) {
     CLI::App* x = sub->add_subcommand(e.name, e.summary);
     x->add_option("--seed", flags->seed, "master seed of the random streams")->capture_default_str();
     // Given, it must be positive: 0 is not a way to ask for the default (leave the flag out).
-    x->add_option("--trials", flags->trials, "Monte Carlo trials per point (default " +
-                                                  std::to_string(e.default_trials) + ")")
+    x->add_option("--trials", flags->trials,
+                  fmt::format("Monte Carlo trials per point (default {})", e.default_trials))
         ->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 31));
     x->add_option("--threads", flags->threads, "threads (0: $ATTNSCALE_THREADS, else all cores)")
         ->capture_default_str()

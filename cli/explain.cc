@@ -101,7 +101,7 @@ void run(ExplainFlags& f) {
     Q = load_matrix("--q", f.q);
     K = load_matrix("--k", f.k);
     V = load_matrix("--v", f.v);
-    origin = "from " + f.q + ", " + f.k + ", " + f.v;
+    origin = fmt::format("from {}, {}, {}", f.q, f.k, f.v);
   } else if (f.notes_example) {
     if (f.n > 0 || f.d > 0) throw Error("--notes-example: the example has its own size; drop --n and --d");
     Q = Matrix{3, 1, {1.0, 2.0, 3.0}};

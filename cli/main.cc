@@ -1,8 +1,12 @@
 // attnscale: the command-line tool.
 // Exit codes: 0 success, 2 bad input (flags, files, shapes), 1 anything unexpected.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <cctype>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
@@ -34,7 +38,7 @@ int main(int argc, char** argv) {
   CLI::App app{"attnscale: scaled dot-product attention, softmax(Q K^T * s) V, and a lab that measures\n"
                "why s = 1/sqrt(dk)."};
   app.name("attnscale");
-  app.set_version_flag("--version", std::string(attnscale::version()) + " (" + attnscale::git_hash() + ")");
+  app.set_version_flag("--version", fmt::format("{} ({})", attnscale::version(), attnscale::git_hash()));
   app.require_subcommand(1);
   app.fallthrough(false);
   attnscale::cli::add_attend(app);
@@ -46,12 +50,14 @@ int main(int argc, char** argv) {
     // Name an unknown command plainly instead of CLI11's "A subcommand is required".
     if (argc > 1 && argv[1][0] != '-') {
       bool known = false;
-      std::string names;
+      std::vector<std::string> names;
       for (const CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) {
         known = known || sub->get_name() == argv[1];
-        names += (names.empty() ? "" : ", ") + sub->get_name();
+        names.push_back(sub->get_name());
       }
-      if (!known) throw attnscale::Error(std::string("unknown command '") + argv[1] + "' (expected one of: " + names + ")");
+      if (!known)
+        throw attnscale::Error(
+            fmt::format("unknown command '{}' (expected one of: {})", argv[1], fmt::join(names, ", ")));
     }
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -76,10 +82,11 @@ int main(int argc, char** argv) {
         continue;
       const std::string flag = arg.substr(0, arg.find('='));
       const std::string guess = attnscale::cli::closest_flag(*given, flag);
-      what = "unknown flag " + flag + (guess.empty() ? "" : " (did you mean " + guess + "?)");
+      what = guess.empty() ? fmt::format("unknown flag {}", flag)
+                           : fmt::format("unknown flag {} (did you mean {}?)", flag, guess);
       break;
     }
-    return fail(2, "error", what + " (see " + help + " --help)");
+    return fail(2, "error", fmt::format("{} (see {} --help)", what, help));
 #ifdef ATTNSCALE_HAVE_MPI
   } catch (const attnscale::distributed::AgreedError& e) {
     return fail(2, "error", e.what(), /*every_rank=*/true);

@@ -1,7 +1,11 @@
 #include "array_view.h"
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <atomic>
 #include <string>
+#include <vector>
 
 namespace attnscale::python {
 namespace {
@@ -9,9 +13,7 @@ namespace {
 std::atomic<std::int64_t> copies{0};
 
 std::string shape_text(const py::array& a) {
-  std::string s = "[";
-  for (py::ssize_t d = 0; d < a.ndim(); ++d) s += (d ? ", " : "") + std::to_string(a.shape(d));
-  return s + "]";
+  return fmt::format("[{}]", fmt::join(std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim()), ", "));
 }
 
 bool is_bfloat16(const py::dtype& dt) {
@@ -25,14 +27,14 @@ DType dtype_of(const char* name, const py::array& a, ArrayKind kind) {
   const auto size = a.itemsize();
   if (kind == ArrayKind::index) {
     if (k == 'i' && size == 4) return DType::i32;
-    throw py::type_error(std::string(name) + ": dtype must be int32, got " + std::string(py::str(a.dtype())));
+    throw py::type_error(fmt::format("{}: dtype must be int32, got {}", name, std::string(py::str(a.dtype()))));
   }
   if (kind == ArrayKind::cache) {
     if (k == 'f' && size == 4) return DType::f32;
     if (size == 2 && is_bfloat16(a.dtype())) return DType::bf16;
     if (k == 'i' && size == 1) return DType::i8;
-    throw py::type_error(std::string(name) + ": dtype must be float32, attnscale.bfloat16 or int8, got " +
-                         std::string(py::str(a.dtype())));
+    throw py::type_error(fmt::format("{}: dtype must be float32, attnscale.bfloat16 or int8, got {}", name,
+                                     std::string(py::str(a.dtype()))));
   }
   if (k == 'f' && size == 4) return DType::f32;
   if (k == 'f' && size == 8) return DType::f64;
@@ -40,8 +42,8 @@ DType dtype_of(const char* name, const py::array& a, ArrayKind kind) {
   if (kind == ArrayKind::mask && (k == 'b' || (k == 'u' && size == 1))) return DType::u8;
   const std::string got = py::str(a.dtype());
   if (kind == ArrayKind::mask)
-    throw py::type_error(std::string(name) + ": dtype must be bool, uint8, float32 or float64, got " + got);
-  throw py::type_error(std::string(name) + ": dtype must be float32 or float64, got " + got);
+    throw py::type_error(fmt::format("{}: dtype must be bool, uint8, float32 or float64, got {}", name, got));
+  throw py::type_error(fmt::format("{}: dtype must be float32 or float64, got {}", name, got));
 }
 
 bool is_torch_tensor(py::handle obj) {
@@ -58,6 +60,8 @@ bool strides_are_whole_elements(const py::array& a) {
 
 }  // namespace
 
+std::string type_name(py::handle obj) { return py::str(obj.get_type().attr("__name__")); }
+
 ArrayView as_view(const char* name, py::handle obj, ArrayKind kind) {
   py::module_ np = py::module_::import("numpy");
   py::array a;
@@ -69,22 +73,22 @@ ArrayView as_view(const char* name, py::handle obj, ArrayKind kind) {
     } catch (py::error_already_set& e) {
       if (is_torch_tensor(obj)) {
         if (obj.attr("requires_grad").cast<bool>())
-          throw py::type_error(std::string(name) + ": a torch.Tensor that requires grad; use attnscale.torch."
-                               "attention (differentiable), or pass " + name + ".detach()");
-        throw py::type_error(std::string(name) + ": cannot read this torch.Tensor as a numpy array (" +
-                             std::string(py::str(e.value())) + "); use attnscale.torch.attention");
+          throw py::type_error(fmt::format("{0}: a torch.Tensor that requires grad; use attnscale.torch.attention "
+                                           "(differentiable), or pass {0}.detach()",
+                                           name));
+        throw py::type_error(fmt::format("{}: cannot read this torch.Tensor as a numpy array ({}); use "
+                                         "attnscale.torch.attention",
+                                         name, std::string(py::str(e.value()))));
       }
-      throw py::type_error(std::string(name) + ": expected a numpy array, got " +
-                           std::string(py::str(obj.get_type().attr("__name__"))));
+      throw py::type_error(fmt::format("{}: expected a numpy array, got {}", name, type_name(obj)));
     }
     if (a.dtype().kind() == 'O')
-      throw py::type_error(std::string(name) + ": expected a numpy array, got " +
-                           std::string(py::str(obj.get_type().attr("__name__"))));
+      throw py::type_error(fmt::format("{}: expected a numpy array, got {}", name, type_name(obj)));
   }
   const DType dtype = dtype_of(name, a, kind);
   if (a.ndim() > kMaxRank)
-    throw py::value_error(std::string(name) + ": expected at most 4 dimensions, got rank " +
-                          std::to_string(a.ndim()) + " " + shape_text(a));
+    throw py::value_error(fmt::format("{}: expected at most 4 dimensions, got rank {} {}", name, a.ndim(),
+                                      shape_text(a)));
   // Byte order other than native, strides between elements, or a data pointer off the item
   // alignment (the kernels load whole elements): one C-ordered, aligned, native copy.
   const bool native = a.dtype().attr("isnative").cast<bool>();

@@ -39,6 +39,9 @@ struct ArrayView {
 // requires grad: the message points to attnscale.torch), ValueError for more than 4 dimensions.
 ArrayView as_view(const char* name, py::handle obj, ArrayKind kind);
 
+// The name of obj's Python type, for messages ("list", "Tensor").
+std::string type_name(py::handle obj);
+
 // numpy has no bfloat16: attnscale reads and writes it as int16 storage under this dtype, an int16
 // tagged with metadata {"attnscale": "bfloat16"} (attnscale.bfloat16; a torch.bfloat16 tensor t is
 // t.view(torch.int16).numpy().view(attnscale.bfloat16), without a copy).

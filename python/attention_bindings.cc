@@ -6,6 +6,7 @@
 // Inputs are read in place (array_view.h); outputs are new C-ordered arrays of q's dtype. The
 // GIL is released while the library computes; validation errors raise ValueError with the
 // library's message before anything is computed.
+#include <fmt/format.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
@@ -34,12 +35,11 @@ DType statistics_dtype(DType inputs) { return inputs == DType::bf16 ? DType::f32
 Compute parse_compute(py::handle compute) {
   if (compute.is_none()) return Compute::native;
   if (!py::isinstance<py::str>(compute))
-    throw py::type_error("compute: expected None, 'native' or 'bf16', got " +
-                         std::string(py::str(compute.get_type().attr("__name__"))));
+    throw py::type_error(fmt::format("compute: expected None, 'native' or 'bf16', got {}", type_name(compute)));
   const std::string c = compute.cast<std::string>();
   if (c == "native") return Compute::native;
   if (c == "bf16") return Compute::bf16;
-  throw py::value_error("compute: expected 'native' or 'bf16', got '" + c + "'");
+  throw py::value_error(fmt::format("compute: expected 'native' or 'bf16', got '{}'", c));
 }
 
 py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle scale,
@@ -164,11 +164,11 @@ py::tuple merge_partials_py(const std::vector<py::object>& outs_obj, const std::
   std::vector<ArrayView> outs, lses;
   std::vector<TensorView> out_views, lse_views;
   for (std::size_t c = 0; c < outs_obj.size(); ++c) {
-    outs.push_back(as_view(("outs[" + std::to_string(c) + "]").c_str(), outs_obj[c], ArrayKind::floating));
+    outs.push_back(as_view(fmt::format("outs[{}]", c).c_str(), outs_obj[c], ArrayKind::floating));
     out_views.push_back(outs.back().view);
   }
   for (std::size_t c = 0; c < lses_obj.size(); ++c) {
-    lses.push_back(as_view(("lses[" + std::to_string(c) + "]").c_str(), lses_obj[c], ArrayKind::floating));
+    lses.push_back(as_view(fmt::format("lses[{}]", c).c_str(), lses_obj[c], ArrayKind::floating));
     lse_views.push_back(lses.back().view);
   }
   ArrayView out, lse;

@@ -1,6 +1,7 @@
 #include "distributed_bindings.h"
 
 #ifdef ATTNSCALE_HAVE_MPI
+#include <fmt/format.h>
 #include <mpi.h>
 #include <pybind11/stl.h>
 
@@ -26,7 +27,7 @@ distributed::Sharding parse_sharding(py::handle s, const Options& o) {
   const std::string name = py::str(s);
   if (name == "contiguous") return distributed::Sharding::contiguous;
   if (name == "zigzag") return distributed::Sharding::zigzag;
-  throw py::value_error("sharding: expected None, 'contiguous' or 'zigzag', got '" + name + "'");
+  throw py::value_error(fmt::format("sharding: expected None, 'contiguous' or 'zigzag', got '{}'", name));
 }
 
 MPI_Comm communicator(std::int64_t fortran_handle) {
@@ -104,7 +105,7 @@ void add_distributed(py::module_& m) {
         std::vector<std::tuple<std::int64_t, std::int64_t>> out;
         const auto s = sharding == "zigzag" ? distributed::Sharding::zigzag : distributed::Sharding::contiguous;
         if (sharding != "zigzag" && sharding != "contiguous")
-          throw py::value_error("sharding: expected 'contiguous' or 'zigzag', got '" + sharding + "'");
+          throw py::value_error(fmt::format("sharding: expected 'contiguous' or 'zigzag', got '{}'", sharding));
         for (const auto& seg : distributed::shard(n, ranks, rank, s)) out.emplace_back(seg.begin, seg.length);
         return out;
       },

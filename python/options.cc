@@ -10,8 +10,6 @@
 namespace attnscale::python {
 namespace {
 
-std::string type_name(py::handle obj) { return py::str(obj.get_type().attr("__name__")); }
-
 Scale parse_scale(py::handle scale) {
   if (scale.is_none()) return Scale{};
   if (py::isinstance<py::str>(scale)) return Scale::parse(scale.cast<std::string>());
@@ -73,7 +71,7 @@ std::vector<std::int64_t> offsets(const char* name, py::handle obj) {
   if (obj.is_none()) return {};
   const py::array a = py::array::ensure(obj);
   if (!a || a.ndim() != 1 || !(a.dtype().kind() == 'i' || a.dtype().kind() == 'u'))
-    throw py::type_error(std::string(name) + ": expected None or a 1-d sequence of integers, got " + type_name(obj));
+    throw py::type_error(fmt::format("{}: expected None or a 1-d sequence of integers, got {}", name, type_name(obj)));
   const auto ints = a.cast<py::array_t<std::int64_t, py::array::forcecast>>();
   return std::vector<std::int64_t>(ints.data(), ints.data() + ints.size());
 }
@@ -94,8 +92,8 @@ void add_extras(MaskedOptions& m, const Extras& e) {
   o.cu_seqlens_q = offsets("cu_seqlens_q", e.cu_seqlens_q);
   o.cu_seqlens_k = offsets("cu_seqlens_k", e.cu_seqlens_k);
   if (o.cu_seqlens_q.empty() != o.cu_seqlens_k.empty())
-    throw Error(std::string(o.cu_seqlens_q.empty() ? "cu_seqlens_q" : "cu_seqlens_k") +
-                ": required with " + (o.cu_seqlens_q.empty() ? "cu_seqlens_k" : "cu_seqlens_q"));
+    throw Error(o.cu_seqlens_q.empty() ? "cu_seqlens_q: required with cu_seqlens_k"
+                                       : "cu_seqlens_k: required with cu_seqlens_q");
 }
 
 }  // namespace attnscale::python

@@ -53,6 +53,15 @@ def _attend(q, k, v, options, want_probs=False):
     return out.transpose(-3, -2).contiguous(), lse, probs
 
 
+def _check_layout(q, k, v, layout):
+    """q, k and v are tensors with as many dimensions as `layout` ("[batch, seqlen, ...]") names."""
+    rank = layout.count(",") + 1
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor) or t.dim() != rank:
+            shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{name}: expected a {layout} tensor, got {shape}")
+
+
 def flash_attn_func(
     q,
     k,
@@ -80,9 +89,11 @@ def flash_attn_func(
     deterministic: accepted; attnscale's backward is always deterministic.
 
     Returns out [B, Nq, H, dv] (contiguous); with return_attn_probs, (out, softmax_lse [B, H, Nq],
-    S_dmask) as FlashAttention returns them: S_dmask is None without dropout, and under dropout the
-    probabilities [B, H, Nq, Nkv] (float32, float64 for float64 inputs; not rounded up to a block
-    size as on a GPU) before dropout, with the pairs dropout removed negated (negative: dropped).
+    S_dmask) in FlashAttention's order: S_dmask is the attention probabilities [B, H, Nq, Nkv]
+    (float32, float64 for float64 inputs; not rounded up to a block size as on a GPU) after softcap,
+    ALiBi and the masks, before dropout; under dropout the pairs it removed are negated (negative:
+    dropped), as FlashAttention encodes them. (FlashAttention itself gives no S_dmask without
+    dropout; here it is the plain softmax then.)
     They come from a second forward pass with the same dropout mask; like FlashAttention's, they
     are for testing and carry no gradient. A row with no visible key gives out 0 and softmax_lse
     +inf. Differentiable with respect to q, k and v.
@@ -95,12 +106,9 @@ def flash_attn_func(
         >>> out.sum().backward(); out.shape
         torch.Size([2, 10, 8, 16])
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 4:
-            shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name}: expected a [batch, seqlen, heads, headdim] tensor, got {shape}")
+    _check_layout(q, k, v, "[batch, seqlen, heads, headdim]")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[2], dropout_p)
-    out, lse, s_dmask = _attend(q, k, v, options, want_probs=return_attn_probs and dropout_p > 0)
+    out, lse, s_dmask = _attend(q, k, v, options, want_probs=return_attn_probs)
     return (out, lse, s_dmask) if return_attn_probs else out
 
 
@@ -146,8 +154,8 @@ def flash_attn_varlen_func(
     (a paged KV cache) must be None.
 
     Returns out [total_q, H, dv]; with return_attn_probs, (out, softmax_lse [H, total_q], S_dmask):
-    S_dmask None without dropout, else [batch, H, max_seqlen_q, max_seqlen_k], sequence b's
-    probabilities in its top-left corner (0 beyond its lengths), dropped pairs negated, as
+    S_dmask [batch, H, max_seqlen_q, max_seqlen_k], sequence b's probabilities in its top-left
+    corner (0 beyond its lengths), dropped pairs negated, as
     flash_attn_func's.
 
     Example:
@@ -159,10 +167,7 @@ def flash_attn_varlen_func(
     """
     if block_table is not None:
         raise ValueError("block_table: a paged KV cache is not supported here; pass None")
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != 3:
-            shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name}: expected a [total, heads, headdim] tensor, got {shape}")
+    _check_layout(q, k, v, "[total, heads, headdim]")
     cq = _offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
     ck = _offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
     if len(cq) != len(ck):
@@ -171,13 +176,12 @@ def flash_attn_varlen_func(
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[1], dropout_p)
     options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64).numpy(), cu_seqlens_k=cu_seqlens_k.to(torch.int64).numpy())
-    out, lse, packed = _attend(q, k, v, options, want_probs=return_attn_probs and dropout_p > 0)
+    out, lse, packed = _attend(q, k, v, options, want_probs=return_attn_probs)
     if not return_attn_probs:
         return out
-    s_dmask = None
-    if packed is not None:  # [H, total_q, total_k] block-diagonal -> [batch, H, max_seqlen_q, max_seqlen_k]
-        s_dmask = packed.new_zeros((len(cq) - 1, packed.shape[0], int(max_seqlen_q), int(max_seqlen_k)))
-        for b in range(len(cq) - 1):
-            nq, nk = cq[b + 1] - cq[b], ck[b + 1] - ck[b]
-            s_dmask[b, :, :nq, :nk] = packed[:, cq[b] : cq[b + 1], ck[b] : ck[b + 1]]
+    # [H, total_q, total_k] block-diagonal -> [batch, H, max_seqlen_q, max_seqlen_k]
+    s_dmask = packed.new_zeros((len(cq) - 1, packed.shape[0], int(max_seqlen_q), int(max_seqlen_k)))
+    for b in range(len(cq) - 1):
+        nq, nk = cq[b + 1] - cq[b], ck[b + 1] - ck[b]
+        s_dmask[b, :, :nq, :nk] = packed[:, cq[b] : cq[b + 1], ck[b] : ck[b + 1]]
     return out, lse, s_dmask

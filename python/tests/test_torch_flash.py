@@ -54,12 +54,13 @@ def operands(gen, case, dtype=torch.float64, grad=False):
 def test_matches_flash_attention_semantics(gen, case, dtype):
     q, k, v = operands(gen, case, dtype)
     opts = options(gen, case)
-    out, lse, probs = at.flash_attn_func(q, k, v, return_attn_probs=True, **opts)  # no dropout: no S_dmask
-    want, want_lse = torch_reference.flash(q, k, v, **opts)
-    assert out.shape == want.shape and out.dtype == dtype and out.is_contiguous() and probs is None
+    out, lse, probs = at.flash_attn_func(q, k, v, return_attn_probs=True, **opts)
+    want, want_lse, want_probs = torch_reference.flash(q, k, v, probs=True, **opts)
+    assert out.shape == want.shape and out.dtype == dtype and out.is_contiguous() and probs.shape == want_probs.shape
     tol = 1e-12 if dtype == torch.float64 else 2e-5
     torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
     torch.testing.assert_close(lse.double(), want_lse, rtol=tol, atol=tol)
+    torch.testing.assert_close(probs.double(), want_probs, rtol=tol, atol=tol)  # no dropout: no negated entries
 
 
 @pytest.mark.parametrize("case", CASES[1:], ids=[str(c[:7]) for c in CASES[1:]])
@@ -105,14 +106,16 @@ def test_varlen_equals_a_loop_over_the_sequences(gen, opts):
     q, k, v, cq, ck = varlen_operands(gen, lq, lk)
     if opts.get("alibi_slopes") == "per-batch":
         opts = dict(alibi_slopes=torch.rand(len(lq), 4, generator=gen))
-    out, lse, _ = at.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), return_attn_probs=True, **opts)
-    assert out.shape == q.shape and lse.shape == (4, sum(lq))
+    out, lse, probs = at.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), return_attn_probs=True, **opts)
+    assert out.shape == q.shape and lse.shape == (4, sum(lq)) and probs.shape == (len(lq), 4, max(lq), max(lk))
     for b in range(len(lq)):
         rows, keys = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
         per = dict(opts, alibi_slopes=opts["alibi_slopes"][b : b + 1]) if "alibi_slopes" in opts else opts
-        want, want_lse = torch_reference.flash(q[None, rows], k[None, keys], v[None, keys], **per)
+        want, want_lse, want_probs = torch_reference.flash(q[None, rows], k[None, keys], v[None, keys], probs=True, **per)
         torch.testing.assert_close(out[rows], want[0], rtol=1e-12, atol=1e-12)
         torch.testing.assert_close(lse[:, rows], want_lse[0], rtol=1e-12, atol=1e-12)
+        torch.testing.assert_close(probs[b, :, : lq[b], : lk[b]], want_probs[0], rtol=1e-12, atol=1e-12)
+        assert (probs[b, :, lq[b] :] == 0).all() and (probs[b, :, :, lk[b] :] == 0).all()
 
 
 def test_varlen_gradcheck_and_empty_key_sets(gen):
@@ -206,7 +209,6 @@ def test_varlen_attn_probs_under_dropout(gen):
         q, k, v, cq, ck, max(lq), max(lk), dropout_p=0.25, causal=True, return_attn_probs=True
     )
     assert s_dmask.shape == (5, 4, 7, 9)
-    assert at.flash_attn_varlen_func(q, k, v, cq, ck, max(lq), max(lk), return_attn_probs=True)[2] is None
     for b in range(len(lq)):
         nq, nk = lq[b], lk[b]
         assert (s_dmask[b, :, nq:] == 0).all() and (s_dmask[b, :, :, nk:] == 0).all()

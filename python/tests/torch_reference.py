@@ -99,8 +99,9 @@ def sdpa(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_
     return torch.nan_to_num(p, nan=0.0) @ value
 
 
-def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi_slopes=None, softcap=0.0):
-    """FlashAttention's documented semantics in float64, [B, N, H, d] layout: (out, lse).
+def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi_slopes=None, softcap=0.0, probs=False):
+    """FlashAttention's documented semantics in float64, [B, N, H, d] layout: (out, lse), and with
+    probs=True also the probabilities [B, H, Nq, Nkv].
 
     Diagonal bottom-right (query i at key i + Nkv - Nq); window (left, right), -1 unbounded;
     softcap c > 0 caps the scaled scores to c tanh(s / c), then ALiBi adds -slope * |i + Nkv - Nq - j|.
@@ -129,4 +130,5 @@ def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi
     scores = scores.masked_fill(~keep, -math.inf)
     lse = torch.logsumexp(scores, -1)
     p = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0)
-    return (p @ v).transpose(1, 2), lse.masked_fill(lse == -math.inf, math.inf)
+    out, lse = (p @ v).transpose(1, 2), lse.masked_fill(lse == -math.inf, math.inf)
+    return (out, lse, p) if probs else (out, lse)

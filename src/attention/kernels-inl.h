@@ -28,6 +28,28 @@ namespace hn = hwy::HWY_NAMESPACE;
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
+// a·b + c rounded once, on every target. Targets without a fused multiply-add (scalar, emulated
+// 128-bit) compute hn::MulAdd as a·b then + c, two roundings: every dot product of the GEMM and
+// the softmax gradient then errs about √2 times as much as on AVX2/AVX-512 (seen: the backward's
+// dq at d_k = 256 at 1.16x AVX2's error). The product of two floats is exact in double, so one
+// double add rounded to float gives the fused result (up to rare double roundings).
+#if HWY_TARGET == HWY_SCALAR
+HWY_INLINE VF FusedMulAdd(VF a, VF b, VF c) {
+  VF r;
+  r.raw = static_cast<float>(static_cast<double>(a.raw) * b.raw + c.raw);
+  return r;
+}
+#elif HWY_TARGET == HWY_EMU128
+HWY_INLINE VF FusedMulAdd(VF a, VF b, VF c) {
+  VF r;
+  for (size_t i = 0; i < sizeof(r.raw) / sizeof(float); ++i)
+    r.raw[i] = static_cast<float>(static_cast<double>(a.raw[i]) * b.raw[i] + c.raw[i]);
+  return r;
+}
+#else
+HWY_INLINE VF FusedMulAdd(VF a, VF b, VF c) { return hn::MulAdd(a, b, c); }
+#endif
+
 // Register blocking of the GEMM micro-kernel: MR rows of C by NR vectors of columns, all kept in
 // registers while the whole inner dimension streams through (AVX-512: 4 x 4 zmm = 16
 // accumulators + 4 B vectors of 32 registers; AVX2: 6 x 2 ymm = 12 + 2 of 16).
@@ -50,12 +72,12 @@ HWY_INLINE VF Exp2(DF d, VF x) {
   const VF n = hn::Round(xc);
   const VF f = hn::Sub(xc, n);
   VF p = hn::Set(d, 1.535336188319500e-4f);
-  p = hn::MulAdd(p, f, hn::Set(d, 1.339887440266574e-3f));
-  p = hn::MulAdd(p, f, hn::Set(d, 9.618437357674640e-3f));
-  p = hn::MulAdd(p, f, hn::Set(d, 5.550332471162809e-2f));
-  p = hn::MulAdd(p, f, hn::Set(d, 2.402264791363012e-1f));
-  p = hn::MulAdd(p, f, hn::Set(d, 6.931472028550421e-1f));
-  p = hn::MulAdd(p, f, hn::Set(d, 1.0f));
+  p = FusedMulAdd(p, f, hn::Set(d, 1.339887440266574e-3f));
+  p = FusedMulAdd(p, f, hn::Set(d, 9.618437357674640e-3f));
+  p = FusedMulAdd(p, f, hn::Set(d, 5.550332471162809e-2f));
+  p = FusedMulAdd(p, f, hn::Set(d, 2.402264791363012e-1f));
+  p = FusedMulAdd(p, f, hn::Set(d, 6.931472028550421e-1f));
+  p = FusedMulAdd(p, f, hn::Set(d, 1.0f));
   const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
   const VF r = hn::Mul(p, hn::BitCast(d, bits));
   return hn::IfThenElse(hn::IsNaN(x), x, r);
@@ -89,7 +111,7 @@ HWY_INLINE void MicroTile(DF d, size_t K, const float* HWY_RESTRICT A, size_t ar
                                      : hn::LoadU(d, B + k * ldb + r * L);
     for (size_t i = 0; i < MR; ++i) {
       const VF a = hn::Set(d, A[i * ars + k * acs]);
-      for (size_t r = 0; r < NR; ++r) acc[i][r] = hn::MulAdd(a, b[r], acc[i][r]);
+      for (size_t r = 0; r < NR; ++r) acc[i][r] = FusedMulAdd(a, b[r], acc[i][r]);
     }
   }
   for (size_t i = 0; i < MR; ++i)
@@ -240,10 +262,10 @@ HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT
 #pragma GCC unroll 8
     for (size_t i = 0; i < MR; ++i) {
       const VF a = hn::Set(d, A[i * ars + k * acs]);
-      acc[i][0] = ToRaw(hn::MulAdd(a, FromRaw(b0), FromRaw(acc[i][0])));
-      if constexpr (NR > 1) acc[i][1] = ToRaw(hn::MulAdd(a, FromRaw(b1), FromRaw(acc[i][1])));
-      if constexpr (NR > 2) acc[i][2] = ToRaw(hn::MulAdd(a, FromRaw(b2), FromRaw(acc[i][2])));
-      if constexpr (NR > 3) acc[i][3] = ToRaw(hn::MulAdd(a, FromRaw(b3), FromRaw(acc[i][3])));
+      acc[i][0] = ToRaw(FusedMulAdd(a, FromRaw(b0), FromRaw(acc[i][0])));
+      if constexpr (NR > 1) acc[i][1] = ToRaw(FusedMulAdd(a, FromRaw(b1), FromRaw(acc[i][1])));
+      if constexpr (NR > 2) acc[i][2] = ToRaw(FusedMulAdd(a, FromRaw(b2), FromRaw(acc[i][2])));
+      if constexpr (NR > 3) acc[i][3] = ToRaw(FusedMulAdd(a, FromRaw(b3), FromRaw(acc[i][3])));
     }
   }
 }
@@ -373,11 +395,11 @@ void DotTile(size_t nk, size_t rows, size_t dk, const float* HWY_RESTRICT K, siz
       VF a0 = hn::Zero(d), a1 = hn::Zero(d);
       size_t c = 0;
       for (; c + 2 * L <= full; c += 2 * L) {
-        a0 = hn::MulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
-        a1 = hn::MulAdd(hn::LoadU(d, k + c + L), hn::LoadU(d, q + c + L), a1);
+        a0 = FusedMulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
+        a1 = FusedMulAdd(hn::LoadU(d, k + c + L), hn::LoadU(d, q + c + L), a1);
       }
-      if (c < full) a0 = hn::MulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
-      if (full < dk) a1 = hn::MulAdd(hn::MaskedLoad(tail, d, k + full), hn::MaskedLoad(tail, d, q + full), a1);
+      if (c < full) a0 = FusedMulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
+      if (full < dk) a1 = FusedMulAdd(hn::MaskedLoad(tail, d, k + full), hn::MaskedLoad(tail, d, q + full), a1);
       St[r * lds + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
     }
   }
@@ -397,7 +419,7 @@ void GemvColumns(size_t M, size_t K, const float* HWY_RESTRICT A, size_t acs, co
     for (size_t k0 = 0; k0 < K || k0 == 0; k0 += InnerBlock(K)) {  // Gemm's inner-dimension blocks
       VF acc = hn::Zero(d);
       for (size_t k = k0; k < std::min(K, k0 + InnerBlock(K)); ++k)
-        acc = hn::MulAdd(hn::Set(d, B[k * ldb]), hn::MaskedLoad(valid, d, A + k * acs + m), acc);
+        acc = FusedMulAdd(hn::Set(d, B[k * ldb]), hn::MaskedLoad(valid, d, A + k * acs + m), acc);
       const int md = k0 == 0 ? mode : 1;
       if (md != 0) {
         VF old = hn::MaskedLoad(valid, d, C + m);
@@ -436,7 +458,7 @@ void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, fl
     }
     const VF a = ExpDiff(d, m_old, m_use);
     hn::StoreU(a, d, alpha + c);
-    hn::StoreU(hn::MulAdd(a, hn::LoadU(d, l + c), sum), d, l + c);
+    hn::StoreU(FusedMulAdd(a, hn::LoadU(d, l + c), sum), d, l + c);
     hn::StoreU(m_new, d, m + c);
   }
 }

@@ -202,6 +202,12 @@ void check_ints_in(const Args& a, const std::string& flag, std::int64_t lo, std:
                   std::to_string(v));
 }
 
+void check_one_number(const Args& a, const std::string& flag, const std::string& what,
+                      const std::function<bool(double)>& fits) {
+  const auto v = a.doubles(flag);
+  if (v.size() != 1 || (fits && !fits(v[0]))) throw Error("--" + flag + ": expected one " + what);
+}
+
 std::vector<std::vector<std::string>> n_d_points(const Args& a) {
   std::vector<std::vector<std::string>> pts;
   for (auto n : a.ints("n"))

@@ -52,6 +52,11 @@ void check_scalings(const std::vector<std::string>& rules, const std::vector<std
 // outside [lo, hi]. A bound that is a power of two above 2^16 is written 2^k.
 void check_ints_in(const Args& a, const std::string& flag, std::int64_t lo, std::int64_t hi);
 
+// Throws "--flag: expected one <what>" unless the flag holds exactly one number and `fits` (if
+// given) accepts it: check_one_number(a, "sigma", "positive number", [](double v) { return v > 0; }).
+void check_one_number(const Args& a, const std::string& flag, const std::string& what = "number",
+                      const std::function<bool(double)>& fits = {});
+
 // The points (n, d) for every n of --n and, within it, every d of --d.
 std::vector<std::vector<std::string>> n_d_points(const Args& a);
 

@@ -96,12 +96,23 @@ std::pair<double, double> y_extent(const LinePanel& p) {
 }
 
 // A panel with reference lines gets an explicit range with room around them, so a line on the
-// data's edge is not drawn on the axis itself; otherwise gnuplot's autoscale (NaN: "*").
+// data's edge is not drawn on the axis itself; otherwise gnuplot's autoscale (NaN: "*"). A labelled
+// line beyond every curve gets a tenth of the height more on its side, room for its label there.
+bool label_beyond_curves(const LinePanel& p, bool low) {
+  double curves_lo = INFINITY, curves_hi = -INFINITY;
+  for (const Series& s : p.series)
+    for (double v : s.y)
+      if (std::isfinite(v) && (!p.logy || v > 0)) curves_lo = std::min(curves_lo, v), curves_hi = std::max(curves_hi, v);
+  for (const RefLine& r : p.refs)
+    if (!r.label.empty() && (low ? r.y <= curves_lo : r.y >= curves_hi)) return true;
+  return false;
+}
 double y_low(const LinePanel& p) {
   if (p.ymin) return *p.ymin;
   if (p.refs.empty()) return NAN;
   const auto [lo, hi] = y_extent(p);
   if (!std::isfinite(lo)) return NAN;
+  if (label_beyond_curves(p, true)) return p.logy ? lo / std::max(1.6, std::pow(hi / lo, 0.12)) : lo - 0.12 * (hi - lo);
   return p.logy ? lo / 1.6 : lo - 0.06 * std::max(hi - lo, 1e-12);
 }
 double y_high(const LinePanel& p) {
@@ -109,27 +120,32 @@ double y_high(const LinePanel& p) {
   if (p.refs.empty()) return NAN;
   const auto [lo, hi] = y_extent(p);
   if (!std::isfinite(hi)) return NAN;
+  if (label_beyond_curves(p, false)) return p.logy ? hi * std::max(1.6, std::pow(hi / lo, 0.12)) : hi + 0.12 * (hi - lo);
   return p.logy ? hi * 1.6 : hi + 0.06 * std::max(hi - lo, 1e-12);
 }
 std::string num_or_auto(double v) { return std::isnan(v) ? "*" : num(v); }
 
 // Where a reference line's label goes: of the right end, the left end and the middle, above or
-// below the line, the box (a quarter of the width, a tenth of the height, beside the line) that the
-// fewest curve samples fall in (curves sampled between their points, in the axes' own scales);
-// ties go to the earlier of right, left, middle and of above, below.
-std::string label_place(const LinePanel& p, double y) {
+// below the line, the box the label's text takes (about 2.4% of the width a character, at least a
+// quarter; 1.5% to 9% of the height off the line) that the fewest curve samples fall in (curves
+// sampled between their points, in the axes' own scales; a curve on the line itself does not
+// count); ties go to the earlier of right, left, middle and of above, below.
+std::string label_place(const LinePanel& p, double y, const std::string& label) {
   double xlo = INFINITY, xhi = -INFINITY;
   for (const Series& s : p.series)
     for (double x : s.x)
       if (std::isfinite(x) && (!p.logx || x > 0)) xlo = std::min(xlo, x), xhi = std::max(xhi, x);
   const double ylo = y_low(p), yhi = y_high(p);
+  const double chars =
+      static_cast<double>(std::count_if(label.begin(), label.end(), [](char c) { return (c & 0xC0) != 0x80; }));
+  const double w = std::min(1.0, std::max(0.25, 0.024 * chars));
   struct Spot {
     double x0, x1;  // the box's horizontal extent, as a fraction of the width
     const char* at;
   };
-  static constexpr Spot kSpots[] = {{0.75, 1.0, "at graph 0.99, first {} right offset 0, {}"},
-                                    {0.0, 0.25, "at graph 0.01, first {} left offset 0, {}"},
-                                    {0.375, 0.625, "at graph 0.5, first {} center offset 0, {}"}};
+  const Spot kSpots[] = {{1 - w, 1.0, "at graph 0.99, first {} right offset 0, {}"},
+                         {0.0, w, "at graph 0.01, first {} left offset 0, {}"},
+                         {0.5 - w / 2, 0.5 + w / 2, "at graph 0.5, first {} center offset 0, {}"}};
   const auto place = [&](const Spot& spot, bool above) {
     return fmt::format(fmt::runtime(spot.at), num(y), above ? "0.7" : "-0.7");
   };
@@ -142,7 +158,7 @@ std::string label_place(const LinePanel& p, double y) {
   for (int c = 0; c < 6; ++c) {
     const Spot& spot = kSpots[c / 2];
     const bool above = c % 2 == 0;
-    const double y0 = above ? fy0 : fy0 - 0.1, y1 = above ? fy0 + 0.1 : fy0;
+    const double y0 = above ? fy0 + 0.015 : fy0 - 0.09, y1 = above ? fy0 + 0.09 : fy0 - 0.015;
     int hits = y0 < 0 || y1 > 1 ? 1000 : 0;  // a label beside the frame would sit on the axis
     for (const Series& s : p.series)
       for (std::size_t i = 0; i + 1 < s.x.size(); ++i)
@@ -188,9 +204,9 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
   int arrow = 1;
   for (const RefLine& r : p.refs) {
     gp << "set arrow " << arrow++ << " from graph 0, first " << num(r.y) << " to graph 1, first "
-       << num(r.y) << " nohead dt 3 lw 1.4 lc rgb '" << r.colour << "' back\n";
+       << num(r.y) << " nohead dt 3 lw 1.4 lc rgb '" << r.colour << "' front\n";
     if (!r.label.empty())
-      gp << "set label " << arrow << " " << quote(r.label) << " " << label_place(p, r.y) << " tc rgb '" << r.colour
+      gp << "set label " << arrow << " " << quote(r.label) << " " << label_place(p, r.y, r.label) << " tc rgb '" << r.colour
          << "'\n";
   }
 

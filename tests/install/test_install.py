@@ -3,12 +3,13 @@
 `cmake --install` into a temporary prefix, then: README.md's C++ example (extracted as written)
 built by a separate CMake project through find_package(attnscale) against the shared and the static
 library, and by g++ through pkg-config; the installed CLI and Python package; the Debian package
-from cpack, unpacked and also installed with dpkg -i (as root) and removed again; the wheel from
+from cpack, unpacked and also installed with dpkg -i (as root) and purged again; the wheel from
 `pip install .` in a venv. Also: a project that adds attnscale with
 add_subdirectory() configures without the test, CLI and Python dependencies and keeps its own
 settings. ATTNSCALE_BUILD names the built build folder (`make test` sets it); the install, the
 package and the wheel reuse what it built.
 """
+import fcntl
 import os
 import pathlib
 import re
@@ -101,16 +102,23 @@ add_subdirectory({ROOT} attnscale)
 add_executable(app app.cc)
 target_link_libraries(app PRIVATE attnscale::attnscale)
 get_directory_property(options COMPILE_OPTIONS)
+set(mpi_global "")
+if(TARGET MPI::MPI_CXX)
+  get_target_property(mpi_global MPI::MPI_CXX IMPORTED_GLOBAL)
+endif()
 file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
-     "runtime=${{CMAKE_RUNTIME_OUTPUT_DIRECTORY}};options=${{options}};type=${{CMAKE_BUILD_TYPE}}")
+     "runtime=${{CMAKE_RUNTIME_OUTPUT_DIRECTORY}};library=${{CMAKE_LIBRARY_OUTPUT_DIRECTORY}};"
+     "archive=${{CMAKE_ARCHIVE_OUTPUT_DIRECTORY}};options=${{options}};type=${{CMAKE_BUILD_TYPE}};"
+     "mpi_global=${{mpi_global}}")
 """)
     (parent / "app.cc").write_text('#include "attnscale/attention.h"\nint main() { return 0; }\n')
     build = tmp_path / "build"
     run(["cmake", "-S", parent, "-B", build, "-G", "Ninja"])
-    assert (build / "seen.txt").read_text() == "runtime=;options=;type="
+    assert (build / "seen.txt").read_text() == "runtime=;library=;archive=;options=;type=;mpi_global="
     cache = (build / "CMakeCache.txt").read_text()
     for dependency in ["GTest_DIR", "GTEST_INCLUDE_DIR", "CLI11_DIR", "pybind11_DIR", "nlohmann_json_DIR",
-                       "benchmark_DIR", "Torch_DIR", "Python3_EXECUTABLE", "MPI_CXX_COMPILER", "MPI_CXX_LIB_NAMES"]:
+                       "benchmark_DIR", "Torch_DIR", "TORCH_LIBRARY", "Python3_EXECUTABLE", "MPI_CXX_COMPILER",
+                       "MPI_CXX_LIB_NAMES", "MPI_CXX_FOUND"]:
         assert dependency not in cache, f"add_subdirectory(attnscale) looked for {dependency}"
     assert "hwy_DIR" in cache
     targets = run(["cmake", "--build", build, "--target", "help"]).stdout
@@ -141,11 +149,16 @@ def test_debian_package_installs_and_runs(tmp_path):
     assert where.strip().startswith(str(site)), where
 
 
-def test_debian_package_dpkg_install_and_remove(example, tmp_path):
-    # The real thing: dpkg -i, the installed CLI, Python package and CMake package, then dpkg -r,
+def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
+    # The real thing: dpkg -i, the installed CLI, Python package and CMake package, then dpkg --purge,
     # leaving the machine as it was. It needs root and a machine without attnscale installed (CI's).
     if os.geteuid() != 0:
         pytest.fail("dpkg -i needs root (CI runs make test as root)")
+    # /usr is shared by every process on the machine: a second run of this test (another build
+    # folder's `make test-install`) waits here instead of installing over or removing this one's.
+    lock = open("/var/lock/attnscale-dpkg-test.lock", "w")
+    fcntl.flock(lock, fcntl.LOCK_EX)
+    request.addfinalizer(lock.close)
     installed = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
     assert "install ok installed" not in installed.stdout, "attnscale is already installed here; dpkg -r it first"
     run(["cpack", "-G", "DEB"], cwd=BUILD)
@@ -163,10 +176,11 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path):
         run(["cmake", "--build", consumer])
         assert EXAMPLE_OUTPUT.search(run([consumer / "example_shared"]).stdout)
     finally:
-        subprocess.run(["dpkg", "-r", "attnscale"], capture_output=True)
+        # --purge, not -r: dpkg keeps no record of the package ("config-files") afterwards.
+        subprocess.run(["dpkg", "--purge", "attnscale"], capture_output=True)
     assert not pathlib.Path("/usr/bin/attnscale").exists()
     gone = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
-    assert "install ok installed" not in gone.stdout
+    assert gone.returncode != 0, f"dpkg still knows attnscale: {gone.stdout}"
 
 
 def test_wheel_installs_into_a_venv(tmp_path):

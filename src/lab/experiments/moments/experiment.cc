@@ -139,11 +139,9 @@ Experiment make_moments() {
   e.param_names = {"proposition", "case", "d", "dist", "claim"};
   e.points = [](const Args& a) {
     check_ints_in(a, "d", 1, 1 << 20);
-    if (a.doubles("mu").size() != 1) throw Error("--mu: expected one number");
-    const auto rho = a.doubles("rho");
-    if (rho.size() != 1 || !(std::abs(rho[0]) <= 1)) throw Error("--rho: expected one number in [-1, 1]");
-    const auto c = a.doubles("c");
-    if (c.size() != 1 || !(c[0] >= 0 && c[0] <= 1)) throw Error("--c: expected one number in [0, 1]");
+    check_one_number(a, "mu");
+    check_one_number(a, "rho", "number in [-1, 1]", [](double v) { return std::abs(v) <= 1; });
+    check_one_number(a, "c", "number in [0, 1]", [](double v) { return v >= 0 && v <= 1; });
     std::vector<std::string> dists;
     for (const auto& w : a.words("dist")) dists.push_back(Dist::parse(w).name());
     std::vector<std::vector<std::string>> pts;

@@ -131,8 +131,8 @@ Experiment make_projections() {
     check_scalings(a.words("init"), kInits, "init");
     for (const auto& w : a.words("layernorm"))
       if (w != "on" && w != "off") throw Error("--layernorm: expected off or on, got '" + w + "'");
-    if (a.doubles("x-mean").size() != 1) throw Error("--x-mean: expected one number");
-    if (a.doubles("x-std").size() != 1 || !(a.doubles("x-std")[0] > 0)) throw Error("--x-std: expected one positive number");
+    check_one_number(a, "x-mean");
+    check_one_number(a, "x-std", "positive number", [](double v) { return v > 0; });
     std::vector<std::vector<std::string>> pts;
     for (const auto& init : a.words("init"))
       for (const auto& ln : a.words("layernorm"))

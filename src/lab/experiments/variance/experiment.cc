@@ -80,9 +80,8 @@ Experiment make_variance() {
   e.points = [](const Args& a) {
     check_ints_in(a, "d", 1, 1 << 24);
     check_scalings(a.words("scaling"), {"none", "sqrt", "linear"}, "scaling");
-    if (a.doubles("mu").size() != 1) throw Error("--mu: expected one number");
-    if (a.doubles("sigma").size() != 1 || !(a.doubles("sigma")[0] > 0))
-      throw Error("--sigma: expected one positive number");
+    check_one_number(a, "mu");
+    check_one_number(a, "sigma", "positive number", [](double v) { return v > 0; });
     std::vector<std::vector<std::string>> pts;
     for (const auto& w : a.words("dist")) pts.push_back({Dist::parse(w).name()});
     return pts;
