@@ -32,13 +32,13 @@ std::vector<Figure> figures(const lab::ResultTable& t) {
   f.height = 430;
   LinePanel& a = f.lines("Column-wise P: row sums (rows of attention's P sum to 1)", "N", "row sum of P'");
   a.logx = true;
-  a.key_position = "top left";
+  a.key_position = "center left";
   a.series.push_back(series(t, "n", "row_sum_max", {{"d", d}, {"normalisation", "column"}}, "largest row sum"));
   a.series.push_back(series(t, "n", "row_sum_min", {{"d", d}, {"normalisation", "column"}}, "smallest row sum"));
   a.refs.push_back({1, "1 (attention)"});
   LinePanel& b = f.lines("Column-wise output against attention's", "N", "");
   b.logx = true;
-  b.key_position = "top left";
+  b.key_position = "center right";
   b.series.push_back(series(t, "n", "output_rel_diff", {{"d", d}, {"normalisation", "column"}}, "‖O' − O‖/‖O‖"));
   b.series.push_back(series(t, "n", "causal_leak", {{"d", d}, {"normalisation", "column"}}, "causal leak, column-wise"));
   b.series.push_back(series(t, "n", "causal_leak", {{"d", d}, {"normalisation", "row"}}, "causal leak, row-wise"));
