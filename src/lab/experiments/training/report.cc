@@ -145,8 +145,8 @@ Judged judged(const lab::ResultTable& t, const Slice& s) {
   return j;
 }
 
-// Within 2% of the 1/√d loss: the tolerance of "trains as well" (a difference a reader would not
-// act on at this size).
+// At most 2% above the 1/√d loss (or below it): the tolerance of "trains as well" (a difference a
+// reader would not act on at this size). One-sided: a rule that trains better is as good.
 bool as_good(const lab::Row& x, const lab::Row& ref) { return x.mean <= ref.mean * 1.02; }
 
 Slots slots(const lab::ResultTable& t) {
@@ -250,7 +250,7 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
                    "W_{q}'s initialisation (T5), reaches the same loss",
                    fmt::format("best loss over η: 1/√d {}, unscaled {}, folded {} ({})", fmt_ci(*j.best_sqrt),
                                fmt_ci(*j.best_none), fmt_ci(*j.best_folded), where),
-                   "supported when both the unscaled and the folded best losses are within 2% of 1/√d's; refuted "
+                   "supported when both the unscaled and the folded best losses are at most 2% above 1/√d's; refuted "
                    "when neither is; mixed when one is",
                    none_ok && folded_ok ? Verdict::supported : none_ok || folded_ok ? Verdict::mixed : Verdict::refuted});
   }
