@@ -46,7 +46,7 @@ const std::map<std::string, Grid>& grids() {
       {"quick", {{{"torch-check", "sqrt"}, {"task", "lm"}, {"d-head", "16"}, {"lr", "0.001,0.01,0.1"}, {"seeds", "2"}, {"steps", "30"},
                   {"seq-len", "32"}, {"batch", "8"}, {"d-model", "32"}, {"layers", "2"}, {"heads", "2"},
                   {"log-every", "5"}}}},
-      {"default", {{{"torch-check", "none,sqrt"}, {"task", "lm"}, {"d-head", "64"}, {"lr", "0.001,0.003,0.01,0.03,0.1"}, {"seeds", "3"},
+      {"default", {{{"torch-check", "none,sqrt"}, {"task", "lm"}, {"d-head", "64"}, {"lr", "0.001,0.003,0.01,0.03,0.1,0.3,1"}, {"seeds", "3"},
                     {"steps", "100"}, {"seq-len", "64"}, {"batch", "8"}, {"d-model", "64"}, {"layers", "2"},
                     {"heads", "2"}, {"log-every", "10"}}}},
       {"full", {{{"torch-check", "none,sqrt"}, {"task", "lm,mqar"}, {"d-head", "16,64,256"},
