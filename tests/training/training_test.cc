@@ -160,6 +160,35 @@ TEST(TrainingRun, LossAgreesWithTorchAttentionForEveryScaling) {
   }
 }
 
+// Rotary positions, the same check: both attentions see the same rotated q and k.
+TEST(TrainingRun, RotaryPositionsAgreeWithTorchAttention) {
+  at::set_num_threads(1);
+  for (const std::string scaling : {"sqrt", "none", "qk-norm"}) {
+    RunConfig ca = tiny(scaling, "attnscale", 1e-3), ct = tiny(scaling, "torch", 1e-3);
+    ca.model.positions = ct.model.positions = "rotary";
+    const RunRecord a = train(ca), t = train(ct);
+    ASSERT_EQ(a.steps.size(), 20u) << scaling;
+    for (std::size_t s = 0; s < 20; ++s)
+      EXPECT_LE(std::abs(a.steps[s].train_loss - t.steps[s].train_loss) / t.steps[s].train_loss, 1e-4)
+          << scaling << " step " << s;
+    EXPECT_LT(a.steps.back().train_loss, a.steps.front().train_loss) << scaling << " should learn";
+  }
+}
+
+// The rotation: norms kept, and q_p·k_r a function of p − r only.
+TEST(TrainingModel, RotaryDotProductsDependOnRelativePosition) {
+  torch::manual_seed(3);
+  const torch::Tensor base_q = torch::randn({8}, torch::kFloat64), base_k = torch::randn({8}, torch::kFloat64);
+  // The same q at every position and the same k: rotated, q_p·k_r must equal q_{p+1}·k_{r+1}.
+  const torch::Tensor q = rotary(base_q.expand({1, 1, 6, 8}).contiguous()), k = rotary(base_k.expand({1, 1, 6, 8}).contiguous());
+  const torch::Tensor dots = torch::matmul(q[0][0], k[0][0].t());  // [6, 6]
+  for (int p = 0; p + 1 < 6; ++p)
+    for (int r = 0; r + 1 < 6; ++r)
+      EXPECT_NEAR(dots[p][r].item<double>(), dots[p + 1][r + 1].item<double>(), 1e-12) << p << "," << r;
+  EXPECT_NEAR(q.norm(2, {3}).max().item<double>(), base_q.norm().item<double>(), 1e-12);
+  EXPECT_NEAR(dots[0][0].item<double>(), base_q.dot(base_k).item<double>(), 1e-12);  // position 0: no rotation
+}
+
 TEST(TrainingRun, AdditiveAttentionTrains) {
   at::set_num_threads(1);
   const RunRecord r = train(tiny("additive", "attnscale", 1e-2));

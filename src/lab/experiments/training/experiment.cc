@@ -46,7 +46,7 @@ const std::map<std::string, Grid>& grids() {
       {"quick", {{{"torch-check", "sqrt"}, {"task", "lm"}, {"d-head", "16"}, {"lr", "0.001,0.01,0.1"}, {"seeds", "2"}, {"steps", "30"},
                   {"seq-len", "32"}, {"batch", "8"}, {"d-model", "32"}, {"layers", "2"}, {"heads", "2"},
                   {"log-every", "5"}}}},
-      {"default", {{{"torch-check", "none,sqrt"}, {"task", "lm"}, {"d-head", "64"}, {"lr", "0.001,0.003,0.01,0.03,0.1"}, {"seeds", "3"},
+      {"default", {{{"torch-check", "none,sqrt"}, {"task", "lm"}, {"d-head", "64"}, {"lr", "0.001,0.003,0.01,0.03,0.1,0.3,1"}, {"seeds", "3"},
                     {"steps", "100"}, {"seq-len", "64"}, {"batch", "8"}, {"d-model", "64"}, {"layers", "2"},
                     {"heads", "2"}, {"log-every", "10"}}}},
       {"full", {{{"torch-check", "none,sqrt"}, {"task", "lm,mqar"}, {"d-head", "16,64,256"},
@@ -112,6 +112,7 @@ RunConfig run_config(const Args& r, const std::vector<std::string>& point) {
   c.model.attention = point[1];
   c.model.scaling = point[2];
   c.model.d_head = std::stoll(point[3]);
+  c.model.positions = r.get("positions");
   c.lr = std::stod(point[4]);
   c.seed = run_seed(r.seed, std::stoll(point[5]));
   c.task.corpus = r.get("corpus");
@@ -132,6 +133,10 @@ std::vector<std::vector<std::string>> training_points(const Args& a) {
   check_scalings(attentions, {"attnscale", "torch"}, "attention");
   check_scalings(scalings, training::scaling_rules(), "scaling");
   check_ints_in(r, "d-head", 1, 1024);
+  check_scalings({r.get("positions")}, {"learned", "rotary"}, "positions");
+  if (r.get("positions") == "rotary")
+    for (auto d : r.ints("d-head"))
+      if (d % 2 != 0) throw Error("--positions: rotary needs even head dimensions, got --d-head " + std::to_string(d));
   const auto lrs = r.doubles("lr");
   for (double lr : lrs)
     if (!(lr > 0)) throw Error("--lr: each value must be positive, got " + format_number(lr));
@@ -319,6 +324,7 @@ Experiment make_training() {
       {"seq-len", "grid", "sequence length N (mqar: 4 x key-value pairs)"},
       {"batch", "grid", "sequences per step"},
       {"d-model", "grid", "width of the residual stream"},
+      {"positions", "learned", "learned (position embeddings added to the input) or rotary (RoPE on q and k)"},
       {"layers", "grid", "Transformer blocks"},
       {"heads", "grid", "attention heads per block"},
       {"log-every", "grid", "steps between logged steps (validation, logits, entropy, gradients)"},

@@ -19,6 +19,15 @@ double scaling_factor(const std::string& rule, std::int64_t d_head) {
   throw Error("--scaling: unknown rule '" + rule + "'");
 }
 
+torch::Tensor rotary(const torch::Tensor& x) {
+  const std::int64_t n = x.size(2), half = x.size(3) / 2;
+  const torch::Tensor theta = torch::pow(10000.0, torch::arange(half, torch::kFloat64) * (-2.0 / static_cast<double>(x.size(3))));
+  const torch::Tensor angle = torch::arange(n, torch::kFloat64).unsqueeze(1) * theta.unsqueeze(0);  // [N, d/2]
+  const torch::Tensor cos = angle.cos().to(x.scalar_type()), sin = angle.sin().to(x.scalar_type());
+  const torch::Tensor x1 = x.narrow(3, 0, half), x2 = x.narrow(3, half, half);
+  return torch::cat({x1 * cos - x2 * sin, x1 * sin + x2 * cos}, 3);
+}
+
 BlockImpl::BlockImpl(const ModelConfig& c) : c_(c) {
   const std::int64_t inner = c.n_heads * c.d_head;
   ln1 = register_module("ln1", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
@@ -51,6 +60,10 @@ torch::Tensor BlockImpl::forward(const torch::Tensor& x, AttentionProbe* probe) 
     q = q_norm(q);
     k = k_norm(k);
   }
+  if (c_.positions == "rotary") {
+    q = rotary(q);
+    k = rotary(k);
+  }
   if (log_temperature.defined()) q = q * log_temperature.exp().view({1, c_.n_heads, 1, 1});
   torch::Tensor a;
   if (c_.scaling == "additive") {
@@ -70,8 +83,12 @@ DecoderImpl::DecoderImpl(const ModelConfig& c) : c_(c) {
   if (c.attention != "attnscale" && c.attention != "torch")
     throw Error("--attention: expected attnscale or torch, got '" + c.attention + "'");
   scaling_factor(c.scaling, c.d_head);  // validates the rule
+  if (c.positions != "learned" && c.positions != "rotary")
+    throw Error("--positions: expected learned or rotary, got '" + c.positions + "'");
+  if (c.positions == "rotary" && c.d_head % 2 != 0)
+    throw Error("--positions: rotary needs an even head dimension, got d_head " + std::to_string(c.d_head));
   tok_emb = register_module("tok_emb", torch::nn::Embedding(c.vocab, c.d_model));
-  pos_emb = register_parameter("pos_emb", torch::zeros({c.seq_len, c.d_model}));
+  if (c.positions == "learned") pos_emb = register_parameter("pos_emb", torch::zeros({c.seq_len, c.d_model}));
   for (std::int64_t l = 0; l < c.n_layers; ++l)
     blocks.push_back(register_module("block" + std::to_string(l), Block(c)));
   ln_f = register_module("ln_f", torch::nn::LayerNorm(torch::nn::LayerNormOptions({c.d_model})));
@@ -80,7 +97,8 @@ DecoderImpl::DecoderImpl(const ModelConfig& c) : c_(c) {
 
 torch::Tensor DecoderImpl::forward(const torch::Tensor& tokens, std::vector<AttentionProbe>* probes) {
   const auto n = tokens.size(1);
-  torch::Tensor x = tok_emb(tokens) + pos_emb.slice(0, 0, n);
+  torch::Tensor x = tok_emb(tokens);
+  if (pos_emb.defined()) x = x + pos_emb.slice(0, 0, n);
   for (std::size_t l = 0; l < blocks.size(); ++l)
     x = blocks[l]->forward(x, probes != nullptr ? &(*probes)[l] : nullptr);
   return head(ln_f(x));
@@ -101,7 +119,7 @@ void DecoderImpl::initialise(at::Generator& generator) {
   torch::NoGradGuard no_grad;
   auto normal = [&](torch::Tensor& t, double variance) { t.normal_(0, std::sqrt(variance), generator); };
   normal(tok_emb->weight, 1);
-  normal(pos_emb, 0.01);
+  if (pos_emb.defined()) normal(pos_emb, 0.01);
   const double layers2 = 2.0 * static_cast<double>(c_.n_layers);
   const std::int64_t inner = c_.n_heads * c_.d_head;
   for (auto& blk : blocks) {

@@ -4,8 +4,9 @@
 // Shapes: tokens [B, N] (int64) → logits [B, N, V]. Inside a block, x [B, N, D];
 // q, k, v [B, H, N, d_head] (views of the qkv projection [B, N, 3, H, d_head]).
 //
-//   x = tok_emb[tokens] + pos_emb[:N]                 (learned positions)
-//   per block:  x += W_o · attention(LN(x))           (causal; the scaling rule below)
+//   x = tok_emb[tokens] + pos_emb[:N]                 (learned positions; rotary: tok_emb only)
+//   per block:  x += W_o · attention(LN(x))           (causal; the scaling rule below; rotary
+//                                                      positions rotate q and k first)
 //               x += W_2 · GELU(W_1 · LN(x))
 //   logits = W_head · LN(x)
 #pragma once
@@ -33,10 +34,17 @@ const std::vector<std::string>& scaling_rules();
 // The factor s given to the attention op (additive: unused).
 double scaling_factor(const std::string& rule, std::int64_t d_head);
 
+// Rotary positions (Su et al., RoFormer; the half split of GPT-NeoX): in x [B, H, N, d], the pair
+// of dimensions (i, i + d/2) at position p is rotated by the angle p·θ_i, θ_i = 10000^(−2i/d).
+// A rotation by p·θ and one by r·θ leave the dot product depending on p − r only, so q_p·k_r sees
+// relative position. d must be even.
+torch::Tensor rotary(const torch::Tensor& x);
+
 struct ModelConfig {
   std::int64_t vocab = 0, seq_len = 64, d_model = 64, n_layers = 2, n_heads = 2, d_head = 64;
   std::string scaling = "sqrt";
   std::string attention = "attnscale";  // or "torch"
+  std::string positions = "learned";    // or "rotary" (RoPE on q and k; needs an even d_head)
   int threads = 1;                      // attnscale kernel threads
 };
 
