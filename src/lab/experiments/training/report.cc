@@ -13,6 +13,20 @@
 namespace attnscale::report {
 namespace {
 
+// The seed and step counts the runs used, read from the rows: the recorded flags keep "grid"
+// where a --grid preset supplied the value.
+std::string seeds_used(const lab::ResultTable& t) {
+  std::int64_t n = 0;
+  for (const std::string& v : values(t, "seed")) n += v != "all";
+  return std::to_string(n);
+}
+std::string steps_used(const lab::ResultTable& t) {
+  std::int64_t last = -1;
+  for (const lab::Row& r : t.rows)
+    if (r.metric == "train_loss" && is_number(param(t, r, "step"))) last = std::max<std::int64_t>(last, std::stoll(param(t, r, "step")));
+  return std::to_string(last + 1);
+}
+
 // The configuration the section reads: the first task and the largest head dimension of the run,
 // attnscale's attention.
 struct Slice {
@@ -185,8 +199,8 @@ Slots slots(const lab::ResultTable& t) {
             {"lr_mid", s.lr_mid},
             {"lr_low", s.lrs.front()},
             {"lrs", fmt::format("{}", fmt::join(s.lrs, ", "))},
-            {"seeds", flag(t, "seeds")},
-            {"steps", flag(t, "steps")},
+            {"seeds", seeds_used(t)},
+            {"steps", steps_used(t)},
             {"grid", flag(t, "grid")},
             {"loss_table", md_table(header, table)},
             {"best_none", fmt_ci(*j.best_none)},
@@ -222,8 +236,8 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
   const Slice s = slice(t);
   const Judged j = judged(t, s);
   const std::string where =
-      fmt::format("{} steps of {}, d_head = {}, η ∈ {{{}}}, {} seeds", flag(t, "steps"), s.task, s.d,
-                  fmt::join(s.lrs, ", "), flag(t, "seeds"));
+      fmt::format("{} steps of {}, d_head = {}, η ∈ {{{}}}, {} seeds", steps_used(t), s.task, s.d,
+                  fmt::join(s.lrs, ", "), seeds_used(t));
   std::vector<Evidence> out;
   // Stabilise: a lower LR sensitivity (CIs apart) or fewer diverging learning rates with the scale.
   {
