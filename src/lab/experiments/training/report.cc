@@ -116,6 +116,7 @@ std::vector<Figure> figures(const lab::ResultTable& t) {
   const auto drift_rows = select(t, "loss_rel_diff", {{"task", s.task}, {"attention", "both"}, {"d_head", s.d}});
   if (!drift_rows.empty()) {
     Figure f{"training_drift"};
+    f.legend_below = true;
     LinePanel& p = f.lines("attnscale against PyTorch's attention: |ΔL| / L per step, seed 0", "step",
                            "relative difference of the training loss");
     p.logy = true;
@@ -257,6 +258,7 @@ Slots slots(const lab::ResultTable& t) {
                     last_sqrt = last_logged_step(t, s, "sqrt", s.lr_mid);
   const double ent0_none = at("none", "entropy", "0"), ent0_sqrt = at("sqrt", "entropy", "0");
   const double logit_none = at("none", "max_logit", last_none), logit_sqrt = at("sqrt", "max_logit", last_sqrt);
+  const double logit_folded = at("folded", "max_logit", last_logged_step(t, s, "folded", s.lr_mid));
   const double gq0_none = at("none", "grad_q", "0"), gq0_sqrt = at("sqrt", "grad_q", "0");
 
   Slots out{{"task", s.task == "lm" ? "next-byte prediction on the fortunes text" : "multi-query associative recall"},
@@ -291,6 +293,9 @@ Slots slots(const lab::ResultTable& t) {
             {"ent0_sqrt", fmt(ent0_sqrt, 3)},
             {"logit_none", fmt(logit_none, 3)},
             {"logit_sqrt", fmt(logit_sqrt, 3)},
+            {"logit_folded", fmt(logit_folded, 3)},
+            // "Grows" when the folded model's largest logit ends above twice the scaled one's.
+            {"folded_logits_grow", logit_folded > 2 * logit_sqrt ? "true" : ""},
             {"gq0_ratio", fmt(gq0_none / gq0_sqrt, 3)},
             {"has_drift", select(t, "loss_rel_diff", {{"attention", "both"}}).empty() ? "" : "true"}};
   const auto drift = select(t, "loss_rel_diff", {{"task", s.task}, {"attention", "both"}, {"d_head", s.d},
