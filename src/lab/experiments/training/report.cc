@@ -341,7 +341,7 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
     out.push_back({"stabilise-training",
                    "with s = 1/√d_{k} training is less sensitive to the learning rate and diverges at fewer of them "
                    "than with s = 1",
-                   fmt::format("LR sensitivity (Wortsman et al.) 1/√d {} vs unscaled {}; LRs with a diverged seed: "
+                   fmt::format("LR sensitivity (Wortsman et al. (2023)) 1/√d {} vs unscaled {}; LRs with a diverged seed: "
                                "{} vs {} ({})",
                                fmt_ci(*j.sens_sqrt, 2), fmt_ci(*j.sens_none, 2), fmt(j.div_sqrt, 2),
                                fmt(j.div_none, 2), where),
