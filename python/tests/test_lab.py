@@ -149,14 +149,18 @@ def test_dashed_flags_take_underscores(cli):
 
 def test_ctrl_c_stops_a_long_run():
     # The child prints once the run is under way; SIGINT must then end it with KeyboardInterrupt
-    # long before the sweep (hundreds of points) is done.
+    # long before the sweep (hundreds of points) is done. The child installs Python's own SIGINT
+    # handler: a process started in the background by a non-interactive shell inherits SIGINT
+    # ignored, and Python then leaves it ignored, so without this the test would depend on how
+    # the suite was launched.
     import os
     import signal
     import time
 
     child = subprocess.Popen(
         [sys.executable, "-c", (
-            "import sys, time\n"
+            "import signal, sys, time\n"
+            "signal.signal(signal.SIGINT, signal.default_int_handler)\n"
             "from attnscale import lab\n"
             "def show(done, total):\n"
             "    if done == 1: print('running', flush=True)\n"

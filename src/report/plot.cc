@@ -185,7 +185,9 @@ void line_panel(std::ostringstream& gp, const LinePanel& p, int index, const std
   if (p.logx) gp << "set logscale x 2\n" << log_xtics(p);
   if (p.logy) gp << "set logscale y 10\nset format y '%g'\n";
   gp << "set yrange [" << num_or_auto(y_low(p)) << ":" << num_or_auto(y_high(p)) << "]\n";
-  gp << "set offsets graph 0.02, graph 0.02, 0, 0\n";
+  // The x axis spans the data (plus the 2% offsets), not the next tic beyond it: steps 0..100
+  // otherwise drew from -20 to 120.
+  gp << "set autoscale xfix\nset offsets graph 0.02, graph 0.02, 0, 0\n";
 
   bool theory = false;
   for (std::size_t s = 0; s < p.series.size(); ++s) {

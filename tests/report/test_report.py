@@ -177,3 +177,27 @@ def test_prose_and_verdicts_follow_the_data(report_dir, tmp_path):
     r = subprocess.run([BIN, "report", "--from", str(tmp_path / "nothing"), "--out", str(tmp_path / "o2")],
                        capture_output=True, text=True)
     assert r.returncode == 2 and "--from" in r.stderr
+
+
+def test_training_section_tabulates_every_task_and_head_dimension(report_dir, tmp_path):
+    """A training run over two tasks and two head dimensions (as --grid full sweeps them) gets the
+    table of best losses per task and d_head, MQAR with its accuracy; the drift's growth is fitted."""
+    if "training" not in lab_experiments():
+        pytest.fail("the training experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
+    src = tmp_path / "sweep"
+    shutil.copytree(report_dir / "data", src / "data")
+    subprocess.run([BIN, "experiment", "training", "--grid", "quick", "--task", "lm,mqar", "--d-head", "4,8",
+                    "--scaling", "none,sqrt,folded,additive", "--lr", "0.003,0.3", "--seeds", "2", "--steps", "12",
+                    "--seq-len", "16", "--batch", "4", "--d-model", "16", "--log-every", "4", "--threads", "2",
+                    "--format", "json", "--out", str(src / "data" / "training.json")],
+                   check=True, capture_output=True, timeout=300)
+    out = tmp_path / "out"
+    subprocess.run([BIN, "report", "--from", str(src), "--out", str(out)], check=True, capture_output=True, timeout=300)
+    md = (out / "report.md").read_text()
+    header = next(l for l in md.splitlines() if l.startswith("| scaling") and "d_head = 4" in l)
+    for col in ("fortunes, d_head = 4", "fortunes, d_head = 8", "MQAR, d_head = 4", "MQAR, d_head = 8"):
+        assert col in header, header
+    row = next(l for l in md.splitlines() if l.startswith("| unscaled") and "accuracy" in l)
+    assert "not run" not in row, row
+    # The quick report's own section has one task and one d_head: no such table there.
+    assert "Best loss per scaling rule, task and head dimension" not in (report_dir / "report.md").read_text()

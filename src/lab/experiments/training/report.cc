@@ -39,7 +39,8 @@ struct Slice {
 
 Slice slice(const lab::ResultTable& t) {
   Slice s;
-  s.task = values(t, "task").front();
+  const auto tasks = values(t, "task");
+  s.task = std::find(tasks.begin(), tasks.end(), "lm") != tasks.end() ? "lm" : tasks.front();
   s.d = largest_value(t, "d_head");
   for (const auto& sc : values(t, "scaling")) s.scalings.push_back(sc);
   for (const auto& lr : values(t, "lr"))
@@ -115,6 +116,7 @@ std::vector<Figure> figures(const lab::ResultTable& t) {
   const auto drift_rows = select(t, "loss_rel_diff", {{"task", s.task}, {"attention", "both"}, {"d_head", s.d}});
   if (!drift_rows.empty()) {
     Figure f{"training_drift"};
+    f.legend_below = true;
     LinePanel& p = f.lines("attnscale against PyTorch's attention: |ΔL| / L per step, seed 0", "step",
                            "relative difference of the training loss");
     p.logy = true;
@@ -163,6 +165,70 @@ Judged judged(const lab::ResultTable& t, const Slice& s) {
 // reader would not act on at this size). One-sided: a rule that trains better is as good.
 bool as_good(const lab::Row& x, const lab::Row& ref) { return x.mean <= ref.mean * 1.02; }
 
+// Every task × head dimension of the run (the full grid sweeps both; the default one of each):
+// per scaling the best loss over η and, for MQAR, the best validation accuracy over η.
+std::string sweep_table(const lab::ResultTable& t, const Slice& s) {
+  std::vector<std::string> header{"scaling"};
+  std::vector<std::pair<std::string, std::string>> cols;  // task, d_head
+  for (const auto& task : values(t, "task"))
+    for (const auto& d : values(t, "d_head")) {
+      cols.push_back({task, d});
+      header.push_back(fmt::format("{}, d_head = {}", task == "lm" ? "fortunes" : "MQAR", d));
+    }
+  std::vector<std::vector<std::string>> rows;
+  for (const auto& sc : s.scalings) {
+    std::vector<std::string> row{scaling_title(sc)};
+    for (const auto& [task, d] : cols) {
+      const Fixed f{{"task", task}, {"attention", "attnscale"}, {"scaling", sc}, {"d_head", d},
+                    {"seed", "all"}, {"step", "final"}, {"layer", "all"}};
+      Fixed fb = f;
+      fb.insert({"lr", "all"});
+      const auto best = select(t, "best_loss", fb);
+      std::string cell = best.empty() ? "not run" : fmt_ci(*best.front());
+      if (task == "mqar") {
+        double acc = 0;
+        for (const auto* r : select(t, "final_accuracy", f)) acc = std::max(acc, r->mean);
+        cell += fmt::format(" (accuracy {})", fmt(acc, 2));
+      }
+      row.push_back(cell);
+    }
+    rows.push_back(std::move(row));
+  }
+  return md_table(header, rows);
+}
+
+// The growth of an unstable run's drift: least-squares slope b of ln(|ΔL|/L) against the step over
+// the growth phase, from the first step where the two losses differ to the first where they differ
+// by 1e-3 or more (past it the two runs no longer resemble each other and the difference wanders),
+// reported as the factor e^b per step. Steps with no difference inside the phase are skipped (ln 0).
+// Needs 3 points.
+struct Drift {
+  double factor = 0, r2 = 0;  // r2: the fit's coefficient of determination
+  int points = 0;
+};
+Drift drift_growth(const lab::ResultTable& t, const Slice& s, const std::string& scaling, const std::string& lr) {
+  std::vector<std::pair<double, double>> steps;  // step, |ΔL|/L
+  const Fixed f{{"task", s.task}, {"attention", "both"}, {"scaling", scaling}, {"d_head", s.d}, {"lr", lr}, {"seed", "0"}};
+  for (const auto* r : select(t, "loss_rel_diff", f))
+    if (is_number(param(t, *r, "step"))) steps.push_back({std::stod(param(t, *r, "step")), r->mean});
+  std::sort(steps.begin(), steps.end());
+  std::vector<std::pair<double, double>> xy;
+  for (auto [step, diff] : steps) {
+    if (diff > 0) xy.push_back({step, std::log(diff)});
+    if (diff >= 1e-3) break;
+  }
+  Drift d;
+  d.points = static_cast<int>(xy.size());
+  if (d.points < 3) return d;
+  double mx = 0, my = 0;
+  for (auto [x, y] : xy) mx += x / d.points, my += y / d.points;
+  double sxy = 0, sxx = 0, syy = 0;
+  for (auto [x, y] : xy) sxy += (x - mx) * (y - my), sxx += (x - mx) * (x - mx), syy += (y - my) * (y - my);
+  d.factor = std::exp(sxy / sxx);
+  d.r2 = syy > 0 ? sxy * sxy / (sxx * syy) : 1;
+  return d;
+}
+
 Slots slots(const lab::ResultTable& t) {
   const Slice s = slice(t);
   const Judged j = judged(t, s);
@@ -192,12 +258,14 @@ Slots slots(const lab::ResultTable& t) {
                     last_sqrt = last_logged_step(t, s, "sqrt", s.lr_mid);
   const double ent0_none = at("none", "entropy", "0"), ent0_sqrt = at("sqrt", "entropy", "0");
   const double logit_none = at("none", "max_logit", last_none), logit_sqrt = at("sqrt", "max_logit", last_sqrt);
+  const double logit_folded = at("folded", "max_logit", last_logged_step(t, s, "folded", s.lr_mid));
   const double gq0_none = at("none", "grad_q", "0"), gq0_sqrt = at("sqrt", "grad_q", "0");
 
   Slots out{{"task", s.task == "lm" ? "next-byte prediction on the fortunes text" : "multi-query associative recall"},
             {"d", s.d},
             {"lr_mid", s.lr_mid},
             {"lr_low", s.lrs.front()},
+            {"lr_top", s.lr_top},
             {"lrs", fmt::format("{}", fmt::join(s.lrs, ", "))},
             {"seeds", seeds_used(t)},
             {"steps", steps_used(t)},
@@ -213,11 +281,21 @@ Slots slots(const lab::ResultTable& t) {
             {"div_none", fmt(j.div_none, 2)},
             {"div_sqrt", fmt(j.div_sqrt, 2)},
             {"none_as_good", as_good(*j.best_none, *j.best_sqrt) ? "true" : ""},
+            {"none_vs_sqrt", below(*j.best_none, *j.best_sqrt) ? "below (CIs apart)"
+                             : as_good(*j.best_none, *j.best_sqrt) ? "within 2% of"
+                                                                    : "more than 2% above"},
+            {"sens_words", below(*j.sens_sqrt, *j.sens_none)   ? ": the scale makes the loss less sensitive to η"
+                           : below(*j.sens_none, *j.sens_sqrt) ? ": the unscaled model is the less sensitive one"
+                                                               : ", the two intervals overlapping"},
+            {"task_words", values(t, "task").size() > 1 ? "two tasks" : "one task"},
             {"folded_as_good", as_good(*j.best_folded, *j.best_sqrt) ? "true" : ""},
             {"ent0_none", fmt(ent0_none, 3)},
             {"ent0_sqrt", fmt(ent0_sqrt, 3)},
             {"logit_none", fmt(logit_none, 3)},
             {"logit_sqrt", fmt(logit_sqrt, 3)},
+            {"logit_folded", fmt(logit_folded, 3)},
+            // "Grows" when the folded model's largest logit ends above twice the scaled one's.
+            {"folded_logits_grow", logit_folded > 2 * logit_sqrt ? "true" : ""},
             {"gq0_ratio", fmt(gq0_none / gq0_sqrt, 3)},
             {"has_drift", select(t, "loss_rel_diff", {{"attention", "both"}}).empty() ? "" : "true"}};
   const auto drift = select(t, "loss_rel_diff", {{"task", s.task}, {"attention", "both"}, {"d_head", s.d},
@@ -226,6 +304,23 @@ Slots slots(const lab::ResultTable& t) {
   for (const auto* r : drift)
     if (param(t, *r, "step") != "final" && std::stoll(param(t, *r, "step")) < 20) worst = std::max(worst, r->mean);
   out["drift_stable"] = drift.empty() ? "not run" : fmt(worst, 2);
+  // The drift's growth at the largest η, for each scaling that ran against PyTorch's attention.
+  // "Steady" when the straight line explains at least 90% of the variance of ln |ΔL|/L.
+  std::vector<std::string> growth;
+  double r2_min = 1;
+  for (const auto& sc : values(t, "scaling")) {
+    const Drift g = drift_growth(t, s, sc, s.lr_top);
+    if (g.points < 3) continue;
+    growth.push_back(fmt::format("×{} per step for {} ({} steps fitted, R² = {})", fmt(g.factor, 3), scaling_title(sc),
+                                 g.points, fmt(g.r2, 2)));
+    r2_min = std::min(r2_min, g.r2);
+  }
+  out["drift_growth"] = fmt::format("{}", fmt::join(growth, ", "));
+  out["has_drift_growth"] = growth.empty() ? "" : "true";
+  out["drift_steady"] = r2_min >= 0.9 ? "by a steady factor" : "by a factor that is not steady (R² below 0.9)";
+  const bool sweep = values(t, "task").size() > 1 || values(t, "d_head").size() > 1;
+  out["has_sweep"] = sweep ? "true" : "";
+  if (sweep) out["sweep_table"] = sweep_table(t, s);
   out["drift_ok"] = !drift.empty() && worst <= 1e-4 ? "true" : "";
   if (std::find(s.scalings.begin(), s.scalings.end(), "additive") != s.scalings.end())
     out["best_additive"] = fmt_ci(summary(t, s, "additive", "best_loss"));
@@ -246,7 +341,7 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
     out.push_back({"stabilise-training",
                    "with s = 1/√d_{k} training is less sensitive to the learning rate and diverges at fewer of them "
                    "than with s = 1",
-                   fmt::format("LR sensitivity (Wortsman et al.) 1/√d {} vs unscaled {}; LRs with a diverged seed: "
+                   fmt::format("LR sensitivity (Wortsman et al. (2023)) 1/√d {} vs unscaled {}; LRs with a diverged seed: "
                                "{} vs {} ({})",
                                fmt_ci(*j.sens_sqrt, 2), fmt_ci(*j.sens_none, 2), fmt(j.div_sqrt, 2),
                                fmt(j.div_none, 2), where),
