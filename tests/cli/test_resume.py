@@ -107,3 +107,30 @@ def test_resume_refuses_a_different_run(tmp_path):
 def test_resume_needs_out(tmp_path):
     r = run(["experiment", "saturation", "--n", "8", "--d", "1", "--resume"], tmp_path)
     assert r.returncode == 2 and b"--resume: needs --out" in r.stderr
+
+
+def test_training_killed_then_resumed_is_byte_identical(tmp_path):
+    """The training experiment's runs (libtorch) are journaled like any sweep's points: a run killed
+    midway resumes to the bytes of an uninterrupted one, its summary rows (CIs over seeds, LR
+    sensitivity, the drift against PyTorch's attention) computed from journaled and new runs alike."""
+    listed = run(["experiment", "--help"], tmp_path).stdout
+    if b"training" not in listed:
+        pytest.fail("the training experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
+    sweep = ["experiment", "training", "--grid", "quick", "--scaling", "none,sqrt", "--lr", "0.001,0.01,0.1",
+             "--seeds", "2", "--steps", "12", "--seed", "5"]
+    clean = run(sweep + ["--out", "clean.csv", "--threads", "2"], tmp_path, timeout=600)
+    assert clean.returncode == 0, clean.stderr
+    out, partial = tmp_path / "t.csv", tmp_path / "t.csv.partial"
+    proc = subprocess.Popen([BIN, *sweep, "--out", str(out), "--threads", "1"], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while journal_records(partial) < 3 and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert not out.exists()
+    r = run(sweep + ["--out", str(out), "--resume", "--threads", "2"], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert b"resuming training:" in r.stderr
+    assert out.read_bytes() == (tmp_path / "clean.csv").read_bytes()
