@@ -132,7 +132,8 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
   m.version = version();
   m.git_hash = git_hash();
   m.cpu_target = cpu_target();
-  for (const auto& f : e.flags) m.flags.emplace_back(f.name, args.values[f.name]);
+  const Args used = e.resolve ? e.resolve(args) : args;
+  for (const auto& f : e.flags) m.flags.emplace_back(f.name, used.values.at(f.name));
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return table;
 }

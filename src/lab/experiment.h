@@ -51,6 +51,9 @@ struct Experiment {
   // Optional: rows computed from every point's rows once all are done (e.g. a summary over
   // random seeds), appended after them. Must be a pure function of (args, rows).
   std::function<std::vector<Row>(const Args&, const std::vector<Row>& rows)> summarize;
+  // Optional: the flags as the run used them (e.g. a preset's values filled in where a flag says
+  // "grid"); the metadata records these, so a result file says what was run.
+  std::function<Args(const Args&)> resolve;
 };
 
 const std::vector<Experiment>& experiments();

@@ -139,11 +139,11 @@ def test_training_section_has_its_figures_and_judges_its_claims(report_dir):
     if "training" not in lab_experiments():
         pytest.fail("the training experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
     md = (report_dir / "report.md").read_text()
-    for fig in ("training_loss", "training_logits", "training_drift"):
+    for fig in ("training_loss", "training_logits", "training_drift", "recall"):
         assert f"figures/{fig}.svg" in md
         assert (report_dir / "figures" / f"{fig}.png").exists()
     for claim in ("The scale stabilises training", "may not always be utilized in modern applications",
-                  "Additive attention outperforms unscaled"):
+                  "Additive attention outperforms unscaled", "in training, learning suffers"):
         row = next(line for line in md.splitlines() if line.startswith("|") and claim in line)
         assert "not measured" not in row and "not testable" not in row, row
         assert re.search(r'class="verdict (supported|refuted|mixed)"', row), row

@@ -48,7 +48,8 @@ TEST(LabExperiment, BadFlagsThrowErrorsNamingTheFlag) {
   EXPECT_THROW(run_experiment(sat, {}, 1, -3, 1), Error);
 }
 
-// Same seed, 1 and 2 threads: byte-identical CSV for every experiment (small sweeps).
+// Same seed, 1 and 2 threads: byte-identical CSV for every experiment (small sweeps; the defaults of the
+// training and recall experiments take minutes).
 TEST(LabExperiment, OneAndTwoThreadsGiveIdenticalCsv) {
   const std::map<std::string, Flags> small = {
       {"variance", {{"d", "1,3,64"}}},
@@ -59,7 +60,8 @@ TEST(LabExperiment, OneAndTwoThreadsGiveIdenticalCsv) {
       {"projections", {{"n", "6"}, {"dx", "8"}, {"d", "4"}}},
       {"length", {{"n", "4,9"}, {"d", "8"}}},
       {"training", {{"grid", "quick"}, {"scaling", "sqrt,none"}, {"lr", "0.01"}, {"seeds", "1"}, {"steps", "3"},
-                    {"seq-len", "8"}, {"batch", "2"}, {"d-model", "8"}, {"d-head", "4"}}}};
+                    {"seq-len", "8"}, {"batch", "2"}, {"d-model", "8"}, {"d-head", "4"}}},
+      {"recall", {{"grid", "quick"}, {"seeds", "1"}, {"steps", "3"}, {"batch", "2"}}}};
   for (const auto& e : experiments()) {
     const auto it = small.find(e.name);
     const Flags f = it == small.end() ? Flags{} : it->second;

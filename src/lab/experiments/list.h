@@ -17,4 +17,5 @@ ATTNSCALE_UNIT(length, 7)
 ATTNSCALE_UNIT(columns, 8)
 #ifdef ATTNSCALE_HAVE_TORCH
 ATTNSCALE_UNIT(training, 9)
+ATTNSCALE_UNIT(recall, 10)
 #endif

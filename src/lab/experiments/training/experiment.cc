@@ -30,6 +30,7 @@
 #include "lab/registry.h"
 #include "lab/rng.h"
 #include "lab/experiments/training/model.h"
+#include "lab/experiments/training/sweep.h"
 #include "lab/experiments/training/train_run.h"
 
 namespace attnscale::lab {
@@ -37,38 +38,20 @@ namespace {
 
 using training::RunConfig;
 
-// The sweep presets of --grid; a flag given explicitly (not "grid") overrides its preset.
-struct Grid {
-  std::map<std::string, std::string> values;
-};
-const std::map<std::string, Grid>& grids() {
-  static const std::map<std::string, Grid> g = {
-      {"quick", {{{"torch-check", "sqrt"}, {"task", "lm"}, {"d-head", "16"}, {"lr", "0.001,0.01,0.1"}, {"seeds", "2"}, {"steps", "30"},
-                  {"seq-len", "32"}, {"batch", "8"}, {"d-model", "32"}, {"layers", "2"}, {"heads", "2"},
-                  {"log-every", "5"}}}},
-      {"default", {{{"torch-check", "none,sqrt"}, {"task", "lm"}, {"d-head", "64"}, {"lr", "0.001,0.003,0.01,0.03,0.1,0.3,1"}, {"seeds", "3"},
-                    {"steps", "100"}, {"seq-len", "64"}, {"batch", "8"}, {"d-model", "64"}, {"layers", "2"},
-                    {"heads", "2"}, {"log-every", "10"}}}},
-      {"full", {{{"torch-check", "none,sqrt"}, {"task", "lm,mqar"}, {"d-head", "16,64,256"},
-                 {"lr", "0.0001,0.0003,0.001,0.003,0.01,0.03,0.1,0.3,1"}, {"seeds", "5"}, {"steps", "1000"},
-                 {"seq-len", "128"}, {"batch", "32"}, {"d-model", "128"}, {"layers", "2"}, {"heads", "2"},
-                 {"log-every", "25"}}}},
-  };
-  return g;
-}
+using training::Presets;
 
 // The value of a flag after --grid: its own value unless it is "grid".
-std::string value(const Args& a, const std::string& name) {
+std::string value(const Presets& grids, const Args& a, const std::string& name) {
   const std::string& v = a.get(name);
   if (v != "grid") return v;
-  const auto it = grids().find(a.get("grid"));
-  if (it == grids().end()) throw Error("--grid: expected quick, default or full, got '" + a.get("grid") + "'");
-  return it->second.values.at(name);
+  const auto it = grids.find(a.get("grid"));
+  if (it == grids.end()) throw Error("--grid: expected quick, default or full, got '" + a.get("grid") + "'");
+  return it->second.at(name);
 }
-Args resolved(const Args& a) {
+Args resolved(const Presets& grids, const Args& a) {
   Args r = a;
   for (auto& [name, v] : r.values)
-    if (name != "grid") v = value(a, name);
+    if (name != "grid") v = value(grids, a, name);
   return r;
 }
 
@@ -100,13 +83,13 @@ void single_threaded_torch() {
   if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
 }
 
-// The 64-bit seed of run `replicate`: a pure function of (--seed, replicate).
-std::uint64_t run_seed(std::uint64_t seed, std::int64_t replicate) {
-  const auto b = Stream(seed, stream_id(k_training, {3}), static_cast<std::uint32_t>(replicate)).block(0);
+// The 64-bit seed of run `replicate`: a pure function of (--seed, the experiment's stream, replicate).
+std::uint64_t run_seed(std::uint64_t seed, std::uint32_t experiment, std::int64_t replicate) {
+  const auto b = Stream(seed, stream_id(experiment, {3}), static_cast<std::uint32_t>(replicate)).block(0);
   return (static_cast<std::uint64_t>(b[0]) << 32) | b[1];
 }
 
-RunConfig run_config(const Args& r, const std::vector<std::string>& point) {
+RunConfig run_config(const Args& r, std::uint32_t experiment, const std::vector<std::string>& point) {
   RunConfig c;
   c.task.task = point[0];
   c.model.attention = point[1];
@@ -114,7 +97,7 @@ RunConfig run_config(const Args& r, const std::vector<std::string>& point) {
   c.model.d_head = std::stoll(point[3]);
   c.model.positions = r.get("positions");
   c.lr = std::stod(point[4]);
-  c.seed = run_seed(r.seed, std::stoll(point[5]));
+  c.seed = run_seed(r.seed, experiment, std::stoll(point[5]));
   c.task.corpus = r.get("corpus");
   c.task.seq_len = single_int(r, "seq-len", 2, 4096);
   c.task.batch = single_int(r, "batch", 1, 4096);
@@ -126,8 +109,8 @@ RunConfig run_config(const Args& r, const std::vector<std::string>& point) {
   return c;
 }
 
-std::vector<std::vector<std::string>> training_points(const Args& a) {
-  const Args r = resolved(a);
+std::vector<std::vector<std::string>> training_points(const training::Sweep& sweep, const Args& a) {
+  const Args r = resolved(sweep.grids, a);
   const auto tasks = r.words("task"), attentions = r.words("attention"), scalings = r.words("scaling");
   check_scalings(tasks, {"lm", "mqar"}, "task");
   check_scalings(attentions, {"attnscale", "torch"}, "attention");
@@ -146,7 +129,7 @@ std::vector<std::vector<std::string>> training_points(const Args& a) {
   const bool torch_listed = std::find(attentions.begin(), attentions.end(), "torch") != attentions.end();
   std::vector<std::vector<std::string>> pts;
   for (const auto& task : tasks) {
-    training::TaskConfig check = run_config(r, {task, "attnscale", "sqrt", "1", "1", "0"}).task;
+    training::TaskConfig check = run_config(r, sweep.stream, {task, "attnscale", "sqrt", "1", "1", "0"}).task;
     training::Task{check};  // validates --seq-len, --batch, --corpus for this task
     for (const auto& att : attentions)
       for (const auto& sc : scalings)
@@ -167,10 +150,10 @@ Row one(std::vector<std::string> params, std::string metric, double v) {
   return Row{std::move(params), std::move(metric), v, v, v, std::nullopt};
 }
 
-std::vector<Row> training_run(const Args& a, const std::vector<std::string>& point) {
+std::vector<Row> training_run(const training::Sweep& sweep, const Args& a, const std::vector<std::string>& point) {
   single_threaded_torch();
-  const Args r = resolved(a);
-  const RunConfig c = run_config(r, point);
+  const Args r = resolved(sweep.grids, a);
+  const RunConfig c = run_config(r, sweep.stream, point);
   const training::RunRecord run = training::train(c);
   std::vector<Row> rows;
   auto params = [&](const std::string& step, const std::string& layer) {
@@ -306,17 +289,17 @@ std::vector<Row> training_summary(const Args&, const std::vector<Row>& rows) {
 
 }  // namespace
 
-Experiment make_training() {
+Experiment training::sweep_experiment(const training::Sweep& sweep) {
   Experiment e;
-  e.name = "training";
-  e.summary = "small pre-LN Transformers trained with each scaling rule: loss, logits, entropy, LR sensitivity";
+  e.name = sweep.name;
+  e.summary = sweep.summary;
   e.default_trials = 1;
   e.param_names = {"task", "attention", "scaling", "d_head", "lr", "seed", "step", "layer"};
   e.flags = {
       {"grid", "default", "preset of the sweep flags left at 'grid': quick (< 1 min), default, full"},
       {"task", "grid", "lm (fortunes text, bytes) and/or mqar (associative recall)"},
       {"attention", "attnscale", "attnscale (its fused kernels) and/or torch (PyTorch's math, the reference)"},
-      {"scaling", "none,sqrt,linear,qk-norm,folded,learned,additive", "scaling rules (see docs/lab.md)"},
+      {"scaling", sweep.scalings, "scaling rules (see docs/lab.md)"},
       {"d-head", "grid", "head dimensions"},
       {"lr", "grid", "peak learning rates of AdamW"},
       {"seeds", "grid", "runs per configuration (seed 0 .. seeds-1, each derived from --seed)"},
@@ -332,10 +315,32 @@ Experiment make_training() {
        "scalings also run with PyTorch's attention (seed 0, every LR) for the loss_rel_diff rows; '' for none"},
       {"corpus", "/usr/share/games/fortunes", "folder of the fortunes text (Debian package fortunes)"},
   };
-  e.points = training_points;
-  e.run_point = training_run;
+  e.points = [sweep](const Args& a) { return training_points(sweep, a); };
+  e.run_point = [sweep](const Args& a, const std::vector<std::string>& point) { return training_run(sweep, a, point); };
   e.summarize = training_summary;
+  e.resolve = [sweep](const Args& a) { return resolved(sweep.grids, a); };
   return e;
+}
+
+Experiment make_training() {
+  training::Sweep sweep;
+  sweep.name = "training";
+  sweep.summary = "small pre-LN Transformers trained with each scaling rule: loss, logits, entropy, LR sensitivity";
+  sweep.stream = k_training;
+  sweep.scalings = "none,sqrt,linear,qk-norm,folded,learned,additive";
+  sweep.grids = {
+      {"quick", {{"torch-check", "sqrt"}, {"task", "lm"}, {"d-head", "16"}, {"lr", "0.001,0.01,0.1"}, {"seeds", "2"},
+                 {"steps", "30"}, {"seq-len", "32"}, {"batch", "8"}, {"d-model", "32"}, {"layers", "2"}, {"heads", "2"},
+                 {"log-every", "5"}}},
+      {"default", {{"torch-check", "none,sqrt"}, {"task", "lm"}, {"d-head", "64"},
+                   {"lr", "0.001,0.003,0.01,0.03,0.1,0.3,1"}, {"seeds", "3"}, {"steps", "100"}, {"seq-len", "64"},
+                   {"batch", "8"}, {"d-model", "64"}, {"layers", "2"}, {"heads", "2"}, {"log-every", "10"}}},
+      {"full", {{"torch-check", "none,sqrt"}, {"task", "lm,mqar"}, {"d-head", "16,64,256"},
+                {"lr", "0.0001,0.0003,0.001,0.003,0.01,0.03,0.1,0.3,1"}, {"seeds", "5"}, {"steps", "1000"},
+                {"seq-len", "128"}, {"batch", "32"}, {"d-model", "128"}, {"layers", "2"}, {"heads", "2"},
+                {"log-every", "25"}}},
+  };
+  return training::sweep_experiment(sweep);
 }
 
 }  // namespace attnscale::lab
