@@ -49,12 +49,15 @@ def test_every_experiment_is_a_function():
 
 # Experiments whose default sweep takes minutes (training runs) are checked on a tiny one.
 SMALL = {"training": {"grid": "quick", "scaling": "sqrt", "lr": "0.01", "seeds": "1", "steps": "3",
-                      "seq-len": "8", "batch": "2", "d-model": "8", "d-head": "4"}}
+                      "seq-len": "8", "batch": "2", "d-model": "8", "d-head": "4"},
+         "recall": {"grid": "quick", "seeds": "1", "steps": "3", "batch": "2"}}
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_defaults_match_the_cli(cli, name):
     # Default flags, few trials; Python on one thread, the command line on two.
+    trains = any(flag == "grid" for e in lab.experiments() if e["name"] == name for flag, _, _ in e["flags"])
+    assert not trains or name in SMALL, f"{name} trains models: give it a tiny sweep in SMALL"
     flags = SMALL.get(name, {})
     rows = lab.run(name, seed=7, trials=3, threads=1, as_frame=False,
                    **{k.replace("-", "_"): v for k, v in flags.items()})
