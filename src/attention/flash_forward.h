@@ -45,7 +45,7 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
                 ForwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0;
   const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
-  Ops<T>::tile_gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
+  Ops<T>::forward_gemm(nk, columns(rb), p.dk, static_cast<const T*>(k.ptr), k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld,
                simd::kOverwrite);
   if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, s.ld);
   if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), s.ld);
@@ -114,7 +114,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
       accumulate_visible(p, rb, j0, nk, s.st.get(), prs, pcs, V, v.ld, s);
     else
-      Ops<T>::tile_gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
+      Ops<T>::forward_gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
                    s.alpha.get());
   }
 }

@@ -20,6 +20,12 @@ void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size
 void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode,
                const float* row_scale = nullptr);
+// The forward's products on this CPU: tile_gemm where its register sums pay, else gemm (the same bits in
+// modes 0 and 1, so the forward's scores stay the ones the backward recomputes). See kernels.cc.
+void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+                  const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode,
+                  const float* row_scale = nullptr);
+bool forward_uses_tile_gemm();
 
 // Online-softmax step over a transposed score tile (see kernels-inl.h). cols: a multiple of 16.
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,

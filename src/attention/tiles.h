@@ -267,10 +267,10 @@ struct Ops<float> {
                    simd::GemmMode mode, const float* row_scale = nullptr) {
     simd::gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
   }
-  static void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t ars,
-                        std::int64_t acs, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
-                        simd::GemmMode mode, const float* row_scale = nullptr) {
-    simd::tile_gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+  static void forward_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t ars,
+                           std::int64_t acs, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
+                           simd::GemmMode mode, const float* row_scale = nullptr) {
+    simd::forward_gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
   }
   static void softmax_update(float* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* m,
                              float* l, float* alpha) {
@@ -317,9 +317,9 @@ struct Ops<double> {
       }
     }
   }
-  static void tile_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t ars,
-                        std::int64_t acs, const double* B, std::int64_t ldb, double* C, std::int64_t ldc,
-                        simd::GemmMode mode, const double* row_scale = nullptr) {
+  static void forward_gemm(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t ars,
+                           std::int64_t acs, const double* B, std::int64_t ldb, double* C, std::int64_t ldc,
+                           simd::GemmMode mode, const double* row_scale = nullptr) {
     gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
   }
   static void softmax_update(double* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, double* m,
