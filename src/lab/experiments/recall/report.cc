@@ -204,6 +204,7 @@ Slots slots(const lab::ResultTable& t) {
 std::vector<Evidence> claims(const lab::ResultTable& t) {
   const Setting s = setting(t);
   const Outcome none = outcome(t, s, "none"), sqrt = outcome(t, s, "sqrt");
+  const auto first_steps = [](const Outcome& o) { return o.learnt ? fmt::format(" (first at steps {})", o.firsts) : ""; };
   // Earlier: the scaled model's median first step at most 2/3 of the unscaled one's.
   const bool earlier = sqrt.learnt > 0 && none.learnt > 0 && sqrt.median_first <= none.median_first * 2 / 3;
   const bool later = sqrt.learnt > 0 && none.learnt > 0 && none.median_first <= sqrt.median_first * 2 / 3;
@@ -211,11 +212,11 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
   const bool refuted = none.learnt > sqrt.learnt || (sqrt.learnt == none.learnt && later);
   return {{"slows-learning",
            "without the scale a model learns a task that needs sharp attention later, or not at all",
-           fmt::format("MQAR, {} pairs, d_head = {}, η = {}, {} steps: seeds reaching accuracy ≥ 0.9 with 1/√d {} of {} "
-                       "(first at steps {}), unscaled {} of {} (first at steps {}); final accuracy {} against {}",
+           fmt::format("MQAR, {} pairs, d_head = {}, η = {}, {} steps: seeds reaching accuracy ≥ 0.9 with 1/√d {} of {}"
+                       "{}, unscaled {} of {}{}; final accuracy {} against {}",
                        std::stoll(flag(t, "seq-len")) / 4, s.d, s.lr,
-                       flag(t, "steps"), sqrt.learnt, sqrt.seeds, sqrt.firsts, none.learnt, none.seeds,
-                       none.firsts, fmt_ci(final_accuracy(t, s, "sqrt"), 2), fmt_ci(final_accuracy(t, s, "none"), 2)),
+                       flag(t, "steps"), sqrt.learnt, sqrt.seeds, first_steps(sqrt), none.learnt, none.seeds,
+                       first_steps(none), fmt_ci(final_accuracy(t, s, "sqrt"), 2), fmt_ci(final_accuracy(t, s, "none"), 2)),
            "supported when more seeds learn the task (accuracy ≥ 0.9) with 1/√d than without it, or as many and "
            "the scaled median first step is at most 2/3 of the unscaled one; refuted when the opposite holds; "
            "mixed otherwise (including when no seed learns it either way)",
