@@ -17,6 +17,7 @@
 // backward 2.5x that (five products of the same size against the forward's two).
 #include <cblas.h>
 #include <dlfcn.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -50,7 +51,7 @@ struct OpenBlas {
 const OpenBlas& openblas() {
   static const OpenBlas blas = [] {
     void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) throw attnscale::Error(std::string("bench: cannot load libopenblas.so.0: ") + dlerror());
+    if (!lib) throw attnscale::Error(fmt::format("bench: cannot load libopenblas.so.0: {}", dlerror()));
     OpenBlas b;
     b.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(lib, "openblas_set_num_threads"));
     b.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(lib, "cblas_sgemm"));
