@@ -317,19 +317,28 @@ void run(const Bench& opt) {
                                                         detail::peak::bf16_instruction(),
                            {[=] { detail::peak::bf16_dot(threads, steps / 2); }, 0});
   bf16_peak->timed.work = detail::peak::bf16_dot(1, 1) * threads * double(steps / 2);
+  std::vector<std::shared_ptr<void>> keep;  // tensors the limits' and rows' closures use
+  auto hold = [&](Tensor t) {
+    auto p = std::make_shared<Tensor>(std::move(t));
+    keep.push_back(p);
+    return p.get();
+  };
   const std::size_t dram_bytes = std::size_t(256) << 20, cache_bytes = l3_bytes() / 4;
   // Tensors, so that the yardsticks get the same (huge) pages as the K and V they judge.
-  auto src = std::make_shared<Tensor>(DType::u8, std::initializer_list<std::int64_t>{std::int64_t(dram_bytes)});
-  auto dst = std::make_shared<Tensor>(DType::u8, std::initializer_list<std::int64_t>{std::int64_t(dram_bytes)});
-  std::memset(src->data(), 1, dram_bytes);
-  std::memset(dst->data(), 0, dram_bytes);
+  auto bytes = [&](int value) {
+    char* p = static_cast<char*>(hold(Tensor(DType::u8, {std::int64_t(dram_bytes)}))->data());
+    std::memset(p, value, dram_bytes);
+    return p;
+  };
+  const char* src = bytes(1);
+  char* dst = bytes(0);
   Limit* copy = limit("copy", "GB/s", "memcpy 256 MiB -> 256 MiB over the threads (read + write), best of 3",
-                      {[=] { copy_slices(static_cast<const char*>(src->data()), static_cast<char*>(dst->data()), dram_bytes, threads, 1); }, 2.0 * dram_bytes});
+                      {[=] { copy_slices(src, dst, dram_bytes, threads, 1); }, 2.0 * dram_bytes});
   Limit* read = limit("read", "GB/s", "a read-only stream of 256 MiB over the threads (read), timed beside the copy",
-                      {[=] { read_slices(static_cast<const char*>(src->data()), dram_bytes, threads); }, double(dram_bytes)});
+                      {[=] { read_slices(src, dram_bytes, threads); }, double(dram_bytes)});
   const int cache_repeat = 16;
   Limit* copy_cache = limit("copy-cache", "GB/s", "memcpy of L3/4 bytes (measured L3), 16 times, best of 3 (cache-resident)",
-                            {[=] { copy_slices(static_cast<const char*>(src->data()), static_cast<char*>(dst->data()), cache_bytes, threads, cache_repeat); },
+                            {[=] { copy_slices(src, dst, cache_bytes, threads, cache_repeat); },
                              2.0 * cache_bytes * cache_repeat});
   openblas().set_num_threads(threads);
   const int n = 2048;
@@ -343,12 +352,6 @@ void run(const Bench& opt) {
                         2.0 * n * n * double(n)});
 
   std::deque<Row> rows;  // stable addresses: a row may serve as another's limit
-  std::vector<std::shared_ptr<void>> keep;  // tensors the rows' closures use
-  auto hold = [&](Tensor t) {
-    auto p = std::make_shared<Tensor>(std::move(t));
-    keep.push_back(p);
-    return p.get();
-  };
   auto attention = [&](const std::string& name, std::int64_t H, std::int64_t N, std::int64_t d, bool causal, DType dtype,
                        bool backward_too, int thr) {
     const Tensor* q = hold(filled(dtype, {1, H, N, d}, 1));

@@ -109,6 +109,7 @@ void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std:
 // (family 1Ah, full-width AVX-512) the forward ran at 0.56-0.63 of the fp32 FMA peak with
 // TileGemm against 0.62-0.74 with Gemm (d = 64 and 128, N = 4096, H = 8, 1 and 2 threads, three
 // interleaved rounds). On Zen 4 (double-pumped AVX-512) and Sapphire Rapids TileGemm was the faster.
+namespace {
 bool forward_uses_tile_gemm() {
   static const bool uses = [] {
 #if HWY_ARCH_X86
@@ -124,6 +125,7 @@ bool forward_uses_tile_gemm() {
   }();
   return uses;
 }
+}  // namespace
 void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                   const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale) {
   (forward_uses_tile_gemm() ? tile_gemm : gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);

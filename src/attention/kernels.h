@@ -25,7 +25,6 @@ void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std:
 void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                   const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode,
                   const float* row_scale = nullptr);
-bool forward_uses_tile_gemm();
 
 // Online-softmax step over a transposed score tile (see kernels-inl.h). cols: a multiple of 16.
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "lab/stats.h"
 #include "report/query.h"
 #include "report/unit.h"
 
@@ -81,11 +82,7 @@ Outcome outcome(const lab::ResultTable& t, const Setting& s, const std::string& 
       words.push_back("never");
     }
   }
-  if (!firsts.empty()) {
-    std::sort(firsts.begin(), firsts.end());
-    const std::size_t n = firsts.size();
-    o.median_first = n % 2 ? firsts[n / 2] : (firsts[n / 2 - 1] + firsts[n / 2]) / 2;
-  }
+  if (!firsts.empty()) o.median_first = lab::median_ci(firsts).mean;
   o.firsts = o.learnt ? fmt::format("{}", fmt::join(words, ", ")) : "none";
   return o;
 }
@@ -100,10 +97,15 @@ lab::Row final_accuracy(const lab::ResultTable& t, const Setting& s, const std::
   return r;
 }
 
+// " (first at steps 1000, never)" when some seed learns the task ("never" for a seed that does not), else "".
+std::string first_steps(const Outcome& o) {
+  return o.learnt ? fmt::format(" (first at steps {})", o.firsts) : "";
+}
+
 // "every seed learns the task (first at steps 1000, 2000)", "1 of 2 seeds learn it (…)", "no seed learns the task".
 std::string learns(const Outcome& o) {
   if (o.learnt == 0) return "no seed learns the task";
-  const std::string when = fmt::format(" (first at steps {})", o.firsts);  // "never" for a seed that does not
+  const std::string when = first_steps(o);
   if (o.learnt == o.seeds) return "every seed learns the task" + when;
   return fmt::format("{} of {} seeds learn the task", o.learnt, o.seeds) + when;
 }
@@ -204,7 +206,6 @@ Slots slots(const lab::ResultTable& t) {
 std::vector<Evidence> claims(const lab::ResultTable& t) {
   const Setting s = setting(t);
   const Outcome none = outcome(t, s, "none"), sqrt = outcome(t, s, "sqrt");
-  const auto first_steps = [](const Outcome& o) { return o.learnt ? fmt::format(" (first at steps {})", o.firsts) : ""; };
   // Earlier: the scaled model's median first step at most 2/3 of the unscaled one's.
   const bool earlier = sqrt.learnt > 0 && none.learnt > 0 && sqrt.median_first <= none.median_first * 2 / 3;
   const bool later = sqrt.learnt > 0 && none.learnt > 0 && none.median_first <= sqrt.median_first * 2 / 3;
