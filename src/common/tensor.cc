@@ -37,23 +37,6 @@ std::size_t dtype_size(DType t) {
   return 0;
 }
 
-// Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. NaN stays NaN
-// (quietened) instead of rounding into infinity.
-bf16 to_bf16(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16{static_cast<std::uint16_t>(u >> 16)};
-}
-
-float from_bf16(bf16 x) {
-  std::uint32_t u = static_cast<std::uint32_t>(x.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
 namespace {
 void check_rank(std::size_t rank) {
   if (rank < 1 || rank > static_cast<std::size_t>(kMaxRank))
