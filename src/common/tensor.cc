@@ -1,10 +1,8 @@
-// Views, the owning Tensor, and bfloat16 conversion.
+// Views and the owning Tensor (bfloat16 conversion is inline in the header).
 #include "attnscale/tensor.h"
 
+#include <cstdlib>
 #include <cstring>
-#if __has_include(<sys/mman.h>)
-#include <sys/mman.h>
-#endif
 #include <new>
 #include <sstream>
 
@@ -132,23 +130,11 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
   std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
   detail::check_allocation("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)),
                            static_cast<double>(bytes));
-  // Large tensors start on a 2 MiB boundary and ask for transparent huge pages (as numpy does for
-  // arrays of 4 MiB and more): a stream over a KV cache of hundreds of MiB then walks 512 times
-  // fewer page-table entries. Decode at Nkv = 65536, H = 8, d = 128 read its float32 K and V at
-  // 28-32 GB/s on 2 threads with them, 28 without (docs/performance.md).
-  const bool huge = bytes >= (std::size_t{4} << 20);
-  const std::align_val_t align{huge ? std::size_t{2} << 20 : 64};
-  std::byte* p = nullptr;
-  try {
-    p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, align));
-  } catch (const std::bad_alloc&) {
+  std::byte* p = static_cast<std::byte*>(detail::allocate_block(bytes));
+  if (!p)
     throw Error("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)) + ": cannot allocate " +
                 detail::format_bytes(static_cast<double>(bytes)) + " (out of memory)");
-  }
-#ifdef MADV_HUGEPAGE
-  if (huge) madvise(p, bytes / 4096 * 4096, MADV_HUGEPAGE);  // advice only: a refusal changes nothing
-#endif
-  storage_ = std::shared_ptr<std::byte[]>(p, [align](std::byte* q) { ::operator delete[](q, align); });
+  storage_ = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { std::free(q); });
   view_.data = p;
 }
 
