@@ -7,6 +7,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -25,8 +26,21 @@ std::size_t dtype_size(DType t);
 struct bf16 {
   std::uint16_t bits = 0;
 };
-bf16 to_bf16(float x);
-float from_bf16(bf16 x);
+// Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. NaN stays NaN
+// (quietened) instead of rounding into infinity. Inline, so that loops over rows vectorise.
+inline bf16 to_bf16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return bf16{static_cast<std::uint16_t>(u >> 16)};
+}
+inline float from_bf16(bf16 x) {
+  const std::uint32_t u = static_cast<std::uint32_t>(x.bits) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
 
 inline constexpr int kMaxRank = 4;
 

@@ -528,6 +528,37 @@ void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t c
   }
 }
 
+// R rows of SoftmaxUpdateRows side by side: each row's max, exp and sum chains run in the same
+// order as one row alone (the same bits), but R independent chains keep the FMA and shuffle units
+// busy where a single row waits on each step's latency.
+template <size_t R>
+HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha) {
+  const size_t L = hn::Lanes(d);
+  VF mx[R], mu[R], sum[R];
+  float m_new[R], m_use[R];
+  for (size_t r = 0; r < R; ++r) mx[r] = hn::Set(d, -INFINITY);
+  for (size_t c = 0; c < padded; c += L)
+    for (size_t r = 0; r < R; ++r) mx[r] = hn::Max(mx[r], hn::LoadU(d, S + r * lds + c));
+  for (size_t r = 0; r < R; ++r) {
+    m_new[r] = std::max(m[r], hn::GetLane(hn::MaxOfLanes(d, mx[r])));
+    m_use[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r];  // the fully-masked guard of SoftmaxUpdate
+    mu[r] = hn::Set(d, m_use[r]);
+    sum[r] = hn::Zero(d);
+  }
+  for (size_t c = 0; c < padded; c += L)
+    for (size_t r = 0; r < R; ++r) {
+      const VF p = ExpDiff(d, hn::LoadU(d, S + r * lds + c), mu[r]);
+      hn::StoreU(p, d, S + r * lds + c);
+      sum[r] = hn::Add(sum[r], p);
+    }
+  for (size_t r = 0; r < R; ++r) {
+    const float a = hn::GetLane(ExpDiff(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
+    alpha[r] = a;
+    l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum[r]));
+    m[r] = m_new[r];
+  }
+}
+
 // Online softmax over a score tile in row layout, S[rows][lds] (one query per row, keys along
 // the row; the bf16 forward's layout): the same update as SoftmaxUpdate per row, with the max
 // and sum reduced across lanes. Columns [cols, round_up(cols, L)) are treated as -inf and come
@@ -535,29 +566,15 @@ void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t c
 void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
   const DF d;
   const size_t L = hn::Lanes(d);
-  const VF neg_inf = hn::Set(d, -INFINITY);
   const size_t full = cols / L * L;
   const auto tail = hn::FirstN(d, cols - full);
-  for (size_t r = 0; r < rows; ++r) {
-    float* row = S + r * lds;
-    if (full < cols) hn::StoreU(hn::IfThenElse(tail, hn::LoadU(d, row + full), neg_inf), d, row + full);
-    const size_t padded = full < cols ? full + L : full;
-    VF mx = neg_inf;
-    for (size_t c = 0; c < padded; c += L) mx = hn::Max(mx, hn::LoadU(d, row + c));
-    const float m_new = std::max(m[r], hn::GetLane(hn::MaxOfLanes(d, mx)));
-    const float m_use = m_new == -INFINITY ? 0.0f : m_new;  // the fully-masked guard of SoftmaxUpdate
-    const VF mu = hn::Set(d, m_use);
-    VF sum = hn::Zero(d);
-    for (size_t c = 0; c < padded; c += L) {
-      const VF p = ExpDiff(d, hn::LoadU(d, row + c), mu);
-      hn::StoreU(p, d, row + c);
-      sum = hn::Add(sum, p);
-    }
-    const float a = hn::GetLane(ExpDiff(d, hn::Set(d, m[r]), hn::Set(d, m_use)));
-    alpha[r] = a;
-    l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum));
-    m[r] = m_new;
-  }
+  if (full < cols)
+    for (size_t r = 0; r < rows; ++r)
+      hn::StoreU(hn::IfThenElse(tail, hn::LoadU(d, S + r * lds + full), hn::Set(d, -INFINITY)), d, S + r * lds + full);
+  const size_t padded = full < cols ? full + L : full;
+  size_t r = 0;
+  for (; r + 4 <= rows; r += 4) SoftmaxRowsTogether<4>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+  for (; r < rows; ++r) SoftmaxRowsTogether<1>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
 }
 
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }

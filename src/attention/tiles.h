@@ -17,6 +17,7 @@
 
 #include "attention/kernels.h"
 #include "attention/params.h"
+#include "common/memory.h"
 
 namespace attnscale::detail {
 
@@ -25,14 +26,14 @@ inline constexpr std::int64_t kBc = 64;  // keys per tile
 
 inline std::int64_t round_up(std::int64_t x, std::int64_t m) { return (x + m - 1) / m * m; }
 
-// A 64-byte aligned array (a cache line; also what the widest SIMD loads like).
+// A 64-byte aligned array (a cache line; also what the widest SIMD loads like); from 4 MiB on
+// in huge pages (allocate_block).
 template <class T>
 class Buffer {
  public:
   Buffer() = default;
   explicit Buffer(std::int64_t n) : n_(n) {
-    const std::size_t bytes = round_up(std::max<std::int64_t>(n, 1) * sizeof(T), 64);
-    data_.reset(static_cast<T*>(std::aligned_alloc(64, bytes)));
+    data_.reset(static_cast<T*>(allocate_block(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)) * sizeof(T))));
     if (!data_) throw std::bad_alloc();
   }
   T* get() const { return data_.get(); }

@@ -1,8 +1,11 @@
 #include "common/memory.h"
 
+#include <sys/mman.h>
 #include <sys/sysinfo.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "attnscale/error.h"
 
@@ -32,6 +35,17 @@ void check_allocation(const std::string& what, double bytes) {
   if (bytes > static_cast<double>(limit))
     throw Error(what + " needs " + format_bytes(bytes) + ", more than the " + format_bytes(static_cast<double>(limit)) +
                 " of memory (RAM + swap) this machine has");
+}
+
+void* allocate_block(std::size_t bytes) {
+  const bool huge = bytes >= (std::size_t{4} << 20);
+  const std::size_t align = huge ? std::size_t{2} << 20 : 64;
+  const std::size_t size = (std::max<std::size_t>(bytes, 1) + align - 1) / align * align;
+  void* p = std::aligned_alloc(align, size);
+#ifdef MADV_HUGEPAGE
+  if (p && huge) madvise(p, size, MADV_HUGEPAGE);  // advice only: a refusal changes nothing
+#endif
+  return p;
 }
 
 }  // namespace attnscale::detail

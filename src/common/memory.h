@@ -3,7 +3,10 @@
 // A request larger than the machine's physical memory plus swap can never be satisfied; trying
 // anyway either throws std::bad_alloc deep inside a kernel or, with overcommit, gets the process
 // killed once the pages are touched. check_allocation turns it into a clear Error up front.
+//
+// allocate_block: the memory of large arrays (tensors and the kernels' scratch), with huge pages.
 #pragma once
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -18,5 +21,12 @@ std::string format_bytes(double bytes);
 // Throws Error("<what> needs <bytes>, more than the <limit> of memory (RAM + swap) this machine has")
 // when `bytes` (may be computed in double to avoid overflow) exceeds memory_limit_bytes().
 void check_allocation(const std::string& what, double bytes);
+
+// `bytes` of memory, 64-byte aligned, released with std::free; nullptr when none is left.
+// Blocks of 4 MiB and more start on a 2 MiB boundary and ask for transparent huge pages (as numpy
+// does for arrays of 4 MiB and more): a stream over a KV cache of hundreds of MiB then walks 512
+// times fewer page-table entries, and the first touch of a fresh scratch buffer takes one page
+// fault per 2 MiB instead of one per 4 KiB (docs/performance.md has the measurements).
+void* allocate_block(std::size_t bytes);
 
 }  // namespace attnscale::detail

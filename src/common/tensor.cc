@@ -1,10 +1,8 @@
-// Views, the owning Tensor, and bfloat16 conversion.
+// Views and the owning Tensor (bfloat16 conversion is inline in the header).
 #include "attnscale/tensor.h"
 
+#include <cstdlib>
 #include <cstring>
-#if __has_include(<sys/mman.h>)
-#include <sys/mman.h>
-#endif
 #include <new>
 #include <sstream>
 
@@ -35,23 +33,6 @@ std::size_t dtype_size(DType t) {
     case DType::i32: return 4;
   }
   return 0;
-}
-
-// Round to nearest even: add 0x7fff plus the lowest kept bit, then truncate. NaN stays NaN
-// (quietened) instead of rounding into infinity.
-bf16 to_bf16(float x) {
-  std::uint32_t u;
-  std::memcpy(&u, &x, 4);
-  if ((u & 0x7fffffffu) > 0x7f800000u) return bf16{static_cast<std::uint16_t>((u >> 16) | 0x40)};
-  u += 0x7fffu + ((u >> 16) & 1u);
-  return bf16{static_cast<std::uint16_t>(u >> 16)};
-}
-
-float from_bf16(bf16 x) {
-  std::uint32_t u = static_cast<std::uint32_t>(x.bits) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 namespace {
@@ -149,23 +130,11 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
   std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
   detail::check_allocation("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)),
                            static_cast<double>(bytes));
-  // Large tensors start on a 2 MiB boundary and ask for transparent huge pages (as numpy does for
-  // arrays of 4 MiB and more): a stream over a KV cache of hundreds of MiB then walks 512 times
-  // fewer page-table entries. Decode at Nkv = 65536, H = 8, d = 128 read its float32 K and V at
-  // 28-32 GB/s on 2 threads with them, 28 without (docs/performance.md).
-  const bool huge = bytes >= (std::size_t{4} << 20);
-  const std::align_val_t align{huge ? std::size_t{2} << 20 : 64};
-  std::byte* p = nullptr;
-  try {
-    p = static_cast<std::byte*>(::operator new[](bytes ? bytes : 1, align));
-  } catch (const std::bad_alloc&) {
+  std::byte* p = static_cast<std::byte*>(detail::allocate_block(bytes));
+  if (!p)
     throw Error("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)) + ": cannot allocate " +
                 detail::format_bytes(static_cast<double>(bytes)) + " (out of memory)");
-  }
-#ifdef MADV_HUGEPAGE
-  if (huge) madvise(p, bytes / 4096 * 4096, MADV_HUGEPAGE);  // advice only: a refusal changes nothing
-#endif
-  storage_ = std::shared_ptr<std::byte[]>(p, [align](std::byte* q) { ::operator delete[](q, align); });
+  storage_ = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { std::free(q); });
   view_.data = p;
 }
 
