@@ -1,5 +1,7 @@
 #include "attnscale/version.h"
 
+#include "attnscale_git_hash.h"  // generated at build time (cmake/git_hash.cmake)
+
 #include "attention/kernels.h"
 
 namespace attnscale {

@@ -206,8 +206,9 @@ TEST(Bf16Backward, NonFiniteInputsAndDbiasTakeTheFloat32Path) {
     for (int t = 0; t < 3; ++t)
       EXPECT_EQ(std::memcmp(g[0][t].data(), g[1][t].data(), g[0][t].nbytes()), 0) << "variant " << variant << " grad " << t;
     // The rows that do not see key 8 keep finite gradients.
-    if (variant == 0)
+    if (variant == 0) {
       for (std::int64_t i = 0; i < 8 * s.dk; ++i) EXPECT_TRUE(std::isfinite(g[1][0].as<float>()[i])) << i;
+    }
   }
 }
 }  // namespace

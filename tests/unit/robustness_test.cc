@@ -285,8 +285,9 @@ TEST_P(Robustness, RowsEntirelyMasked) {
       for (const Tensor* g : {&dq, &dk, &dv})
         for (std::int64_t n = 0; n < g->numel(); ++n) ASSERT_TRUE(std::isfinite(value_at(g->view(), n)));
       for (std::int64_t row = 0; row < 2 * 4 * 11; ++row)
-        if (value_at(lse.view(), row) == -INFINITY)
+        if (value_at(lse.view(), row) == -INFINITY) {
           for (std::int64_t c = 0; c < 6; ++c) EXPECT_EQ(value_at(dq.view(), row * 6 + c), 0.0);
+        }
     }
   }
 }
