@@ -23,6 +23,7 @@
 // Rows with non-finite q, k, v or dO, and an additive mask's gradient (dbias), go to the float32
 // backward instead, which handles them pair by pair.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -182,17 +183,36 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
   }
 }
 
+// Whether every value of a [B, H, N, d] view is finite, (b, h) slices in parallel. Contiguous
+// float32 and bfloat16 rows are tested by their exponent bits (all ones: inf or NaN), a loop that
+// vectorises; other layouts value by value.
+bool all_finite_view(const TensorView& t, std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, int threads) {
+  std::atomic<bool> finite{true};
+  parallel_for(B * H, 1, resolve_threads(threads, B * H), [&](std::int64_t s0, std::int64_t s1, int) {
+    for (std::int64_t s = s0; s < s1 && finite.load(std::memory_order_relaxed); ++s)
+      for (std::int64_t i = 0; i < N; ++i) {
+        bool bad = false;
+        if (t.strides[3] == 1 && t.dtype == DType::f32) {
+          const std::uint32_t* row = at<const std::uint32_t>(t, s / H, s % H, i, 0);
+          for (std::int64_t c = 0; c < d; ++c) bad |= (row[c] & 0x7f800000u) == 0x7f800000u;
+        } else if (t.strides[3] == 1 && t.dtype == DType::bf16) {
+          const std::uint16_t* row = at<const std::uint16_t>(t, s / H, s % H, i, 0);
+          for (std::int64_t c = 0; c < d; ++c) bad |= (row[c] & 0x7f80u) == 0x7f80u;
+        } else {
+          for (std::int64_t c = 0; c < d; ++c) bad |= !std::isfinite(value<float>(t, s / H, s % H, i, c));
+        }
+        if (bad) {
+          finite = false;
+          break;
+        }
+      }
+  });
+  return finite;
+}
+
 bool inputs_finite(const BackwardParams& p) {
-  auto finite = [&](const TensorView& t, std::int64_t H, std::int64_t N, std::int64_t d) {
-    for (std::int64_t b = 0; b < p.B; ++b)
-      for (std::int64_t h = 0; h < H; ++h)
-        for (std::int64_t i = 0; i < N; ++i)
-          for (std::int64_t c = 0; c < d; ++c)
-            if (!std::isfinite(value<float>(t, b, h, i, c))) return false;
-    return true;
-  };
-  return finite(p.q, p.Hq, p.Nq, p.dk) && finite(p.dO, p.Hq, p.Nq, p.dv) && finite(p.k, p.Hkv, p.Nkv, p.dk) &&
-         finite(p.v, p.Hkv, p.Nkv, p.dv);
+  return all_finite_view(p.q, p.B, p.Hq, p.Nq, p.dk, p.threads) && all_finite_view(p.dO, p.B, p.Hq, p.Nq, p.dv, p.threads) &&
+         all_finite_view(p.k, p.B, p.Hkv, p.Nkv, p.dk, p.threads) && all_finite_view(p.v, p.B, p.Hkv, p.Nkv, p.dv, p.threads);
 }
 
 inline constexpr std::int64_t kMinKeyTasks = 8;                  // as backward.cc
