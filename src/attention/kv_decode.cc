@@ -6,6 +6,10 @@
 // the group), runs the online softmax (s folded into Q, scores in natural units) and updates its partial
 // (o, m, l). Partials are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
+// With one query row per KV head (no GQA group) the item instead takes its keys one at a time
+// (kv::stream_row): the key's score, the online-softmax step, and the output update by that key's V
+// row, so that K and V stream side by side (2 threads, d = 128, Nkv = 65536: bf16 K/V 10.7-11.7 ms
+// per token with tiles, 6.2-6.8 this way; docs/performance.md).
 // The chunks are fixed by key position and the arithmetic does not see addresses, so the result is
 // the same for any thread count and for a paged or contiguous cache holding the same keys.
 #include <algorithm>
@@ -246,6 +250,14 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
       }
     }
   };
+  if (g == 1) {  // one row: each key's K row read beside its V row (kv_kernels.h, stream_row)
+    for (std::int64_t t0 = j0; t0 < j1; t0 += kTile) {
+      gather(t0, 0);
+      kv::stream_row(L.type, std::min(kTile, j1 - t0), L.dk, L.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
+                     s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data());
+    }
+    return;
+  }
   gather(j0, 0);
   prefetch_rows(s.krow.data(), std::min(kTile, j1 - j0), kbytes);  // the first tile: nothing to hide it behind
   prefetch_rows(s.vrow.data(), std::min(kTile, j1 - j0), vbytes);

@@ -12,6 +12,7 @@
 
 #include <hwy/highway.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -335,6 +336,92 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
   }
 }
 
+// stream_row (kv_kernels.h). Why one key at a time: the tile path reads a tile of K rows, then (after
+// the softmax) the tile's V rows, and its arithmetic and its memory traffic add up rather than
+// overlap; reading each key's K row beside its V row keeps both streams moving together (measured in
+// docs/performance.md). The output stays in O (L1-resident) between keys.
+// One key's score s = Q·K_j (two accumulators, as ScoresRows), then its online-softmax step:
+// alpha rescales what was summed before, p weighs this key.
+template <int kType>
+HWY_INLINE float KeyScore(DF d, size_t dk, const void* krow, const float* ks, const float* Q) {
+  const size_t L = hn::Lanes(d), full = dk / L * L;
+  VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+  size_t c = 0;
+  for (; c + 2 * L <= full; c += 2 * L) {
+    a0 = hn::MulAdd(LoadRow<kType>(d, krow, ks, c), hn::LoadU(d, Q + c), a0);
+    a1 = hn::MulAdd(LoadRow<kType>(d, krow, ks, c + L), hn::LoadU(d, Q + c + L), a1);
+  }
+  if (c < full) a0 = hn::MulAdd(LoadRow<kType>(d, krow, ks, c), hn::LoadU(d, Q + c), a0);
+  float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+  for (size_t e = full; e < dk; ++e) s += Q[e] * Element<kType>(krow, ks, e);
+  return s;
+}
+HWY_INLINE void SoftmaxStep(float s, float& m, float& l, float& alpha, float& p) {
+  alpha = 1.0f;
+  if (s > m) {  // a new maximum: the output so far is rescaled (e^(-inf) = 0 before the first key)
+    alpha = std::exp(m - s);
+    m = s;
+  }
+  // While every score is -inf, m stays -inf and e^(s − m) would be NaN: subtract 0 instead (P = 0).
+  p = std::exp(s - (m == -INFINITY ? 0.0f : m));
+  l = alpha * l + p;
+}
+
+// dv = CB whole vectors (d = 64, 128 on AVX-512): the output row stays in CB registers.
+template <int kType, size_t CB>
+HWY_INLINE void StreamRowRegisters(size_t nk, size_t dk, const void* const* krow, const float* const* ksc,
+                                   const void* const* vrow, const float* const* vsc, const float* Q, float* m,
+                                   float* l, float* O) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  VF acc[CB];
+  for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
+  float mm = *m, ll = *l;
+  for (size_t j = 0; j < nk; ++j) {
+    const float* vs = vsc ? vsc[j] : nullptr;
+    float alpha, p;
+    SoftmaxStep(KeyScore<kType>(d, dk, krow[j], ksc ? ksc[j] : nullptr, Q), mm, ll, alpha, p);
+    if (alpha != 1.0f)
+      for (size_t b = 0; b < CB; ++b) acc[b] = hn::Mul(acc[b], hn::Set(d, alpha));
+    const VF vp = hn::Set(d, p);
+    for (size_t b = 0; b < CB; ++b) acc[b] = hn::MulAdd(vp, LoadRow<kType>(d, vrow[j], vs, b * L), acc[b]);
+  }
+  for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[b], d, O + b * L);
+  *m = mm;
+  *l = ll;
+}
+
+// Any dv: the output row in O (L1-resident) between keys; the same operations as above.
+template <int kType>
+void StreamRowT(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
+                const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O) {
+  const DF d;
+  const size_t L = hn::Lanes(d), fullv = dv / L * L;
+  if (dv == 8 * L) return StreamRowRegisters<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
+  if (dv == 4 * L) return StreamRowRegisters<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
+  float mm = *m, ll = *l;
+  for (size_t j = 0; j < nk; ++j) {
+    const float* vs = vsc ? vsc[j] : nullptr;
+    float alpha, p;
+    SoftmaxStep(KeyScore<kType>(d, dk, krow[j], ksc ? ksc[j] : nullptr, Q), mm, ll, alpha, p);
+    const VF va = hn::Set(d, alpha), vp = hn::Set(d, p);
+    for (size_t e = 0; e < fullv; e += L) {
+      const VF o = alpha == 1.0f ? hn::LoadU(d, O + e) : hn::Mul(hn::LoadU(d, O + e), va);
+      hn::StoreU(hn::MulAdd(vp, LoadRow<kType>(d, vrow[j], vs, e), o), d, O + e);
+    }
+    for (size_t e = fullv; e < dv; ++e) O[e] = O[e] * alpha + p * Element<kType>(vrow[j], vs, e);
+  }
+  *m = mm;
+  *l = ll;
+}
+
+void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
+               const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O) {
+  if (type == kF32) return StreamRowT<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  if (type == kBF16) return StreamRowT<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  return StreamRowT<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+}
+
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
             const float* Q, size_t ldq, float* S, size_t lds) {
   if (type == kF32) return ScoresT<kF32>(nk, rows, dk, krow, ksc, Q, ldq, S, lds);
@@ -356,6 +443,7 @@ HWY_AFTER_NAMESPACE();
 namespace attnscale::detail::kv {
 HWY_EXPORT(Scores);
 HWY_EXPORT(Accumulate);
+HWY_EXPORT(StreamRow);
 
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
             const float* const* ksc, const float* Q, std::size_t ldq, float* S, std::size_t lds) {
@@ -365,6 +453,11 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
                 std::size_t ldo) {
   HWY_DYNAMIC_DISPATCH(Accumulate)(type, nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
+}
+void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
+                const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
+                float* m, float* l, float* O) {
+  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
 }
 }  // namespace attnscale::detail::kv
 #endif  // HWY_ONCE

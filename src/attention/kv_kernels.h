@@ -17,4 +17,12 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
                 std::size_t ldo);
 
+// One query row against keys j < nk, one key at a time: s_j = Q·K_j, then the online softmax and
+// the output update by that key alone, so that each key's K row and V row are read together:
+//   m' = max(m, s_j);  O = e^(m − m')·O + e^(s_j − m')·V_j;  l = e^(m − m')·l + e^(s_j − m').
+// (m, l, O) in natural units, as the tile path leaves them; m = -inf while no key was seen.
+void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
+                const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
+                float* m, float* l, float* O);
+
 }  // namespace attnscale::detail::kv
