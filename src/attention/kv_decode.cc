@@ -251,10 +251,24 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
     }
   };
   if (g == 1) {  // one row: each key's K row read beside its V row (kv_kernels.h, stream_row)
-    for (std::int64_t t0 = j0; t0 < j1; t0 += kTile) {
-      gather(t0, 0);
-      kv::stream_row(L.type, std::min(kTile, j1 - t0), L.dk, L.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
-                     s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data());
+    // A contiguous cache streams on its own; a paged one (rows Hkv·d apart, blocks in any order)
+    // has the next tile's rows prefetched while this tile is computed, as the tile path does.
+    gather(j0, 0);
+    std::int64_t set = 0;
+    for (std::int64_t t0 = j0; t0 < j1; t0 += kTile, set ^= 1) {
+      const std::int64_t next = t0 + kTile < j1 ? std::min(kTile, j1 - t0 - kTile) : 0;
+      const std::int64_t x = set * kTile, y = (set ^ 1) * kTile;
+      if (next) gather(t0 + kTile, set ^ 1);
+      const std::int64_t nk = std::min(kTile, j1 - t0);
+      for (std::int64_t a = 0; a < nk; a += kSub) {  // sub-tiles, each after a prefetch of the next tile's rows
+        if (L.paged && a < next) {
+          prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes);
+          prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes);
+        }
+        kv::stream_row(L.type, std::min(kSub, nk - a), L.dk, L.dv, s.krow.data() + x + a,
+                       int8 ? s.ksc.data() + x + a : nullptr, s.vrow.data() + x + a,
+                       int8 ? s.vsc.data() + x + a : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data());
+      }
     }
     return;
   }
