@@ -339,7 +339,9 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
 // stream_row (kv_kernels.h). Why one key at a time: the tile path reads a tile of K rows, then (after
 // the softmax) the tile's V rows, and its arithmetic and its memory traffic add up rather than
 // overlap; reading each key's K row beside its V row keeps both streams moving together (measured in
-// docs/performance.md). The output stays in O (L1-resident) between keys.
+// docs/performance.md). The output row stays in registers when dv is 4 or 8 vectors
+// (StreamRowRegisters), else in O, L1-resident, between keys (StreamRowT).
+//
 // One key's score s = Q·K_j (two accumulators, as ScoresRows), then its online-softmax step:
 // alpha rescales what was summed before, p weighs this key.
 template <int kType>
