@@ -21,34 +21,14 @@
 
 #include <hwy/highway.h>
 
+#include "attention/exp2-inl.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
-
-// a·b + c rounded once, on every target. Targets without a fused multiply-add (scalar, emulated
-// 128-bit) compute hn::MulAdd as a·b then + c, two roundings: every dot product of the GEMM and
-// the softmax gradient then errs about √2 times as much as on AVX2/AVX-512 (seen: the backward's
-// dq at d_k = 256 at 1.16x AVX2's error). The product of two floats is exact in double, so one
-// double add rounded to float gives the fused result (up to rare double roundings).
-#if HWY_TARGET == HWY_SCALAR
-HWY_INLINE VF FusedMulAdd(VF a, VF b, VF c) {
-  VF r;
-  r.raw = static_cast<float>(static_cast<double>(a.raw) * b.raw + c.raw);
-  return r;
-}
-#elif HWY_TARGET == HWY_EMU128
-HWY_INLINE VF FusedMulAdd(VF a, VF b, VF c) {
-  VF r;
-  for (size_t i = 0; i < sizeof(r.raw) / sizeof(float); ++i)
-    r.raw[i] = static_cast<float>(static_cast<double>(a.raw[i]) * b.raw[i] + c.raw[i]);
-  return r;
-}
-#else
-HWY_INLINE VF FusedMulAdd(VF a, VF b, VF c) { return hn::MulAdd(a, b, c); }
-#endif
 
 // Register blocking of the GEMM micro-kernel: MR rows of C by NR vectors of columns, all kept in
 // registers while the whole inner dimension streams through (AVX-512: 4 x 4 zmm = 16
@@ -60,37 +40,6 @@ constexpr size_t kMR = 4, kNR = 4;
 #else
 constexpr size_t kMR = 4, kNR = 2;
 #endif
-
-// 2^x for x in base-2 units. Derivation: x = n + f with n = round(x), f in [-1/2, 1/2];
-// 2^x = 2^n · 2^f, 2^n built from the exponent bits (n + 127) << 23, 2^f by the degree-6
-// minimax polynomial of Cephes' exp2f (relative error < 2e-7). x is clamped to [-127, 127]
-// first: at -127 the exponent field is 0 and the result is exactly 0, so exp2(-inf) = 0 — the
-// value masked scores must give. NaN is passed through explicitly (the clamp would hide it).
-HWY_INLINE VF Exp2(DF d, VF x) {
-  const hn::RebindToSigned<DF> di;
-  const VF xc = hn::Min(hn::Max(x, hn::Set(d, -127.0f)), hn::Set(d, 127.0f));
-  const VF n = hn::Round(xc);
-  const VF f = hn::Sub(xc, n);
-  VF p = hn::Set(d, 1.535336188319500e-4f);
-  p = FusedMulAdd(p, f, hn::Set(d, 1.339887440266574e-3f));
-  p = FusedMulAdd(p, f, hn::Set(d, 9.618437357674640e-3f));
-  p = FusedMulAdd(p, f, hn::Set(d, 5.550332471162809e-2f));
-  p = FusedMulAdd(p, f, hn::Set(d, 2.402264791363012e-1f));
-  p = FusedMulAdd(p, f, hn::Set(d, 6.931472028550421e-1f));
-  p = FusedMulAdd(p, f, hn::Set(d, 1.0f));
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
-  const VF r = hn::Mul(p, hn::BitCast(d, bits));
-  return hn::IfThenElse(hn::IsNaN(x), x, r);
-}
-
-// e^(x − m) as 2^((x − m)·log2 e), for scores x in natural units. Derivation of the order: the
-// difference first, then the change of base. x − m is exact when x is within a factor of 2 of m
-// (Sterbenz) and otherwise rounds relative to the small result, so the multiply by log2(e) adds
-// an error of u/2·|x − m|: none where P is largest. Converting the scores to base 2 before the
-// subtraction (folding log2 e into Q) would add u/2·|x| to every exponent instead — for logits of
-// order 10-100 (unscaled, d_k = 64..4096) two to three times the error of a plain float32
-// softmax, which computes exp(x − m) directly.
-HWY_INLINE VF ExpDiff(DF d, VF x, VF m) { return Exp2(d, hn::Mul(hn::Sub(x, m), hn::Set(d, 1.4426950408889634f))); }
 
 // C tile of MR rows x NR*L columns (the last vector holding `tail` valid lanes when kTail):
 //   C = init + Σ_k A[m·ars + k·acs] · B[k·ldb + n]

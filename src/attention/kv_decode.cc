@@ -6,10 +6,10 @@
 // the group), runs the online softmax (s folded into Q, scores in natural units) and updates its partial
 // (o, m, l). Partials are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
-// With one query row per KV head (no GQA group) the item instead takes its keys one at a time
-// (kv::stream_row): the key's score, the online-softmax step, and the output update by that key's V
-// row, so that K and V stream side by side (2 threads, d = 128, Nkv = 65536: bf16 K/V 10.7-11.7 ms
-// per token with tiles, 6.2-6.8 this way; docs/performance.md).
+// With one query row per KV head (no GQA group) the item instead streams its keys
+// (kv::stream_row): a key's (float32, int8: four keys') scores, the online-softmax step, and the
+// output update by those keys' V rows, so that K and V stream side by side (2 threads, d = 128,
+// Nkv = 65536: bf16 K/V 10.7-11.7 ms per token with tiles, 6.2-6.8 this way; docs/performance.md).
 // The chunks are fixed by key position and the arithmetic does not see addresses, so the result is
 // the same for any thread count and for a paged or contiguous cache holding the same keys.
 #include <algorithm>
@@ -34,6 +34,7 @@ namespace {
 constexpr std::int64_t kChunk = 1024;  // keys per work item
 constexpr std::int64_t kTile = 32;     // keys per tile (a row of scores is two 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see attend_chunk)
+constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 
 // One of k / v: where row (b, h, j) lives, and its scales for int8.
 struct Rows {
@@ -194,7 +195,7 @@ struct Scratch {
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
       : q(L.group() * L.dk), s(L.group() * kTile), o(L.group() * L.dv), m(L.group()), l(L.group()),
-        alpha(L.group()), ones(L.group(), 1.0f), krow(2 * kTile), vrow(2 * kTile), ksc(2 * kTile), vsc(2 * kTile) {}
+        alpha(L.group()), ones(L.group(), 1.0f), krow((kAhead + 1) * kTile), vrow((kAhead + 1) * kTile), ksc((kAhead + 1) * kTile), vsc((kAhead + 1) * kTile) {}
 };
 
 // The partial (o, m, l) of the group's rows over keys [j0, j1) of (b, kh), left in s.
@@ -250,18 +251,31 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
       }
     }
   };
-  if (g == 1) {  // one row: each key's K row read beside its V row (kv_kernels.h, stream_row)
-    // A contiguous cache streams on its own; a paged one (rows Hkv·d apart, blocks in any order)
-    // has the next tile's rows prefetched while this tile is computed, as the tile path does.
-    gather(j0, 0);
-    std::int64_t set = 0;
-    for (std::int64_t t0 = j0; t0 < j1; t0 += kTile, set ^= 1) {
-      const std::int64_t next = t0 + kTile < j1 ? std::min(kTile, j1 - t0 - kTile) : 0;
-      const std::int64_t x = set * kTile, y = (set ^ 1) * kTile;
-      if (next) gather(t0 + kTile, set ^ 1);
-      const std::int64_t nk = std::min(kTile, j1 - t0);
-      for (std::int64_t a = 0; a < nk; a += kSub) {  // sub-tiles, each after a prefetch of the next tile's rows
-        if (L.paged && a < next) {
+  // Tiles go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's
+  // rows are looked up and prefetched, spread over tile i's sub-tiles (K rows among the scores, V
+  // rows among the P·V updates), so that the fetch runs beside the arithmetic rather than in a
+  // burst that stalls on the full miss queue. The first kAhead tiles are prefetched up front.
+  // One query row over a contiguous bf16 cache is left to the hardware prefetcher: there the
+  // prefetch slowed it (H = 8, d = 128, Nkv = 65536: 8.7-8.8 ms against 6.2-6.7); float32 and
+  // int8 rows gain from it (docs/performance.md).
+  const std::int64_t ahead = kAhead, sets = ahead + 1;
+  const bool prefetch = g > 1 || L.paged || L.type != kv::kBF16;
+  const std::int64_t tiles = (j1 - j0 + kTile - 1) / kTile;
+  auto tile_keys = [&](std::int64_t i) { return i < tiles ? std::min(kTile, j1 - j0 - i * kTile) : 0; };
+  for (std::int64_t i = 0; i < std::min(ahead, tiles); ++i) {
+    gather(j0 + i * kTile, i % sets);
+    if (prefetch) {
+      prefetch_rows(s.krow.data() + (i % sets) * kTile, tile_keys(i), kbytes);
+      prefetch_rows(s.vrow.data() + (i % sets) * kTile, tile_keys(i), vbytes);
+    }
+  }
+  for (std::int64_t i = 0; i < tiles; ++i) {
+    const std::int64_t t0 = j0 + i * kTile, nk = tile_keys(i), next = tile_keys(i + ahead);
+    const std::int64_t x = (i % sets) * kTile, y = ((i + ahead) % sets) * kTile;
+    if (next) gather(t0 + ahead * kTile, (i + ahead) % sets);
+    if (g == 1) {  // one row: each key's K row read beside its V row (kv_kernels.h, stream_row)
+      for (std::int64_t a = 0; a < nk; a += kSub) {
+        if (a < next && prefetch) {
           prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes);
           prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes);
         }
@@ -269,21 +283,8 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
                        int8 ? s.ksc.data() + x + a : nullptr, s.vrow.data() + x + a,
                        int8 ? s.vsc.data() + x + a : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data());
       }
+      continue;
     }
-    return;
-  }
-  gather(j0, 0);
-  prefetch_rows(s.krow.data(), std::min(kTile, j1 - j0), kbytes);  // the first tile: nothing to hide it behind
-  prefetch_rows(s.vrow.data(), std::min(kTile, j1 - j0), vbytes);
-  std::int64_t set = 0;
-  for (std::int64_t t0 = j0; t0 < j1; t0 += kTile, set ^= 1) {
-    const std::int64_t nk = std::min(kTile, j1 - t0);
-    const std::int64_t next = t0 + kTile < j1 ? std::min(kTile, j1 - t0 - kTile) : 0;
-    if (next) gather(t0 + kTile, set ^ 1);
-    const std::int64_t x = set * kTile, y = (set ^ 1) * kTile;
-    // Sub-tiles of kSub keys, each after a prefetch of the matching rows of the next tile (its K
-    // rows among the scores, its V rows among the P·V updates), so that the next tile streams in
-    // while this one is computed rather than in a burst that stalls on the full miss queue.
     for (std::int64_t a = 0; a < nk; a += kSub) {
       const std::int64_t n = std::min(kSub, nk - a);
       if (a < next) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes);

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "attention/kv_kernels.h"
+#include "attention/exp2-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::kv::HWY_NAMESPACE {
@@ -101,14 +102,24 @@ HWY_INLINE VF Sum4(DF d, VF a0, VF a1, VF a2, VF a3) {
   const auto y01 = hn::BitCast(dd, x01), y23 = hn::BitCast(dd, x23);
   return hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, y01, y23)), hn::BitCast(d, hn::InterleaveUpper(dd, y01, y23)));
 }
-HWY_INLINE void BlockSums4(DF d, VF v, float* out4) {
-  const hn::Full128<float> d4;
-  HWY_ALIGN float buf[hn::MaxLanes(DF())];
-  hn::Store(v, d, buf);
-  auto t = hn::Load(d4, buf);
-  for (size_t k = 4; k < hn::Lanes(d); k += 4) t = hn::Add(t, hn::Load(d4, buf + k));
-  hn::StoreU(t, d4, out4);
+// The four lanes of every 128-bit block of v added block by block: lane i of the result is the sum
+// of lane i of each block.
+template <class D>  // D = DF (a template so that only the branch of the target's width is compiled)
+HWY_INLINE hn::Vec<hn::Full128<float>> BlockSum(D d, hn::Vec<D> v) {
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    const hn::Half<D> d8;
+    const hn::Half<decltype(d8)> d4;
+    const auto h = hn::Add(hn::LowerHalf(d8, v), hn::UpperHalf(d8, v));
+    return hn::Add(hn::LowerHalf(d4, h), hn::UpperHalf(d4, h));
+  } else if constexpr (hn::MaxLanes(D()) == 8) {
+    const hn::Half<D> d4;
+    return hn::Add(hn::LowerHalf(d4, v), hn::UpperHalf(d4, v));
+  } else {
+    (void)d;
+    return v;
+  }
 }
+HWY_INLINE void BlockSums4(DF d, VF v, float* out4) { hn::StoreU(BlockSum(d, v), hn::Full128<float>(), out4); }
 
 // ScoresRows for NR a multiple of 4, two keys at a time: each vector of Q is loaded once for both
 // keys, and the lane sums go four rows at a time through Sum4.
@@ -336,11 +347,16 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
   }
 }
 
-// stream_row (kv_kernels.h). Why one key at a time: the tile path reads a tile of K rows, then (after
-// the softmax) the tile's V rows, and its arithmetic and its memory traffic add up rather than
-// overlap; reading each key's K row beside its V row keeps both streams moving together (measured in
-// docs/performance.md). The output row stays in registers when dv is 4 or 8 vectors
-// (StreamRowRegisters), else in O, L1-resident, between keys (StreamRowT).
+// stream_row (kv_kernels.h). Why key by key: the tile path reads a tile of K rows, then (after the
+// softmax) the tile's V rows, and its arithmetic and its memory traffic add up rather than overlap;
+// reading each key's K row beside its V row keeps both streams moving together (measured in
+// docs/performance.md). float32 and int8 keys go four at a time (StreamKeys4): their four scores
+// reduced together (Sum4), one online-softmax step for the four (the block's max, one vector exp),
+// then the output row updated by the four V rows. bfloat16 keys, the keys past the last whole
+// four, and the scalar target take the same steps one key at a time (StreamRowRegisters,
+// StreamRowT): with bf16 rows from DRAM four at a time ran slower (H = 8, d = 128, Nkv = 65536:
+// 9.0-9.5 ms against 6.2-6.7). The output row stays in registers when dv is 4 or 8 vectors, else
+// in O, L1-resident, between steps.
 //
 // One key's score s = Q·K_j (two accumulators, as ScoresRows), then its online-softmax step:
 // alpha rescales what was summed before, p weighs this key.
@@ -369,7 +385,7 @@ HWY_INLINE void SoftmaxStep(float s, float& m, float& l, float& alpha, float& p)
   l = alpha * l + p;
 }
 
-// dv = CB whole vectors (d = 64, 128 on AVX-512): the output row stays in CB registers.
+// Keys one at a time, dv = CB whole vectors: the output row stays in CB registers.
 template <int kType, size_t CB>
 HWY_INLINE void StreamRowRegisters(size_t nk, size_t dk, const void* const* krow, const float* const* ksc,
                                    const void* const* vrow, const float* const* vsc, const float* Q, float* m,
@@ -393,14 +409,12 @@ HWY_INLINE void StreamRowRegisters(size_t nk, size_t dk, const void* const* krow
   *l = ll;
 }
 
-// Any dv: the output row in O (L1-resident) between keys; the same operations as above.
+// Keys one at a time, any dv: the output row in O between keys.
 template <int kType>
 void StreamRowT(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                 const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O) {
   const DF d;
   const size_t L = hn::Lanes(d), fullv = dv / L * L;
-  if (dv == 8 * L) return StreamRowRegisters<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
-  if (dv == 4 * L) return StreamRowRegisters<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
   float mm = *m, ll = *l;
   for (size_t j = 0; j < nk; ++j) {
     const float* vs = vsc ? vsc[j] : nullptr;
@@ -417,11 +431,160 @@ void StreamRowT(size_t nk, size_t dk, size_t dv, const void* const* krow, const 
   *l = ll;
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// Lanes [c, c + L) of a row as float32, an int8 row without its block's scale (the caller folds
+// the scale into a coefficient it multiplies anyway).
+template <int kType>
+HWY_INLINE VF LoadRaw(DF d, const void* row, size_t c) {
+  if constexpr (kType == kI8) {
+    const hn::RebindToSigned<DF> di32;
+    const hn::Rebind<int8_t, DF> di8;
+    return hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, static_cast<const int8_t*>(row) + c)));
+  } else {
+    return LoadRow<kType>(d, row, nullptr, c);
+  }
+}
+
+// The scores of four keys, lane x = Q·K_x. An int8 row's score is Σ_b scale_b·(Q·K)_b over its
+// blocks b of 32 (dk is a multiple of 32 for int8): one multiply by the scale per block, not per
+// vector. Other types: two accumulators per key (even and odd vectors), as KeyScore.
+template <int kType>
+HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, const void* const* krow, const float* const* ksc,
+                                               const float* Q) {
+  constexpr size_t NK = 4;
+  const size_t L = hn::Lanes(d), full = dk / L * L;
+  VF acc[NK];
+  if constexpr (kType == kI8) {
+    for (size_t x = 0; x < NK; ++x) acc[x] = hn::Zero(d);
+    for (size_t c = 0; c < dk; c += 32) {
+      VF t[NK];
+      const VF q0 = hn::LoadU(d, Q + c);
+      for (size_t x = 0; x < NK; ++x) t[x] = hn::Mul(LoadRaw<kI8>(d, krow[x], c), q0);
+      for (size_t e = c + L; e < c + 32; e += L) {
+        const VF q = hn::LoadU(d, Q + e);
+        for (size_t x = 0; x < NK; ++x) t[x] = hn::MulAdd(LoadRaw<kI8>(d, krow[x], e), q, t[x]);
+      }
+      for (size_t x = 0; x < NK; ++x) acc[x] = hn::MulAdd(hn::Set(d, ksc[x][c / 32]), t[x], acc[x]);
+    }
+  } else {
+    VF odd[NK];
+    for (size_t x = 0; x < NK; ++x) acc[x] = odd[x] = hn::Zero(d);
+    size_t c = 0;
+    for (; c + 2 * L <= full; c += 2 * L) {
+      const VF q0 = hn::LoadU(d, Q + c), q1 = hn::LoadU(d, Q + c + L);
+      for (size_t x = 0; x < NK; ++x) {
+        acc[x] = hn::MulAdd(LoadRaw<kType>(d, krow[x], c), q0, acc[x]);
+        odd[x] = hn::MulAdd(LoadRaw<kType>(d, krow[x], c + L), q1, odd[x]);
+      }
+    }
+    if (c < full) {
+      const VF q0 = hn::LoadU(d, Q + c);
+      for (size_t x = 0; x < NK; ++x) acc[x] = hn::MulAdd(LoadRaw<kType>(d, krow[x], c), q0, acc[x]);
+    }
+    for (size_t x = 0; x < NK; ++x) acc[x] = hn::Add(acc[x], odd[x]);
+  }
+  const hn::Full128<float> d4;
+  auto s = BlockSum(d, Sum4(d, acc[0], acc[1], acc[2], acc[3]));
+  if (full < dk) {  // float32 / bf16 rows whose length is not a whole number of vectors
+    HWY_ALIGN float tail[NK] = {0, 0, 0, 0};
+    for (size_t x = 0; x < NK; ++x)
+      for (size_t e = full; e < dk; ++e) tail[x] += Q[e] * Element<kType>(krow[x], nullptr, e);
+    s = hn::Add(s, hn::Load(d4, tail));
+  }
+  return s;
+}
+
+// Four keys' online-softmax step: M = max(m, the block's scores); alpha = e^(m − M) rescales what
+// was summed before; p_x = e^(s_x − M), one vector exp (ExpDiff, exp2-inl.h). As in SoftmaxStep,
+// while every score is -inf the exponent subtracts 0 instead of M (P = 0, not NaN).
+HWY_INLINE float SoftmaxStep4(hn::Vec<hn::Full128<float>> s, float& m, float& l, float* p) {
+  const hn::Full128<float> d4;
+  const float bm = hn::GetLane(hn::MaxOfLanes(d4, s));
+  float alpha = 1.0f;
+  if (bm > m) {
+    alpha = std::exp(m - bm);
+    m = bm;
+  }
+  const auto pv = detail::HWY_NAMESPACE::ExpDiff(d4, s, hn::Set(d4, m == -INFINITY ? 0.0f : m));
+  l = alpha * l + hn::GetLane(hn::SumOfLanes(d4, pv));
+  hn::Store(pv, d4, p);
+  return alpha;
+}
+
+// The output by four keys' V rows: acc (vector e of the row) = alpha·acc + Σ_x p_x·V_x, an int8
+// row's scale folded into its coefficient p_x·scale_b once per block of 32.
+template <int kType>
+HWY_INLINE VF UpdateVector(DF d, VF acc, size_t e, float alpha, const float* p, const void* const* vrow,
+                           const float* const* vsc) {
+  if (alpha != 1.0f) acc = hn::Mul(acc, hn::Set(d, alpha));
+  for (size_t x = 0; x < 4; ++x) {
+    const float cf = kType == kI8 ? p[x] * vsc[x][e / 32] : p[x];
+    acc = hn::MulAdd(hn::Set(d, cf), LoadRaw<kType>(d, vrow[x], e), acc);
+  }
+  return acc;
+}
+
+// Keys four at a time (above), then the rest one at a time. CB > 0: dv = CB vectors, the output
+// row in CB registers; CB = 0: any dv, the row in O.
+template <int kType, size_t CB>
+HWY_INLINE void StreamKeys4(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
+                            const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
+                            float* O) {
+  const DF d;
+  const size_t L = hn::Lanes(d), fullv = dv / L * L;
+  VF acc[CB > 0 ? CB : 1];
+  for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
+  float mm = *m, ll = *l;
+  size_t j = 0;
+  for (; j + 4 <= nk; j += 4) {
+    HWY_ALIGN float p[4];
+    const float* const* ks = ksc ? ksc + j : nullptr;
+    const float* const* vs = vsc ? vsc + j : nullptr;
+    const float alpha = SoftmaxStep4(Scores4<kType>(d, dk, krow + j, ks, Q), mm, ll, p);
+    if constexpr (CB > 0) {
+      for (size_t b = 0; b < CB; ++b) acc[b] = UpdateVector<kType>(d, acc[b], b * L, alpha, p, vrow + j, vs);
+    } else {
+      for (size_t e = 0; e < fullv; e += L)
+        hn::StoreU(UpdateVector<kType>(d, hn::LoadU(d, O + e), e, alpha, p, vrow + j, vs), d, O + e);
+      for (size_t e = fullv; e < dv; ++e) {
+        float o = O[e] * alpha;
+        for (size_t x = 0; x < 4; ++x) o += p[x] * Element<kType>(vrow[j + x], nullptr, e);
+        O[e] = o;
+      }
+    }
+  }
+  for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[b], d, O + b * L);
+  *m = mm;
+  *l = ll;
+  if (j < nk)
+    StreamRowT<kType>(nk - j, dk, dv, krow + j, ksc ? ksc + j : nullptr, vrow + j, vsc ? vsc + j : nullptr, Q, m, l, O);
+}
+#endif
+
+template <int kType>
+void StreamRowDispatch(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
+                       const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
+                       float* O) {
+#if HWY_TARGET != HWY_SCALAR
+  const size_t L = hn::Lanes(DF());
+  if constexpr (kType == kBF16) {  // key by key measured faster for bf16 rows (docs/performance.md)
+    if (dv == 8 * L) return StreamRowRegisters<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
+    if (dv == 4 * L) return StreamRowRegisters<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
+    return StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  }
+  if (dv == 8 * L) return StreamKeys4<kType, 8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  if (dv == 4 * L) return StreamKeys4<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  return StreamKeys4<kType, 0>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+#else
+  StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+#endif
+}
+
 void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O) {
-  if (type == kF32) return StreamRowT<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  if (type == kBF16) return StreamRowT<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  return StreamRowT<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  if (type == kF32) return StreamRowDispatch<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  if (type == kBF16) return StreamRowDispatch<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  return StreamRowDispatch<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
 }
 
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,

@@ -17,9 +17,10 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
                 std::size_t ldo);
 
-// One query row against keys j < nk, one key at a time: s_j = Q·K_j, then the online softmax and
-// the output update by that key alone, so that each key's K row and V row are read together:
-//   m' = max(m, s_j);  O = e^(m − m')·O + e^(s_j − m')·V_j;  l = e^(m − m')·l + e^(s_j − m').
+// One query row against keys j < nk, a key (bfloat16) or four keys (float32, int8) at a time:
+// s_j = Q·K_j, then the online softmax and the output update by those keys alone, so that each
+// key's K row and V row are read close together; for a step over keys J:
+//   m' = max(m, max_J s_j);  O = e^(m − m')·O + Σ_J e^(s_j − m')·V_j;  l = e^(m − m')·l + Σ_J e^(s_j − m').
 // (m, l, O) in natural units, as the tile path leaves them; m = -inf while no key was seen.
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
