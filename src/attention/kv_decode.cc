@@ -7,7 +7,7 @@
 // (o, m, l). Partials are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // With one query row per KV head (no GQA group) the item instead streams its keys
-// (kv::stream_row): a key's (float32, int8: four keys') scores, the online-softmax step, and the
+// (kv::stream_row): a key's (float32, int8: eight or four keys') scores, the online-softmax step, and the
 // output update by those keys' V rows, so that K and V stream side by side (2 threads, d = 128,
 // Nkv = 65536: bf16 K/V 10.7-11.7 ms per token with tiles, 6.2-6.8 this way; docs/performance.md).
 // The chunks are fixed by key position and the arithmetic does not see addresses, so the result is

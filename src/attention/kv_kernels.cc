@@ -350,13 +350,13 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
 // stream_row (kv_kernels.h). Why key by key: the tile path reads a tile of K rows, then (after the
 // softmax) the tile's V rows, and its arithmetic and its memory traffic add up rather than overlap;
 // reading each key's K row beside its V row keeps both streams moving together (measured in
-// docs/performance.md). float32 and int8 keys go four at a time (StreamKeys4): their four scores
-// reduced together (Sum4), one online-softmax step for the four (the block's max, one vector exp),
-// then the output row updated by the four V rows. bfloat16 keys, the keys past the last whole
-// four, and the scalar target take the same steps one key at a time (StreamRowRegisters,
-// StreamRowT): with bf16 rows from DRAM four at a time ran slower (H = 8, d = 128, Nkv = 65536:
-// 9.0-9.5 ms against 6.2-6.7). The output row stays in registers when dv is 4 or 8 vectors, else
-// in O, L1-resident, between steps.
+// docs/performance.md). float32 and int8 keys go eight, then four at a time (StreamKeys): their
+// scores reduced four by four (Sum4), one online-softmax step for the step's keys (their max, one
+// vector exp per four), then the output row updated by their V rows. bfloat16 keys, the keys past
+// the last whole four, and the scalar target take the same steps one key at a time
+// (StreamRowRegisters, StreamRowT): with bf16 rows from DRAM several keys at a time ran slower
+// (H = 8, d = 128, Nkv = 65536: 8.1-9.5 ms against 5.0-6.7). The output row stays in registers
+// when dv is 4 or 8 vectors, else in O, L1-resident, between steps.
 //
 // One key's score s = Q·K_j (two accumulators, as ScoresRows), then its online-softmax step:
 // alpha rescales what was summed before, p weighs this key.
@@ -494,65 +494,88 @@ HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, const void* cons
   return s;
 }
 
-// Four keys' online-softmax step: M = max(m, the block's scores); alpha = e^(m − M) rescales what
-// was summed before; p_x = e^(s_x − M), one vector exp (ExpDiff, exp2-inl.h). As in SoftmaxStep,
-// while every score is -inf the exponent subtracts 0 instead of M (P = 0, not NaN).
-HWY_INLINE float SoftmaxStep4(hn::Vec<hn::Full128<float>> s, float& m, float& l, float* p) {
+// The online-softmax step of 4·NV keys (scores s, four to a vector): M = max(m, the keys' scores);
+// alpha = e^(m − M) rescales what was summed before; p_x = e^(s_x − M), one vector exp per four
+// (ExpDiff, exp2-inl.h). As in SoftmaxStep, while every score is -inf the exponent subtracts 0
+// instead of M (P = 0, not NaN).
+template <size_t NV>
+HWY_INLINE float SoftmaxStepKeys(const hn::Vec<hn::Full128<float>>* s, float& m, float& l, float* p) {
   const hn::Full128<float> d4;
-  const float bm = hn::GetLane(hn::MaxOfLanes(d4, s));
+  auto mx = s[0];
+  for (size_t i = 1; i < NV; ++i) mx = hn::Max(mx, s[i]);
+  const float bm = hn::GetLane(hn::MaxOfLanes(d4, mx));
   float alpha = 1.0f;
   if (bm > m) {
     alpha = std::exp(m - bm);
     m = bm;
   }
-  const auto pv = detail::HWY_NAMESPACE::ExpDiff(d4, s, hn::Set(d4, m == -INFINITY ? 0.0f : m));
-  l = alpha * l + hn::GetLane(hn::SumOfLanes(d4, pv));
-  hn::Store(pv, d4, p);
+  const auto mu = hn::Set(d4, m == -INFINITY ? 0.0f : m);
+  auto sum = hn::Zero(d4);
+  for (size_t i = 0; i < NV; ++i) {
+    const auto pv = detail::HWY_NAMESPACE::ExpDiff(d4, s[i], mu);
+    sum = hn::Add(sum, pv);
+    hn::Store(pv, d4, p + 4 * i);
+  }
+  l = alpha * l + hn::GetLane(hn::SumOfLanes(d4, sum));
   return alpha;
 }
 
-// The output by four keys' V rows: acc (vector e of the row) = alpha·acc + Σ_x p_x·V_x, an int8
-// row's scale folded into its coefficient p_x·scale_b once per block of 32.
-template <int kType>
+// The output by NK keys' V rows: acc (vector e of the row) = alpha·acc + Σ_x p_x·V_x, an int8
+// row's scale folded into its coefficient p_x·scale_b.
+template <int kType, size_t NK>
 HWY_INLINE VF UpdateVector(DF d, VF acc, size_t e, float alpha, const float* p, const void* const* vrow,
                            const float* const* vsc) {
   if (alpha != 1.0f) acc = hn::Mul(acc, hn::Set(d, alpha));
-  for (size_t x = 0; x < 4; ++x) {
+  for (size_t x = 0; x < NK; ++x) {
     const float cf = kType == kI8 ? p[x] * vsc[x][e / 32] : p[x];
     acc = hn::MulAdd(hn::Set(d, cf), LoadRaw<kType>(d, vrow[x], e), acc);
   }
   return acc;
 }
 
-// Keys four at a time (above), then the rest one at a time. CB > 0: dv = CB vectors, the output
-// row in CB registers; CB = 0: any dv, the row in O.
-template <int kType, size_t CB>
-HWY_INLINE void StreamKeys4(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
-                            const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
-                            float* O) {
+// Steps of NK keys (4 or 8) from key j while whole steps remain; returns the first key left. CB > 0:
+// dv = CB vectors, the output row in the CB registers acc; CB = 0: any dv, the row in O.
+template <int kType, size_t CB, size_t NK>
+HWY_INLINE size_t StreamKeysStep(size_t j, size_t nk, size_t dk, size_t dv, const void* const* krow,
+                                 const float* const* ksc, const void* const* vrow, const float* const* vsc,
+                                 const float* Q, float& mm, float& ll, VF* acc, float* O) {
   const DF d;
   const size_t L = hn::Lanes(d), fullv = dv / L * L;
-  VF acc[CB > 0 ? CB : 1];
-  for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
-  float mm = *m, ll = *l;
-  size_t j = 0;
-  for (; j + 4 <= nk; j += 4) {
-    HWY_ALIGN float p[4];
-    const float* const* ks = ksc ? ksc + j : nullptr;
+  constexpr size_t NV = NK / 4;
+  for (; j + NK <= nk; j += NK) {
+    HWY_ALIGN float p[NK];
+    hn::Vec<hn::Full128<float>> sv[NV];
+    for (size_t i = 0; i < NV; ++i) sv[i] = Scores4<kType>(d, dk, krow + j + 4 * i, ksc ? ksc + j + 4 * i : nullptr, Q);
     const float* const* vs = vsc ? vsc + j : nullptr;
-    const float alpha = SoftmaxStep4(Scores4<kType>(d, dk, krow + j, ks, Q), mm, ll, p);
+    const float alpha = SoftmaxStepKeys<NV>(sv, mm, ll, p);
     if constexpr (CB > 0) {
-      for (size_t b = 0; b < CB; ++b) acc[b] = UpdateVector<kType>(d, acc[b], b * L, alpha, p, vrow + j, vs);
+      for (size_t b = 0; b < CB; ++b) acc[b] = UpdateVector<kType, NK>(d, acc[b], b * L, alpha, p, vrow + j, vs);
     } else {
       for (size_t e = 0; e < fullv; e += L)
-        hn::StoreU(UpdateVector<kType>(d, hn::LoadU(d, O + e), e, alpha, p, vrow + j, vs), d, O + e);
+        hn::StoreU(UpdateVector<kType, NK>(d, hn::LoadU(d, O + e), e, alpha, p, vrow + j, vs), d, O + e);
       for (size_t e = fullv; e < dv; ++e) {
         float o = O[e] * alpha;
-        for (size_t x = 0; x < 4; ++x) o += p[x] * Element<kType>(vrow[j + x], nullptr, e);
+        for (size_t x = 0; x < NK; ++x) o += p[x] * Element<kType>(vrow[j + x], nullptr, e);
         O[e] = o;
       }
     }
   }
+  return j;
+}
+
+// Eight keys a step (two independent four-key score groups; at d = 64, int8, 1.25x four a step),
+// then four, then the rest one at a time.
+template <int kType, size_t CB>
+HWY_INLINE void StreamKeys(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
+                           const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
+                           float* O) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  VF acc[CB > 0 ? CB : 1];
+  for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
+  float mm = *m, ll = *l;
+  size_t j = StreamKeysStep<kType, CB, 8>(0, nk, dk, dv, krow, ksc, vrow, vsc, Q, mm, ll, acc, O);
+  j = StreamKeysStep<kType, CB, 4>(j, nk, dk, dv, krow, ksc, vrow, vsc, Q, mm, ll, acc, O);
   for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[b], d, O + b * L);
   *m = mm;
   *l = ll;
@@ -572,9 +595,9 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, const void* const* krow,
     if (dv == 4 * L) return StreamRowRegisters<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
     return StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
   }
-  if (dv == 8 * L) return StreamKeys4<kType, 8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  if (dv == 4 * L) return StreamKeys4<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  return StreamKeys4<kType, 0>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  if (dv == 8 * L) return StreamKeys<kType, 8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  if (dv == 4 * L) return StreamKeys<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  return StreamKeys<kType, 0>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
 #else
   StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
 #endif

@@ -17,7 +17,7 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
                 std::size_t ldo);
 
-// One query row against keys j < nk, a key (bfloat16) or four keys (float32, int8) at a time:
+// One query row against keys j < nk, a key (bfloat16) or 8 or 4 keys (float32, int8) at a time:
 // s_j = Q·K_j, then the online softmax and the output update by those keys alone, so that each
 // key's K row and V row are read close together; for a step over keys J:
 //   m' = max(m, max_J s_j);  O = e^(m − m')·O + Σ_J e^(s_j − m')·V_j;  l = e^(m − m')·l + Σ_J e^(s_j − m').
