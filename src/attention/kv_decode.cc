@@ -3,7 +3,7 @@
 // Work items are (sequence, KV head, chunk of kChunk keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
-// the group), runs the online softmax (s folded into Q, scores in natural units) and updates its partial
+// the group; float32 rows on 16-lane targets without lane sums, kv::scores_paired), runs the online softmax (s folded into Q, scores in natural units) and updates its partial
 // (o, m, l). Partials are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // With one query row per KV head (no GQA group) the item instead streams its keys
@@ -34,6 +34,7 @@ namespace {
 constexpr std::int64_t kChunk = 1024;  // keys per work item
 constexpr std::int64_t kTile = 32;     // keys per tile (a row of scores is two 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see attend_chunk)
+constexpr std::int64_t kPairedRows = 2;  // GQA groups from this size take kv::scores_paired
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 
 // One of k / v: where row (b, h, j) lives, and its scales for int8.
@@ -190,12 +191,13 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
 }
 
 struct Scratch {
-  std::vector<float> q, s, o, m, l, alpha, ones;
+  std::vector<float> q, qp, s, o, m, l, alpha;
   std::vector<const void*> krow, vrow;
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
-      : q(L.group() * L.dk), s(L.group() * kTile), o(L.group() * L.dv), m(L.group()), l(L.group()),
-        alpha(L.group()), ones(L.group(), 1.0f), krow((kAhead + 1) * kTile), vrow((kAhead + 1) * kTile), ksc((kAhead + 1) * kTile), vsc((kAhead + 1) * kTile) {}
+      : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv), m(L.group()), l(L.group()),
+        alpha(L.group()), krow((kAhead + 1) * kTile), vrow((kAhead + 1) * kTile), ksc((kAhead + 1) * kTile),
+        vsc((kAhead + 1) * kTile) {}
 };
 
 // The partial (o, m, l) of the group's rows over keys [j0, j1) of (b, kh), left in s.
@@ -207,6 +209,9 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
     const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g + r) * q.strides[1];
     for (std::int64_t c = 0; c < L.dk; ++c) s.q[r * L.dk + c] = src[c * q.strides[2]] * f;
   }
+  // GQA over float32 rows on 16-lane targets: the scores without lane sums (kv::scores_paired).
+  const bool paired = g >= kPairedRows && L.type == kv::kF32 && kv::paired_available();
+  if (paired) kv::pack_pairs(g, L.dk, s.q.data(), L.dk, s.qp.data());
   std::fill(s.m.begin(), s.m.end(), -std::numeric_limits<float>::infinity());
   std::fill(s.l.begin(), s.l.end(), 0.0f);
   std::fill(s.o.begin(), s.o.end(), 0.0f);
@@ -252,9 +257,10 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
     }
   };
   // Tiles go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's
-  // rows are looked up and prefetched, spread over tile i's sub-tiles (K rows among the scores, V
-  // rows among the P·V updates), so that the fetch runs beside the arithmetic rather than in a
-  // burst that stalls on the full miss queue. The first kAhead tiles are prefetched up front.
+  // rows are looked up and prefetched, its K rows spread over tile i's sub-tiles of scores (one
+  // query row: K and V rows over the sub-tiles of stream_row), so that the fetch runs beside the
+  // arithmetic rather than in a burst that stalls on the full miss queue; its V rows (GQA) before
+  // tile i's P·V. The first kAhead tiles are prefetched up front.
   // One query row over a contiguous bf16 cache is left to the hardware prefetcher: there the
   // prefetch slowed it (H = 8, d = 128, Nkv = 65536: 8.7-8.8 ms against 6.2-6.7); float32 and
   // int8 rows gain from it (docs/performance.md).
@@ -288,18 +294,18 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
     for (std::int64_t a = 0; a < nk; a += kSub) {
       const std::int64_t n = std::min(kSub, nk - a);
       if (a < next) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes);
-      kv::scores(L.type, n, g, L.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(), L.dk,
-                 s.s.data() + a, kTile);
+      if (paired) kv::scores_paired(n, g, L.dk, s.krow.data() + x + a, s.qp.data(), s.s.data() + a, kTile);
+      else
+        kv::scores(L.type, n, g, L.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
+                   L.dk, s.s.data() + a, kTile);
     }
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
-    for (std::int64_t a = 0; a < nk; a += kSub) {
-      const std::int64_t n = std::min(kSub, nk - a);
-      if (a < next) prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes);
-      // The first sub-tile rescales o by alpha; the later ones add to it (alpha 1: exact, so the
-      // sums are the bits one call over the whole tile gives).
-      kv::accumulate(L.type, n, g, L.dv, s.vrow.data() + x + a, int8 ? s.vsc.data() + x + a : nullptr,
-                     s.s.data() + a, kTile, a == 0 ? s.alpha.data() : s.ones.data(), s.o.data(), L.dv);
-    }
+    // P·V in one call over the tile, after the prefetch of the next tile's V rows: each call
+    // loads, rescales and stores the group's output rows, which per 8-key call cost more than the
+    // spread prefetch gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 11.7-12.5 ms -> 10.9-11.2).
+    if (next) prefetch_rows(s.vrow.data() + y, next, vbytes);
+    kv::accumulate(L.type, nk, g, L.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(), kTile,
+                   s.alpha.data(), s.o.data(), L.dv);
   }
 }
 

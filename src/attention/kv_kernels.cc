@@ -603,6 +603,80 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, const void* const* krow,
 #endif
 }
 
+#if HWY_TARGET != HWY_SCALAR
+// scores_paired (kv_kernels.h): NK keys against one block of 8 packed rows; out[x][2r] = S[r][x].
+// Two accumulators per key (even and odd column pairs) give 2·NK independent chains.
+template <class D, size_t NK>
+HWY_INLINE void PairedKeys(D d, size_t dk, const void* const* krow, const float* packed, float (*out)[16]) {
+  const hn::Repartition<uint64_t, D> du64;
+  const size_t pairs = dk / 2;
+  hn::Vec<D> a[NK][2];
+  for (size_t x = 0; x < NK; ++x) a[x][0] = a[x][1] = hn::Zero(d);
+  auto pair = [&](size_t x, size_t p) {  // (K_x[2p], K_x[2p + 1]) in every lane pair
+    std::uint64_t bits;
+    std::memcpy(&bits, static_cast<const float*>(krow[x]) + 2 * p, 8);
+    return hn::BitCast(d, hn::Set(du64, bits));
+  };
+  size_t p = 0;
+  for (; p + 2 <= pairs; p += 2) {
+    const auto q0 = hn::LoadU(d, packed + p * 16), q1 = hn::LoadU(d, packed + (p + 1) * 16);
+    for (size_t x = 0; x < NK; ++x) {
+      a[x][0] = hn::MulAdd(q0, pair(x, p), a[x][0]);
+      a[x][1] = hn::MulAdd(q1, pair(x, p + 1), a[x][1]);
+    }
+  }
+  if (p < pairs) {
+    const auto q0 = hn::LoadU(d, packed + p * 16);
+    for (size_t x = 0; x < NK; ++x) a[x][0] = hn::MulAdd(q0, pair(x, p), a[x][0]);
+  }
+  if (dk % 2) {  // the last column alone: its odd lanes of Q are 0
+    const auto q0 = hn::LoadU(d, packed + pairs * 16);
+    for (size_t x = 0; x < NK; ++x)
+      a[x][1] = hn::MulAdd(q0, hn::Set(d, static_cast<const float*>(krow[x])[dk - 1]), a[x][1]);
+  }
+  for (size_t x = 0; x < NK; ++x) {
+    const auto v = hn::Add(a[x][0], a[x][1]);
+    hn::StoreU(hn::Add(v, hn::Shuffle2301(v)), d, out[x]);
+  }
+}
+
+template <class D>  // D = DF; a template so that only 16-lane targets compile the body
+HWY_INLINE void ScoresPairedT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
+                              float* S, size_t lds) {
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    const size_t block = (dk + 1) / 2 * 16;
+    for (size_t r0 = 0; r0 < rows; r0 += 8) {
+      const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
+      const float* pk = packed + r0 / 8 * block;
+      float out[4][16];
+      size_t j = 0;
+      for (; j + 4 <= nk; j += 4) {
+        PairedKeys<D, 4>(d, dk, krow + j, pk, out);
+        for (size_t r = 0; r < nr; ++r)
+          for (size_t x = 0; x < 4; ++x) S[(r0 + r) * lds + j + x] = out[x][2 * r];
+      }
+      for (; j < nk; ++j) {
+        PairedKeys<D, 1>(d, dk, krow + j, pk, out);
+        for (size_t r = 0; r < nr; ++r) S[(r0 + r) * lds + j] = out[0][2 * r];
+      }
+    }
+  } else {
+    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds;
+  }
+}
+
+#endif
+
+void ScoresPaired(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed, float* S,
+                  size_t lds) {
+#if HWY_TARGET != HWY_SCALAR
+  ScoresPairedT(DF(), nk, rows, dk, krow, packed, S, lds);
+#else
+  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds;  // never called: 1 lane
+#endif
+}
+bool PairedAvailable() { return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16; }
+
 void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O) {
   if (type == kF32) return StreamRowDispatch<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
@@ -632,6 +706,21 @@ namespace attnscale::detail::kv {
 HWY_EXPORT(Scores);
 HWY_EXPORT(Accumulate);
 HWY_EXPORT(StreamRow);
+HWY_EXPORT(ScoresPaired);
+HWY_EXPORT(PairedAvailable);
+
+bool paired_available() { return HWY_DYNAMIC_DISPATCH(PairedAvailable)(); }
+std::size_t paired_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * ((dk + 1) / 2) * 16; }
+void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed) {
+  const std::size_t block = (dk + 1) / 2 * 16;
+  std::memset(packed, 0, paired_size(rows, dk) * sizeof(float));
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < dk; ++c) packed[r / 8 * block + c / 2 * 16 + 2 * (r % 8) + c % 2] = Q[r * ldq + c];
+}
+void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
+                   float* S, std::size_t lds) {
+  HWY_DYNAMIC_DISPATCH(ScoresPaired)(nk, rows, dk, krow, packed, S, lds);
+}
 
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
             const float* const* ksc, const float* Q, std::size_t ldq, float* S, std::size_t lds) {

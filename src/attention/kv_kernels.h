@@ -12,6 +12,19 @@ enum ElementType : int { kF32 = 0, kBF16 = 1, kI8 = 2 };
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
             const float* const* ksc, const float* Q, std::size_t ldq, float* S, std::size_t lds);
 
+// GQA scores over float32 keys without lane sums, for 16-lane targets (paired_available()): the
+// group's query rows packed once per chunk (pack_pairs) so that one vector holds 8 rows x 2
+// columns, lane 2r + t = Q[r][2p + t] for the column pair p; a key's pair (K[2p], K[2p + 1]) is
+// broadcast to all 8 lane pairs, one multiply-add per pair and row block, and the two lanes of each
+// row are added at the end: S[r][j] = Σ_p (Q[r][2p]·K_j[2p] + Q[r][2p+1]·K_j[2p+1]).
+bool paired_available();
+// Floats of the packed rows: ceil(rows / 8) blocks of ceil(dk / 2) vectors of 16.
+std::size_t paired_size(std::size_t rows, std::size_t dk);
+void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
+// S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows.
+void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
+                   float* S, std::size_t lds);
+
 // O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for rows r < rows (O row stride ldo).
 void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow,
                 const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
