@@ -10,8 +10,10 @@
 // (kv::stream_row): a key's (float32, int8: eight or four keys') scores, the online-softmax step, and the
 // output update by those keys' V rows, so that K and V stream side by side (2 threads, d = 128,
 // Nkv = 65536: bf16 K/V 10.7-11.7 ms per token with tiles, 6.2-6.8 this way; docs/performance.md).
-// The chunks are fixed by key position and the arithmetic does not see addresses, so the result is
-// the same for any thread count and for a paged or contiguous cache holding the same keys.
+// A paged cache's KV heads go through a chunk side by side, a tile each in turn (its blocks hold
+// the heads' rows of a key together). The chunks are fixed by key position and the arithmetic does
+// not see addresses or the order of the heads, so the result is the same for any thread count and
+// for a paged or contiguous cache holding the same keys.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -33,7 +35,7 @@ namespace {
 
 constexpr std::int64_t kChunk = 1024;  // keys per work item
 constexpr std::int64_t kTile = 32;     // keys per tile (a row of scores is two 16-lane vectors)
-constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see attend_chunk)
+constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
 constexpr std::int64_t kPairedRows = 2;  // GQA groups from this size take kv::scores_paired
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 
@@ -200,45 +202,111 @@ struct Scratch {
         vsc((kAhead + 1) * kTile) {}
 };
 
-// The partial (o, m, l) of the group's rows over keys [j0, j1) of (b, kh), left in s.
-void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int64_t kh, std::int64_t j0,
-                  std::int64_t j1, Scratch& s) {
-  const std::int64_t g = L.group();
-  const float f = static_cast<float>(L.scale);
-  for (std::int64_t r = 0; r < g; ++r) {
-    const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g + r) * q.strides[1];
-    for (std::int64_t c = 0; c < L.dk; ++c) s.q[r * L.dk + c] = src[c * q.strides[2]] * f;
+// The partial (o, m, l) of the group's rows over keys [j0, j1) of (b, kh), left in s, computed a
+// tile at a time (step) so that the KV heads of a paged cache can go in lockstep (decode()).
+class Chunk {
+ public:
+  Chunk(const Layout& L, Scratch& s) : L_(L), s_(s) {}
+
+  void begin(const TensorView& q, std::int64_t b, std::int64_t kh, std::int64_t j0, std::int64_t j1) {
+    b_ = b, kh_ = kh, j0_ = j0, j1_ = j1, g_ = L_.group(), i_ = 0;
+    const float f = static_cast<float>(L_.scale);
+    for (std::int64_t r = 0; r < g_; ++r) {
+      const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g_ + r) * q.strides[1];
+      for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[2]] * f;
+    }
+    // GQA over float32 rows on 16-lane targets: the scores without lane sums (kv::scores_paired).
+    paired_ = g_ >= kPairedRows && L_.type == kv::kF32 && kv::paired_available();
+    if (paired_) kv::pack_pairs(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
+    std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
+    std::fill(s_.l.begin(), s_.l.end(), 0.0f);
+    std::fill(s_.o.begin(), s_.o.end(), 0.0f);
+    int8_ = L_.type == kv::kI8;
+    kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
+    // One query row over a contiguous bf16 cache is left to the hardware prefetcher: there the
+    // prefetch slowed it (H = 8, d = 128, Nkv = 65536: 8.7-8.8 ms against 6.2-6.7); float32 and
+    // int8 rows gain from it (docs/performance.md).
+    prefetch_ = g_ > 1 || L_.paged || L_.type != kv::kBF16;
+    tiles_ = (j1 - j0 + kTile - 1) / kTile;
+    for (std::int64_t i = 0; i < std::min(kAhead, tiles_); ++i) {
+      gather(j0 + i * kTile, i % kSets);
+      if (prefetch_) {
+        prefetch_rows(s_.krow.data() + (i % kSets) * kTile, tile_keys(i), kbytes_);
+        prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_);
+      }
+    }
   }
-  // GQA over float32 rows on 16-lane targets: the scores without lane sums (kv::scores_paired).
-  const bool paired = g >= kPairedRows && L.type == kv::kF32 && kv::paired_available();
-  if (paired) kv::pack_pairs(g, L.dk, s.q.data(), L.dk, s.qp.data());
-  std::fill(s.m.begin(), s.m.end(), -std::numeric_limits<float>::infinity());
-  std::fill(s.l.begin(), s.l.end(), 0.0f);
-  std::fill(s.o.begin(), s.o.end(), 0.0f);
-  const bool int8 = L.type == kv::kI8;
-  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`. The next tile's rows are
-  // prefetched while this one is computed (below), so that the K and V streams overlap the
-  // arithmetic, and the scattered rows of a paged cache (blocks in any order, a [.., block, Hkv, d]
-  // pool whose rows of one head are Hkv·d apart) arrive in time.
-  const std::int64_t kbytes = L.dk * L.k.esize, vbytes = L.dv * L.v.esize;
-  auto prefetch_rows = [](const void* const* rows, std::int64_t n, std::int64_t bytes) {
+  bool done() const { return i_ >= tiles_; }
+
+  // Tiles go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's
+  // rows are looked up and prefetched, its K rows spread over tile i's sub-tiles of scores (one
+  // query row: K and V rows over the sub-tiles of stream_row), so that the fetch runs beside the
+  // arithmetic rather than in a burst that stalls on the full miss queue; its V rows (GQA) before
+  // tile i's P·V. The first kAhead tiles are prefetched by begin().
+  void step() {
+    const std::int64_t i = i_++, g = g_;
+    const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
+    const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
+    Scratch& s = s_;
+    const bool int8 = int8_;
+    if (next) gather(t0 + kAhead * kTile, (i + kAhead) % kSets);
+    if (g == 1) {  // one row: each key's K row read beside its V row (kv_kernels.h, stream_row)
+      for (std::int64_t a = 0; a < nk; a += kSub) {
+        if (a < next && prefetch_) {
+          prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
+          prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes_);
+        }
+        kv::stream_row(L_.type, std::min(kSub, nk - a), L_.dk, L_.dv, s.krow.data() + x + a,
+                       int8 ? s.ksc.data() + x + a : nullptr, s.vrow.data() + x + a,
+                       int8 ? s.vsc.data() + x + a : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data());
+      }
+      return;
+    }
+    for (std::int64_t a = 0; a < nk; a += kSub) {
+      const std::int64_t n = std::min(kSub, nk - a);
+      if (a < next) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
+      if (paired_) kv::scores_paired(n, g, L_.dk, s.krow.data() + x + a, s.qp.data(), s.s.data() + a, kTile);
+      else
+        kv::scores(L_.type, n, g, L_.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
+                   L_.dk, s.s.data() + a, kTile);
+    }
+    simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
+    // P·V in one call over the tile, after the prefetch of the next tile's V rows: each call
+    // loads, rescales and stores the group's output rows, which per 8-key call cost more than the
+    // spread prefetch gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 11.7-12.5 ms -> 10.9-11.2).
+    if (next) prefetch_rows(s.vrow.data() + y, next, vbytes_);
+    kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(), kTile,
+                   s.alpha.data(), s.o.data(), L_.dv);
+  }
+
+ private:
+  static constexpr std::int64_t kSets = kAhead + 1;
+
+  std::int64_t tile_keys(std::int64_t i) const { return i < tiles_ ? std::min(kTile, j1_ - j0_ - i * kTile) : 0; }
+
+  static void prefetch_rows(const void* const* rows, std::int64_t n, std::int64_t bytes) {
     for (std::int64_t j = 0; j < n; ++j)
       for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(static_cast<const char*>(rows[j]) + c, 0, 2);
-  };
-  auto gather = [&](std::int64_t t0, std::int64_t set) {
-    const std::int64_t nk = std::min(kTile, j1 - t0);
-    const void** kr = s.krow.data() + set * kTile;
-    const void** vr = s.vrow.data() + set * kTile;
-    const float** ksc = s.ksc.data() + set * kTile;
-    const float** vsc = s.vsc.data() + set * kTile;
-    if (!L.paged) {  // one stride per row
+  }
+
+  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`: contiguous, one stride per
+  // row; paged, through the block table (blocks in any order, a [.., block, Hkv, d] pool whose
+  // rows of one head are Hkv·d apart).
+  void gather(std::int64_t t0, std::int64_t set) {
+    const Layout& L = L_;
+    const std::int64_t nk = std::min(kTile, j1_ - t0), b = b_, kh = kh_;
+    const void** kr = s_.krow.data() + set * kTile;
+    const void** vr = s_.vrow.data() + set * kTile;
+    const float** ksc = s_.ksc.data() + set * kTile;
+    const float** vsc = s_.vsc.data() + set * kTile;
+    if (!L.paged) {
       const char* k = L.k.data + (b * L.k.s0 + kh * L.k.s1 + t0 * L.k.s2) * L.k.esize;
       const char* v = L.v.data + (b * L.v.s0 + kh * L.v.s1 + t0 * L.v.s2) * L.v.esize;
       for (std::int64_t j = 0; j < nk; ++j) {
         kr[j] = k + j * L.k.s2 * L.k.esize;
         vr[j] = v + j * L.v.s2 * L.v.esize;
       }
-      if (int8)
+      if (int8_)
         for (std::int64_t j = 0; j < nk; ++j) {
           ksc[j] = L.k.scales + b * L.k.c0 + kh * L.k.c1 + (t0 + j) * L.k.c2;
           vsc[j] = L.v.scales + b * L.v.c0 + kh * L.v.c1 + (t0 + j) * L.v.c2;
@@ -250,64 +318,28 @@ void attend_chunk(const Layout& L, const TensorView& q, std::int64_t b, std::int
       L.index(b, kh, t0 + j, i0, i1, i2);
       kr[j] = L.k.data + (i0 * L.k.s0 + i1 * L.k.s1 + i2 * L.k.s2) * L.k.esize;
       vr[j] = L.v.data + (i0 * L.v.s0 + i1 * L.v.s1 + i2 * L.v.s2) * L.v.esize;
-      if (int8) {
+      if (int8_) {
         ksc[j] = L.k.scales + i0 * L.k.c0 + i1 * L.k.c1 + i2 * L.k.c2;
         vsc[j] = L.v.scales + i0 * L.v.c0 + i1 * L.v.c1 + i2 * L.v.c2;
       }
     }
-  };
-  // Tiles go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's
-  // rows are looked up and prefetched, its K rows spread over tile i's sub-tiles of scores (one
-  // query row: K and V rows over the sub-tiles of stream_row), so that the fetch runs beside the
-  // arithmetic rather than in a burst that stalls on the full miss queue; its V rows (GQA) before
-  // tile i's P·V. The first kAhead tiles are prefetched up front.
-  // One query row over a contiguous bf16 cache is left to the hardware prefetcher: there the
-  // prefetch slowed it (H = 8, d = 128, Nkv = 65536: 8.7-8.8 ms against 6.2-6.7); float32 and
-  // int8 rows gain from it (docs/performance.md).
-  const std::int64_t ahead = kAhead, sets = ahead + 1;
-  const bool prefetch = g > 1 || L.paged || L.type != kv::kBF16;
-  const std::int64_t tiles = (j1 - j0 + kTile - 1) / kTile;
-  auto tile_keys = [&](std::int64_t i) { return i < tiles ? std::min(kTile, j1 - j0 - i * kTile) : 0; };
-  for (std::int64_t i = 0; i < std::min(ahead, tiles); ++i) {
-    gather(j0 + i * kTile, i % sets);
-    if (prefetch) {
-      prefetch_rows(s.krow.data() + (i % sets) * kTile, tile_keys(i), kbytes);
-      prefetch_rows(s.vrow.data() + (i % sets) * kTile, tile_keys(i), vbytes);
-    }
   }
-  for (std::int64_t i = 0; i < tiles; ++i) {
-    const std::int64_t t0 = j0 + i * kTile, nk = tile_keys(i), next = tile_keys(i + ahead);
-    const std::int64_t x = (i % sets) * kTile, y = ((i + ahead) % sets) * kTile;
-    if (next) gather(t0 + ahead * kTile, (i + ahead) % sets);
-    if (g == 1) {  // one row: each key's K row read beside its V row (kv_kernels.h, stream_row)
-      for (std::int64_t a = 0; a < nk; a += kSub) {
-        if (a < next && prefetch) {
-          prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes);
-          prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes);
-        }
-        kv::stream_row(L.type, std::min(kSub, nk - a), L.dk, L.dv, s.krow.data() + x + a,
-                       int8 ? s.ksc.data() + x + a : nullptr, s.vrow.data() + x + a,
-                       int8 ? s.vsc.data() + x + a : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data());
-      }
-      continue;
-    }
-    for (std::int64_t a = 0; a < nk; a += kSub) {
-      const std::int64_t n = std::min(kSub, nk - a);
-      if (a < next) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes);
-      if (paired) kv::scores_paired(n, g, L.dk, s.krow.data() + x + a, s.qp.data(), s.s.data() + a, kTile);
-      else
-        kv::scores(L.type, n, g, L.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
-                   L.dk, s.s.data() + a, kTile);
-    }
-    simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
-    // P·V in one call over the tile, after the prefetch of the next tile's V rows: each call
-    // loads, rescales and stores the group's output rows, which per 8-key call cost more than the
-    // spread prefetch gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 11.7-12.5 ms -> 10.9-11.2).
-    if (next) prefetch_rows(s.vrow.data() + y, next, vbytes);
-    kv::accumulate(L.type, nk, g, L.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(), kTile,
-                   s.alpha.data(), s.o.data(), L.dv);
+
+  const Layout& L_;
+  Scratch& s_;
+  std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, g_ = 1, i_ = 0, tiles_ = 0, kbytes_ = 0, vbytes_ = 0;
+  bool paired_ = false, prefetch_ = false, int8_ = false;
+};
+
+// The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side.
+struct HeadScratch {
+  std::vector<Scratch> scratch;
+  std::vector<Chunk> chunk;
+  HeadScratch(const Layout& L, std::int64_t heads) : scratch(static_cast<std::size_t>(heads), Scratch(L)) {
+    chunk.reserve(scratch.size());
+    for (Scratch& s : scratch) chunk.emplace_back(L, s);
   }
-}
+};
 
 }  // namespace
 }  // namespace detail
@@ -320,24 +352,35 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
   const std::int64_t g = L.group(), heads = L.B * L.Hkv, chunks = std::max<std::int64_t>(1, (L.max_len + kChunk - 1) / kChunk);
   const std::int64_t items = heads * chunks;
   std::vector<float> po(items * g * L.dv), pm(items * g), pl(items * g);
-  const int threads = resolve_threads(options.threads, items);
-  PerThread<Scratch> scratch(threads);
-  parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
-    Scratch& s = scratch.get(t, L);
-    for (std::int64_t item = i0; item < i1; ++item) {
-      const std::int64_t head = item / chunks, c = item % chunks, b = head / L.Hkv, kh = head % L.Hkv;
+  // A work unit is one KV head's chunk, or for a paged cache one chunk of all KV heads taken tile by
+  // tile side by side: the heads' rows of a key lie together in a block ([block, Hkv, d]), so the
+  // heads in lockstep read each block's rows as one run instead of Hkv strided passes.
+  const std::int64_t lockstep = L.paged ? L.Hkv : 1, units = items / lockstep;
+  const int threads = resolve_threads(options.threads, units);
+  PerThread<HeadScratch> scratch(threads);
+  parallel_for(units, 1, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
+    HeadScratch& hs = scratch.get(t, L, lockstep);
+    for (std::int64_t u = u0; u < u1; ++u) {
+      // Item (head, c), head = b·Hkv + kh: unit u covers heads [h0, h0 + lockstep) of chunk c.
+      const std::int64_t c = u % chunks, h0 = u / chunks * lockstep, b = h0 / L.Hkv;
       const std::int64_t j0 = std::max(c * kChunk, L.lo(b)), j1 = std::min((c + 1) * kChunk, L.length(b));
-      float* m = pm.data() + item * g;
-      float* l = pl.data() + item * g;
       if (j0 >= j1) {  // a chunk the sequence does not reach, or before its window
-        std::fill(m, m + g, -std::numeric_limits<float>::infinity());
-        std::fill(l, l + g, 0.0f);
+        for (std::int64_t h = h0; h < h0 + lockstep; ++h) {
+          std::fill_n(pm.data() + (h * chunks + c) * g, g, -std::numeric_limits<float>::infinity());
+          std::fill_n(pl.data() + (h * chunks + c) * g, g, 0.0f);
+        }
         continue;
       }
-      attend_chunk(L, q, b, kh, j0, j1, s);
-      std::copy(s.o.begin(), s.o.end(), po.data() + item * g * L.dv);
-      std::copy(s.m.begin(), s.m.end(), m);
-      std::copy(s.l.begin(), s.l.end(), l);
+      for (std::int64_t x = 0; x < lockstep; ++x) hs.chunk[x].begin(q, b, (h0 + x) % L.Hkv, j0, j1);
+      while (!hs.chunk[0].done())
+        for (std::int64_t x = 0; x < lockstep; ++x) hs.chunk[x].step();
+      for (std::int64_t x = 0; x < lockstep; ++x) {
+        const Scratch& s = hs.scratch[x];
+        const std::int64_t item = (h0 + x) * chunks + c;
+        std::copy(s.o.begin(), s.o.end(), po.data() + item * g * L.dv);
+        std::copy(s.m.begin(), s.m.end(), pm.data() + item * g);
+        std::copy(s.l.begin(), s.l.end(), pl.data() + item * g);
+      }
     }
   });
   // Merge in chunk order, then out = o / l and lse = M + ln l.
