@@ -3,12 +3,13 @@
 // Work items are (sequence, KV head, chunk of kChunk keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
-// the group; float32 rows on 16-lane targets without lane sums, kv::scores_paired), runs the online softmax (s folded into Q, scores in natural units) and updates its partial
-// (o, m, l). Partials are merged per (sequence, head) in chunk order:
+// the group; float32 rows on 16-lane targets without lane sums, kv::scores_paired), runs the online
+// softmax (s folded into Q, scores in natural units) and updates its partial (o, m, l). Partials
+// are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // With one query row per KV head (no GQA group) the item instead streams its keys
-// (kv::stream_row): a key's (float32, int8: eight or four keys') scores, the online-softmax step, and the
-// output update by those keys' V rows, so that K and V stream side by side (2 threads, d = 128,
+// (kv::stream_row): a key's (float32, int8: eight or four keys') scores, the online-softmax step,
+// and the output update by those keys' V rows, so that K and V stream side by side (2 threads, d = 128,
 // Nkv = 65536: bf16 K/V 10.7-11.7 ms per token with tiles, 6.2-6.8 this way; docs/performance.md).
 // A paged cache's KV heads go through a chunk side by side, a tile each in turn (its blocks hold
 // the heads' rows of a key together). The chunks are fixed by key position and the arithmetic does
@@ -197,8 +198,8 @@ struct Scratch {
   std::vector<const void*> krow, vrow;
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
-      : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv), m(L.group()), l(L.group()),
-        alpha(L.group()), krow((kAhead + 1) * kTile), vrow((kAhead + 1) * kTile), ksc((kAhead + 1) * kTile),
+      : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
+        m(L.group()), l(L.group()), alpha(L.group()), krow((kAhead + 1) * kTile), vrow((kAhead + 1) * kTile), ksc((kAhead + 1) * kTile),
         vsc((kAhead + 1) * kTile) {}
 };
 
