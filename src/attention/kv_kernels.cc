@@ -691,6 +691,23 @@ void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow
   return ScoresT<kI8>(nk, rows, dk, krow, ksc, Q, ldq, S, lds);
 }
 
+// widen (kv_kernels.h): each row as float32, L lanes at a time (LoadRow), the tail element by element.
+template <int kType>
+void WidenT(size_t nk, size_t d, const void* const* row, const float* const* sc, float* out, size_t ldo) {
+  const DF df;
+  const size_t L = hn::Lanes(df), full = d / L * L;
+  for (size_t j = 0; j < nk; ++j) {
+    const float* s = sc ? sc[j] : nullptr;
+    for (size_t c = 0; c < full; c += L) hn::StoreU(LoadRow<kType>(df, row[j], s, c), df, out + j * ldo + c);
+    for (size_t c = full; c < d; ++c) out[j * ldo + c] = Element<kType>(row[j], s, c);
+  }
+}
+void Widen(int type, size_t nk, size_t d, const void* const* row, const float* const* sc, float* out, size_t ldo) {
+  if (type == kF32) return WidenT<kF32>(nk, d, row, sc, out, ldo);
+  if (type == kBF16) return WidenT<kBF16>(nk, d, row, sc, out, ldo);
+  return WidenT<kI8>(nk, d, row, sc, out, ldo);
+}
+
 void Accumulate(int type, size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc,
                 const float* P, size_t ldp, const float* alpha, float* O, size_t ldo) {
   if (type == kF32) return AccumulateT<kF32>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
@@ -707,8 +724,13 @@ HWY_EXPORT(Scores);
 HWY_EXPORT(Accumulate);
 HWY_EXPORT(StreamRow);
 HWY_EXPORT(ScoresPaired);
+HWY_EXPORT(Widen);
 HWY_EXPORT(PairedAvailable);
 
+void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
+           std::size_t ldo) {
+  HWY_DYNAMIC_DISPATCH(Widen)(type, nk, d, row, sc, out, ldo);
+}
 bool paired_available() { return HWY_DYNAMIC_DISPATCH(PairedAvailable)(); }
 std::size_t paired_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * ((dk + 1) / 2) * 16; }
 void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed) {

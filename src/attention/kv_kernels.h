@@ -21,9 +21,14 @@ bool paired_available();
 // Floats of the packed rows: ceil(rows / 8) blocks of ceil(dk / 2) vectors of 16.
 std::size_t paired_size(std::size_t rows, std::size_t dk);
 void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
-// S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows.
+// S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (bf16 and int8 rows
+// are widened first, widen(); kv_decode.cc does so for int8).
 void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
                    float* S, std::size_t lds);
+
+// Rows j < nk as float32 (bf16 widened, int8 times its block scales) into out[j·ldo + c], c < d.
+void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
+           std::size_t ldo);
 
 // O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for rows r < rows (O row stride ldo).
 void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow,
