@@ -200,8 +200,12 @@ struct Scratch {
   explicit Scratch(const Layout& L)
       : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
         m(L.group()), l(L.group()), alpha(L.group()), kf(L.type == kv::kI8 ? kSub * L.dk : 0),
-        krow((kAhead + 1) * kTile), vrow((kAhead + 1) * kTile), kfrow(kSub), ksc((kAhead + 1) * kTile),
-        vsc((kAhead + 1) * kTile) {}
+        krow((kAhead + 1) * kTile), vrow((kAhead + 1) * kTile), kfrow(kf.empty() ? 0 : kSub),
+        ksc((kAhead + 1) * kTile), vsc((kAhead + 1) * kTile) {
+    for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
+  }
+  Scratch(const Scratch&) = delete;  // kfrow points into kf
+  Scratch(Scratch&&) = default;      // moves keep kf's buffer
 };
 
 // The partial (o, m, l) of the group's rows over keys [j0, j1) of (b, kh), left in s, computed a
@@ -222,7 +226,6 @@ class Chunk {
     // Nkv = 65536 11.5-11.7 -> 8.5-10.2). bf16 rows keep the dot products: widened, they ran faster
     // cache-resident (0.28-0.38 -> 0.11-0.35 ms) but slower from DRAM (10.2-10.8 -> 14.3-15.0).
     paired_ = g_ >= kPairedRows && L_.type != kv::kBF16 && kv::paired_available();
-    for (std::int64_t j = 0; paired_ && L_.type != kv::kF32 && j < kSub; ++j) s_.kfrow[j] = s_.kf.data() + j * L_.dk;
     if (paired_) kv::pack_pairs(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
     std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(s_.l.begin(), s_.l.end(), 0.0f);
@@ -271,11 +274,13 @@ class Chunk {
     for (std::int64_t a = 0; a < nk; a += kSub) {
       const std::int64_t n = std::min(kSub, nk - a);
       if (a < next) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
-      if (paired_ && L_.type != kv::kF32) {
-        kv::widen(L_.type, n, L_.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
-        kv::scores_paired(n, g, L_.dk, s.kfrow.data(), s.qp.data(), s.s.data() + a, kTile);
-      } else if (paired_) {
-        kv::scores_paired(n, g, L_.dk, s.krow.data() + x + a, s.qp.data(), s.s.data() + a, kTile);
+      if (paired_) {  // float32 rows as they are, int8 rows widened into kf
+        const void* const* rows = s.krow.data() + x + a;
+        if (int8) {
+          kv::widen(L_.type, n, L_.dk, rows, s.ksc.data() + x + a, s.kf.data(), L_.dk);
+          rows = s.kfrow.data();
+        }
+        kv::scores_paired(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile);
       } else {
         kv::scores(L_.type, n, g, L_.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
                    L_.dk, s.s.data() + a, kTile);
@@ -346,9 +351,10 @@ class Chunk {
 struct HeadScratch {
   std::vector<Scratch> scratch;
   std::vector<Chunk> chunk;
-  HeadScratch(const Layout& L, std::int64_t heads) : scratch(static_cast<std::size_t>(heads), Scratch(L)) {
-    chunk.reserve(scratch.size());
-    for (Scratch& s : scratch) chunk.emplace_back(L, s);
+  HeadScratch(const Layout& L, std::int64_t heads) {
+    scratch.reserve(static_cast<std::size_t>(heads));  // no reallocation: each Chunk holds its Scratch
+    chunk.reserve(static_cast<std::size_t>(heads));
+    for (std::int64_t h = 0; h < heads; ++h) chunk.emplace_back(L, scratch.emplace_back(L));
   }
 };
 
