@@ -28,11 +28,19 @@ void forward_all(const Params& p) {
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
   PerThread<ForwardScratch<T>> scratch(threads);
+  const bool copy_values = AlignedValues<T>::wanted(p);
+  PerThread<AlignedValues<T>> values(copy_values ? threads : 0);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     ForwardScratch<T>& s = scratch.get(t, p);
     for (std::int64_t item = i0; item < i1; ++item) {
       const RowBlock rb = query_block(p, item, nqb);
+      if (copy_values) {
+        AlignedValues<T>& v = values.get(t);
+        s.v_rows = v.hold(p, rb.b, rb.kh);
+        s.v_ld = v.ld;
+      }
       attend(p, rb, 0, p.Nkv, s);
+      s.v_rows = nullptr;  // the scratch outlives this call (PerThread recycles it)
       if (!p.sinks.empty()) fold_sinks(p, rb, s.o.get(), s.m.get(), s.l.get());
       write_rows(p, rb, s.o.get(), s.m.get(), s.l.get());
       // attend() leaves the last tile's 2^(t − m) unless a sink moved m or dropout changed it.
