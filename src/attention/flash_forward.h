@@ -33,40 +33,10 @@ struct ForwardScratch {
         alpha(ld), sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
   std::int64_t dk, dv;
   // When set (forward_all, misaligned V): the V rows of the block's head, 64-byte aligned, row
-  // stride v_ld (see AlignedValues); attend() reads them instead of the view's.
+  // stride v_ld (AlignedRows, tiles.h); attend() reads them instead of the view's.
   const T* v_rows = nullptr;
   std::int64_t v_ld = 0;
   bool fits(const Params& p) const { return p.dk == dk && p.dv == dv; }  // reusable for p (PerThread)
-};
-
-// The V rows of one (batch, KV head), 64-byte aligned (row stride dv rounded up to 64 bytes),
-// for views whose rows are not: numpy aligns arrays to 16 bytes, and every vector load of a
-// misaligned row in P·V then spans two cache lines. The forward's blocks take their heads in
-// order, so a thread copies each head it meets about once and every query block of the head
-// reads the copy. Measured (float32, d = 128, N = 4096, H = 8, numpy inputs 16 bytes past a
-// line): 2 threads 1.04-1.06x, aligned inputs unchanged (docs/performance.md).
-template <class T>
-struct AlignedValues {
-  Buffer<T> rows;
-  std::int64_t ld = 0, b = -1, kh = -1;
-  // Whether the forward should copy p.v: float32 rows that start off 64-byte boundaries, read by
-  // at least two query blocks of a head.
-  static bool wanted(const Params& p) {
-    if (!std::is_same_v<T, float> || p.v.dtype != DType::f32 || p.v.strides[3] != 1 || p.Nq <= kBr) return false;
-    return reinterpret_cast<std::uintptr_t>(p.v.data) % 64 != 0 || (p.v.strides[2] * sizeof(float)) % 64 != 0;
-  }
-  const T* hold(const Params& p, std::int64_t batch, std::int64_t head) {
-    if (batch == b && head == kh) return rows.get();
-    ld = round_up(p.dv, 64 / static_cast<std::int64_t>(sizeof(T)));
-    if (!rows.get()) rows = Buffer<T>(p.Nkv * ld);
-    for (std::int64_t j = 0; j < p.Nkv; ++j) {
-      const T* src = at<const T>(p.v, batch, head, j);
-      std::copy(src, src + p.dv, rows.get() + j * ld);
-    }
-    b = batch;
-    kh = head;
-    return rows.get();
-  }
 };
 
 // Columns of the score tile in use: the block's rows rounded up to the widest SIMD width (a
