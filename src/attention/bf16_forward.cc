@@ -53,22 +53,25 @@ void row_bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t 
   }
 }
 
-// K and V of every (batch, KV head), packed once (layouts above).
+// K and V of every (batch, KV head), packed once (layouts above). All heads share one K and one V
+// allocation: blocks of 4 MiB and more come in huge pages (allocate_block), where a buffer per
+// head (1.1 MiB each at Nkv = 4096, d = 128) took a page fault per 4 KiB at every call.
 struct PackedKV {
   std::int64_t dk32, ldv, nkv64;  // nkv64: keys allocated, round_up(Nkv, kKeys) + kKeys
-  std::vector<Buffer<std::uint16_t>> k, v;  // index b·Hkv + kh
+  std::int64_t kn, vn;            // elements per head
+  Buffer<std::uint16_t> ks, vs;   // head bh = b·Hkv + kh from element bh·kn (bh·vn) on
+  const std::uint16_t* k(std::int64_t bh) const { return ks.get() + bh * kn; }
+  const std::uint16_t* v(std::int64_t bh) const { return vs.get() + bh * vn; }
   PackedKV(const Params& p, int threads)
-      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys), k(p.B * p.Hkv),
-        v(p.B * p.Hkv) {
+      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys), kn(dk32 * nkv64),
+        vn(nkv64 * ldv), ks(p.B * p.Hkv * kn), vs(p.B * p.Hkv * vn) {
     parallel_for(p.B * p.Hkv, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
       for (std::int64_t bh = t0; bh < t1; ++bh) {
         const std::int64_t b = bh / p.Hkv, kh = bh % p.Hkv;
-        k[bh] = Buffer<std::uint16_t>(dk32 * nkv64);
-        v[bh] = Buffer<std::uint16_t>(nkv64 * ldv);
-        k[bh].fill(0);
-        v[bh].fill(0);
-        std::uint16_t* K = k[bh].get();
-        std::uint16_t* V = v[bh].get();
+        std::uint16_t* K = ks.get() + bh * kn;
+        std::uint16_t* V = vs.get() + bh * vn;
+        std::fill(K, K + kn, std::uint16_t{0});
+        std::fill(V, V + vn, std::uint16_t{0});
         std::vector<std::uint16_t> kr(p.dk), vr(p.dv);
         for (std::int64_t j = 0; j < p.Nkv; ++j) {
           row_bits(p.k, b, kh, j, p.dk, kr.data());
@@ -119,8 +122,8 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
   f.l.fill(0.0f);
   f.o.fill(0.0f);
   for (std::int64_t r = 0; r < rb.n; ++r) row_bits(p.q, rb.b, rb.h[r], rb.i[r], p.dk, s.qb.get() + r * s.dk32);
-  const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
-  const std::uint16_t* V = kv.v[rb.b * p.Hkv + rb.kh].get();
+  const std::uint16_t* K = kv.k(rb.b * p.Hkv + rb.kh);
+  const std::uint16_t* V = kv.v(rb.b * p.Hkv + rb.kh);
   const float scale = static_cast<float>(p.scale);
   const std::int64_t jb = rb.lo_min, je = rb.hi_max;
   for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kKeys) {
@@ -183,7 +186,7 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
   const auto set = [&](std::int64_t r, std::int64_t j, float x) { put(p.probs, rb.b, rb.h[r], rb.i[r], j, x); };
   for (std::int64_t r = 0; r < rb.n; ++r)
     for (std::int64_t j = 0; j < p.Nkv; ++j) set(r, j, 0.0f);  // keys no tile reaches
-  const std::uint16_t* K = kv.k[rb.b * p.Hkv + rb.kh].get();
+  const std::uint16_t* K = kv.k(rb.b * p.Hkv + rb.kh);
   const float scale = static_cast<float>(p.scale);
   for (std::int64_t j0 = rb.lo_min; !rb.empty() && j0 < rb.hi_max; j0 += kKeys) {
     const std::int64_t j1 = std::min(j0 + kKeys, rb.hi_max), nk = j1 - j0;

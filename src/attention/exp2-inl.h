@@ -46,15 +46,31 @@ HWY_INLINE V FusedMulAdd(V a, V b, V c) {
 #endif
 
 // 2^x for x in base-2 units. Derivation: x = n + f with n = round(x), f in [-1/2, 1/2];
-// 2^x = 2^n · 2^f, 2^n built from the exponent bits (n + 127) << 23, 2^f by the degree-6
-// minimax polynomial of Cephes' exp2f (relative error < 2e-7). x is clamped to [-127, 127]
-// first: at -127 the exponent field is 0 and the result is exactly 0, so exp2(-inf) = 0 — the
-// value masked scores must give. NaN is passed through explicitly (the clamp would hide it).
+// 2^x = 2^n · 2^f, 2^f by the degree-6 minimax polynomial of Cephes' exp2f (relative error
+// < 2e-7). NaN passes through; exp2(-inf) = 0, the value masked scores must give.
+//
+// AVX-512 (ScaleByPow2 below): x is clamped to [-160, 127] and 2^f · 2^n is one vscalefps,
+// correctly rounded, subnormal results included; at n = -160 it is 0 (2^-160·2^f < 2^-150, half
+// the smallest subnormal). Max and min return their second operand when one is NaN, so with x
+// second a NaN survives the clamp and every later step.
+// Elsewhere: x is clamped to [-127, 127] and 2^n built from the exponent bits (n + 127) << 23;
+// at -127 the exponent field is 0 and the result exactly 0 (so below 2^-126 this flushes to 0),
+// and NaN, which the clamp hides, is put back by a select.
+// Both agree bit for bit wherever 2^x >= 2^-126 (the product p·2^n is exact or rounded the same).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_INLINE __m512 ScaleByPow2(__m512 p, __m512 n) { return _mm512_scalef_ps(p, n); }
+HWY_INLINE __m256 ScaleByPow2(__m256 p, __m256 n) { return _mm256_scalef_ps(p, n); }
+HWY_INLINE __m128 ScaleByPow2(__m128 p, __m128 n) { return _mm_scalef_ps(p, n); }
+inline constexpr bool kScalef = true;
+#else
+inline constexpr bool kScalef = false;
+#endif
+
 template <class D>
 HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
   using V = hn::Vec<D>;
-  const hn::RebindToSigned<D> di;
-  const V xc = hn::Min(hn::Max(x, hn::Set(d, -127.0f)), hn::Set(d, 127.0f));
+  const V xc = kScalef ? hn::Min(hn::Set(d, 127.0f), hn::Max(hn::Set(d, -160.0f), x))
+                       : hn::Min(hn::Max(x, hn::Set(d, -127.0f)), hn::Set(d, 127.0f));
   const V n = hn::Round(xc);
   const V f = hn::Sub(xc, n);
   V p = hn::Set(d, 1.535336188319500e-4f);
@@ -64,9 +80,14 @@ HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
   p = FusedMulAdd(p, f, hn::Set(d, 2.402264791363012e-1f));
   p = FusedMulAdd(p, f, hn::Set(d, 6.931472028550421e-1f));
   p = FusedMulAdd(p, f, hn::Set(d, 1.0f));
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return V{ScaleByPow2(p.raw, n.raw)};
+#else
+  const hn::RebindToSigned<D> di;
   const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
   const V r = hn::Mul(p, hn::BitCast(d, bits));
   return hn::IfThenElse(hn::IsNaN(x), x, r);
+#endif
 }
 
 // e^(x − m) as 2^((x − m)·log2 e), for scores x in natural units. Derivation of the order: the

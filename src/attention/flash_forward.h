@@ -122,9 +122,21 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
 // Writes out = o / l and lse = m + ln l; a row with l = 0 saw no key: out 0, lse -inf.
 template <class T>
 void write_rows(const Params& p, const RowBlock& rb, const T* o, const T* m, const T* l) {
+  const std::int64_t cs = p.out.strides[3];
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const T inv = l[r] == T(0) ? T(0) : T(1) / l[r];
-    for (std::int64_t c = 0; c < p.dv; ++c) put(p.out, rb.b, rb.h[r], rb.i[r], c, o[r * p.dv + c] * inv);
+    const T* orow = o + r * p.dv;
+    // float32 and bfloat16 rows through a typed pointer (put() looks the dtype up per element);
+    // the same conversions as put()'s.
+    if (p.out.dtype == DType::f32) {
+      float* row = at<float>(p.out, rb.b, rb.h[r], rb.i[r]);
+      for (std::int64_t c = 0; c < p.dv; ++c) row[c * cs] = static_cast<float>(orow[c] * inv);
+    } else if (p.out.dtype == DType::bf16) {
+      bf16* row = at<bf16>(p.out, rb.b, rb.h[r], rb.i[r]);
+      for (std::int64_t c = 0; c < p.dv; ++c) row[c * cs] = to_bf16(static_cast<float>(orow[c] * inv));
+    } else {
+      for (std::int64_t c = 0; c < p.dv; ++c) put(p.out, rb.b, rb.h[r], rb.i[r], c, orow[c] * inv);
+    }
     if (!p.lse.empty()) {
       const double lse = l[r] == T(0) ? -INFINITY : static_cast<double>(m[r]) + std::log(static_cast<double>(l[r]));
       put(p.lse, rb.b, rb.h[r], rb.i[r], 0, lse);

@@ -78,29 +78,6 @@ HWY_INLINE void MicroTile(DF d, size_t K, const float* HWY_RESTRICT A, size_t ar
     }
 }
 
-// Rows [0, M) in blocks of MR (the remainder with a smaller instantiation) for one column block.
-template <size_t NR, bool kTail>
-HWY_INLINE void ColumnBlock(DF d, size_t M, size_t K, const float* A, size_t ars, size_t acs,
-                            const float* B, size_t ldb, float* C, size_t ldc, int mode,
-                            const float* row_scale, size_t tail) {
-  size_t m = 0;
-  for (; m + kMR <= M; m += kMR)
-    MicroTile<kMR, NR, kTail>(d, K, A + m * ars, ars, acs, B, ldb, C + m * ldc, ldc, mode,
-                              row_scale ? row_scale + m : nullptr, tail);
-  const size_t rest = M - m;
-  const float* a = A + m * ars;
-  float* c = C + m * ldc;
-  const float* rs = row_scale ? row_scale + m : nullptr;
-  switch (rest) {  // kMR <= 6
-    case 1: MicroTile<1, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
-    case 2: MicroTile<2, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
-    case 3: MicroTile<3, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
-    case 4: MicroTile<4, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
-    case 5: MicroTile<5, NR, kTail>(d, K, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
-    default: break;
-  }
-}
-
 // Inner-dimension blocks of Gemm: each C element sums at most kc products in one register chain,
 // then adds that partial sum to C. Derivation: in a chain the rounding error of step k is about
 // u·|partial sum so far| (u = 2^-24), so a chain of K products of unit size errs by about
@@ -115,25 +92,56 @@ inline size_t InnerBlock(size_t K) {
   return kc;
 }
 
+// One C tile over the inner dimension [0, K): its inner blocks one after the other, the first
+// with the caller's mode, the later ones adding to what it left. The tile's C (MR x NR vectors)
+// is stored and read back at once, from L1, where a loop over the blocks outside the tiles would
+// sweep all of C once per block (P·V at d = 128: the 32 KiB output accumulator, 4 times a tile).
+template <size_t MR, size_t NR, bool kTail>
+HWY_INLINE void BlockedTile(DF d, size_t K, size_t kb, const float* A, size_t ars, size_t acs, const float* B,
+                            size_t ldb, float* C, size_t ldc, int mode, const float* row_scale, size_t tail) {
+  for (size_t k0 = 0; k0 < K || k0 == 0; k0 += kb)
+    MicroTile<MR, NR, kTail>(d, std::min(kb, K - k0), A + k0 * acs, ars, acs, B + k0 * ldb, ldb, C, ldc,
+                             k0 == 0 ? mode : 1, row_scale, tail);
+}
+
+// Rows [0, M) in blocks of MR (the remainder with a smaller instantiation) for one column block.
+template <size_t NR, bool kTail>
+HWY_INLINE void ColumnBlock(DF d, size_t M, size_t K, size_t kb, const float* A, size_t ars, size_t acs,
+                            const float* B, size_t ldb, float* C, size_t ldc, int mode,
+                            const float* row_scale, size_t tail) {
+  size_t m = 0;
+  for (; m + kMR <= M; m += kMR)
+    BlockedTile<kMR, NR, kTail>(d, K, kb, A + m * ars, ars, acs, B, ldb, C + m * ldc, ldc, mode,
+                                row_scale ? row_scale + m : nullptr, tail);
+  const size_t rest = M - m;
+  const float* a = A + m * ars;
+  float* c = C + m * ldc;
+  const float* rs = row_scale ? row_scale + m : nullptr;
+  switch (rest) {  // kMR <= 6
+    case 1: BlockedTile<1, NR, kTail>(d, K, kb, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    case 2: BlockedTile<2, NR, kTail>(d, K, kb, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    case 3: BlockedTile<3, NR, kTail>(d, K, kb, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    case 4: BlockedTile<4, NR, kTail>(d, K, kb, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    case 5: BlockedTile<5, NR, kTail>(d, K, kb, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
+    default: break;
+  }
+}
+
 // C[M x N] (ldc) = init + A·B, A read element-wise through (ars, acs) so that transposed and
 // strided operands need no copy, B row-major with unit column stride (ldb). See MicroTile.
+// Each element's operations and their order depend only on K (InnerBlock), not on the loop
+// order over tiles.
 void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, const float* B,
           size_t ldb, float* C, size_t ldc, int mode, const float* row_scale) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const size_t kb = InnerBlock(K);
-  for (size_t k0 = 0; k0 < K || k0 == 0; k0 += kb) {
-    const size_t kc = std::min(kb, K - k0);
-    const float* a = A + k0 * acs;
-    const float* b = B + k0 * ldb;
-    const int md = k0 == 0 ? mode : 1;  // later blocks add to what the first one left
-    size_t n = 0;
-    for (; n + kNR * L <= N; n += kNR * L)
-      ColumnBlock<kNR, false>(d, M, kc, a, ars, acs, b + n, ldb, C + n, ldc, md, row_scale, L);
-    for (; n + L <= N; n += L)
-      ColumnBlock<1, false>(d, M, kc, a, ars, acs, b + n, ldb, C + n, ldc, md, row_scale, L);
-    if (n < N) ColumnBlock<1, true>(d, M, kc, a, ars, acs, b + n, ldb, C + n, ldc, md, row_scale, N - n);
-  }
+  size_t n = 0;
+  for (; n + kNR * L <= N; n += kNR * L)
+    ColumnBlock<kNR, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
+  for (; n + L <= N; n += L)
+    ColumnBlock<1, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
+  if (n < N) ColumnBlock<1, true>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, N - n);
 }
 
 // The forward's products (TileGemm): Gemm's result, bit for bit in modes 0 and 1 (see SumTile),
