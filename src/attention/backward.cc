@@ -43,11 +43,20 @@ struct BackwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of the transposed (query-column) tiles
   static constexpr std::int64_t ldr = kBc;  // columns of the row-layout (key-column) tiles
   Buffer<T> qt, dot, qr, dor, st, dpt, dcap, kp, vp, vt, lse, D, mul, dk_acc, dv_acc, dq_acc;
+  AlignedRows<T> q_rows, do_rows;  // a key task's Q and dO rows, when the views' are misaligned
   explicit BackwardScratch(const Params& p)
       : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr), dcap(kBc * kBr),
-        kp(kBc * p.dk), vp(kBc * p.dv), vt(p.dv * ldr), lse(ld), D(ld), mul(ld),
+        kp(kBc * AlignedRows<T>::stride(p.dk)), vp(kBc * p.dv), vt(p.dv * ldr), lse(ld), D(ld), mul(ld),
         dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {}
 };
+
+// Whether a key task reads its query heads' rows of t (Q or dO) from an aligned copy
+// (AlignedRows): rows off 64-byte boundaries, at most 64 MiB a copy.
+template <class T>
+bool copy_query_rows(const BackwardParams& p, const TensorView& t, std::int64_t d) {
+  return AlignedRows<T>::wanted(t) &&
+         p.group() * p.Nq * AlignedRows<T>::stride(d) * static_cast<std::int64_t>(sizeof(T)) <= (std::int64_t{64} << 20);
+}
 
 RowBlock rows_of(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1) {
   RowBlock rb;
@@ -211,15 +220,19 @@ struct DqPartial {
 template <class T>
 void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedKeys<T>& kts, std::int64_t b,
                 std::int64_t kh, std::int64_t kb0, std::int64_t kb1, DqPartial<T> dq, BackwardScratch<T>& s) {
+  const std::int64_t h0 = kh * p.group(), h1 = h0 + p.group();
+  const bool copy_q = copy_query_rows<T>(p, p.q, p.dk), copy_do = copy_query_rows<T>(p, p.dO, p.dv);
+  if (copy_q) s.q_rows.hold(p.q, b, h0, h1, p.Nq, p.dk);
+  if (copy_do) s.do_rows.hold(p.dO, b, h0, h1, p.Nq, p.dv);
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t j0 = kb * kBc, j1 = std::min(p.Nkv, j0 + kBc), nk = j1 - j0, ld = s.ldr;
     const T* Kt = kts.at(b, kh, kb);
     pack_keys_transposed<T>(p.v, b, kh, j0, nk, p.dv, 1.0, s.vt.get(), ld);
-    const Operand kr = dq.dq ? rows_operand<T>(p.k, b, kh, j0, nk, p.dk, s.kp.get()) : Operand{nullptr, 0};
+    const Operand kr = dq.dq ? AlignedRows<T>::tile(p.k, b, kh, j0, nk, p.dk, s.kp.get()) : Operand{nullptr, 0};
     const bool keys_finite = all_finite(Kt, kBc, p.dk, nk) && all_finite(s.vt.get(), ld, p.dv, nk);
     s.dk_acc.fill(T(0));
     s.dv_acc.fill(T(0));
-    for (std::int64_t h = kh * p.group(); h < (kh + 1) * p.group(); ++h)
+    for (std::int64_t h = h0; h < h1; ++h)
       for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kBr) {
         const std::int64_t i1 = std::min(p.Nq, i0 + kBr), n = i1 - i0;
         // Key ranges grow with i (causal/window), so the block's union is [lo(i0), hi(i1 - 1)).
@@ -228,8 +241,10 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedK
         const RowBlock rb = rows_of(p, b, h, i0, i1);
         const TileKind kind = classify(p, rb, j0, j1);
         if (kind == TileKind::skip) continue;
-        const Operand q = rows_operand<T>(p.q, b, h, i0, n, p.dk, s.qr.get());
-        const Operand dO = rows_operand<T>(p.dO, b, h, i0, n, p.dv, s.dor.get());
+        const Operand q = copy_q ? Operand{s.q_rows.row(h, i0, p.Nq), s.q_rows.ld}
+                                 : rows_operand<T>(p.q, b, h, i0, n, p.dk, s.qr.get());
+        const Operand dO = copy_do ? Operand{s.do_rows.row(h, i0, p.Nq), s.do_rows.ld}
+                                   : rows_operand<T>(p.dO, b, h, i0, n, p.dv, s.dor.get());
         const T* Q = static_cast<const T*>(q.ptr);
         const T* dOr = static_cast<const T*>(dO.ptr);
         // A hidden row's non-finite q or dO must not reach the keys through a zero weight, nor a
@@ -289,7 +304,7 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, const Packed
                  simd::kOverwrite);
     if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
     Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
-    const Operand kr = rows_operand<T>(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
+    const Operand kr = AlignedRows<T>::tile(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
     const T* K = static_cast<const T*>(kr.ptr);
     // As in pass 1: a hidden key's non-finite k or v must not reach the rows through a zero dS.
     const bool dirty = kind == TileKind::partial && !(all_finite(K, kr.ld, nk, p.dk) &&
@@ -355,9 +370,10 @@ void backward_all(const BackwardParams& p) {
   // One key group and a dQ laid out as the partial ([B, Hq, Nq, dk] of T, contiguous): the key
   // tasks add into dQ itself (the same sums in the same order), with no partial to fill and copy.
   const TensorView& dQ = p.dQ;
+  // (Its rows on 64-byte boundaries: dQ is the C operand of every dS·K, read and written as vectors.)
   const bool direct = groups == 1 && dQ.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64) &&
                       dQ.strides[3] == 1 && dQ.strides[2] == p.dk && dQ.strides[1] == p.Nq * p.dk &&
-                      (p.B == 1 || dQ.strides[0] == p.Hq * p.Nq * p.dk);
+                      (p.B == 1 || dQ.strides[0] == p.Hq * p.Nq * p.dk) && !AlignedRows<T>::wanted(dQ);
   Buffer<T> partials(direct ? 0 : groups * dq_size);
   T* const dq_base = direct ? static_cast<T*>(dQ.data) : partials.get();
   parallel_for(direct ? p.B * p.Hq : groups, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {

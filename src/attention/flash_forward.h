@@ -32,6 +32,10 @@ struct ForwardScratch {
       : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(keys * p.dk), vp(keys * p.dv), m(ld), l(ld),
         alpha(ld), sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
   std::int64_t dk, dv;
+  // When set (forward_all, misaligned V): the V rows of the block's head, 64-byte aligned, row
+  // stride v_ld (AlignedRows, tiles.h); attend() reads them instead of the view's.
+  const T* v_rows = nullptr;
+  std::int64_t v_ld = 0;
   bool fits(const Params& p) const { return p.dk == dk && p.dv == dv; }  // reusable for p (PerThread)
 };
 
@@ -109,7 +113,8 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
       Ops<T>::softmax_update(s.st.get(), s.ld, nk, columns(rb), s.m.get(), s.l.get(), s.alpha.get());
     }
     if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), prs, pcs);  // l keeps every P
-    const Operand v = rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
+    const Operand v = s.v_rows && !rows ? Operand{s.v_rows + j0 * s.v_ld, s.v_ld}
+                                        : rows_operand<T>(p.v, rb.b, rb.kh, j0, nk, p.dv, s.vp.get());
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
       accumulate_visible(p, rb, j0, nk, s.st.get(), prs, pcs, V, v.ld, s);

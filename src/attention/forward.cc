@@ -7,6 +7,7 @@
 // go to decode.cc instead, which splits the keys.
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "attention/bf16_kernels.h"
@@ -28,11 +29,20 @@ void forward_all(const Params& p) {
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
   PerThread<ForwardScratch<T>> scratch(threads);
+  // V rows off 64-byte boundaries: an aligned copy of each head, when its query blocks are several.
+  const bool copy_values = std::is_same_v<T, float> && AlignedRows<T>::wanted(p.v) && nqb > 1;
+  PerThread<AlignedRows<T>> values(copy_values ? threads : 0);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     ForwardScratch<T>& s = scratch.get(t, p);
     for (std::int64_t item = i0; item < i1; ++item) {
       const RowBlock rb = query_block(p, item, nqb);
+      if (copy_values) {
+        AlignedRows<T>& v = values.get(t);
+        s.v_rows = v.hold(p.v, rb.b, rb.kh, rb.kh + 1, p.Nkv, p.dv);
+        s.v_ld = v.ld;
+      }
       attend(p, rb, 0, p.Nkv, s);
+      s.v_rows = nullptr;  // the scratch outlives this call (PerThread recycles it)
       if (!p.sinks.empty()) fold_sinks(p, rb, s.o.get(), s.m.get(), s.l.get());
       write_rows(p, rb, s.o.get(), s.m.get(), s.l.get());
       // attend() leaves the last tile's 2^(t − m) unless a sink moved m or dropout changed it.

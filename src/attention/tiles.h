@@ -188,6 +188,57 @@ Operand rows_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::i
   return {pack, d};
 }
 
+// The rows of heads [h0, h1) of batch b of a [B, H, N, d] view of dtype T, copied 64-byte aligned
+// (row stride d rounded up to 64 bytes), for a GEMM that reads them as its B operand many times.
+// numpy aligns arrays to 16 bytes; every vector load of a row off a 64-byte boundary spans two
+// cache lines, and the products that read such rows in place ran 5-15% slower (float32 forward
+// and backward, d = 128, N = 4096; docs/performance.md). hold() copies only when asked for other
+// heads than the last ones, so a thread that takes a head's work items in order copies it once.
+template <class T>
+struct AlignedRows {
+  Buffer<T> data;
+  std::int64_t ld = 0, n = 0, b = -1, h0 = -1, h1 = -1;
+  // Worth a copy: rows of dtype T, unit column stride, that do not all start on 64-byte boundaries.
+  static bool wanted(const TensorView& t) {
+    if (t.dtype != (std::is_same_v<T, float> ? DType::f32 : DType::f64) || t.strides[3] != 1 || t.strides[2] < 0)
+      return false;
+    return reinterpret_cast<std::uintptr_t>(t.data) % 64 != 0 || (t.strides[2] * sizeof(T)) % 64 != 0;
+  }
+  static std::int64_t stride(std::int64_t d) { return round_up(d, 64 / static_cast<std::int64_t>(sizeof(T))); }
+  // Row (h, i), h in [h0, h1), of the copy of (batch, heads [first, last)), N rows of d each.
+  const T* hold(const TensorView& t, std::int64_t batch, std::int64_t first, std::int64_t last, std::int64_t N,
+                std::int64_t d) {
+    if (batch != b || first != h0 || last != h1) {
+      if ((last - first) * N * stride(d) > n) {
+        n = (last - first) * N * stride(d);
+        data = Buffer<T>(n);
+      }
+      ld = stride(d);
+      for (std::int64_t h = first; h < last; ++h)
+        for (std::int64_t i = 0; i < N; ++i) {
+          const T* src = at<const T>(t, batch, h, i);
+          std::copy(src, src + d, data.get() + ((h - first) * N + i) * ld);
+        }
+      b = batch;
+      h0 = first;
+      h1 = last;
+    }
+    return data.get();
+  }
+  const T* row(std::int64_t h, std::int64_t i, std::int64_t N) const { return data.get() + ((h - h0) * N + i) * ld; }
+  // rows_operand with the same care for one tile of n rows: copied into `pack` (at least
+  // n·stride(d) elements) when wanted(t).
+  static Operand tile(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t n,
+                      std::int64_t d, T* pack) {
+    if (!wanted(t)) return rows_operand<T>(t, b, h, j0, n, d, pack);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const T* src = at<const T>(t, b, h, j0 + j);
+      std::copy(src, src + d, pack + j * stride(d));
+    }
+    return {pack, stride(d)};
+  }
+};
+
 // Row strides of a [B, H, N, d] view at (b, h), rows j0.. as an element-wise A operand: the view
 // itself for dtype T with any strides, else a converted row-major copy.
 struct StridedOperand {

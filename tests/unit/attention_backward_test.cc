@@ -159,5 +159,39 @@ TEST(Backward, BitwiseSameForAnyThreadCountOnBothPaths) {
   }
 }
 
+// Views 16 bytes past a cache line (numpy's alignment): the backward reads aligned copies of the
+// rows it uses as vectors and keeps dQ's sums in its own buffer; the same bits as aligned views,
+// on both paths (one pass, two passes).
+TEST(Backward, MisalignedViewsGiveTheAlignedBits) {
+  const std::int64_t B = 1, Hq = 4, Hkv = 2, Nq = 131, Nkv = 150, d = 64;
+  const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, d}, 77, 0), k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 77, 1),
+               v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 77, 2), dout = random_tensor(DType::f32, {B, Hq, Nq, d}, 77, 3);
+  std::vector<std::vector<float>> buffers;
+  // A copy of t (or room for one) starting 16 bytes past a 64-byte boundary.
+  auto shifted = [&](const Tensor& t, bool copy) {
+    buffers.emplace_back(static_cast<std::size_t>(t.numel()) + 32);
+    float* base = buffers.back().data();
+    base += (16 - reinterpret_cast<std::uintptr_t>(base) % 64 / 4) % 16 + 4;
+    if (copy) std::memcpy(base, t.data(), t.nbytes());
+    return TensorView::contiguous(base, DType::f32, {t.dim(0), t.dim(1), t.dim(2), t.dim(3)});
+  };
+  buffers.reserve(16);
+  for (std::int64_t budget : {std::int64_t{64} << 20, std::int64_t{0}}) {
+    const std::int64_t old = detail::set_backward_partial_budget(budget);
+    Options opt;
+    opt.mask.causal = true;
+    const Grads a = run_backward(DType::f32, q, k, v, dout, opt, false);
+    Tensor out(DType::f32, {B, Hq, Nq, d}), lse(DType::f32, {B, Hq, Nq});
+    forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
+    const TensorView dq = shifted(a.dq, false), dk = shifted(a.dk, false), dv = shifted(a.dv, false);
+    backward(shifted(q, true), shifted(k, true), shifted(v, true), shifted(out, true), lse.view(), shifted(dout, true),
+             {dq, dk, dv}, opt);
+    EXPECT_EQ(0, std::memcmp(a.dq.data(), dq.data, a.dq.nbytes())) << budget;
+    EXPECT_EQ(0, std::memcmp(a.dk.data(), dk.data, a.dk.nbytes())) << budget;
+    EXPECT_EQ(0, std::memcmp(a.dv.data(), dv.data, a.dv.nbytes())) << budget;
+    detail::set_backward_partial_budget(old);
+  }
+}
+
 }  // namespace
 }  // namespace attnscale

@@ -185,6 +185,31 @@ TEST(Forward, StridedViewsNeedNoCopy) {
   EXPECT_LE(rel_error(bhnd(ob), ref.view()), 1e-5);
 }
 
+// V rows off 64-byte boundaries (numpy's 16-byte alignment; a row of 24 floats) are read from an
+// aligned copy of each head: the same bits as aligned V, and the reference's values.
+TEST(Forward, MisalignedValuesGiveTheAlignedBits) {
+  for (const std::int64_t dv : {128, 24}) {
+    const std::int64_t B = 2, Hq = 4, Hkv = 2, Nq = 131, Nkv = 97, dk = 40;
+    const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, dk}, 31, 0), k = random_tensor(DType::f32, {B, Hkv, Nkv, dk}, 31, 1),
+                 v = random_tensor(DType::f32, {B, Hkv, Nkv, dv}, 31, 2);
+    std::vector<float> shifted(static_cast<std::size_t>(v.numel()) + 16);
+    float* base = shifted.data() + (16 - reinterpret_cast<std::uintptr_t>(shifted.data()) % 64 / 4) % 16 + 4;  // 16 bytes past a line
+    std::memcpy(base, v.data(), v.nbytes());
+    const TensorView vm = TensorView::contiguous(base, DType::f32, {B, Hkv, Nkv, dv});
+    Tensor o1(DType::f32, {B, Hq, Nq, dv}), o2(DType::f32, {B, Hq, Nq, dv});
+    Tensor ref(DType::f64, {B, Hq, Nq, dv});
+    for (const bool causal : {false, true}) {
+      Options opt;
+      opt.mask.causal = causal;
+      forward(q.view(), k.view(), v.view(), {o1.view()}, opt);
+      forward(q.view(), k.view(), vm, {o2.view()}, opt);
+      EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.nbytes())) << "dv " << dv << " causal " << causal;
+      reference::forward(q.view(), k.view(), vm, {ref.view()}, opt);
+      EXPECT_LE(rel_error(o2.view(), ref.view()), 1e-5) << "dv " << dv << " causal " << causal;
+    }
+  }
+}
+
 TEST(Forward, ResultDoesNotDependOnThreads) {
   const Tensor q = random_tensor(DType::f32, {2, 4, 33, 16}, 21, 0), k = random_tensor(DType::f32, {2, 2, 40, 16}, 21, 1),
                v = random_tensor(DType::f32, {2, 2, 40, 16}, 21, 2);
