@@ -397,27 +397,46 @@ void GemvColumns(size_t M, size_t K, const float* HWY_RESTRICT A, size_t acs, co
 // Fully-masked guard: while every key a query has seen is masked, m' = -inf and St − m' would be
 // (-inf) − (-inf) = NaN; subtracting 0 instead gives P = e^(-inf) = 0 and alpha = 0, so l stays 0
 // and the row finishes as out = 0, lse = -inf.
+// C column vectors of SoftmaxUpdate side by side: each column's max, exp and sum run in the
+// same order as alone (the same bits), but C independent chains (the sum's adds, the max's) keep
+// the units busy where one column waits on each step's latency.
+template <size_t C>
+HWY_INLINE void SoftmaxColumnsTogether(DF d, float* St, size_t lds, size_t rows, float* m, float* l, float* alpha) {
+  const size_t L = hn::Lanes(d);
+  const VF neg_inf = hn::Set(d, -INFINITY);
+  VF m_old[C], m_use[C], mx[C], sum[C];
+  for (size_t c = 0; c < C; ++c) {
+    m_old[c] = hn::LoadU(d, m + c * L);
+    mx[c] = neg_inf;
+    sum[c] = hn::Zero(d);
+  }
+  for (size_t j = 0; j < rows; ++j)
+    for (size_t c = 0; c < C; ++c) mx[c] = hn::Max(mx[c], hn::LoadU(d, St + j * lds + c * L));
+  for (size_t c = 0; c < C; ++c) {
+    mx[c] = hn::Max(m_old[c], mx[c]);                                 // m'
+    m_use[c] = hn::IfThenZeroElse(hn::Eq(mx[c], neg_inf), mx[c]);    // the guard above
+  }
+  for (size_t j = 0; j < rows; ++j)
+    for (size_t c = 0; c < C; ++c) {
+      float* at = St + j * lds + c * L;
+      const VF p = ExpDiff(d, hn::LoadU(d, at), m_use[c]);
+      hn::StoreU(p, d, at);
+      sum[c] = hn::Add(sum[c], p);
+    }
+  for (size_t c = 0; c < C; ++c) {
+    const VF a = ExpDiff(d, m_old[c], m_use[c]);
+    hn::StoreU(a, d, alpha + c * L);
+    hn::StoreU(FusedMulAdd(a, hn::LoadU(d, l + c * L), sum[c]), d, l + c * L);
+    hn::StoreU(mx[c], d, m + c * L);
+  }
+}
+
 void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
   const DF d;
   const size_t L = hn::Lanes(d);
-  const VF neg_inf = hn::Set(d, -INFINITY);
-  for (size_t c = 0; c < cols; c += L) {
-    const VF m_old = hn::LoadU(d, m + c);
-    VF mx = neg_inf;
-    for (size_t j = 0; j < rows; ++j) mx = hn::Max(mx, hn::LoadU(d, St + j * lds + c));
-    const VF m_new = hn::Max(m_old, mx);
-    const VF m_use = hn::IfThenZeroElse(hn::Eq(m_new, neg_inf), m_new);  // the guard above
-    VF sum = hn::Zero(d);
-    for (size_t j = 0; j < rows; ++j) {
-      const VF p = ExpDiff(d, hn::LoadU(d, St + j * lds + c), m_use);
-      hn::StoreU(p, d, St + j * lds + c);
-      sum = hn::Add(sum, p);
-    }
-    const VF a = ExpDiff(d, m_old, m_use);
-    hn::StoreU(a, d, alpha + c);
-    hn::StoreU(FusedMulAdd(a, hn::LoadU(d, l + c), sum), d, l + c);
-    hn::StoreU(m_new, d, m + c);
-  }
+  size_t c = 0;
+  for (; c + 4 * L <= cols; c += 4 * L) SoftmaxColumnsTogether<4>(d, St + c, lds, rows, m + c, l + c, alpha + c);
+  for (; c < cols; c += L) SoftmaxColumnsTogether<1>(d, St + c, lds, rows, m + c, l + c, alpha + c);
 }
 
 // St[j][c] = e^(St[j][c] − sub[c]) · mul[c]: probabilities from final statistics (sub = m and
