@@ -157,18 +157,20 @@ ATTNSCALE_BF16_TARGET void to_bf16_avx512(const float* src, std::size_t lds, std
 }
 
 // Two rows at a time: each rounded to 16 bf16, widened to 32-bit lanes, the odd row shifted into
-// the upper halves: 16 pairs in one store.
+// the upper halves: 16 pairs in one store. (The zero-masked forms of the widening and the shift, with
+// every lane kept, are the plain instructions; GCC 12 warns that the plain intrinsics' undefined
+// pass-through vector "may be used uninitialized".)
 ATTNSCALE_BF16_TARGET void to_bf16_pairs_avx512(const float* src, std::size_t lds, std::size_t rows,
                                                 std::size_t pad_rows, std::size_t cols, std::uint16_t* dst,
                                                 std::size_t ldd) {
   for (std::size_t r = 0; r < pad_rows; r += 2)
     for (std::size_t c = 0; c < cols; c += 16) {
-      const __m512i even = r < rows ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + r * lds + c)))
+      const __m512i even = r < rows ? _mm512_maskz_cvtepu16_epi32(0xFFFF, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + r * lds + c)))
                                     : _mm512_setzero_si512();
       const __m512i odd = r + 1 < rows
-                              ? _mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + (r + 1) * lds + c)))
+                              ? _mm512_maskz_cvtepu16_epi32(0xFFFF, (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + (r + 1) * lds + c)))
                               : _mm512_setzero_si512();
-      _mm512_storeu_si512(dst + ((r / 2) * ldd + c) * 2, _mm512_or_si512(even, _mm512_slli_epi32(odd, 16)));
+      _mm512_storeu_si512(dst + ((r / 2) * ldd + c) * 2, _mm512_or_si512(even, _mm512_maskz_slli_epi32(0xFFFF, odd, 16)));
     }
 }
 

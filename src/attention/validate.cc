@@ -12,10 +12,10 @@ namespace {
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
 
 std::string dims(std::int64_t a, std::int64_t b, std::int64_t c) {
-  return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
+  return std::string("[") + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
 }
 std::string dims(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
-  return "[" + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + ", " +
+  return std::string("[") + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + ", " +
          std::to_string(d) + "]";
 }
 
@@ -102,9 +102,9 @@ void fill_shapes(Params& p, const TensorView& q, const TensorView& k, const Tens
 }  // namespace
 
 TensorView check_per_head(const char* name, const TensorView& t, std::int64_t n, std::int64_t rows) {
-  const std::string want = rows > 0 ? "[" + std::to_string(n) + "] or [" + std::to_string(rows) + ", " +
+  const std::string want = rows > 0 ? std::string("[") + std::to_string(n) + "] or [" + std::to_string(rows) + ", " +
                                           std::to_string(n) + "]"
-                                    : "[" + std::to_string(n) + "]";
+                                    : std::string("[") + std::to_string(n) + "]";
   if (t.dtype != DType::f32 && t.dtype != DType::f64)
     fail(std::string(name) + ": dtype must be float32 or float64, got " + std::string(dtype_name(t.dtype)));
   const bool ok = (t.rank == 1 && t.shape[0] == n) || (rows > 0 && t.rank == 2 && t.shape[0] == rows && t.shape[1] == n);
@@ -157,7 +157,7 @@ void fill_options(Params& p, const Options& options) {
   fill_transforms(p, options);
   const TensorView& mk = m.explicit_mask;
   if (mk.data == nullptr) return;
-  const std::string want = "[" + std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "] or [" +
+  const std::string want = std::string("[") + std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "] or [" +
                            std::to_string(p.B) + "|1, " + std::to_string(p.Hq) + "|1, " +
                            std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "]";
   if (mk.rank < 2 || mk.rank > 4)
@@ -233,7 +233,7 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
   if (grads.dsinks.data) {
     if (p.sinks.empty()) fail("dsinks: given without sinks");
     const std::int64_t s[1] = {p.Hq};
-    p.dSinks = output("dsinks", grads.dsinks, 1, s, "[" + std::to_string(p.Hq) + "]", true, p.dtype);
+    p.dSinks = output("dsinks", grads.dsinks, 1, s, std::string("[") + std::to_string(p.Hq) + "]", true, p.dtype);
   }
   if (grads.dbias.data) {
     if (p.mask.empty() || p.mask.dtype == DType::u8) fail("dbias: given without an additive float mask");

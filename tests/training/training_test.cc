@@ -41,7 +41,9 @@ void check_op(const OpCase& c, torch::ScalarType dtype, double tol) {
     torch::Tensor qkv = qkv0.clone().requires_grad_(true);
     const auto q = qkv.select(2, 0).permute({0, 2, 1, 3}), k = qkv.select(2, 1).permute({0, 2, 1, 3}),
                v = qkv.select(2, 2).permute({0, 2, 1, 3});
-    if (c.n > 1) ASSERT_FALSE(q.is_contiguous());
+    if (c.n > 1) {
+      ASSERT_FALSE(q.is_contiguous());
+    }
     probes[which].active = true;
     outs[which] = which == 0 ? attnscale_attention(q, k, v, scale, c.causal, 1, &probes[which])
                              : torch_attention(q, k, v, scale, c.causal, &probes[which]);

@@ -32,7 +32,7 @@ const char* mask_name(MaskKind m) {
 }
 
 std::string name(const Case& c) {
-  return "B" + std::to_string(c.B) + "_Hq" + std::to_string(c.Hq) + "_Hkv" + std::to_string(c.Hkv) + "_Nq" +
+  return std::string("B") + std::to_string(c.B) + "_Hq" + std::to_string(c.Hq) + "_Hkv" + std::to_string(c.Hkv) + "_Nq" +
          std::to_string(c.Nq) + "_Nkv" + std::to_string(c.Nkv) + "_dk" + std::to_string(c.dk) + "_dv" +
          std::to_string(c.dv) + "_" + mask_name(c.mask) + (c.dtype == DType::f64 ? "_f64" : "_f32");
 }

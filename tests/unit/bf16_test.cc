@@ -33,9 +33,13 @@ TEST(Bf16, DetectionFollowsCpuid) {
   unsigned a, b, c, d;
   const bool cpuid_amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 22));
   // Without the CPUID bits AMX must be refused (this machine: an AVX-512 BF16 CPU without AMX).
-  if (!cpuid_amx) EXPECT_FALSE(detail::bfdot::amx_usable());
+  if (!cpuid_amx) {
+    EXPECT_FALSE(detail::bfdot::amx_usable());
+  }
   const bool cpuid_bf16 = __get_cpuid_count(7, 1, &a, &b, &c, &d) && (a & (1u << 5));
-  if (!cpuid_bf16) EXPECT_FALSE(detail::bfdot::avx512_bf16_usable());
+  if (!cpuid_bf16) {
+    EXPECT_FALSE(detail::bfdot::avx512_bf16_usable());
+  }
   EXPECT_EQ(detail::bfdot::best_path(), detail::bfdot::amx_usable()            ? Path::amx
                                         : detail::bfdot::avx512_bf16_usable() ? Path::avx512_bf16
                                                                               : Path::portable);
