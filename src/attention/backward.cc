@@ -51,11 +51,11 @@ struct BackwardScratch {
 };
 
 // Whether a key task reads its query heads' rows of t (Q or dO) from an aligned copy
-// (AlignedRows): rows off 64-byte boundaries, at most 64 MiB a copy.
+// (AlignedRows): rows off 64-byte boundaries, up to AlignedRows::kMaxBytes a copy.
 template <class T>
 bool copy_query_rows(const BackwardParams& p, const TensorView& t, std::int64_t d) {
   return AlignedRows<T>::wanted(t) &&
-         p.group() * p.Nq * AlignedRows<T>::stride(d) * static_cast<std::int64_t>(sizeof(T)) <= (std::int64_t{64} << 20);
+         p.group() * p.Nq * AlignedRows<T>::stride(d) * static_cast<std::int64_t>(sizeof(T)) <= AlignedRows<T>::kMaxBytes;
 }
 
 RowBlock rows_of(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1) {
@@ -370,10 +370,12 @@ void backward_all(const BackwardParams& p) {
   // One key group and a dQ laid out as the partial ([B, Hq, Nq, dk] of T, contiguous): the key
   // tasks add into dQ itself (the same sums in the same order), with no partial to fill and copy.
   const TensorView& dQ = p.dQ;
-  // (Its rows on 64-byte boundaries: dQ is the C operand of every dS·K, read and written as vectors.)
+  // A dQ whose rows are off 64-byte boundaries (the C operand of every dS·K, read and written as
+  // vectors) is summed in the aligned partial instead, up to AlignedRows::kMaxBytes of it.
+  const bool dq_rows_ok = !AlignedRows<T>::wanted(dQ) || dq_size * std::int64_t{sizeof(T)} > AlignedRows<T>::kMaxBytes;
   const bool direct = groups == 1 && dQ.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64) &&
                       dQ.strides[3] == 1 && dQ.strides[2] == p.dk && dQ.strides[1] == p.Nq * p.dk &&
-                      (p.B == 1 || dQ.strides[0] == p.Hq * p.Nq * p.dk) && !AlignedRows<T>::wanted(dQ);
+                      (p.B == 1 || dQ.strides[0] == p.Hq * p.Nq * p.dk) && dq_rows_ok;
   Buffer<T> partials(direct ? 0 : groups * dq_size);
   T* const dq_base = direct ? static_cast<T*>(dQ.data) : partials.get();
   parallel_for(direct ? p.B * p.Hq : groups, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {

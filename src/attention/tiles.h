@@ -196,6 +196,10 @@ Operand rows_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::i
 // heads than the last ones, so a thread that takes a head's work items in order copies it once.
 template <class T>
 struct AlignedRows {
+  // The largest copy a caller makes (a thread holds at most two): with 2 threads the forward and
+  // backward then stay within the 64 MiB above their inputs and outputs that the memory goal allows
+  // (docs/performance.md), at the cost of the misaligned reads past N = 16384 at d = 128.
+  static constexpr std::int64_t kMaxBytes = std::int64_t{8} << 20;
   Buffer<T> data;
   std::int64_t ld = 0, n = 0, b = -1, h0 = -1, h1 = -1;
   // Worth a copy: rows of dtype T, unit column stride, that do not all start on 64-byte boundaries.
