@@ -46,8 +46,7 @@ void row_bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t 
     const std::uint16_t* row = at<const std::uint16_t>(t, a, b, c, 0);
     std::copy(row, row + d, out);
   } else if (t.strides[3] == 1 && t.dtype == DType::f32) {
-    const float* row = at<const float>(t, a, b, c, 0);
-    for (std::int64_t e = 0; e < d; ++e) out[e] = round_to_bf16(row[e]);
+    round_bits(at<const float>(t, a, b, c, 0), static_cast<std::size_t>(d), out);
   } else {
     for (std::int64_t e = 0; e < d; ++e) out[e] = bits(t, a, b, c, e);
   }
@@ -72,11 +71,23 @@ struct PackedKV {
         std::uint16_t* V = vs.get() + bh * vn;
         std::fill(K, K + kn, std::uint16_t{0});
         std::fill(V, V + vn, std::uint16_t{0});
-        std::vector<std::uint16_t> kr(p.dk), vr(p.dv);
+        // K in blocks of 16 keys: their rows staged, then each pair of columns (one 32-bit word per
+        // key) written as one 64-byte run. Written key by key, the 64 words of a key went to 64
+        // lines nkv64·4 bytes apart, which fall in a few L1 sets and evicted each other.
+        std::vector<std::uint16_t> stage(16 * dk32, 0), vr(p.dv);
+        std::uint32_t* K32 = reinterpret_cast<std::uint32_t*>(K);
+        const std::uint32_t* S32 = reinterpret_cast<const std::uint32_t*>(stage.data());
+        for (std::int64_t j0 = 0; j0 < p.Nkv; j0 += 16) {
+          const std::int64_t n = std::min<std::int64_t>(16, p.Nkv - j0);
+          for (std::int64_t x = 0; x < 16; ++x) {
+            if (x < n) row_bits(p.k, b, kh, j0 + x, p.dk, stage.data() + x * dk32);
+            else std::fill(stage.data() + x * dk32, stage.data() + (x + 1) * dk32, std::uint16_t{0});
+          }
+          for (std::int64_t w = 0; w < (p.dk + 1) / 2; ++w)
+            for (std::int64_t x = 0; x < 16; ++x) K32[w * nkv64 + j0 + x] = S32[x * (dk32 / 2) + w];
+        }
         for (std::int64_t j = 0; j < p.Nkv; ++j) {
-          row_bits(p.k, b, kh, j, p.dk, kr.data());
           row_bits(p.v, b, kh, j, p.dv, vr.data());
-          for (std::int64_t c = 0; c < p.dk; ++c) K[((c / 2) * nkv64 + j) * 2 + c % 2] = kr[c];
           for (std::int64_t c = 0; c < p.dv; ++c) V[((j / 2) * ldv + c) * 2 + j % 2] = vr[c];
         }
       }

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,28 @@ std::vector<Path> usable_paths() {
   if (detail::bfdot::avx512_bf16_usable()) paths.push_back(Path::avx512_bf16);
   if (detail::bfdot::amx_usable()) paths.push_back(Path::amx);
   return paths;
+}
+
+// round_bits (the float32 inputs' rounding when packed) gives round_to_bf16's bits for every
+// kind of value: ties both ways, subnormals, infinities, NaNs of every payload, random bit patterns;
+// an odd length, so that the vector loop and its tail both run.
+TEST(Bf16, RoundBitsMatchesRoundToBf16) {
+  std::vector<std::uint32_t> bits = {0x00000000u, 0x80000000u, 0x00000001u, 0x807fffffu, 0x00008000u, 0x00018000u,
+                                     0x3f808000u, 0x3f818000u, 0x3f80ffffu, 0x7f7fffffu, 0xff7fffffu, 0x7f800000u,
+                                     0xff800000u, 0x7f800001u, 0x7fc00000u, 0xffffffffu, 0x7fbfffffu, 0x7f808000u};
+  std::uint32_t x = 2463534242u;
+  while (bits.size() < 1037) {
+    x ^= x << 13;
+    x ^= x >> 17;
+    x ^= x << 5;
+    bits.push_back(x);
+  }
+  std::vector<float> values(bits.size());
+  std::memcpy(values.data(), bits.data(), bits.size() * 4);
+  std::vector<std::uint16_t> got(values.size());
+  detail::bfdot::round_bits(values.data(), values.size(), got.data());
+  for (std::size_t i = 0; i < values.size(); ++i)
+    ASSERT_EQ(got[i], detail::bfdot::round_to_bf16(values[i])) << std::hex << bits[i];
 }
 
 TEST(Bf16, DetectionFollowsCpuid) {
