@@ -43,19 +43,25 @@ struct BackwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of the transposed (query-column) tiles
   static constexpr std::int64_t ldr = kBc;  // columns of the row-layout (key-column) tiles
   Buffer<T> qt, dot, qr, dor, st, dpt, dcap, kp, vp, vt, lse, D, mul, dk_acc, dv_acc, dq_acc;
-  AlignedRows<T> q_rows, do_rows;  // a key task's Q and dO rows, when the views' are misaligned
+  AlignedRows<T> q_rows, do_rows;  // a key task's Q and dO rows, when copied (copy_query_rows)
+  bool copy_q = false, copy_do = false;
   explicit BackwardScratch(const Params& p)
       : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr), dcap(kBc * kBr),
         kp(kBc * AlignedRows<T>::stride(p.dk)), vp(kBc * p.dv), vt(p.dv * ldr), lse(ld), D(ld), mul(ld),
         dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {}
 };
 
-// Whether a key task reads its query heads' rows of t (Q or dO) from an aligned copy
-// (AlignedRows): rows off 64-byte boundaries, at most 64 MiB a copy.
+// Whether the key tasks read their query heads' rows of Q and dO from aligned copies (AlignedRows):
+// for the views whose rows are off 64-byte boundaries, a copy of each per thread, when all of them
+// fit in `budget` bytes (then subtracted from it). first: Q, second: dO.
 template <class T>
-bool copy_query_rows(const BackwardParams& p, const TensorView& t, std::int64_t d) {
-  return AlignedRows<T>::wanted(t) &&
-         p.group() * p.Nq * AlignedRows<T>::stride(d) * static_cast<std::int64_t>(sizeof(T)) <= (std::int64_t{64} << 20);
+std::pair<bool, bool> copy_query_rows(const BackwardParams& p, int threads, std::int64_t& budget) {
+  const bool q = AlignedRows<T>::wanted(p.q), dO = AlignedRows<T>::wanted(p.dO);
+  const std::int64_t per_row = (q ? AlignedRows<T>::stride(p.dk) : 0) + (dO ? AlignedRows<T>::stride(p.dv) : 0);
+  const std::int64_t bytes = threads * p.group() * p.Nq * per_row * std::int64_t{sizeof(T)};
+  if (per_row == 0 || bytes > budget) return {false, false};
+  budget -= bytes;
+  return {q, dO};
 }
 
 RowBlock rows_of(const Params& p, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t i1) {
@@ -221,7 +227,7 @@ template <class T>
 void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedKeys<T>& kts, std::int64_t b,
                 std::int64_t kh, std::int64_t kb0, std::int64_t kb1, DqPartial<T> dq, BackwardScratch<T>& s) {
   const std::int64_t h0 = kh * p.group(), h1 = h0 + p.group();
-  const bool copy_q = copy_query_rows<T>(p, p.q, p.dk), copy_do = copy_query_rows<T>(p, p.dO, p.dv);
+  const bool copy_q = s.copy_q, copy_do = s.copy_do;
   if (copy_q) s.q_rows.hold(p.q, b, h0, h1, p.Nq, p.dk);
   if (copy_do) s.do_rows.hold(p.dO, b, h0, h1, p.Nq, p.dv);
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
@@ -342,7 +348,18 @@ void backward_all(const BackwardParams& p) {
           for (std::int64_t j = 0; j < p.Nkv; ++j) put(p.dBias, bh / p.Hq, bh % p.Hq, i, j, 0.0);
     });
   PerThread<BackwardScratch<T>> scratch(threads);
-  auto scratch_of = [&](int t) -> BackwardScratch<T>& { return scratch.get(t, p); };
+  // The call's memory beyond its inputs and outputs, at most max_partial_bytes (the memory goal's
+  // 64 MiB): the dQ partials of several key groups first, then aligned copies of misaligned rows
+  // (at most AlignedRows::kBudgetBytes): Q and dO per thread, then a partial for a misaligned dQ.
+  std::int64_t spare = std::min(AlignedRows<T>::kBudgetBytes,
+                                max_partial_bytes - (one_pass && groups > 1 ? groups * dq_size * std::int64_t{sizeof(T)} : 0));
+  const auto [copy_q, copy_do] = copy_query_rows<T>(p, threads, spare);
+  auto scratch_of = [&](int t) -> BackwardScratch<T>& {
+    BackwardScratch<T>& s = scratch.get(t, p);
+    s.copy_q = copy_q;
+    s.copy_do = copy_do;
+    return s;
+  };
   const PackedKeys<T> kts = pack_keys<T>(p, nkb, threads);
   if (std::is_same_v<T, float> && p.lse_covers_keys) {
     parallel_for(query_items, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
@@ -370,10 +387,13 @@ void backward_all(const BackwardParams& p) {
   // One key group and a dQ laid out as the partial ([B, Hq, Nq, dk] of T, contiguous): the key
   // tasks add into dQ itself (the same sums in the same order), with no partial to fill and copy.
   const TensorView& dQ = p.dQ;
-  // (Its rows on 64-byte boundaries: dQ is the C operand of every dS·K, read and written as vectors.)
+  // A dQ whose rows are off 64-byte boundaries (the C operand of every dS·K, read and written as
+  // vectors) is summed in the aligned partial instead, when it fits what the copies left (measured:
+  // the smaller part of the misaligned backward's loss).
+  const bool dq_rows_ok = !AlignedRows<T>::wanted(dQ) || dq_size * std::int64_t{sizeof(T)} > spare;
   const bool direct = groups == 1 && dQ.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64) &&
                       dQ.strides[3] == 1 && dQ.strides[2] == p.dk && dQ.strides[1] == p.Nq * p.dk &&
-                      (p.B == 1 || dQ.strides[0] == p.Hq * p.Nq * p.dk) && !AlignedRows<T>::wanted(dQ);
+                      (p.B == 1 || dQ.strides[0] == p.Hq * p.Nq * p.dk) && dq_rows_ok;
   Buffer<T> partials(direct ? 0 : groups * dq_size);
   T* const dq_base = direct ? static_cast<T*>(dQ.data) : partials.get();
   parallel_for(direct ? p.B * p.Hq : groups, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {

@@ -29,11 +29,13 @@ void forward_all(const Params& p) {
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
   PerThread<ForwardScratch<T>> scratch(threads);
-  // V rows off 64-byte boundaries: an aligned copy of each head (at most 64 MiB) when several
-  // query blocks read all of it (no sliding window, whose blocks read a band of it each).
+  // V rows off 64-byte boundaries: an aligned copy of each head per thread (within
+  // AlignedRows::kBudgetBytes) when several query blocks read all of it (no sliding window, whose
+  // blocks read a band of it each).
   const bool copy_values = std::is_same_v<T, float> && AlignedRows<T>::wanted(p.v) && nqb > 1 &&
                            p.window_left < 0 && p.window_right < 0 &&
-                           p.Nkv * AlignedRows<T>::stride(p.dv) * std::int64_t{sizeof(T)} <= (std::int64_t{64} << 20);
+                           threads * p.Nkv * AlignedRows<T>::stride(p.dv) * std::int64_t{sizeof(T)} <=
+                               AlignedRows<T>::kBudgetBytes;
   PerThread<AlignedRows<T>> values(copy_values ? threads : 0);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     ForwardScratch<T>& s = scratch.get(t, p);

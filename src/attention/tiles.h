@@ -196,6 +196,11 @@ Operand rows_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::i
 // heads than the last ones, so a thread that takes a head's work items in order copies it once.
 template <class T>
 struct AlignedRows {
+  // The most a call copies, over all its threads' copies: the memory goal allows 64 MiB above a
+  // call's inputs and outputs (docs/performance.md), of which the backward's dQ partials may take
+  // 64 MiB already. Past it the rows are read misaligned (5-15% slower; at 2 threads and d = 128,
+  // past N = 16384 in the backward, 32768 in the forward).
+  static constexpr std::int64_t kBudgetBytes = std::int64_t{32} << 20;
   Buffer<T> data;
   std::int64_t ld = 0, n = 0, b = -1, h0 = -1, h1 = -1;
   // Worth a copy: rows of dtype T, unit column stride, that do not all start on 64-byte boundaries.
