@@ -203,10 +203,10 @@ struct AlignedRows {
   static constexpr std::int64_t kBudgetBytes = std::int64_t{32} << 20;
   Buffer<T> data;
   std::int64_t ld = 0, n = 0, b = -1, h0 = -1, h1 = -1;
-  // Worth a copy: rows of dtype T, unit column stride, that do not all start on 64-byte boundaries.
+  // Worth a copy: float32 rows (the SIMD kernels'; float64 runs portable loops), unit column
+  // stride, that do not all start on 64-byte boundaries.
   static bool wanted(const TensorView& t) {
-    if (t.dtype != (std::is_same_v<T, float> ? DType::f32 : DType::f64) || t.strides[3] != 1 || t.strides[2] < 0)
-      return false;
+    if (!std::is_same_v<T, float> || t.dtype != DType::f32 || t.strides[3] != 1 || t.strides[2] < 0) return false;
     return reinterpret_cast<std::uintptr_t>(t.data) % 64 != 0 || (t.strides[2] * sizeof(T)) % 64 != 0;
   }
   static std::int64_t stride(std::int64_t d) { return round_up(d, 64 / static_cast<std::int64_t>(sizeof(T))); }
