@@ -644,7 +644,7 @@ template <class D>  // D = DF; a template so that only 16-lane targets compile t
 HWY_INLINE void ScoresPairedT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
                               float* S, size_t lds) {
   if constexpr (hn::MaxLanes(D()) == 16) {
-    const size_t block = (dk + 1) / 2 * 16;
+    const size_t block = paired_block(dk);
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
       const float* pk = packed + r0 / 8 * block;
@@ -732,9 +732,8 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
   HWY_DYNAMIC_DISPATCH(Widen)(type, nk, d, row, sc, out, ldo);
 }
 bool paired_available() { return HWY_DYNAMIC_DISPATCH(PairedAvailable)(); }
-std::size_t paired_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * ((dk + 1) / 2) * 16; }
 void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed) {
-  const std::size_t block = (dk + 1) / 2 * 16;
+  const std::size_t block = paired_block(dk);
   std::memset(packed, 0, paired_size(rows, dk) * sizeof(float));
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < dk; ++c) packed[r / 8 * block + c / 2 * 16 + 2 * (r % 8) + c % 2] = Q[r * ldq + c];

@@ -18,8 +18,10 @@ void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const vo
 // broadcast to all 8 lane pairs, one multiply-add per pair and row block, and the two lanes of each
 // row are added at the end: S[r][j] = Σ_p (Q[r][2p]·K_j[2p] + Q[r][2p+1]·K_j[2p+1]).
 bool paired_available();
-// Floats of the packed rows: ceil(rows / 8) blocks of ceil(dk / 2) vectors of 16.
-std::size_t paired_size(std::size_t rows, std::size_t dk);
+// Floats of one block of 8 packed rows: ceil(dk / 2) vectors of 16.
+inline std::size_t paired_block(std::size_t dk) { return (dk + 1) / 2 * 16; }
+// Floats of the packed rows: ceil(rows / 8) blocks.
+inline std::size_t paired_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * paired_block(dk); }
 void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (bf16 and int8 rows
 // are widened first, widen(); kv_decode.cc does so for int8).
