@@ -559,13 +559,14 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
   const size_t L = hn::Lanes(d);
   float mm = *m, ll = *l;
   const size_t esize = kType == kF32 ? 4 : kType == kBF16 ? 2 : 1;
-  // The K and V rows of the tile `ahead` keys past tile j, a line at a time.
-  auto prefetch = [&](size_t j) {
+  // The K and V rows (and int8 scales) of the n keys `ahead` keys past key j, a line at a time.
+  auto prefetch = [&](size_t j, size_t n) {
     if (!ahead || j + ahead >= nk) return;
-    const size_t x1 = j + ahead + kStreamKeys < nk ? j + ahead + kStreamKeys : nk;
+    const size_t x1 = j + ahead + n < nk ? j + ahead + n : nk;
     for (size_t x = j + ahead; x < x1; ++x) {
       for (size_t c = 0; c < dk * esize; c += 64) hwy::Prefetch(static_cast<const char*>(krow[x]) + c);
       for (size_t c = 0; c < dv * esize; c += 64) hwy::Prefetch(static_cast<const char*>(vrow[x]) + c);
+      if (kType == kI8) hwy::Prefetch(ksc[x]), hwy::Prefetch(vsc[x]);
     }
   };
   HWY_ALIGN float s[2][kStreamKeys];
@@ -578,13 +579,13 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
     if (nk) TileScores<kType>(d, 0, keys(0), dk, kr(0), ks(0), Q, s[0]);
     for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
       const size_t n = keys(j), next = keys(j + kStreamKeys);
-      prefetch(j);
       const float alpha = TileSoftmax(d, n, s[t], mm, ll);
       if (alpha != 1.0f)
         for (size_t b = 0; b < CB; ++b) acc[b] = hn::Mul(acc[b], hn::Set(d, alpha));
       const void* const* vr = vrow + j;
       const float* const* vs = vsc ? vsc + j : nullptr;
       for (size_t x = 0; x < kStreamKeys; x += 4) {
+        prefetch(j + x, 4);
         if (x < next) {
           const size_t x1 = next - x < 4 ? next : x + 4;
           TileScores<kType>(d, x, x1, dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
@@ -596,7 +597,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
   } else {
     for (size_t j = 0; j < nk; j += kStreamKeys) {
       const size_t n = keys(j);
-      prefetch(j);
+      prefetch(j, kStreamKeys);
       TileScores<kType>(d, 0, n, dk, kr(j), ks(j), Q, s[0]);
       const float alpha = TileSoftmax(d, n, s[0], mm, ll);
       TileUpdateRow<kType>(d, n, dv, vrow + j, vsc ? vsc + j : nullptr, s[0], alpha, O);
