@@ -8,9 +8,9 @@
 // are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // With one query row per KV head (no GQA group) the item instead streams its keys
-// (kv::stream_row): a key's (float32, int8: eight or four keys') scores, the online-softmax step,
-// and the output update by those keys' V rows, so that K and V stream side by side (2 threads, d = 128,
-// Nkv = 65536: bf16 K/V 10.7-11.7 ms per token with tiles, 6.2-6.8 this way; docs/performance.md).
+// (kv::stream_row): tiles of 16 keys, each tile's scores, online-softmax step and output update,
+// the next tile's K rows read between the tile's V rows so that K and V stream side by side; over
+// a contiguous cache a chunk is one call that prefetches ahead itself (docs/performance.md).
 // A paged cache's KV heads go through a chunk side by side, a tile each in turn (its blocks hold
 // the heads' rows of a key together). The chunks are fixed by key position and the arithmetic does
 // not see addresses or the order of the heads, so the result is the same for any thread count and
@@ -37,6 +37,7 @@ namespace {
 constexpr std::int64_t kChunk = 1024;  // keys per work item
 constexpr std::int64_t kTile = 32;     // keys per tile (a row of scores is two 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
+constexpr std::int64_t kStreamAhead = 32;  // one query row, contiguous: keys prefetched ahead (kv::stream_row)
 constexpr std::int64_t kPairedRows = 2;  // GQA groups from this size take kv::scores_paired
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 
@@ -200,10 +201,16 @@ struct Scratch {
   explicit Scratch(const Layout& L)
       : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
         m(L.group()), l(L.group()), alpha(L.group()), kf(L.type == kv::kI8 ? kSub * L.dk : 0),
-        krow((kAhead + 1) * kTile), vrow((kAhead + 1) * kTile), kfrow(kf.empty() ? 0 : kSub),
-        ksc((kAhead + 1) * kTile), vsc((kAhead + 1) * kTile) {
+        krow(rows(L)), vrow(rows(L)), kfrow(kf.empty() ? 0 : kSub), ksc(rows(L)), vsc(rows(L)) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
+  // Row pointers: a ring of kAhead + 1 tiles, or a whole chunk where one query row streams it.
+  static std::size_t rows(const Layout& L) {
+    return static_cast<std::size_t>(whole_chunk(L) ? kChunk : (kAhead + 1) * kTile);
+  }
+  // One query row over a contiguous cache: a chunk is one kv::stream_row call, which prefetches
+  // ahead itself and overlaps one tile's V rows with the next tile's K rows.
+  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.paged; }
   Scratch(const Scratch&) = delete;  // kfrow points into kf
   Scratch(Scratch&&) = default;      // moves keep kf's buffer
 };
@@ -215,7 +222,7 @@ class Chunk {
   Chunk(const Layout& L, Scratch& s) : L_(L), s_(s) {}
 
   void begin(const TensorView& q, std::int64_t b, std::int64_t kh, std::int64_t j0, std::int64_t j1) {
-    b_ = b, kh_ = kh, j0_ = j0, j1_ = j1, g_ = L_.group(), i_ = 0;
+    b_ = b, kh_ = kh, j0_ = j0, j1_ = j1, g_ = L_.group(), i_ = 0, whole_ = false;
     const float f = static_cast<float>(L_.scale);
     for (std::int64_t r = 0; r < g_; ++r) {
       const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g_ + r) * q.strides[1];
@@ -236,9 +243,14 @@ class Chunk {
     // prefetch slowed it (H = 8, d = 128, Nkv = 65536: 8.7-8.8 ms against 6.2-6.7); float32 and
     // int8 rows gain from it (docs/performance.md).
     prefetch_ = g_ > 1 || L_.paged || L_.type != kv::kBF16;
+    if (Scratch::whole_chunk(L_)) {
+      whole_ = true, tiles_ = 1;
+      gather(j0, j1 - j0, 0);
+      return;
+    }
     tiles_ = (j1 - j0 + kTile - 1) / kTile;
     for (std::int64_t i = 0; i < std::min(kAhead, tiles_); ++i) {
-      gather(j0 + i * kTile, i % kSets);
+      gather(j0 + i * kTile, tile_keys(i), (i % kSets) * kTile);
       if (prefetch_) {
         prefetch_rows(s_.krow.data() + (i % kSets) * kTile, tile_keys(i), kbytes_);
         prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_);
@@ -258,17 +270,21 @@ class Chunk {
     const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     Scratch& s = s_;
     const bool int8 = int8_;
-    if (next) gather(t0 + kAhead * kTile, (i + kAhead) % kSets);
-    if (g == 1) {  // one row: each key's K row read beside its V row (kv_kernels.h, stream_row)
-      for (std::int64_t a = 0; a < nk; a += kSub) {
-        if (a < next && prefetch_) {
-          prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
-          prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes_);
-        }
-        kv::stream_row(L_.type, std::min(kSub, nk - a), L_.dk, L_.dv, s.krow.data() + x + a,
-                       int8 ? s.ksc.data() + x + a : nullptr, s.vrow.data() + x + a,
-                       int8 ? s.vsc.data() + x + a : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data());
+    if (whole_) {
+      kv::stream_row(L_.type, j1_ - j0_, L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr, s.vrow.data(),
+                     int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
+                     prefetch_ ? kStreamAhead : 0);
+      return;
+    }
+    if (next) gather(t0 + kAhead * kTile, next, y);
+    if (g == 1) {  // one row of a paged cache, its tile's heads in lockstep (decode())
+      if (next && prefetch_) {
+        prefetch_rows(s.krow.data() + y, next, kbytes_);
+        prefetch_rows(s.vrow.data() + y, next, vbytes_);
       }
+      kv::stream_row(L_.type, nk, L_.dk, L_.dv, s.krow.data() + x, int8 ? s.ksc.data() + x : nullptr,
+                     s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.q.data(), s.m.data(), s.l.data(),
+                     s.o.data(), 0);
       return;
     }
     for (std::int64_t a = 0; a < nk; a += kSub) {
@@ -305,16 +321,16 @@ class Chunk {
       for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(static_cast<const char*>(rows[j]) + c, 0, 2);
   }
 
-  // The row pointers of tile [t0, t0 + kTile) into pointer set `set`: contiguous, one stride per
-  // row; paged, through the block table (blocks in any order, a [.., block, Hkv, d] pool whose
-  // rows of one head are Hkv·d apart).
-  void gather(std::int64_t t0, std::int64_t set) {
+  // The row pointers of keys [t0, t0 + nk) from entry `at` of the pointer arrays: contiguous, one
+  // stride per row; paged, through the block table (blocks in any order, a [.., block, Hkv, d]
+  // pool whose rows of one head are Hkv·d apart).
+  void gather(std::int64_t t0, std::int64_t nk, std::int64_t at) {
     const Layout& L = L_;
-    const std::int64_t nk = std::min(kTile, j1_ - t0), b = b_, kh = kh_;
-    const void** kr = s_.krow.data() + set * kTile;
-    const void** vr = s_.vrow.data() + set * kTile;
-    const float** ksc = s_.ksc.data() + set * kTile;
-    const float** vsc = s_.vsc.data() + set * kTile;
+    const std::int64_t b = b_, kh = kh_;
+    const void** kr = s_.krow.data() + at;
+    const void** vr = s_.vrow.data() + at;
+    const float** ksc = s_.ksc.data() + at;
+    const float** vsc = s_.vsc.data() + at;
     if (!L.paged) {
       const char* k = L.k.data + (b * L.k.s0 + kh * L.k.s1 + t0 * L.k.s2) * L.k.esize;
       const char* v = L.v.data + (b * L.v.s0 + kh * L.v.s1 + t0 * L.v.s2) * L.v.esize;
@@ -344,7 +360,7 @@ class Chunk {
   const Layout& L_;
   Scratch& s_;
   std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, g_ = 1, i_ = 0, tiles_ = 0, kbytes_ = 0, vbytes_ = 0;
-  bool paired_ = false, prefetch_ = false, int8_ = false;
+  bool paired_ = false, prefetch_ = false, int8_ = false, whole_ = false;
 };
 
 // The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side.

@@ -10,6 +10,7 @@
 #define HWY_TARGET_INCLUDE "attention/kv_kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <cmath>
@@ -347,16 +348,11 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
   }
 }
 
-// stream_row (kv_kernels.h). Why key by key: the tile path reads a tile of K rows, then (after the
-// softmax) the tile's V rows, and its arithmetic and its memory traffic add up rather than overlap;
-// reading each key's K row beside its V row keeps both streams moving together (measured in
-// docs/performance.md). float32 and int8 keys go eight, then four at a time (StreamKeys): their
-// scores reduced four by four (Sum4), one online-softmax step for the step's keys (their max, one
-// vector exp per four), then the output row updated by their V rows. bfloat16 keys, the keys past
-// the last whole four, and the scalar target take the same steps one key at a time
-// (StreamRowRegisters, StreamRowT): with bf16 rows from DRAM several keys at a time ran slower
-// (H = 8, d = 128, Nkv = 65536: 8.1-9.5 ms against 5.0-6.7). The output row stays in registers
-// when dv is 4 or 8 vectors, else in O, L1-resident, between steps.
+// stream_row (kv_kernels.h). The scalar target goes key by key (StreamRowT); vector targets in
+// tiles of 16 keys (StreamTiles, below). Why K and V side by side: a path that reads a tile's K
+// rows, then (after the softmax) its V rows, makes its arithmetic and its memory traffic add up
+// rather than overlap; reading K rows beside V rows keeps both streams moving together (measured
+// in docs/performance.md).
 //
 // One key's score s = Q·K_j (two accumulators, as ScoresRows), then its online-softmax step:
 // alpha rescales what was summed before, p weighs this key.
@@ -383,30 +379,6 @@ HWY_INLINE void SoftmaxStep(float s, float& m, float& l, float& alpha, float& p)
   // While every score is -inf, m stays -inf and e^(s − m) would be NaN: subtract 0 instead (P = 0).
   p = std::exp(s - (m == -INFINITY ? 0.0f : m));
   l = alpha * l + p;
-}
-
-// Keys one at a time, dv = CB whole vectors: the output row stays in CB registers.
-template <int kType, size_t CB>
-HWY_INLINE void StreamRowRegisters(size_t nk, size_t dk, const void* const* krow, const float* const* ksc,
-                                   const void* const* vrow, const float* const* vsc, const float* Q, float* m,
-                                   float* l, float* O) {
-  const DF d;
-  const size_t L = hn::Lanes(d);
-  VF acc[CB];
-  for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
-  float mm = *m, ll = *l;
-  for (size_t j = 0; j < nk; ++j) {
-    const float* vs = vsc ? vsc[j] : nullptr;
-    float alpha, p;
-    SoftmaxStep(KeyScore<kType>(d, dk, krow[j], ksc ? ksc[j] : nullptr, Q), mm, ll, alpha, p);
-    if (alpha != 1.0f)
-      for (size_t b = 0; b < CB; ++b) acc[b] = hn::Mul(acc[b], hn::Set(d, alpha));
-    const VF vp = hn::Set(d, p);
-    for (size_t b = 0; b < CB; ++b) acc[b] = hn::MulAdd(vp, LoadRow<kType>(d, vrow[j], vs, b * L), acc[b]);
-  }
-  for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[b], d, O + b * L);
-  *m = mm;
-  *l = ll;
 }
 
 // Keys one at a time, any dv: the output row in O between keys.
@@ -494,111 +466,162 @@ HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, const void* cons
   return s;
 }
 
-// The online-softmax step of 4·NV keys (scores s, four to a vector): M = max(m, the keys' scores);
-// alpha = e^(m − M) rescales what was summed before; p_x = e^(s_x − M), one vector exp per four
-// (ExpDiff, exp2-inl.h). As in SoftmaxStep, while every score is -inf the exponent subtracts 0
-// instead of M (P = 0, not NaN).
-template <size_t NV>
-HWY_INLINE float SoftmaxStepKeys(const hn::Vec<hn::Full128<float>>* s, float& m, float& l, float* p) {
+// A tile of stream_row on vector targets: kStreamKeys keys, their scores as one vector (on
+// 16-lane targets; two or four on narrower ones), one online-softmax step with the tile's
+// exponentials in a vector exp, then the output row by the tile's V rows. The tiles start at the
+// first key of the call, so a key's tile (and the result's bits) follow from its position alone.
+constexpr size_t kStreamKeys = 16;
+
+// Scores of the tile's keys [x0, x1) into s: four at a time (Scores4) from x0 (a multiple of 4)
+// while four remain, the keys past the last four one at a time (KeyScore).
+template <int kType>
+HWY_INLINE void TileScores(DF d, size_t x0, size_t x1, size_t dk, const void* const* krow, const float* const* ksc,
+                           const float* Q, float* s) {
   const hn::Full128<float> d4;
-  auto mx = s[0];
-  for (size_t i = 1; i < NV; ++i) mx = hn::Max(mx, s[i]);
-  const float bm = hn::GetLane(hn::MaxOfLanes(d4, mx));
+  size_t x = x0;
+  for (; x + 4 <= x1; x += 4) hn::Store(Scores4<kType>(d, dk, krow + x, ksc ? ksc + x : nullptr, Q), d4, s + x);
+  for (; x < x1; ++x) s[x] = KeyScore<kType>(d, dk, krow[x], ksc ? ksc[x] : nullptr, Q);
+}
+
+// The tile's online-softmax step: M = max(m, max_x s_x); alpha = e^(m − M) rescales what was
+// summed before; p_x = e^(s_x − M) (ExpDiff, exp2-inl.h) written over s; l = alpha·l + Σ_x p_x.
+// Lanes past the tile's nk keys are set to -inf first (p = 0). As in SoftmaxStep, while every
+// score is -inf the exponent subtracts 0 instead of M (P = 0, not NaN). Returns alpha.
+HWY_INLINE float TileSoftmax(DF d, size_t nk, float* s, float& m, float& l) {
+  for (size_t x = nk; x < kStreamKeys; ++x) s[x] = -INFINITY;
+  const size_t L = hn::Lanes(d);  // 4, 8 or 16: divides kStreamKeys
+  VF mx = hn::Load(d, s);
+  for (size_t i = L; i < kStreamKeys; i += L) mx = hn::Max(mx, hn::Load(d, s + i));
+  const float bm = hn::GetLane(hn::MaxOfLanes(d, mx));
   float alpha = 1.0f;
   if (bm > m) {
     alpha = std::exp(m - bm);
     m = bm;
   }
-  const auto mu = hn::Set(d4, m == -INFINITY ? 0.0f : m);
-  auto sum = hn::Zero(d4);
-  for (size_t i = 0; i < NV; ++i) {
-    const auto pv = detail::HWY_NAMESPACE::ExpDiff(d4, s[i], mu);
-    sum = hn::Add(sum, pv);
-    hn::Store(pv, d4, p + 4 * i);
+  const VF mu = hn::Set(d, m == -INFINITY ? 0.0f : m);
+  VF sum = hn::Zero(d);
+  for (size_t i = 0; i < kStreamKeys; i += L) {
+    const VF p = detail::HWY_NAMESPACE::ExpDiff(d, hn::Load(d, s + i), mu);
+    sum = hn::Add(sum, p);
+    hn::Store(p, d, s + i);
   }
-  l = alpha * l + hn::GetLane(hn::SumOfLanes(d4, sum));
+  l = alpha * l + hn::GetLane(hn::SumOfLanes(d, sum));
   return alpha;
 }
 
-// The output by NK keys' V rows: acc (vector e of the row) = alpha·acc + Σ_x p_x·V_x, an int8
-// row's scale folded into its coefficient p_x·scale_b.
-template <int kType, size_t NK>
-HWY_INLINE VF UpdateVector(DF d, VF acc, size_t e, float alpha, const float* p, const void* const* vrow,
-                           const float* const* vsc) {
-  if (alpha != 1.0f) acc = hn::Mul(acc, hn::Set(d, alpha));
-  for (size_t x = 0; x < NK; ++x) {
-    const float cf = kType == kI8 ? p[x] * vsc[x][e / 32] : p[x];
-    acc = hn::MulAdd(hn::Set(d, cf), LoadRaw<kType>(d, vrow[x], e), acc);
-  }
-  return acc;
-}
-
-// Steps of NK keys (4 or 8) from key j while whole steps remain; returns the first key left. CB > 0:
-// dv = CB vectors, the output row in the CB registers acc; CB = 0: any dv, the row in O.
-template <int kType, size_t CB, size_t NK>
-HWY_INLINE size_t StreamKeysStep(size_t j, size_t nk, size_t dk, size_t dv, const void* const* krow,
-                                 const float* const* ksc, const void* const* vrow, const float* const* vsc,
-                                 const float* Q, float& mm, float& ll, VF* acc, float* O) {
-  const DF d;
-  const size_t L = hn::Lanes(d), fullv = dv / L * L;
-  constexpr size_t NV = NK / 4;
-  for (; j + NK <= nk; j += NK) {
-    HWY_ALIGN float p[NK];
-    hn::Vec<hn::Full128<float>> sv[NV];
-    for (size_t i = 0; i < NV; ++i) sv[i] = Scores4<kType>(d, dk, krow + j + 4 * i, ksc ? ksc + j + 4 * i : nullptr, Q);
-    const float* const* vs = vsc ? vsc + j : nullptr;
-    const float alpha = SoftmaxStepKeys<NV>(sv, mm, ll, p);
-    if constexpr (CB > 0) {
-      for (size_t b = 0; b < CB; ++b) acc[b] = UpdateVector<kType, NK>(d, acc[b], b * L, alpha, p, vrow + j, vs);
-    } else {
-      for (size_t e = 0; e < fullv; e += L)
-        hn::StoreU(UpdateVector<kType, NK>(d, hn::LoadU(d, O + e), e, alpha, p, vrow + j, vs), d, O + e);
-      for (size_t e = fullv; e < dv; ++e) {
-        float o = O[e] * alpha;
-        for (size_t x = 0; x < NK; ++x) o += p[x] * Element<kType>(vrow[j + x], nullptr, e);
-        O[e] = o;
-      }
-    }
-  }
-  return j;
-}
-
-// Eight keys a step (two independent four-key score groups; at d = 64, int8, 1.25x four a step),
-// then four, then the rest one at a time.
+// acc (dv = CB vectors) += Σ_x p_x·V_x over the tile's keys [x0, x1): each V row loaded and
+// widened once, its vectors multiplied into CB independent sums; an int8 row goes block by block
+// of 32 values, its coefficient p_x·scale_b formed once per block.
 template <int kType, size_t CB>
-HWY_INLINE void StreamKeys(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
-                           const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
-                           float* O) {
+HWY_INLINE void TileUpdate(DF d, size_t x0, size_t x1, const void* const* vrow, const float* const* vsc,
+                           const float* p, VF* acc) {
+  constexpr size_t kL = hn::MaxLanes(DF());
+  constexpr size_t kPer = kType == kI8 ? 32 / kL : CB;  // vectors of one coefficient per row
+  static_assert(CB % kPer == 0);
+  for (size_t x = x0; x < x1; ++x)
+    for (size_t b0 = 0; b0 < CB; b0 += kPer) {
+      const VF cf = hn::Set(d, kType == kI8 ? p[x] * vsc[x][b0 / kPer] : p[x]);
+      for (size_t b = b0; b < b0 + kPer; ++b) acc[b] = hn::MulAdd(cf, LoadRaw<kType>(d, vrow[x], b * kL), acc[b]);
+    }
+}
+
+// The same for any dv, the row in O: O = alpha·O + Σ_x p_x·V_x over the tile's nk keys, a vector
+// of O at a time.
+template <int kType>
+HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, const void* const* vrow, const float* const* vsc,
+                              const float* p, float alpha, float* O) {
+  constexpr size_t kL = hn::MaxLanes(DF());
+  const size_t fullv = dv / kL * kL;
+  for (size_t e = 0; e < fullv; e += kL) {
+    VF o = hn::LoadU(d, O + e);
+    if (alpha != 1.0f) o = hn::Mul(o, hn::Set(d, alpha));
+    for (size_t x = 0; x < nk; ++x)
+      o = hn::MulAdd(hn::Set(d, kType == kI8 ? p[x] * vsc[x][e / 32] : p[x]), LoadRaw<kType>(d, vrow[x], e), o);
+    hn::StoreU(o, d, O + e);
+  }
+  for (size_t e = fullv; e < dv; ++e) {  // float32 / bf16 rows only (int8 dv is a multiple of 32)
+    float o = O[e] * alpha;
+    for (size_t x = 0; x < nk; ++x) o += p[x] * Element<kType>(vrow[x], nullptr, e);
+    O[e] = o;
+  }
+}
+
+// stream_row on vector targets: the keys in tiles of kStreamKeys (the last one partial). With the
+// output row in registers (CB > 0) the tiles are pipelined: while tile t's V rows update the row,
+// four keys at a time, tile t + 1's scores are computed four keys at a time between them, so that
+// its K rows are read beside tile t's V rows (from DRAM both streams then move together, as key
+// by key) and the softmax's chain of dependent steps overlaps the next tile's arithmetic.
+template <int kType, size_t CB>
+HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
+                            const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
+                            float* O, size_t ahead) {
   const DF d;
   const size_t L = hn::Lanes(d);
-  VF acc[CB > 0 ? CB : 1];
-  for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
   float mm = *m, ll = *l;
-  size_t j = StreamKeysStep<kType, CB, 8>(0, nk, dk, dv, krow, ksc, vrow, vsc, Q, mm, ll, acc, O);
-  j = StreamKeysStep<kType, CB, 4>(j, nk, dk, dv, krow, ksc, vrow, vsc, Q, mm, ll, acc, O);
-  for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[b], d, O + b * L);
+  const size_t esize = kType == kF32 ? 4 : kType == kBF16 ? 2 : 1;
+  // The K and V rows (and int8 scales) of the n keys `ahead` keys past key j, a line at a time.
+  auto prefetch = [&](size_t j, size_t n) {
+    if (!ahead || j + ahead >= nk) return;
+    const size_t x1 = j + ahead + n < nk ? j + ahead + n : nk;
+    for (size_t x = j + ahead; x < x1; ++x) {
+      for (size_t c = 0; c < dk * esize; c += 64) hwy::Prefetch(static_cast<const char*>(krow[x]) + c);
+      for (size_t c = 0; c < dv * esize; c += 64) hwy::Prefetch(static_cast<const char*>(vrow[x]) + c);
+      if (kType == kI8) hwy::Prefetch(ksc[x]), hwy::Prefetch(vsc[x]);
+    }
+  };
+  HWY_ALIGN float s[2][kStreamKeys];
+  auto keys = [&](size_t j) { return j < nk ? (nk - j < kStreamKeys ? nk - j : kStreamKeys) : 0; };
+  auto kr = [&](size_t j) { return krow + j; };
+  auto ks = [&](size_t j) { return ksc ? ksc + j : nullptr; };
+  if constexpr (CB > 0) {
+    VF acc[CB];
+    for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
+    if (nk) TileScores<kType>(d, 0, keys(0), dk, kr(0), ks(0), Q, s[0]);
+    for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
+      const size_t n = keys(j), next = keys(j + kStreamKeys);
+      const float alpha = TileSoftmax(d, n, s[t], mm, ll);
+      if (alpha != 1.0f)
+        for (size_t b = 0; b < CB; ++b) acc[b] = hn::Mul(acc[b], hn::Set(d, alpha));
+      const void* const* vr = vrow + j;
+      const float* const* vs = vsc ? vsc + j : nullptr;
+      for (size_t x = 0; x < kStreamKeys; x += 4) {
+        prefetch(j + x, 4);
+        if (x < next) {
+          const size_t x1 = next - x < 4 ? next : x + 4;
+          TileScores<kType>(d, x, x1, dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
+        }
+        if (x < n) TileUpdate<kType, CB>(d, x, n - x < 4 ? n : x + 4, vr, vs, s[t], acc);
+      }
+    }
+    for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[b], d, O + b * L);
+  } else {
+    for (size_t j = 0; j < nk; j += kStreamKeys) {
+      const size_t n = keys(j);
+      prefetch(j, kStreamKeys);
+      TileScores<kType>(d, 0, n, dk, kr(j), ks(j), Q, s[0]);
+      const float alpha = TileSoftmax(d, n, s[0], mm, ll);
+      TileUpdateRow<kType>(d, n, dv, vrow + j, vsc ? vsc + j : nullptr, s[0], alpha, O);
+    }
+  }
   *m = mm;
   *l = ll;
-  if (j < nk)
-    StreamRowT<kType>(nk - j, dk, dv, krow + j, ksc ? ksc + j : nullptr, vrow + j, vsc ? vsc + j : nullptr, Q, m, l, O);
 }
 #endif
 
 template <int kType>
 void StreamRowDispatch(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                        const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
-                       float* O) {
+                       float* O, size_t ahead) {
 #if HWY_TARGET != HWY_SCALAR
+  // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
   const size_t L = hn::Lanes(DF());
-  if constexpr (kType == kBF16) {  // key by key measured faster for bf16 rows (docs/performance.md)
-    if (dv == 8 * L) return StreamRowRegisters<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
-    if (dv == 4 * L) return StreamRowRegisters<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O);
-    return StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  }
-  if (dv == 8 * L) return StreamKeys<kType, 8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  if (dv == 4 * L) return StreamKeys<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  return StreamKeys<kType, 0>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  if constexpr (kAccumulators >= 16)
+    if (dv == 16 * L) return StreamTiles<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
+  if (dv == 8 * L) return StreamTiles<kType, 8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
+  if (dv == 4 * L) return StreamTiles<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
+  return StreamTiles<kType, 0>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
 #else
+  (void)ahead;
   StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
 #endif
 }
@@ -678,10 +701,11 @@ void ScoresPaired(size_t nk, size_t rows, size_t dk, const void* const* krow, co
 bool PairedAvailable() { return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16; }
 
 void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
-               const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O) {
-  if (type == kF32) return StreamRowDispatch<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  if (type == kBF16) return StreamRowDispatch<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
-  return StreamRowDispatch<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+               const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O,
+               size_t ahead) {
+  if (type == kF32) return StreamRowDispatch<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
+  if (type == kBF16) return StreamRowDispatch<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
+  return StreamRowDispatch<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
 }
 
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
@@ -754,8 +778,8 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
 }
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O) {
-  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+                float* m, float* l, float* O, std::size_t ahead) {
+  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
 }
 }  // namespace attnscale::detail::kv
 #endif  // HWY_ONCE

@@ -37,13 +37,16 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
                 std::size_t ldo);
 
-// One query row against keys j < nk, a key (bfloat16) or 8 or 4 keys (float32, int8) at a time:
-// s_j = Q·K_j, then the online softmax and the output update by those keys alone, so that each
-// key's K row and V row are read close together; for a step over keys J:
+// One query row against keys j < nk in tiles of 16 keys counted from key 0 (one key at a time on
+// the scalar target): the tile's scores s_j = Q·K_j, one online-softmax step, and the output
+// update by the tile's V rows; for a tile J:
 //   m' = max(m, max_J s_j);  O = e^(m − m')·O + Σ_J e^(s_j − m')·V_j;  l = e^(m − m')·l + Σ_J e^(s_j − m').
-// (m, l, O) in natural units, as the tile path leaves them; m = -inf while no key was seen.
+// (m, l, O) in natural units, as the tile path leaves them; m = -inf while no key was seen. The
+// next tile's K rows are read between the tile's V rows, so that K and V stream together; ahead
+// > 0 prefetches the rows of the keys that far ahead (0: none, the caller prefetches or the
+// hardware does).
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O);
+                float* m, float* l, float* O, std::size_t ahead);
 
 }  // namespace attnscale::detail::kv

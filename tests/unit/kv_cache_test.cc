@@ -185,7 +185,8 @@ const std::vector<Case>& cases() {
       {16, 2, 128, 128, 16, -1, {1537}},               // group 8, d = 128
       {12, 1, 64, 32, 16, -1, {70, 3}},                // group 12: a block of 8 rows and one of 4
       {3, 3, 128, 64, 16, -1, {2051, 6, 1}},           // one row per KV head, output row in registers
-      {2, 2, 64, 128, 5, 1030, {1031, 4099}},          // one row, window: four-key steps off a chunk edge
+      {2, 2, 64, 128, 5, 1030, {1031, 4099}},          // one row, window: tiles start off a chunk edge
+      {2, 2, 64, 256, 16, -1, {300, 1029}},            // one row, dv = 256: the output row in 16 registers
   };
   return c;
 }
