@@ -239,9 +239,9 @@ class Chunk {
     std::fill(s_.o.begin(), s_.o.end(), 0.0f);
     int8_ = L_.type == kv::kI8;
     kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
-    // One query row over a contiguous bf16 cache is left to the hardware prefetcher: there the
-    // prefetch slowed it (H = 8, d = 128, Nkv = 65536: 8.7-8.8 ms against 6.2-6.7); float32 and
-    // int8 rows gain from it (docs/performance.md).
+    // One query row over a contiguous bf16 cache is left to the hardware prefetcher: key by key
+    // the prefetch slowed it (H = 8, d = 128, Nkv = 65536: 8.7-8.8 ms against 6.2-6.7), in tiles it
+    // made no measurable difference; float32 and int8 rows gain from it (docs/performance.md).
     prefetch_ = g_ > 1 || L_.paged || L_.type != kv::kBF16;
     if (Scratch::whole_chunk(L_)) {
       whole_ = true, tiles_ = 1;
@@ -259,9 +259,10 @@ class Chunk {
   }
   bool done() const { return i_ >= tiles_; }
 
-  // Tiles go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's
-  // rows are looked up and prefetched, its K rows spread over tile i's sub-tiles of scores (one
-  // query row: K and V rows over the sub-tiles of stream_row), so that the fetch runs beside the
+  // A whole chunk (one query row, contiguous cache) is one stream_row call. Otherwise tiles go
+  // round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
+  // looked up and prefetched (one query row of a paged cache: before tile i's stream_row call),
+  // its K rows spread over tile i's sub-tiles of scores, so that the fetch runs beside the
   // arithmetic rather than in a burst that stalls on the full miss queue; its V rows (GQA) before
   // tile i's P·V. The first kAhead tiles are prefetched by begin().
   void step() {
