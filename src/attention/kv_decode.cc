@@ -266,17 +266,18 @@ class Chunk {
   // arithmetic rather than in a burst that stalls on the full miss queue; its V rows (GQA) before
   // tile i's P·V. The first kAhead tiles are prefetched by begin().
   void step() {
-    const std::int64_t i = i_++, g = g_;
-    const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
-    const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     Scratch& s = s_;
     const bool int8 = int8_;
     if (whole_) {
+      i_ = tiles_;
       kv::stream_row(L_.type, j1_ - j0_, L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr, s.vrow.data(),
                      int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
                      prefetch_ ? kStreamAhead : 0);
       return;
     }
+    const std::int64_t i = i_++, g = g_;
+    const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
+    const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     if (next) gather(t0 + kAhead * kTile, next, y);
     if (g == 1) {  // one row of a paged cache, its tile's heads in lockstep (decode())
       if (next && prefetch_) {

@@ -219,11 +219,7 @@ struct AlignedRows {
         data = Buffer<T>(n);
       }
       ld = stride(d);
-      for (std::int64_t h = first; h < last; ++h)
-        for (std::int64_t i = 0; i < N; ++i) {
-          const T* src = at<const T>(t, batch, h, i);
-          std::copy(src, src + d, data.get() + ((h - first) * N + i) * ld);
-        }
+      for (std::int64_t h = first; h < last; ++h) copy(t, batch, h, 0, N, d, data.get() + (h - first) * N * ld);
       b = batch;
       h0 = first;
       h1 = last;
@@ -236,11 +232,16 @@ struct AlignedRows {
   static Operand tile(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t n,
                       std::int64_t d, T* pack) {
     if (!wanted(t)) return rows_operand<T>(t, b, h, j0, n, d, pack);
+    copy(t, b, h, j0, n, d, pack);
+    return {pack, stride(d)};
+  }
+  // Rows [j0, j0 + n) of (b, h) into dst, row stride stride(d).
+  static void copy(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t n,
+                   std::int64_t d, T* dst) {
     for (std::int64_t j = 0; j < n; ++j) {
       const T* src = at<const T>(t, b, h, j0 + j);
-      std::copy(src, src + d, pack + j * stride(d));
+      std::copy(src, src + d, dst + j * stride(d));
     }
-    return {pack, stride(d)};
   }
 };
 
