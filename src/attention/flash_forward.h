@@ -16,6 +16,7 @@
 #include "attention/params.h"
 #include "attention/score_transforms.h"
 #include "attention/tiles.h"
+#include "common/prefetch.h"
 
 namespace attnscale::detail {
 
@@ -85,7 +86,7 @@ inline void prefetch_rows(const TensorView& t, const RowBlock& rb, std::int64_t 
   const std::int64_t size = static_cast<std::int64_t>(dtype_size(t.dtype)), bytes = d * size, stride = t.strides[2] * size;
   const char* row = static_cast<const char*>(element(t, rb.b, rb.kh, j0, 0));
   for (std::int64_t j = 0; j < n; ++j, row += stride)
-    for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(row + c, 0, 2);
+    prefetch_bytes(row, bytes, CacheLevel::far);
 }
 
 // Attends the block's rows to keys [k0, k1): leaves o (unnormalised), m and l in s.

@@ -29,6 +29,7 @@
 #include "attnscale/error.h"
 #include "attnscale/kv_cache.h"
 #include "common/parallel.h"
+#include "common/prefetch.h"
 
 namespace attnscale {
 namespace detail {
@@ -37,7 +38,7 @@ namespace {
 constexpr std::int64_t kChunk = 1024;  // keys per work item
 constexpr std::int64_t kTile = 32;     // keys per tile (a row of scores is two 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
-constexpr std::int64_t kStreamAhead = 32;  // one query row, contiguous: keys prefetched ahead (kv::stream_row)
+constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row, contiguous: bytes of K and V prefetched ahead
 constexpr std::int64_t kPairedRows = 2;  // GQA groups from this size take kv::scores_paired
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 
@@ -239,22 +240,23 @@ class Chunk {
     std::fill(s_.o.begin(), s_.o.end(), 0.0f);
     int8_ = L_.type == kv::kI8;
     kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
-    // One query row over a contiguous bf16 cache is left to the hardware prefetcher: key by key
-    // the prefetch slowed it (H = 8, d = 128, Nkv = 65536: 8.7-8.8 ms against 6.2-6.7), in tiles it
-    // made no measurable difference; float32 and int8 rows gain from it (docs/performance.md).
-    prefetch_ = g_ > 1 || L_.paged || L_.type != kv::kBF16;
     if (Scratch::whole_chunk(L_)) {
       whole_ = true, tiles_ = 1;
+      // kv::stream_row prefetches, into the first-level cache, the rows of the keys that lie
+      // kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in whole
+      // groups of four keys. Float32 rows of more than 64 values go without: they read at the
+      // memory's rate without it and 10-15% slower with it (docs/performance.md).
+      const std::int64_t key_bytes = kbytes_ + vbytes_ + (int8_ ? 4 * (L_.dk + L_.dv) / 32 : 0);
+      const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
+      stream_ahead_ = wide_f32 ? 0 : std::max<std::int64_t>(4, (kStreamAheadBytes / key_bytes + 3) / 4 * 4);
       gather(j0, j1 - j0, 0);
       return;
     }
     tiles_ = (j1 - j0 + kTile - 1) / kTile;
     for (std::int64_t i = 0; i < std::min(kAhead, tiles_); ++i) {
       gather(j0 + i * kTile, tile_keys(i), (i % kSets) * kTile);
-      if (prefetch_) {
-        prefetch_rows(s_.krow.data() + (i % kSets) * kTile, tile_keys(i), kbytes_);
-        prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_);
-      }
+      prefetch_rows(s_.krow.data() + (i % kSets) * kTile, tile_keys(i), kbytes_);
+      prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_);
     }
   }
   bool done() const { return i_ >= tiles_; }
@@ -272,7 +274,7 @@ class Chunk {
       i_ = tiles_;
       kv::stream_row(L_.type, j1_ - j0_, L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr, s.vrow.data(),
                      int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
-                     prefetch_ ? kStreamAhead : 0);
+                     stream_ahead_);
       return;
     }
     const std::int64_t i = i_++, g = g_;
@@ -280,7 +282,7 @@ class Chunk {
     const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     if (next) gather(t0 + kAhead * kTile, next, y);
     if (g == 1) {  // one row of a paged cache, its tile's heads in lockstep (decode())
-      if (next && prefetch_) {
+      if (next) {
         prefetch_rows(s.krow.data() + y, next, kbytes_);
         prefetch_rows(s.vrow.data() + y, next, vbytes_);
       }
@@ -319,8 +321,7 @@ class Chunk {
   std::int64_t tile_keys(std::int64_t i) const { return i < tiles_ ? std::min(kTile, j1_ - j0_ - i * kTile) : 0; }
 
   static void prefetch_rows(const void* const* rows, std::int64_t n, std::int64_t bytes) {
-    for (std::int64_t j = 0; j < n; ++j)
-      for (std::int64_t c = 0; c < bytes; c += 64) __builtin_prefetch(static_cast<const char*>(rows[j]) + c, 0, 2);
+    for (std::int64_t j = 0; j < n; ++j) prefetch_bytes(rows[j], bytes, CacheLevel::far);
   }
 
   // The row pointers of keys [t0, t0 + nk) from entry `at` of the pointer arrays: contiguous, one
@@ -362,7 +363,8 @@ class Chunk {
   const Layout& L_;
   Scratch& s_;
   std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, g_ = 1, i_ = 0, tiles_ = 0, kbytes_ = 0, vbytes_ = 0;
-  bool paired_ = false, prefetch_ = false, int8_ = false, whole_ = false;
+  std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
+  bool paired_ = false, int8_ = false, whole_ = false;
 };
 
 // The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side.

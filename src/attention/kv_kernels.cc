@@ -10,7 +10,6 @@
 #define HWY_TARGET_INCLUDE "attention/kv_kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
-#include <hwy/cache_control.h>
 #include <hwy/highway.h>
 
 #include <cmath>
@@ -20,6 +19,7 @@
 
 #include "attention/kv_kernels.h"
 #include "attention/exp2-inl.h"
+#include "common/prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::kv::HWY_NAMESPACE {
@@ -564,9 +564,9 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
     if (!ahead || j + ahead >= nk) return;
     const size_t x1 = j + ahead + n < nk ? j + ahead + n : nk;
     for (size_t x = j + ahead; x < x1; ++x) {
-      for (size_t c = 0; c < dk * esize; c += 64) hwy::Prefetch(static_cast<const char*>(krow[x]) + c);
-      for (size_t c = 0; c < dv * esize; c += 64) hwy::Prefetch(static_cast<const char*>(vrow[x]) + c);
-      if (kType == kI8) hwy::Prefetch(ksc[x]), hwy::Prefetch(vsc[x]);
+      prefetch_bytes(krow[x], dk * esize, CacheLevel::near);
+      prefetch_bytes(vrow[x], dv * esize, CacheLevel::near);
+      if (kType == kI8) prefetch_line(ksc[x], CacheLevel::near), prefetch_line(vsc[x], CacheLevel::near);
     }
   };
   HWY_ALIGN float s[2][kStreamKeys];
