@@ -264,9 +264,10 @@ class Chunk {
   // A whole chunk (one query row, contiguous cache) is one stream_row call. Otherwise tiles go
   // round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
   // looked up and prefetched (one query row of a paged cache: before tile i's stream_row call),
-  // its K rows spread over tile i's sub-tiles of scores, so that the fetch runs beside the
-  // arithmetic rather than in a burst that stalls on the full miss queue; its V rows (GQA) before
-  // tile i's P·V. The first kAhead tiles are prefetched by begin().
+  // GQA: its K and V rows spread over tile i's sub-tiles of scores, so that the fetch runs beside
+  // the arithmetic rather than in a burst that stalls on the full miss queue (the V rows in one
+  // burst before tile i's P·V took 1.2x the time of bf16 GQA from DRAM, docs/performance.md).
+  // The first kAhead tiles are prefetched by begin().
   void step() {
     Scratch& s = s_;
     const bool int8 = int8_;
@@ -293,7 +294,10 @@ class Chunk {
     }
     for (std::int64_t a = 0; a < nk; a += kSub) {
       const std::int64_t n = std::min(kSub, nk - a);
-      if (a < next) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
+      if (a < next) {
+        prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
+        prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes_);
+      }
       if (paired_) {  // float32 rows as they are, int8 rows widened into kf
         const void* const* rows = s.krow.data() + x + a;
         if (int8) {
@@ -307,10 +311,8 @@ class Chunk {
       }
     }
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
-    // P·V in one call over the tile, after the prefetch of the next tile's V rows: each call
-    // loads, rescales and stores the group's output rows, which per 8-key call cost more than the
-    // spread prefetch gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 11.7-12.5 ms -> 10.9-11.2).
-    if (next) prefetch_rows(s.vrow.data() + y, next, vbytes_);
+    // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
+    // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
     kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(), kTile,
                    s.alpha.data(), s.o.data(), L_.dv);
   }
