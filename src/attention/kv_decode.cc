@@ -240,14 +240,17 @@ class Chunk {
     std::fill(s_.o.begin(), s_.o.end(), 0.0f);
     int8_ = L_.type == kv::kI8;
     kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
+    // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
+    // order, and a software prefetch of them slowed both the one-row stream and GQA by 10-15%
+    // (docs/performance.md); GQA still prefetches their V rows, which P·V reads in column passes.
+    const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
+    prefetch_k_ = !wide_f32;
     if (Scratch::whole_chunk(L_)) {
       whole_ = true, tiles_ = 1;
       // kv::stream_row prefetches, into the first-level cache, the rows of the keys that lie
       // kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in whole
-      // groups of four keys. Float32 rows of more than 64 values go without: they read at the
-      // memory's rate without it and 10-15% slower with it (docs/performance.md).
+      // groups of four keys; wide float32 rows go without (neither K nor V rows gained from it).
       const std::int64_t key_bytes = kbytes_ + vbytes_ + (int8_ ? 4 * (L_.dk + L_.dv) / 32 : 0);
-      const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
       stream_ahead_ = wide_f32 ? 0 : std::max<std::int64_t>(4, (kStreamAheadBytes / key_bytes + 3) / 4 * 4);
       gather(j0, j1 - j0, 0);
       return;
@@ -295,7 +298,7 @@ class Chunk {
     for (std::int64_t a = 0; a < nk; a += kSub) {
       const std::int64_t n = std::min(kSub, nk - a);
       if (a < next) {
-        prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
+        if (prefetch_k_) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
         prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes_);
       }
       if (paired_) {  // float32 rows as they are, int8 rows widened into kf
@@ -366,7 +369,7 @@ class Chunk {
   Scratch& s_;
   std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, g_ = 1, i_ = 0, tiles_ = 0, kbytes_ = 0, vbytes_ = 0;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
-  bool paired_ = false, int8_ = false, whole_ = false;
+  bool paired_ = false, int8_ = false, whole_ = false, prefetch_k_ = true;
 };
 
 // The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side.
