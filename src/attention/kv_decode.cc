@@ -70,14 +70,6 @@ struct Layout {
   std::int64_t lo(std::int64_t b) const {
     return window_left >= 0 ? std::max<std::int64_t>(0, length(b) - 1 - window_left) : 0;
   }
-  // Leading indices of key j of (b, h): contiguous (b, h, j); paged (block, j % block_size, h).
-  void index(std::int64_t b, std::int64_t h, std::int64_t j, std::int64_t& i0, std::int64_t& i1, std::int64_t& i2) const {
-    if (!paged) {
-      i0 = b, i1 = h, i2 = j;
-    } else {
-      i0 = table[b * t0 + (j / block_size) * t1], i1 = j % block_size, i2 = h;
-    }
-  }
 };
 
 void fail(const std::string& msg) { throw Error("decode: " + msg); }
@@ -212,6 +204,7 @@ struct Scratch {
   // One query row over a contiguous cache: a chunk is one kv::stream_row call, which prefetches
   // ahead itself and overlaps one tile's V rows with the next tile's K rows.
   static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.paged; }
+
   Scratch(const Scratch&) = delete;  // kfrow points into kf
   Scratch(Scratch&&) = default;      // moves keep kf's buffer
 };
@@ -245,13 +238,14 @@ class Chunk {
     // (docs/performance.md); GQA still prefetches their V rows, which P·V reads in column passes.
     const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
     prefetch_k_ = !wide_f32;
+    // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
+    // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
+    // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
+    // contiguous or paged).
+    const std::int64_t key_bytes = kbytes_ + vbytes_ + (int8_ ? 4 * (L_.dk + L_.dv) / 32 : 0);
+    stream_ahead_ = wide_f32 ? 0 : std::max<std::int64_t>(4, (kStreamAheadBytes / key_bytes + 3) / 4 * 4);
     if (Scratch::whole_chunk(L_)) {
       whole_ = true, tiles_ = 1;
-      // kv::stream_row prefetches, into the first-level cache, the rows of the keys that lie
-      // kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in whole
-      // groups of four keys; wide float32 rows go without (neither K nor V rows gained from it).
-      const std::int64_t key_bytes = kbytes_ + vbytes_ + (int8_ ? 4 * (L_.dk + L_.dv) / 32 : 0);
-      stream_ahead_ = wide_f32 ? 0 : std::max<std::int64_t>(4, (kStreamAheadBytes / key_bytes + 3) / 4 * 4);
       gather(j0, j1 - j0, 0);
       return;
     }
@@ -266,35 +260,39 @@ class Chunk {
 
   // A whole chunk (one query row, contiguous cache) is one stream_row call. Otherwise tiles go
   // round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
-  // looked up and prefetched (one query row of a paged cache: before tile i's stream_row call),
-  // GQA: its K and V rows spread over tile i's sub-tiles of scores, so that the fetch runs beside
-  // the arithmetic rather than in a burst that stalls on the full miss queue (the V rows in one
-  // burst before tile i's P·V took 1.2x the time of bf16 GQA from DRAM, docs/performance.md).
+  // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
+  // is given the next tile's pointers too), GQA: its K and V rows spread over tile i's sub-tiles
+  // of scores, so that the fetch runs beside the arithmetic rather than in a burst that stalls on
+  // the full miss queue (the V rows in one burst before tile i's P·V took 1.2x the time of bf16
+  // GQA from DRAM, docs/performance.md).
   // The first kAhead tiles are prefetched by begin().
   void step() {
     Scratch& s = s_;
     const bool int8 = int8_;
     if (whole_) {
       i_ = tiles_;
-      kv::stream_row(L_.type, j1_ - j0_, L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr, s.vrow.data(),
+      const auto n = static_cast<std::size_t>(j1_ - j0_);
+      kv::stream_row(L_.type, n, L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr, s.vrow.data(),
                      int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
-                     stream_ahead_);
+                     static_cast<std::size_t>(stream_ahead_), n);
       return;
     }
     const std::int64_t i = i_++, g = g_;
     const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
-    const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
-    if (next) gather(t0 + kAhead * kTile, next, y);
     if (g == 1) {  // one row of a paged cache, its tile's heads in lockstep (decode())
-      if (next) {
-        prefetch_rows(s.krow.data() + y, next, kbytes_);
-        prefetch_rows(s.vrow.data() + y, next, vbytes_);
-      }
-      kv::stream_row(L_.type, nk, L_.dk, L_.dv, s.krow.data() + x, int8 ? s.ksc.data() + x : nullptr,
-                     s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.q.data(), s.m.data(), s.l.data(),
-                     s.o.data(), 0);
+      // Tile i's row pointers at [0, kTile), tile i + 1's gathered behind them, so that the call
+      // prefetches into the next tile as the whole-chunk call does; then moved to the front.
+      if (next) gather(t0 + kTile, next, kTile);
+      kv::stream_row(L_.type, static_cast<std::size_t>(nk), L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
+                     s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
+                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(next ? kTile + next : nk));
+      for (auto* rows : {&s.krow, &s.vrow}) std::copy_n(rows->begin() + kTile, next, rows->begin());
+      if (int8)
+        for (auto* sc : {&s.ksc, &s.vsc}) std::copy_n(sc->begin() + kTile, next, sc->begin());
       return;
     }
+    const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
+    if (next) gather(t0 + kAhead * kTile, next, y);
     for (std::int64_t a = 0; a < nk; a += kSub) {
       const std::int64_t n = std::min(kSub, nk - a);
       if (a < next) {
@@ -353,15 +351,23 @@ class Chunk {
         }
       return;
     }
-    for (std::int64_t j = 0; j < nk; ++j) {
-      std::int64_t i0, i1, i2;
-      L.index(b, kh, t0 + j, i0, i1, i2);
-      kr[j] = L.k.data + (i0 * L.k.s0 + i1 * L.k.s1 + i2 * L.k.s2) * L.k.esize;
-      vr[j] = L.v.data + (i0 * L.v.s0 + i1 * L.v.s1 + i2 * L.v.s2) * L.v.esize;
-      if (int8_) {
-        ksc[j] = L.k.scales + i0 * L.k.c0 + i1 * L.k.c1 + i2 * L.k.c2;
-        vsc[j] = L.v.scales + i0 * L.v.c0 + i1 * L.v.c1 + i2 * L.v.c2;
+    // Paged: a block at a time (one division for the call, not one per key); key t lies in block
+    // table[t / block_size] at row t % block_size, head kh.
+    std::int64_t j = 0, blk = t0 / L.block_size, at_row = t0 % L.block_size;
+    while (j < nk) {
+      const std::int64_t i0 = L.table[b * L.t0 + blk * L.t1];
+      const char* k = L.k.data + (i0 * L.k.s0 + kh * L.k.s2) * L.k.esize;
+      const char* v = L.v.data + (i0 * L.v.s0 + kh * L.v.s2) * L.v.esize;
+      const std::int64_t rows = std::min(L.block_size - at_row, nk - j);
+      for (std::int64_t r = at_row; r < at_row + rows; ++r, ++j) {
+        kr[j] = k + r * L.k.s1 * L.k.esize;
+        vr[j] = v + r * L.v.s1 * L.v.esize;
+        if (int8_) {
+          ksc[j] = L.k.scales + i0 * L.k.c0 + r * L.k.c1 + kh * L.k.c2;
+          vsc[j] = L.v.scales + i0 * L.v.c0 + r * L.v.c1 + kh * L.v.c2;
+        }
       }
+      ++blk, at_row = 0;
     }
   }
 

@@ -554,15 +554,16 @@ HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, const void* const* vro
 template <int kType, size_t CB>
 HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                             const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
-                            float* O, size_t ahead) {
+                            float* O, size_t ahead, size_t known) {
   const DF d;
   const size_t L = hn::Lanes(d);
   float mm = *m, ll = *l;
   const size_t esize = kType == kF32 ? 4 : kType == kBF16 ? 2 : 1;
-  // The K and V rows (and int8 scales) of the n keys `ahead` keys past key j, a line at a time.
+  // The K and V rows (and int8 scales) of the n keys `ahead` keys past key j, a line at a time
+  // (keys up to `known`, whose row pointers are given, may lie past the call's nk).
   auto prefetch = [&](size_t j, size_t n) {
-    if (!ahead || j + ahead >= nk) return;
-    const size_t x1 = j + ahead + n < nk ? j + ahead + n : nk;
+    if (!ahead || j + ahead >= known) return;
+    const size_t x1 = j + ahead + n < known ? j + ahead + n : known;
     for (size_t x = j + ahead; x < x1; ++x) {
       prefetch_bytes(krow[x], dk * esize, CacheLevel::near);
       prefetch_bytes(vrow[x], dv * esize, CacheLevel::near);
@@ -611,17 +612,17 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
 template <int kType>
 void StreamRowDispatch(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                        const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
-                       float* O, size_t ahead) {
+                       float* O, size_t ahead, size_t known) {
 #if HWY_TARGET != HWY_SCALAR
   // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
   const size_t L = hn::Lanes(DF());
   if constexpr (kAccumulators >= 16)
-    if (dv == 16 * L) return StreamTiles<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
-  if (dv == 8 * L) return StreamTiles<kType, 8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
-  if (dv == 4 * L) return StreamTiles<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
-  return StreamTiles<kType, 0>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
+    if (dv == 16 * L) return StreamTiles<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  if (dv == 8 * L) return StreamTiles<kType, 8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  if (dv == 4 * L) return StreamTiles<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  return StreamTiles<kType, 0>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
 #else
-  (void)ahead;
+  (void)ahead, (void)known;
   StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
 #endif
 }
@@ -702,10 +703,10 @@ bool PairedAvailable() { return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 1
 
 void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O,
-               size_t ahead) {
-  if (type == kF32) return StreamRowDispatch<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
-  if (type == kBF16) return StreamRowDispatch<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
-  return StreamRowDispatch<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
+               size_t ahead, size_t known) {
+  if (type == kF32) return StreamRowDispatch<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  if (type == kBF16) return StreamRowDispatch<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  return StreamRowDispatch<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
 }
 
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
@@ -778,8 +779,8 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
 }
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O, std::size_t ahead) {
-  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead);
+                float* m, float* l, float* O, std::size_t ahead, std::size_t known) {
+  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
 }
 }  // namespace attnscale::detail::kv
 #endif  // HWY_ONCE

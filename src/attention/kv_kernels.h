@@ -44,9 +44,10 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
 // (m, l, O) in natural units, as the tile path leaves them; m = -inf while no key was seen. The
 // next tile's K rows are read between the tile's V rows, so that K and V stream together; ahead
 // > 0 prefetches the rows of the keys that far ahead (0: none, the caller prefetches or the
-// hardware does).
+// hardware does), up to key `known` (>= nk): the row pointers [nk, known) are given for that
+// prefetch only, the keys past the call's.
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O, std::size_t ahead);
+                float* m, float* l, float* O, std::size_t ahead, std::size_t known);
 
 }  // namespace attnscale::detail::kv
