@@ -129,7 +129,7 @@ def main():
     # row is followed by an untimed pause.
     settle = 0.1
 
-    def run(name, f):
+    def timed_call(name, f):
         c0, t0 = time.process_time(), time.perf_counter()
         f()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
@@ -138,10 +138,10 @@ def main():
         return wall, cpu
 
     for name, f in fns.items():
-        run(name, f)
+        timed_call(name, f)
     for _ in range(a.rounds):
         for name, f in fns.items():
-            wall, cpu = run(name, f)
+            wall, cpu = timed_call(name, f)
             times[name].append(wall)
             cpus[name].append(cpu)
     load1 = os.getloadavg()
