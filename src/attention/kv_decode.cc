@@ -38,7 +38,7 @@ namespace {
 constexpr std::int64_t kChunk = 1024;  // keys per work item
 constexpr std::int64_t kTile = 32;     // keys per tile (a row of scores is two 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
-constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row, contiguous: bytes of K and V prefetched ahead
+constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row: bytes of K and V kv::stream_row prefetches ahead
 constexpr std::int64_t kPairedRows = 2;  // GQA groups from this size take kv::scores_paired
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 
@@ -282,6 +282,7 @@ class Chunk {
     if (g == 1) {  // one row of a paged cache, its tile's heads in lockstep (decode())
       // Tile i's row pointers at [0, kTile), tile i + 1's gathered behind them, so that the call
       // prefetches into the next tile as the whole-chunk call does; then moved to the front.
+      static_assert(kAhead == 1, "the next tile is tile i + 1, gathered behind tile i");
       if (next) gather(t0 + kTile, next, kTile);
       kv::stream_row(L_.type, static_cast<std::size_t>(nk), L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
                      s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
