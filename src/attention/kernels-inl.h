@@ -97,7 +97,7 @@ inline size_t InnerBlock(size_t K) {
 // One C tile over the inner dimension [0, K): its inner blocks one after the other, the first
 // with the caller's mode, the later ones adding to what it left. The tile's C (MR x NR vectors)
 // is stored and read back at once, from L1, where a loop over the blocks outside the tiles would
-// sweep all of C once per block (P·V at d = 128: the 32 KiB output accumulator, 4 times a tile).
+// sweep all of C once per block (P·V at d = 128: the 32 KiB output accumulator, twice a tile).
 template <size_t MR, size_t NR, bool kTail>
 HWY_INLINE void BlockedTile(DF d, size_t K, size_t kb, const float* A, size_t ars, size_t acs, const float* B,
                             size_t ldb, float* C, size_t ldc, int mode, const float* row_scale, size_t tail) {
