@@ -66,3 +66,15 @@ def test_within_twice_plain_float32(rng, dk, scale, causal):
         assert ours <= max(2 * theirs, 4e-7), f"{name}: {ours:.3g} vs float32 torch {theirs:.3g}"
         if dk <= 256:
             assert ours <= 1e-5, f"{name}: {ours:.3g} relative at d_k = {dk}"
+
+
+if __name__ == "__main__":
+    # The ratios the test bounds by 2, as a table:
+    #   PYTHONPATH=build/python /usr/bin/python3 python/tests/test_accuracy_edge.py
+    table_rng = np.random.default_rng(5)
+    print("d_k  scale   causal  " + "  ".join(f"{n:>5}" for n in ("out", "dq", "dk", "dv")) + "   (ours / float32 torch)")
+    for dk in (64, 128, 256, 1024, 4096):
+        for scale in SCALES:
+            for causal in (False, True):
+                e = errors(table_rng, dk, scale, causal, trials=6, nq=64, nkv=200)
+                print(f"{dk:<4} {scale:<7} {str(causal):<7} " + "  ".join(f"{a / b:5.2f}" for a, b in e.values()))

@@ -82,12 +82,14 @@ HWY_INLINE void MicroTile(DF d, size_t K, const float* HWY_RESTRICT A, size_t ar
 // then adds that partial sum to C. Derivation: in a chain the rounding error of step k is about
 // u·|partial sum so far| (u = 2^-24), so a chain of K products of unit size errs by about
 // u·sqrt(Σ_k k) ~ u·K/√2, while kc-long chains added in order err by about u·(kc + K/kc)/√2 times
-// the same factor, least at kc ≈ √K. With kc = √K rounded up to a power of two, at least 16:
-// K = 64 → 16, 256 → 16, 1024 → 32, 4096 → 64. Measured against float64 (the scores of
-// d_k = 64..4096, unscaled), one chain had 2-4x the error of OpenBLAS's sgemm, these blocks
-// 0.8-1.3x. The cost is one load, add and store of the C tile per block.
+// the same factor, least at kc ≈ √K. Each block costs a load, add and store of the C tile, so
+// kc is √K rounded up to a power of two, at least 32: K = 64..1024 → 32, 4096 → 64. Measured
+// against float64 (the scores of d_k = 64..4096, unscaled), one chain had 2-4x the error of
+// OpenBLAS's sgemm, these blocks 0.8-1.3x. Blocks of 16 (the floor before) were a little more
+// accurate at d_k <= 256 and 2-4% slower in the whole forward (docs/performance.md, "Inner blocks
+// of 32"); either way the forward and backward stay under plain float32 PyTorch's error.
 inline size_t InnerBlock(size_t K) {
-  size_t kc = 16;
+  size_t kc = 32;
   while (kc * kc < K) kc *= 2;
   return kc;
 }
@@ -95,7 +97,7 @@ inline size_t InnerBlock(size_t K) {
 // One C tile over the inner dimension [0, K): its inner blocks one after the other, the first
 // with the caller's mode, the later ones adding to what it left. The tile's C (MR x NR vectors)
 // is stored and read back at once, from L1, where a loop over the blocks outside the tiles would
-// sweep all of C once per block (P·V at d = 128: the 32 KiB output accumulator, 4 times a tile).
+// sweep all of C once per block (P·V at d = 128: the 32 KiB output accumulator, twice a tile).
 template <size_t MR, size_t NR, bool kTail>
 HWY_INLINE void BlockedTile(DF d, size_t K, size_t kb, const float* A, size_t ars, size_t acs, const float* B,
                             size_t ldb, float* C, size_t ldc, int mode, const float* row_scale, size_t tail) {
