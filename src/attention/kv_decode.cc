@@ -236,9 +236,12 @@ class Chunk {
     kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order, and a software prefetch of them slowed both the one-row stream and GQA by 10-15%
-    // (docs/performance.md); GQA still prefetches their V rows, which P·V reads in column passes.
+    // (docs/performance.md); GQA still prefetches their V rows, which P·V reads in column passes,
+    // into the first-level cache (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 9.1-9.9 -> 8.2-9.0 ms;
+    // bfloat16 and int8 rows were as fast or slower so).
     const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
     prefetch_k_ = !wide_f32;
+    v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
     // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
@@ -253,8 +256,8 @@ class Chunk {
     tiles_ = (j1 - j0 + kTile - 1) / kTile;
     for (std::int64_t i = 0; i < std::min(kAhead, tiles_); ++i) {
       gather(j0 + i * kTile, tile_keys(i), (i % kSets) * kTile);
-      prefetch_rows(s_.krow.data() + (i % kSets) * kTile, tile_keys(i), kbytes_);
-      prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_);
+      if (prefetch_k_) prefetch_rows(s_.krow.data() + (i % kSets) * kTile, tile_keys(i), kbytes_);
+      prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_, v_level_);
     }
   }
   bool done() const { return i_ >= tiles_; }
@@ -299,7 +302,7 @@ class Chunk {
       const std::int64_t n = std::min(kSub, nk - a);
       if (a < next) {
         if (prefetch_k_) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
-        prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes_);
+        prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes_, v_level_);
       }
       if (paired_) {  // float32 rows as they are, int8 rows widened into kf
         const void* const* rows = s.krow.data() + x + a;
@@ -325,8 +328,9 @@ class Chunk {
 
   std::int64_t tile_keys(std::int64_t i) const { return i < tiles_ ? std::min(kTile, j1_ - j0_ - i * kTile) : 0; }
 
-  static void prefetch_rows(const void* const* rows, std::int64_t n, std::int64_t bytes) {
-    for (std::int64_t j = 0; j < n; ++j) prefetch_bytes(rows[j], bytes, CacheLevel::far);
+  static void prefetch_rows(const void* const* rows, std::int64_t n, std::int64_t bytes,
+                            CacheLevel level = CacheLevel::far) {
+    for (std::int64_t j = 0; j < n; ++j) prefetch_bytes(rows[j], bytes, level);
   }
 
   // The row pointers of keys [t0, t0 + nk) from entry `at` of the pointer arrays: contiguous, one
@@ -378,6 +382,7 @@ class Chunk {
   std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, g_ = 1, i_ = 0, tiles_ = 0, kbytes_ = 0, vbytes_ = 0;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
   bool paired_ = false, int8_ = false, whole_ = false, prefetch_k_ = true;
+  CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
 };
 
 // The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side.
