@@ -19,6 +19,7 @@
 
 #include "attention/kv_kernels.h"
 #include "attention/exp2-inl.h"
+#include "attention/lane_reduce-inl.h"
 #include "common/prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -27,6 +28,10 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
+#if HWY_TARGET != HWY_SCALAR
+using detail::HWY_NAMESPACE::AddOp;  // lane_reduce-inl.h
+using detail::HWY_NAMESPACE::Reduce4;
+#endif
 
 // Lanes [c, c + L) of a row, as float32. L divides 32, so one int8 vector lies in one scale block.
 template <int kType>
@@ -93,34 +98,11 @@ HWY_INLINE void ScoresRows(size_t nk, size_t dk, const void* const* krow, const 
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// The sums of the lanes of four vectors at once: lane i of every 128-bit block of the result holds
-// the sum of a_i over that block (two rounds of interleave-and-add, 32-bit then 64-bit lanes);
-// BlockSums4 then adds the blocks. About a third of the shuffles of four separate SumOfLanes.
-HWY_INLINE VF Sum4(DF d, VF a0, VF a1, VF a2, VF a3) {
-  const hn::Repartition<double, DF> dd;
-  const VF x01 = hn::Add(hn::InterleaveLower(d, a0, a1), hn::InterleaveUpper(d, a0, a1));
-  const VF x23 = hn::Add(hn::InterleaveLower(d, a2, a3), hn::InterleaveUpper(d, a2, a3));
-  const auto y01 = hn::BitCast(dd, x01), y23 = hn::BitCast(dd, x23);
-  return hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, y01, y23)), hn::BitCast(d, hn::InterleaveUpper(dd, y01, y23)));
+// Lane i of the result: the sum of a_i's lanes (lane_reduce-inl.h).
+HWY_INLINE hn::Vec<hn::Full128<float>> Sum4(DF d, VF a0, VF a1, VF a2, VF a3) { return Reduce4(d, a0, a1, a2, a3, AddOp()); }
+HWY_INLINE void StoreSum4(DF d, VF a0, VF a1, VF a2, VF a3, float* out4) {
+  hn::StoreU(Sum4(d, a0, a1, a2, a3), hn::Full128<float>(), out4);
 }
-// The four lanes of every 128-bit block of v added block by block: lane i of the result is the sum
-// of lane i of each block.
-template <class D>  // D = DF (a template so that only the branch of the target's width is compiled)
-HWY_INLINE hn::Vec<hn::Full128<float>> BlockSum(D d, hn::Vec<D> v) {
-  if constexpr (hn::MaxLanes(D()) == 16) {
-    const hn::Half<D> d8;
-    const hn::Half<decltype(d8)> d4;
-    const auto h = hn::Add(hn::LowerHalf(d8, v), hn::UpperHalf(d8, v));
-    return hn::Add(hn::LowerHalf(d4, h), hn::UpperHalf(d4, h));
-  } else if constexpr (hn::MaxLanes(D()) == 8) {
-    const hn::Half<D> d4;
-    return hn::Add(hn::LowerHalf(d4, v), hn::UpperHalf(d4, v));
-  } else {
-    (void)d;
-    return v;
-  }
-}
-HWY_INLINE void BlockSums4(DF d, VF v, float* out4) { hn::StoreU(BlockSum(d, v), hn::Full128<float>(), out4); }
 
 // ScoresRows for NR a multiple of 4, two keys at a time: each vector of Q is loaded once for both
 // keys, and the lane sums go four rows at a time through Sum4.
@@ -147,7 +129,7 @@ HWY_INLINE void ScoresRowsPairs(size_t nk, size_t dk, const void* const* krow, c
     for (size_t x = 0; x < 2; ++x) {
       float sums[NR];
       for (size_t r = 0; r < NR; r += 4)
-        BlockSums4(d, Sum4(d, acc[r][x], acc[r + 1][x], acc[r + 2][x], acc[r + 3][x]), sums + r);
+        StoreSum4(d, acc[r][x], acc[r + 1][x], acc[r + 2][x], acc[r + 3][x], sums + r);
       for (size_t r = 0; r < NR; ++r) {
         float s = sums[r];
         for (size_t e = full; e < dk; ++e) s += Q[r * ldq + e] * Element<kType>(krow[j + x], x ? sc1 : sc0, e);
@@ -187,7 +169,7 @@ HWY_INLINE void ScoresRowsQuads(size_t nk, size_t dk, const void* const* krow, c
     }
     for (size_t x = 0; x < NK; ++x) {
       float sums[NR];
-      BlockSums4(d, Sum4(d, acc[0][x], acc[1][x], acc[2][x], acc[3][x]), sums);
+      StoreSum4(d, acc[0][x], acc[1][x], acc[2][x], acc[3][x], sums);
       for (size_t r = 0; r < NR; ++r) {
         float s = sums[r];
         for (size_t e = full; e < dk; ++e) s += Q[r * ldq + e] * Element<kType>(krow[j + x], sc[x], e);
@@ -219,7 +201,7 @@ HWY_INLINE void ScoresKeys4(size_t nk, size_t dk, const void* const* krow, const
       for (size_t x = 0; x < NK; ++x) acc[x] = hn::MulAdd(LoadRow<kType>(d, krow[j + x], sc[x], c), q, acc[x]);
     }
     float sums[NK];
-    BlockSums4(d, Sum4(d, acc[0], acc[1], acc[2], acc[3]), sums);
+    StoreSum4(d, acc[0], acc[1], acc[2], acc[3], sums);
     for (size_t x = 0; x < NK; ++x) {
       float s = sums[x];
       for (size_t e = full; e < dk; ++e) s += Q[e] * Element<kType>(krow[j + x], sc[x], e);
@@ -456,7 +438,7 @@ HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, const void* cons
     for (size_t x = 0; x < NK; ++x) acc[x] = hn::Add(acc[x], odd[x]);
   }
   const hn::Full128<float> d4;
-  auto s = BlockSum(d, Sum4(d, acc[0], acc[1], acc[2], acc[3]));
+  auto s = Sum4(d, acc[0], acc[1], acc[2], acc[3]);
   if (full < dk) {  // float32 / bf16 rows whose length is not a whole number of vectors
     HWY_ALIGN float tail[NK] = {0, 0, 0, 0};
     for (size_t x = 0; x < NK; ++x)
