@@ -66,11 +66,13 @@ inline constexpr bool kScalef = true;
 inline constexpr bool kScalef = false;
 #endif
 
-template <class D>
+// kNonPositive: the caller guarantees x <= 0 or NaN (a score minus its row's maximum), so the
+// upper clamp is the identity and is left out (the same bits, one instruction less).
+template <class D, bool kNonPositive = false>
 HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
   using V = hn::Vec<D>;
-  const V xc = kScalef ? hn::Min(hn::Set(d, 127.0f), hn::Max(hn::Set(d, -160.0f), x))
-                       : hn::Min(hn::Max(x, hn::Set(d, -127.0f)), hn::Set(d, 127.0f));
+  const V lo = kScalef ? hn::Max(hn::Set(d, -160.0f), x) : hn::Max(x, hn::Set(d, -127.0f));
+  const V xc = kNonPositive ? lo : kScalef ? hn::Min(hn::Set(d, 127.0f), lo) : hn::Min(lo, hn::Set(d, 127.0f));
   const V n = hn::Round(xc);
   const V f = hn::Sub(xc, n);
   V p = hn::Set(d, 1.535336188319500e-4f);
@@ -100,6 +102,11 @@ HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
 template <class D>
 HWY_INLINE hn::Vec<D> ExpDiff(D d, hn::Vec<D> x, hn::Vec<D> m) {
   return Exp2(d, hn::Mul(hn::Sub(x, m), hn::Set(d, 1.4426950408889634f)));
+}
+// ExpDiff where x <= m (m the running maximum of the x, or 0 with every x = -inf).
+template <class D>
+HWY_INLINE hn::Vec<D> ExpBelowMax(D d, hn::Vec<D> x, hn::Vec<D> m) {
+  return Exp2<D, true>(d, hn::Mul(hn::Sub(x, m), hn::Set(d, 1.4426950408889634f)));
 }
 
 }  // namespace attnscale::detail::HWY_NAMESPACE

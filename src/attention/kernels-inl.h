@@ -422,12 +422,12 @@ HWY_INLINE void SoftmaxColumnsTogether(DF d, float* St, size_t lds, size_t rows,
   for (size_t j = 0; j < rows; ++j)
     for (size_t c = 0; c < C; ++c) {
       float* at = St + j * lds + c * L;
-      const VF p = ExpDiff(d, hn::LoadU(d, at), m_use[c]);
+      const VF p = ExpBelowMax(d, hn::LoadU(d, at), m_use[c]);
       hn::StoreU(p, d, at);
       sum[c] = hn::Add(sum[c], p);
     }
   for (size_t c = 0; c < C; ++c) {
-    const VF a = ExpDiff(d, m_old[c], m_use[c]);
+    const VF a = ExpBelowMax(d, m_old[c], m_use[c]);
     hn::StoreU(a, d, alpha + c * L);
     hn::StoreU(FusedMulAdd(a, hn::LoadU(d, l + c * L), sum[c]), d, l + c * L);
     hn::StoreU(mx[c], d, m + c * L);
@@ -526,12 +526,12 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
   }
   for (size_t c = 0; c < padded; c += L)
     for (size_t r = 0; r < R; ++r) {
-      const VF p = ExpDiff(d, hn::LoadU(d, S + r * lds + c), mu[r]);
+      const VF p = ExpBelowMax(d, hn::LoadU(d, S + r * lds + c), mu[r]);
       hn::StoreU(p, d, S + r * lds + c);
       sum[r] = hn::Add(sum[r], p);
     }
   for (size_t r = 0; r < R; ++r) {
-    const float a = hn::GetLane(ExpDiff(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
+    const float a = hn::GetLane(ExpBelowMax(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
     alpha[r] = a;
     l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum[r]));
     m[r] = m_new[r];
@@ -561,11 +561,11 @@ HWY_INLINE void SoftmaxRows4(DF d, float* S, size_t lds, size_t padded, float* m
   }
   for (size_t c = 0; c < padded; c += L)
     for (size_t r = 0; r < 4; ++r) {
-      const VF p = ExpDiff(d, hn::LoadU(d, S + r * lds + c), mu[r]);
+      const VF p = ExpBelowMax(d, hn::LoadU(d, S + r * lds + c), mu[r]);
       hn::StoreU(p, d, S + r * lds + c);
       sum[r] = hn::Add(sum[r], p);
     }
-  const auto a = ExpDiff(d4, m_old, m_use);
+  const auto a = ExpBelowMax(d4, m_old, m_use);
   hn::StoreU(a, d4, alpha);
   hn::StoreU(FusedMulAdd(a, hn::LoadU(d4, l), Reduce4(d, sum[0], sum[1], sum[2], sum[3], AddOp())), d4, l);
   hn::StoreU(m_new, d4, m);

@@ -483,7 +483,7 @@ HWY_INLINE float TileSoftmax(DF d, size_t nk, float* s, float& m, float& l) {
   const VF mu = hn::Set(d, m == -INFINITY ? 0.0f : m);
   VF sum = hn::Zero(d);
   for (size_t i = 0; i < kStreamKeys; i += L) {
-    const VF p = detail::HWY_NAMESPACE::ExpDiff(d, hn::Load(d, s + i), mu);
+    const VF p = detail::HWY_NAMESPACE::ExpBelowMax(d, hn::Load(d, s + i), mu);
     sum = hn::Add(sum, p);
     hn::Store(p, d, s + i);
   }
