@@ -237,7 +237,7 @@ class Chunk {
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order, and a software prefetch of them slowed both the one-row stream and GQA by 10-15%
     // (docs/performance.md); GQA still prefetches their V rows, which P·V reads in column passes,
-    // into the first-level cache (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 9.1-9.9 -> 8.2-9.0 ms;
+    // into the first-level cache (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 9.4-10.2 -> 8.7-9.1 ms;
     // bfloat16 and int8 rows were as fast or slower so).
     const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
     prefetch_k_ = !wide_f32;
