@@ -507,20 +507,39 @@ void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t c
   }
 }
 
-// R rows of SoftmaxUpdateRows side by side, each with its own lane reductions and scalar
-// e^(m − m'): the leftover rows of a tile, and every row on the scalar target. R independent chains
-// keep the units busy where a single row waits on each step's latency.
+// R rows of SoftmaxUpdateRows side by side: R independent chains keep the units busy where one
+// row waits on each step's latency. Four rows on vector targets take their per-row statistics for
+// the four at once: the row maxima and sums reduced across lanes together (Reduce4), and m, alpha
+// and l updated as one 4-lane vector, where a row at a time pays a lane reduction, a scalar e^x and
+// their latencies per row (the decode's 8-row GQA tiles of 32 keys are mostly that work). Other R
+// (the leftover rows of a tile, every row on the scalar target) go row by row.
 template <size_t R>
 HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha) {
+#if HWY_TARGET != HWY_SCALAR
+  constexpr bool kFour = R == 4;
+  const hn::Full128<float> d4;
+#else
+  constexpr bool kFour = false;
+#endif
   const size_t L = hn::Lanes(d);
   VF mx[R], mu[R], sum[R];
-  float m_new[R], m_use[R];
+  HWY_ALIGN float m_new[R], m_use[R];
   for (size_t r = 0; r < R; ++r) mx[r] = hn::Set(d, -INFINITY);
   for (size_t c = 0; c < padded; c += L)
     for (size_t r = 0; r < R; ++r) mx[r] = hn::Max(mx[r], hn::LoadU(d, S + r * lds + c));
+  if constexpr (kFour) {
+#if HWY_TARGET != HWY_SCALAR
+    const auto mn = hn::Max(hn::LoadU(d4, m), Reduce4(d, mx[0], mx[1], mx[2], mx[3], MaxOp()));
+    hn::Store(mn, d4, m_new);
+    hn::Store(hn::IfThenZeroElse(hn::Eq(mn, hn::Set(d4, -INFINITY)), mn), d4, m_use);  // the guard below
+#endif
+  } else {
+    for (size_t r = 0; r < R; ++r) {
+      m_new[r] = std::max(m[r], hn::GetLane(hn::MaxOfLanes(d, mx[r])));
+      m_use[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r];  // the fully-masked guard of SoftmaxUpdate
+    }
+  }
   for (size_t r = 0; r < R; ++r) {
-    m_new[r] = std::max(m[r], hn::GetLane(hn::MaxOfLanes(d, mx[r])));
-    m_use[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r];  // the fully-masked guard of SoftmaxUpdate
     mu[r] = hn::Set(d, m_use[r]);
     sum[r] = hn::Zero(d);
   }
@@ -530,47 +549,22 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
       hn::StoreU(p, d, S + r * lds + c);
       sum[r] = hn::Add(sum[r], p);
     }
-  for (size_t r = 0; r < R; ++r) {
-    const float a = hn::GetLane(ExpBelowMax(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
-    alpha[r] = a;
-    l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum[r]));
-    m[r] = m_new[r];
-  }
-}
-
+  if constexpr (kFour) {
 #if HWY_TARGET != HWY_SCALAR
-// Four rows of SoftmaxUpdateRows whose per-row work is done for the four at once: the row maxima
-// and sums reduced across lanes together (Reduce4), and m, alpha and l updated as one 4-lane
-// vector, where a row at a time pays a lane reduction, a scalar e^x and their latencies per row
-// (the decode's 8-row GQA tiles of 32 keys are mostly that work).
-HWY_INLINE void SoftmaxRows4(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha) {
-  const size_t L = hn::Lanes(d);
-  const hn::Full128<float> d4;
-  VF mx[4], mu[4], sum[4];
-  for (size_t r = 0; r < 4; ++r) mx[r] = hn::Set(d, -INFINITY);
-  for (size_t c = 0; c < padded; c += L)
-    for (size_t r = 0; r < 4; ++r) mx[r] = hn::Max(mx[r], hn::LoadU(d, S + r * lds + c));
-  const auto m_old = hn::LoadU(d4, m);
-  const auto m_new = hn::Max(m_old, Reduce4(d, mx[0], mx[1], mx[2], mx[3], MaxOp()));
-  const auto m_use = hn::IfThenZeroElse(hn::Eq(m_new, hn::Set(d4, -INFINITY)), m_new);  // SoftmaxUpdate's guard
-  HWY_ALIGN float mus[4];
-  hn::Store(m_use, d4, mus);
-  for (size_t r = 0; r < 4; ++r) {
-    mu[r] = hn::Set(d, mus[r]);
-    sum[r] = hn::Zero(d);
-  }
-  for (size_t c = 0; c < padded; c += L)
-    for (size_t r = 0; r < 4; ++r) {
-      const VF p = ExpBelowMax(d, hn::LoadU(d, S + r * lds + c), mu[r]);
-      hn::StoreU(p, d, S + r * lds + c);
-      sum[r] = hn::Add(sum[r], p);
-    }
-  const auto a = ExpBelowMax(d4, m_old, m_use);
-  hn::StoreU(a, d4, alpha);
-  hn::StoreU(FusedMulAdd(a, hn::LoadU(d4, l), Reduce4(d, sum[0], sum[1], sum[2], sum[3], AddOp())), d4, l);
-  hn::StoreU(m_new, d4, m);
-}
+    const auto a = ExpBelowMax(d4, hn::LoadU(d4, m), hn::Load(d4, m_use));
+    hn::StoreU(a, d4, alpha);
+    hn::StoreU(FusedMulAdd(a, hn::LoadU(d4, l), Reduce4(d, sum[0], sum[1], sum[2], sum[3], AddOp())), d4, l);
+    hn::StoreU(hn::Load(d4, m_new), d4, m);
 #endif
+  } else {
+    for (size_t r = 0; r < R; ++r) {
+      const float a = hn::GetLane(ExpBelowMax(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
+      alpha[r] = a;
+      l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum[r]));
+      m[r] = m_new[r];
+    }
+  }
+}
 
 // Online softmax over a score tile in row layout, S[rows][lds] (one query per row, keys along
 // the row; the bf16 forward's layout): the same update as SoftmaxUpdate per row, with the max
@@ -586,11 +580,7 @@ void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m,
       hn::StoreU(hn::IfThenElse(tail, hn::LoadU(d, S + r * lds + full), hn::Set(d, -INFINITY)), d, S + r * lds + full);
   const size_t padded = full < cols ? full + L : full;
   size_t r = 0;
-#if HWY_TARGET != HWY_SCALAR
-  for (; r + 4 <= rows; r += 4) SoftmaxRows4(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
-#else
   for (; r + 4 <= rows; r += 4) SoftmaxRowsTogether<4>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
-#endif
   for (; r < rows; ++r) SoftmaxRowsTogether<1>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
 }
 
