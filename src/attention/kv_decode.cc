@@ -235,13 +235,17 @@ class Chunk {
     int8_ = L_.type == kv::kI8;
     kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
-    // order, and a software prefetch of them slowed both the one-row stream and GQA by 10-15%
-    // (docs/performance.md); GQA still prefetches their V rows, which P·V reads in column passes,
-    // into the first-level cache (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 9.4-10.2 -> 8.7-9.1 ms;
-    // bfloat16 and int8 rows were as fast or slower so).
+    // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
+    // (docs/performance.md). GQA's float32 rows of the next tile are fed, a line or two per step
+    // of the kernels' inner loops (LineFeed), K rows by the scores and V rows by P·V: a tile's
+    // prefetches in one burst stalled the core until the misses drained, so that arithmetic and
+    // memory added up (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 8.2-8.6 -> 6.2-6.3 ms; cache-resident,
+    // Nkv = 4096, 0.27 -> 0.29 ms). bfloat16 and int8 rows keep the bursts, V rows into L2, and so
+    // does AVX2, whose scores take the time there (13 ms, with the feed or without).
     const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
+    feed_ = paired_ && L_.type == kv::kF32;
     // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
@@ -265,10 +269,11 @@ class Chunk {
   // A whole chunk (one query row, contiguous cache) is one stream_row call. Otherwise tiles go
   // round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
   // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
-  // is given the next tile's pointers too), GQA: its K and V rows spread over tile i's sub-tiles
-  // of scores, so that the fetch runs beside the arithmetic rather than in a burst that stalls on
-  // the full miss queue (the V rows in one burst before tile i's P·V took 1.2x the time of bf16
-  // GQA from DRAM, docs/performance.md).
+  // is given the next tile's pointers too), GQA: float32 rows a line or two per step of the
+  // kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V), other rows a sub-tile's
+  // worth before each sub-tile of scores, so that the fetch runs beside the arithmetic rather than
+  // in a burst that stalls on the full miss queue (the V rows in one burst before tile i's P·V
+  // took 1.2x the time of bf16 GQA from DRAM, docs/performance.md).
   // The first kAhead tiles are prefetched by begin().
   void step() {
     Scratch& s = s_;
@@ -300,17 +305,18 @@ class Chunk {
     if (next) gather(t0 + kAhead * kTile, next, y);
     for (std::int64_t a = 0; a < nk; a += kSub) {
       const std::int64_t n = std::min(kSub, nk - a);
-      if (a < next) {
-        if (prefetch_k_) prefetch_rows(s.krow.data() + y + a, std::min(kSub, next - a), kbytes_);
-        prefetch_rows(s.vrow.data() + y + a, std::min(kSub, next - a), vbytes_, v_level_);
-      }
+      const std::int64_t ahead = a < next ? std::min(kSub, next - a) : 0;  // rows of the next tile
+      if (!feed_ && prefetch_k_) prefetch_rows(s.krow.data() + y + a, ahead, kbytes_);
+      if (!feed_) prefetch_rows(s.vrow.data() + y + a, ahead, vbytes_, v_level_);
       if (paired_) {  // float32 rows as they are, int8 rows widened into kf
         const void* const* rows = s.krow.data() + x + a;
         if (int8) {
           kv::widen(L_.type, n, L_.dk, rows, s.ksc.data() + x + a, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
-        kv::scores_paired(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile);
+        LineFeed feed = feed_ ? LineFeed(s.krow.data() + y + a, ahead, kbytes_) : LineFeed();
+        kv::scores_paired(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed);
+        feed.rest();
       } else {
         kv::scores(L_.type, n, g, L_.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
                    L_.dk, s.s.data() + a, kTile);
@@ -319,8 +325,10 @@ class Chunk {
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
+    LineFeed feed = feed_ ? LineFeed(s.vrow.data() + y, next, vbytes_) : LineFeed();
     kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(), kTile,
-                   s.alpha.data(), s.o.data(), L_.dv);
+                   s.alpha.data(), s.o.data(), L_.dv, feed);
+    feed.rest();
   }
 
  private:
@@ -381,7 +389,7 @@ class Chunk {
   Scratch& s_;
   std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, g_ = 1, i_ = 0, tiles_ = 0, kbytes_ = 0, vbytes_ = 0;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
-  bool paired_ = false, int8_ = false, whole_ = false, prefetch_k_ = true;
+  bool paired_ = false, int8_ = false, whole_ = false, prefetch_k_ = true, feed_ = false;
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
 };
 

@@ -223,13 +223,14 @@ constexpr size_t kAccumulators = 16;  // of 32 (AVX-512); the scalar target has 
 
 template <int kType, size_t NR, size_t CB>
 HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, const float* const* vsc, const float* P,
-                                size_t ldp, const float* alpha, float* O, size_t ldo) {
+                                size_t ldp, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
   const DF d;
   const size_t L = hn::Lanes(d);
   VF acc[NR][CB];
   for (size_t r = 0; r < NR; ++r)
     for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(hn::LoadU(d, O + r * ldo + c0 + b * L), hn::Set(d, alpha[r]));
   for (size_t j = 0; j < nk; ++j) {
+    feed.next();
     VF p[NR];
     for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * ldp + j]);
     for (size_t b = 0; b < CB; ++b) {
@@ -241,27 +242,40 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
     for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[r][b], d, O + r * ldo + c0 + b * L);
 }
 
+// The passes AccumulateRows makes over the keys for `vectors` full vectors of a row: blocks of
+// 8, 4, 2, 1 vectors, each as wide as NR rows' accumulators allow.
+template <size_t NR>
+constexpr size_t AccumulatePasses(size_t vectors) {
+  size_t passes = 0;
+  for (size_t cb : {8, 4, 2, 1})
+    if (cb * NR <= kAccumulators || cb == 1) passes += vectors / cb, vectors %= cb;
+  return passes;
+}
+
 template <int kType, size_t NR>
 HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
-                               size_t ldp, const float* alpha, float* O, size_t ldo) {
+                               size_t ldp, const float* alpha, float* O, size_t ldo, LineFeed& shared) {
   const DF d;
   const size_t L = hn::Lanes(d), full = dv / L * L;
+  LineFeed feed = shared;  // in registers while the keys stream
+  feed.pace(static_cast<std::int64_t>(nk * AccumulatePasses<NR>(full / L)));
   // Blocks of 8, 4, 2, 1 vectors, as wide as the register budget allows: each V row is then read
   // in as few passes as possible (one for d = 128 and one row on AVX-512).
   size_t c = 0;
   if constexpr (8 * NR <= kAccumulators)
-    for (; c + 8 * L <= full; c += 8 * L) AccumulateBlock<kType, NR, 8>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+    for (; c + 8 * L <= full; c += 8 * L) AccumulateBlock<kType, NR, 8>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo, feed);
   if constexpr (4 * NR <= kAccumulators)
-    for (; c + 4 * L <= full; c += 4 * L) AccumulateBlock<kType, NR, 4>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+    for (; c + 4 * L <= full; c += 4 * L) AccumulateBlock<kType, NR, 4>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo, feed);
   if constexpr (2 * NR <= kAccumulators)
-    for (; c + 2 * L <= full; c += 2 * L) AccumulateBlock<kType, NR, 2>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
-  for (; c < full; c += L) AccumulateBlock<kType, NR, 1>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo);
+    for (; c + 2 * L <= full; c += 2 * L) AccumulateBlock<kType, NR, 2>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo, feed);
+  for (; c < full; c += L) AccumulateBlock<kType, NR, 1>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo, feed);
   for (size_t e = full; e < dv; ++e)
     for (size_t r = 0; r < NR; ++r) {
       float o = O[r * ldo + e] * alpha[r];
       for (size_t j = 0; j < nk; ++j) o += P[r * ldp + j] * Element<kType>(vrow[j], vsc ? vsc[j] : nullptr, e);
       O[r * ldo + e] = o;
     }
+  shared = feed;
 }
 
 // Rows in blocks of up to kRowBlock, each block with its accumulators in registers.
@@ -312,20 +326,20 @@ void ScoresT(size_t nk, size_t rows, size_t dk, const void* const* krow, const f
 
 template <int kType>
 void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
-                 size_t ldp, const float* alpha, float* O, size_t ldo) {
+                 size_t ldp, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
   for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
     const float* p = P + r0 * ldp;
     const float* a = alpha + r0;
     float* o = O + r0 * ldo;
     switch (rows - r0 < kRowBlock ? rows - r0 : kRowBlock) {
-      case 1: AccumulateRows<kType, 1>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
-      case 2: AccumulateRows<kType, 2>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
-      case 3: AccumulateRows<kType, 3>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
-      case 4: AccumulateRows<kType, 4>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
-      case 5: AccumulateRows<kType, 5>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
-      case 6: AccumulateRows<kType, 6>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
-      case 7: AccumulateRows<kType, 7>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
-      default: AccumulateRows<kType, 8>(nk, dv, vrow, vsc, p, ldp, a, o, ldo); break;
+      case 1: AccumulateRows<kType, 1>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
+      case 2: AccumulateRows<kType, 2>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
+      case 3: AccumulateRows<kType, 3>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
+      case 4: AccumulateRows<kType, 4>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
+      case 5: AccumulateRows<kType, 5>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
+      case 6: AccumulateRows<kType, 6>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
+      case 7: AccumulateRows<kType, 7>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
+      default: AccumulateRows<kType, 8>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
     }
   }
 }
@@ -613,7 +627,8 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, const void* const* krow,
 // scores_paired (kv_kernels.h): NK keys against one block of 8 packed rows; out[x][2r] = S[r][x].
 // Two accumulators per key (even and odd column pairs) give 2·NK independent chains.
 template <class D, size_t NK>
-HWY_INLINE void PairedKeys(D d, size_t dk, const void* const* krow, const float* packed, float (*out)[16]) {
+HWY_INLINE void PairedKeys(D d, size_t dk, const void* const* krow, const float* packed, float (*out)[16],
+                           LineFeed& feed) {
   const hn::Repartition<uint64_t, D> du64;
   const size_t pairs = dk / 2;
   hn::Vec<D> a[NK][2];
@@ -625,6 +640,7 @@ HWY_INLINE void PairedKeys(D d, size_t dk, const void* const* krow, const float*
   };
   size_t p = 0;
   for (; p + 2 <= pairs; p += 2) {
+    feed.next();
     const auto q0 = hn::LoadU(d, packed + p * 16), q1 = hn::LoadU(d, packed + (p + 1) * 16);
     for (size_t x = 0; x < NK; ++x) {
       a[x][0] = hn::MulAdd(q0, pair(x, p), a[x][0]);
@@ -648,37 +664,40 @@ HWY_INLINE void PairedKeys(D d, size_t dk, const void* const* krow, const float*
 
 template <class D>  // D = DF; a template so that only 16-lane targets compile the body
 HWY_INLINE void ScoresPairedT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
-                              float* S, size_t lds) {
+                              float* S, size_t lds, LineFeed& shared) {
   if constexpr (hn::MaxLanes(D()) == 16) {
     const size_t block = paired_block(dk);
+    LineFeed feed = shared;  // in registers while the keys stream
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
+      feed.pace(static_cast<std::int64_t>((nk / 4 + nk % 4) * (dk / 4 > 0 ? dk / 4 : 1)));
       const float* pk = packed + r0 / 8 * block;
       float out[4][16];
       size_t j = 0;
       for (; j + 4 <= nk; j += 4) {
-        PairedKeys<D, 4>(d, dk, krow + j, pk, out);
+        PairedKeys<D, 4>(d, dk, krow + j, pk, out, feed);
         for (size_t r = 0; r < nr; ++r)
           for (size_t x = 0; x < 4; ++x) S[(r0 + r) * lds + j + x] = out[x][2 * r];
       }
       for (; j < nk; ++j) {
-        PairedKeys<D, 1>(d, dk, krow + j, pk, out);
+        PairedKeys<D, 1>(d, dk, krow + j, pk, out, feed);
         for (size_t r = 0; r < nr; ++r) S[(r0 + r) * lds + j] = out[0][2 * r];
       }
     }
+    shared = feed;
   } else {
-    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds;
+    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)shared;
   }
 }
 
 #endif
 
 void ScoresPaired(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed, float* S,
-                  size_t lds) {
+                  size_t lds, LineFeed& feed) {
 #if HWY_TARGET != HWY_SCALAR
-  ScoresPairedT(DF(), nk, rows, dk, krow, packed, S, lds);
+  ScoresPairedT(DF(), nk, rows, dk, krow, packed, S, lds, feed);
 #else
-  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds;  // never called: 1 lane
+  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed;  // never called: 1 lane
 #endif
 }
 bool PairedAvailable() { return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16; }
@@ -716,10 +735,10 @@ void Widen(int type, size_t nk, size_t d, const void* const* row, const float* c
 }
 
 void Accumulate(int type, size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc,
-                const float* P, size_t ldp, const float* alpha, float* O, size_t ldo) {
-  if (type == kF32) return AccumulateT<kF32>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
-  if (type == kBF16) return AccumulateT<kBF16>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
-  return AccumulateT<kI8>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
+                const float* P, size_t ldp, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
+  if (type == kF32) return AccumulateT<kF32>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo, feed);
+  if (type == kBF16) return AccumulateT<kBF16>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo, feed);
+  return AccumulateT<kI8>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo, feed);
 }
 
 }  // namespace attnscale::detail::kv::HWY_NAMESPACE
@@ -746,8 +765,8 @@ void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ld
     for (std::size_t c = 0; c < dk; ++c) packed[r / 8 * block + c / 2 * 16 + 2 * (r % 8) + c % 2] = Q[r * ldq + c];
 }
 void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                   float* S, std::size_t lds) {
-  HWY_DYNAMIC_DISPATCH(ScoresPaired)(nk, rows, dk, krow, packed, S, lds);
+                   float* S, std::size_t lds, LineFeed& feed) {
+  HWY_DYNAMIC_DISPATCH(ScoresPaired)(nk, rows, dk, krow, packed, S, lds, feed);
 }
 
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
@@ -756,8 +775,8 @@ void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const vo
 }
 void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow,
                 const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
-                std::size_t ldo) {
-  HWY_DYNAMIC_DISPATCH(Accumulate)(type, nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo);
+                std::size_t ldo, LineFeed& feed) {
+  HWY_DYNAMIC_DISPATCH(Accumulate)(type, nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo, feed);
 }
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,

@@ -4,6 +4,8 @@
 #pragma once
 #include <cstddef>
 
+#include "common/prefetch.h"
+
 namespace attnscale::detail::kv {
 
 enum ElementType : int { kF32 = 0, kBF16 = 1, kI8 = 2 };
@@ -26,7 +28,7 @@ void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ld
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (bf16 and int8 rows
 // are widened first, widen(); kv_decode.cc does so for int8).
 void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                   float* S, std::size_t lds);
+                   float* S, std::size_t lds, LineFeed& feed);
 
 // Rows j < nk as float32 (bf16 widened, int8 times its block scales) into out[j·ldo + c], c < d.
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
@@ -35,7 +37,7 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
 // O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for rows r < rows (O row stride ldo).
 void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow,
                 const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
-                std::size_t ldo);
+                std::size_t ldo, LineFeed& feed);
 
 // One query row against keys j < nk in tiles of 16 keys counted from key 0 (one key at a time on
 // the scalar target): the tile's scores s_j = Q·K_j, one online-softmax step, and the output

@@ -32,4 +32,39 @@ inline void prefetch_bytes(const void* p, std::int64_t bytes, CacheLevel level) 
   for (std::int64_t c = 0; c < bytes; c += 64) prefetch_line(static_cast<const char*>(p) + c, level);
 }
 
+// The lines of rows [0, n) of `bytes` each, prefetched into the first-level cache a few at a time:
+// a kernel given a feed calls pace() with the number of steps of its inner loop and next() once
+// a step, so that a tile's prefetches are spread over the arithmetic instead of asked for in one
+// burst, which fills the queue of outstanding misses and stalls the core until it drains (the
+// arithmetic and the memory traffic then add up rather than overlap; docs/performance.md); the
+// caller ends with rest() for what the steps left. A kernel copies the feed into a local, so that
+// its position lives in registers. A default feed has nothing to fetch.
+class LineFeed {
+ public:
+  LineFeed() = default;
+  LineFeed(const void* const* rows, std::int64_t n, std::int64_t bytes)
+      : rows_(rows), n_(n), bytes_(bytes), row_lines_((bytes + 63) / 64) {}
+
+  void pace(std::int64_t steps) {
+    const std::int64_t left = (n_ - row_) * row_lines_ - off_ / 64;
+    per_ = steps > 0 && left > 0 ? (left + steps - 1) / steps : 0;
+  }
+  void next() {
+    for (std::int64_t i = 0; i < per_; ++i) one();
+  }
+  void rest() {
+    while (row_ < n_) one();
+  }
+
+ private:
+  void one() {
+    if (row_ >= n_) return;
+    prefetch_line(static_cast<const char*>(rows_[row_]) + off_, CacheLevel::near);
+    if ((off_ += 64) >= bytes_) off_ = 0, ++row_;
+  }
+
+  const void* const* rows_ = nullptr;
+  std::int64_t n_ = 0, bytes_ = 0, row_lines_ = 0, row_ = 0, off_ = 0, per_ = 0;
+};
+
 }  // namespace attnscale::detail
