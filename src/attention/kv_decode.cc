@@ -3,9 +3,9 @@
 // Work items are (sequence, KV head, chunk of kChunk keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
-// the group; float32 rows on 16-lane targets without lane sums, kv::scores_paired), runs the online
-// softmax (s folded into Q, scores in natural units) and updates its partial (o, m, l). Partials
-// are merged per (sequence, head) in chunk order:
+// the group; on 16-lane targets without lane sums, kv::scores_paired, bf16 and int8 rows widened
+// first), runs the online softmax (s folded into Q, scores in natural units) and updates its
+// partial (o, m, l). Partials are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // With one query row per KV head (no GQA group) the item instead streams its keys
 // (kv::stream_row): tiles of 16 keys, each tile's scores, online-softmax step and output update,
@@ -189,12 +189,12 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
 }
 
 struct Scratch {
-  std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: a sub-tile of int8 K rows as float32
+  std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: a sub-tile of bf16 or int8 K rows as float32
   std::vector<const void*> krow, vrow, kfrow;
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
       : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
-        m(L.group()), l(L.group()), alpha(L.group()), kf(L.type == kv::kI8 ? kSub * L.dk : 0),
+        m(L.group()), l(L.group()), alpha(L.group()), kf(L.type != kv::kF32 ? kSub * L.dk : 0),
         krow(rows(L)), vrow(rows(L)), kfrow(kf.empty() ? 0 : kSub), ksc(rows(L)), vsc(rows(L)) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
@@ -223,11 +223,11 @@ class Chunk {
       const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g_ + r) * q.strides[1];
       for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[2]] * f;
     }
-    // GQA on 16-lane targets: the scores without lane sums (kv::scores_paired), int8 K rows widened
-    // to float32 a sub-tile at a time first (Hq = 32, Hkv = 4, d = 128: Nkv = 1024 0.37 -> 0.12-0.17 ms,
-    // Nkv = 65536 11.5-11.7 -> 8.5-10.2). bf16 rows keep the dot products: widened, they ran faster
-    // cache-resident (0.28-0.38 -> 0.11-0.35 ms) but slower from DRAM (10.2-10.8 -> 14.3-15.0).
-    paired_ = g_ >= kPairedRows && L_.type != kv::kBF16 && kv::paired_available();
+    // GQA on 16-lane targets: the scores without lane sums (kv::scores_paired), bf16 and int8 K
+    // rows widened to float32 a sub-tile at a time first (Hq = 32, Hkv = 4, d = 128: int8
+    // Nkv = 1024 0.37 -> 0.12-0.17 ms, Nkv = 65536 11.5-11.7 -> 8.5-10.2; bf16, with the rows fed
+    // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms).
+    paired_ = g_ >= kPairedRows && kv::paired_available();
     if (paired_) kv::pack_pairs(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
     std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(s_.l.begin(), s_.l.end(), 0.0f);
@@ -236,16 +236,17 @@ class Chunk {
     kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
-    // (docs/performance.md). GQA's float32 rows of the next tile are fed, a line or two per step
-    // of the kernels' inner loops (LineFeed), K rows by the scores and V rows by P·V: a tile's
-    // prefetches in one burst stalled the core until the misses drained, so that arithmetic and
-    // memory added up (Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 8.2-8.6 -> 6.2-6.3 ms; cache-resident,
-    // Nkv = 4096, 0.27 -> 0.29 ms). bfloat16 and int8 rows keep the bursts, V rows into L2, and so
-    // does AVX2, whose scores take the time there (13 ms, with the feed or without).
+    // (docs/performance.md). GQA's float32 and bf16 rows of the next tile are fed, a line or two
+    // per step of the kernels' inner loops (LineFeed), K rows by the scores and V rows by P·V: a
+    // tile's prefetches in one burst stalled the core until the misses drained, so that arithmetic
+    // and memory added up (float32, Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 8.2-8.6 -> 6.2-6.3 ms;
+    // cache-resident, Nkv = 4096, 0.27 -> 0.29 ms). int8 rows keep the bursts (V rows into L2):
+    // their GQA is bound by its arithmetic (fed: the same 4.9-5.0 ms), and so is AVX2's, whose
+    // scores take lane sums (13 ms, fed or not).
     const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
-    feed_ = paired_ && L_.type == kv::kF32;
+    feed_ = paired_ && !int8_;
     // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
@@ -308,10 +309,10 @@ class Chunk {
       const std::int64_t ahead = a < next ? std::min(kSub, next - a) : 0;  // rows of the next tile
       if (!feed_ && prefetch_k_) prefetch_rows(s.krow.data() + y + a, ahead, kbytes_);
       if (!feed_) prefetch_rows(s.vrow.data() + y + a, ahead, vbytes_, v_level_);
-      if (paired_) {  // float32 rows as they are, int8 rows widened into kf
+      if (paired_) {  // float32 rows as they are, bf16 and int8 rows widened into kf
         const void* const* rows = s.krow.data() + x + a;
-        if (int8) {
-          kv::widen(L_.type, n, L_.dk, rows, s.ksc.data() + x + a, s.kf.data(), L_.dk);
+        if (L_.type != kv::kF32) {
+          kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
         LineFeed feed = feed_ ? LineFeed(s.krow.data() + y + a, ahead, kbytes_) : LineFeed();

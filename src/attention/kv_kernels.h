@@ -26,7 +26,7 @@ inline std::size_t paired_block(std::size_t dk) { return (dk + 1) / 2 * 16; }
 inline std::size_t paired_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * paired_block(dk); }
 void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (bf16 and int8 rows
-// are widened first, widen(); kv_decode.cc does so for int8).
+// are widened first, widen(), as kv_decode.cc does).
 void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
                    float* S, std::size_t lds, LineFeed& feed);
 
