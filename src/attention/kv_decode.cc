@@ -37,7 +37,7 @@ namespace detail {
 namespace {
 
 constexpr std::int64_t kChunk = 1024;  // keys per work item
-constexpr std::int64_t kTile = 32;     // keys per tile (a row of scores is two 16-lane vectors)
+constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is two 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
 constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row: bytes of K and V kv::stream_row prefetches ahead
 constexpr std::int64_t kPairedRows = 2;  // GQA groups from this size take kv::scores_paired
@@ -327,7 +327,7 @@ class Chunk {
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
     LineFeed feed = feed_ ? LineFeed(s.vrow.data() + y, next, vbytes_) : LineFeed();
-    kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(), kTile,
+    kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(),
                    s.alpha.data(), s.o.data(), L_.dv, feed);
     feed.rest();
   }

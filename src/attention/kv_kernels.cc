@@ -223,7 +223,7 @@ constexpr size_t kAccumulators = 16;  // of 32 (AVX-512); the scalar target has 
 
 template <int kType, size_t NR, size_t CB>
 HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, const float* const* vsc, const float* P,
-                                size_t ldp, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
+                                const float* alpha, float* O, size_t ldo, LineFeed& feed) {
   const DF d;
   const size_t L = hn::Lanes(d);
   VF acc[NR][CB];
@@ -232,7 +232,7 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
   for (size_t j = 0; j < nk; ++j) {
     feed.next();
     VF p[NR];
-    for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * ldp + j]);
+    for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * kTileKeys + j]);
     for (size_t b = 0; b < CB; ++b) {
       const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
       for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], v, acc[r][b]);
@@ -254,7 +254,7 @@ constexpr size_t AccumulatePasses(size_t vectors) {
 
 template <int kType, size_t NR>
 HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
-                               size_t ldp, const float* alpha, float* O, size_t ldo, LineFeed& shared) {
+                               const float* alpha, float* O, size_t ldo, LineFeed& shared) {
   const DF d;
   const size_t L = hn::Lanes(d), full = dv / L * L;
   LineFeed feed = shared;  // in registers while the keys stream
@@ -263,16 +263,16 @@ HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, co
   // in as few passes as possible (one for d = 128 and one row on AVX-512).
   size_t c = 0;
   if constexpr (8 * NR <= kAccumulators)
-    for (; c + 8 * L <= full; c += 8 * L) AccumulateBlock<kType, NR, 8>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo, feed);
+    for (; c + 8 * L <= full; c += 8 * L) AccumulateBlock<kType, NR, 8>(nk, c, vrow, vsc, P, alpha, O, ldo, feed);
   if constexpr (4 * NR <= kAccumulators)
-    for (; c + 4 * L <= full; c += 4 * L) AccumulateBlock<kType, NR, 4>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo, feed);
+    for (; c + 4 * L <= full; c += 4 * L) AccumulateBlock<kType, NR, 4>(nk, c, vrow, vsc, P, alpha, O, ldo, feed);
   if constexpr (2 * NR <= kAccumulators)
-    for (; c + 2 * L <= full; c += 2 * L) AccumulateBlock<kType, NR, 2>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo, feed);
-  for (; c < full; c += L) AccumulateBlock<kType, NR, 1>(nk, c, vrow, vsc, P, ldp, alpha, O, ldo, feed);
+    for (; c + 2 * L <= full; c += 2 * L) AccumulateBlock<kType, NR, 2>(nk, c, vrow, vsc, P, alpha, O, ldo, feed);
+  for (; c < full; c += L) AccumulateBlock<kType, NR, 1>(nk, c, vrow, vsc, P, alpha, O, ldo, feed);
   for (size_t e = full; e < dv; ++e)
     for (size_t r = 0; r < NR; ++r) {
       float o = O[r * ldo + e] * alpha[r];
-      for (size_t j = 0; j < nk; ++j) o += P[r * ldp + j] * Element<kType>(vrow[j], vsc ? vsc[j] : nullptr, e);
+      for (size_t j = 0; j < nk; ++j) o += P[r * kTileKeys + j] * Element<kType>(vrow[j], vsc ? vsc[j] : nullptr, e);
       O[r * ldo + e] = o;
     }
   shared = feed;
@@ -326,20 +326,20 @@ void ScoresT(size_t nk, size_t rows, size_t dk, const void* const* krow, const f
 
 template <int kType>
 void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
-                 size_t ldp, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
+                 const float* alpha, float* O, size_t ldo, LineFeed& feed) {
   for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
-    const float* p = P + r0 * ldp;
+    const float* p = P + r0 * kTileKeys;
     const float* a = alpha + r0;
     float* o = O + r0 * ldo;
     switch (rows - r0 < kRowBlock ? rows - r0 : kRowBlock) {
-      case 1: AccumulateRows<kType, 1>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
-      case 2: AccumulateRows<kType, 2>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
-      case 3: AccumulateRows<kType, 3>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
-      case 4: AccumulateRows<kType, 4>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
-      case 5: AccumulateRows<kType, 5>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
-      case 6: AccumulateRows<kType, 6>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
-      case 7: AccumulateRows<kType, 7>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
-      default: AccumulateRows<kType, 8>(nk, dv, vrow, vsc, p, ldp, a, o, ldo, feed); break;
+      case 1: AccumulateRows<kType, 1>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
+      case 2: AccumulateRows<kType, 2>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
+      case 3: AccumulateRows<kType, 3>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
+      case 4: AccumulateRows<kType, 4>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
+      case 5: AccumulateRows<kType, 5>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
+      case 6: AccumulateRows<kType, 6>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
+      case 7: AccumulateRows<kType, 7>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
+      default: AccumulateRows<kType, 8>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
     }
   }
 }
@@ -629,14 +629,14 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, const void* const* krow,
 template <class D, size_t NK>
 HWY_INLINE void PairedKeys(D d, size_t dk, const void* const* krow, const float* packed, float (*out)[16],
                            LineFeed& feed) {
-  const hn::Repartition<uint64_t, D> du64;
+  const hn::Repartition<double, D> df64;
   const size_t pairs = dk / 2;
   hn::Vec<D> a[NK][2];
   for (size_t x = 0; x < NK; ++x) a[x][0] = a[x][1] = hn::Zero(d);
   auto pair = [&](size_t x, size_t p) {  // (K_x[2p], K_x[2p + 1]) in every lane pair
-    std::uint64_t bits;
+    double bits;  // vbroadcastsd (on AVX-512 slightly faster than vpbroadcastq)
     std::memcpy(&bits, static_cast<const float*>(krow[x]) + 2 * p, 8);
-    return hn::BitCast(d, hn::Set(du64, bits));
+    return hn::BitCast(d, hn::Set(df64, bits));
   };
   size_t p = 0;
   for (; p + 2 <= pairs; p += 2) {
@@ -735,10 +735,10 @@ void Widen(int type, size_t nk, size_t d, const void* const* row, const float* c
 }
 
 void Accumulate(int type, size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc,
-                const float* P, size_t ldp, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
-  if (type == kF32) return AccumulateT<kF32>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo, feed);
-  if (type == kBF16) return AccumulateT<kBF16>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo, feed);
-  return AccumulateT<kI8>(nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo, feed);
+                const float* P, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
+  if (type == kF32) return AccumulateT<kF32>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
+  if (type == kBF16) return AccumulateT<kBF16>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
+  return AccumulateT<kI8>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
 }
 
 }  // namespace attnscale::detail::kv::HWY_NAMESPACE
@@ -774,9 +774,9 @@ void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const vo
   HWY_DYNAMIC_DISPATCH(Scores)(type, nk, rows, dk, krow, ksc, Q, ldq, S, lds);
 }
 void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow,
-                const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
-                std::size_t ldo, LineFeed& feed) {
-  HWY_DYNAMIC_DISPATCH(Accumulate)(type, nk, rows, dv, vrow, vsc, P, ldp, alpha, O, ldo, feed);
+                const float* const* vsc, const float* P, const float* alpha, float* O, std::size_t ldo,
+                LineFeed& feed) {
+  HWY_DYNAMIC_DISPATCH(Accumulate)(type, nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
 }
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,

@@ -27,6 +27,8 @@ inline std::size_t paired_size(std::size_t rows, std::size_t dk) { return (rows 
 void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (bf16 and int8 rows
 // are widened first, widen(), as kv_decode.cc does).
+// feed (here and in accumulate): rows of a later tile to prefetch a few lines per step of the
+// inner loop (LineFeed, common/prefetch.h); the kernel advances it.
 void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
                    float* S, std::size_t lds, LineFeed& feed);
 
@@ -34,10 +36,14 @@ void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void*
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
            std::size_t ldo);
 
-// O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for rows r < rows (O row stride ldo).
+// Keys per tile of GQA decode: the rows of P (accumulate) lie kTileKeys apart, a stride the
+// kernel knows at compile time (a run-time stride cost it 5-7%: eight row pointers, some spilled).
+inline constexpr std::size_t kTileKeys = 32;
+
+// O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for rows r < rows (O row stride ldo), nk <= kTileKeys.
 void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow,
-                const float* const* vsc, const float* P, std::size_t ldp, const float* alpha, float* O,
-                std::size_t ldo, LineFeed& feed);
+                const float* const* vsc, const float* P, const float* alpha, float* O, std::size_t ldo,
+                LineFeed& feed);
 
 // One query row against keys j < nk in tiles of 16 keys counted from key 0 (one key at a time on
 // the scalar target): the tile's scores s_j = Q·K_j, one online-softmax step, and the output
