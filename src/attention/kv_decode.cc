@@ -189,13 +189,13 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
 }
 
 struct Scratch {
-  std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: a sub-tile of bf16 or int8 K rows as float32
+  std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: bf16 or int8 K rows as float32 (a call's worth)
   std::vector<const void*> krow, vrow, kfrow;
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
       : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
-        m(L.group()), l(L.group()), alpha(L.group()), kf(L.type != kv::kF32 ? kSub * L.dk : 0),
-        krow(rows(L)), vrow(rows(L)), kfrow(kf.empty() ? 0 : kSub), ksc(rows(L)), vsc(rows(L)) {
+        m(L.group()), l(L.group()), alpha(L.group()), kf(L.type != kv::kF32 ? kTile * L.dk : 0),
+        krow(rows(L)), vrow(rows(L)), kfrow(kf.empty() ? 0 : kTile), ksc(rows(L)), vsc(rows(L)) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
   // Row pointers: a ring of kAhead + 1 tiles, or a whole chunk where one query row streams it.
@@ -247,10 +247,10 @@ class Chunk {
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
     feed_ = paired_ && !int8_;
-    // The scores go a sub-tile of kSub keys a call where rows are widened into kf first or
-    // prefetched in bursts between the calls; fed float32 rows go a whole tile a call (the call's
-    // setup and epilogue paid once: in L1, 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128).
-    sub_ = feed_ && L_.type == kv::kF32 ? kTile : kSub;
+    // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
+    // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), others
+    // a sub-tile of kSub keys a call, their prefetch bursts between the calls.
+    sub_ = feed_ ? kTile : kSub;
     // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
