@@ -224,7 +224,7 @@ class Chunk {
       for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[2]] * f;
     }
     // GQA on 16-lane targets: the scores without lane sums (kv::scores_paired), bf16 and int8 K
-    // rows widened to float32 a sub-tile at a time first (Hq = 32, Hkv = 4, d = 128: int8
+    // rows widened to float32 first, a call's worth at a time (Hq = 32, Hkv = 4, d = 128: int8
     // Nkv = 1024 0.37 -> 0.12-0.17 ms, Nkv = 65536 11.5-11.7 -> 8.5-10.2; bf16, with the rows fed
     // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms).
     paired_ = g_ >= kPairedRows && kv::paired_available();
@@ -274,11 +274,10 @@ class Chunk {
   // A whole chunk (one query row, contiguous cache) is one stream_row call. Otherwise tiles go
   // round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
   // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
-  // is given the next tile's pointers too), GQA: float32 rows a line or two per step of the
-  // kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V), other rows a sub-tile's
-  // worth before each sub-tile of scores, so that the fetch runs beside the arithmetic rather than
-  // in a burst that stalls on the full miss queue (the V rows in one burst before tile i's P·V
-  // took 1.2x the time of bf16 GQA from DRAM, docs/performance.md).
+  // is given the next tile's pointers too), GQA: float32 and bf16 rows on 16-lane targets a line
+  // or two per step of the kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V),
+  // other rows a sub-tile's worth before each sub-tile of scores, so that the fetch runs beside the
+  // arithmetic rather than in a burst that stalls on the full miss queue (docs/performance.md).
   // The first kAhead tiles are prefetched by begin().
   void step() {
     Scratch& s = s_;
