@@ -198,12 +198,11 @@ struct Scratch {
         krow(rows(L)), vrow(rows(L)), kfrow(kf.empty() ? 0 : kTile), ksc(rows(L)), vsc(rows(L)) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
-  // Row pointers: a ring of kAhead + 1 tiles, or a whole chunk where one query row streams it.
-  static std::size_t rows(const Layout& L) {
-    return static_cast<std::size_t>(whole_chunk(L) ? kChunk : (kAhead + 1) * kTile);
-  }
-  // One query row over a contiguous cache: a chunk is one kv::stream_row call, which prefetches
-  // ahead itself and overlaps one tile's V rows with the next tile's K rows.
+  // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none).
+  static std::size_t rows(const Layout&) { return static_cast<std::size_t>((kAhead + 1) * kTile); }
+  // One query row over a contiguous cache: a chunk is one kv::stream_row_strided call, rows at a
+  // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
+  // overlaps one tile's V rows with the next tile's K rows.
   static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.paged; }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
@@ -259,7 +258,6 @@ class Chunk {
     stream_ahead_ = wide_f32 ? 0 : std::max<std::int64_t>(4, (kStreamAheadBytes / key_bytes + 3) / 4 * 4);
     if (Scratch::whole_chunk(L_)) {
       whole_ = true, tiles_ = 1;
-      gather(j0, j1 - j0, 0);
       return;
     }
     tiles_ = (j1 - j0 + kTile - 1) / kTile;
@@ -271,7 +269,7 @@ class Chunk {
   }
   bool done() const { return i_ >= tiles_; }
 
-  // A whole chunk (one query row, contiguous cache) is one stream_row call. Otherwise tiles go
+  // A whole chunk (one query row, contiguous cache) is one stream_row_strided call. Otherwise tiles go
   // round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
   // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
   // is given the next tile's pointers too), GQA: float32 and bf16 rows on 16-lane targets a line
@@ -284,10 +282,15 @@ class Chunk {
     const bool int8 = int8_;
     if (whole_) {
       i_ = tiles_;
-      const auto n = static_cast<std::size_t>(j1_ - j0_);
-      kv::stream_row(L_.type, n, L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr, s.vrow.data(),
-                     int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
-                     static_cast<std::size_t>(stream_ahead_), n);
+      const Layout& L = L_;
+      const std::int64_t b = b_, kh = kh_, j0 = j0_;
+      const char* k = L.k.data + (b * L.k.s0 + kh * L.k.s1 + j0 * L.k.s2) * L.k.esize;
+      const char* v = L.v.data + (b * L.v.s0 + kh * L.v.s1 + j0 * L.v.s2) * L.v.esize;
+      const float* ksc = int8 ? L.k.scales + b * L.k.c0 + kh * L.k.c1 + j0 * L.k.c2 : nullptr;
+      const float* vsc = int8 ? L.v.scales + b * L.v.c0 + kh * L.v.c1 + j0 * L.v.c2 : nullptr;
+      kv::stream_row_strided(L.type, static_cast<std::size_t>(j1_ - j0_), L.dk, L.dv, k, L.k.s2 * L.k.esize, ksc,
+                             L.k.c2, v, L.v.s2 * L.v.esize, vsc, L.v.c2, s.q.data(), s.m.data(), s.l.data(),
+                             s.o.data(), static_cast<std::size_t>(stream_ahead_));
       return;
     }
     const std::int64_t i = i_++, g = g_;

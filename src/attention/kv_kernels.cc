@@ -33,6 +33,27 @@ using detail::HWY_NAMESPACE::AddOp;  // lane_reduce-inl.h
 using detail::HWY_NAMESPACE::Reduce4;
 #endif
 
+// Where one query row's keys lie (stream_row): the rows given by pointers, one per key
+// (const void* const* and, for int8, const float* const* scales), or at a fixed stride from a base
+// (StridedRows / StridedScales: a contiguous cache, no array of pointers to build). Both index as
+// rows[j] and shift as rows + j.
+struct StridedRows {
+  const char* base = nullptr;
+  std::ptrdiff_t stride = 0;  // bytes
+  const void* operator[](size_t j) const { return base + static_cast<std::ptrdiff_t>(j) * stride; }
+  StridedRows operator+(size_t j) const { return {base + static_cast<std::ptrdiff_t>(j) * stride, stride}; }
+};
+struct StridedScales {
+  const float* base = nullptr;
+  std::ptrdiff_t stride = 0;  // floats
+  StridedScales() = default;
+  StridedScales(std::nullptr_t) {}  // NOLINT: as a null pointer of the pointer form
+  StridedScales(const float* b, std::ptrdiff_t st) : base(b), stride(st) {}
+  const float* operator[](size_t j) const { return base + static_cast<std::ptrdiff_t>(j) * stride; }
+  StridedScales operator+(size_t j) const { return {base + static_cast<std::ptrdiff_t>(j) * stride, stride}; }
+  explicit operator bool() const { return base != nullptr; }
+};
+
 // Lanes [c, c + L) of a row, as float32. L divides 32, so one int8 vector lies in one scale block.
 template <int kType>
 HWY_INLINE VF LoadRow(DF d, const void* row, const float* scales, size_t c) {
@@ -378,9 +399,9 @@ HWY_INLINE void SoftmaxStep(float s, float& m, float& l, float& alpha, float& p)
 }
 
 // Keys one at a time, any dv: the output row in O between keys.
-template <int kType>
-void StreamRowT(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
-                const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O) {
+template <int kType, class R, class S>
+void StreamRowT(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l,
+                float* O) {
   const DF d;
   const size_t L = hn::Lanes(d), fullv = dv / L * L;
   float mm = *m, ll = *l;
@@ -416,8 +437,8 @@ HWY_INLINE VF LoadRaw(DF d, const void* row, size_t c) {
 // The scores of four keys, lane x = Q·K_x. An int8 row's score is Σ_b scale_b·(Q·K)_b over its
 // blocks b of 32 (dk is a multiple of 32 for int8): one multiply by the scale per block, not per
 // vector. Other types: two accumulators per key (even and odd vectors), as KeyScore.
-template <int kType>
-HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, const void* const* krow, const float* const* ksc,
+template <int kType, class R, class S>
+HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc,
                                                const float* Q) {
   constexpr size_t NK = 4;
   const size_t L = hn::Lanes(d), full = dk / L * L;
@@ -470,12 +491,12 @@ constexpr size_t kStreamKeys = 16;
 
 // Scores of the tile's keys [x0, x1) into s: four at a time (Scores4) from x0 (a multiple of 4)
 // while four remain, the keys past the last four one at a time (KeyScore).
-template <int kType>
-HWY_INLINE void TileScores(DF d, size_t x0, size_t x1, size_t dk, const void* const* krow, const float* const* ksc,
+template <int kType, class R, class S>
+HWY_INLINE void TileScores(DF d, size_t x0, size_t x1, size_t dk, R krow, S ksc,
                            const float* Q, float* s) {
   const hn::Full128<float> d4;
   size_t x = x0;
-  for (; x + 4 <= x1; x += 4) hn::Store(Scores4<kType>(d, dk, krow + x, ksc ? ksc + x : nullptr, Q), d4, s + x);
+  for (; x + 4 <= x1; x += 4) hn::Store(Scores4<kType>(d, dk, krow + x, ksc ? ksc + x : S(), Q), d4, s + x);
   for (; x < x1; ++x) s[x] = KeyScore<kType>(d, dk, krow[x], ksc ? ksc[x] : nullptr, Q);
 }
 
@@ -508,8 +529,8 @@ HWY_INLINE float TileSoftmax(DF d, size_t nk, float* s, float& m, float& l) {
 // acc (dv = CB vectors) += Σ_x p_x·V_x over the tile's keys [x0, x1): each V row loaded and
 // widened once, its vectors multiplied into CB independent sums; an int8 row goes block by block
 // of 32 values, its coefficient p_x·scale_b formed once per block.
-template <int kType, size_t CB>
-HWY_INLINE void TileUpdate(DF d, size_t x0, size_t x1, const void* const* vrow, const float* const* vsc,
+template <int kType, size_t CB, class R, class S>
+HWY_INLINE void TileUpdate(DF d, size_t x0, size_t x1, R vrow, S vsc,
                            const float* p, VF* acc) {
   constexpr size_t kL = hn::MaxLanes(DF());
   constexpr size_t kPer = kType == kI8 ? 32 / kL : CB;  // vectors of one coefficient per row
@@ -523,8 +544,8 @@ HWY_INLINE void TileUpdate(DF d, size_t x0, size_t x1, const void* const* vrow, 
 
 // The same for any dv, the row in O: O = alpha·O + Σ_x p_x·V_x over the tile's nk keys, a vector
 // of O at a time.
-template <int kType>
-HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, const void* const* vrow, const float* const* vsc,
+template <int kType, class R, class S>
+HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, R vrow, S vsc,
                               const float* p, float alpha, float* O) {
   constexpr size_t kL = hn::MaxLanes(DF());
   const size_t fullv = dv / kL * kL;
@@ -547,9 +568,9 @@ HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, const void* const* vro
 // four keys at a time, tile t + 1's scores are computed four keys at a time between them, so that
 // its K rows are read beside tile t's V rows (from DRAM both streams then move together, as key
 // by key) and the softmax's chain of dependent steps overlaps the next tile's arithmetic.
-template <int kType, size_t CB>
-HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
-                            const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
+template <int kType, size_t CB, class R, class S>
+HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
+                            float* l,
                             float* O, size_t ahead, size_t known) {
   const DF d;
   const size_t L = hn::Lanes(d);
@@ -569,7 +590,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
   HWY_ALIGN float s[2][kStreamKeys];
   auto keys = [&](size_t j) { return j < nk ? (nk - j < kStreamKeys ? nk - j : kStreamKeys) : 0; };
   auto kr = [&](size_t j) { return krow + j; };
-  auto ks = [&](size_t j) { return ksc ? ksc + j : nullptr; };
+  auto ks = [&](size_t j) { return ksc ? ksc + j : S(); };
   if constexpr (CB > 0) {
     VF acc[CB];
     for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
@@ -579,8 +600,8 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
       const float alpha = TileSoftmax(d, n, s[t], mm, ll);
       if (alpha != 1.0f)
         for (size_t b = 0; b < CB; ++b) acc[b] = hn::Mul(acc[b], hn::Set(d, alpha));
-      const void* const* vr = vrow + j;
-      const float* const* vs = vsc ? vsc + j : nullptr;
+      const R vr = vrow + j;
+      const S vs = vsc ? vsc + j : S();
       for (size_t x = 0; x < kStreamKeys; x += 4) {
         prefetch(j + x, 4);
         if (x < next) {
@@ -597,7 +618,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
       prefetch(j, kStreamKeys);
       TileScores<kType>(d, 0, n, dk, kr(j), ks(j), Q, s[0]);
       const float alpha = TileSoftmax(d, n, s[0], mm, ll);
-      TileUpdateRow<kType>(d, n, dv, vrow + j, vsc ? vsc + j : nullptr, s[0], alpha, O);
+      TileUpdateRow<kType>(d, n, dv, vrow + j, vsc ? vsc + j : S(), s[0], alpha, O);
     }
   }
   *m = mm;
@@ -605,9 +626,8 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, const void* const* 
 }
 #endif
 
-template <int kType>
-void StreamRowDispatch(size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
-                       const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l,
+template <int kType, class R, class S>
+void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l,
                        float* O, size_t ahead, size_t known) {
 #if HWY_TARGET != HWY_SCALAR
   // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
@@ -709,6 +729,16 @@ void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* kro
   if (type == kBF16) return StreamRowDispatch<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
   return StreamRowDispatch<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
 }
+void StreamRowStrided(int type, size_t nk, size_t dk, size_t dv, const void* k, std::ptrdiff_t k_stride,
+                      const float* ksc, std::ptrdiff_t ksc_stride, const void* v, std::ptrdiff_t v_stride,
+                      const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m, float* l, float* O,
+                      size_t ahead) {
+  const StridedRows kr{static_cast<const char*>(k), k_stride}, vr{static_cast<const char*>(v), v_stride};
+  const StridedScales ks(ksc, ksc_stride), vs(vsc, vsc_stride);
+  if (type == kF32) return StreamRowDispatch<kF32>(nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, nk);
+  if (type == kBF16) return StreamRowDispatch<kBF16>(nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, nk);
+  return StreamRowDispatch<kI8>(nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, nk);
+}
 
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
             const float* Q, size_t ldq, float* S, size_t lds) {
@@ -749,6 +779,7 @@ namespace attnscale::detail::kv {
 HWY_EXPORT(Scores);
 HWY_EXPORT(Accumulate);
 HWY_EXPORT(StreamRow);
+HWY_EXPORT(StreamRowStrided);
 HWY_EXPORT(ScoresPaired);
 HWY_EXPORT(Widen);
 HWY_EXPORT(PairedAvailable);
@@ -777,6 +808,13 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 const float* const* vsc, const float* P, const float* alpha, float* O, std::size_t ldo,
                 LineFeed& feed) {
   HWY_DYNAMIC_DISPATCH(Accumulate)(type, nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
+}
+void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* k,
+                        std::ptrdiff_t k_stride, const float* ksc, std::ptrdiff_t ksc_stride, const void* v,
+                        std::ptrdiff_t v_stride, const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m,
+                        float* l, float* O, std::size_t ahead) {
+  HWY_DYNAMIC_DISPATCH(StreamRowStrided)(type, nk, dk, dv, k, k_stride, ksc, ksc_stride, v, v_stride, vsc, vsc_stride, Q,
+                                         m, l, O, ahead);
 }
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,

@@ -3,6 +3,7 @@
 // one per key; an int8 row has one float32 scale per 32 values (ksc[j], vsc[j]; null otherwise).
 #pragma once
 #include <cstddef>
+#include <cstdint>
 
 #include "common/prefetch.h"
 
@@ -57,5 +58,12 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
                 float* m, float* l, float* O, std::size_t ahead, std::size_t known);
+// stream_row over rows at fixed strides (a contiguous cache): row j of K at k + j·k_stride bytes,
+// its int8 scales at ksc + j·ksc_stride floats (null for other types), likewise V; no array of
+// row pointers to build (for int8, 5-9% of a call). Prefetches `ahead` keys ahead within the call.
+void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* k,
+                        std::ptrdiff_t k_stride, const float* ksc, std::ptrdiff_t ksc_stride, const void* v,
+                        std::ptrdiff_t v_stride, const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m,
+                        float* l, float* O, std::size_t ahead);
 
 }  // namespace attnscale::detail::kv
