@@ -269,8 +269,8 @@ class Chunk {
   }
   bool done() const { return i_ >= tiles_; }
 
-  // A whole chunk (one query row, contiguous cache) is one stream_row_strided call. Otherwise tiles go
-  // round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
+  // A whole chunk (one query row, contiguous cache) is one stream_row_strided call. Otherwise tiles
+  // go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
   // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
   // is given the next tile's pointers too), GQA: float32 and bf16 rows on 16-lane targets a line
   // or two per step of the kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V),

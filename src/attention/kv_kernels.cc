@@ -438,8 +438,7 @@ HWY_INLINE VF LoadRaw(DF d, const void* row, size_t c) {
 // blocks b of 32 (dk is a multiple of 32 for int8): one multiply by the scale per block, not per
 // vector. Other types: two accumulators per key (even and odd vectors), as KeyScore.
 template <int kType, class R, class S>
-HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc,
-                                               const float* Q) {
+HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc, const float* Q) {
   constexpr size_t NK = 4;
   const size_t L = hn::Lanes(d), full = dk / L * L;
   VF acc[NK];
@@ -627,8 +626,8 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
 #endif
 
 template <int kType, class R, class S>
-void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l,
-                       float* O, size_t ahead, size_t known) {
+void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
+                       float* l, float* O, size_t ahead, size_t known) {
 #if HWY_TARGET != HWY_SCALAR
   // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
   const size_t L = hn::Lanes(DF());
@@ -813,8 +812,8 @@ void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv
                         std::ptrdiff_t k_stride, const float* ksc, std::ptrdiff_t ksc_stride, const void* v,
                         std::ptrdiff_t v_stride, const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m,
                         float* l, float* O, std::size_t ahead) {
-  HWY_DYNAMIC_DISPATCH(StreamRowStrided)(type, nk, dk, dv, k, k_stride, ksc, ksc_stride, v, v_stride, vsc, vsc_stride, Q,
-                                         m, l, O, ahead);
+  HWY_DYNAMIC_DISPATCH(StreamRowStrided)
+  (type, nk, dk, dv, k, k_stride, ksc, ksc_stride, v, v_stride, vsc, vsc_stride, Q, m, l, O, ahead);
 }
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
