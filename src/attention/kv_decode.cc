@@ -50,6 +50,13 @@ struct Rows {
   std::int64_t s0 = 0, s1 = 0, s2 = 0;  // element strides of the three leading dimensions
   const float* scales = nullptr;
   std::int64_t c0 = 0, c1 = 0, c2 = 0;  // the scales' strides
+
+  // A contiguous cache's row j of (b, h), its scales, and the bytes from one row to the next.
+  const char* row(std::int64_t b, std::int64_t h, std::int64_t j) const {
+    return data + (b * s0 + h * s1 + j * s2) * esize;
+  }
+  const float* scale(std::int64_t b, std::int64_t h, std::int64_t j) const { return scales + b * c0 + h * c1 + j * c2; }
+  std::int64_t row_bytes() const { return s2 * esize; }
 };
 
 struct Layout {
@@ -195,11 +202,11 @@ struct Scratch {
   explicit Scratch(const Layout& L)
       : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
         m(L.group()), l(L.group()), alpha(L.group()), kf(L.type != kv::kF32 ? kTile * L.dk : 0),
-        krow(rows(L)), vrow(rows(L)), kfrow(kf.empty() ? 0 : kTile), ksc(rows(L)), vsc(rows(L)) {
+        krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
   // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none).
-  static std::size_t rows(const Layout&) { return static_cast<std::size_t>((kAhead + 1) * kTile); }
+  static constexpr std::size_t kRows = (kAhead + 1) * kTile;
   // One query row over a contiguous cache: a chunk is one kv::stream_row_strided call, rows at a
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
@@ -282,15 +289,11 @@ class Chunk {
     const bool int8 = int8_;
     if (whole_) {
       i_ = tiles_;
-      const Layout& L = L_;
-      const std::int64_t b = b_, kh = kh_, j0 = j0_;
-      const char* k = L.k.data + (b * L.k.s0 + kh * L.k.s1 + j0 * L.k.s2) * L.k.esize;
-      const char* v = L.v.data + (b * L.v.s0 + kh * L.v.s1 + j0 * L.v.s2) * L.v.esize;
-      const float* ksc = int8 ? L.k.scales + b * L.k.c0 + kh * L.k.c1 + j0 * L.k.c2 : nullptr;
-      const float* vsc = int8 ? L.v.scales + b * L.v.c0 + kh * L.v.c1 + j0 * L.v.c2 : nullptr;
-      kv::stream_row_strided(L.type, static_cast<std::size_t>(j1_ - j0_), L.dk, L.dv, k, L.k.s2 * L.k.esize, ksc,
-                             L.k.c2, v, L.v.s2 * L.v.esize, vsc, L.v.c2, s.q.data(), s.m.data(), s.l.data(),
-                             s.o.data(), static_cast<std::size_t>(stream_ahead_));
+      const Rows &k = L_.k, &v = L_.v;
+      kv::stream_row_strided(L_.type, static_cast<std::size_t>(j1_ - j0_), L_.dk, L_.dv, k.row(b_, kh_, j0_),
+                             k.row_bytes(), int8 ? k.scale(b_, kh_, j0_) : nullptr, k.c2, v.row(b_, kh_, j0_),
+                             v.row_bytes(), int8 ? v.scale(b_, kh_, j0_) : nullptr, v.c2, s.q.data(), s.m.data(),
+                             s.l.data(), s.o.data(), static_cast<std::size_t>(stream_ahead_));
       return;
     }
     const std::int64_t i = i_++, g = g_;
@@ -359,16 +362,15 @@ class Chunk {
     const float** ksc = s_.ksc.data() + at;
     const float** vsc = s_.vsc.data() + at;
     if (!L.paged) {
-      const char* k = L.k.data + (b * L.k.s0 + kh * L.k.s1 + t0 * L.k.s2) * L.k.esize;
-      const char* v = L.v.data + (b * L.v.s0 + kh * L.v.s1 + t0 * L.v.s2) * L.v.esize;
+      const char *k = L.k.row(b, kh, t0), *v = L.v.row(b, kh, t0);
       for (std::int64_t j = 0; j < nk; ++j) {
-        kr[j] = k + j * L.k.s2 * L.k.esize;
-        vr[j] = v + j * L.v.s2 * L.v.esize;
+        kr[j] = k + j * L.k.row_bytes();
+        vr[j] = v + j * L.v.row_bytes();
       }
       if (int8_)
         for (std::int64_t j = 0; j < nk; ++j) {
-          ksc[j] = L.k.scales + b * L.k.c0 + kh * L.k.c1 + (t0 + j) * L.k.c2;
-          vsc[j] = L.v.scales + b * L.v.c0 + kh * L.v.c1 + (t0 + j) * L.v.c2;
+          ksc[j] = L.k.scale(b, kh, t0 + j);
+          vsc[j] = L.v.scale(b, kh, t0 + j);
         }
       return;
     }
