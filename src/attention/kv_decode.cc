@@ -1,6 +1,6 @@
 // decode() over a KV cache (attnscale/kv_cache.h): validation, the layouts, threads and the merge.
 //
-// Work items are (sequence, KV head, chunk of kChunk keys by position). An item walks its keys in
+// Work items are (sequence, KV head, chunk of chunk_keys() keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
 // the group; on 16-lane targets without lane sums, kv::scores_paired, bf16 and int8 rows widened
@@ -36,7 +36,22 @@ namespace attnscale {
 namespace detail {
 namespace {
 
-constexpr std::int64_t kChunk = 1024;  // keys per work item
+// Keys per work item: the largest power of two in [kMinChunk, kMaxChunk] that leaves at least
+// kMinItems items (sequence, KV head, chunk) and, for a paged cache whose KV heads go together,
+// kMinRuns (sequence, chunk) units, so that threads still share the work evenly. Longer chunks
+// cost less per key: each starts its prefetches anew and adds a partial to the merge (Hq = 32,
+// Hkv = 4, d = 128, Nkv = 65536: 1024 keys 5.5 ms, 4096 5.2; docs/performance.md). The size
+// follows from the shapes alone, never from the thread count or the layout, so the result does not
+// either.
+constexpr std::int64_t kMinChunk = 1024, kMaxChunk = 8192, kMinItems = 64, kMinRuns = 16;
+std::int64_t chunk_keys(std::int64_t B, std::int64_t Hkv, std::int64_t max_len) {
+  std::int64_t c = kMinChunk;
+  for (; c < kMaxChunk; c *= 2) {
+    const std::int64_t chunks = (max_len + 2 * c - 1) / (2 * c);  // with chunks of 2c
+    if (B * Hkv * chunks < kMinItems || B * chunks < kMinRuns) break;
+  }
+  return c;
+}
 constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is two 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
 constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row: bytes of K and V kv::stream_row prefetches ahead
@@ -403,6 +418,18 @@ class Chunk {
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
 };
 
+// The chunks' partial (o, m, l), kept between calls (see PerThread): a decode step over a long cache
+// has hundreds of KiB of them, which freshly allocated cost page faults and page clearing on every
+// call.
+struct Partials {
+  std::vector<float> o, m, l;
+  Partials(std::int64_t rows, std::int64_t dv)
+      : o(static_cast<std::size_t>(rows * dv)), m(static_cast<std::size_t>(rows)), l(static_cast<std::size_t>(rows)) {}
+  bool fits(std::int64_t rows, std::int64_t dv) const {
+    return o.size() >= static_cast<std::size_t>(rows * dv) && m.size() >= static_cast<std::size_t>(rows);
+  }
+};
+
 // The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side.
 struct HeadScratch {
   std::vector<Scratch> scratch;
@@ -422,9 +449,12 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
   using namespace detail;
   const Layout L = make_layout(q, cache, out, lse, options);
   simd::init_target_from_env();
-  const std::int64_t g = L.group(), heads = L.B * L.Hkv, chunks = std::max<std::int64_t>(1, (L.max_len + kChunk - 1) / kChunk);
+  const std::int64_t g = L.group(), heads = L.B * L.Hkv, chunk_len = chunk_keys(L.B, L.Hkv, L.max_len);
+  const std::int64_t chunks = std::max<std::int64_t>(1, (L.max_len + chunk_len - 1) / chunk_len);
   const std::int64_t items = heads * chunks;
-  std::vector<float> po(items * g * L.dv), pm(items * g), pl(items * g);
+  PerThread<Partials> partials(1);
+  Partials& part = partials.get(0, items * g, L.dv);
+  float *po = part.o.data(), *pm = part.m.data(), *pl = part.l.data();
   // A work unit is one KV head's chunk, or for a paged cache one chunk of all KV heads taken tile by
   // tile side by side: the heads' rows of a key lie together in a block ([block, Hkv, d]), so the
   // heads in lockstep read each block's rows as one run instead of Hkv strided passes.
@@ -436,11 +466,11 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
     for (std::int64_t u = u0; u < u1; ++u) {
       // Item (head, c), head = b·Hkv + kh: unit u covers heads [h0, h0 + lockstep) of chunk c.
       const std::int64_t c = u % chunks, h0 = u / chunks * lockstep, b = h0 / L.Hkv;
-      const std::int64_t j0 = std::max(c * kChunk, L.lo(b)), j1 = std::min((c + 1) * kChunk, L.length(b));
+      const std::int64_t j0 = std::max(c * chunk_len, L.lo(b)), j1 = std::min((c + 1) * chunk_len, L.length(b));
       if (j0 >= j1) {  // a chunk the sequence does not reach, or before its window
         for (std::int64_t h = h0; h < h0 + lockstep; ++h) {
-          std::fill_n(pm.data() + (h * chunks + c) * g, g, -std::numeric_limits<float>::infinity());
-          std::fill_n(pl.data() + (h * chunks + c) * g, g, 0.0f);
+          std::fill_n(pm + (h * chunks + c) * g, g, -std::numeric_limits<float>::infinity());
+          std::fill_n(pl + (h * chunks + c) * g, g, 0.0f);
         }
         continue;
       }
@@ -450,9 +480,9 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
       for (std::int64_t x = 0; x < lockstep; ++x) {
         const Scratch& s = hs.scratch[x];
         const std::int64_t item = (h0 + x) * chunks + c;
-        std::copy(s.o.begin(), s.o.end(), po.data() + item * g * L.dv);
-        std::copy(s.m.begin(), s.m.end(), pm.data() + item * g);
-        std::copy(s.l.begin(), s.l.end(), pl.data() + item * g);
+        std::copy(s.o.begin(), s.o.end(), po + item * g * L.dv);
+        std::copy(s.m.begin(), s.m.end(), pm + item * g);
+        std::copy(s.l.begin(), s.l.end(), pl + item * g);
       }
     }
   });

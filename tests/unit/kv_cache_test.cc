@@ -187,6 +187,8 @@ const std::vector<Case>& cases() {
       {3, 3, 128, 64, 16, -1, {2051, 6, 1}},           // one row per KV head, output row in registers
       {2, 2, 64, 128, 5, 1030, {1031, 4099}},          // one row, window: tiles start off a chunk edge
       {2, 2, 64, 256, 16, -1, {300, 1029}},            // one row, dv = 256: the output row in 16 registers
+      {16, 16, 32, 32, 16, -1, {1100, 5, 1300, 77}},   // one row, 64 (sequence, KV head) pairs: longer chunks
+      {32, 16, 32, 32, 16, -1, {1500, 1, 2, 1200}},    // the same with groups of 2
   };
   return c;
 }
