@@ -38,17 +38,23 @@ namespace attnscale {
 namespace detail {
 namespace {
 
+// Key blocks a key task takes side by side in one sweep over the query blocks (key_blocks).
+inline constexpr std::int64_t kKeyBlocks = 2;
+
 template <class T>
 struct BackwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of the transposed (query-column) tiles
   static constexpr std::int64_t ldr = kBc;  // columns of the row-layout (key-column) tiles
+  // kp, vt, dk_acc and dv_acc hold kKeyBlocks key blocks, one after the other (kp_size() etc. apart).
   Buffer<T> qt, dot, qr, dor, st, dpt, dcap, kp, vp, vt, lse, D, mul, dk_acc, dv_acc, dq_acc;
   AlignedRows<T> q_rows, do_rows;  // a key task's Q and dO rows, when copied (copy_query_rows)
   bool copy_q = false, copy_do = false;
+  std::int64_t kp_size, vt_size, dk_size, dv_size;
   explicit BackwardScratch(const Params& p)
       : qt(p.dk * ld), dot(p.dv * ld), qr(ld * p.dk), dor(ld * p.dv), st(kBc * kBr), dpt(kBc * kBr), dcap(kBc * kBr),
-        kp(kBc * AlignedRows<T>::stride(p.dk)), vp(kBc * p.dv), vt(p.dv * ldr), lse(ld), D(ld), mul(ld),
-        dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), dq_acc(ld * p.dk) {}
+        kp(kKeyBlocks * kBc * AlignedRows<T>::stride(p.dk)), vp(kBc * p.dv), vt(kKeyBlocks * p.dv * ldr), lse(ld),
+        D(ld), mul(ld), dk_acc(kKeyBlocks * kBc * p.dk), dv_acc(kKeyBlocks * kBc * p.dv), dq_acc(ld * p.dk),
+        kp_size(kBc * AlignedRows<T>::stride(p.dk)), vt_size(p.dv * ldr), dk_size(kBc * p.dk), dv_size(kBc * p.dv) {}
 };
 
 // Whether the key tasks read their query heads' rows of Q and dO from aligned copies (AlignedRows):
@@ -186,17 +192,17 @@ void write_bias_grad(const BackwardParams& p, const RowBlock& rb, std::int64_t j
 }
 
 // The one place where the backward forms a tile's P and dS, in row layout S[query][key] (ld
-// kBc), for the block's rows read in place (Q, dO) against key block Kt and the block's Vᵀ in s.vt:
+// kBc), for the block's rows read in place (Q, dO) against key block Kt and the block's Vᵀ, Vt:
 //   S = scores_rows(), P = e^(S − lse)/σ in s.st, dP = dO·Vᵀ, dS = s·P∘(dP − D) in s.dpt.
 template <class T>
 void p_and_ds_rows(const BackwardParams& p, const RowStats<T>& stats, const RowBlock& rb, std::int64_t j0,
                    std::int64_t j1, TileKind kind, bool guarded, const T* Q, std::int64_t ldq, const T* Kt,
-                   const T* dO, std::int64_t lddo, BackwardScratch<T>& s) {
+                   const T* Vt, const T* dO, std::int64_t lddo, BackwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0, cols = round_up(nk, simd::kColumnPad), ld = s.ldr, n = rb.n;
   const std::int64_t row = stats.at(p, rb.b, rb.h[0], rb.i[0]);
   scores_rows(p, rb, j0, j1, kind, Q, ldq, Kt, s.st.get(), s.dcap.get());
   Ops<T>::exp2_rows(s.st.get(), ld, n, cols, stats.lse.data() + row, stats.mul.data() + row);
-  Ops<T>::gemm(n, cols, p.dv, dO, lddo, 1, s.vt.get(), ld, s.dpt.get(), ld, simd::kOverwrite);
+  Ops<T>::gemm(n, cols, p.dv, dO, lddo, 1, Vt, ld, s.dpt.get(), ld, simd::kOverwrite);
   if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), ld, 1);  // dP = Z∘(dO·Vᵀ)/(1 − p)
   // With dbias wanted, dS = P∘(dP − D) comes unscaled first: it is the gradient of the additive mask.
   const bool bias = !p.dBias.empty();
@@ -222,60 +228,88 @@ struct DqPartial {
 // Key blocks [kb0, kb1) of (b, kh), in order: dK and dV of each block, and (unless dq.dq is null)
 // its dS·K added to the dQ partial. Tiles in row layout, S[query][key]: the key block's s·Kᵀ
 // comes packed, its Vᵀ is packed once here, and every query block's Q and dO rows are read in
-// place, so the loop over query blocks packs nothing.
+// place, so the loop over query blocks packs nothing. The blocks go kKeyBlocks at a time, each
+// query block's tiles against all of them before the next query block, so that the rows of Q,
+// dO and dQ are read once per kKeyBlocks key blocks (from the third-level cache or memory: a
+// head's are 6 MiB at N = 4096, d = 128). The sums are those of one block at a time, in the same
+// order: dK and dV of a block over the query blocks in order, a row of dQ over the key blocks in
+// order.
 template <class T>
 void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedKeys<T>& kts, std::int64_t b,
                 std::int64_t kh, std::int64_t kb0, std::int64_t kb1, DqPartial<T> dq, BackwardScratch<T>& s) {
-  const std::int64_t h0 = kh * p.group(), h1 = h0 + p.group();
+  const std::int64_t h0 = kh * p.group(), h1 = h0 + p.group(), ld = s.ldr;
   const bool copy_q = s.copy_q, copy_do = s.copy_do;
   if (copy_q) s.q_rows.hold(p.q, b, h0, h1, p.Nq, p.dk);
   if (copy_do) s.do_rows.hold(p.dO, b, h0, h1, p.Nq, p.dv);
-  for (std::int64_t kb = kb0; kb < kb1; ++kb) {
-    const std::int64_t j0 = kb * kBc, j1 = std::min(p.Nkv, j0 + kBc), nk = j1 - j0, ld = s.ldr;
-    const T* Kt = kts.at(b, kh, kb);
-    pack_keys_transposed<T>(p.v, b, kh, j0, nk, p.dv, 1.0, s.vt.get(), ld);
-    const Operand kr = dq.dq ? AlignedRows<T>::tile(p.k, b, kh, j0, nk, p.dk, s.kp.get()) : Operand{nullptr, 0};
-    const bool keys_finite = all_finite(Kt, kBc, p.dk, nk) && all_finite(s.vt.get(), ld, p.dv, nk);
-    s.dk_acc.fill(T(0));
-    s.dv_acc.fill(T(0));
+  struct KeyBlock {
+    std::int64_t j0, j1, nk;
+    const T *Kt, *Vt;
+    Operand kr;
+    bool keys_finite;
+    T *dk, *dv;
+  };
+  for (std::int64_t kbs = kb0; kbs < kb1; kbs += kKeyBlocks) {
+    KeyBlock blocks[kKeyBlocks];
+    const std::int64_t nb = std::min(kKeyBlocks, kb1 - kbs);
+    for (std::int64_t x = 0; x < nb; ++x) {
+      KeyBlock& kb = blocks[x];
+      kb.j0 = (kbs + x) * kBc, kb.j1 = std::min(p.Nkv, kb.j0 + kBc), kb.nk = kb.j1 - kb.j0;
+      kb.Kt = kts.at(b, kh, kbs + x);
+      T* vt = s.vt.get() + x * s.vt_size;
+      pack_keys_transposed<T>(p.v, b, kh, kb.j0, kb.nk, p.dv, 1.0, vt, ld);
+      kb.Vt = vt;
+      kb.kr = dq.dq ? AlignedRows<T>::tile(p.k, b, kh, kb.j0, kb.nk, p.dk, s.kp.get() + x * s.kp_size)
+                    : Operand{nullptr, 0};
+      kb.keys_finite = all_finite(kb.Kt, kBc, p.dk, kb.nk) && all_finite(vt, ld, p.dv, kb.nk);
+      kb.dk = s.dk_acc.get() + x * s.dk_size, kb.dv = s.dv_acc.get() + x * s.dv_size;
+      std::fill_n(kb.dk, s.dk_size, T(0));
+      std::fill_n(kb.dv, s.dv_size, T(0));
+    }
     for (std::int64_t h = h0; h < h1; ++h)
       for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kBr) {
         const std::int64_t i1 = std::min(p.Nq, i0 + kBr), n = i1 - i0;
         // Key ranges grow with i (causal/window), so the block's union is [lo(i0), hi(i1 - 1)).
         const KeyRange first = key_range(p, i0), last = key_range(p, i1 - 1);
-        if (last.hi <= j0 || first.lo >= j1) continue;
+        if (last.hi <= blocks[0].j0 || first.lo >= blocks[nb - 1].j1) continue;
         const RowBlock rb = rows_of(p, b, h, i0, i1);
-        const TileKind kind = classify(p, rb, j0, j1);
-        if (kind == TileKind::skip) continue;
         const Operand q = copy_q ? Operand{s.q_rows.row(h, i0, p.Nq), s.q_rows.ld}
                                  : rows_operand<T>(p.q, b, h, i0, n, p.dk, s.qr.get());
         const Operand dO = copy_do ? Operand{s.do_rows.row(h, i0, p.Nq), s.do_rows.ld}
                                    : rows_operand<T>(p.dO, b, h, i0, n, p.dv, s.dor.get());
         const T* Q = static_cast<const T*>(q.ptr);
         const T* dOr = static_cast<const T*>(dO.ptr);
-        // A hidden row's non-finite q or dO must not reach the keys through a zero weight, nor a
-        // hidden key's non-finite k the rows' dQ (p_and_ds_rows clears the hidden dS).
         const std::int64_t row = stats.at(p, b, h, i0);
         const bool rows_finite =
             std::all_of(stats.finite.begin() + row, stats.finite.begin() + row + n, [](char f) { return f != 0; });
-        const bool guarded = kind == TileKind::partial && !(keys_finite && rows_finite);
-        p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, Kt, dOr, dO.ld, s);
-        const T* K = static_cast<const T*>(kr.ptr);
-        if (guarded && !rows_finite) {
-          visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, s.dv_acc.get(), p.dv, false);
-          visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, Q, q.ld, p.dk, s.dk_acc.get(), p.dk, false);
-        } else {
-          Ops<T>::gemm(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, s.dv_acc.get(), p.dv, simd::kAccumulate);
-          Ops<T>::gemm(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, s.dk_acc.get(), p.dk, simd::kAccumulate);
+        for (std::int64_t x = 0; x < nb; ++x) {
+          const KeyBlock& kb = blocks[x];
+          const std::int64_t j0 = kb.j0, j1 = kb.j1, nk = kb.nk;
+          if (last.hi <= j0 || first.lo >= j1) continue;
+          const TileKind kind = classify(p, rb, j0, j1);
+          if (kind == TileKind::skip) continue;
+          // A hidden row's non-finite q or dO must not reach the keys through a zero weight, nor a
+          // hidden key's non-finite k the rows' dQ (p_and_ds_rows clears the hidden dS).
+          const bool guarded = kind == TileKind::partial && !(kb.keys_finite && rows_finite);
+          p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, kb.Kt, kb.Vt, dOr, dO.ld, s);
+          const T* K = static_cast<const T*>(kb.kr.ptr);
+          if (guarded && !rows_finite) {
+            visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, kb.dv, p.dv, false);
+            visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, Q, q.ld, p.dk, kb.dk, p.dk, false);
+          } else {
+            Ops<T>::gemm(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, kb.dv, p.dv, simd::kAccumulate);
+            Ops<T>::gemm(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, kb.dk, p.dk, simd::kAccumulate);
+          }
+          if (!dq.dq) continue;
+          if (guarded)
+            visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, K, kb.kr.ld, p.dk, dq.rows(p, b, h, i0), p.dk, true);
+          else
+            Ops<T>::gemm(n, p.dk, nk, s.dpt.get(), ld, 1, K, kb.kr.ld, dq.rows(p, b, h, i0), p.dk, simd::kAccumulate);
         }
-        if (!dq.dq) continue;
-        if (guarded)
-          visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, K, kr.ld, p.dk, dq.rows(p, b, h, i0), p.dk, true);
-        else
-          Ops<T>::gemm(n, p.dk, nk, s.dpt.get(), ld, 1, K, kr.ld, dq.rows(p, b, h, i0), p.dk, simd::kAccumulate);
       }
-    write_rows(p.dK, b, kh, j0, nk, p.dk, s.dk_acc.get());
-    write_rows(p.dV, b, kh, j0, nk, p.dv, s.dv_acc.get());
+    for (std::int64_t x = 0; x < nb; ++x) {
+      write_rows(p.dK, b, kh, blocks[x].j0, blocks[x].nk, p.dk, blocks[x].dk);
+      write_rows(p.dV, b, kh, blocks[x].j0, blocks[x].nk, p.dv, blocks[x].dv);
+    }
   }
 }
 

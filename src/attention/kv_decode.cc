@@ -3,7 +3,7 @@
 // Work items are (sequence, KV head, chunk of chunk_keys() keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
-// the group; on 16-lane targets without lane sums, kv::scores_paired, bf16 and int8 rows widened
+// the group; on 16-lane targets without lane sums, kv::scores_quads, bf16 and int8 rows widened
 // first), runs the online softmax (s folded into Q, scores in natural units) and updates its
 // partial (o, m, l). Partials are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
@@ -55,7 +55,7 @@ std::int64_t chunk_keys(std::int64_t B, std::int64_t Hkv, std::int64_t max_len) 
 constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is two 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
 constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row: bytes of K and V kv::stream_row prefetches ahead
-constexpr std::int64_t kPairedRows = 2;  // GQA groups from this size take kv::scores_paired
+constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 
 // One of k / v: where row (b, h, j) lives, and its scales for int8.
@@ -215,7 +215,7 @@ struct Scratch {
   std::vector<const void*> krow, vrow, kfrow;
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
-      : q(L.group() * L.dk), qp(kv::paired_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
+      : q(L.group() * L.dk), qp(kv::quads_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
         m(L.group()), l(L.group()), alpha(L.group()), kf(L.type != kv::kF32 ? kTile * L.dk : 0),
         krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
@@ -244,12 +244,12 @@ class Chunk {
       const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g_ + r) * q.strides[1];
       for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[2]] * f;
     }
-    // GQA on 16-lane targets: the scores without lane sums (kv::scores_paired), bf16 and int8 K
-    // rows widened to float32 first, a call's worth at a time (Hq = 32, Hkv = 4, d = 128: int8
+    // GQA on 16-lane targets: the scores without lane sums (kv::scores_quads), bf16 and int8 K
+    // rows widened to float32 first, a tile at a time (Hq = 32, Hkv = 4, d = 128: int8
     // Nkv = 1024 0.37 -> 0.12-0.17 ms, Nkv = 65536 11.5-11.7 -> 8.5-10.2; bf16, with the rows fed
     // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms).
-    paired_ = g_ >= kPairedRows && kv::paired_available();
-    if (paired_) kv::pack_pairs(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
+    quads_ = g_ >= kQuadRows && kv::quads_available();
+    if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
     std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(s_.l.begin(), s_.l.end(), 0.0f);
     std::fill(s_.o.begin(), s_.o.end(), 0.0f);
@@ -257,21 +257,20 @@ class Chunk {
     kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
-    // (docs/performance.md). GQA's float32 and bf16 rows of the next tile are fed, a line or two
+    // (docs/performance.md). GQA's rows of the next tile (16-lane targets) are fed, a line or two
     // per step of the kernels' inner loops (LineFeed), K rows by the scores and V rows by P·V: a
     // tile's prefetches in one burst stalled the core until the misses drained, so that arithmetic
     // and memory added up (float32, Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 8.2-8.6 -> 6.2-6.3 ms;
-    // cache-resident, Nkv = 4096, 0.27 -> 0.29 ms). int8 rows keep the bursts (V rows into L2):
-    // their GQA is bound by its arithmetic (fed: the same 4.9-5.0 ms), and so is AVX2's, whose
-    // scores take lane sums (13 ms, fed or not).
+    // cache-resident, Nkv = 4096, 0.27 -> 0.29 ms). int8 rows are fed too since the quad scores
+    // (2-4% faster than their bursts). AVX2's GQA keeps the bursts: its scores take lane sums and
+    // it is bound by its arithmetic (13 ms, fed or not).
     const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
-    feed_ = paired_ && !int8_;
     // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
     // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), others
     // a sub-tile of kSub keys a call, their prefetch bursts between the calls.
-    sub_ = feed_ ? kTile : kSub;
+    sub_ = quads_ ? kTile : kSub;
     // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
@@ -294,9 +293,9 @@ class Chunk {
   // A whole chunk (one query row, contiguous cache) is one stream_row_strided call. Otherwise tiles
   // go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
   // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
-  // is given the next tile's pointers too), GQA: float32 and bf16 rows on 16-lane targets a line
-  // or two per step of the kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V),
-  // other rows a sub-tile's worth before each sub-tile of scores, so that the fetch runs beside the
+  // is given the next tile's pointers too), GQA on 16-lane targets: the rows a line or two per
+  // step of the kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V), on others a
+  // sub-tile's worth before each sub-tile of scores, so that the fetch runs beside the
   // arithmetic rather than in a burst that stalls on the full miss queue (docs/performance.md).
   // The first kAhead tiles are prefetched by begin().
   void step() {
@@ -331,16 +330,16 @@ class Chunk {
     for (std::int64_t a = 0; a < nk; a += sub_) {
       const std::int64_t n = std::min(sub_, nk - a);
       const std::int64_t ahead = a < next ? std::min(sub_, next - a) : 0;  // rows of the next tile
-      if (!feed_ && prefetch_k_) prefetch_rows(s.krow.data() + y + a, ahead, kbytes_);
-      if (!feed_) prefetch_rows(s.vrow.data() + y + a, ahead, vbytes_, v_level_);
-      if (paired_) {  // float32 rows as they are, bf16 and int8 rows widened into kf
+      if (!quads_ && prefetch_k_) prefetch_rows(s.krow.data() + y + a, ahead, kbytes_);
+      if (!quads_) prefetch_rows(s.vrow.data() + y + a, ahead, vbytes_, v_level_);
+      if (quads_) {  // float32 rows as they are, bf16 and int8 rows widened into kf
         const void* const* rows = s.krow.data() + x + a;
         if (L_.type != kv::kF32) {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
-        LineFeed feed = feed_ ? LineFeed(s.krow.data() + y + a, ahead, kbytes_) : LineFeed();
-        kv::scores_paired(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed);
+        LineFeed feed = LineFeed(s.krow.data() + y + a, ahead, kbytes_);
+        kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed);
         feed.rest();
       } else {
         kv::scores(L_.type, n, g, L_.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
@@ -350,7 +349,7 @@ class Chunk {
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
-    LineFeed feed = feed_ ? LineFeed(s.vrow.data() + y, next, vbytes_) : LineFeed();
+    LineFeed feed = quads_ ? LineFeed(s.vrow.data() + y, next, vbytes_) : LineFeed();
     kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(),
                    s.alpha.data(), s.o.data(), L_.dv, feed);
     feed.rest();
@@ -414,7 +413,7 @@ class Chunk {
   std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, g_ = 1, i_ = 0, tiles_ = 0, kbytes_ = 0, vbytes_ = 0;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
   std::int64_t sub_ = kSub;        // keys per call of the scores
-  bool paired_ = false, int8_ = false, whole_ = false, prefetch_k_ = true, feed_ = false;
+  bool quads_ = false, int8_ = false, whole_ = false, prefetch_k_ = true;
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
 };
 

@@ -643,64 +643,85 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// scores_paired (kv_kernels.h): NK keys against one block of 8 packed rows; out[x][2r] = S[r][x].
-// Two accumulators per key (even and odd column pairs) give 2·NK independent chains.
-template <class D, size_t NK>
-HWY_INLINE void PairedKeys(D d, size_t dk, const void* const* krow, const float* packed, float (*out)[16],
-                           LineFeed& feed) {
-  const hn::Repartition<double, D> df64;
-  const size_t pairs = dk / 2;
-  hn::Vec<D> a[NK][2];
-  for (size_t x = 0; x < NK; ++x) a[x][0] = a[x][1] = hn::Zero(d);
-  auto pair = [&](size_t x, size_t p) {  // (K_x[2p], K_x[2p + 1]) in every lane pair
-    double bits;  // vbroadcastsd (on AVX-512 slightly faster than vpbroadcastq)
-    std::memcpy(&bits, static_cast<const float*>(krow[x]) + 2 * p, 8);
-    return hn::BitCast(d, hn::Set(df64, bits));
+// scores_quads (kv_kernels.h): kQuadKeys keys (rows by pointer) against one block of 8 packed rows,
+// S[r][x] for rows r < nr and keys x < kQuadKeys. Key x has two accumulators, rows 0-3 and rows
+// 4-7 (kHalves = 2; rows 0-3 alone for blocks of up to 4 rows): lane 4h + i sums
+// Q[h][4u + i]·K_x[4u + i] over the column quads u, one 128-bit broadcast of
+// (K_x[4u], .., K_x[4u + 3]) feeding both (16 chains, one load per two multiply-adds). The end
+// adds each 128-bit block's four lanes as (i0 + i2) + (i1 + i3), four keys at a time: two
+// interleaves of 32-bit and two of 64-bit lanes leave in block h the row's scores for the four
+// keys, stored as they are.
+constexpr size_t kQuadKeys = 8;
+template <size_t kHalves, class D>
+HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
+                         size_t nr, LineFeed& feed) {
+  const hn::Repartition<double, D> dd;
+  const hn::Half<D> dh;
+  const hn::Half<decltype(dh)> dq;
+  const size_t quads = dk / 4, tail = dk % 4;
+  hn::Vec<D> a[kQuadKeys][2];
+#pragma GCC unroll 8
+  for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
+  auto madd = [&](size_t x, hn::Vec<D> q0, hn::Vec<D> q1, hn::Vec<D> k) {
+    a[x][0] = hn::MulAdd(q0, k, a[x][0]);
+    if constexpr (kHalves == 2) a[x][1] = hn::MulAdd(q1, k, a[x][1]);
   };
-  size_t p = 0;
-  for (; p + 2 <= pairs; p += 2) {
+  for (size_t u = 0; u < quads; ++u) {
     feed.next();
-    const auto q0 = hn::LoadU(d, packed + p * 16), q1 = hn::LoadU(d, packed + (p + 1) * 16);
-    for (size_t x = 0; x < NK; ++x) {
-      a[x][0] = hn::MulAdd(q0, pair(x, p), a[x][0]);
-      a[x][1] = hn::MulAdd(q1, pair(x, p + 1), a[x][1]);
+    const auto q0 = hn::LoadU(d, packed + u * 32), q1 = hn::LoadU(d, packed + u * 32 + 16);
+#pragma GCC unroll 8
+    for (size_t x = 0; x < kQuadKeys; ++x) {
+      madd(x, q0, q1, hn::LoadDup128(d, krow[x] + 4 * u));
     }
   }
-  if (p < pairs) {
-    const auto q0 = hn::LoadU(d, packed + p * 16);
-    for (size_t x = 0; x < NK; ++x) a[x][0] = hn::MulAdd(q0, pair(x, p), a[x][0]);
+  for (size_t t = 0; t < tail; ++t) {  // the last columns one at a time, each with its own Q lanes
+    const float* qt = packed + (quads + t) * 32;
+    const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + 16);
+#pragma GCC unroll 8
+    for (size_t x = 0; x < kQuadKeys; ++x) madd(x, q0, q1, hn::Set(d, krow[x][4 * quads + t]));
   }
-  if (dk % 2) {  // the last column alone: its odd lanes of Q are 0
-    const auto q0 = hn::LoadU(d, packed + pairs * 16);
-    for (size_t x = 0; x < NK; ++x)
-      a[x][1] = hn::MulAdd(q0, hn::Set(d, static_cast<const float*>(krow[x])[dk - 1]), a[x][1]);
-  }
-  for (size_t x = 0; x < NK; ++x) {
-    const auto v = hn::Add(a[x][0], a[x][1]);
-    hn::StoreU(hn::Add(v, hn::Shuffle2301(v)), d, out[x]);
-  }
+#pragma GCC unroll 2
+  for (size_t half = 0; half < kHalves; ++half)
+#pragma GCC unroll 2
+    for (size_t x = 0; x < kQuadKeys; x += 4) {
+      const auto A = a[x][half], B = a[x + 1][half], C = a[x + 2][half], E = a[x + 3][half];
+      const auto s0 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, A, B), hn::InterleaveUpper(d, A, B)));
+      const auto s1 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, C, E), hn::InterleaveUpper(d, C, E)));
+      const auto r = hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, s0, s1)), hn::BitCast(d, hn::InterleaveUpper(dd, s0, s1)));
+      const auto lo = hn::LowerHalf(dh, r), hi = hn::UpperHalf(dh, r);
+      const size_t h0 = 4 * half;
+      float* out = S + h0 * lds + x;
+      if (h0 < nr) hn::StoreU(hn::LowerHalf(dq, lo), dq, out);
+      if (h0 + 1 < nr) hn::StoreU(hn::UpperHalf(dq, lo), dq, out + lds);
+      if (h0 + 2 < nr) hn::StoreU(hn::LowerHalf(dq, hi), dq, out + 2 * lds);
+      if (h0 + 3 < nr) hn::StoreU(hn::UpperHalf(dq, hi), dq, out + 3 * lds);
+    }
 }
 
 template <class D>  // D = DF; a template so that only 16-lane targets compile the body
-HWY_INLINE void ScoresPairedT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
-                              float* S, size_t lds, LineFeed& shared) {
+HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
+                             float* S, size_t lds, LineFeed& shared) {
   if constexpr (hn::MaxLanes(D()) == 16) {
-    const size_t block = paired_block(dk);
+    const size_t block = quads_block(dk);
     LineFeed feed = shared;  // in registers while the keys stream
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
-      feed.pace(static_cast<std::int64_t>((nk / 4 + nk % 4) * (dk / 4 > 0 ? dk / 4 : 1)));
+      feed.pace(static_cast<std::int64_t>((nk + kQuadKeys - 1) / kQuadKeys * ((dk + 3) / 4)));
       const float* pk = packed + r0 / 8 * block;
-      float out[4][16];
+      const float* rows8[kQuadKeys];
       size_t j = 0;
-      for (; j + 4 <= nk; j += 4) {
-        PairedKeys<D, 4>(d, dk, krow + j, pk, out, feed);
-        for (size_t r = 0; r < nr; ++r)
-          for (size_t x = 0; x < 4; ++x) S[(r0 + r) * lds + j + x] = out[x][2 * r];
+      for (; j + kQuadKeys <= nk; j += kQuadKeys) {
+        for (size_t x = 0; x < kQuadKeys; ++x) rows8[x] = static_cast<const float*>(krow[j + x]);
+        if (nr > 4) QuadKeys<2>(d, dk, rows8, pk, S + r0 * lds + j, lds, nr, feed);
+        else QuadKeys<1>(d, dk, rows8, pk, S + r0 * lds + j, lds, nr, feed);
       }
-      for (; j < nk; ++j) {
-        PairedKeys<D, 1>(d, dk, krow + j, pk, out, feed);
-        for (size_t r = 0; r < nr; ++r) S[(r0 + r) * lds + j] = out[0][2 * r];
+      if (j < nk) {  // the last keys, the group filled up with the last row, into a scratch tile
+        HWY_ALIGN float part[8 * kQuadKeys];
+        for (size_t x = 0; x < kQuadKeys; ++x) rows8[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
+        if (nr > 4) QuadKeys<2>(d, dk, rows8, pk, part, kQuadKeys, nr, feed);
+        else QuadKeys<1>(d, dk, rows8, pk, part, kQuadKeys, nr, feed);
+        for (size_t r = 0; r < nr; ++r)
+          for (size_t x = 0; x < nk - j; ++x) S[(r0 + r) * lds + j + x] = part[r * kQuadKeys + x];
       }
     }
     shared = feed;
@@ -711,15 +732,15 @@ HWY_INLINE void ScoresPairedT(D d, size_t nk, size_t rows, size_t dk, const void
 
 #endif
 
-void ScoresPaired(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed, float* S,
-                  size_t lds, LineFeed& feed) {
+void ScoresQuads(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed, float* S,
+                 size_t lds, LineFeed& feed) {
 #if HWY_TARGET != HWY_SCALAR
-  ScoresPairedT(DF(), nk, rows, dk, krow, packed, S, lds, feed);
+  ScoresQuadsT(DF(), nk, rows, dk, krow, packed, S, lds, feed);
 #else
   (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed;  // never called: 1 lane
 #endif
 }
-bool PairedAvailable() { return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16; }
+bool QuadsAvailable() { return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16; }
 
 void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O,
@@ -779,24 +800,27 @@ HWY_EXPORT(Scores);
 HWY_EXPORT(Accumulate);
 HWY_EXPORT(StreamRow);
 HWY_EXPORT(StreamRowStrided);
-HWY_EXPORT(ScoresPaired);
+HWY_EXPORT(ScoresQuads);
 HWY_EXPORT(Widen);
-HWY_EXPORT(PairedAvailable);
+HWY_EXPORT(QuadsAvailable);
 
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
            std::size_t ldo) {
   HWY_DYNAMIC_DISPATCH(Widen)(type, nk, d, row, sc, out, ldo);
 }
-bool paired_available() { return HWY_DYNAMIC_DISPATCH(PairedAvailable)(); }
-void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed) {
-  const std::size_t block = paired_block(dk);
-  std::memset(packed, 0, paired_size(rows, dk) * sizeof(float));
+bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
+void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed) {
+  const std::size_t block = quads_block(dk), full = dk / 4 * 4;
+  std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));
   for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < dk; ++c) packed[r / 8 * block + c / 2 * 16 + 2 * (r % 8) + c % 2] = Q[r * ldq + c];
+    for (std::size_t c = 0; c < dk; ++c) {
+      const std::size_t vec = c < full ? c / 4 : full / 4 + (c - full);  // a quad, or a last column alone
+      packed[r / 8 * block + vec * 32 + (r % 8) / 4 * 16 + 4 * (r % 4) + c % 4] = Q[r * ldq + c];
+    }
 }
-void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                   float* S, std::size_t lds, LineFeed& feed) {
-  HWY_DYNAMIC_DISPATCH(ScoresPaired)(nk, rows, dk, krow, packed, S, lds, feed);
+void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
+                  float* S, std::size_t lds, LineFeed& feed) {
+  HWY_DYNAMIC_DISPATCH(ScoresQuads)(nk, rows, dk, krow, packed, S, lds, feed);
 }
 
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,

@@ -15,23 +15,26 @@ enum ElementType : int { kF32 = 0, kBF16 = 1, kI8 = 2 };
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
             const float* const* ksc, const float* Q, std::size_t ldq, float* S, std::size_t lds);
 
-// GQA scores over float32 keys without lane sums, for 16-lane targets (paired_available()): the
-// group's query rows packed once per chunk (pack_pairs) so that one vector holds 8 rows x 2
-// columns, lane 2r + t = Q[r][2p + t] for the column pair p; a key's pair (K[2p], K[2p + 1]) is
-// broadcast to all 8 lane pairs, one multiply-add per pair and row block, and the two lanes of each
-// row are added at the end: S[r][j] = Σ_p (Q[r][2p]·K_j[2p] + Q[r][2p+1]·K_j[2p+1]).
-bool paired_available();
-// Floats of one block of 8 packed rows: ceil(dk / 2) vectors of 16.
-inline std::size_t paired_block(std::size_t dk) { return (dk + 1) / 2 * 16; }
+// GQA scores over float32 keys without lane sums, for 16-lane targets (quads_available()): the
+// group's query rows packed once per chunk (pack_quads), per block of 8 rows and quad of columns
+// u two vectors of 4 rows x 4 columns, lane 4h + i = Q[h][4u + i] (rows 0-3, then 4-7); a key's
+// quad (K[4u], .., K[4u + 3]) is broadcast to all four 128-bit blocks, one multiply-add per
+// vector; the dk % 4 last columns c go one at a time, K[c] broadcast against a pair of vectors
+// holding Q[h][c] in lanes 4h + c % 4 only. The four lanes of each row are added at the end:
+//   S[r][j] = Σ_u (Q[r][4u]·K_j[4u] + Q[r][4u+2]·K_j[4u+2]) + (Q[r][4u+1]·K_j[4u+1] + Q[r][4u+3]·K_j[4u+3]),
+// each of the four sums over u one chain in column order.
+bool quads_available();
+// Floats of one block of 8 packed rows: dk / 4 quads and dk % 4 last columns, two vectors of 16 each.
+inline std::size_t quads_block(std::size_t dk) { return (dk / 4 + dk % 4) * 32; }
 // Floats of the packed rows: ceil(rows / 8) blocks.
-inline std::size_t paired_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * paired_block(dk); }
-void pack_pairs(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
+inline std::size_t quads_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * quads_block(dk); }
+void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (bf16 and int8 rows
 // are widened first, widen(), as kv_decode.cc does).
 // feed (here and in accumulate): rows of a later tile to prefetch a few lines per step of the
 // inner loop (LineFeed, common/prefetch.h); the kernel advances it.
-void scores_paired(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                   float* S, std::size_t lds, LineFeed& feed);
+void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
+                  float* S, std::size_t lds, LineFeed& feed);
 
 // Rows j < nk as float32 (bf16 widened, int8 times its block scales) into out[j·ldo + c], c < d.
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
