@@ -42,7 +42,7 @@ class Buffer {
 
  private:
   struct Free {
-    void operator()(T* p) const { std::free(p); }
+    void operator()(T* p) const { release_block(p); }
   };
   std::unique_ptr<T, Free> data_;
   std::int64_t n_ = 0;

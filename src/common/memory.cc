@@ -4,8 +4,13 @@
 #include <sys/sysinfo.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "attnscale/error.h"
 
@@ -37,15 +42,95 @@ void check_allocation(const std::string& what, double bytes) {
                 " of memory (RAM + swap) this machine has");
 }
 
+namespace {
+
+constexpr std::size_t kHugeBytes = std::size_t{4} << 20;   // blocks from this size on: huge pages, kept
+constexpr std::size_t kKeepBytes = std::size_t{256} << 20;  // at most this much kept unused
+
+// Huge blocks kept for the next call after they are released: the block sizes in use, and the
+// released blocks, oldest first. Never destroyed (a block may be released during exit).
+struct BlockCache {
+  std::mutex mutex;
+  std::unordered_map<void*, std::size_t> live;
+  std::vector<std::pair<void*, std::size_t>> kept;
+  std::size_t kept_bytes = 0;
+};
+BlockCache& block_cache() {
+  static BlockCache* cache = new BlockCache;
+  return *cache;
+}
+
+}  // namespace
+
 void* allocate_block(std::size_t bytes) {
-  const bool huge = bytes >= (std::size_t{4} << 20);
+  const bool huge = bytes >= kHugeBytes;
   const std::size_t align = huge ? std::size_t{2} << 20 : 64;
   const std::size_t size = (std::max<std::size_t>(bytes, 1) + align - 1) / align * align;
+  if (!huge) return std::aligned_alloc(align, size);
+  BlockCache& c = block_cache();
+  {
+    // The smallest kept block that holds `size` and is less than twice as large, of those the
+    // last released (its pages the likeliest to be in the caches still).
+    std::lock_guard<std::mutex> lock(c.mutex);
+    std::size_t best = c.kept.size();
+    for (std::size_t i = c.kept.size(); i-- > 0;)
+      if (c.kept[i].second >= size && c.kept[i].second < 2 * size &&
+          (best == c.kept.size() || c.kept[i].second < c.kept[best].second))
+        best = i;
+    if (best < c.kept.size()) {
+      const auto [p, kept] = c.kept[best];
+      c.kept.erase(c.kept.begin() + static_cast<std::ptrdiff_t>(best));
+      c.kept_bytes -= kept;
+      c.live.emplace(p, kept);
+      return p;
+    }
+  }
   void* p = std::aligned_alloc(align, size);
+  if (!p) return nullptr;
 #ifdef MADV_HUGEPAGE
-  if (p && huge) madvise(p, size, MADV_HUGEPAGE);  // advice only: a refusal changes nothing
+  madvise(p, size, MADV_HUGEPAGE);  // advice only: a refusal changes nothing
 #endif
+  std::lock_guard<std::mutex> lock(c.mutex);
+  c.live.emplace(p, size);
   return p;
+}
+
+void release_block(void* p) {
+  if (!p) return;
+  if (reinterpret_cast<std::uintptr_t>(p) % (std::size_t{2} << 20) != 0) {  // not a huge block's start
+    std::free(p);
+    return;
+  }
+  BlockCache& c = block_cache();
+  std::vector<void*> drop;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    const auto it = c.live.find(p);
+    if (it == c.live.end()) {  // a small block that happens to lie on a 2 MiB boundary
+      std::free(p);
+      return;
+    }
+    const std::size_t size = it->second;
+    c.live.erase(it);
+    if (size > kKeepBytes) {
+      drop.push_back(p);
+    } else {
+      c.kept.emplace_back(p, size);
+      c.kept_bytes += size;
+      while (c.kept_bytes > kKeepBytes) {  // the oldest go
+        drop.push_back(c.kept.front().first);
+        c.kept_bytes -= c.kept.front().second;
+        c.kept.erase(c.kept.begin());
+      }
+    }
+  }
+  for (void* q : drop) std::free(q);
+}
+
+std::size_t kept_block_bytes() {
+  BlockCache& c = block_cache();
+  std::lock_guard<std::mutex> lock(c.mutex);
+  return c.kept_bytes;
 }
 
 }  // namespace attnscale::detail

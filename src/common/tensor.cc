@@ -134,7 +134,7 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
   if (!p)
     throw Error("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)) + ": cannot allocate " +
                 detail::format_bytes(static_cast<double>(bytes)) + " (out of memory)");
-  storage_ = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { std::free(q); });
+  storage_ = std::shared_ptr<std::byte[]>(p, [](std::byte* q) { detail::release_block(q); });
   view_.data = p;
 }
 

@@ -1,0 +1,62 @@
+// allocate_block / release_block (common/memory.h): alignment, and the huge blocks kept after
+// release and handed out again for requests they hold with less than half to spare.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+
+#include "common/memory.h"
+
+namespace attnscale::detail {
+namespace {
+
+constexpr std::size_t kMiB = std::size_t{1} << 20;
+
+bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
+
+TEST(Memory, SmallBlocksAreCacheLineAlignedAndHugeOnesOn2MiB) {
+  void* small = allocate_block(100);
+  void* huge = allocate_block(5 * kMiB);
+  ASSERT_NE(small, nullptr);
+  ASSERT_NE(huge, nullptr);
+  EXPECT_TRUE(aligned(small, 64));
+  EXPECT_TRUE(aligned(huge, 2 * kMiB));
+  std::memset(small, 1, 100);
+  std::memset(huge, 1, 5 * kMiB);
+  release_block(small);
+  release_block(huge);
+  release_block(nullptr);  // does nothing
+}
+
+TEST(Memory, AReleasedHugeBlockServesTheNextRequestItHolds) {
+  void* a = allocate_block(9 * kMiB);  // 10 MiB rounded to whole 2 MiB pages
+  ASSERT_NE(a, nullptr);
+  release_block(a);
+  void* b = allocate_block(9 * kMiB + 1);  // the same block
+  EXPECT_EQ(b, a);
+  release_block(b);
+  void* c = allocate_block(4 * kMiB);  // less than half of it: a new block
+  EXPECT_NE(c, a);
+  void* d = allocate_block(6 * kMiB);  // the kept block again, and usable as a whole
+  EXPECT_EQ(d, a);
+  std::memset(d, 2, 6 * kMiB);
+  void* e = allocate_block(20 * kMiB);  // larger than any kept block: a new one
+  EXPECT_NE(e, a);
+  for (void* p : {c, d, e}) release_block(p);
+}
+
+TEST(Memory, KeptBlocksAreBounded) {
+  // 40 blocks of 10 MiB released in turn: at most 256 MiB stay kept, the oldest are freed (run
+  // under the address sanitizer this also checks that every block is freed once).
+  void* blocks[40];
+  for (void*& p : blocks) p = allocate_block(10 * kMiB);
+  for (void* p : blocks) release_block(p);
+  EXPECT_LE(kept_block_bytes(), 256 * kMiB);
+  EXPECT_GE(kept_block_bytes(), 250 * kMiB);
+  for (void*& p : blocks) p = allocate_block(10 * kMiB);  // 25 kept ones, then new ones
+  EXPECT_LE(kept_block_bytes(), 6 * kMiB);  // what other tests of this process may have left
+  for (void* p : blocks) release_block(p);
+}
+
+}  // namespace
+}  // namespace attnscale::detail
