@@ -575,15 +575,17 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
   const size_t L = hn::Lanes(d);
   float mm = *m, ll = *l;
   const size_t esize = kType == kF32 ? 4 : kType == kBF16 ? 2 : 1;
-  // The K and V rows (and int8 scales) of the n keys `ahead` keys past key j, a line at a time
-  // (keys up to `known`, whose row pointers are given, may lie past the call's nk).
-  auto prefetch = [&](size_t j, size_t n) {
+  // The K rows (with k) and V rows (with v), and their int8 scales, of the n keys `ahead` keys past
+  // key j, a line at a time (keys up to `known`, whose row pointers are given, may lie past the
+  // call's nk).
+  auto prefetch = [&](size_t j, size_t n, bool k = true, bool v = true) {
     if (!ahead || j + ahead >= known) return;
     const size_t x1 = j + ahead + n < known ? j + ahead + n : known;
     for (size_t x = j + ahead; x < x1; ++x) {
-      prefetch_bytes(krow[x], dk * esize, CacheLevel::near);
-      prefetch_bytes(vrow[x], dv * esize, CacheLevel::near);
-      if (kType == kI8) prefetch_line(ksc[x], CacheLevel::near), prefetch_line(vsc[x], CacheLevel::near);
+      if (k) prefetch_bytes(krow[x], dk * esize, CacheLevel::near);
+      if (v) prefetch_bytes(vrow[x], dv * esize, CacheLevel::near);
+      if (kType == kI8 && k) prefetch_line(ksc[x], CacheLevel::near);
+      if (kType == kI8 && v) prefetch_line(vsc[x], CacheLevel::near);
     }
   };
   HWY_ALIGN float s[2][kStreamKeys];
@@ -602,7 +604,18 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
       const R vr = vrow + j;
       const S vs = vsc ? vsc + j : S();
       for (size_t x = 0; x < kStreamKeys; x += 4) {
-        prefetch(j + x, 4);
+        // K rows are read a tile ahead of the V rows, so rows `ahead` keys past the V rows lie
+        // ahead - kStreamKeys keys past the K rows read. Short of a tile (rows of more than 512
+        // bytes of K and V a key) that is behind them, and K rows are prefetched `ahead` keys past
+        // their own reads instead (bf16, d = 256: 6.3 -> 4.8 ms; docs/performance.md). Longer,
+        // the one prefetch serves both (moving K's further ahead was faster in some memory states
+        // and slower in others).
+        if (ahead >= kStreamKeys) {
+          prefetch(j + x, 4);
+        } else {
+          prefetch(j + kStreamKeys + x, 4, true, false);
+          prefetch(j + x, 4, false, true);
+        }
         if (x < next) {
           const size_t x1 = next - x < 4 ? next : x + 4;
           TileScores<kType>(d, x, x1, dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
