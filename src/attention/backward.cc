@@ -45,7 +45,7 @@ template <class T>
 struct BackwardScratch {
   static constexpr std::int64_t ld = kBr;  // columns of the transposed (query-column) tiles
   static constexpr std::int64_t ldr = kBc;  // columns of the row-layout (key-column) tiles
-  // kp, vt, dk_acc and dv_acc hold kKeyBlocks key blocks, one after the other (kp_size() etc. apart).
+  // kp, vt, dk_acc and dv_acc hold kKeyBlocks key blocks, one after the other (kp_size etc. apart).
   Buffer<T> qt, dot, qr, dor, st, dpt, dcap, kp, vp, vt, lse, D, mul, dk_acc, dv_acc, dq_acc;
   AlignedRows<T> q_rows, do_rows;  // a key task's Q and dO rows, when copied (copy_query_rows)
   bool copy_q = false, copy_do = false;
