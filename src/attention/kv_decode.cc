@@ -235,26 +235,15 @@ struct Scratch {
 // tile at a time (step) so that the KV heads of a paged cache can go in lockstep (decode()).
 class Chunk {
  public:
-  Chunk(const Layout& L, Scratch& s) : L_(L), s_(s) {}
-
-  void begin(const TensorView& q, std::int64_t b, std::int64_t kh, std::int64_t j0, std::int64_t j1) {
-    b_ = b, kh_ = kh, j0_ = j0, j1_ = j1, g_ = L_.group(), i_ = 0, whole_ = false;
-    const float f = static_cast<float>(L_.scale);
-    for (std::int64_t r = 0; r < g_; ++r) {
-      const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g_ + r) * q.strides[1];
-      for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[2]] * f;
-    }
+  // What follows from the layout alone, the same for every chunk.
+  Chunk(const Layout& L, Scratch& s)
+      : L_(L), s_(s), g_(L.group()), kbytes_(L.dk * L.k.esize), vbytes_(L.dv * L.v.esize),
+        int8_(L.type == kv::kI8), whole_(Scratch::whole_chunk(L)) {
     // GQA on 16-lane targets: the scores without lane sums (kv::scores_quads), bf16 and int8 K
     // rows widened to float32 first, a tile at a time (Hq = 32, Hkv = 4, d = 128: int8
     // Nkv = 1024 0.37 -> 0.12-0.17 ms, Nkv = 65536 11.5-11.7 -> 8.5-10.2; bf16, with the rows fed
     // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms).
     quads_ = g_ >= kQuadRows && kv::quads_available();
-    if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
-    std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
-    std::fill(s_.l.begin(), s_.l.end(), 0.0f);
-    std::fill(s_.o.begin(), s_.o.end(), 0.0f);
-    int8_ = L_.type == kv::kI8;
-    kbytes_ = L_.dk * L_.k.esize, vbytes_ = L_.dv * L_.v.esize;
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
     // (docs/performance.md). GQA's rows of the next tile (16-lane targets) are fed, a line or two
@@ -264,21 +253,30 @@ class Chunk {
     // cache-resident, Nkv = 4096, 0.27 -> 0.29 ms). int8 rows are fed too since the quad scores
     // (2-4% faster than their bursts). AVX2's GQA keeps the bursts: its scores take lane sums and
     // it is bound by its arithmetic (13 ms, fed or not).
-    const bool wide_f32 = L_.type == kv::kF32 && L_.dk + L_.dv > 128;
+    const bool wide_f32 = L.type == kv::kF32 && L.dk + L.dv > 128;
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
-    // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
-    // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), others
-    // a sub-tile of kSub keys a call, their prefetch bursts between the calls.
-    sub_ = quads_ ? kTile : kSub;
     // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
     // contiguous or paged).
-    const std::int64_t key_bytes = kbytes_ + vbytes_ + (int8_ ? 4 * (L_.dk + L_.dv) / 32 : 0);
+    const std::int64_t key_bytes = kbytes_ + vbytes_ + (int8_ ? 4 * (L.dk + L.dv) / 32 : 0);
     stream_ahead_ = wide_f32 ? 0 : std::max<std::int64_t>(4, (kStreamAheadBytes / key_bytes + 3) / 4 * 4);
-    if (Scratch::whole_chunk(L_)) {
-      whole_ = true, tiles_ = 1;
+  }
+
+  void begin(const TensorView& q, std::int64_t b, std::int64_t kh, std::int64_t j0, std::int64_t j1) {
+    b_ = b, kh_ = kh, j0_ = j0, j1_ = j1, i_ = 0;
+    const float f = static_cast<float>(L_.scale);
+    for (std::int64_t r = 0; r < g_; ++r) {
+      const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g_ + r) * q.strides[1];
+      for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[2]] * f;
+    }
+    if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
+    std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
+    std::fill(s_.l.begin(), s_.l.end(), 0.0f);
+    std::fill(s_.o.begin(), s_.o.end(), 0.0f);
+    if (whole_) {
+      tiles_ = 1;
       return;
     }
     tiles_ = (j1 - j0 + kTile - 1) / kTile;
@@ -327,21 +325,25 @@ class Chunk {
     }
     const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     if (next) gather(t0 + kAhead * kTile, next, y);
-    for (std::int64_t a = 0; a < nk; a += sub_) {
-      const std::int64_t n = std::min(sub_, nk - a);
-      const std::int64_t ahead = a < next ? std::min(sub_, next - a) : 0;  // rows of the next tile
-      if (!quads_ && prefetch_k_) prefetch_rows(s.krow.data() + y + a, ahead, kbytes_);
-      if (!quads_) prefetch_rows(s.vrow.data() + y + a, ahead, vbytes_, v_level_);
+    // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
+    // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), others
+    // a sub-tile of kSub keys a call, their prefetch bursts between the calls.
+    const std::int64_t sub = quads_ ? kTile : kSub;
+    for (std::int64_t a = 0; a < nk; a += sub) {
+      const std::int64_t n = std::min(sub, nk - a);
+      const std::int64_t ahead = a < next ? std::min(sub, next - a) : 0;  // rows of the next tile
       if (quads_) {  // float32 rows as they are, bf16 and int8 rows widened into kf
         const void* const* rows = s.krow.data() + x + a;
         if (L_.type != kv::kF32) {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
-        LineFeed feed = LineFeed(s.krow.data() + y + a, ahead, kbytes_);
+        LineFeed feed(s.krow.data() + y + a, ahead, kbytes_);
         kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed);
         feed.rest();
       } else {
+        if (prefetch_k_) prefetch_rows(s.krow.data() + y + a, ahead, kbytes_);
+        prefetch_rows(s.vrow.data() + y + a, ahead, vbytes_, v_level_);
         kv::scores(L_.type, n, g, L_.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
                    L_.dk, s.s.data() + a, kTile);
       }
@@ -410,11 +412,14 @@ class Chunk {
 
   const Layout& L_;
   Scratch& s_;
-  std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, g_ = 1, i_ = 0, tiles_ = 0, kbytes_ = 0, vbytes_ = 0;
+  // Set once, from the layout (the constructor).
+  const std::int64_t g_, kbytes_, vbytes_;
+  const bool int8_, whole_;
+  bool quads_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
-  std::int64_t sub_ = kSub;        // keys per call of the scores
-  bool quads_ = false, int8_ = false, whole_ = false, prefetch_k_ = true;
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
+  // The chunk's (begin).
+  std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, i_ = 0, tiles_ = 0;
 };
 
 // The chunks' partial (o, m, l), kept between calls (see PerThread): a decode step over a long cache

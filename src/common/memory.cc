@@ -45,6 +45,7 @@ void check_allocation(const std::string& what, double bytes) {
 namespace {
 
 constexpr std::size_t kHugeBytes = std::size_t{4} << 20;   // blocks from this size on: huge pages, kept
+constexpr std::size_t kHugeAlign = std::size_t{2} << 20;   // where they start (a huge page)
 constexpr std::size_t kKeepBytes = std::size_t{256} << 20;  // at most this much kept unused
 
 // Huge blocks kept for the next call after they are released: the block sizes in use, and the
@@ -64,7 +65,7 @@ BlockCache& block_cache() {
 
 void* allocate_block(std::size_t bytes) {
   const bool huge = bytes >= kHugeBytes;
-  const std::size_t align = huge ? std::size_t{2} << 20 : 64;
+  const std::size_t align = huge ? kHugeAlign : 64;
   const std::size_t size = (std::max<std::size_t>(bytes, 1) + align - 1) / align * align;
   if (!huge) return std::aligned_alloc(align, size);
   BlockCache& c = block_cache();
@@ -97,7 +98,7 @@ void* allocate_block(std::size_t bytes) {
 
 void release_block(void* p) {
   if (!p) return;
-  if (reinterpret_cast<std::uintptr_t>(p) % (std::size_t{2} << 20) != 0) {  // not a huge block's start
+  if (reinterpret_cast<std::uintptr_t>(p) % kHugeAlign != 0) {  // not a huge block's start
     std::free(p);
     return;
   }
