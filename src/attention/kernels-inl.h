@@ -511,7 +511,7 @@ void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t c
 // row waits on each step's latency. Four rows on vector targets take their per-row statistics for
 // the four at once: the row maxima and sums reduced across lanes together (Reduce4), and m, alpha
 // and l updated as one 4-lane vector, where a row at a time pays a lane reduction, a scalar e^x and
-// their latencies per row (the decode's 8-row GQA tiles of 32 keys are mostly that work). Other R
+// their latencies per row (the decode's 8-row GQA tiles of 64 keys are much of that work). Other R
 // (the leftover rows of a tile, every row on the scalar target) go row by row.
 template <size_t R>
 HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha) {

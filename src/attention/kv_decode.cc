@@ -10,7 +10,7 @@
 // With one query row per KV head (no GQA group) the item instead streams its keys
 // (kv::stream_row): tiles of 16 keys, each tile's scores, online-softmax step and output update,
 // the next tile's K rows read between the tile's V rows so that K and V stream side by side; a
-// call (a chunk of a contiguous cache, a 32-key tile of a paged one) prefetches ahead itself
+// call (a chunk of a contiguous cache, a 64-key tile of a paged one) prefetches ahead itself
 // (docs/performance.md).
 // A paged cache's KV heads go through a chunk side by side, a tile each in turn (its blocks hold
 // the heads' rows of a key together). The chunks are fixed by key position and the arithmetic does

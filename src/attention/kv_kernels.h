@@ -42,7 +42,10 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
 
 // Keys per tile of GQA decode: the rows of P (accumulate) lie kTileKeys apart, a stride the
 // kernel knows at compile time (a run-time stride cost it 5-7%: eight row pointers, some spilled).
-inline constexpr std::size_t kTileKeys = 32;
+// Each tile pays one row softmax (a chain of dependent lane reductions and exps over the group's
+// rows) and the setup of its kernel calls: 64 keys rather than 32 took 0.94-0.97 of the time for
+// GQA groups of 8 in cache and 0.95 for bf16 from DRAM, 128 was mixed (docs/performance.md).
+inline constexpr std::size_t kTileKeys = 64;
 
 // O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j for rows r < rows (O row stride ldo), nk <= kTileKeys.
 void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow,
