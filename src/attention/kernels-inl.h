@@ -23,6 +23,7 @@
 
 #include "attention/exp2-inl.h"
 #include "attention/lane_reduce-inl.h"
+#include "attention/raw_vectors-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::HWY_NAMESPACE {
@@ -184,22 +185,11 @@ HWY_INLINE void Pin(Raw& v) {
 }
 
 // One inner-dimension block [k0, k1) of a tile: acc[i][r] += A(i, k)·B(k, r-th vector), one
-// chain per element (NR <= 4). The tile's vectors are held as raw registers (RawF; arrays of Highway's
+// chain per element (NR <= 4). The tile's vectors are held as raw registers (RawF, raw_vectors-inl.h; arrays of Highway's
 // vector structs GCC keeps on the stack here), and B's vectors are loaded once per k and pinned
 // to registers (Pin): left to itself GCC (generic tuning) folds the loads into the FMAs as memory
 // operands, MR loads of each vector, and the loads then bound the loop (Zen 4 loads one zmm a
 // cycle, the rate of its FMAs): 0.74 of the peak instead of 0.95 on the tile products.
-// Targets whose vector is an array (EMU128: float[4]) cannot hold it as a raw value: there the
-// vector structs themselves stand in (ToRaw/FromRaw are identities).
-#if HWY_TARGET == HWY_EMU128
-using RawF = VF;
-HWY_INLINE RawF ToRaw(VF v) { return v; }
-HWY_INLINE VF FromRaw(const RawF& r) { return r; }
-#else
-using RawF = decltype(VF().raw);
-HWY_INLINE RawF ToRaw(VF v) { return v.raw; }
-HWY_INLINE VF FromRaw(RawF r) { return VF{r}; }
-#endif
 template <size_t MR, size_t NR, bool kTail>
 HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT A, size_t ars, size_t acs,
                            const float* HWY_RESTRICT B, size_t ldb, size_t tail, RawF (&acc)[MR][NR]) {

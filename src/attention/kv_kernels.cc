@@ -20,6 +20,7 @@
 #include "attention/kv_kernels.h"
 #include "attention/exp2-inl.h"
 #include "attention/lane_reduce-inl.h"
+#include "attention/raw_vectors-inl.h"
 #include "common/prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -28,6 +29,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
+using detail::HWY_NAMESPACE::FromRaw;  // raw_vectors-inl.h
+using detail::HWY_NAMESPACE::RawF;
+using detail::HWY_NAMESPACE::ToRaw;
 #if HWY_TARGET != HWY_SCALAR
 using detail::HWY_NAMESPACE::AddOp;  // lane_reduce-inl.h
 using detail::HWY_NAMESPACE::Reduce4;
@@ -530,14 +534,17 @@ HWY_INLINE float TileSoftmax(DF d, size_t nk, float* s, float& m, float& l) {
 // of 32 values, its coefficient p_x·scale_b formed once per block.
 template <int kType, size_t CB, class R, class S>
 HWY_INLINE void TileUpdate(DF d, size_t x0, size_t x1, R vrow, S vsc,
-                           const float* p, VF* acc) {
+                           const float* p, RawF (&acc)[CB]) {
   constexpr size_t kL = hn::MaxLanes(DF());
   constexpr size_t kPer = kType == kI8 ? 32 / kL : CB;  // vectors of one coefficient per row
   static_assert(CB % kPer == 0);
   for (size_t x = x0; x < x1; ++x)
+#pragma GCC unroll 16
     for (size_t b0 = 0; b0 < CB; b0 += kPer) {
       const VF cf = hn::Set(d, kType == kI8 ? p[x] * vsc[x][b0 / kPer] : p[x]);
-      for (size_t b = b0; b < b0 + kPer; ++b) acc[b] = hn::MulAdd(cf, LoadRaw<kType>(d, vrow[x], b * kL), acc[b]);
+#pragma GCC unroll 16
+      for (size_t b = b0; b < b0 + kPer; ++b)
+        acc[b] = ToRaw(hn::MulAdd(cf, LoadRaw<kType>(d, vrow[x], b * kL), FromRaw(acc[b])));
     }
 }
 
@@ -593,14 +600,18 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
   auto kr = [&](size_t j) { return krow + j; };
   auto ks = [&](size_t j) { return ksc ? ksc + j : S(); };
   if constexpr (CB > 0) {
-    VF acc[CB];
-    for (size_t b = 0; b < CB; ++b) acc[b] = hn::LoadU(d, O + b * L);
+    // Raw vectors: as Highway's vector structs GCC kept them on the stack, loaded and stored
+    // around every four keys (one thread, rows in L3: int8 0.93, bf16 0.96-0.99 of the time).
+    RawF acc[CB];
+#pragma GCC unroll 16
+    for (size_t b = 0; b < CB; ++b) acc[b] = ToRaw(hn::LoadU(d, O + b * L));
     if (nk) TileScores<kType>(d, 0, keys(0), dk, kr(0), ks(0), Q, s[0]);
     for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
       const size_t n = keys(j), next = keys(j + kStreamKeys);
       const float alpha = TileSoftmax(d, n, s[t], mm, ll);
       if (alpha != 1.0f)
-        for (size_t b = 0; b < CB; ++b) acc[b] = hn::Mul(acc[b], hn::Set(d, alpha));
+#pragma GCC unroll 16
+        for (size_t b = 0; b < CB; ++b) acc[b] = ToRaw(hn::Mul(FromRaw(acc[b]), hn::Set(d, alpha)));
       const R vr = vrow + j;
       const S vs = vsc ? vsc + j : S();
       for (size_t x = 0; x < kStreamKeys; x += 4) {
@@ -623,7 +634,8 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
         if (x < n) TileUpdate<kType, CB>(d, x, n - x < 4 ? n : x + 4, vr, vs, s[t], acc);
       }
     }
-    for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[b], d, O + b * L);
+#pragma GCC unroll 16
+    for (size_t b = 0; b < CB; ++b) hn::StoreU(FromRaw(acc[b]), d, O + b * L);
   } else {
     for (size_t j = 0; j < nk; j += kStreamKeys) {
       const size_t n = keys(j);
