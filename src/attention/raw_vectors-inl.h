@@ -17,14 +17,17 @@ HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+using DF = hn::ScalableTag<float>;  // as in exp2-inl.h and kernels-inl.h
+using VF = hn::Vec<DF>;
+
 #if HWY_TARGET == HWY_EMU128
-using RawF = hn::Vec<hn::ScalableTag<float>>;
-HWY_INLINE RawF ToRaw(RawF v) { return v; }
-HWY_INLINE RawF FromRaw(const RawF& r) { return r; }
+using RawF = VF;
+HWY_INLINE RawF ToRaw(VF v) { return v; }
+HWY_INLINE VF FromRaw(const RawF& r) { return r; }
 #else
-using RawF = decltype(hn::Vec<hn::ScalableTag<float>>().raw);
-HWY_INLINE RawF ToRaw(hn::Vec<hn::ScalableTag<float>> v) { return v.raw; }
-HWY_INLINE hn::Vec<hn::ScalableTag<float>> FromRaw(RawF r) { return hn::Vec<hn::ScalableTag<float>>{r}; }
+using RawF = decltype(VF().raw);
+HWY_INLINE RawF ToRaw(VF v) { return v.raw; }
+HWY_INLINE VF FromRaw(RawF r) { return VF{r}; }
 #endif
 
 }  // namespace attnscale::detail::HWY_NAMESPACE
