@@ -68,20 +68,43 @@ inline constexpr bool kScalef = false;
 
 // kNonPositive: the caller guarantees x <= 0 or NaN (a score minus its row's maximum), so the
 // upper clamp is the identity and is left out (the same bits, one instruction less).
-template <class D, bool kNonPositive = false>
-HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// x − round(x), rounded to nearest even, in one instruction (AVX-512 DQ's vreduceps); 0 for ±inf.
+HWY_INLINE __m512 Fraction(__m512 x) { return _mm512_reduce_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+HWY_INLINE __m256 Fraction(__m256 x) { return _mm256_reduce_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+HWY_INLINE __m128 Fraction(__m128 x) { return _mm_reduce_ps(x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC); }
+#endif
+
+// 2^f for f in [-1/2, 1/2]: the polynomial above.
+template <class D>
+HWY_INLINE hn::Vec<D> Exp2Fraction(D d, hn::Vec<D> f) {
   using V = hn::Vec<D>;
-  const V lo = kScalef ? hn::Max(hn::Set(d, -160.0f), x) : hn::Max(x, hn::Set(d, -127.0f));
-  const V xc = kNonPositive ? lo : kScalef ? hn::Min(hn::Set(d, 127.0f), lo) : hn::Min(lo, hn::Set(d, 127.0f));
-  const V n = hn::Round(xc);
-  const V f = hn::Sub(xc, n);
   V p = hn::Set(d, 1.535336188319500e-4f);
   p = FusedMulAdd(p, f, hn::Set(d, 1.339887440266574e-3f));
   p = FusedMulAdd(p, f, hn::Set(d, 9.618437357674640e-3f));
   p = FusedMulAdd(p, f, hn::Set(d, 5.550332471162809e-2f));
   p = FusedMulAdd(p, f, hn::Set(d, 2.402264791363012e-1f));
   p = FusedMulAdd(p, f, hn::Set(d, 6.931472028550421e-1f));
-  p = FusedMulAdd(p, f, hn::Set(d, 1.0f));
+  return FusedMulAdd(p, f, hn::Set(d, 1.0f));
+}
+
+template <class D, bool kNonPositive = false>
+HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
+  using V = hn::Vec<D>;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // x <= 0 on AVX-512: no clamp. f = x − round(x) comes from vreduceps (0 for -inf) and n = x − f
+  // is round(x) exactly (-inf for -inf, where vscalefps gives 0; below -160 it gives 0 as the
+  // clamp did). The same bits as the clamped path, one instruction less per vector.
+  if constexpr (kNonPositive) {
+    const V f{Fraction(x.raw)};
+    return V{ScaleByPow2(Exp2Fraction(d, f).raw, hn::Sub(x, f).raw)};
+  }
+#endif
+  const V lo = kScalef ? hn::Max(hn::Set(d, -160.0f), x) : hn::Max(x, hn::Set(d, -127.0f));
+  const V xc = kNonPositive ? lo : kScalef ? hn::Min(hn::Set(d, 127.0f), lo) : hn::Min(lo, hn::Set(d, 127.0f));
+  const V n = hn::Round(xc);
+  const V f = hn::Sub(xc, n);
+  const V p = Exp2Fraction(d, f);
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   return V{ScaleByPow2(p.raw, n.raw)};
 #else

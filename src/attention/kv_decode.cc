@@ -3,7 +3,7 @@
 // Work items are (sequence, KV head, chunk of chunk_keys() keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
-// the group; on 16-lane targets without lane sums, kv::scores_quads, bf16 and int8 rows widened
+// the group; on 16- and 8-lane targets without lane sums, kv::scores_quads, bf16 and int8 rows widened
 // first), runs the online softmax (s folded into Q, scores in natural units) and updates its
 // partial (o, m, l). Partials are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
@@ -239,20 +239,20 @@ class Chunk {
   Chunk(const Layout& L, Scratch& s)
       : L_(L), s_(s), g_(L.group()), kbytes_(L.dk * L.k.esize), vbytes_(L.dv * L.v.esize),
         int8_(L.type == kv::kI8), whole_(Scratch::whole_chunk(L)) {
-    // GQA on 16-lane targets: the scores without lane sums (kv::scores_quads), bf16 and int8 K
-    // rows widened to float32 first, a tile at a time (Hq = 32, Hkv = 4, d = 128: int8
+    // GQA on 16- and 8-lane targets: the scores without lane sums (kv::scores_quads), bf16 and
+    // int8 K rows widened to float32 first, a tile at a time (Hq = 32, Hkv = 4, d = 128: int8
     // Nkv = 1024 0.37 -> 0.12-0.17 ms, Nkv = 65536 11.5-11.7 -> 8.5-10.2; bf16, with the rows fed
-    // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms).
+    // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms; AVX2, one thread,
+    // against its lane-sum scores: float32 0.47-0.66 of the time, bf16 0.69, int8 0.76).
     quads_ = g_ >= kQuadRows && kv::quads_available();
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
-    // (docs/performance.md). GQA's rows of the next tile (16-lane targets) are fed, a line or two
+    // (docs/performance.md). GQA's rows of the next tile (quad scores) are fed, a line or two
     // per step of the kernels' inner loops (LineFeed), K rows by the scores and V rows by P·V: a
     // tile's prefetches in one burst stalled the core until the misses drained, so that arithmetic
     // and memory added up (float32, Hq = 32, Hkv = 4, d = 128, Nkv = 65536: 8.2-8.6 -> 6.2-6.3 ms;
     // cache-resident, Nkv = 4096, 0.27 -> 0.29 ms). int8 rows are fed too since the quad scores
-    // (2-4% faster than their bursts). AVX2's GQA keeps the bursts: its scores take lane sums and
-    // it is bound by its arithmetic (13 ms, fed or not).
+    // (2-4% faster than their bursts).
     const bool wide_f32 = L.type == kv::kF32 && L.dk + L.dv > 128;
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
@@ -291,7 +291,7 @@ class Chunk {
   // A whole chunk (one query row, contiguous cache) is one stream_row_strided call. Otherwise tiles
   // go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
   // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
-  // is given the next tile's pointers too), GQA on 16-lane targets: the rows a line or two per
+  // is given the next tile's pointers too), GQA with quad scores: the rows a line or two per
   // step of the kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V), on others a
   // sub-tile's worth before each sub-tile of scores, so that the fetch runs beside the
   // arithmetic rather than in a burst that stalls on the full miss queue (docs/performance.md).

@@ -723,7 +723,53 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
     }
 }
 
-template <class D>  // D = DF; a template so that only 16-lane targets compile the body
+// The same for 8-lane targets (AVX2), whose 16 registers hold four keys against four rows: one
+// 128-bit broadcast of K_x's quad u feeds two accumulators (rows 0-1 and 2-3 of the pass, one row
+// per 128-bit block), 8 chains, one load per two multiply-adds; eight rows take two passes over
+// the keys (from L1 the second time), `pass` choosing the packed rows 4·pass to 4·pass + 3.
+constexpr size_t kQuadKeys8 = 4;
+template <class D>
+HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float* packed, size_t pass, float* S,
+                          size_t lds, size_t nr, LineFeed& feed) {
+  const hn::Repartition<double, D> dd;
+  const hn::Half<D> dh;
+  const size_t quads = dk / 4, tail = dk % 4;
+  const float* pq = packed + 16 * pass;
+  hn::Vec<D> a[kQuadKeys8][2];
+#pragma GCC unroll 4
+  for (size_t x = 0; x < kQuadKeys8; ++x) a[x][0] = a[x][1] = hn::Zero(d);
+  for (size_t u = 0; u < quads; ++u) {
+    feed.next();
+    const auto q0 = hn::LoadU(d, pq + u * 32), q1 = hn::LoadU(d, pq + u * 32 + 8);
+#pragma GCC unroll 4
+    for (size_t x = 0; x < kQuadKeys8; ++x) {
+      const auto k = hn::LoadDup128(d, krow[x] + 4 * u);
+      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
+      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
+    }
+  }
+  for (size_t t = 0; t < tail; ++t) {  // as in QuadKeys
+    const float* qt = pq + (quads + t) * 32;
+    const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + 8);
+#pragma GCC unroll 4
+    for (size_t x = 0; x < kQuadKeys8; ++x) {
+      const auto k = hn::Set(d, krow[x][4 * quads + t]);
+      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
+      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
+    }
+  }
+#pragma GCC unroll 2
+  for (size_t v = 0; v < 2; ++v) {  // QuadKeys' sums: block h of r holds row 2v + h's four scores
+    const auto A = a[0][v], B = a[1][v], C = a[2][v], E = a[3][v];
+    const auto s0 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, A, B), hn::InterleaveUpper(d, A, B)));
+    const auto s1 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, C, E), hn::InterleaveUpper(d, C, E)));
+    const auto r = hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, s0, s1)), hn::BitCast(d, hn::InterleaveUpper(dd, s0, s1)));
+    if (2 * v < nr) hn::StoreU(hn::LowerHalf(dh, r), dh, S + 2 * v * lds);
+    if (2 * v + 1 < nr) hn::StoreU(hn::UpperHalf(dh, r), dh, S + (2 * v + 1) * lds);
+  }
+}
+
+template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the bodies
 HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
                              float* S, size_t lds, LineFeed& shared) {
   if constexpr (hn::MaxLanes(D()) == 16) {
@@ -752,6 +798,30 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
       }
     }
     shared = feed;
+  } else if constexpr (hn::MaxLanes(D()) == 8) {
+    const size_t block = quads_block(dk);
+    LineFeed feed = shared;
+    for (size_t r0 = 0; r0 < rows; r0 += 8) {
+      const size_t nr = rows - r0 < 8 ? rows - r0 : 8, passes = nr > 4 ? 2 : 1;
+      feed.pace(static_cast<std::int64_t>((nk + kQuadKeys8 - 1) / kQuadKeys8 * passes * ((dk + 3) / 4)));
+      const float* pk = packed + r0 / 8 * block;
+      const float* rows4[kQuadKeys8];
+      size_t j = 0;
+      for (; j + kQuadKeys8 <= nk; j += kQuadKeys8) {
+        for (size_t x = 0; x < kQuadKeys8; ++x) rows4[x] = static_cast<const float*>(krow[j + x]);
+        for (size_t p = 0; p < passes; ++p)
+          QuadKeys8(d, dk, rows4, pk, p, S + (r0 + 4 * p) * lds + j, lds, nr - 4 * p, feed);
+      }
+      if (j < nk) {  // the last keys, the group filled up with the last row, into a scratch tile
+        HWY_ALIGN float part[8 * kQuadKeys8];
+        for (size_t x = 0; x < kQuadKeys8; ++x) rows4[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
+        for (size_t p = 0; p < passes; ++p)
+          QuadKeys8(d, dk, rows4, pk, p, part + 4 * p * kQuadKeys8, kQuadKeys8, nr - 4 * p, feed);
+        for (size_t r = 0; r < nr; ++r)
+          for (size_t x = 0; x < nk - j; ++x) S[(r0 + r) * lds + j + x] = part[r * kQuadKeys8 + x];
+      }
+    }
+    shared = feed;
   } else {
     (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)shared;
   }
@@ -767,7 +837,9 @@ void ScoresQuads(size_t nk, size_t rows, size_t dk, const void* const* krow, con
   (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed;  // never called: 1 lane
 #endif
 }
-bool QuadsAvailable() { return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16; }
+bool QuadsAvailable() {
+  return (hn::MaxLanes(DF()) == 16 || hn::MaxLanes(DF()) == 8) && hn::Lanes(DF()) == hn::MaxLanes(DF());
+}
 
 // StreamRowDispatch for the element type given at run time, rows by pointer or at a stride.
 template <class R, class S>

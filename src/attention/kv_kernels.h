@@ -15,16 +15,16 @@ enum ElementType : int { kF32 = 0, kBF16 = 1, kI8 = 2 };
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
             const float* const* ksc, const float* Q, std::size_t ldq, float* S, std::size_t lds);
 
-// GQA scores over float32 keys without lane sums, for 16-lane targets (quads_available()): the
-// group's query rows packed once per chunk (pack_quads), per block of 8 rows and quad of columns
-// u two vectors of 4 rows x 4 columns, lane 4h + i = Q[h][4u + i] (rows 0-3, then 4-7); a key's
-// quad (K[4u], .., K[4u + 3]) is broadcast to all four 128-bit blocks, one multiply-add per
-// vector; the dk % 4 last columns c go one at a time, K[c] broadcast against a pair of vectors
-// holding Q[h][c] in lanes 4h + c % 4 only. The four lanes of each row are added at the end:
+// GQA scores over float32 keys without lane sums, for 16- and 8-lane targets (quads_available()):
+// the group's query rows packed once per chunk (pack_quads), per block of 8 rows and quad of
+// columns u 32 floats, lane 4h + i = Q[h][4u + i] (rows 0-3, then 4-7: two vectors of 16 lanes or
+// four of 8); a key's quad (K[4u], .., K[4u + 3]) is broadcast to every 128-bit block, one
+// multiply-add per vector; the dk % 4 last columns c go one at a time, K[c] broadcast against
+// vectors holding Q[h][c] in lanes 4h + c % 4 only. The four lanes of each row are added at the end:
 //   S[r][j] = Σ_u (Q[r][4u]·K_j[4u] + Q[r][4u+2]·K_j[4u+2]) + (Q[r][4u+1]·K_j[4u+1] + Q[r][4u+3]·K_j[4u+3]),
 // each of the four sums over u one chain in column order.
 bool quads_available();
-// Floats of one block of 8 packed rows: dk / 4 quads and dk % 4 last columns, two vectors of 16 each.
+// Floats of one block of 8 packed rows: dk / 4 quads and dk % 4 last columns, 32 floats each.
 inline std::size_t quads_block(std::size_t dk) { return (dk / 4 + dk % 4) * 32; }
 // Floats of the packed rows: ceil(rows / 8) blocks.
 inline std::size_t quads_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * quads_block(dk); }
