@@ -349,14 +349,22 @@ void ScoresT(size_t nk, size_t rows, size_t dk, const void* const* krow, const f
   }
 }
 
+// P·V's row blocks: AVX2's 8 accumulators hold 4 rows x 2 vectors, where 8 rows x 1 vector would
+// load 8 broadcasts of P and one V vector for every 8 multiply-adds.
+#if HWY_TARGET == HWY_AVX2
+constexpr size_t kAccumulateRows = 4;
+#else
+constexpr size_t kAccumulateRows = kRowBlock;
+#endif
+
 template <int kType>
 void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
                  const float* alpha, float* O, size_t ldo, LineFeed& feed) {
-  for (size_t r0 = 0; r0 < rows; r0 += kRowBlock) {
+  for (size_t r0 = 0; r0 < rows; r0 += kAccumulateRows) {
     const float* p = P + r0 * kTileKeys;
     const float* a = alpha + r0;
     float* o = O + r0 * ldo;
-    switch (rows - r0 < kRowBlock ? rows - r0 : kRowBlock) {
+    switch (rows - r0 < kAccumulateRows ? rows - r0 : kAccumulateRows) {
       case 1: AccumulateRows<kType, 1>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
       case 2: AccumulateRows<kType, 2>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
       case 3: AccumulateRows<kType, 3>(nk, dv, vrow, vsc, p, a, o, ldo, feed); break;
