@@ -681,14 +681,23 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
 // 4-7 (kHalves = 2; rows 0-3 alone for blocks of up to 4 rows): lane 4h + i sums
 // Q[h][4u + i]·K_x[4u + i] over the column quads u, one 128-bit broadcast of
 // (K_x[4u], .., K_x[4u + 3]) feeding both (16 chains, one load per two multiply-adds). The end
-// adds each 128-bit block's four lanes as (i0 + i2) + (i1 + i3), four keys at a time: two
-// interleaves of 32-bit and two of 64-bit lanes leave in block h the row's scores for the four
-// keys, stored as they are.
+// adds each 128-bit block's four lanes as (i0 + i2) + (i1 + i3), four keys at a time (QuadSums).
 constexpr size_t kQuadKeys = 8;
+
+// Four keys' accumulators A, B, C, E (the same rows): block h of the result holds the sums of
+// block h's four lanes of A, B, C and E, as (i0 + i2) + (i1 + i3), by two interleaves of 32-bit and
+// two of 64-bit lanes.
+template <class D>
+HWY_INLINE hn::Vec<D> QuadSums(D d, hn::Vec<D> A, hn::Vec<D> B, hn::Vec<D> C, hn::Vec<D> E) {
+  const hn::Repartition<double, D> dd;
+  const auto s0 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, A, B), hn::InterleaveUpper(d, A, B)));
+  const auto s1 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, C, E), hn::InterleaveUpper(d, C, E)));
+  return hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, s0, s1)), hn::BitCast(d, hn::InterleaveUpper(dd, s0, s1)));
+}
+
 template <size_t kHalves, class D>
 HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
                          size_t nr, LineFeed& feed) {
-  const hn::Repartition<double, D> dd;
   const hn::Half<D> dh;
   const hn::Half<decltype(dh)> dq;
   const size_t quads = dk / 4, tail = dk % 4;
@@ -717,10 +726,7 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
   for (size_t half = 0; half < kHalves; ++half)
 #pragma GCC unroll 2
     for (size_t x = 0; x < kQuadKeys; x += 4) {
-      const auto A = a[x][half], B = a[x + 1][half], C = a[x + 2][half], E = a[x + 3][half];
-      const auto s0 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, A, B), hn::InterleaveUpper(d, A, B)));
-      const auto s1 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, C, E), hn::InterleaveUpper(d, C, E)));
-      const auto r = hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, s0, s1)), hn::BitCast(d, hn::InterleaveUpper(dd, s0, s1)));
+      const auto r = QuadSums(d, a[x][half], a[x + 1][half], a[x + 2][half], a[x + 3][half]);
       const auto lo = hn::LowerHalf(dh, r), hi = hn::UpperHalf(dh, r);
       const size_t h0 = 4 * half;
       float* out = S + h0 * lds + x;
@@ -739,7 +745,6 @@ constexpr size_t kQuadKeys8 = 4;
 template <class D>
 HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float* packed, size_t pass, float* S,
                           size_t lds, size_t nr, LineFeed& feed) {
-  const hn::Repartition<double, D> dd;
   const hn::Half<D> dh;
   const size_t quads = dk / 4, tail = dk % 4;
   const float* pq = packed + 16 * pass;
@@ -767,11 +772,8 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
     }
   }
 #pragma GCC unroll 2
-  for (size_t v = 0; v < 2; ++v) {  // QuadKeys' sums: block h of r holds row 2v + h's four scores
-    const auto A = a[0][v], B = a[1][v], C = a[2][v], E = a[3][v];
-    const auto s0 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, A, B), hn::InterleaveUpper(d, A, B)));
-    const auto s1 = hn::BitCast(dd, hn::Add(hn::InterleaveLower(d, C, E), hn::InterleaveUpper(d, C, E)));
-    const auto r = hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, s0, s1)), hn::BitCast(d, hn::InterleaveUpper(dd, s0, s1)));
+  for (size_t v = 0; v < 2; ++v) {  // block h of r: row 2v + h's four scores
+    const auto r = QuadSums(d, a[0][v], a[1][v], a[2][v], a[3][v]);
     if (2 * v < nr) hn::StoreU(hn::LowerHalf(dh, r), dh, S + 2 * v * lds);
     if (2 * v + 1 < nr) hn::StoreU(hn::UpperHalf(dh, r), dh, S + (2 * v + 1) * lds);
   }
