@@ -779,56 +779,47 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
   }
 }
 
-template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the bodies
+// One block of 8 packed rows against kQuadCallKeys keys (QuadKeys on 16 lanes; QuadKeys8 on 8,
+// one pass per four rows), scores into S[r][x]. The calls written out: a lambda around them made
+// the GQA decode 8-10% slower, a loop over AVX2's passes 4-6% (Hq = 32, Hkv = 4, one thread).
+template <class D>
+constexpr size_t kQuadCallKeys = hn::MaxLanes(D()) == 16 ? kQuadKeys : kQuadKeys8;
+template <class D>
+HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* pk, float* S, size_t lds, size_t nr,
+                         LineFeed& feed) {
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    if (nr > 4) QuadKeys<2>(d, dk, rows, pk, S, lds, nr, feed);
+    else QuadKeys<1>(d, dk, rows, pk, S, lds, nr, feed);
+  } else {
+    QuadKeys8(d, dk, rows, pk, 0, S, lds, nr, feed);
+    if (nr > 4) QuadKeys8(d, dk, rows, pk, 1, S + 4 * lds, lds, nr - 4, feed);
+  }
+}
+
+template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the body
 HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
                              float* S, size_t lds, LineFeed& shared) {
-  if constexpr (hn::MaxLanes(D()) == 16) {
+  if constexpr (hn::MaxLanes(D()) == 16 || hn::MaxLanes(D()) == 8) {
+    constexpr size_t kKeys = kQuadCallKeys<D>;
     const size_t block = quads_block(dk);
     LineFeed feed = shared;  // in registers while the keys stream
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
-      feed.pace(static_cast<std::int64_t>((nk + kQuadKeys - 1) / kQuadKeys * ((dk + 3) / 4)));
+      const size_t passes = hn::MaxLanes(D()) == 8 && nr > 4 ? 2 : 1;  // QuadCall's calls of the kernel
+      feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * ((dk + 3) / 4)));
       const float* pk = packed + r0 / 8 * block;
-      const float* rows8[kQuadKeys];
-      // The two QuadKeys calls are written out at both places: a lambda around them made the GQA
-      // decode 8-10% slower (Hq = 32, Hkv = 4, d = 128, one thread).
+      const float* rows_x[kKeys];
       size_t j = 0;
-      for (; j + kQuadKeys <= nk; j += kQuadKeys) {
-        for (size_t x = 0; x < kQuadKeys; ++x) rows8[x] = static_cast<const float*>(krow[j + x]);
-        if (nr > 4) QuadKeys<2>(d, dk, rows8, pk, S + r0 * lds + j, lds, nr, feed);
-        else QuadKeys<1>(d, dk, rows8, pk, S + r0 * lds + j, lds, nr, feed);
+      for (; j + kKeys <= nk; j += kKeys) {
+        for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const float*>(krow[j + x]);
+        QuadCall(d, dk, rows_x, pk, S + r0 * lds + j, lds, nr, feed);
       }
       if (j < nk) {  // the last keys, the group filled up with the last row, into a scratch tile
-        HWY_ALIGN float part[8 * kQuadKeys];
-        for (size_t x = 0; x < kQuadKeys; ++x) rows8[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
-        if (nr > 4) QuadKeys<2>(d, dk, rows8, pk, part, kQuadKeys, nr, feed);
-        else QuadKeys<1>(d, dk, rows8, pk, part, kQuadKeys, nr, feed);
+        HWY_ALIGN float part[8 * kKeys];
+        for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
+        QuadCall(d, dk, rows_x, pk, part, kKeys, nr, feed);
         for (size_t r = 0; r < nr; ++r)
-          for (size_t x = 0; x < nk - j; ++x) S[(r0 + r) * lds + j + x] = part[r * kQuadKeys + x];
-      }
-    }
-    shared = feed;
-  } else if constexpr (hn::MaxLanes(D()) == 8) {
-    const size_t block = quads_block(dk);
-    LineFeed feed = shared;
-    for (size_t r0 = 0; r0 < rows; r0 += 8) {
-      const size_t nr = rows - r0 < 8 ? rows - r0 : 8, passes = nr > 4 ? 2 : 1;
-      feed.pace(static_cast<std::int64_t>((nk + kQuadKeys8 - 1) / kQuadKeys8 * passes * ((dk + 3) / 4)));
-      const float* pk = packed + r0 / 8 * block;
-      const float* rows4[kQuadKeys8];
-      size_t j = 0;
-      for (; j + kQuadKeys8 <= nk; j += kQuadKeys8) {
-        for (size_t x = 0; x < kQuadKeys8; ++x) rows4[x] = static_cast<const float*>(krow[j + x]);
-        for (size_t p = 0; p < passes; ++p)
-          QuadKeys8(d, dk, rows4, pk, p, S + (r0 + 4 * p) * lds + j, lds, nr - 4 * p, feed);
-      }
-      if (j < nk) {  // the last keys, the group filled up with the last row, into a scratch tile
-        HWY_ALIGN float part[8 * kQuadKeys8];
-        for (size_t x = 0; x < kQuadKeys8; ++x) rows4[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
-        for (size_t p = 0; p < passes; ++p)
-          QuadKeys8(d, dk, rows4, pk, p, part + 4 * p * kQuadKeys8, kQuadKeys8, nr - 4 * p, feed);
-        for (size_t r = 0; r < nr; ++r)
-          for (size_t x = 0; x < nk - j; ++x) S[(r0 + r) * lds + j + x] = part[r * kQuadKeys8 + x];
+          for (size_t x = 0; x < nk - j; ++x) S[(r0 + r) * lds + j + x] = part[r * kKeys + x];
       }
     }
     shared = feed;
