@@ -131,8 +131,12 @@ void add_attend(CLI::App& app) {
       ->type_name("FILE");
   sub->add_option("--dropout", flags->dropout, "Dropout probability on P, kept values scaled by 1/(1-p) (default 0)")
       ->type_name("P");
-  sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask (default 0)")->type_name("N");
-  sub->add_option("--dropout-offset", flags->dropout_offset, "Offset of the dropout mask (default 0)")->type_name("N");
+  sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask (default 0)")
+      ->type_name("N")
+      ->check(seed_range());
+  sub->add_option("--dropout-offset", flags->dropout_offset, "Offset of the dropout mask (default 0)")
+      ->type_name("N")
+      ->check(seed_range());
   CLI::Option* cu_q = sub->add_option("--cu-seqlens-q", flags->cu_seqlens_q,
                                       "Packed sequences: query offsets 0,...,total_q; q is [Hq, total_q, dk]")
                            ->delimiter(',')

@@ -141,9 +141,29 @@ struct Bench {
   int rounds = 5;
   bool quick = false;
   std::string format = "table";
+  std::vector<std::string> n_lists, d_lists;  // --n, --d as given (each a comma-separated list)
   std::vector<std::int64_t> ns, ds;
   bool memory_case = false;
 };
+
+// The integers of a list flag given once or more, each a comma-separated list, every item in
+// [lo, hi]. Read here rather than by CLI11's delimiter, which drops empty items ("4096,,").
+std::vector<std::int64_t> int_lists(const std::string& flag, const std::vector<std::string>& lists, std::int64_t lo,
+                                    std::int64_t hi) {
+  std::vector<std::int64_t> out;
+  for (const std::string& list : lists) {
+    for (std::size_t start = 0;;) {
+      const std::size_t comma = list.find(',', start);
+      std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      if (const std::string why = integer_in<std::int64_t>(lo, hi)(item); !why.empty())
+        throw attnscale::Error(fmt::format("{}: {} in the list '{}'", flag, why, list));
+      out.push_back(std::stoll(item));
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  }
+  return out;
+}
 
 double rate_of(const Timed& t, double seconds) { return t.work > 0 ? t.work / seconds * t.per : seconds * 1e6; }
 
@@ -587,16 +607,18 @@ void add_bench(CLI::App& app) {
   auto opt = std::make_shared<Bench>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure attention throughput against this machine's peaks and copy bandwidth");
   cmd->add_option("--threads", opt->threads, "threads (default: $ATTNSCALE_THREADS, else all cores)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(threads_range());
   cmd->add_option("--rounds", opt->rounds, "interleaved rounds (median and range over them)")
       ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->check(integer_in<std::int64_t>(1, 1000));
   cmd->add_flag("--quick", opt->quick, "a quick subset: N in {1024, 4096}, key cases at N = 2048");
-  cmd->add_option("--n", opt->ns, "sequence lengths (comma-separated)")->delimiter(',')->check(CLI::PositiveNumber);
-  cmd->add_option("--d", opt->ds, "head dimensions (comma-separated)")->delimiter(',')->check(CLI::PositiveNumber);
+  cmd->add_option("--n", opt->n_lists, "sequence lengths (comma-separated)")->type_name("N,...");
+  cmd->add_option("--d", opt->d_lists, "head dimensions (comma-separated)")->type_name("D,...");
   cmd->add_option("--format", opt->format, "table or csv")->check(CLI::IsMember({"table", "csv"}));
   cmd->add_flag("--memory-case", opt->memory_case, "only forward+backward at N = 65536, d = 128, one head");
   cmd->callback([opt] {
+    opt->ns = int_lists("--n", opt->n_lists, 1, std::int64_t{1} << 24);
+    opt->ds = int_lists("--d", opt->d_lists, 1, std::int64_t{1} << 16);
     if (opt->memory_case) return memory_case();
     run(*opt);
   });

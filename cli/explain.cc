@@ -109,9 +109,7 @@ void run(ExplainFlags& f) {
     V = Q;
     origin = "the Study notes' example: Q = K = V = (v1, v2, v3) = (1, 2, 3), a 3 x 1 column";
   } else {
-    const std::int64_t n = f.n > 0 ? f.n : kDefaultN, d = f.d > 0 ? f.d : kDefaultD;
-    if (f.n < 0 || f.d < 0 || n > kMaxSide || d > kMaxSide)
-      throw Error(fmt::format("--n, --d: each 1..{}", kMaxSide));
+    const std::int64_t n = f.n > 0 ? f.n : kDefaultN, d = f.d > 0 ? f.d : kDefaultD;  // given: 1..kMaxSide
     Q = random_matrix(n, d, f.seed, 0);
     K = random_matrix(n, d, f.seed, 1);
     V = random_matrix(n, d, f.seed, 2);
@@ -218,11 +216,12 @@ void add_explain(CLI::App& app) {
   sub->add_option("--q", flags->q, "Queries .npy [N, d] (with --k and --v)")->type_name("FILE");
   sub->add_option("--k", flags->k, "Keys .npy [N, d]")->type_name("FILE");
   sub->add_option("--v", flags->v, "Values .npy [N, d]")->type_name("FILE");
-  sub->add_option("--n", flags->n, "Random input: tokens (1..16, default 4)");
-  sub->add_option("--d", flags->d, "Random input: dimension d_k (1..16, default 8)");
+  sub->add_option("--n", flags->n, "Random input: tokens (1..16, default 4)")->check(integer_in<std::int64_t>(1, kMaxSide));
+  sub->add_option("--d", flags->d, "Random input: dimension d_k (1..16, default 8)")
+      ->check(integer_in<std::int64_t>(1, kMaxSide));
   sub->add_flag("--notes-example", flags->notes_example,
                 "the Study notes' 3 x 1 example, Q = K = V = (1, 2, 3)^T, instead of random input");
-  sub->add_option("--seed", flags->seed, "Random input: seed")->capture_default_str();
+  sub->add_option("--seed", flags->seed, "Random input: seed")->capture_default_str()->check(seed_range());
   flags->mask.add_to(*sub);
   sub->callback([flags] { run(*flags); });
 }

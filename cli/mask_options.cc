@@ -22,7 +22,7 @@ void MaskFlags::add_to(CLI::App& app, bool with_mask_file) {
       ->type_name("L,R")
       ->delimiter(',')
       ->expected(2)
-      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 62));  // also refuses what overflows int64
+      ->check(integer_in<std::int64_t>(-1, std::int64_t{1} << 62));  // also refuses what overflows int64
   app.add_option("--align", align, "Diagonal of --window when --causal is not given (default top-left)")
       ->type_name("ALIGN");
   if (with_mask_file)

@@ -21,7 +21,7 @@ void add_report(CLI::App& app) {
       "report", "Run every experiment and write the completed paper: DIR/index.html (self-contained), "
                 "DIR/report.md, DIR/figures/, DIR/data/");
   sub->add_option("--out", opts->out, "output folder (created if missing)")->capture_default_str();
-  sub->add_option("--seed", opts->seed, "master seed of every random stream")->capture_default_str();
+  sub->add_option("--seed", opts->seed, "master seed of every random stream")->capture_default_str()->check(seed_range());
   sub->add_option("--threads", opts->threads, "threads (0: $ATTNSCALE_THREADS, else every core)")
       ->check(threads_range());
   sub->add_option("--from", opts->from,

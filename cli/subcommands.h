@@ -1,6 +1,13 @@
 // One function per subcommand; each registers itself on the top-level app.
 #pragma once
+#include <fmt/format.h>
+
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <system_error>
 
 namespace attnscale::cli {
 
@@ -10,7 +17,27 @@ void add_bench(CLI::App& app);
 void add_experiment(CLI::App& app);
 void add_report(CLI::App& app);
 
+// The check of an integer flag (each item of a list flag): the whole text is one integer in
+// [lo, hi], else "expected an integer from lo to hi, got 'text'", which CLI11 prints after the
+// flag's name. Its own checks said "Value abc not in range" of words, printed 1.8e308 as the
+// bound of PositiveNumber, and let an unsigned flag take "-5" as 2^64 - 5.
+template <class T>
+CLI::Validator integer_in(T lo, T hi) {
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        T value{};
+        const char* end = text.data() + text.size();
+        const auto [at, ec] = std::from_chars(text.data(), end, value);
+        if (ec == std::errc() && at == end && value >= lo && value <= hi) return {};
+        return fmt::format("expected an integer from {} to {}, got '{}'", lo, hi, text);
+      },
+      fmt::format("INT in [{} - {}]", lo, hi));
+}
+
 // The check of every --threads flag: 0 (ATTNSCALE_THREADS, else every core) up to 2^20.
-inline CLI::Validator threads_range() { return CLI::Range(0, 1 << 20); }
+inline CLI::Validator threads_range() { return integer_in<std::int64_t>(0, 1 << 20); }
+
+// The check of every seed flag: any unsigned 64-bit integer.
+inline CLI::Validator seed_range() { return integer_in<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()); }
 
 }  // namespace attnscale::cli

@@ -275,14 +275,16 @@ def test_reference_score_matrix_that_would_need_terabytes(work):
     (["--align", "middle"], ["--align", "middle"]),
     (["--causal", "top-left", "--align", "bottom-right"], ["--align", "conflicts"]),
     (["--window", "3"], ["--window", "2 required"]),
-    (["--window", "a,b"], ["--window", "a not in range"]),
-    (["--window", "-5,2"], ["--window", "-5 not in range"]),
+    (["--window", "a,b"], ["--window", "expected an integer from -1 to", "got 'a'"]),
+    (["--window", "-5,2"], ["--window", "got '-5'"]),
     (["--window", "99999999999999999999,1"], ["--window"]),
     (["--scale", "abc"], ["--scale", "abc"]),
     (["--scale", "nan"], ["--scale"]),
     (["--scale", "inf"], ["--scale"]),
-    (["--threads", "-1"], ["--threads", "-1 not in range"]),
-    (["--threads", "many"], ["--threads", "many not in range"]),
+    (["--threads", "-1"], ["--threads", "expected an integer from 0 to 1048576, got '-1'"]),
+    (["--threads", "many"], ["--threads", "got 'many'"]),
+    (["--dropout-seed", "-1"], ["--dropout-seed", "got '-1'"]),
+    (["--dropout-offset", "x"], ["--dropout-offset", "got 'x'"]),
     (["--threads", "99999999999"], ["--threads"]),
     (["--lse"], ["--lse"]),
 ])
@@ -338,7 +340,29 @@ def experiment(*args):
 def test_trials_zero_is_an_error_not_the_default():
     r = experiment("moments", "--trials", "0")
     assert r.returncode == 2 and r.stdout == "", r.stderr
-    assert r.stderr.startswith("attnscale: error: --trials: Value 0 not in range 1 to"), r.stderr
+    assert r.stderr.startswith("attnscale: error: --trials: expected an integer from 1 to 2147483648, got '0'"), r.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (["bench", "--n", "0"], ["--n", "expected an integer from 1 to", "got '0'"]),
+    (["bench", "--d", "64,abc"], ["--d", "got 'abc'", "'64,abc'"]),
+    (["bench", "--n", "4096,,"], ["--n", "got ''", "'4096,,'"]),
+    (["bench", "--rounds", "-1"], ["--rounds", "expected an integer from 1 to 1000, got '-1'"]),
+    (["bench", "--rounds", "1.5"], ["--rounds", "got '1.5'"]),
+    (["bench", "--threads", "many"], ["--threads", "got 'many'"]),
+    (["explain", "--n", "0"], ["--n", "expected an integer from 1 to 16, got '0'"]),
+    (["explain", "--d", "abc"], ["--d", "got 'abc'"]),
+    (["explain", "--seed", "-5"], ["--seed", "expected an integer from 0 to 18446744073709551615, got '-5'"]),
+    (["experiment", "moments", "--seed", "-5"], ["--seed", "got '-5'"]),
+    (["report", "--seed", "x"], ["--seed", "got 'x'"]),
+])
+def test_integer_flags_name_the_flag_and_the_range(args, words):
+    # Refused before any work: exit 2, nothing on stdout, one line naming the flag.
+    r = subprocess.run([BIN, *args], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+    assert r.stderr.startswith("attnscale: error: "), r.stderr
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
 
 
 def test_one_trial_gives_no_interval_and_says_so():
