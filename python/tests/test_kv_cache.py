@@ -82,3 +82,12 @@ def test_window_lse_and_errors():
         attnscale.decode(q, k, k, seq_lens=np.array([3], np.int64))
     with pytest.raises(ValueError, match="multiple of 32"):
         attnscale.quantize_q8(np.zeros((2, 33), np.float32))
+    with pytest.raises(ValueError, match="threads: must be >= 0, got -3"):
+        attnscale.decode(q, k, k, threads=-3)
+    # A paged cache: a negative length is named as such, a length past the table as not fitting.
+    pool = rng.standard_normal((4, 16, 1, 32), dtype=np.float32)
+    table = np.array([[0, 1]], np.int32)
+    with pytest.raises(ValueError, match=r"seq_lens\[0\] = -1: a length must be >= 0"):
+        attnscale.decode(q, pool, pool, block_table=table, seq_lens=np.array([-1], np.int32))
+    with pytest.raises(ValueError, match=r"seq_lens\[0\] = 33 does not fit in 2 blocks of 16"):
+        attnscale.decode(q, pool, pool, block_table=table, seq_lens=np.array([33], np.int32))

@@ -173,7 +173,8 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
     const std::int64_t blocks = c.k.shape[0];
     for (std::int64_t b = 0; b < L.B; ++b) {
       const std::int64_t len = L.length(b);
-      if (len < 0 || len > t.shape[1] * L.block_size)
+      if (len < 0) fail("seq_lens[" + std::to_string(b) + "] = " + std::to_string(len) + ": a length must be >= 0");
+      if (len > t.shape[1] * L.block_size)
         fail("seq_lens[" + std::to_string(b) + "] = " + std::to_string(len) + " does not fit in " +
              std::to_string(t.shape[1]) + " blocks of " + std::to_string(L.block_size));
       for (std::int64_t i = 0; i * L.block_size < len; ++i) {
@@ -205,6 +206,7 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
     fail("lse: expected float32 or float64 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + "], got " +
          std::string(dtype_name(lse.dtype)) + " " + lse.shape_str());
   if (o.window_left < -1) fail("window_left: expected -1 (none) or >= 0, got " + std::to_string(o.window_left));
+  if (o.threads < 0) fail("threads: must be >= 0, got " + std::to_string(o.threads));
   L.window_left = o.window_left;
   L.scale = o.scale.resolve(L.dk);
   return L;
