@@ -82,6 +82,12 @@ def test_window_lse_and_errors():
         attnscale.decode(q, k, k, seq_lens=np.array([3], np.int64))
     with pytest.raises(ValueError, match="multiple of 32"):
         attnscale.quantize_q8(np.zeros((2, 33), np.float32))
+    bad = np.ones((2, 64), np.float32)
+    bad[1, 40] = np.nan
+    with pytest.raises(ValueError, match="non-finite"):
+        attnscale.quantize_q8(bad)
+    kq, ks = attnscale.quantize_q8(np.ones((0, 64), np.float32))
+    assert kq.shape == (0, 64) and ks.shape == (0, 2)
     with pytest.raises(ValueError, match="threads: must be >= 0, got -3"):
         attnscale.decode(q, k, k, threads=-3)
     # A paged cache: a negative length is named as such, a length past the table as not fitting.

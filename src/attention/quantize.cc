@@ -36,6 +36,7 @@ void quantize_q8(const TensorView& src, const TensorView& dst, const TensorView&
   for (int i = 0; same && i + 1 < src.rank; ++i) same = scales.shape[i] == src.shape[i];
   if (!same) throw Error("quantize_q8: scales: expected float32 with src's shape and last dimension d/32, got " +
                          std::string(dtype_name(scales.dtype)) + " " + scales.shape_str());
+  if (src.numel() == 0) return;  // nothing to quantise (an empty view's strides say nothing)
   const int last = src.rank - 1;
   if ((src.strides[last] != 1 || dst.strides[last] != 1) || (d > 32 && scales.strides[last] != 1))
     throw Error("quantize_q8: the last dimension of src, dst and scales must be contiguous");
@@ -46,8 +47,12 @@ void quantize_q8(const TensorView& src, const TensorView& dst, const TensorView&
     float* sc = static_cast<float*>(scales.data) + offset(scales, r);
     for (std::int64_t blk = 0; blk < d / 32; ++blk) {
       float amax = 0;
-      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[blk * 32 + i]));
-      if (!std::isfinite(amax)) throw Error("quantize_q8: src holds a non-finite value");
+      bool finite = true;  // std::max skips a NaN, so each value is tested itself
+      for (int i = 0; i < 32; ++i) {
+        finite = finite && std::isfinite(x[blk * 32 + i]);
+        amax = std::max(amax, std::fabs(x[blk * 32 + i]));
+      }
+      if (!finite) throw Error("quantize_q8: src holds a non-finite value");
       const float scale = amax / 127.0f, inv = scale == 0.0f ? 0.0f : 1.0f / scale;
       sc[blk] = scale;
       for (int i = 0; i < 32; ++i)

@@ -254,6 +254,20 @@ TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   EXPECT_EQ(zs.as<float>()[0], 0.0f);
 }
 
+// Any non-finite value is refused, a NaN too (std::max, which finds the block's scale, passes
+// over a NaN); an empty tensor quantises to nothing.
+TEST(KVCache, QuantizeQ8RefusesNaNAndInfinityAndTakesEmpty) {
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY})
+    for (const int at : {0, 17, 63}) {
+      Tensor x = random_tensor(DType::f32, {2, 64}, 9, 1);
+      x.as<float>()[64 + at] = bad;
+      Tensor q(DType::i8, {2, 64}), s(DType::f32, {2, 2});
+      EXPECT_THROW(quantize_q8(x.view(), q.view(), s.view()), Error) << bad << " at " << at;
+    }
+  Tensor e(DType::f32, {0, 64}), eq(DType::i8, {0, 64}), es(DType::f32, {0, 2});
+  EXPECT_NO_THROW(quantize_q8(e.view(), eq.view(), es.view()));
+}
+
 TEST(KVCache, BadArgumentsThrowNamingThem) {
   const Caches c = make_caches(Kind::i8, 2, 2, {5, 9}, 32, 32, 4, 7);
   const Tensor q = random_tensor(DType::f32, {2, 4, 32}, 7, 3);
