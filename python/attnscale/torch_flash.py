@@ -41,7 +41,12 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, d
 def _attend(q, k, v, options, want_probs=False):
     """(out [.., N, H, dv] contiguous, lse [.., H, N], probs or None) of [.., N, H, d] tensors (4-D,
     or 3-D packed). probs (when asked for) are the kernel's: [B, H, Nq, Nkv] (packed: [H, total_q,
-    total_k], each sequence's diagonal block), the softmax with dropped pairs negated."""
+    total_k], each sequence's diagonal block), the softmax with dropped pairs negated. float16
+    (FlashAttention's usual dtype; the kernels have none) is computed in float32, as FlashAttention
+    accumulates it, and out comes back as float16 (lse and probs float32, as FlashAttention's)."""
+    half = all(isinstance(t, torch.Tensor) and t.dtype == torch.float16 for t in (q, k, v))
+    if half:
+        q, k, v = q.float(), k.float(), v.float()  # differentiable: the gradients come back as float16
     qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))
     out, lse = Attention.apply(qh, kh, vh, None, options, options)
     # FlashAttention's log-sum-exp of a row with no visible key is +inf.
@@ -50,7 +55,8 @@ def _attend(q, k, v, options, want_probs=False):
     if want_probs:
         arrays = [to_numpy(name, t) for name, t in (("q", qh), ("k", kh), ("v", vh))]
         probs = from_numpy(_attnscale.attention(*arrays, return_probs=True, **options)[1])
-    return out.transpose(-3, -2).contiguous(), lse, probs
+    out = out.transpose(-3, -2).contiguous()
+    return (out.half() if half else out), lse, probs
 
 
 def _check_layout(q, k, v, layout):
@@ -77,7 +83,8 @@ def flash_attn_func(
 ):
     """flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False)
 
-    A drop-in for FlashAttention 2's flash_attn_func on CPU tensors (float32, float64, bfloat16).
+    A drop-in for FlashAttention 2's flash_attn_func on CPU tensors (float32, float64, bfloat16;
+    float16 computed in float32 and returned as float16).
 
     q [B, Nq, H, d], k and v [B, Nkv, Hkv, d] (H % Hkv == 0: grouped-query attention), read in
     place. softmax_scale: None (1/sqrt(d)) or a number. causal: keys j <= i + Nkv - Nq (aligned

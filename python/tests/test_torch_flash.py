@@ -82,6 +82,31 @@ def test_bfloat16(gen):
     assert q.grad.dtype == torch.bfloat16 and torch.isfinite(q.grad.float()).all()
 
 
+@pytest.mark.parametrize("varlen", [False, True])
+def test_float16_is_float32_rounded_back(gen, varlen):
+    # FlashAttention's usual dtype: computed as the float32 of the same values, out and gradients
+    # returned as float16, softmax_lse float32.
+    case = (2, 9, 12, 4, 2, 16, 16, dict(causal=True))
+    q, k, v = (t.to(torch.float16) for t in operands(gen, case))
+    if varlen:
+        lens = torch.tensor([0, 9, 18], dtype=torch.int32), torch.tensor([0, 12, 24], dtype=torch.int32)
+        f = lambda q, k, v: at.flash_attn_varlen_func(q.flatten(0, 1), k.flatten(0, 1), v.flatten(0, 1), *lens, 9, 12,
+                                                      causal=True, return_attn_probs=True)
+    else:
+        f = lambda q, k, v: at.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    half = [t.clone().requires_grad_() for t in (q, k, v)]
+    single = [t.float().requires_grad_() for t in (q, k, v)]
+    out, lse, _ = f(*half)
+    want, want_lse, _ = f(*single)
+    assert out.dtype == torch.float16 and lse.dtype == torch.float32
+    assert torch.equal(out, want.half()) and torch.equal(lse, want_lse)
+    dout = torch.randn(out.shape, generator=gen).to(torch.float16)
+    out.backward(dout)
+    want.backward(dout.float())
+    for h, s in zip(half, single):
+        assert h.grad.dtype == torch.float16 and torch.equal(h.grad, s.grad.half())
+
+
 def test_inputs_are_read_in_place_with_alibi(gen):
     case = (2, 9, 12, 4, 2, 8, 8, {})
     q, k, v = operands(gen, case, grad=True)
