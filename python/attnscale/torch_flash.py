@@ -15,7 +15,7 @@ import math
 import torch
 
 from . import _attnscale
-from .torch_function import Attention, dropout_keywords, from_numpy, to_numpy
+from .torch_function import Attention, dropout_keywords, float16_as_float32, from_numpy, to_numpy
 
 
 def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, dropout_p):
@@ -44,9 +44,7 @@ def _attend(q, k, v, options, want_probs=False):
     total_k], each sequence's diagonal block), the softmax with dropped pairs negated. float16
     (FlashAttention's usual dtype; the kernels have none) is computed in float32, as FlashAttention
     accumulates it, and out comes back as float16 (lse and probs float32, as FlashAttention's)."""
-    half = all(isinstance(t, torch.Tensor) and t.dtype == torch.float16 for t in (q, k, v))
-    if half:
-        q, k, v = q.float(), k.float(), v.float()  # differentiable: the gradients come back as float16
+    (q, k, v), half = float16_as_float32(q, k, v)
     qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))
     out, lse = Attention.apply(qh, kh, vh, None, options, options)
     # FlashAttention's log-sum-exp of a row with no visible key is +inf.

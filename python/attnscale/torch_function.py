@@ -129,6 +129,16 @@ class Attention(torch.autograd.Function):
         return result[: len(ctx.needs_input_grad)]
 
 
+def float16_as_float32(*tensors):
+    """(tensors, half): float16 has no kernels of its own, so when all of `tensors` are float16 they
+    come back as float32 copies of the same values (differentiable: their gradients return as
+    float16), half = True, and the caller rounds its output back to float16. FlashAttention and
+    PyTorch accumulate float16 in float32 too. Otherwise the tensors as given, half = False."""
+    if all(isinstance(t, torch.Tensor) and t.dtype == torch.float16 for t in tensors):
+        return tuple(t.float() for t in tensors), True
+    return tensors, False
+
+
 def dropout_keywords(p):
     """The kernels' dropout keywords for probability p: a seed from torch's default generator, so
     torch.manual_seed fixes the mask (the backward regenerates it from the same seed)."""

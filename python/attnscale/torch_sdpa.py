@@ -16,7 +16,7 @@ gets its gradient, dS, summed over its broadcast dimensions by autograd.
 """
 import torch
 
-from .torch_function import attend, dropout_keywords
+from .torch_function import attend, dropout_keywords, float16_as_float32
 
 
 def scaled_dot_product_attention(
@@ -25,7 +25,8 @@ def scaled_dot_product_attention(
     """scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False)
 
     A drop-in for torch.nn.functional.scaled_dot_product_attention on CPU tensors of float32,
-    float64 or bfloat16, differentiable with respect to query, key, value and a float attn_mask.
+    float64, bfloat16 or float16 (computed in float32, returned as float16), differentiable with
+    respect to query, key, value and a float attn_mask.
 
     query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev]; leading dimensions
     broadcast; Hkv must equal Hq (or be 1) unless enable_gqa=True (then Hq % Hkv == 0).
@@ -57,10 +58,11 @@ def scaled_dot_product_attention(
         if mask.dtype in (torch.bfloat16, torch.float16):
             mask = mask.float()  # the kernels read float32/float64 masks; a copy of the mask as given
     options = dict(scale=None if scale is None else float(scale), causal=bool(is_causal), **dropout_keywords(dropout_p))
+    (query, key, value), half = float16_as_float32(query, key, value)
     try:
         out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa)
     except ValueError as e:
         if not enable_gqa and str(e).startswith("q, k:"):
             raise ValueError(f"{e} (key/value with fewer heads than query need enable_gqa=True)") from None
         raise
-    return out
+    return out.half() if half else out

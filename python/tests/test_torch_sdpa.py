@@ -92,6 +92,22 @@ def test_bfloat16_forward_and_backward(gen):
         assert (got.double() - ref).abs().max() <= 2e-2 * ref.abs().max()
 
 
+def test_float16_is_float32_rounded_back(gen):
+    # PyTorch 2 takes float16 on CPU too: here the float32 call on the same values, out and
+    # gradients rounded to float16.
+    q, k, v = (randn(gen, 2, 4, 37, 32).to(torch.float16) for _ in range(3))
+    mask = torch.rand(2, 1, 1, 37, generator=gen) < 0.8
+    half = [t.clone().requires_grad_() for t in (q, k, v)]
+    single = [t.float().requires_grad_() for t in (q, k, v)]
+    out, want = sdpa(*half, attn_mask=mask), sdpa(*single, attn_mask=mask)
+    assert out.dtype == torch.float16 and torch.equal(out, want.half())
+    dout = randn(gen, *out.shape).to(torch.float16)
+    out.backward(dout)
+    want.backward(dout.float())
+    for h, s in zip(half, single):
+        assert h.grad.dtype == torch.float16 and torch.equal(h.grad, s.grad.half())
+
+
 def test_padding_mask_and_permuted_inputs_are_not_copied(gen):
     x = randn(gen, 2, 9, 4, 8, grad=True)  # [B, N, H, d] viewed as [B, H, N, d]
     q = x.permute(0, 2, 1, 3)
