@@ -40,8 +40,8 @@ void quantize_q8(const TensorView& src, const TensorView& dst, const TensorView&
   const int last = src.rank - 1;
   if ((src.strides[last] != 1 || dst.strides[last] != 1) || (d > 32 && scales.strides[last] != 1))
     throw Error("quantize_q8: the last dimension of src, dst and scales must be contiguous");
-  const std::int64_t rows = src.numel() / std::max<std::int64_t>(d, 1);
-  for (std::int64_t r = 0; r < rows && d > 0; ++r) {
+  const std::int64_t rows = src.numel() / d;  // d > 0: an empty src returned above
+  for (std::int64_t r = 0; r < rows; ++r) {
     const float* x = static_cast<const float*>(src.data) + offset(src, r);
     std::int8_t* q = static_cast<std::int8_t*>(dst.data) + offset(dst, r);
     float* sc = static_cast<float*>(scales.data) + offset(scales, r);
