@@ -94,8 +94,10 @@ class _Cache:
             self.table = batch_idx.to(torch.int64)[:, None]  # one block of seqlen_cache keys per sequence
             self.capacity = self.block
 
-    def check_blocks(self, lengths):
+    def check_blocks(self, lengths, batch_idx_given):
         """The table entries that hold sequence b's first lengths[b] keys name blocks of the cache."""
+        if not self.paged and not batch_idx_given:
+            return  # rows 0..B-1, within the cache (checked with its shape)
         for b, n in enumerate(lengths):
             used = self.table[b, : (n + self.block - 1) // self.block]
             bad = ((used < 0) | (used >= self.rows)).nonzero()
@@ -239,7 +241,7 @@ def flash_attn_with_kvcache(
     for b, (s, n) in enumerate(zip(starts, lengths)):
         if not 0 <= s <= n:
             raise ValueError(f"cache_leftpad[{b}] = {s}: outside 0..{n}, the sequence's keys")
-    cache.check_blocks(lengths)
+    cache.check_blocks(lengths, cache_batch_idx is not None)
     rotary = rotary_cos is not None or rotary_sin is not None
     if rotary:
         if k is None:
@@ -304,7 +306,7 @@ def _decode_views(k_cache, v_cache, cache, B):
 
 
 def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
-    """(out [B, Nq, H, dv] float64, lse [B, H, Nq] float64) through attnscale.decode (module docstring)."""
+    """(out [B, Nq, H, dv], lse [B, H, Nq]) through attnscale.decode (module docstring)."""
     B, _, H, d = q.shape
     dv = v_cache.shape[3]
     kd, vd, table = _decode_views(k_cache, v_cache, cache, B)
@@ -315,8 +317,8 @@ def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
         rows.numpy(), kd, vd, block_table=table, seq_lens=common.to(torch.int32).numpy(), scale=scale,
         window_left=left if left >= 0 else -1, return_lse=True,
     )
-    out = torch.from_numpy(o1).double().reshape(B, H, Nq, dv)
-    lse = torch.from_numpy(lse1).double().reshape(B, H, Nq)
+    out = torch.from_numpy(o1).reshape(B, H, Nq, dv)
+    lse = torch.from_numpy(lse1).reshape(B, H, Nq)
     if causal and Nq > 1:  # the keys after the common ones: row i sees those up to L - Nq + i
         t = torch.arange(Nq - 1)
         pos = common[:, None] + t[None, :]  # [B, Nq - 1]
@@ -331,7 +333,7 @@ def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
         qh = q.to(torch.float32).transpose(1, 2)  # [B, H, Nq, d]
         o2, lse2 = _attention_arrays(qh.numpy(), kt.numpy(), vt.numpy(), mask=mask[:, None].numpy(), scale=scale,
                                      return_lse=True)
-        out, lse = _merge(out, lse, torch.from_numpy(o2).double(), torch.from_numpy(lse2).double())
+        out, lse = _merge(out.double(), lse.double(), torch.from_numpy(o2).double(), torch.from_numpy(lse2).double())
     return out.transpose(1, 2), lse
 
 
