@@ -3,6 +3,7 @@
     attention(q, k, v, *, ...)                 attnscale's own options (scale rules, align, window)
     scaled_dot_product_attention(...)          a drop-in for torch.nn.functional's
     flash_attn_func(...), flash_attn_varlen_func(...)   drop-ins for FlashAttention 2's
+    flash_attn_with_kvcache(...)               FlashAttention 2's decoding over a KV cache (no gradient)
 
 The forward pass runs attnscale.attention and keeps the log-sum-exp of each row; the backward
 pass runs attnscale.attention_backward, which recomputes the probabilities from q, k, v and that
@@ -22,10 +23,18 @@ share memory and strides with the arrays the kernels read), so a [B, N, H, d] te
 import torch
 
 from .torch_flash import flash_attn_func, flash_attn_varlen_func
+from .torch_kvcache import flash_attn_with_kvcache
 from .torch_function import Attention, attend
 from .torch_sdpa import scaled_dot_product_attention
 
-__all__ = ["attention", "scaled_dot_product_attention", "flash_attn_func", "flash_attn_varlen_func", "Attention"]
+__all__ = [
+    "attention",
+    "scaled_dot_product_attention",
+    "flash_attn_func",
+    "flash_attn_varlen_func",
+    "flash_attn_with_kvcache",
+    "Attention",
+]
 
 
 def attention(

@@ -130,6 +130,34 @@ def _offsets(name, cu_seqlens, total, max_seqlen, max_name):
     return cu
 
 
+def _paged_rows(k, v, block_table, cu):
+    """The keys and values of a paged cache [num_blocks, block_size, Hkv, d], sequence b's first
+    cu[b+1] - cu[b] keys of its blocks (block_table [batch, max_blocks]), packed [total, Hkv, d]."""
+    batch = len(cu) - 1
+    if (not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != batch
+            or block_table.dtype.is_floating_point or block_table.dtype == torch.bool):
+        got = f"{block_table.dtype} {list(block_table.shape)}" if isinstance(block_table, torch.Tensor) else type(block_table).__name__
+        raise ValueError(f"block_table: expected an integer tensor [{batch}, max_blocks], got {got}")
+    if k.shape[:3] != v.shape[:3]:
+        raise ValueError(f"v: expected shape {list(k.shape[:3])} + [headdim], got {list(v.shape)}")
+    size, table = k.shape[1], block_table.to(torch.int64)
+    seq, pos = [], []
+    for b in range(batch):
+        n = cu[b + 1] - cu[b]
+        if n > size * table.shape[1]:
+            raise ValueError(f"cu_seqlens_k: sequence {b} has {n} keys, more than its {table.shape[1]} blocks of {size} hold")
+        seq.append(torch.full((n,), b, dtype=torch.int64))
+        pos.append(torch.arange(n))
+    seq, pos = torch.cat(seq), torch.cat(pos)
+    blocks = table[seq, pos // size]
+    bad = ((blocks < 0) | (blocks >= k.shape[0])).nonzero()
+    if len(bad):
+        i = int(bad[0])
+        raise ValueError(f"block_table[{int(seq[i])}][{int(pos[i]) // size}] = {int(blocks[i])}: outside 0..{k.shape[0] - 1}, "
+                         "the cache's blocks")
+    return k[blocks, pos % size], v[blocks, pos % size]
+
+
 def flash_attn_varlen_func(
     q,
     k,
@@ -155,8 +183,11 @@ def flash_attn_varlen_func(
     cu_seqlens_q[b] .. cu_seqlens_q[b+1] and key rows cu_seqlens_k[b] .. cu_seqlens_k[b+1], and
     attends only within itself (one kernel call for all of them); causal and window_size align
     each sequence's own diagonal bottom-right; alibi_slopes are (H,) or (batch, H) per sequence.
-    max_seqlen_q/k bound the lengths (checked). Other arguments as flash_attn_func; block_table
-    (a paged KV cache) must be None.
+    max_seqlen_q/k bound the lengths (checked). Other arguments as flash_attn_func. block_table
+    [batch, max_blocks] (integers): k and v are a paged cache [num_blocks, block_size, Hkv, d]
+    instead (vLLM's layout), sequence b's keys 0 .. cu_seqlens_k[b+1] - cu_seqlens_k[b] - 1 in
+    blocks block_table[b][0], [1], ..: gathered (a copy) into the packed layout, gradients flowing
+    back to the cache's rows.
 
     Returns out [total_q, H, dv]; with return_attn_probs, (out, softmax_lse [H, total_q], S_dmask):
     S_dmask [batch, H, max_seqlen_q, max_seqlen_k], sequence b's probabilities in its top-left
@@ -171,7 +202,11 @@ def flash_attn_varlen_func(
         torch.Size([10, 4, 16])
     """
     if block_table is not None:
-        raise ValueError("block_table: a paged KV cache is not supported here; pass None")
+        _check_layout(q, q, q, "[total, heads, headdim]")
+        _check_layout(k, k, v, "[num_blocks, block_size, heads_k, headdim]")
+        total_k = int(cu_seqlens_k[-1]) if isinstance(cu_seqlens_k, torch.Tensor) and cu_seqlens_k.numel() else 0
+        ck = _offsets("cu_seqlens_k", cu_seqlens_k, total_k, max_seqlen_k, "max_seqlen_k")
+        k, v = _paged_rows(k, v, block_table, ck)
     _check_layout(q, k, v, "[total, heads, headdim]")
     cq = _offsets("cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
     ck = _offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k")

@@ -151,6 +151,42 @@ def test_varlen_gradcheck_and_empty_key_sets(gen):
     assert (out[2:5] == 0).all()  # the second sequence has no key
 
 
+def test_varlen_paged_keys_equal_packed_ones_with_gradients(gen):
+    """block_table: k, v a paged cache [num_blocks, block_size, Hkv, d]; the same keys packed give
+    the same bits, and the cache rows get the packed rows' gradients (unused rows none)."""
+    lq, lk, size = [3, 1, 6], [5, 0, 11], 4
+    q, k, v, cq, ck = varlen_operands(gen, lq, lk, grad=True)
+    table = torch.tensor([[6, 1, -1], [-1, -1, -1], [0, 5, 3]], dtype=torch.int32)  # -1: never read
+    kc = torch.zeros(7, size, *k.shape[1:], dtype=k.dtype)
+    vc = torch.zeros(7, size, *v.shape[1:], dtype=v.dtype)
+    for b in range(3):
+        for j in range(lk[b]):
+            kc[table[b, j // size], j % size] = k[ck[b] + j].detach()
+            vc[table[b, j // size], j % size] = v[ck[b] + j].detach()
+    kc.requires_grad_(), vc.requires_grad_()
+    want = at.flash_attn_varlen_func(q, k, v, cq, ck, 6, 11, causal=True)
+    got = at.flash_attn_varlen_func(q, kc, vc, cq, ck, 6, 11, causal=True, block_table=table)
+    assert torch.equal(got, want)
+    dout = torch.randn(want.shape, dtype=want.dtype, generator=gen)
+    gk, gv = torch.autograd.grad(want, (k, v), dout)
+    gkc, gvc = torch.autograd.grad(got, (kc, vc), dout)
+    used = torch.zeros(7, size, dtype=torch.bool)
+    for b in range(3):
+        for j in range(lk[b]):
+            assert torch.equal(gkc[table[b, j // size], j % size], gk[ck[b] + j])
+            assert torch.equal(gvc[table[b, j // size], j % size], gv[ck[b] + j])
+            used[table[b, j // size], j % size] = True
+    assert (gkc[~used] == 0).all() and (gvc[~used] == 0).all()  # rows no sequence uses get nothing
+    with pytest.raises(ValueError, match=r"^block_table\[2\]\[1\] = 9: outside 0..6, the cache's blocks$"):
+        bad = table.clone()
+        bad[2, 1] = 9
+        at.flash_attn_varlen_func(q, kc, vc, cq, ck, 6, 11, block_table=bad)
+    with pytest.raises(ValueError, match=r"^cu_seqlens_k: sequence 2 has 11 keys, more than its 2 blocks of 4 hold$"):
+        at.flash_attn_varlen_func(q, kc, vc, cq, ck, 6, 11, block_table=table[:, :2])
+    with pytest.raises(ValueError, match=r"^block_table: expected an integer tensor \[3, max_blocks\]"):
+        at.flash_attn_varlen_func(q, kc, vc, cq, ck, 6, 11, block_table=table[:2])
+
+
 def test_errors(gen):
     q, k, v, cq, ck = varlen_operands(gen, [2, 3], [2, 3])
     with pytest.raises(ValueError, match=r"^max_seqlen_q: 2 is shorter than a sequence of cu_seqlens_q \(3\)$"):

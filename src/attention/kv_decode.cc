@@ -13,9 +13,12 @@
 // call (a chunk of a contiguous cache, a 64-key tile of a paged one) prefetches ahead itself
 // (docs/performance.md).
 // A paged cache's KV heads go through a chunk side by side, a tile each in turn (its blocks hold
-// the heads' rows of a key together). The chunks are fixed by key position and the arithmetic does
-// not see addresses or the order of the heads, so the result is the same for any thread count and
-// for a paged or contiguous cache holding the same keys.
+// the heads' rows of a key together), and so do those of a contiguous cache stored [B, Nkv, Hkv, d]
+// (FlashAttention's layout, passed as a [B, Hkv, Nkv, d] view; one head at a time, its rows Hkv
+// rows apart, read at 0.4-0.6 of the rate). The chunks are fixed by key position and the
+// arithmetic does not see addresses or the order of the heads, so the result is the same for any
+// thread count and for a paged or contiguous cache (either order of its dimensions) holding the
+// same keys.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -57,6 +60,9 @@ constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (se
 constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row: bytes of K and V kv::stream_row prefetches ahead
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
+// KV heads side by side: a tile's K and V rows of one head above this many bytes are prefetched by
+// the previous head's step rather than a round of the heads ahead (Chunk::step).
+constexpr std::int64_t kOwnFeedBytes = 32768;
 
 // One of k / v: where row (b, h, j) lives, and its scales for int8.
 struct Rows {
@@ -79,6 +85,10 @@ struct Layout {
   std::int64_t B = 0, Hq = 0, Hkv = 0, dk = 0, dv = 0, max_len = 0;
   Rows k, v;
   bool paged = false;
+  // The KV heads of a key go through a chunk side by side (decode()): their rows lie together, in
+  // a paged cache's blocks or in a contiguous cache laid out [B, Nkv, Hkv, d] (FlashAttention's),
+  // seen as [B, Hkv, Nkv, d] through strides.
+  bool together = false;
   std::int64_t block_size = 0;
   const std::int32_t* table = nullptr;
   std::int64_t t0 = 0, t1 = 0;
@@ -154,6 +164,7 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
          std::to_string(L.dv) + ")");
   L.k = rows_of("k", c.k, c.k_scales, L.dk, int8);
   L.v = rows_of("v", c.v, c.v_scales, L.dv, int8);
+  L.together = L.paged || (L.Hkv > 1 && L.k.s1 < L.k.s2 && L.v.s1 < L.v.s2);
   if (!c.seq_lens.empty()) {
     if (c.seq_lens.dtype != DType::i32 || c.seq_lens.rank != 1 || c.seq_lens.shape[0] != L.B)
       fail("seq_lens: expected int32 [" + std::to_string(L.B) + "], got " + std::string(dtype_name(c.seq_lens.dtype)) +
@@ -222,12 +233,13 @@ struct Scratch {
         krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
-  // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none).
-  static constexpr std::size_t kRows = (kAhead + 1) * kTile;
+  // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none); one query row
+  // keeps its tile at the front, the rows it prefetches behind it, its next tile last (Chunk::step).
+  static constexpr std::size_t kRows = (kAhead + 2) * kTile;
   // One query row over a contiguous cache: a chunk is one kv::stream_row_strided call, rows at a
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
-  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.paged; }
+  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.together; }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
   Scratch(Scratch&&) = default;      // moves keep kf's buffer
@@ -240,7 +252,8 @@ class Chunk {
   // What follows from the layout alone, the same for every chunk.
   Chunk(const Layout& L, Scratch& s)
       : L_(L), s_(s), g_(L.group()), kbytes_(L.dk * L.k.esize), vbytes_(L.dv * L.v.esize),
-        int8_(L.type == kv::kI8), whole_(Scratch::whole_chunk(L)) {
+        int8_(L.type == kv::kI8), whole_(Scratch::whole_chunk(L)),
+        feed_following_(L.together && kTile * (kbytes_ + vbytes_) > kOwnFeedBytes) {
     // GQA on 16- and 8-lane targets: the scores without lane sums (kv::scores_quads), bf16 and
     // int8 K rows widened to float32 first, a tile at a time (Hq = 32, Hkv = 4, d = 128: int8
     // Nkv = 1024 0.37 -> 0.12-0.17 ms, Nkv = 65536 11.5-11.7 -> 8.5-10.2; bf16, with the rows fed
@@ -290,6 +303,19 @@ class Chunk {
   }
   bool done() const { return i_ >= tiles_; }
 
+  // The rows of the tile this chunk's next step() computes (n = 0 when it is done).
+  struct TileRows {
+    const void* const* k;
+    const void* const* v;
+    const float* const* ks;
+    const float* const* vs;
+    std::int64_t n;
+  };
+  TileRows upcoming() const {
+    const std::size_t at = g_ == 1 ? 0 : static_cast<std::size_t>((i_ % kSets) * kTile);
+    return {s_.krow.data() + at, s_.vrow.data() + at, s_.ksc.data() + at, s_.vsc.data() + at, tile_keys(i_)};
+  }
+
   // A whole chunk (one query row, contiguous cache) is one stream_row_strided call. Otherwise tiles
   // go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
   // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
@@ -298,7 +324,13 @@ class Chunk {
   // sub-tile's worth before each sub-tile of scores, so that the fetch runs beside the
   // arithmetic rather than in a burst that stalls on the full miss queue (docs/performance.md).
   // The first kAhead tiles are prefetched by begin().
-  void step() {
+  // `following`: with the KV heads of a chunk side by side (decode()), the next head's chunk, whose
+  // tile this thread computes after this step. When a head's tile is larger than kOwnFeedBytes,
+  // this step prefetches that tile's rows: its own next tile would come a whole round of the heads
+  // later, its rows pushed out of the first-level cache by the other heads' tiles by then. Smaller
+  // tiles prefetch their own next tile (docs/performance.md, "FlashAttention's cache layout").
+  void step(const Chunk* following = nullptr) {
+    if (!feed_following_) following = nullptr;
     Scratch& s = s_;
     const bool int8 = int8_;
     if (whole_) {
@@ -312,40 +344,50 @@ class Chunk {
     }
     const std::int64_t i = i_++, g = g_;
     const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
-    if (g == 1) {  // one row of a paged cache, its tile's heads in lockstep (decode())
-      // Tile i's row pointers at [0, kTile), tile i + 1's gathered behind them, so that the call
-      // prefetches into the next tile as the whole-chunk call does; then moved to the front.
-      static_assert(kAhead == 1, "the next tile is tile i + 1, gathered behind tile i");
-      if (next) gather(t0 + kTile, next, kTile);
+    if (g == 1) {  // one row, its tile's heads side by side (decode())
+      // Tile i's row pointers at [0, nk); behind them those of the tile computed next (copied),
+      // so that the call prefetches into it as the whole-chunk call does into its own keys; this
+      // chunk's tile i + 1 gathered last, then moved to the front.
+      static_assert(kAhead == 1, "the next tile is tile i + 1");
+      constexpr std::int64_t own = 2 * kTile;
+      if (next) gather(t0 + kTile, next, own);
+      const TileRows f = following && following != this
+                             ? following->upcoming()
+                             : TileRows{s.krow.data() + own, s.vrow.data() + own, s.ksc.data() + own,
+                                        s.vsc.data() + own, next};
+      std::copy_n(f.k, f.n, s.krow.begin() + nk);
+      std::copy_n(f.v, f.n, s.vrow.begin() + nk);
+      if (int8) std::copy_n(f.ks, f.n, s.ksc.begin() + nk), std::copy_n(f.vs, f.n, s.vsc.begin() + nk);
       kv::stream_row(L_.type, static_cast<std::size_t>(nk), L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
                      s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
-                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(next ? kTile + next : nk));
-      for (auto* rows : {&s.krow, &s.vrow}) std::copy_n(rows->begin() + kTile, next, rows->begin());
+                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(nk + f.n));
+      for (auto* rows : {&s.krow, &s.vrow}) std::copy_n(rows->begin() + own, next, rows->begin());
       if (int8)
-        for (auto* sc : {&s.ksc, &s.vsc}) std::copy_n(sc->begin() + kTile, next, sc->begin());
+        for (auto* sc : {&s.ksc, &s.vsc}) std::copy_n(sc->begin() + own, next, sc->begin());
       return;
     }
     const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     if (next) gather(t0 + kAhead * kTile, next, y);
+    const TileRows f = (following ? following : this)->upcoming();  // this: tile i + 1, at y
     // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
     // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), others
     // a sub-tile of kSub keys a call, their prefetch bursts between the calls.
     const std::int64_t sub = quads_ ? kTile : kSub;
     for (std::int64_t a = 0; a < nk; a += sub) {
       const std::int64_t n = std::min(sub, nk - a);
-      const std::int64_t ahead = a < next ? std::min(sub, next - a) : 0;  // rows of the next tile
+      const std::int64_t ahead = a < f.n ? std::min(sub, f.n - a) : 0;  // rows of the tile computed next
       if (quads_) {  // float32 rows as they are, bf16 and int8 rows widened into kf
         const void* const* rows = s.krow.data() + x + a;
         if (L_.type != kv::kF32) {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
-        LineFeed feed(s.krow.data() + y + a, ahead, kbytes_);
+        LineFeed feed(f.k + a, ahead, kbytes_);
         kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed);
         feed.rest();
       } else {
-        if (prefetch_k_) prefetch_rows(s.krow.data() + y + a, ahead, kbytes_);
-        prefetch_rows(s.vrow.data() + y + a, ahead, vbytes_, v_level_);
+        if (prefetch_k_) prefetch_rows(f.k + a, ahead, kbytes_);
+        prefetch_rows(f.v + a, ahead, vbytes_, v_level_);
         kv::scores(L_.type, n, g, L_.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
                    L_.dk, s.s.data() + a, kTile);
       }
@@ -353,7 +395,7 @@ class Chunk {
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
-    LineFeed feed = quads_ ? LineFeed(s.vrow.data() + y, next, vbytes_) : LineFeed();
+    LineFeed feed = quads_ ? LineFeed(f.v, f.n, vbytes_) : LineFeed();
     kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(),
                    s.alpha.data(), s.o.data(), L_.dv, feed);
     feed.rest();
@@ -416,7 +458,7 @@ class Chunk {
   Scratch& s_;
   // Set once, from the layout (the constructor).
   const std::int64_t g_, kbytes_, vbytes_;
-  const bool int8_, whole_;
+  const bool int8_, whole_, feed_following_;
   bool quads_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
@@ -461,10 +503,10 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
   PerThread<Partials> partials(1);
   Partials& part = partials.get(0, items * g, L.dv);
   float *po = part.o.data(), *pm = part.m.data(), *pl = part.l.data();
-  // A work unit is one KV head's chunk, or for a paged cache one chunk of all KV heads taken tile by
-  // tile side by side: the heads' rows of a key lie together in a block ([block, Hkv, d]), so the
-  // heads in lockstep read each block's rows as one run instead of Hkv strided passes.
-  const std::int64_t lockstep = L.paged ? L.Hkv : 1, units = items / lockstep;
+  // A work unit is one KV head's chunk, or, where the heads' rows of a key lie together (a paged
+  // cache's blocks [block, Hkv, d], a contiguous [B, Nkv, Hkv, d] cache), one chunk of all KV heads
+  // taken tile by tile side by side, which reads those rows as one run instead of Hkv strided passes.
+  const std::int64_t lockstep = L.together ? L.Hkv : 1, units = items / lockstep;
   const int threads = resolve_threads(options.threads, units);
   PerThread<HeadScratch> scratch(threads);
   parallel_for(units, 1, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
@@ -482,7 +524,8 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
       }
       for (std::int64_t x = 0; x < lockstep; ++x) hs.chunk[x].begin(q, b, (h0 + x) % L.Hkv, j0, j1);
       while (!hs.chunk[0].done())
-        for (std::int64_t x = 0; x < lockstep; ++x) hs.chunk[x].step();
+        for (std::int64_t x = 0; x < lockstep; ++x)
+          hs.chunk[x].step(&hs.chunk[(x + 1) % lockstep]);
       for (std::int64_t x = 0; x < lockstep; ++x) {
         const Scratch& s = hs.scratch[x];
         const std::int64_t item = (h0 + x) * chunks + c;

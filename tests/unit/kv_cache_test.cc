@@ -3,7 +3,8 @@
 // under the accuracy rule of the forward ("error vs float64 <= 2x the error of a naive float32
 // computation on the same inputs"), on every compiled SIMD target; awkward lengths (0, 1, odd,
 // prime, across chunk and block edges), GQA groups 1..8, sliding windows; paged == contiguous
-// bit for bit; any thread count gives the same bits; bad arguments throw.
+// == contiguous with the heads' rows interleaved ([B, Nkv, Hkv, d], FlashAttention's layout, seen
+// through strides) bit for bit; any thread count gives the same bits; bad arguments throw.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/kernels.h"
@@ -40,12 +42,24 @@ struct Caches {
   std::int64_t B, Hkv, Nmax, dk, dv, block;
   Tensor k, v, ks, vs;                  // contiguous [B, Hkv, Nmax, d] (+ int8 scales)
   Tensor pk, pv, pks, pvs;              // paged pool [blocks, block, Hkv, d]
+  Tensor ik, iv, iks, ivs;              // interleaved [B, Nmax, Hkv, d]
   Tensor table, lens;
   std::vector<double> kd, vd;           // dequantised contiguous values
   KVCache contiguous() const {
     KVCache c{k.view(), v.view(), ks.numel() ? ks.view() : TensorView{}, vs.numel() ? vs.view() : TensorView{}, {},
               lens.view()};
     return c;
+  }
+  // The interleaved tensors seen as [B, Hkv, Nmax, d] (dimensions 1 and 2 swapped).
+  static TensorView heads_outer(const Tensor& t) {
+    if (!t.numel()) return {};
+    TensorView v = t.view();
+    std::swap(v.shape[1], v.shape[2]);
+    std::swap(v.strides[1], v.strides[2]);
+    return v;
+  }
+  KVCache interleaved() const {
+    return KVCache{heads_outer(ik), heads_outer(iv), heads_outer(iks), heads_outer(ivs), {}, lens.view()};
   }
   KVCache paged() const {
     return KVCache{pk.view(), pv.view(), pks.numel() ? pks.view() : TensorView{}, pvs.numel() ? pvs.view() : TensorView{},
@@ -81,7 +95,7 @@ Tensor convert(const Tensor& f, Kind kind, Tensor& scales) {
 
 Caches make_caches(Kind kind, std::int64_t B, std::int64_t Hkv, const std::vector<std::int32_t>& lens, std::int64_t dk,
                    std::int64_t dv, std::int64_t block, std::uint64_t seed) {
-  Caches c{B, Hkv, 0, dk, dv, block, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
+  Caches c{B, Hkv, 0, dk, dv, block, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   c.Nmax = std::max<std::int64_t>(1, *std::max_element(lens.begin(), lens.end()));
   const Tensor kf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dk}, seed, 1);
   const Tensor vf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dv}, seed, 2);
@@ -116,9 +130,24 @@ Caches make_caches(Kind kind, std::int64_t B, std::int64_t Hkv, const std::vecto
   };
   c.pk = pool(c.k, dk);
   c.pv = pool(c.v, dv);
+  // [B, Hkv, Nmax, d] -> [B, Nmax, Hkv, d]
+  auto swapped = [&](const Tensor& src, std::int64_t d) {
+    Tensor t(src.dtype(), {B, c.Nmax, Hkv, d});
+    const std::size_t es = dtype_size(src.dtype());
+    for (std::int64_t b = 0; b < B; ++b)
+      for (std::int64_t h = 0; h < Hkv; ++h)
+        for (std::int64_t j = 0; j < c.Nmax; ++j)
+          std::copy_n(static_cast<const char*>(src.view().data) + (((b * Hkv + h) * c.Nmax + j) * d) * es, d * es,
+                      static_cast<char*>(t.view().data) + (((b * c.Nmax + j) * Hkv + h) * d) * es);
+    return t;
+  };
+  c.ik = swapped(c.k, dk);
+  c.iv = swapped(c.v, dv);
   if (kind == Kind::i8) {
     c.pks = pool(c.ks, dk / 32);
     c.pvs = pool(c.vs, dv / 32);
+    c.iks = swapped(c.ks, dk / 32);
+    c.ivs = swapped(c.vs, dv / 32);
   }
   return c;
 }
@@ -206,15 +235,17 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed) {
   o.window_left = cs.window;
   o.threads = 2;
   Tensor out(DType::f32, {B, cs.Hq, cs.dv}), lse(DType::f64, {B, cs.Hq}), paged(DType::f32, {B, cs.Hq, cs.dv}),
-      one(DType::f32, {B, cs.Hq, cs.dv});
+      one(DType::f32, {B, cs.Hq, cs.dv}), inter(DType::f32, {B, cs.Hq, cs.dv});
   decode(q.view(), c.contiguous(), out.view(), lse.view(), o);
   decode(q.view(), c.paged(), paged.view(), {}, o);
+  decode(q.view(), c.interleaved(), inter.view(), {}, o);
   o.threads = 1;
   decode(q.view(), c.contiguous(), one.view(), {}, o);
   const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " Hkv " +
                            std::to_string(cs.Hkv) + " dk " + std::to_string(cs.dk) + " dv " + std::to_string(cs.dv);
   for (std::int64_t i = 0; i < out.numel(); ++i) {
     ASSERT_EQ(std::memcmp(&out.as<float>()[i], &paged.as<float>()[i], 4), 0) << what << " paged != contiguous at " << i;
+    ASSERT_EQ(std::memcmp(&out.as<float>()[i], &inter.as<float>()[i], 4), 0) << what << " interleaved != contiguous at " << i;
     ASSERT_EQ(std::memcmp(&out.as<float>()[i], &one.as<float>()[i], 4), 0) << what << " 1 thread != 2 at " << i;
   }
   const double scale = 1.0 / std::sqrt(double(cs.dk));

@@ -1,0 +1,362 @@
+"""flash_attn_with_kvcache: FlashAttention 2's inference call over a KV cache, on CPU tensors.
+
+The cache is FlashAttention's: k_cache [batch_cache, seqlen_cache, Hkv, d] (contiguous layout) or
+[num_blocks, block_size, Hkv, d] with block_table [B, max_blocks] (paged: key j of sequence b is row
+j % block_size of block block_table[b][j // block_size]). New keys and values k, v [B, Nnew, Hkv, d]
+are written into it in place at positions cache_seqlens[b] .. cache_seqlens[b] + Nnew - 1 (after the
+rotary embedding, when given), then q [B, Nq, H, d] attends to sequence b's keys
+[cache_leftpad[b], cache_seqlens[b] + Nnew), its diagonal aligned bottom-right.
+
+How each call is computed (the same result up to float32 rounding; tests check both against a
+float64 reference):
+- attnscale.decode reads the cache where it lies (float32 or bfloat16, either layout; a contiguous
+  cache indexed by cache_batch_idx is the paged layout with one block of seqlen_cache keys per batch
+  row) when there is no softcap, ALiBi or left padding and the rows' visible keys are nested: one
+  query row (any window), or several with no window. Several query rows go to it as one group of
+  query heads per KV head (row i of head h as query head h * Nq + i), so the cache is read once.
+  Without `causal` every row sees every key. With `causal`, row i sees keys up to L - Nq + i: decode
+  covers the keys all rows see, [0, L - Nq], and the at most Nq - 1 keys after them (gathered) go to
+  attnscale.attention with a bottom-right causal mask; the two partial softmaxes are merged by their
+  log-sum-exp: out = (e^(lse1 - M) o1 + e^(lse2 - M) o2) / (e^(lse1 - M) + e^(lse2 - M)), M = max.
+- Otherwise each sequence runs through attnscale.attention with FlashAttention's options (the same
+  kernels as flash_attn_func), on a view of its keys for a contiguous cache (no copy) and on its
+  blocks gathered for a paged one.
+"""
+import math
+
+import torch
+
+from . import _attnscale
+from .arrays import attention as _attention_arrays
+from .torch_flash import _attend, _options
+from .torch_function import to_numpy
+
+_CACHE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
+
+
+def _int_vector(name, t, n):
+    """An integer tensor of n entries as a list of ints."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 1 or t.dtype.is_floating_point or t.dtype == torch.bool:
+        got = f"{t.dtype} {list(t.shape)}" if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name}: expected a 1-D integer tensor of {n} entries (one per sequence), got {got}")
+    if t.shape[0] != n:
+        raise ValueError(f"{name}: expected {n} entries (one per sequence), got {t.shape[0]}")
+    return [int(x) for x in t.tolist()]
+
+
+def _check_tensor(name, t, rank, layout):
+    if not isinstance(t, torch.Tensor) or t.dim() != rank:
+        got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name}: expected a {layout} tensor, got {got}")
+    if t.device.type != "cpu":
+        raise ValueError(f"{name}: must be a CPU tensor, got device {t.device}")
+
+
+def _rotate(x, cos, sin, positions, interleaved):
+    """FlashAttention's rotary embedding of x [B, N, H, d] at positions [B, N] (cos, sin [seqlen_ro,
+    rotary_dim / 2]): each pair (a, b) of the first rotary_dim dimensions, (x[2k], x[2k+1]) when
+    interleaved (GPT-J) and (x[k], x[k + rotary_dim/2]) otherwise (GPT-NeoX), becomes
+    (a cos - b sin, b cos + a sin) with the angle of its position and k; computed in float32 (float64
+    for float64 x), rounded to x's dtype."""
+    half = cos.shape[1]
+    work = torch.float64 if x.dtype == torch.float64 else torch.float32
+    c = cos.to(work)[positions].unsqueeze(2)  # [B, N, 1, half]
+    s = sin.to(work)[positions].unsqueeze(2)
+    y = x.to(work)
+    if interleaved:
+        a, b = y[..., 0 : 2 * half : 2], y[..., 1 : 2 * half : 2]
+        rot = torch.stack((a * c - b * s, b * c + a * s), dim=-1).flatten(-2)
+    else:
+        a, b = y[..., :half], y[..., half : 2 * half]
+        rot = torch.cat((a * c - b * s, b * c + a * s), dim=-1)
+    return torch.cat((rot, y[..., 2 * half :]), dim=-1).to(x.dtype)
+
+
+class _Cache:
+    """Where sequence b's key j lives: (row of the cache's first dimension, index in the second)."""
+
+    def __init__(self, k_cache, block_table, batch_idx, B):
+        self.paged = block_table is not None
+        self.rows = k_cache.shape[0]
+        if self.paged:
+            if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != B or (
+                block_table.dtype.is_floating_point or block_table.dtype == torch.bool
+            ):
+                got = f"{block_table.dtype} {list(block_table.shape)}" if isinstance(block_table, torch.Tensor) else type(
+                    block_table
+                ).__name__
+                raise ValueError(f"block_table: expected an integer tensor [{B}, max_blocks], got {got}")
+            self.block = k_cache.shape[1]
+            self.table = block_table.to(torch.int64)
+            self.capacity = self.block * block_table.shape[1]
+        else:
+            self.block = k_cache.shape[1]
+            self.table = batch_idx.to(torch.int64)[:, None]  # one block of seqlen_cache keys per sequence
+            self.capacity = self.block
+
+    def check_blocks(self, lengths, batch_idx_given):
+        """The table entries that hold sequence b's first lengths[b] keys name blocks of the cache."""
+        if not self.paged and not batch_idx_given:
+            return  # rows 0..B-1, within the cache (checked with its shape)
+        for b, n in enumerate(lengths):
+            used = self.table[b, : (n + self.block - 1) // self.block]
+            bad = ((used < 0) | (used >= self.rows)).nonzero()
+            if len(bad):
+                name = "block_table" if self.paged else "cache_batch_idx"
+                where = f"[{b}][{int(bad[0])}]" if self.paged else f"[{b}]"
+                raise ValueError(f"{name}{where} = {int(used[bad[0]])}: outside 0..{self.rows - 1}, the cache's rows")
+
+    def locate(self, positions, seqs=None):
+        """(rows, indices) of the keys at positions [n, N] (each < the capacity) of sequences seqs
+        [n] (default 0..n-1)."""
+        seqs = torch.arange(positions.shape[0]) if seqs is None else seqs
+        return self.table[seqs[:, None].expand_as(positions), positions // self.block], positions % self.block
+
+
+def _merge(o1, lse1, o2, lse2):
+    """Two partial softmaxes of the same rows over disjoint keys, merged (float64): o [.., dv], lse [..]."""
+    m = torch.maximum(lse1, lse2)
+    finite = m > -math.inf
+    m0 = torch.where(finite, m, torch.zeros_like(m))
+    w1, w2 = torch.exp(lse1 - m0), torch.exp(lse2 - m0)
+    total = w1 + w2
+    out = (w1[..., None] * o1 + w2[..., None] * o2) / torch.where(finite, total, torch.ones_like(total))[..., None]
+    lse = torch.where(finite, m0 + torch.log(total), m)
+    return out, lse
+
+
+def flash_attn_with_kvcache(
+    q,
+    k_cache,
+    v_cache,
+    k=None,
+    v=None,
+    rotary_cos=None,
+    rotary_sin=None,
+    cache_seqlens=None,
+    cache_batch_idx=None,
+    cache_leftpad=None,
+    block_table=None,
+    softmax_scale=None,
+    causal=False,
+    window_size=(-1, -1),
+    softcap=0.0,
+    rotary_interleaved=True,
+    alibi_slopes=None,
+    num_splits=0,
+    return_softmax_lse=False,
+):
+    """flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False)
+
+    A drop-in for FlashAttention 2's flash_attn_with_kvcache (incremental decoding) on CPU tensors:
+    q and the cache float32 or bfloat16 (float16: computed in float32, returned as float16;
+    float64 through the general kernels).
+
+    q [B, Nq, H, d]. k_cache, v_cache [batch_cache, seqlen_cache, Hkv, d] (Hkv dividing H: GQA), or
+    with block_table [B, max_blocks] (int) a paged cache [num_blocks, block_size, Hkv, d] (any
+    block_size). cache_seqlens: int or [B] ints, the keys each sequence holds (default: all
+    seqlen_cache). k, v [B, Nnew, Hkv, d] (optional, both or neither): written into the cache in
+    place at positions cache_seqlens[b] + t, then attended to. rotary_cos, rotary_sin [seqlen_ro,
+    rotary_dim / 2] (with k and v only): k rotated at those positions, q at cache_seqlens[b] + i when
+    causal or windowed, else all at cache_seqlens[b]; rotary_interleaved pairs dimensions (0, 1),
+    (2, 3), .. (GPT-J) or (k, k + rotary_dim/2) (GPT-NeoX). cache_batch_idx [B]: the cache row of
+    each sequence (contiguous cache only). cache_leftpad [B]: the first key of each sequence (keys
+    before it are not attended to). softmax_scale, causal, window_size, softcap and alibi_slopes as
+    in flash_attn_func, with sequence b's diagonal at its last key: query i at key position
+    L_b - Nq + i, L_b = cache_seqlens[b] + Nnew - cache_leftpad[b] keys. num_splits: accepted; the
+    keys are split by the kernels' own fixed chunks (the result does not depend on the thread count).
+
+    Returns out [B, Nq, H, d] in q's dtype; with return_softmax_lse, (out, softmax_lse [B, H, Nq]
+    float32, float64 for float64 q). A row with no visible key gives out 0 and softmax_lse +inf. No gradient (as
+    FlashAttention's: inference only).
+
+    Example (a paged cache of 4 blocks of 16 keys; one new token for each of 2 sequences):
+        >>> import torch, attnscale.torch as at
+        >>> kc, vc = torch.zeros(4, 16, 2, 64), torch.zeros(4, 16, 2, 64)
+        >>> table = torch.tensor([[0, 1], [3, 2]], dtype=torch.int32)
+        >>> lens = torch.tensor([20, 5], dtype=torch.int32)       # keys already cached
+        >>> q, k, v = torch.randn(2, 1, 8, 64), torch.randn(2, 1, 2, 64), torch.randn(2, 1, 2, 64)
+        >>> out = at.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table)
+        >>> out.shape, bool(kc[1, 4].eq(k[0, 0]).all())           # key 20 of sequence 0: block 1, row 4
+        (torch.Size([2, 1, 8, 64]), True)
+    """
+    _check_tensor("q", q, 4, "[batch, seqlen, heads, headdim]")
+    layout = "[num_blocks, block_size, heads_k, headdim]" if block_table is not None else "[batch, seqlen, heads_k, headdim]"
+    _check_tensor("k_cache", k_cache, 4, layout)
+    _check_tensor("v_cache", v_cache, 4, layout)
+    B, Nq, H, d = q.shape
+    Hkv = k_cache.shape[2]
+    if k_cache.shape[:3] != v_cache.shape[:3]:
+        raise ValueError(f"v_cache: expected shape {list(k_cache.shape[:3])} + [headdim], got {list(v_cache.shape)}")
+    if k_cache.shape[3] != d:
+        raise ValueError(f"k_cache: headdim {k_cache.shape[3]} differs from q's {d}")
+    if Hkv == 0 or H % Hkv:
+        raise ValueError(f"k_cache: {Hkv} KV heads do not divide q's {H} heads")
+    for name, t in (("k_cache", k_cache), ("v_cache", v_cache)):
+        if t.stride(-1) != 1 and t.shape[-1] > 1:
+            raise ValueError(f"{name}: the last dimension must be contiguous (stride 1)")
+        if t.dtype not in _CACHE_DTYPES:
+            raise TypeError(f"{name}: dtype must be float32, bfloat16, float16 or float64, got {t.dtype}")
+    if q.dtype != k_cache.dtype or v_cache.dtype != k_cache.dtype:
+        raise TypeError(f"q, k_cache, v_cache: expected one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
+    dv = v_cache.shape[3]
+    if block_table is not None and cache_batch_idx is not None:
+        raise ValueError("cache_batch_idx: not supported with a paged cache (block_table)")
+    if cache_batch_idx is None:
+        if block_table is None and k_cache.shape[0] < B:
+            raise ValueError(f"k_cache: {k_cache.shape[0]} batch rows for {B} sequences (pass cache_batch_idx to choose them)")
+        batch_idx = torch.arange(B)
+    else:
+        batch_idx = torch.tensor(_int_vector("cache_batch_idx", cache_batch_idx, B))
+    cache = _Cache(k_cache, block_table, batch_idx, B)
+
+    if isinstance(cache_seqlens, bool) or not (cache_seqlens is None or isinstance(cache_seqlens, (int, torch.Tensor))):
+        raise ValueError(f"cache_seqlens: expected an int or a [{B}] integer tensor, got {type(cache_seqlens).__name__}")
+    if cache_seqlens is None:
+        if block_table is not None:
+            raise ValueError("cache_seqlens: required with a paged cache (block_table)")
+        seqlens = [cache.capacity] * B
+    elif isinstance(cache_seqlens, int):
+        seqlens = [cache_seqlens] * B
+    else:
+        seqlens = _int_vector("cache_seqlens", cache_seqlens, B)
+    if (k is None) != (v is None):
+        raise ValueError("k, v: pass both new keys and new values, or neither")
+    n_new = 0
+    if k is not None:
+        if cache_seqlens is None:
+            raise ValueError("cache_seqlens: required with new keys k, v (where they go in the cache)")
+        _check_tensor("k", k, 4, "[batch, seqlen_new, heads_k, headdim]")
+        _check_tensor("v", v, 4, "[batch, seqlen_new, heads_k, headdim]")
+        n_new = k.shape[1]
+        if list(k.shape) != [B, n_new, Hkv, d] or list(v.shape) != [B, n_new, Hkv, dv]:
+            raise ValueError(f"k, v: expected [{B}, seqlen_new, {Hkv}, {d}] and [{B}, seqlen_new, {Hkv}, {dv}], got "
+                             f"{list(k.shape)} and {list(v.shape)}")
+    for b, n in enumerate(seqlens):
+        if n < 0 or n + n_new > cache.capacity:
+            room = "" if not n_new else f" plus {n_new} new keys"
+            raise ValueError(f"cache_seqlens[{b}] = {n}{room}: outside 0..{cache.capacity}, the keys the cache holds for a sequence")
+    lengths = [n + n_new for n in seqlens]  # keys after the update
+    starts = [0] * B if cache_leftpad is None else _int_vector("cache_leftpad", cache_leftpad, B)
+    for b, (s, n) in enumerate(zip(starts, lengths)):
+        if not 0 <= s <= n:
+            raise ValueError(f"cache_leftpad[{b}] = {s}: outside 0..{n}, the sequence's keys")
+    cache.check_blocks(lengths, cache_batch_idx is not None)
+    rotary = rotary_cos is not None or rotary_sin is not None
+    if rotary:
+        if k is None:
+            raise ValueError("rotary_cos, rotary_sin: apply only with new keys k, v")
+        if not all(isinstance(t, torch.Tensor) and t.dim() == 2 for t in (rotary_cos, rotary_sin)) or (
+            rotary_cos.shape != rotary_sin.shape
+        ):
+            raise ValueError("rotary_cos, rotary_sin: expected two [seqlen_ro, rotary_dim / 2] tensors of one shape")
+        if 2 * rotary_cos.shape[1] > d:
+            raise ValueError(f"rotary_cos: rotary_dim {2 * rotary_cos.shape[1]} exceeds headdim {d}")
+    if not isinstance(num_splits, int) or num_splits < 0:
+        raise ValueError(f"num_splits: expected an int >= 0, got {num_splits!r}")
+    options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, H, 0.0)
+    if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != B:
+        raise ValueError(f"alibi_slopes: expected ({H},) or ({B}, {H}), got {list(alibi_slopes.shape)}")
+    left, right = (int(w) for w in window_size)
+    if k is not None:
+        positions = torch.tensor(seqlens)[:, None] + torch.arange(n_new)[None, :]  # [B, Nnew]
+        if rotary:
+            # q's rows sit at cache_seqlens + i when causal or windowed, else all at cache_seqlens.
+            local = causal or left >= 0 or right >= 0
+            qpos = torch.tensor(seqlens)[:, None] + (torch.arange(Nq) if local else torch.zeros(Nq, dtype=torch.long))[None, :]
+            last = max([int(t.max()) for t in (positions, qpos) if t.numel()], default=0)
+            if last >= rotary_cos.shape[0]:
+                raise ValueError(f"rotary_cos: {rotary_cos.shape[0]} positions (rows), the keys and queries reach position {last}")
+
+    with torch.no_grad():
+        q = q.detach()
+        if k is not None:
+            if rotary:
+                k = _rotate(k, rotary_cos, rotary_sin, positions, rotary_interleaved)
+                q = _rotate(q, rotary_cos, rotary_sin, qpos, rotary_interleaved)
+            rows, idx = cache.locate(positions)
+            k_cache[rows, idx] = k.to(k_cache.dtype)
+            v_cache[rows, idx] = v.to(v_cache.dtype)
+        nested = Nq == 1 or (left < 0 and (causal or right < 0))
+        fast = (
+            k_cache.dtype in (torch.float32, torch.bfloat16)
+            and float(softcap) == 0.0
+            and alibi_slopes is None
+            and not any(starts)
+            and nested
+        )
+        if fast:
+            out, lse = _decode(q, k_cache, v_cache, cache, lengths, options["scale"], causal, left, Nq)
+        else:
+            out, lse = _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes)
+    lse = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32).masked_fill(lse == -math.inf, math.inf)
+    out = out.to(q.dtype).contiguous()
+    return (out, lse) if return_softmax_lse else out
+
+
+def _decode_views(k_cache, v_cache, cache, B):
+    """(k, v, block_table) for attnscale.decode: [B, Hkv, seqlen, d] views of a contiguous cache
+    whose sequences are its first B rows; else the paged layout (a contiguous cache as blocks of
+    seqlen_cache keys, one per batch row, picked by cache_batch_idx)."""
+    identity = not cache.paged and torch.equal(cache.table[:, 0], torch.arange(B))
+    if identity:
+        return (to_numpy("k_cache", k_cache[:B].transpose(1, 2)), to_numpy("v_cache", v_cache[:B].transpose(1, 2)), None)
+    table = cache.table.to(torch.int32).contiguous().numpy()
+    return to_numpy("k_cache", k_cache), to_numpy("v_cache", v_cache), table
+
+
+def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
+    """(out [B, Nq, H, dv], lse [B, H, Nq]) through attnscale.decode (module docstring)."""
+    B, _, H, d = q.shape
+    dv = v_cache.shape[3]
+    kd, vd, table = _decode_views(k_cache, v_cache, cache, B)
+    rows = q.to(torch.float32).permute(0, 2, 1, 3).reshape(B, H * Nq, d).contiguous()  # row h * Nq + i
+    lens = torch.tensor(lengths, dtype=torch.int64)
+    common = (lens - (Nq - 1)).clamp(min=0) if causal and Nq > 1 else lens  # keys every row sees
+    o1, lse1 = _attnscale.decode(
+        rows.numpy(), kd, vd, block_table=table, seq_lens=common.to(torch.int32).numpy(), scale=scale,
+        window_left=left if left >= 0 else -1, return_lse=True,
+    )
+    out = torch.from_numpy(o1).reshape(B, H, Nq, dv)
+    lse = torch.from_numpy(lse1).reshape(B, H, Nq)
+    if causal and Nq > 1:  # the keys after the common ones: row i sees those up to L - Nq + i
+        t = torch.arange(Nq - 1)
+        pos = common[:, None] + t[None, :]  # [B, Nq - 1]
+        valid = pos < lens[:, None]
+        blocks, idx = cache.locate(torch.where(valid, pos, torch.zeros_like(pos)))
+        # A padding slot (past a sequence's end) reads any cache row: the mask hides it.
+        blocks = torch.where(valid, blocks, torch.zeros_like(blocks))
+        kt = k_cache[blocks, idx].to(torch.float32).transpose(1, 2)  # [B, Hkv, Nq - 1, d]
+        vt = v_cache[blocks, idx].to(torch.float32).transpose(1, 2)
+        row_end = lens[:, None] - Nq + torch.arange(Nq)[None, :]  # [B, Nq]: last visible key
+        mask = valid[:, None, :] & (pos[:, None, :] <= row_end[:, :, None])  # [B, Nq, Nq - 1]
+        qh = q.to(torch.float32).transpose(1, 2)  # [B, H, Nq, d]
+        o2, lse2 = _attention_arrays(qh.numpy(), kt.numpy(), vt.numpy(), mask=mask[:, None].numpy(), scale=scale,
+                                     return_lse=True)
+        out, lse = _merge(out.double(), lse.double(), torch.from_numpy(o2).double(), torch.from_numpy(lse2).double())
+    return out.transpose(1, 2), lse
+
+
+def _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes):
+    """(out [B, Nq, H, dv], lse [B, H, Nq]) with attnscale.attention per sequence (module docstring)."""
+    outs, lses = [], []
+    for b in range(q.shape[0]):
+        n = lengths[b] - starts[b]
+        if cache.paged:
+            pos = torch.arange(starts[b], lengths[b])[None, :]
+            blocks, idx = cache.locate(pos, torch.tensor([b]))
+            kb, vb = k_cache[blocks[0], idx[0]], v_cache[blocks[0], idx[0]]  # [n, Hkv, d], gathered
+        else:
+            row = int(cache.table[b, 0])
+            kb, vb = k_cache[row, starts[b] : lengths[b]], v_cache[row, starts[b] : lengths[b]]  # views
+        opts = dict(options)
+        if alibi_slopes is not None and alibi_slopes.dim() == 2:
+            opts["alibi_slopes"] = options["alibi_slopes"][b]
+        if n == 0:  # no key: out 0, lse -inf (FlashAttention's +inf is set by the caller)
+            outs.append(torch.zeros(1, q.shape[1], q.shape[2], v_cache.shape[3], dtype=q.dtype))
+            lses.append(torch.full((1, q.shape[2], q.shape[1]), -math.inf))
+            continue
+        out, lse, _ = _attend(q[b : b + 1], kb[None], vb[None], opts)
+        outs.append(out)
+        lses.append(lse.masked_fill(lse == math.inf, -math.inf))
+    return torch.cat(outs), torch.cat(lses)

@@ -1,0 +1,269 @@
+"""attnscale.torch.flash_attn_with_kvcache against FlashAttention's semantics, written out in float64.
+
+The reference rebuilds each sequence's keys from the cache as it was before the call (its rows by
+block_table or cache_batch_idx, then the new keys rotated), keeps [cache_leftpad, end) and runs
+torch_reference.flash on them: bottom-right diagonal, windows, softcap and ALiBi as in flash_attn_func.
+"""
+import math
+import re
+
+import pytest
+import torch
+
+import attnscale.torch as at
+import torch_reference
+
+
+@pytest.fixture
+def gen():
+    return torch.Generator().manual_seed(4242)
+
+
+def rotate(x, cos, sin, positions, interleaved):
+    """The rotary embedding as a complex product: pair (a, b) -> (a + ib) * (cos + i sin)."""
+    x = x.to(torch.float64).clone()
+    half = cos.shape[1]
+    c, s = cos.double()[positions].unsqueeze(2), sin.double()[positions].unsqueeze(2)
+    if interleaved:
+        a, b = x[..., 0 : 2 * half : 2], x[..., 1 : 2 * half : 2]
+    else:
+        a, b = x[..., :half], x[..., half : 2 * half]
+    z = torch.complex(a, b) * torch.complex(c, s)
+    if interleaved:
+        x[..., 0 : 2 * half : 2], x[..., 1 : 2 * half : 2] = z.real, z.imag
+    else:
+        x[..., :half], x[..., half : 2 * half] = z.real, z.imag
+    return x
+
+
+def sequence_rows(cache, b, n, table=None, batch_idx=None):
+    """Sequence b's first n rows of a cache [rows, block, Hkv, d] (paged by table, else batch row)."""
+    if table is None:
+        return cache[b if batch_idx is None else int(batch_idx[b]), :n]
+    bs = cache.shape[1]
+    pos = torch.arange(n)
+    return cache[table[b][pos // bs].long(), pos % bs]
+
+
+def reference(q, kc, vc, k=None, v=None, cos=None, sin=None, seqlens=None, batch_idx=None, leftpad=None, table=None,
+              interleaved=True, causal=False, window_size=(-1, -1), **flash):
+    """(out [B, Nq, H, dv], lse [B, H, Nq]) in float64, from the caches as they were before the call."""
+    B, Nq = q.shape[:2]
+    n_new = 0 if k is None else k.shape[1]
+    outs, lses = [], []
+    for b in range(B):
+        n = int(seqlens[b]) if seqlens is not None else kc.shape[1]
+        kb, vb = sequence_rows(kc, b, n, table, batch_idx).double(), sequence_rows(vc, b, n, table, batch_idx).double()
+        qb = q[b : b + 1].double()
+        if k is not None:
+            knew = k[b : b + 1].double()
+            if cos is not None:
+                knew = rotate(knew, cos, sin, (n + torch.arange(n_new))[None], interleaved)
+                local = causal or window_size != (-1, -1)
+                qpos = n + (torch.arange(Nq) if local else torch.zeros(Nq, dtype=torch.long))
+                qb = rotate(qb, cos, sin, qpos[None], interleaved)
+            kb, vb = torch.cat([kb, knew[0]]), torch.cat([vb, v[b].double()])
+        start = 0 if leftpad is None else int(leftpad[b])
+        opts = dict(flash)
+        if opts.get("alibi_slopes") is not None and opts["alibi_slopes"].dim() == 2:
+            opts["alibi_slopes"] = opts["alibi_slopes"][b]
+        out, lse = torch_reference.flash(qb, kb[start:][None], vb[start:][None], causal=causal, window_size=window_size,
+                                         **opts)
+        outs.append(out)
+        lses.append(lse)
+    return torch.cat(outs), torch.cat(lses)
+
+
+def paged(gen, seqlens, block, Hkv, d, dtype, spare=3):
+    """A paged cache holding random rows, its blocks handed out to the sequences in a shuffled order
+    (each sequence gets room for its keys plus `spare` more), and its table."""
+    need = [(n + spare + block - 1) // block for n in seqlens]
+    width, total = max(need), sum(need)
+    order = torch.randperm(total + 2, generator=gen)  # two blocks more than needed, never referenced
+    table = torch.full((len(seqlens), width), -1, dtype=torch.int32)
+    at_ = 0
+    for b, m in enumerate(need):
+        table[b, :m] = order[at_ : at_ + m].int()
+        at_ += m
+    kc = torch.randn(total + 2, block, Hkv, d, generator=gen).to(dtype)
+    vc = torch.randn(total + 2, block, Hkv, d, generator=gen).to(dtype)
+    return kc, vc, table
+
+
+def randn(gen, *shape, dtype=torch.float32):
+    return torch.randn(*shape, generator=gen).to(dtype)
+
+
+TOL = {torch.float32: 2e-5, torch.float64: 1e-12}
+
+# (B, Nq, Nnew, H, Hkv, d, seqlens, options): one row and several (speculative decoding, chunked
+# prefill), GQA and MQA, a sequence shorter than Nq, an empty one, windows, softcap, ALiBi.
+CASES = [
+    (1, 1, 1, 1, 1, 1, [0], {}),
+    (3, 1, 1, 8, 2, 16, [5, 0, 37], {}),
+    (2, 1, 0, 4, 4, 8, [13, 1], dict(window_size=(4, -1))),
+    (2, 4, 4, 6, 3, 16, [29, 2], dict(causal=True)),
+    (3, 5, 2, 4, 1, 8, [11, 0, 3], dict(causal=True)),
+    (2, 3, 1, 4, 2, 8, [9, 17], {}),
+    (2, 3, 3, 4, 2, 8, [9, 17], dict(window_size=(5, 1))),
+    (2, 3, 1, 4, 2, 8, [12, 6], dict(window_size=(-1, 0))),
+    (2, 1, 1, 4, 2, 8, [30, 7], dict(softcap=1.5, softmax_scale=1.0)),
+    (2, 2, 2, 4, 2, 8, [19, 4], dict(alibi_slopes="per-head", causal=True)),
+    (3, 1, 1, 2, 1, 8, [8, 21, 3], dict(alibi_slopes="per-batch")),
+]
+
+
+def options(gen, case):
+    B, H, opts = case[0], case[3], dict(case[7])
+    if opts.get("alibi_slopes") == "per-head":
+        opts["alibi_slopes"] = torch.rand(H, generator=gen)
+    elif opts.get("alibi_slopes") == "per-batch":
+        opts["alibi_slopes"] = torch.rand(B, H, generator=gen)
+    return opts
+
+
+@pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("layout", ["contiguous", "paged"])
+def test_matches_flash_attention_semantics(gen, case, dtype, layout):
+    B, Nq, Nnew, H, Hkv, d, seqlens, _ = case
+    opts = options(gen, case)
+    lens = torch.tensor(seqlens, dtype=torch.int32)
+    if layout == "paged":
+        kc, vc, table = paged(gen, seqlens, 7, Hkv, d, dtype, spare=Nnew)
+    else:
+        kc, vc, table = randn(gen, B, max(seqlens) + Nnew + 2, Hkv, d, dtype=dtype), randn(
+            gen, B, max(seqlens) + Nnew + 2, Hkv, d, dtype=dtype), None
+    q = randn(gen, B, Nq, H, d, dtype=dtype)
+    k, v = (randn(gen, B, Nnew, Hkv, d, dtype=dtype) for _ in range(2)) if Nnew else (None, None)
+    want, want_lse = reference(q, kc, vc, k, v, seqlens=lens, table=table, **opts)
+    out, lse = at.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table,
+                                          return_softmax_lse=True, **opts)
+    assert out.shape == (B, Nq, H, d) and out.dtype == dtype and lse.shape == (B, H, Nq)
+    assert lse.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+    tol = TOL[dtype]
+    torch.testing.assert_close(out.double(), want, rtol=tol, atol=tol)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=tol, atol=tol)  # +inf where a row sees no key
+
+
+def test_new_keys_are_written_in_place_and_nothing_else(gen):
+    B, Hkv, d, seqlens = 3, 2, 8, [4, 0, 9]
+    kc, vc, table = paged(gen, seqlens, 4, Hkv, d, torch.float32, spare=2)
+    k0, v0 = kc.clone(), vc.clone()
+    k, v = randn(gen, B, 2, Hkv, d), randn(gen, B, 2, Hkv, d)
+    at.flash_attn_with_kvcache(randn(gen, B, 1, 4, d), kc, vc, k, v, cache_seqlens=torch.tensor(seqlens), block_table=table)
+    written = torch.zeros(kc.shape[:2], dtype=torch.bool)
+    for b, n in enumerate(seqlens):
+        for t in range(2):
+            blk, row = int(table[b, (n + t) // 4]), (n + t) % 4
+            assert torch.equal(kc[blk, row], k[b, t]) and torch.equal(vc[blk, row], v[b, t])
+            written[blk, row] = True
+    assert torch.equal(kc[~written], k0[~written]) and torch.equal(vc[~written], v0[~written])
+
+
+@pytest.mark.parametrize("interleaved", [True, False])
+@pytest.mark.parametrize("causal", [True, False])
+def test_rotary_embedding(gen, interleaved, causal):
+    B, Nq, H, Hkv, d, seqlens = 2, 3, 4, 2, 16, [6, 11]
+    cos_sin = torch.rand(20, 6, generator=gen) * 2 * math.pi  # rotary_dim 12 of 16
+    cos, sin = torch.cos(cos_sin), torch.sin(cos_sin)
+    kc, vc = randn(gen, B, 20, Hkv, d), randn(gen, B, 20, Hkv, d)
+    q, k, v = randn(gen, B, Nq, H, d), randn(gen, B, Nq, Hkv, d), randn(gen, B, Nq, Hkv, d)
+    lens = torch.tensor(seqlens, dtype=torch.int32)
+    want, _ = reference(q, kc, vc, k, v, cos, sin, seqlens=lens, interleaved=interleaved, causal=causal)
+    out = at.flash_attn_with_kvcache(q, kc, vc, k, v, cos, sin, cache_seqlens=lens, rotary_interleaved=interleaved,
+                                     causal=causal)
+    torch.testing.assert_close(out.double(), want, rtol=2e-5, atol=2e-5)
+    # The cache holds the rotated keys.
+    knew = rotate(k, cos, sin, lens[:, None].long() + torch.arange(Nq)[None], interleaved)
+    torch.testing.assert_close(kc[0, 6:9].double(), knew[0], rtol=1e-6, atol=1e-6)
+
+
+def test_cache_batch_idx_and_leftpad(gen):
+    B, Nq, H, Hkv, d = 3, 2, 4, 2, 8
+    kc, vc = randn(gen, 5, 24, Hkv, d), randn(gen, 5, 24, Hkv, d)
+    idx = torch.tensor([4, 0, 2], dtype=torch.int32)
+    lens = torch.tensor([10, 17, 3], dtype=torch.int32)
+    q, k, v = randn(gen, B, Nq, H, d), randn(gen, B, 1, Hkv, d), randn(gen, B, 1, Hkv, d)
+    for leftpad in (None, torch.tensor([3, 0, 4], dtype=torch.int32)):
+        for causal in (False, True):
+            k0, v0 = kc.clone(), vc.clone()
+            want, _ = reference(q, k0, v0, k, v, seqlens=lens, batch_idx=idx, leftpad=leftpad, causal=causal)
+            out = at.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, cache_batch_idx=idx,
+                                             cache_leftpad=leftpad, causal=causal)
+            torch.testing.assert_close(out.double(), want, rtol=2e-5, atol=2e-5)
+            assert torch.equal(kc[4, 10], k[0, 0]) and torch.equal(kc[1], k0[1])  # row 1 is no sequence's
+            kc.copy_(k0), vc.copy_(v0)
+
+
+@pytest.mark.parametrize("Nq,causal", [(1, False), (4, True), (3, False)])
+def test_paged_and_contiguous_give_the_same_bits(gen, Nq, causal):
+    B, H, Hkv, d, seqlens, block = 3, 8, 2, 32, [100, 0, 33], 16
+    kc, vc, table = paged(gen, seqlens, block, Hkv, d, torch.float32)
+    contiguous_k = torch.zeros(B, 128, Hkv, d)
+    contiguous_v = torch.zeros(B, 128, Hkv, d)
+    for b, n in enumerate(seqlens):
+        contiguous_k[b, :n], contiguous_v[b, :n] = sequence_rows(kc, b, n, table), sequence_rows(vc, b, n, table)
+    q = randn(gen, B, Nq, H, d)
+    lens = torch.tensor(seqlens, dtype=torch.int32)
+    a, la = at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, causal=causal,
+                                       return_softmax_lse=True)
+    b_, lb = at.flash_attn_with_kvcache(q, contiguous_k, contiguous_v, cache_seqlens=lens, causal=causal,
+                                        return_softmax_lse=True)
+    assert torch.equal(a, b_) and torch.equal(la, lb)
+
+
+def test_bfloat16_and_float16(gen):
+    B, Nq, H, Hkv, d, seqlens = 2, 2, 4, 2, 64, [40, 9]
+    lens = torch.tensor(seqlens, dtype=torch.int32)
+    for dtype, tol in ((torch.bfloat16, 2e-2), (torch.float16, 2e-3)):
+        kc, vc, table = paged(gen, seqlens, 16, Hkv, d, dtype)
+        q, k, v = (randn(gen, B, n, h, d, dtype=dtype) for n, h in ((Nq, H), (1, Hkv), (1, Hkv)))
+        want, _ = reference(q, kc, vc, k, v, seqlens=lens, table=table, causal=True)
+        out = at.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, causal=True)
+        assert out.dtype == dtype
+        torch.testing.assert_close(out.double(), want, rtol=0, atol=tol)
+
+
+def test_whole_cache_without_seqlens(gen):
+    kc, vc = randn(gen, 2, 9, 1, 8), randn(gen, 2, 9, 1, 8)
+    q = randn(gen, 2, 1, 3, 8)
+    want, _ = reference(q, kc, vc)
+    torch.testing.assert_close(at.flash_attn_with_kvcache(q, kc, vc).double(), want, rtol=2e-5, atol=2e-5)
+
+
+def bad_calls(gen):
+    kc, vc = randn(gen, 2, 8, 2, 4), randn(gen, 2, 8, 2, 4)
+    q, k, v = randn(gen, 2, 1, 4, 4), randn(gen, 2, 1, 2, 4), randn(gen, 2, 1, 2, 4)
+    lens = torch.tensor([3, 7], dtype=torch.int32)
+    table = torch.tensor([[0], [1]], dtype=torch.int32)
+    cs = torch.ones(4, 2)
+    return [
+        (dict(q=q[0]), "q: expected a [batch, seqlen, heads, headdim] tensor"),
+        (dict(q=q.double()), "q, k_cache, v_cache: expected one dtype"),
+        (dict(q=randn(gen, 2, 1, 3, 4)), "k_cache: 2 KV heads do not divide q's 3 heads"),
+        (dict(k=k), "k, v: pass both"),
+        (dict(k=k, v=v, cache_seqlens=torch.tensor([3, 8], dtype=torch.int32)), "cache_seqlens[1] = 8 plus 1 new keys: outside 0..8"),
+        (dict(k=k, v=v), "cache_seqlens: required with new keys"),
+        (dict(cache_seqlens=torch.tensor([3])), "cache_seqlens: expected 2 entries"),
+        (dict(block_table=table), "cache_seqlens: required with a paged cache"),
+        (dict(cache_seqlens=lens, block_table=torch.tensor([[0], [5]], dtype=torch.int32)), "block_table[1][0] = 5: outside 0..1"),
+        (dict(cache_seqlens=lens, cache_batch_idx=torch.tensor([0, 2])), "cache_batch_idx[1] = 2: outside 0..1"),
+        (dict(cache_seqlens=lens, cache_batch_idx=torch.tensor([0, 1]), block_table=table), "cache_batch_idx: not supported with a paged cache"),
+        (dict(cache_seqlens=lens, cache_leftpad=torch.tensor([4, 0])), "cache_leftpad[0] = 4: outside 0..3"),
+        (dict(cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs), "rotary_cos, rotary_sin: apply only with new keys"),
+        (dict(k=k, v=v, cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs), "rotary_cos: 4 positions (rows), the keys and queries reach position 7"),
+        (dict(cache_seqlens=lens, alibi_slopes=torch.ones(3, 4)), "alibi_slopes: expected (4,) or (2, 4)"),
+        (dict(num_splits=-1), "num_splits: expected an int >= 0"),
+    ], kc, vc, q
+
+
+def test_bad_arguments_name_themselves_and_leave_the_cache_alone(gen):
+    calls, kc, vc, q = bad_calls(gen)
+    k0, v0 = kc.clone(), vc.clone()
+    for kwargs, message in calls:
+        kwargs = dict(kwargs)
+        qq = kwargs.pop("q", q)
+        with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+            at.flash_attn_with_kvcache(qq, kc, vc, **kwargs)
+        assert torch.equal(kc, k0) and torch.equal(vc, v0), message
