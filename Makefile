@@ -76,6 +76,11 @@ bench: build
 	$(PYTHON) bench/compare.py --bin $(BUILD)/bin/attnscale $(BENCH_ARGS)
 
 # The lab's speed check: the Simulation note's numpy simulation vs `attnscale experiment saturation`.
+# flash_attn_with_kvcache against attnscale.decode on FlashAttention's cache layouts (KVCACHE_ARGS).
+.PHONY: bench-kvcache
+bench-kvcache: build
+	$(PYTHON) bench/kvcache_dropin.py --pymod $(BUILD)/python $(KVCACHE_ARGS)
+
 .PHONY: bench-lab
 bench-lab: build
 	$(PYTHON) bench/saturation_vs_numpy.py --bin $(BUILD)/bin/attnscale
