@@ -5,7 +5,7 @@ REPORT    ?= report
 JOBS      ?= $(shell nproc)
 CMAKE_ARGS ?=
 
-.PHONY: all deps configure build test test-cpp test-python test-install test-python-install asan-build report clean install deb
+.PHONY: all deps configure build test test-cpp test-python test-install report clean install deb
 
 all: build
 
@@ -34,15 +34,7 @@ test-python: build
 test-install: build
 	ATTNSCALE_BUILD=$(abspath $(BUILD)) $(PYTHON) -m pytest -q tests/install
 
-# `make test`: the C++ tests first (both cores), then the Python and install tests beside the
-# sanitizer build, which has the core they leave idle, then the sanitizer tests.
-test: test-cpp
-	$(MAKE) --no-print-directory -j2 test-python-install asan-build
-	$(MAKE) --no-print-directory test-asan
-
-test-python-install:
-	$(MAKE) --no-print-directory test-python
-	$(MAKE) --no-print-directory test-install
+test: test-cpp test-python test-install test-asan
 
 # Installing (docs/install.md): headers, libraries, CLI, CMake package, pkg-config file and Python
 # package under PREFIX; `make deb` writes build/packages/attnscale_<version>_<arch>.deb.
@@ -66,11 +58,9 @@ SANITIZER_ENV := ASAN_OPTIONS=halt_on_error=1:detect_leaks=1:detect_stack_use_af
   UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 .PHONY: test-asan fuzz
 
-asan-build: deps
+test-asan: deps
 	cmake --preset asan >/dev/null
 	cmake --build build-asan -j $(JOBS)
-
-test-asan: asan-build
 	cd build-asan && $(SANITIZER_ENV) ctest --output-on-failure -j $(JOBS)
 
 fuzz: deps
