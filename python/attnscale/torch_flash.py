@@ -130,14 +130,19 @@ def _offsets(name, cu_seqlens, total, max_seqlen, max_name):
     return cu
 
 
-def _paged_rows(k, v, block_table, cu):
-    """The keys and values of a paged cache [num_blocks, block_size, Hkv, d], sequence b's first
-    cu[b+1] - cu[b] keys of its blocks (block_table [batch, max_blocks]), packed [total, Hkv, d]."""
-    batch = len(cu) - 1
+def check_block_table(block_table, batch):
+    """block_table is an integer tensor [batch, max_blocks]."""
     if (not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != batch
             or block_table.dtype.is_floating_point or block_table.dtype == torch.bool):
         got = f"{block_table.dtype} {list(block_table.shape)}" if isinstance(block_table, torch.Tensor) else type(block_table).__name__
         raise ValueError(f"block_table: expected an integer tensor [{batch}, max_blocks], got {got}")
+
+
+def _paged_rows(k, v, block_table, cu):
+    """The keys and values of a paged cache [num_blocks, block_size, Hkv, d], sequence b's first
+    cu[b+1] - cu[b] keys of its blocks (block_table [batch, max_blocks]), packed [total, Hkv, d]."""
+    batch = len(cu) - 1
+    check_block_table(block_table, batch)
     if k.shape[:3] != v.shape[:3]:
         raise ValueError(f"v: expected shape {list(k.shape[:3])} + [headdim], got {list(v.shape)}")
     size, table = k.shape[1], block_table.to(torch.int64)

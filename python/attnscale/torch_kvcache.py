@@ -28,7 +28,7 @@ import torch
 
 from . import _attnscale
 from .arrays import attention as _attention_arrays
-from .torch_flash import _attend, _options
+from .torch_flash import _attend, _options, check_block_table
 from .torch_function import to_numpy
 
 _CACHE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -79,13 +79,7 @@ class _Cache:
         self.paged = block_table is not None
         self.rows = k_cache.shape[0]
         if self.paged:
-            if not isinstance(block_table, torch.Tensor) or block_table.dim() != 2 or block_table.shape[0] != B or (
-                block_table.dtype.is_floating_point or block_table.dtype == torch.bool
-            ):
-                got = f"{block_table.dtype} {list(block_table.shape)}" if isinstance(block_table, torch.Tensor) else type(
-                    block_table
-                ).__name__
-                raise ValueError(f"block_table: expected an integer tensor [{B}, max_blocks], got {got}")
+            check_block_table(block_table, B)
             self.block = k_cache.shape[1]
             self.table = block_table.to(torch.int64)
             self.capacity = self.block * block_table.shape[1]

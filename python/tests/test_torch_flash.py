@@ -33,15 +33,6 @@ CASES = [
 ]
 
 
-def options(gen, case):
-    B, H, opts = case[0], case[3], dict(case[7])
-    if opts.get("alibi_slopes") == "per-head":
-        opts["alibi_slopes"] = torch.rand(H, generator=gen)
-    elif opts.get("alibi_slopes") == "per-batch":
-        opts["alibi_slopes"] = torch.rand(B, H, generator=gen)
-    return opts
-
-
 def operands(gen, case, dtype=torch.float64, grad=False):
     B, nq, nkv, h, hkv, d, dv, _ = case
     return randn(gen, B, nq, h, d, dtype=dtype, grad=grad), randn(gen, B, nkv, hkv, d, dtype=dtype, grad=grad), randn(
@@ -53,7 +44,7 @@ def operands(gen, case, dtype=torch.float64, grad=False):
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
 def test_matches_flash_attention_semantics(gen, case, dtype):
     q, k, v = operands(gen, case, dtype)
-    opts = options(gen, case)
+    opts = torch_reference.case_options(gen, case)
     out, lse, probs = at.flash_attn_func(q, k, v, return_attn_probs=True, **opts)
     want, want_lse, want_probs = torch_reference.flash(q, k, v, probs=True, **opts)
     assert out.shape == want.shape and out.dtype == dtype and out.is_contiguous() and probs.shape == want_probs.shape
@@ -67,7 +58,7 @@ def test_matches_flash_attention_semantics(gen, case, dtype):
 def test_gradcheck(gen, case):
     small = (case[0], min(case[1], 4), min(case[2], 5), case[3], case[4], 3, 2, case[7])
     q, k, v = operands(gen, small, grad=True)
-    opts = options(gen, small)
+    opts = torch_reference.case_options(gen, small)
     assert torch.autograd.gradcheck(lambda q, k, v: at.flash_attn_func(q, k, v, **opts), (q, k, v))
 
 

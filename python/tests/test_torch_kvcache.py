@@ -113,21 +113,12 @@ CASES = [
 ]
 
 
-def options(gen, case):
-    B, H, opts = case[0], case[3], dict(case[7])
-    if opts.get("alibi_slopes") == "per-head":
-        opts["alibi_slopes"] = torch.rand(H, generator=gen)
-    elif opts.get("alibi_slopes") == "per-batch":
-        opts["alibi_slopes"] = torch.rand(B, H, generator=gen)
-    return opts
-
-
 @pytest.mark.parametrize("case", CASES, ids=[str(c[:7]) for c in CASES])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("layout", ["contiguous", "paged"])
 def test_matches_flash_attention_semantics(gen, case, dtype, layout):
     B, Nq, Nnew, H, Hkv, d, seqlens, _ = case
-    opts = options(gen, case)
+    opts = torch_reference.case_options(gen, case)
     lens = torch.tensor(seqlens, dtype=torch.int32)
     if layout == "paged":
         kc, vc, table = paged(gen, seqlens, 7, Hkv, d, dtype, spare=Nnew)

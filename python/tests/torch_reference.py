@@ -132,3 +132,14 @@ def flash(q, k, v, softmax_scale=None, causal=False, window_size=(-1, -1), alibi
     p = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0)
     out, lse = (p @ v).transpose(1, 2), lse.masked_fill(lse == -math.inf, math.inf)
     return (out, lse, p) if probs else (out, lse)
+
+
+def case_options(gen, case):
+    """The options of a test case (B, .., H at index 3, .., options last) with "per-head" or
+    "per-batch" alibi_slopes drawn as tensors of (H,) or (B, H) random slopes."""
+    B, H, opts = case[0], case[3], dict(case[-1])
+    if opts.get("alibi_slopes") == "per-head":
+        opts["alibi_slopes"] = torch.rand(H, generator=gen)
+    elif opts.get("alibi_slopes") == "per-batch":
+        opts["alibi_slopes"] = torch.rand(B, H, generator=gen)
+    return opts

@@ -60,9 +60,6 @@ constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (se
 constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row: bytes of K and V kv::stream_row prefetches ahead
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
-// KV heads side by side: a tile's K and V rows of one head above this many bytes are prefetched by
-// the previous head's step rather than a round of the heads ahead (Chunk::step).
-constexpr std::int64_t kOwnFeedBytes = 32768;
 
 // One of k / v: where row (b, h, j) lives, and its scales for int8.
 struct Rows {
@@ -89,6 +86,9 @@ struct Layout {
   // a paged cache's blocks or in a contiguous cache laid out [B, Nkv, Hkv, d] (FlashAttention's),
   // seen as [B, Hkv, Nkv, d] through strides.
   bool together = false;
+  // Together, and each key's rows of the KV heads one run of memory (head stride d): what the heads'
+  // steps prefetch is then the next tile's runs, split between them (Chunk::step).
+  bool runs = false;
   std::int64_t block_size = 0;
   const std::int32_t* table = nullptr;
   std::int64_t t0 = 0, t1 = 0;
@@ -165,6 +165,7 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
   L.k = rows_of("k", c.k, c.k_scales, L.dk, int8);
   L.v = rows_of("v", c.v, c.v_scales, L.dv, int8);
   L.together = L.paged || (L.Hkv > 1 && L.k.s1 < L.k.s2 && L.v.s1 < L.v.s2);
+  L.runs = L.together && (L.paged ? L.k.s2 == L.dk && L.v.s2 == L.dv : L.k.s1 == L.dk && L.v.s1 == L.dv);
   if (!c.seq_lens.empty()) {
     if (c.seq_lens.dtype != DType::i32 || c.seq_lens.rank != 1 || c.seq_lens.shape[0] != L.B)
       fail("seq_lens: expected int32 [" + std::to_string(L.B) + "], got " + std::string(dtype_name(c.seq_lens.dtype)) +
@@ -233,9 +234,8 @@ struct Scratch {
         krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
-  // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none); one query row
-  // keeps its tile at the front, the rows it prefetches behind it, its next tile last (Chunk::step).
-  static constexpr std::size_t kRows = (kAhead + 2) * kTile;
+  // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none).
+  static constexpr std::size_t kRows = (kAhead + 1) * kTile;
   // One query row over a contiguous cache: a chunk is one kv::stream_row_strided call, rows at a
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
@@ -252,8 +252,7 @@ class Chunk {
   // What follows from the layout alone, the same for every chunk.
   Chunk(const Layout& L, Scratch& s)
       : L_(L), s_(s), g_(L.group()), kbytes_(L.dk * L.k.esize), vbytes_(L.dv * L.v.esize),
-        int8_(L.type == kv::kI8), whole_(Scratch::whole_chunk(L)),
-        feed_following_(L.together && kTile * (kbytes_ + vbytes_) > kOwnFeedBytes) {
+        int8_(L.type == kv::kI8), whole_(Scratch::whole_chunk(L)) {
     // GQA on 16- and 8-lane targets: the scores without lane sums (kv::scores_quads), bf16 and
     // int8 K rows widened to float32 first, a tile at a time (Hq = 32, Hkv = 4, d = 128: int8
     // Nkv = 1024 0.37 -> 0.12-0.17 ms, Nkv = 65536 11.5-11.7 -> 8.5-10.2; bf16, with the rows fed
@@ -303,17 +302,16 @@ class Chunk {
   }
   bool done() const { return i_ >= tiles_; }
 
-  // The rows of the tile this chunk's next step() computes (n = 0 when it is done).
+  // The K and V row pointers of the tile this chunk's next step() computes, and its keys (0 when
+  // done); GQA's tiles (a ring of pointer sets) only.
   struct TileRows {
     const void* const* k;
     const void* const* v;
-    const float* const* ks;
-    const float* const* vs;
     std::int64_t n;
   };
   TileRows upcoming() const {
-    const std::size_t at = g_ == 1 ? 0 : static_cast<std::size_t>((i_ % kSets) * kTile);
-    return {s_.krow.data() + at, s_.vrow.data() + at, s_.ksc.data() + at, s_.vsc.data() + at, tile_keys(i_)};
+    const std::int64_t at = (i_ % kSets) * kTile;
+    return {s_.krow.data() + at, s_.vrow.data() + at, tile_keys(i_)};
   }
 
   // A whole chunk (one query row, contiguous cache) is one stream_row_strided call. Otherwise tiles
@@ -324,13 +322,14 @@ class Chunk {
   // sub-tile's worth before each sub-tile of scores, so that the fetch runs beside the
   // arithmetic rather than in a burst that stalls on the full miss queue (docs/performance.md).
   // The first kAhead tiles are prefetched by begin().
-  // `following`: with the KV heads of a chunk side by side (decode()), the next head's chunk, whose
-  // tile this thread computes after this step. When a head's tile is larger than kOwnFeedBytes,
-  // this step prefetches that tile's rows: its own next tile would come a whole round of the heads
-  // later, its rows pushed out of the first-level cache by the other heads' tiles by then. Smaller
-  // tiles prefetch their own next tile (docs/performance.md, "FlashAttention's cache layout").
-  void step(const Chunk* following = nullptr) {
-    if (!feed_following_) following = nullptr;
+  // With the KV heads of a chunk side by side (decode()), `first` is head 0's chunk, this one head
+  // `head` of `heads`. Where a key's rows of all heads are one run of memory (Layout::runs), GQA's
+  // steps feed the next tile's runs in address order, head x the x-th of `heads` parts of the keys
+  // (head 0's rows are the runs' starts), rather than each head its own next tile: that one is a
+  // stride through the same runs, which the heads after it then read again (FlashAttention's cache
+  // layout, Hq = 32, Hkv = 4, d = 128: float32 0.77-0.86, bf16 0.90-0.93, int8 0.93 of the time;
+  // docs/performance.md, "FlashAttention's cache layout").
+  void step(const Chunk* first = nullptr, std::int64_t head = 0, std::int64_t heads = 1) {
     Scratch& s = s_;
     const bool int8 = int8_;
     if (whole_) {
@@ -345,30 +344,30 @@ class Chunk {
     const std::int64_t i = i_++, g = g_;
     const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
     if (g == 1) {  // one row, its tile's heads side by side (decode())
-      // Tile i's row pointers at [0, nk); behind them those of the tile computed next (copied),
-      // so that the call prefetches into it as the whole-chunk call does into its own keys; this
-      // chunk's tile i + 1 gathered last, then moved to the front.
-      static_assert(kAhead == 1, "the next tile is tile i + 1");
-      constexpr std::int64_t own = 2 * kTile;
-      if (next) gather(t0 + kTile, next, own);
-      const TileRows f = following && following != this
-                             ? following->upcoming()
-                             : TileRows{s.krow.data() + own, s.vrow.data() + own, s.ksc.data() + own,
-                                        s.vsc.data() + own, next};
-      std::copy_n(f.k, f.n, s.krow.begin() + nk);
-      std::copy_n(f.v, f.n, s.vrow.begin() + nk);
-      if (int8) std::copy_n(f.ks, f.n, s.ksc.begin() + nk), std::copy_n(f.vs, f.n, s.vsc.begin() + nk);
+      // Tile i's row pointers at [0, kTile), tile i + 1's gathered behind them, so that the call
+      // prefetches into the next tile as the whole-chunk call does; then moved to the front.
+      static_assert(kAhead == 1, "the next tile is tile i + 1, gathered behind tile i");
+      if (next) gather(t0 + kTile, next, kTile);
       kv::stream_row(L_.type, static_cast<std::size_t>(nk), L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
                      s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
-                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(nk + f.n));
-      for (auto* rows : {&s.krow, &s.vrow}) std::copy_n(rows->begin() + own, next, rows->begin());
+                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(next ? kTile + next : nk));
+      for (auto* rows : {&s.krow, &s.vrow}) std::copy_n(rows->begin() + kTile, next, rows->begin());
       if (int8)
-        for (auto* sc : {&s.ksc, &s.vsc}) std::copy_n(sc->begin() + own, next, sc->begin());
+        for (auto* sc : {&s.ksc, &s.vsc}) std::copy_n(sc->begin() + kTile, next, sc->begin());
       return;
     }
     const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     if (next) gather(t0 + kAhead * kTile, next, y);
-    const TileRows f = (following ? following : this)->upcoming();  // this: tile i + 1, at y
+    // The rows this step feeds: the next tile's (own, or its part of all heads' runs), each `fk`
+    // (`fv`) bytes long. Head 0 has gathered its next tile by now (it steps first).
+    TileRows f = upcoming();  // tile i + 1, at y
+    std::int64_t fk = kbytes_, fv = vbytes_;
+    if (first && heads > 1 && L_.runs) {
+      const TileRows all = first->upcoming();
+      const std::int64_t part = (all.n + heads - 1) / heads, from = std::min(all.n, head * part);
+      f = {all.k + from, all.v + from, std::min(part, all.n - from)};
+      fk *= heads, fv *= heads;
+    }
     // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
     // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), others
     // a sub-tile of kSub keys a call, their prefetch bursts between the calls.
@@ -382,12 +381,12 @@ class Chunk {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
-        LineFeed feed(f.k + a, ahead, kbytes_);
+        LineFeed feed(f.k + a, ahead, fk);
         kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed);
         feed.rest();
       } else {
-        if (prefetch_k_) prefetch_rows(f.k + a, ahead, kbytes_);
-        prefetch_rows(f.v + a, ahead, vbytes_, v_level_);
+        if (prefetch_k_) prefetch_rows(f.k + a, ahead, fk);
+        prefetch_rows(f.v + a, ahead, fv, v_level_);
         kv::scores(L_.type, n, g, L_.dk, s.krow.data() + x + a, int8 ? s.ksc.data() + x + a : nullptr, s.q.data(),
                    L_.dk, s.s.data() + a, kTile);
       }
@@ -395,7 +394,7 @@ class Chunk {
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
-    LineFeed feed = quads_ ? LineFeed(f.v, f.n, vbytes_) : LineFeed();
+    LineFeed feed = quads_ ? LineFeed(f.v, f.n, fv) : LineFeed();
     kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(),
                    s.alpha.data(), s.o.data(), L_.dv, feed);
     feed.rest();
@@ -458,7 +457,7 @@ class Chunk {
   Scratch& s_;
   // Set once, from the layout (the constructor).
   const std::int64_t g_, kbytes_, vbytes_;
-  const bool int8_, whole_, feed_following_;
+  const bool int8_, whole_;
   bool quads_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
@@ -525,7 +524,7 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
       for (std::int64_t x = 0; x < lockstep; ++x) hs.chunk[x].begin(q, b, (h0 + x) % L.Hkv, j0, j1);
       while (!hs.chunk[0].done())
         for (std::int64_t x = 0; x < lockstep; ++x)
-          hs.chunk[x].step(&hs.chunk[(x + 1) % lockstep]);
+          hs.chunk[x].step(&hs.chunk[0], x, lockstep);
       for (std::int64_t x = 0; x < lockstep; ++x) {
         const Scratch& s = hs.scratch[x];
         const std::int64_t item = (h0 + x) * chunks + c;

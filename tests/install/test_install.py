@@ -122,7 +122,7 @@ file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
         assert dependency not in cache, f"add_subdirectory(attnscale) looked for {dependency}"
     assert "hwy_DIR" in cache
     targets = run(["cmake", "--build", build, "--target", "help"]).stdout
-    for absent in ["attnscale_cli", "unit_tests", "_attnscale", "attnscale_lab"]:
+    for absent in ["attnscale_cli", "unit_tests", "lab_tests", "_attnscale", "attnscale_lab"]:
         assert f"{absent}:" not in targets, absent
 
 
