@@ -57,13 +57,17 @@ def _attend(q, k, v, options, want_probs=False):
     return (out.half() if half else out), lse, probs
 
 
+def check_rank(name, t, layout):
+    """t is a tensor with as many dimensions as `layout` ("[batch, seqlen, ...]") names."""
+    if not isinstance(t, torch.Tensor) or t.dim() != layout.count(",") + 1:
+        shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
+        raise ValueError(f"{name}: expected a {layout} tensor, got {shape}")
+
+
 def _check_layout(q, k, v, layout):
-    """q, k and v are tensors with as many dimensions as `layout` ("[batch, seqlen, ...]") names."""
-    rank = layout.count(",") + 1
+    """q, k and v are tensors of the dimensions `layout` names."""
     for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor) or t.dim() != rank:
-            shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-            raise ValueError(f"{name}: expected a {layout} tensor, got {shape}")
+        check_rank(name, t, layout)
 
 
 def flash_attn_func(
@@ -207,8 +211,9 @@ def flash_attn_varlen_func(
         torch.Size([10, 4, 16])
     """
     if block_table is not None:
-        _check_layout(q, q, q, "[total, heads, headdim]")
-        _check_layout(k, k, v, "[num_blocks, block_size, heads_k, headdim]")
+        check_rank("q", q, "[total, heads, headdim]")
+        check_rank("k", k, "[num_blocks, block_size, heads_k, headdim]")
+        check_rank("v", v, "[num_blocks, block_size, heads_k, headdim]")
         total_k = int(cu_seqlens_k[-1]) if isinstance(cu_seqlens_k, torch.Tensor) and cu_seqlens_k.numel() else 0
         ck = _offsets("cu_seqlens_k", cu_seqlens_k, total_k, max_seqlen_k, "max_seqlen_k")
         k, v = _paged_rows(k, v, block_table, ck)

@@ -17,7 +17,7 @@ float64 reference):
   Without `causal` every row sees every key. With `causal`, row i sees keys up to L - Nq + i: decode
   covers the keys all rows see, [0, L - Nq], and the at most Nq - 1 keys after them (gathered) go to
   attnscale.attention with a bottom-right causal mask; the two partial softmaxes are merged by their
-  log-sum-exp: out = (e^(lse1 - M) o1 + e^(lse2 - M) o2) / (e^(lse1 - M) + e^(lse2 - M)), M = max.
+  log-sum-exp (attnscale.merge_partials).
 - Otherwise each sequence runs through attnscale.attention with FlashAttention's options (the same
   kernels as flash_attn_func), on a view of its keys for a contiguous cache (no copy) and on its
   blocks gathered for a paged one.
@@ -28,7 +28,7 @@ import torch
 
 from . import _attnscale
 from .arrays import attention as _attention_arrays
-from .torch_flash import _attend, _options, check_block_table
+from .torch_flash import _attend, _options, check_block_table, check_rank
 from .torch_function import to_numpy
 
 _CACHE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -44,10 +44,9 @@ def _int_vector(name, t, n):
     return [int(x) for x in t.tolist()]
 
 
-def _check_tensor(name, t, rank, layout):
-    if not isinstance(t, torch.Tensor) or t.dim() != rank:
-        got = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
-        raise ValueError(f"{name}: expected a {layout} tensor, got {got}")
+def _check_tensor(name, t, layout):
+    """t is a CPU tensor of the dimensions `layout` names."""
+    check_rank(name, t, layout)
     if t.device.type != "cpu":
         raise ValueError(f"{name}: must be a CPU tensor, got device {t.device}")
 
@@ -78,6 +77,11 @@ class _Cache:
     def __init__(self, k_cache, block_table, batch_idx, B):
         self.paged = block_table is not None
         self.rows = k_cache.shape[0]
+        # Sequence b in batch row b of a contiguous cache (no cache_batch_idx): rows 0..B-1, which
+        # the cache's shape was checked to hold.
+        self.identity = not self.paged and batch_idx is None
+        if batch_idx is None:
+            batch_idx = torch.arange(B)
         if self.paged:
             check_block_table(block_table, B)
             self.block = k_cache.shape[1]
@@ -88,10 +92,10 @@ class _Cache:
             self.table = batch_idx.to(torch.int64)[:, None]  # one block of seqlen_cache keys per sequence
             self.capacity = self.block
 
-    def check_blocks(self, lengths, batch_idx_given):
+    def check_blocks(self, lengths):
         """The table entries that hold sequence b's first lengths[b] keys name blocks of the cache."""
-        if not self.paged and not batch_idx_given:
-            return  # rows 0..B-1, within the cache (checked with its shape)
+        if self.identity:
+            return
         for b, n in enumerate(lengths):
             used = self.table[b, : (n + self.block - 1) // self.block]
             bad = ((used < 0) | (used >= self.rows)).nonzero()
@@ -105,18 +109,6 @@ class _Cache:
         [n] (default 0..n-1)."""
         seqs = torch.arange(positions.shape[0]) if seqs is None else seqs
         return self.table[seqs[:, None].expand_as(positions), positions // self.block], positions % self.block
-
-
-def _merge(o1, lse1, o2, lse2):
-    """Two partial softmaxes of the same rows over disjoint keys, merged (float64): o [.., dv], lse [..]."""
-    m = torch.maximum(lse1, lse2)
-    finite = m > -math.inf
-    m0 = torch.where(finite, m, torch.zeros_like(m))
-    w1, w2 = torch.exp(lse1 - m0), torch.exp(lse2 - m0)
-    total = w1 + w2
-    out = (w1[..., None] * o1 + w2[..., None] * o2) / torch.where(finite, total, torch.ones_like(total))[..., None]
-    lse = torch.where(finite, m0 + torch.log(total), m)
-    return out, lse
 
 
 def flash_attn_with_kvcache(
@@ -174,10 +166,10 @@ def flash_attn_with_kvcache(
         >>> out.shape, bool(kc[1, 4].eq(k[0, 0]).all())           # key 20 of sequence 0: block 1, row 4
         (torch.Size([2, 1, 8, 64]), True)
     """
-    _check_tensor("q", q, 4, "[batch, seqlen, heads, headdim]")
+    _check_tensor("q", q, "[batch, seqlen, heads, headdim]")
     layout = "[num_blocks, block_size, heads_k, headdim]" if block_table is not None else "[batch, seqlen, heads_k, headdim]"
-    _check_tensor("k_cache", k_cache, 4, layout)
-    _check_tensor("v_cache", v_cache, 4, layout)
+    _check_tensor("k_cache", k_cache, layout)
+    _check_tensor("v_cache", v_cache, layout)
     B, Nq, H, d = q.shape
     Hkv = k_cache.shape[2]
     if k_cache.shape[:3] != v_cache.shape[:3]:
@@ -199,7 +191,7 @@ def flash_attn_with_kvcache(
     if cache_batch_idx is None:
         if block_table is None and k_cache.shape[0] < B:
             raise ValueError(f"k_cache: {k_cache.shape[0]} batch rows for {B} sequences (pass cache_batch_idx to choose them)")
-        batch_idx = torch.arange(B)
+        batch_idx = None
     else:
         batch_idx = torch.tensor(_int_vector("cache_batch_idx", cache_batch_idx, B))
     cache = _Cache(k_cache, block_table, batch_idx, B)
@@ -220,8 +212,8 @@ def flash_attn_with_kvcache(
     if k is not None:
         if cache_seqlens is None:
             raise ValueError("cache_seqlens: required with new keys k, v (where they go in the cache)")
-        _check_tensor("k", k, 4, "[batch, seqlen_new, heads_k, headdim]")
-        _check_tensor("v", v, 4, "[batch, seqlen_new, heads_k, headdim]")
+        _check_tensor("k", k, "[batch, seqlen_new, heads_k, headdim]")
+        _check_tensor("v", v, "[batch, seqlen_new, heads_k, headdim]")
         n_new = k.shape[1]
         if list(k.shape) != [B, n_new, Hkv, d] or list(v.shape) != [B, n_new, Hkv, dv]:
             raise ValueError(f"k, v: expected [{B}, seqlen_new, {Hkv}, {d}] and [{B}, seqlen_new, {Hkv}, {dv}], got "
@@ -235,7 +227,7 @@ def flash_attn_with_kvcache(
     for b, (s, n) in enumerate(zip(starts, lengths)):
         if not 0 <= s <= n:
             raise ValueError(f"cache_leftpad[{b}] = {s}: outside 0..{n}, the sequence's keys")
-    cache.check_blocks(lengths, cache_batch_idx is not None)
+    cache.check_blocks(lengths)
     rotary = rotary_cos is not None or rotary_sin is not None
     if rotary:
         if k is None:
@@ -292,19 +284,20 @@ def _decode_views(k_cache, v_cache, cache, B):
     """(k, v, block_table) for attnscale.decode: [B, Hkv, seqlen, d] views of a contiguous cache
     whose sequences are its first B rows; else the paged layout (a contiguous cache as blocks of
     seqlen_cache keys, one per batch row, picked by cache_batch_idx)."""
-    identity = not cache.paged and torch.equal(cache.table[:, 0], torch.arange(B))
-    if identity:
+    if cache.identity:
         return (to_numpy("k_cache", k_cache[:B].transpose(1, 2)), to_numpy("v_cache", v_cache[:B].transpose(1, 2)), None)
     table = cache.table.to(torch.int32).contiguous().numpy()
     return to_numpy("k_cache", k_cache), to_numpy("v_cache", v_cache), table
 
 
 def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
-    """(out [B, Nq, H, dv], lse [B, H, Nq]) through attnscale.decode (module docstring)."""
+    """(out [B, Nq, H, dv], lse [B, H, Nq], -inf for a row without keys) through attnscale.decode
+    (module docstring)."""
     B, _, H, d = q.shape
     dv = v_cache.shape[3]
     kd, vd, table = _decode_views(k_cache, v_cache, cache, B)
-    rows = q.to(torch.float32).permute(0, 2, 1, 3).reshape(B, H * Nq, d).contiguous()  # row h * Nq + i
+    q32 = q.to(torch.float32)
+    rows = q32.permute(0, 2, 1, 3).reshape(B, H * Nq, d).contiguous()  # row h * Nq + i
     lens = torch.tensor(lengths, dtype=torch.int64)
     common = (lens - (Nq - 1)).clamp(min=0) if causal and Nq > 1 else lens  # keys every row sees
     o1, lse1 = _attnscale.decode(
@@ -324,15 +317,16 @@ def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
         vt = v_cache[blocks, idx].to(torch.float32).transpose(1, 2)
         row_end = lens[:, None] - Nq + torch.arange(Nq)[None, :]  # [B, Nq]: last visible key
         mask = valid[:, None, :] & (pos[:, None, :] <= row_end[:, :, None])  # [B, Nq, Nq - 1]
-        qh = q.to(torch.float32).transpose(1, 2)  # [B, H, Nq, d]
-        o2, lse2 = _attention_arrays(qh.numpy(), kt.numpy(), vt.numpy(), mask=mask[:, None].numpy(), scale=scale,
-                                     return_lse=True)
-        out, lse = _merge(out.double(), lse.double(), torch.from_numpy(o2).double(), torch.from_numpy(lse2).double())
+        o2, lse2 = _attention_arrays(q32.transpose(1, 2).numpy(), kt.numpy(), vt.numpy(), mask=mask[:, None].numpy(),
+                                     scale=scale, return_lse=True)
+        out, lse = (torch.from_numpy(a) for a in _attnscale.merge_partials([o1.reshape(B, H, Nq, dv), o2],
+                                                                            [lse1.reshape(B, H, Nq), lse2]))
     return out.transpose(1, 2), lse
 
 
 def _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes):
-    """(out [B, Nq, H, dv], lse [B, H, Nq]) with attnscale.attention per sequence (module docstring)."""
+    """(out [B, Nq, H, dv], lse [B, H, Nq], +inf for a row without keys) with attnscale.attention per
+    sequence (module docstring)."""
     outs, lses = [], []
     for b in range(q.shape[0]):
         n = lengths[b] - starts[b]
@@ -346,11 +340,11 @@ def _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_sl
         opts = dict(options)
         if alibi_slopes is not None and alibi_slopes.dim() == 2:
             opts["alibi_slopes"] = options["alibi_slopes"][b]
-        if n == 0:  # no key: out 0, lse -inf (FlashAttention's +inf is set by the caller)
+        if n == 0:  # no key: out 0, lse +inf (FlashAttention's, as _attend gives it)
             outs.append(torch.zeros(1, q.shape[1], q.shape[2], v_cache.shape[3], dtype=q.dtype))
-            lses.append(torch.full((1, q.shape[2], q.shape[1]), -math.inf))
+            lses.append(torch.full((1, q.shape[2], q.shape[1]), math.inf))
             continue
         out, lse, _ = _attend(q[b : b + 1], kb[None], vb[None], opts)
         outs.append(out)
-        lses.append(lse.masked_fill(lse == math.inf, -math.inf))
+        lses.append(lse)
     return torch.cat(outs), torch.cat(lses)

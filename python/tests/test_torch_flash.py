@@ -176,6 +176,8 @@ def test_varlen_paged_keys_equal_packed_ones_with_gradients(gen):
         at.flash_attn_varlen_func(q, kc, vc, cq, ck, 6, 11, block_table=table[:, :2])
     with pytest.raises(ValueError, match=r"^block_table: expected an integer tensor \[3, max_blocks\]"):
         at.flash_attn_varlen_func(q, kc, vc, cq, ck, 6, 11, block_table=table[:2])
+    with pytest.raises(ValueError, match=r"^k: expected a \[num_blocks, block_size, heads_k, headdim\] tensor"):
+        at.flash_attn_varlen_func(q, k, v, cq, ck, 6, 11, block_table=table)
 
 
 def test_errors(gen):
