@@ -23,9 +23,10 @@ build: configure
 test-cpp: build
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
+# The module's and the CLI's tests over JOBS processes (pytest-xdist; they share no files).
 test-python: build
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale PYTHONPATH=$(abspath $(BUILD))/python \
-	  $(PYTHON) -m pytest -q $(wildcard tests/cli python/tests)
+	  $(PYTHON) -m pytest -q -n $(JOBS) $(wildcard tests/cli python/tests)
 	ATTNSCALE_BIN=$(abspath $(BUILD))/bin/attnscale ATTNSCALE_BUILD=$(abspath $(BUILD)) \
 	  $(PYTHON) -m pytest -q tests/report
 
