@@ -15,7 +15,8 @@ and bf16 forward and the backward are reported; our float32 forward at N = 4096 
 (through ctypes, the library `attnscale bench` links) and torch's _scaled_dot_product_attention;
 the same forward on 1 thread against `threads` threads (with sgemm on 1 and `threads` threads as a
 control of what the machine gives); our backward at N = 4096 against the fp32 peak and sgemm; our bf16 forward
-against torch's bf16 matmul 2048^3; decode (Nq = 1, Nkv = 65536) against a 256 MiB copy on
+against torch's bf16 matmul 2048^3 (the bf16 forward and backward on bf16 tensors in and out, fp32
+accumulation, as `attnscale bench` runs them); decode (Nq = 1, Nkv = 65536) against a 256 MiB copy on
 as many threads (bytes read + written per second), also with GQA (32 query heads over 4 KV heads);
 int8-KV against float32-KV decode through the cache API (attnscale.decode) in tokens per second;
 causal against non-causal forward time at N = 4096.
@@ -74,6 +75,14 @@ def main():
     out4, lse4 = attnscale.attention(q4, k4, v4, return_lse=True, threads=T)
     outc4, lsec4 = attnscale.attention(q4, k4, v4, causal=True, return_lse=True, threads=T)
     dout4 = rng.uniform(-1, 1, out4.shape).astype(np.float32)
+
+    def bf16(x):  # float32 rounded to bfloat16 (nearest even), as attnscale.bfloat16
+        bits = x.view(np.uint32)
+        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).view(attnscale.bfloat16)
+
+    # The bf16 rows on bf16 tensors in and out (fp32 accumulation), as `attnscale bench` runs them.
+    qb4, kb4, vb4, doutb4 = (bf16(x) for x in (q4, k4, v4, dout4))
+    outb4, lseb4 = attnscale.attention(qb4, kb4, vb4, return_lse=True, threads=T)
     qd, kd, vd = qkv(65536, nq=1)
     # GQA decode: 32 query heads over 4 KV heads; and the cache API over int8 and float32 K/V.
     qg = rng.uniform(-1, 1, (1, 32, 1, d)).astype(np.float32)
@@ -109,9 +118,9 @@ def main():
         "sgemm-1thread": sgemm(1),
         "fwd-1thread": lambda: attnscale.attention(q4, k4, v4, threads=1),
         "bf16-peak": lambda: native._bf16_peak_loop(T, peak_steps // 2),
-        "fwd-bf16": lambda: attnscale.attention(q4, k4, v4, threads=T, compute="bf16"),
+        "fwd-bf16": lambda: attnscale.attention(qb4, kb4, vb4, threads=T),
         "bf16-peak-2": lambda: native._bf16_peak_loop(T, peak_steps // 2),
-        "bwd-bf16": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=T, compute="bf16"),
+        "bwd-bf16": lambda: attnscale.attention_backward(qb4, kb4, vb4, outb4, lseb4, doutb4, threads=T),
         "torch-bf16-mm": lambda: xb @ yb,
         "decode": lambda: attnscale.attention(qd, kd, vd, threads=T),
         "copy": copy,

@@ -25,7 +25,8 @@ list(REMOVE_ITEM ATTNSCALE_TRAINING_SOURCES ${UNIT_DIR}/report.cc)
 add_library(attnscale_training STATIC ${ATTNSCALE_TRAINING_SOURCES})
 target_link_libraries(attnscale_training PUBLIC attnscale_lab ${TORCH_LIBRARIES} ${CMAKE_DL_LIBS})
 # Each file including torch/torch.h spends about 20 s parsing it, most of this unit's build time:
-# its files are compiled as one (a unity build), which parses it once.
+# its files are compiled as one (a unity build), which parses it once (so names in their anonymous
+# namespaces must differ from file to file).
 set_target_properties(attnscale_training PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0)
 target_compile_definitions(attnscale_lab PUBLIC ATTNSCALE_HAVE_TORCH=1)
 target_link_libraries(attnscale_lab PUBLIC attnscale_training)
