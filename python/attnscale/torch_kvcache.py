@@ -24,6 +24,7 @@ float64 reference):
 """
 import math
 
+import numpy as np
 import torch
 
 from . import _attnscale
@@ -80,17 +81,24 @@ class _Cache:
         # Sequence b in batch row b of a contiguous cache (no cache_batch_idx): rows 0..B-1, which
         # the cache's shape was checked to hold.
         self.identity = not self.paged and batch_idx is None
-        if batch_idx is None:
-            batch_idx = torch.arange(B)
+        self.block = k_cache.shape[1]
         if self.paged:
             check_block_table(block_table, B)
-            self.block = k_cache.shape[1]
-            self.table = block_table.to(torch.int64)
+            self._table = block_table.to(torch.int64)
             self.capacity = self.block * block_table.shape[1]
         else:
-            self.block = k_cache.shape[1]
-            self.table = batch_idx.to(torch.int64)[:, None]  # one block of seqlen_cache keys per sequence
+            self._table = None if batch_idx is None else batch_idx.to(torch.int64)[:, None]
+            self._B = B
             self.capacity = self.block
+
+    @property
+    def table(self):
+        """[B, blocks]: the cache row of each block of each sequence (a contiguous cache: one block of
+        seqlen_cache keys per sequence; rows 0..B-1 unless cache_batch_idx chose them), made when first
+        asked for: the identity's one-token call reads the cache through views and needs none."""
+        if self._table is None:
+            self._table = torch.arange(self._B)[:, None]
+        return self._table
 
     def check_blocks(self, lengths):
         """The table entries that hold sequence b's first lengths[b] keys name blocks of the cache."""
@@ -275,9 +283,11 @@ def flash_attn_with_kvcache(
             out, lse = _decode(q, k_cache, v_cache, cache, lengths, options["scale"], causal, left, Nq)
         else:
             out, lse = _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes)
-    lse = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32).masked_fill(lse == -math.inf, math.inf)
     out = out.to(q.dtype).contiguous()
-    return (out, lse) if return_softmax_lse else out
+    if not return_softmax_lse:
+        return out
+    lse = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32).masked_fill(lse == -math.inf, math.inf)
+    return out, lse
 
 
 def _decode_views(k_cache, v_cache, cache, B):
@@ -296,17 +306,24 @@ def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
     B, _, H, d = q.shape
     dv = v_cache.shape[3]
     kd, vd, table = _decode_views(k_cache, v_cache, cache, B)
-    q32 = q.to(torch.float32)
-    rows = q32.permute(0, 2, 1, 3).reshape(B, H * Nq, d).contiguous()  # row h * Nq + i
-    lens = torch.tensor(lengths, dtype=torch.int64)
-    common = (lens - (Nq - 1)).clamp(min=0) if causal and Nq > 1 else lens  # keys every row sees
+    q32 = q if q.dtype == torch.float32 else q.to(torch.float32)
+    # Row h * Nq + i; one row a head is q[:, 0] itself (a view: each torch operation here costs
+    # about 150 us when it runs right after a decode has streamed the cache; docs/performance.md).
+    rows = q32[:, 0] if Nq == 1 else q32.permute(0, 2, 1, 3).reshape(B, H * Nq, d).contiguous()
+    several = causal and Nq > 1
+    if several:
+        lens = torch.tensor(lengths, dtype=torch.int64)
+        common = (lens - (Nq - 1)).clamp(min=0)  # keys every row sees
+    seq_lens = common.to(torch.int32).numpy() if several else np.asarray(lengths, dtype=np.int32)
     o1, lse1 = _attnscale.decode(
-        rows.numpy(), kd, vd, block_table=table, seq_lens=common.to(torch.int32).numpy(), scale=scale,
+        rows.numpy(), kd, vd, block_table=table, seq_lens=seq_lens, scale=scale,
         window_left=left if left >= 0 else -1, return_lse=True,
     )
+    if Nq == 1:  # [B, H, dv] is [B, 1, H, dv], in FlashAttention's order already
+        return torch.from_numpy(o1.reshape(B, 1, H, dv)), torch.from_numpy(lse1.reshape(B, H, 1))
     out = torch.from_numpy(o1).reshape(B, H, Nq, dv)
     lse = torch.from_numpy(lse1).reshape(B, H, Nq)
-    if causal and Nq > 1:  # the keys after the common ones: row i sees those up to L - Nq + i
+    if several:  # the keys after the common ones: row i sees those up to L - Nq + i
         t = torch.arange(Nq - 1)
         pos = common[:, None] + t[None, :]  # [B, Nq - 1]
         valid = pos < lens[:, None]
