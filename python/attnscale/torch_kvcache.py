@@ -104,13 +104,15 @@ class _Cache:
         """The table entries that hold sequence b's first lengths[b] keys name blocks of the cache."""
         if self.identity:
             return
-        for b, n in enumerate(lengths):
-            used = self.table[b, : (n + self.block - 1) // self.block]
-            bad = ((used < 0) | (used >= self.rows)).nonzero()
-            if len(bad):
-                name = "block_table" if self.paged else "cache_batch_idx"
-                where = f"[{b}][{int(bad[0])}]" if self.paged else f"[{b}]"
-                raise ValueError(f"{name}{where} = {int(used[bad[0]])}: outside 0..{self.rows - 1}, the cache's rows")
+        # The whole table at once (a few tensor operations for any batch, not a few per sequence).
+        table = self.table
+        used = torch.arange(table.shape[1])[None, :] < ((torch.tensor(lengths) + self.block - 1) // self.block)[:, None]
+        bad = (((table < 0) | (table >= self.rows)) & used).nonzero()
+        if len(bad):
+            b, i = (int(x) for x in bad[0])  # the first in row-major order, as a loop over b, then i
+            name = "block_table" if self.paged else "cache_batch_idx"
+            where = f"[{b}][{i}]" if self.paged else f"[{b}]"
+            raise ValueError(f"{name}{where} = {int(table[b, i])}: outside 0..{self.rows - 1}, the cache's rows")
 
     def locate(self, positions, seqs=None):
         """(rows, indices) of the keys at positions [n, N] (each < the capacity) of sequences seqs
