@@ -49,6 +49,7 @@ def main():
     import attnscale._attnscale as native  # noqa: E402
     import torch  # noqa: E402
     import torch.nn.functional as F  # noqa: E402
+    from attnscale.torch_function import to_numpy  # noqa: E402
 
     T = a.threads
     torch.set_num_threads(T)
@@ -76,12 +77,9 @@ def main():
     outc4, lsec4 = attnscale.attention(q4, k4, v4, causal=True, return_lse=True, threads=T)
     dout4 = rng.uniform(-1, 1, out4.shape).astype(np.float32)
 
-    def bf16(x):  # float32 rounded to bfloat16 (nearest even), as attnscale.bfloat16
-        bits = x.view(np.uint32)
-        return ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).view(attnscale.bfloat16)
-
-    # The bf16 rows on bf16 tensors in and out (fp32 accumulation), as `attnscale bench` runs them.
-    qb4, kb4, vb4, doutb4 = (bf16(x) for x in (q4, k4, v4, dout4))
+    # The bf16 rows on bf16 tensors in and out (fp32 accumulation), as `attnscale bench` runs them:
+    # torch's rounding to bfloat16, seen as attnscale.bfloat16 arrays.
+    qb4, kb4, vb4, doutb4 = (to_numpy("bf16", torch.from_numpy(x).bfloat16()) for x in (q4, k4, v4, dout4))
     outb4, lseb4 = attnscale.attention(qb4, kb4, vb4, return_lse=True, threads=T)
     qd, kd, vd = qkv(65536, nq=1)
     # GQA decode: 32 query heads over 4 KV heads; and the cache API over int8 and float32 K/V.
