@@ -298,7 +298,8 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
               "just before the row in the same round. copy rates count bytes read + written, read bytes read; decode\n"
               "rows count the K and V bytes read, against copy-cache when K and V fit in L3. fwd-scaling (bwd-scaling): rate on %d\n"
-              "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread). small-call: microseconds per\n"
+              "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread); peak-scaling: the FMA loop's own\n"
+              "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
               "comparable with llama.cpp's; kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
               threads);
@@ -420,7 +421,19 @@ void run(const Bench& opt) {
       for (bool causal : {false, true}) attention("fwd", 8, n, d, causal, DType::f32, false, threads);
   const std::int64_t n_key = opt.quick ? 2048 : 4096;
   // Thread scaling: the same forward on 1 thread (against the peak) and on `threads` threads
-  // against the 1-thread run timed just before it.
+  // against the 1-thread run timed just before it. The FMA loop's own ratio beside them: what the
+  // cores give when both run (a shared machine's neighbours, a lower clock with every core busy).
+  {
+    Limit* one = limit("fma-1thread", "GFLOP/s", "the FMA loop on 1 thread (peak-scaling's reference)",
+                       {[=] { detail::peak::fp32_fma(1, steps); }, detail::peak::fp32_fma(1, 1) * double(steps)});
+    Row r;
+    r.name = "peak-scaling";
+    r.threads = threads;
+    r.unit = "GFLOP/s";
+    r.timed = fp32_peak->timed;
+    r.limit = one;
+    rows.push_back(std::move(r));
+  }
   {
     Row* one = attention("fwd-1thread", 8, n_key, 128, false, DType::f32, false, 1);
     Limit* as_limit = limit("fwd-1thread", "GFLOP/s", "the forward on 1 thread (fwd-scaling's reference)", one->timed);
