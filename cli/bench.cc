@@ -513,13 +513,19 @@ void run(const Bench& opt) {
       r.name = "kv-i8";
       element_bytes = 1 + 4.0 / 32;  // int8 values and a float32 scale per 32
       const Tensor kf = filled(DType::f32, {1, Hkv, nkv, d}, 6), vf = filled(DType::f32, {1, Hkv, nkv, d}, 7);
-      Tensor* k = hold(Tensor(DType::i8, {1, Hkv, nkv, d}));
-      Tensor* v = hold(Tensor(DType::i8, {1, Hkv, nkv, d}));
-      Tensor* ks = hold(Tensor(DType::f32, {1, Hkv, nkv, d / 32}));
-      Tensor* vs = hold(Tensor(DType::f32, {1, Hkv, nkv, d / 32}));
-      quantize_q8(kf.view(), k->view(), ks->view());
-      quantize_q8(vf.view(), v->view(), vs->view());
-      const KVCache c{k->view(), v->view(), ks->view(), vs->view(), {}, {}};
+      // K, V and their scales in one allocation, as llama.cpp keeps its cache in one buffer: huge
+      // pages for all of it (the scales of 4096 keys alone, 512 KiB, would get 4 KiB pages, whose
+      // first reads after the other rows ran cost a call up to a millisecond on a machine with
+      // costly page walks; docs/performance.md).
+      const std::int64_t values = Hkv * nkv * d, scales = values / 32 * 4;
+      char* base = static_cast<char*>(hold(Tensor(DType::u8, {2 * values + 2 * scales}))->data());
+      const TensorView k = TensorView::contiguous(base, DType::i8, {1, Hkv, nkv, d});
+      const TensorView v = TensorView::contiguous(base + values, DType::i8, {1, Hkv, nkv, d});
+      const TensorView ks = TensorView::contiguous(base + 2 * values, DType::f32, {1, Hkv, nkv, d / 32});
+      const TensorView vs = TensorView::contiguous(base + 2 * values + scales, DType::f32, {1, Hkv, nkv, d / 32});
+      quantize_q8(kf.view(), k, ks);
+      quantize_q8(vf.view(), v, vs);
+      const KVCache c{k, v, ks, vs, {}, {}};
       r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
     }
     r.dtype = kind == Cache::bf16 ? "bf16" : kind == Cache::i8 ? "i8" : "f32";
