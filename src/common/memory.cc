@@ -44,7 +44,11 @@ void check_allocation(const std::string& what, double bytes) {
 
 namespace {
 
-constexpr std::size_t kHugeBytes = std::size_t{4} << 20;   // blocks from this size on: huge pages, kept
+// Blocks of a huge page or more are huge pages, and kept. On a machine whose page walks are costly
+// (a guest with shadow page tables), a cache read through 4 KiB pages is slower and erratic: int8
+// K/V of 2 MiB each (H = 8, Nkv = 4096, d = 64), one thread, 10 rounds: 5.5-18.8 GB/s in 4 KiB
+// pages, 20.7-23.2 in huge pages (docs/performance.md).
+constexpr std::size_t kHugeBytes = std::size_t{2} << 20;
 constexpr std::size_t kHugeAlign = std::size_t{2} << 20;   // where they start (a huge page)
 constexpr std::size_t kKeepBytes = std::size_t{256} << 20;  // at most this much kept unused
 
