@@ -298,7 +298,8 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
               "just before the row in the same round. copy rates count bytes read + written, read bytes read; decode\n"
               "rows count the K and V bytes read, against copy-cache when K and V fit in L3. fwd-scaling (bwd-scaling): rate on %d\n"
-              "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread). small-call: microseconds per\n"
+              "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread); peak-scaling: the FMA loop's own\n"
+              "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
               "comparable with llama.cpp's; kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
               threads);
@@ -420,7 +421,19 @@ void run(const Bench& opt) {
       for (bool causal : {false, true}) attention("fwd", 8, n, d, causal, DType::f32, false, threads);
   const std::int64_t n_key = opt.quick ? 2048 : 4096;
   // Thread scaling: the same forward on 1 thread (against the peak) and on `threads` threads
-  // against the 1-thread run timed just before it.
+  // against the 1-thread run timed just before it. The FMA loop's own ratio beside them: what the
+  // cores give when both run (a shared machine's neighbours, a lower clock with every core busy).
+  {
+    Limit* one = limit("fma-1thread", "GFLOP/s", "the FMA loop on 1 thread (peak-scaling's reference)",
+                       {[=] { detail::peak::fp32_fma(1, steps); }, detail::peak::fp32_fma(1, 1) * double(steps)});
+    Row r;
+    r.name = "peak-scaling";
+    r.threads = threads;
+    r.unit = "GFLOP/s";
+    r.timed = fp32_peak->timed;
+    r.limit = one;
+    rows.push_back(std::move(r));
+  }
   {
     Row* one = attention("fwd-1thread", 8, n_key, 128, false, DType::f32, false, 1);
     Limit* as_limit = limit("fwd-1thread", "GFLOP/s", "the forward on 1 thread (fwd-scaling's reference)", one->timed);
@@ -500,13 +513,19 @@ void run(const Bench& opt) {
       r.name = "kv-i8";
       element_bytes = 1 + 4.0 / 32;  // int8 values and a float32 scale per 32
       const Tensor kf = filled(DType::f32, {1, Hkv, nkv, d}, 6), vf = filled(DType::f32, {1, Hkv, nkv, d}, 7);
-      Tensor* k = hold(Tensor(DType::i8, {1, Hkv, nkv, d}));
-      Tensor* v = hold(Tensor(DType::i8, {1, Hkv, nkv, d}));
-      Tensor* ks = hold(Tensor(DType::f32, {1, Hkv, nkv, d / 32}));
-      Tensor* vs = hold(Tensor(DType::f32, {1, Hkv, nkv, d / 32}));
-      quantize_q8(kf.view(), k->view(), ks->view());
-      quantize_q8(vf.view(), v->view(), vs->view());
-      const KVCache c{k->view(), v->view(), ks->view(), vs->view(), {}, {}};
+      // K, V and their scales in one allocation, as llama.cpp keeps its cache in one buffer: huge
+      // pages for all of it (the scales of 4096 keys alone, 512 KiB, would get 4 KiB pages, whose
+      // first reads after the other rows ran cost a call up to a millisecond on a machine with
+      // costly page walks; docs/performance.md).
+      const std::int64_t values = Hkv * nkv * d, scales = values / 32 * 4;
+      char* base = static_cast<char*>(hold(Tensor(DType::u8, {2 * values + 2 * scales}))->data());
+      const TensorView k = TensorView::contiguous(base, DType::i8, {1, Hkv, nkv, d});
+      const TensorView v = TensorView::contiguous(base + values, DType::i8, {1, Hkv, nkv, d});
+      const TensorView ks = TensorView::contiguous(base + 2 * values, DType::f32, {1, Hkv, nkv, d / 32});
+      const TensorView vs = TensorView::contiguous(base + 2 * values + scales, DType::f32, {1, Hkv, nkv, d / 32});
+      quantize_q8(kf.view(), k, ks);
+      quantize_q8(vf.view(), v, vs);
+      const KVCache c{k, v, ks, vs, {}, {}};
       r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
     }
     r.dtype = kind == Cache::bf16 ? "bf16" : kind == Cache::i8 ? "i8" : "f32";

@@ -579,10 +579,10 @@ HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, R vrow, S vsc,
 
 // stream_row on vector targets: the keys in tiles of kStreamKeys (the last one partial). With the
 // output row in registers (CB > 0) the tiles are pipelined: while tile t's V rows update the row,
-// four keys at a time, tile t + 1's scores are computed four keys at a time between them, so that
+// kStep keys at a time, tile t + 1's scores are computed kStep keys at a time between them, so that
 // its K rows are read beside tile t's V rows (from DRAM both streams then move together, as key
 // by key) and the softmax's chain of dependent steps overlaps the next tile's arithmetic.
-template <int kType, size_t CB, class R, class S>
+template <int kType, size_t CB, size_t kStep, class R, class S>
 HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
                             float* l,
                             float* O, size_t ahead, size_t known) {
@@ -622,7 +622,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
         for (size_t b = 0; b < CB; ++b) acc[b] = ToRaw(hn::Mul(FromRaw(acc[b]), hn::Set(d, alpha)));
       const R vr = vrow + j;
       const S vs = vsc ? vsc + j : S();
-      for (size_t x = 0; x < kStreamKeys; x += 4) {
+      for (size_t x = 0; x < kStreamKeys; x += kStep) {
         // K rows are read a tile ahead of the V rows, so rows `ahead` keys past the V rows lie
         // ahead - kStreamKeys keys past the K rows read. Short of a tile (rows of more than 512
         // bytes of K and V a key) that is behind them, and K rows are prefetched `ahead` keys past
@@ -630,16 +630,16 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
         // the one prefetch serves both (moving K's further ahead was faster in some memory states
         // and slower in others).
         if (ahead >= kStreamKeys) {
-          prefetch(j + x, 4);
+          prefetch(j + x, kStep);
         } else {
-          prefetch(j + kStreamKeys + x, 4, true, false);
-          prefetch(j + x, 4, false, true);
+          prefetch(j + kStreamKeys + x, kStep, true, false);
+          prefetch(j + x, kStep, false, true);
         }
         if (x < next) {
-          const size_t x1 = next - x < 4 ? next : x + 4;
+          const size_t x1 = next - x < kStep ? next : x + kStep;
           TileScores<kType>(d, x, x1, dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
         }
-        if (x < n) TileUpdate<kType, CB>(d, x, n - x < 4 ? n : x + 4, vr, vs, s[t], acc);
+        if (x < n) TileUpdate<kType, CB>(d, x, n - x < kStep ? n : x + kStep, vr, vs, s[t], acc);
       }
     }
 #pragma GCC unroll 16
@@ -658,17 +658,32 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
 }
 #endif
 
+#if HWY_TARGET != HWY_SCALAR
+// The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
+template <int kType, size_t kStep, class R, class S>
+HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
+                               float* l, float* O, size_t ahead, size_t known, size_t L) {
+  if constexpr (kAccumulators >= 16)
+    if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  return StreamTiles<kType, 0, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);  // kStep unused
+}
+#endif
+
 template <int kType, class R, class S>
 void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
                        float* l, float* O, size_t ahead, size_t known) {
 #if HWY_TARGET != HWY_SCALAR
-  // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
   const size_t L = hn::Lanes(DF());
-  if constexpr (kAccumulators >= 16)
-    if (dv == 16 * L) return StreamTiles<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
-  if (dv == 8 * L) return StreamTiles<kType, 8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
-  if (dv == 4 * L) return StreamTiles<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
-  return StreamTiles<kType, 0>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  // int8 rows of up to 128 values go 16 keys a step (a tile), the others 4. Against 4, alternated
+  // in one process (H = 8, Nkv = 65536, 2 threads, 9 rounds, two runs): int8 d = 64 0.81-0.84 of
+  // the time, d = 128 0.91-0.92; int8 d = 256 1.11. For float32 and bf16 rows 4 stays: 8 or 16
+  // keys were slower or within the noise (float32 d = 128, 16 keys 1.08-1.10; bf16 d = 128 1.05-1.10,
+  // d = 256, 8 keys 1.11; bf16 d = 64, 8 keys 0.95 in one comparison, 1.02 in another).
+  if constexpr (kType == kI8)
+    if (dk <= 128) return StreamRowSteps<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L);
+  return StreamRowSteps<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L);
 #else
   (void)ahead, (void)known;
   StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
