@@ -13,8 +13,8 @@ Measured (B = 1, H = 8, d = 128): the machine's fp32 FMA peak and bf16 dot peak 
 of the library's own dispatched SIMD target, see src/attention/peak_loops.h), against which the float32
 and bf16 forward and the backward are reported; our float32 forward at N = 4096 against OpenBLAS sgemm 2048^3
 (through ctypes, the library `attnscale bench` links) and torch's _scaled_dot_product_attention;
-the same forward on 1 thread against `threads` threads (with sgemm on 1 and `threads` threads as a
-control of what the machine gives); our backward at N = 4096 against the fp32 peak and sgemm; our bf16 forward
+the same forward on 1 thread against `threads` threads (with sgemm and the FMA loop on 1 and `threads`
+threads as controls of what the machine gives); our backward at N = 4096 against the fp32 peak and sgemm; our bf16 forward
 against torch's bf16 matmul 2048^3 (the bf16 forward and backward on bf16 tensors in and out, fp32
 accumulation, as `attnscale bench` runs them); decode (Nq = 1, Nkv = 65536) against a 256 MiB copy on
 as many threads (bytes read + written per second), also with GQA (32 query heads over 4 KV heads);
@@ -113,6 +113,7 @@ def main():
         "bwd-causal": lambda: attnscale.attention_backward(q4, k4, v4, outc4, lsec4, dout4, causal=True, threads=T),
         "bwd-1thread": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=1),
         "fp32-peak-2": lambda: native._fp32_peak_loop(T, peak_steps),
+        "fp32-peak-1thread": lambda: native._fp32_peak_loop(1, peak_steps),
         "sgemm-1thread": sgemm(1),
         "fwd-1thread": lambda: attnscale.attention(q4, k4, v4, threads=1),
         "bf16-peak": lambda: native._bf16_peak_loop(T, peak_steps // 2),
@@ -161,6 +162,7 @@ def main():
         "bf16-peak-2": native._bf16_peak_loop(1, 1) * T * (peak_steps // 2),
         "fp32-peak": native._fp32_peak_loop(1, 1) * T * peak_steps,
         "fp32-peak-2": native._fp32_peak_loop(1, 1) * T * peak_steps,
+        "fp32-peak-1thread": native._fp32_peak_loop(1, 1) * peak_steps,
         "bf16-peak": native._bf16_peak_loop(1, 1) * T * (peak_steps // 2),
         "fwd-bf16": fwd_flops, "torch-bf16-mm": 2.0 * n**3, "decode": 2.0 * H * 65536 * d * 4,
         "copy": 2.0 * src.nbytes, "copy-2": 2.0 * src.nbytes, "decode-gqa": 2.0 * 4 * 65536 * d * 4,
@@ -197,6 +199,7 @@ def main():
         ("fp32 fwd N=4096 / torch SDPA", ratio("fwd", "torch-sdpa"), 2.0),
         (f"{T} threads / 1 thread (fwd)", speedup("fwd-1thread", "fwd"), 1.9),
         (f"  control: sgemm {T} threads / 1", speedup("sgemm-1thread", "sgemm"), None),
+        (f"  control: FMA loop {T} threads / 1", ratio("fp32-peak-2", "fp32-peak-1thread"), None),
         (f"  fwd CPU time, 1 thread / {T}", speedup("fwd-1thread", "fwd", cpus), None),
         ("fp32 bwd N=4096 / sgemm", ratio("bwd", "sgemm"), None),
         ("bf16 fwd N=4096 / torch bf16 mm", ratio("fwd-bf16", "torch-bf16-mm"), None),
