@@ -93,14 +93,14 @@ def main():
             t_sdpa, t_comp = torch_attention(H, N, d, causal)
             sd, comp = f"{flops / t_sdpa * 1e-9:.1f}", f"{flops / t_comp * 1e-9:.1f}"
             ratio_sd, ratio_comp = f"{ours / (flops / t_sdpa * 1e-9):.2f}", f"{ours / (flops / t_comp * 1e-9):.2f}"
-        vs_sgemm = f"{float(r['ratio']):.3f}" + {"copy": "c", "copy-cache": "L", "fwd-1thread": "x"}.get(r["limit"], "")
+        vs_sgemm = f"{float(r['ratio']):.3f}" + {"copy": "c", "copy-cache": "L", "fwd-1thread": "x", "bwd-1thread": "x", "fma-1thread": "x"}.get(r["limit"], "")
         vs_bf16 = f"{ours / bf16_mm:.3f}" if r["dtype"] == "bf16" else ""
         print(f"{r['case']:<12}{H:>3}{N:>7}{d:>5} {'causal' if causal else 'none':<7}{r['dtype']:<6}{int(r['threads']):>4}"
               f"{ours:>10.1f} {r['unit']:<8}{vs_sgemm:>8}{vs_bf16:>8}{sd:>11}{ratio_sd:>7}{comp:>15}{ratio_comp:>7}")
     print("/limit: ours over the fp32 or bf16 peak (decode rows over the copy bandwidth, c; over the cache-resident copy, L;")
-    print("fwd-scaling over the 1-thread forward, x), medians of `attnscale bench`'s rounds; /bf16mm: over torch bf16 matmul;")
+    print("fwd-, bwd- and peak-scaling over their 1-thread runs, x), medians of `attnscale bench`'s rounds; /bf16mm: over torch bf16 matmul;")
     print("/sdpa, /comp: ours over torch's _scaled_dot_product_attention and matmul-softmax-matmul, same shape;")
-    print("fwd-scaling: time on 1 thread over time on all threads, the two timed alternately")
+    print("fwd-, bwd- and peak-scaling: rate on all threads over rate on 1 thread, the two timed alternately")
     if a.memory:
         p = subprocess.run(["/usr/bin/time", "-v", a.bin, "bench", "--memory-case"], capture_output=True, text=True)
         rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", p.stderr).group(1))
