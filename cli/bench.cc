@@ -18,6 +18,7 @@
 #include <cblas.h>
 #include <dlfcn.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -143,8 +145,36 @@ struct Bench {
   std::string format = "table";
   std::vector<std::string> n_lists, d_lists;  // --n, --d as given (each a comma-separated list)
   std::vector<std::int64_t> ns, ds;
+  std::vector<std::string> row_lists;  // --rows as given
+  std::set<std::string> rows;          // the cases to time (empty: all)
   bool memory_case = false;
 };
+
+// The cases `attnscale bench` times, in its table's order (--rows picks some of them).
+const std::vector<std::string>& case_names() {
+  static const std::vector<std::string> names = {
+      "fwd",     "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16", "bwd",       "bwd-bf16",  "bwd-1thread",
+      "bwd-scaling", "decode",   "kv-f32",      "kv-bf16",     "kv-i8",    "kv-paged",  "kv-i8-tok", "small-call"};
+  return names;
+}
+
+// The case names of --rows (each flag a comma-separated list), every one a case the bench has.
+std::set<std::string> row_names(const std::vector<std::string>& lists) {
+  std::set<std::string> out;
+  for (const std::string& list : lists)
+    for (std::size_t start = 0;;) {
+      const std::size_t comma = list.find(',', start);
+      const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+      const auto& names = case_names();
+      if (std::find(names.begin(), names.end(), item) == names.end())
+        throw attnscale::Error(fmt::format("--rows: no case '{}' in the list '{}' (cases: {})", item, list,
+                                           fmt::join(names, ", ")));
+      out.insert(item);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+  return out;
+}
 
 // The integers of a list flag given once or more, each a comma-separated list, every item in
 // [lo, hi]. Read here rather than by CLI11's delimiter, which drops empty items ("4096,,").
@@ -272,6 +302,7 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
   std::printf("load average %.2f before, %.2f after (%ld CPUs)\n", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("%-11s %9s %9s %9s  %-7s %s\n", "limit", "median", "min", "max", "unit", "what");
   for (const auto& l : limits) {
+    if (l->rates.empty()) continue;  // no row of this run uses it (--rows)
     const Stats s = stats(l->rates);
     std::printf("%-11s %9.2f %9.2f %9.2f  %-7s %s\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str(),
                 l->what.c_str());
@@ -308,6 +339,7 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
 void print_csv(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows) {
   std::printf("case,B,H,Hkv,Nq,Nkv,d,causal,dtype,threads,ms,rate,rate_min,rate_max,unit,limit,ratio,ratio_min,ratio_max\n");
   for (const auto& l : limits) {
+    if (l->rates.empty()) continue;  // no row of this run uses it (--rows)
     const Stats s = stats(l->rates);
     std::printf("%s,1,1,1,0,0,0,0,,0,,%.3f,%.3f,%.3f,%s,,,,\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str());
   }
@@ -416,14 +448,17 @@ void run(const Bench& opt) {
                                        : opt.quick      ? std::vector<std::int64_t>{1024, 4096}
                                                         : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192};
   const std::vector<std::int64_t> ds = !opt.ds.empty() ? opt.ds : std::vector<std::int64_t>{64, 128};
-  for (std::int64_t d : ds)
-    for (std::int64_t n : ns)
-      for (bool causal : {false, true}) attention("fwd", 8, n, d, causal, DType::f32, false, threads);
+  // --rows: the cases asked for are set up (with what their limits need); all of them without it.
+  auto want = [&](const char* name) { return opt.rows.empty() || opt.rows.count(name) > 0; };
+  if (want("fwd"))
+    for (std::int64_t d : ds)
+      for (std::int64_t n : ns)
+        for (bool causal : {false, true}) attention("fwd", 8, n, d, causal, DType::f32, false, threads);
   const std::int64_t n_key = opt.quick ? 2048 : 4096;
   // Thread scaling: the same forward on 1 thread (against the peak) and on `threads` threads
   // against the 1-thread run timed just before it. The FMA loop's own ratio beside them: what the
   // cores give when both run (a shared machine's neighbours, a lower clock with every core busy).
-  {
+  if (want("peak-scaling")) {
     Limit* one = limit("fma-1thread", "GFLOP/s", "the FMA loop on 1 thread (peak-scaling's reference)",
                        {[=] { detail::peak::fp32_fma(1, steps); }, detail::peak::fp32_fma(1, 1) * double(steps)});
     Row r;
@@ -434,18 +469,20 @@ void run(const Bench& opt) {
     r.limit = one;
     rows.push_back(std::move(r));
   }
-  {
+  if (want("fwd-1thread") || want("fwd-scaling")) {
     Row* one = attention("fwd-1thread", 8, n_key, 128, false, DType::f32, false, 1);
     Limit* as_limit = limit("fwd-1thread", "GFLOP/s", "the forward on 1 thread (fwd-scaling's reference)", one->timed);
     Row* all = attention("fwd-scaling", 8, n_key, 128, false, DType::f32, false, threads);
     all->unit = "GFLOP/s";
     all->limit = as_limit;
   }
-  attention("fwd-bf16", 8, n_key, 128, false, DType::bf16, false, threads);
-  attention("bwd", 8, n_key, 128, false, DType::f32, true, threads);
-  attention("bwd", 8, n_key, 128, true, DType::f32, true, threads);
-  attention("bwd-bf16", 8, n_key, 128, false, DType::bf16, true, threads);
-  {  // the backward's thread scaling, as the forward's
+  if (want("fwd-bf16")) attention("fwd-bf16", 8, n_key, 128, false, DType::bf16, false, threads);
+  if (want("bwd")) {
+    attention("bwd", 8, n_key, 128, false, DType::f32, true, threads);
+    attention("bwd", 8, n_key, 128, true, DType::f32, true, threads);
+  }
+  if (want("bwd-bf16")) attention("bwd-bf16", 8, n_key, 128, false, DType::bf16, true, threads);
+  if (want("bwd-1thread") || want("bwd-scaling")) {  // the backward's thread scaling, as the forward's
     Row* one = attention("bwd-1thread", 8, n_key, 128, false, DType::f32, true, 1);
     Limit* as_limit = limit("bwd-1thread", "GFLOP/s", "the backward on 1 thread (bwd-scaling's reference)", one->timed);
     Row* all = attention("bwd-scaling", 8, n_key, 128, false, DType::f32, true, threads);
@@ -537,19 +574,27 @@ void run(const Bench& opt) {
     rows.push_back(std::move(r));
     return &rows.back();
   };
+  auto wanted = [&](Cache kind) {
+    static const char* const names[] = {"decode", "kv-f32", "kv-bf16", "kv-i8", "kv-paged"};  // Cache's order
+    return want(names[static_cast<int>(kind)]);
+  };
   // ggml-comparable cases (H = 8, d = 64 and 128, Nkv 4096 and 65536), then GQA.
   for (std::int64_t d : {std::int64_t{64}, std::int64_t{128}})
     for (std::int64_t nkv : {std::int64_t{4096}, std::int64_t{65536}})
-      for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::i8}) decode(kind, 8, 8, nkv, d);
-  decode(Cache::paged, 8, 8, 65536, 128);
-  for (Cache kind : {Cache::forward, Cache::f32}) decode(kind, 32, 4, 65536, 128);  // 8 query heads per KV head
+      for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::i8})
+        if (wanted(kind)) decode(kind, 8, 8, nkv, d);
+  if (wanted(Cache::paged)) decode(Cache::paged, 8, 8, 65536, 128);
+  for (Cache kind : {Cache::forward, Cache::f32})  // 8 query heads per KV head
+    if (wanted(kind)) decode(kind, 32, 4, 65536, 128);
   if (!opt.quick)
-    for (Cache kind : {Cache::forward, Cache::f32, Cache::i8}) decode(kind, 8, 1, 262144, 128);
+    for (Cache kind : {Cache::forward, Cache::f32, Cache::i8})
+      if (wanted(kind)) decode(kind, 8, 1, 262144, 128);
   // int8 against float32 K/V in tokens per second (one new token per call), timed side by side.
-  {
+  if (want("kv-i8-tok")) {
     const Row* f32 = nullptr;
     for (const Row& r : rows)
       if (r.name == "kv-f32" && r.Hq == 8 && r.Nkv == 65536 && r.d == 128) f32 = &r;
+    if (!f32) f32 = decode(Cache::f32, 8, 8, 65536, 128);  // its limit, without its row (--rows)
     Limit* f32_tokens = limit("kv-f32-tok", "tok/s", "kv-f32 decode, H = 8, Nkv = 65536, d = 128, in tokens/s",
                               {f32->timed.fn, 1.0, 1, 1.0});
     Row* i8 = decode(Cache::i8, 8, 8, 65536, 128);
@@ -561,7 +606,7 @@ void run(const Bench& opt) {
   }
 
   // A small call: the fixed cost of one forward (threads, scratch, dispatch).
-  {
+  if (want("small-call")) {
     const Tensor* q = hold(filled(DType::f32, {1, 1, 4, 4}, 8));
     Tensor* out = hold(Tensor(DType::f32, {1, 1, 4, 4}));
     Options o;
@@ -575,6 +620,12 @@ void run(const Bench& opt) {
     rows.push_back(std::move(r));
   }
 
+  if (!opt.rows.empty()) {  // rows set up for another's limit only; the limits no kept row uses are not timed
+    std::deque<Row> kept;
+    for (Row& r : rows)
+      if (opt.rows.count(r.name)) kept.push_back(std::move(r));
+    rows = std::move(kept);
+  }
   double load[2] = {0, 0};
   getloadavg(load, 1);
   const double load0 = load[0];
@@ -634,10 +685,13 @@ void add_bench(CLI::App& app) {
   cmd->add_option("--n", opt->n_lists, "sequence lengths (comma-separated)")->type_name("N,...");
   cmd->add_option("--d", opt->d_lists, "head dimensions (comma-separated)")->type_name("D,...");
   cmd->add_option("--format", opt->format, "table or csv")->check(CLI::IsMember({"table", "csv"}));
+  cmd->add_option("--rows", opt->row_lists, "only these cases (comma-separated: fwd, bwd, decode, kv-i8, ...)")
+      ->type_name("CASE,...");
   cmd->add_flag("--memory-case", opt->memory_case, "only forward+backward at N = 65536, d = 128, one head");
   cmd->callback([opt] {
     opt->ns = int_lists("--n", opt->n_lists, 1, std::int64_t{1} << 24);
     opt->ds = int_lists("--d", opt->d_lists, 1, std::int64_t{1} << 16);
+    opt->rows = row_names(opt->row_lists);
     if (opt->memory_case) return memory_case();
     run(*opt);
   });

@@ -350,6 +350,7 @@ def test_trials_zero_is_an_error_not_the_default():
     (["bench", "--rounds", "-1"], ["--rounds", "expected an integer from 1 to 1000, got '-1'"]),
     (["bench", "--rounds", "1.5"], ["--rounds", "got '1.5'"]),
     (["bench", "--threads", "many"], ["--threads", "got 'many'"]),
+    (["bench", "--rows", "fwd,nope"], ["--rows", "no case 'nope'", "'fwd,nope'", "kv-i8-tok"]),
     (["explain", "--n", "0"], ["--n", "expected an integer from 1 to 16, got '0'"]),
     (["explain", "--d", "abc"], ["--d", "got 'abc'"]),
     (["explain", "--seed", "-5"], ["--seed", "expected an integer from 0 to 18446744073709551615, got '-5'"]),
