@@ -150,48 +150,52 @@ struct Bench {
   bool memory_case = false;
 };
 
+// The items of a comma-separated list, empty ones kept ("4096,," has three). List flags are split
+// here rather than by CLI11's delimiter, which drops empty items.
+std::vector<std::string> list_items(const std::string& list) {
+  std::vector<std::string> items;
+  for (std::size_t start = 0;;) {
+    const std::size_t comma = list.find(',', start);
+    items.push_back(list.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (comma == std::string::npos) return items;
+    start = comma + 1;
+  }
+}
+
 // The cases `attnscale bench` times, in its table's order (--rows picks some of them).
 const std::vector<std::string>& case_names() {
   static const std::vector<std::string> names = {
-      "fwd",     "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16", "bwd",       "bwd-bf16",  "bwd-1thread",
-      "bwd-scaling", "decode",   "kv-f32",      "kv-bf16",     "kv-i8",    "kv-paged",  "kv-i8-tok", "small-call"};
+      "fwd",         "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16", "bwd",
+      "bwd-bf16",    "bwd-1thread",  "bwd-scaling", "decode",      "kv-f32",   "kv-bf16",
+      "kv-i8",       "kv-paged",     "kv-i8-tok",   "small-call"};
   return names;
 }
 
 // The case names of --rows (each flag a comma-separated list), every one a case the bench has.
 std::set<std::string> row_names(const std::vector<std::string>& lists) {
+  const auto& names = case_names();
   std::set<std::string> out;
   for (const std::string& list : lists)
-    for (std::size_t start = 0;;) {
-      const std::size_t comma = list.find(',', start);
-      const std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-      const auto& names = case_names();
+    for (const std::string& item : list_items(list)) {
       if (std::find(names.begin(), names.end(), item) == names.end())
         throw attnscale::Error(fmt::format("--rows: no case '{}' in the list '{}' (cases: {})", item, list,
                                            fmt::join(names, ", ")));
       out.insert(item);
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
   return out;
 }
 
 // The integers of a list flag given once or more, each a comma-separated list, every item in
-// [lo, hi]. Read here rather than by CLI11's delimiter, which drops empty items ("4096,,").
+// [lo, hi].
 std::vector<std::int64_t> int_lists(const std::string& flag, const std::vector<std::string>& lists, std::int64_t lo,
                                     std::int64_t hi) {
   std::vector<std::int64_t> out;
-  for (const std::string& list : lists) {
-    for (std::size_t start = 0;;) {
-      const std::size_t comma = list.find(',', start);
-      std::string item = list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+  for (const std::string& list : lists)
+    for (const std::string& item : list_items(list)) {
       if (const std::string why = integer_in<std::int64_t>(lo, hi)(item); !why.empty())
         throw attnscale::Error(fmt::format("{}: {} in the list '{}'", flag, why, list));
       out.push_back(std::stoll(item));
-      if (comma == std::string::npos) break;
-      start = comma + 1;
     }
-  }
   return out;
 }
 
