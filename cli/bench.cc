@@ -498,12 +498,17 @@ void run(const Bench& opt) {
   // contiguous float32, bfloat16 and int8 (q8, 32 values a scale), and a paged float32 cache with
   // blocks of 16 keys in shuffled order.
   enum class Cache { forward, f32, bf16, i8, paged };
+  auto case_name = [](Cache kind) {  // the row's name in the table (and for --rows)
+    static const char* const names[] = {"decode", "kv-f32", "kv-bf16", "kv-i8", "kv-paged"};  // Cache's order
+    return names[static_cast<int>(kind)];
+  };
   auto decode = [&](Cache kind, std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d) {
     const Tensor* q = hold(filled(DType::f32, {1, Hq, 1, d}, 5));
     Tensor* out = hold(Tensor(DType::f32, {1, Hq, 1, d}));
     const TensorView q3 = TensorView::contiguous(q->view().data, DType::f32, {1, Hq, d});
     const TensorView out3 = TensorView::contiguous(out->view().data, DType::f32, {1, Hq, d});
     Row r;
+    r.name = case_name(kind);
     r.Hq = Hq;
     r.Hkv = Hkv;
     r.Nq = 1;
@@ -518,14 +523,11 @@ void run(const Bench& opt) {
       if (kind == Cache::forward) {
         Options o;
         o.threads = threads;
-        r.name = "decode";
         r.timed.fn = [=] { forward(q->view(), k->view(), v->view(), {out->view()}, o); };
       } else if (kind == Cache::f32) {
-        r.name = "kv-f32";
         const KVCache c{k->view(), v->view(), {}, {}, {}, {}};
         r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
       } else {
-        r.name = "kv-paged";
         const std::int64_t block = 16, blocks = nkv / block;
         Tensor* pk = hold(Tensor(DType::f32, {blocks, block, Hkv, d}));
         Tensor* pv = hold(Tensor(DType::f32, {blocks, block, Hkv, d}));
@@ -544,14 +546,12 @@ void run(const Bench& opt) {
         r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
       }
     } else if (kind == Cache::bf16) {
-      r.name = "kv-bf16";
       element_bytes = 2;
       const Tensor* k = hold(filled(DType::bf16, {1, Hkv, nkv, d}, 6));
       const Tensor* v = hold(filled(DType::bf16, {1, Hkv, nkv, d}, 7));
       const KVCache c{k->view(), v->view(), {}, {}, {}, {}};
       r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
     } else {
-      r.name = "kv-i8";
       element_bytes = 1 + 4.0 / 32;  // int8 values and a float32 scale per 32
       const Tensor kf = filled(DType::f32, {1, Hkv, nkv, d}, 6), vf = filled(DType::f32, {1, Hkv, nkv, d}, 7);
       // K, V and their scales in one allocation, as llama.cpp keeps its cache in one buffer: huge
@@ -578,10 +578,7 @@ void run(const Bench& opt) {
     rows.push_back(std::move(r));
     return &rows.back();
   };
-  auto wanted = [&](Cache kind) {
-    static const char* const names[] = {"decode", "kv-f32", "kv-bf16", "kv-i8", "kv-paged"};  // Cache's order
-    return want(names[static_cast<int>(kind)]);
-  };
+  auto wanted = [&](Cache kind) { return want(case_name(kind)); };
   // ggml-comparable cases (H = 8, d = 64 and 128, Nkv 4096 and 65536), then GQA.
   for (std::int64_t d : {std::int64_t{64}, std::int64_t{128}})
     for (std::int64_t nkv : {std::int64_t{4096}, std::int64_t{65536}})
