@@ -78,6 +78,7 @@ Tensor filled(DType dtype, const std::vector<std::int64_t>& shape, std::uint32_t
     x ^= x << 5;
     const float f = static_cast<float>(x % 20001) / 10000.0f - 1.0f;
     if (dtype == DType::bf16) t.as<bf16>()[i] = to_bf16(f);
+    else if (dtype == DType::f16) t.as<f16>()[i] = to_f16(f);
     else t.as<float>()[i] = f;
   }
   return t;
@@ -167,7 +168,7 @@ const std::vector<std::string>& case_names() {
   static const std::vector<std::string> names = {
       "fwd",         "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16", "bwd",
       "bwd-bf16",    "bwd-1thread",  "bwd-scaling", "decode",      "kv-f32",   "kv-bf16",
-      "kv-i8",       "kv-paged",     "kv-i8-tok",   "small-call"};
+      "kv-f16",      "kv-i8",        "kv-paged",    "kv-i8-tok",   "small-call"};
   return names;
 }
 
@@ -492,14 +493,13 @@ void run(const Bench& opt) {
     Row* all = attention("bwd-scaling", 8, n_key, 128, false, DType::f32, true, threads);
     all->limit = as_limit;
   }
-  // Decode: Nq = 1 per query head against a long KV cache; bound by reading K and V once.
   // Decode: Nq = 1 per query head against a long KV cache; bound by reading K and V once. "decode"
   // rows go through forward() with float32 K/V; "kv-*" rows through the cache API (kv_cache.h):
-  // contiguous float32, bfloat16 and int8 (q8, 32 values a scale), and a paged float32 cache with
-  // blocks of 16 keys in shuffled order.
-  enum class Cache { forward, f32, bf16, i8, paged };
+  // contiguous float32, bfloat16, float16 and int8 (q8, 32 values a scale), and a paged float32
+  // cache with blocks of 16 keys in shuffled order.
+  enum class Cache { forward, f32, bf16, f16, i8, paged };
   auto case_name = [](Cache kind) {  // the row's name in the table (and for --rows)
-    static const char* const names[] = {"decode", "kv-f32", "kv-bf16", "kv-i8", "kv-paged"};  // Cache's order
+    static const char* const names[] = {"decode", "kv-f32", "kv-bf16", "kv-f16", "kv-i8", "kv-paged"};  // Cache's order
     return names[static_cast<int>(kind)];
   };
   auto decode = [&](Cache kind, std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d) {
@@ -545,10 +545,11 @@ void run(const Bench& opt) {
         const KVCache c{pk->view(), pv->view(), {}, {}, table->view(), lens->view()};
         r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
       }
-    } else if (kind == Cache::bf16) {
+    } else if (kind == Cache::bf16 || kind == Cache::f16) {
       element_bytes = 2;
-      const Tensor* k = hold(filled(DType::bf16, {1, Hkv, nkv, d}, 6));
-      const Tensor* v = hold(filled(DType::bf16, {1, Hkv, nkv, d}, 7));
+      const DType t = kind == Cache::bf16 ? DType::bf16 : DType::f16;
+      const Tensor* k = hold(filled(t, {1, Hkv, nkv, d}, 6));
+      const Tensor* v = hold(filled(t, {1, Hkv, nkv, d}, 7));
       const KVCache c{k->view(), v->view(), {}, {}, {}, {}};
       r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
     } else {
@@ -569,7 +570,7 @@ void run(const Bench& opt) {
       const KVCache c{k, v, ks, vs, {}, {}};
       r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
     }
-    r.dtype = kind == Cache::bf16 ? "bf16" : kind == Cache::i8 ? "i8" : "f32";
+    r.dtype = kind == Cache::bf16 ? "bf16" : kind == Cache::f16 ? "f16" : kind == Cache::i8 ? "i8" : "f32";
     const double bytes = 2.0 * Hkv * nkv * d * element_bytes;
     const bool cached = bytes <= double(l3_bytes());
     r.limit = cached ? copy_cache : copy;
@@ -582,7 +583,7 @@ void run(const Bench& opt) {
   // ggml-comparable cases (H = 8, d = 64 and 128, Nkv 4096 and 65536), then GQA.
   for (std::int64_t d : {std::int64_t{64}, std::int64_t{128}})
     for (std::int64_t nkv : {std::int64_t{4096}, std::int64_t{65536}})
-      for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::i8})
+      for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::f16, Cache::i8})
         if (wanted(kind)) decode(kind, 8, 8, nkv, d);
   if (wanted(Cache::paged)) decode(Cache::paged, 8, 8, 65536, 128);
   for (Cache kind : {Cache::forward, Cache::f32})  // 8 query heads per KV head

@@ -32,8 +32,9 @@ DType dtype_of(const char* name, const py::array& a, ArrayKind kind) {
   if (kind == ArrayKind::cache) {
     if (k == 'f' && size == 4) return DType::f32;
     if (size == 2 && is_bfloat16(a.dtype())) return DType::bf16;
+    if (k == 'f' && size == 2) return DType::f16;
     if (k == 'i' && size == 1) return DType::i8;
-    throw py::type_error(fmt::format("{}: dtype must be float32, attnscale.bfloat16 or int8, got {}", name,
+    throw py::type_error(fmt::format("{}: dtype must be float32, attnscale.bfloat16, float16 or int8, got {}", name,
                                      std::string(py::str(a.dtype()))));
   }
   if (k == 'f' && size == 4) return DType::f32;

@@ -24,7 +24,7 @@ namespace py = pybind11;
 enum class ArrayKind {
   floating,  // q, k, v, out, lse, dout, matrices: float32 or float64
   mask,      // bool/uint8 (keep) or float32/float64 (additive)
-  cache,     // KV cache values: float32, bfloat16 or int8
+  cache,     // KV cache values: float32, bfloat16, float16 or int8
   index,     // block tables and lengths: int32
 };
 

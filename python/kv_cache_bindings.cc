@@ -62,7 +62,7 @@ py::tuple quantize_q8_py(py::handle x_obj) {
 constexpr const char* kDecodeDoc = R"(decode(q, k, v, *, k_scales=None, v_scales=None, block_table=None, seq_lens=None, scale=None, window_left=-1, threads=0, return_lse=False)
 
 Attention of one new token per sequence over a KV cache, read as stored (no conversion pass):
-q [B, Hq, dk] float32; k, v float32, attnscale.bfloat16 or int8 (then k_scales, v_scales:
+q [B, Hq, dk] float32; k, v float32, attnscale.bfloat16, float16 or int8 (then k_scales, v_scales:
 float32, one per 32 values, from quantize_q8). Contiguous: k [B, Hkv, Nkv, dk], seq_lens [B] int32
 optional. Paged (vLLM / FlashAttention layout): k [num_blocks, block_size, Hkv, dk],
 block_table [B, max_blocks] int32, seq_lens [B] int32. GQA when Hq % Hkv == 0. Returns out

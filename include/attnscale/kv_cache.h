@@ -1,8 +1,9 @@
 // attnscale/kv_cache.h: decode (one new query token per sequence) over an inference KV cache.
 //
-// A cache holds keys and values in one of three element types, read as stored (no conversion
+// A cache holds keys and values in one of four element types, read as stored (no conversion
 // pass before the call):
-//   float32;  bfloat16;  int8 with one float32 scale per block of 32 consecutive values of a row
+//   float32;  bfloat16;  float16 (IEEE half, llama.cpp's default cache type);
+//   int8 with one float32 scale per block of 32 consecutive values of a row
 //   (x ≈ scale · q, q in [-127, 127]: the scheme of ggml's q8_0, with a float32 scale). Products
 //   and sums are float32 in every case.
 // and in one of two layouts:
@@ -34,7 +35,7 @@
 namespace attnscale {
 
 struct KVCache {
-  TensorView k, v;                // float32, bfloat16 or int8 (both the same type)
+  TensorView k, v;                // float32, bfloat16, float16 or int8 (both the same type)
   TensorView k_scales, v_scales;  // int8 only: float32, k's (v's) shape with the last dimension d/32
   TensorView block_table;         // paged only: [B, max_blocks] int32
   TensorView seq_lens;            // [B] int32; may be empty for a contiguous cache

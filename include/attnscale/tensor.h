@@ -15,10 +15,11 @@
 
 namespace attnscale {
 
-enum class DType : std::uint8_t { f32, f64, bf16, u8, i8, i32 };
+enum class DType : std::uint8_t { f32, f64, bf16, u8, i8, i32, f16 };
 
-// "float32", "float64", "bfloat16", "bool/uint8", "int8", "int32"; i8 and i32 are for KV caches
-// (quantised values, block tables and lengths, see kv_cache.h).
+// "float32", "float64", "bfloat16", "bool/uint8", "int8", "int32", "float16"; f16, i8 and i32 are
+// for KV caches (stored keys and values, quantised values, block tables and lengths, see
+// kv_cache.h).
 std::string_view dtype_name(DType t);
 std::size_t dtype_size(DType t);
 
@@ -40,6 +41,56 @@ inline float from_bf16(bf16 x) {
   float f;
   std::memcpy(&f, &u, 4);
   return f;
+}
+
+// IEEE binary16 storage (1 sign, 5 exponent, 10 fraction bits): llama.cpp's default KV cache type
+// and FlashAttention's half. Conversions are exact one way and round to nearest even the other;
+// written out here because Highway 1.0 converts float16 only in vectors.
+struct f16 {
+  std::uint16_t bits = 0;
+};
+// Exact: normal numbers rebias the exponent (15 -> 127, +112) and shift the fraction up 13 bits;
+// subnormals are fraction · 2^-24 (a float32 holds the 10-bit product exactly); exponent 31 is
+// infinity or NaN.
+inline float from_f16(f16 x) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(x.bits & 0x8000u) << 16;
+  const std::uint32_t exp = (x.bits >> 10) & 0x1fu, frac = x.bits & 0x3ffu;
+  std::uint32_t u;
+  if (exp == 0) {
+    const float f = static_cast<float>(frac) * 5.9604644775390625e-8f;  // 2^-24
+    std::memcpy(&u, &f, 4);
+    u |= sign;
+  } else if (exp == 31) {
+    u = sign | 0x7f800000u | (frac << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (frac << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+// Round to nearest even. |x| >= 65520 (half-way past the largest half, 65504) becomes infinity;
+// below 2^-14 the result is subnormal: |x| · 2^24 rounded to an integer (the scaling is exact, and
+// the integer 1024 is the smallest normal's encoding); else the float32 bits rebiased, with
+// 0xfff plus the lowest kept bit added before the 13 dropped bits are cut. NaN stays NaN.
+inline f16 to_f16(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const auto sign = static_cast<std::uint16_t>((u >> 16) & 0x8000u);
+  u &= 0x7fffffffu;
+  if (u > 0x7f800000u) return f16{static_cast<std::uint16_t>(sign | 0x7e00u | ((u >> 13) & 0x3ffu))};
+  if (u >= 0x477ff000u) return f16{static_cast<std::uint16_t>(sign | 0x7c00u)};
+  if (u < 0x38800000u) {
+    float a;
+    std::memcpy(&a, &u, 4);
+    a *= 16777216.0f;  // 2^24
+    auto n = static_cast<std::uint32_t>(a);  // truncated, then rounded half to even
+    const float rest = a - static_cast<float>(n);
+    if (rest > 0.5f || (rest == 0.5f && (n & 1u))) ++n;
+    return f16{static_cast<std::uint16_t>(sign | n)};
+  }
+  u = (u - (112u << 23)) + 0xfffu + ((u >> 13) & 1u);
+  return f16{static_cast<std::uint16_t>(sign | (u >> 13))};
 }
 
 inline constexpr int kMaxRank = 4;

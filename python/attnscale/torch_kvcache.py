@@ -9,7 +9,7 @@ rotary embedding, when given), then q [B, Nq, H, d] attends to sequence b's keys
 
 How each call is computed (the same result up to float32 rounding; tests check both against a
 float64 reference):
-- attnscale.decode reads the cache where it lies (float32 or bfloat16, either layout; a contiguous
+- attnscale.decode reads the cache where it lies (float32, bfloat16 or float16, either layout; a contiguous
   cache indexed by cache_batch_idx is the paged layout with one block of seqlen_cache keys per batch
   row) when there is no softcap, ALiBi or left padding and the rows' visible keys are nested: one
   query row (any window), or several with no window. Several query rows go to it as one group of
@@ -145,8 +145,8 @@ def flash_attn_with_kvcache(
     """flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None, cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False)
 
     A drop-in for FlashAttention 2's flash_attn_with_kvcache (incremental decoding) on CPU tensors:
-    q and the cache float32 or bfloat16 (float16: computed in float32, returned as float16;
-    float64 through the general kernels).
+    q and the cache float32, bfloat16 or float16 (a float16 cache read as stored, products and sums
+    in float32, out returned as float16; float64 through the general kernels).
 
     q [B, Nq, H, d]. k_cache, v_cache [batch_cache, seqlen_cache, Hkv, d] (Hkv dividing H: GQA), or
     with block_table [B, max_blocks] (int) a paged cache [num_blocks, block_size, Hkv, d] (any
@@ -275,7 +275,7 @@ def flash_attn_with_kvcache(
             v_cache[rows, idx] = v.to(v_cache.dtype)
         nested = Nq == 1 or (left < 0 and (causal or right < 0))
         fast = (
-            k_cache.dtype in (torch.float32, torch.bfloat16)
+            k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16)
             and float(softcap) == 0.0
             and alibi_slopes is None
             and not any(starts)
@@ -296,10 +296,13 @@ def _decode_views(k_cache, v_cache, cache, B):
     """(k, v, block_table) for attnscale.decode: [B, Hkv, seqlen, d] views of a contiguous cache
     whose sequences are its first B rows; else the paged layout (a contiguous cache as blocks of
     seqlen_cache keys, one per batch row, picked by cache_batch_idx)."""
+    def arrays(name, t):  # float16 as numpy's float16 (attnscale.decode reads it as stored)
+        return t.detach().numpy() if t.dtype == torch.float16 else to_numpy(name, t)
+
     if cache.identity:
-        return (to_numpy("k_cache", k_cache[:B].transpose(1, 2)), to_numpy("v_cache", v_cache[:B].transpose(1, 2)), None)
+        return (arrays("k_cache", k_cache[:B].transpose(1, 2)), arrays("v_cache", v_cache[:B].transpose(1, 2)), None)
     table = cache.table.to(torch.int32).contiguous().numpy()
-    return to_numpy("k_cache", k_cache), to_numpy("v_cache", v_cache), table
+    return arrays("k_cache", k_cache), arrays("v_cache", v_cache), table
 
 
 def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):

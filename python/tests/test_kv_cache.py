@@ -1,4 +1,4 @@
-"""attnscale.decode over KV caches (float32, bfloat16, int8; contiguous and paged) against a
+"""attnscale.decode over KV caches (float32, bfloat16, float16, int8; contiguous and paged) against a
 float64 numpy reference on the values the cache holds, and attnscale.quantize_q8."""
 import numpy as np
 import pytest
@@ -28,7 +28,7 @@ def bf16(x):
     return rounded.view(attnscale.bfloat16), (rounded.astype(np.uint32) << 16).view(np.float32)
 
 
-@pytest.mark.parametrize("kind", ["f32", "bf16", "i8"])
+@pytest.mark.parametrize("kind", ["f32", "bf16", "f16", "i8"])
 def test_paged_equals_contiguous_and_matches_reference(kind):
     rng = np.random.default_rng(3)
     B, Hq, Hkv, d, block = 3, 8, 2, 64, 16
@@ -42,6 +42,9 @@ def test_paged_equals_contiguous_and_matches_reference(kind):
         k, v, kd, vd = kf, vf, kf, vf
     elif kind == "bf16":
         (k, kd), (v, vd) = bf16(kf), bf16(vf)
+    elif kind == "f16":  # numpy's float16, read as stored
+        k, v = kf.astype(np.float16), vf.astype(np.float16)
+        kd, vd = k.astype(np.float32), v.astype(np.float32)
     else:
         (k, ks), (v, vs) = attnscale.quantize_q8(kf), attnscale.quantize_q8(vf)
         kd = k.astype(np.float32) * np.repeat(ks, 32, axis=-1)

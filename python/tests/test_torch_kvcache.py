@@ -10,6 +10,7 @@ import re
 import pytest
 import torch
 
+import attnscale
 import attnscale.torch as at
 import torch_reference
 
@@ -214,6 +215,20 @@ def test_bfloat16_and_float16(gen):
         out = at.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, block_table=table, causal=True)
         assert out.dtype == dtype
         torch.testing.assert_close(out.double(), want, rtol=0, atol=tol)
+
+
+def test_float16_cache_is_read_as_stored(gen):
+    """One new token over a float16 cache goes to attnscale.decode on the cache itself (no float32
+    copy): the same bits as decode called on the float16 arrays, rounded to float16."""
+    B, H, Hkv, d, seqlens = 2, 8, 2, 64, [300, 77]
+    kc, vc = randn(gen, B, 320, Hkv, d, dtype=torch.float16), randn(gen, B, 320, Hkv, d, dtype=torch.float16)
+    q = randn(gen, B, 1, H, d, dtype=torch.float16)
+    lens = torch.tensor(seqlens, dtype=torch.int32)
+    out = at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens)
+    direct = attnscale.decode(q[:, 0].float().numpy(), kc.transpose(1, 2).numpy(), vc.transpose(1, 2).numpy(),
+                              seq_lens=lens.numpy())
+    assert out.dtype == torch.float16
+    assert torch.equal(out[:, 0], torch.from_numpy(direct).to(torch.float16))
 
 
 def test_whole_cache_without_seqlens(gen):

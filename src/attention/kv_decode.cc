@@ -111,6 +111,7 @@ int element_type(DType t) {
   switch (t) {
     case DType::f32: return kv::kF32;
     case DType::bf16: return kv::kBF16;
+    case DType::f16: return kv::kF16;
     case DType::i8: return kv::kI8;
     default: return -1;
   }
@@ -147,7 +148,7 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
   if (c.k.rank != 4 || c.v.rank != 4) fail("k, v: expected rank 4, got k " + c.k.shape_str() + ", v " + c.v.shape_str());
   if (c.k.dtype != c.v.dtype) fail("k, v: different dtypes");
   L.type = element_type(c.k.dtype);
-  if (L.type < 0) fail("k: dtype " + std::string(dtype_name(c.k.dtype)) + " (expected float32, bfloat16 or int8)");
+  if (L.type < 0) fail("k: dtype " + std::string(dtype_name(c.k.dtype)) + " (expected float32, bfloat16, float16 or int8)");
   L.paged = !c.block_table.empty();
   L.B = q.shape[0], L.Hq = q.shape[1], L.dk = q.shape[2];
   L.Hkv = L.paged ? c.k.shape[2] : c.k.shape[1];

@@ -1,11 +1,12 @@
 // SIMD kernels of cache decode (kv_decode.cc): scores and the P·V update for one tile of keys
 // whose rows are given by pointers (so the layout, contiguous or paged, stays outside), over
-// float32, bfloat16 or int8 rows, with float32 products and sums. Compiled once per Highway
-// target like kernels.cc.
+// float32, bfloat16, float16 or int8 rows, with float32 products and sums. Compiled once per
+// Highway target like kernels.cc.
 //
 // Every key row is read once for all the group's query rows: a vector of the row is loaded and
-// widened (bf16: the bits shifted into a float32's upper half; int8: sign-extended, converted and
-// multiplied by its block's scale) once, then multiplied into each row's accumulator.
+// widened (bf16: the bits shifted into a float32's upper half; float16: converted, vcvtph2ps on
+// x86; int8: sign-extended, converted and multiplied by its block's scale) once, then multiplied
+// into each row's accumulator.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/kv_kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
@@ -16,11 +17,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "attention/kv_kernels.h"
 #include "attention/exp2-inl.h"
 #include "attention/lane_reduce-inl.h"
 #include "attention/raw_vectors-inl.h"
+#include "attnscale/tensor.h"
 #include "common/prefetch.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -68,6 +71,9 @@ HWY_INLINE VF LoadRow(DF d, const void* row, const float* scales, size_t c) {
     const hn::Rebind<uint16_t, DF> du16;
     const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, static_cast<const uint16_t*>(row) + c));
     return hn::BitCast(d, hn::ShiftLeft<16>(wide));
+  } else if constexpr (kType == kF16) {
+    const hn::Rebind<hwy::float16_t, DF> dh;
+    return hn::PromoteTo(d, hn::LoadU(dh, static_cast<const hwy::float16_t*>(row) + c));
   } else {
     const hn::RebindToSigned<DF> di32;
     const hn::Rebind<int8_t, DF> di8;
@@ -86,6 +92,8 @@ HWY_INLINE float Element(const void* row, const float* scales, size_t c) {
     float f;
     std::memcpy(&f, &bits, 4);
     return f;
+  } else if constexpr (kType == kF16) {
+    return from_f16(static_cast<const f16*>(row)[c]);
   } else {
     return static_cast<float>(static_cast<const int8_t*>(row)[c]) * scales[c / 32];
   }
@@ -589,7 +597,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
   const DF d;
   const size_t L = hn::Lanes(d);
   float mm = *m, ll = *l;
-  const size_t esize = kType == kF32 ? 4 : kType == kBF16 ? 2 : 1;
+  const size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2;
   // The K rows (with k) and V rows (with v), and their int8 scales, of the n keys `ahead` keys past
   // key j, a line at a time (keys up to `known`, whose row pointers are given, may lie past the
   // call's nk).
@@ -857,13 +865,25 @@ bool QuadsAvailable() {
   return (hn::MaxLanes(DF()) == 16 || hn::MaxLanes(DF()) == 8) && hn::Lanes(DF()) == hn::MaxLanes(DF());
 }
 
+// f(std::integral_constant<int, type>) for the element type given at run time: the one place the
+// run-time type becomes a template argument.
+template <class F>
+HWY_INLINE void WithType(int type, F&& f) {
+  switch (type) {
+    case kF32: return f(std::integral_constant<int, kF32>());
+    case kBF16: return f(std::integral_constant<int, kBF16>());
+    case kF16: return f(std::integral_constant<int, kF16>());
+    default: return f(std::integral_constant<int, kI8>());
+  }
+}
+
 // StreamRowDispatch for the element type given at run time, rows by pointer or at a stride.
 template <class R, class S>
 void StreamRowTyped(int type, size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q,
                     float* m, float* l, float* O, size_t ahead, size_t known) {
-  if (type == kF32) return StreamRowDispatch<kF32>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
-  if (type == kBF16) return StreamRowDispatch<kBF16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
-  return StreamRowDispatch<kI8>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  WithType(type, [&](auto t) {
+    StreamRowDispatch<decltype(t)::value>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+  });
 }
 void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O,
@@ -881,9 +901,7 @@ void StreamRowStrided(int type, size_t nk, size_t dk, size_t dv, const void* k, 
 
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
             const float* Q, size_t ldq, float* S, size_t lds) {
-  if (type == kF32) return ScoresT<kF32>(nk, rows, dk, krow, ksc, Q, ldq, S, lds);
-  if (type == kBF16) return ScoresT<kBF16>(nk, rows, dk, krow, ksc, Q, ldq, S, lds);
-  return ScoresT<kI8>(nk, rows, dk, krow, ksc, Q, ldq, S, lds);
+  WithType(type, [&](auto t) { ScoresT<decltype(t)::value>(nk, rows, dk, krow, ksc, Q, ldq, S, lds); });
 }
 
 // widen (kv_kernels.h): each row as float32, L lanes at a time (LoadRow), the tail element by element.
@@ -898,16 +916,12 @@ void WidenT(size_t nk, size_t d, const void* const* row, const float* const* sc,
   }
 }
 void Widen(int type, size_t nk, size_t d, const void* const* row, const float* const* sc, float* out, size_t ldo) {
-  if (type == kF32) return WidenT<kF32>(nk, d, row, sc, out, ldo);
-  if (type == kBF16) return WidenT<kBF16>(nk, d, row, sc, out, ldo);
-  return WidenT<kI8>(nk, d, row, sc, out, ldo);
+  WithType(type, [&](auto t) { WidenT<decltype(t)::value>(nk, d, row, sc, out, ldo); });
 }
 
 void Accumulate(int type, size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc,
                 const float* P, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
-  if (type == kF32) return AccumulateT<kF32>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
-  if (type == kBF16) return AccumulateT<kBF16>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
-  return AccumulateT<kI8>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
+  WithType(type, [&](auto t) { AccumulateT<decltype(t)::value>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed); });
 }
 
 }  // namespace attnscale::detail::kv::HWY_NAMESPACE

@@ -9,7 +9,7 @@
 
 namespace attnscale::detail::kv {
 
-enum ElementType : int { kF32 = 0, kBF16 = 1, kI8 = 2 };
+enum ElementType : int { kF32 = 0, kBF16 = 1, kI8 = 2, kF16 = 3 };
 
 // S[r][j] = Σ_c Q[r][c] · K_j[c] for rows r < rows (Q row stride ldq) and keys j < nk.
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,

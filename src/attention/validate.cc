@@ -41,6 +41,10 @@ void require_operand_rank(std::string_view name, const TensorView& t) {
          std::to_string(t.rank) + " " + t.shape_str());
 }
 
+// The dtypes forward and backward compute in and write (float16 and the integer types are for KV
+// caches and masks only).
+bool computable(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16; }
+
 // q, k, v, dout: rank 2..4, positive dimensions, a float dtype.
 TensorView operand(const char* name, const TensorView& t) {
   if (t.data == nullptr) fail(std::string(name) + ": missing (null data pointer)");
@@ -48,7 +52,7 @@ TensorView operand(const char* name, const TensorView& t) {
   for (int d = 0; d < t.rank; ++d)
     if (t.shape[d] <= 0)
       fail(std::string(name) + ": every dimension must be positive, got shape " + t.shape_str());
-  if (t.dtype == DType::u8)
+  if (!computable(t.dtype))
     fail(std::string(name) + ": dtype must be float32, float64 or bfloat16, got " +
          std::string(dtype_name(t.dtype)));
   return pad_rank(t, 4);
@@ -65,9 +69,9 @@ TensorView output(const char* name, const TensorView& t, int rank, const std::in
   for (int d = 0; d < rank; ++d)
     if (p.shape[d] != want[d])
       fail(std::string(name) + ": expected shape " + want_str + ", got " + t.shape_str());
-  if (any_float ? t.dtype == DType::u8 : t.dtype != must)
+  if (any_float ? !computable(t.dtype) : t.dtype != must)
     fail(std::string(name) + ": dtype must be " +
-         (any_float ? std::string("a float type") : std::string(dtype_name(must))) + ", got " +
+         (any_float ? std::string("float32, float64 or bfloat16") : std::string(dtype_name(must))) + ", got " +
          std::string(dtype_name(t.dtype)));
   return p;
 }
@@ -162,7 +166,8 @@ void fill_options(Params& p, const Options& options) {
                            std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "]";
   if (mk.rank < 2 || mk.rank > 4)
     fail("mask: expected shape " + want + ", got rank " + std::to_string(mk.rank) + " " + mk.shape_str());
-  if (mk.dtype == DType::bf16) fail("mask: dtype must be bool/uint8, float32 or float64, got bfloat16");
+  if (mk.dtype != DType::u8 && mk.dtype != DType::f32 && mk.dtype != DType::f64)
+    fail("mask: dtype must be bool/uint8, float32 or float64, got " + std::string(dtype_name(mk.dtype)));
   TensorView t = pad_rank(mk, 4);
   const std::int64_t full[4] = {p.B, p.Hq, p.Nq, p.Nkv};
   for (int d = 0; d < 4; ++d) {

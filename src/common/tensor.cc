@@ -19,6 +19,7 @@ std::string_view dtype_name(DType t) {
     case DType::u8: return "bool/uint8";
     case DType::i8: return "int8";
     case DType::i32: return "int32";
+    case DType::f16: return "float16";
   }
   return "?";
 }
@@ -31,6 +32,7 @@ std::size_t dtype_size(DType t) {
     case DType::u8: return 1;
     case DType::i8: return 1;
     case DType::i32: return 4;
+    case DType::f16: return 2;
   }
   return 0;
 }

@@ -93,6 +93,42 @@ TEST(Validation, ValuesKeysMismatch) {
 TEST(Validation, DtypeMismatch) {
   expect_error([](Inputs& s) { s.v = random_tensor(DType::f64, {2, 2, 6, 3}, 1, 2); }, "q, k, v: dtypes differ");
 }
+// forward computes in float32, float64 and bfloat16 only: float16 and the integer types (KV
+// caches, masks, block tables) are refused as operands, outputs and masks, not read or written as
+// something else.
+TEST(Validation, DtypesOutsideTheComputedOnesAreRefused) {
+  for (const DType t : {DType::f16, DType::i8, DType::i32, DType::u8}) {
+    expect_error(
+        [t](Inputs& s) {
+          s.q = Tensor(t, {2, 4, 5, 8});
+          s.k = Tensor(t, {2, 2, 6, 8});
+          s.v = Tensor(t, {2, 2, 6, 3});
+        },
+        "q: dtype must be float32, float64 or bfloat16, got " + std::string(dtype_name(t)));
+    Inputs s;
+    const Tensor out(t, {2, 4, 5, 3}), lse(t, {2, 4, 5});
+    auto message = [&](const Outputs& o) {
+      try {
+        forward(s.q.view(), s.k.view(), s.v.view(), o, s.opt);
+      } catch (const Error& e) {
+        return std::string(e.what());
+      }
+      return std::string("no error");
+    };
+    EXPECT_EQ(message({out.view()}), "out: dtype must be float32, got " + std::string(dtype_name(t)));
+    Outputs with_lse{s.out.view()};
+    with_lse.lse = lse.view();
+    EXPECT_EQ(message(with_lse), "lse: dtype must be float32, float64 or bfloat16, got " + std::string(dtype_name(t)));
+  }
+  static Tensor m;
+  for (const DType t : {DType::i8, DType::i32, DType::f16, DType::bf16})
+    expect_error(
+        [t](Inputs& s) {
+          m = Tensor(t, {5, 6});
+          s.opt.mask.explicit_mask = m.view();
+        },
+        "mask: dtype must be bool/uint8, float32 or float64, got " + std::string(dtype_name(t)));
+}
 TEST(Validation, OutputShape) {
   expect_error([](Inputs& s) { s.out = Tensor(DType::f32, {2, 4, 5, 4}); }, "out: expected shape [2, 4, 5, 3]");
 }

@@ -1,5 +1,6 @@
-// decode() over KV caches (attnscale/kv_cache.h): float32, bfloat16 and int8 K/V, contiguous and
-// paged, against a float64 reference on the values the cache holds (bf16 and int8 dequantised),
+// decode() over KV caches (attnscale/kv_cache.h): float32, bfloat16, float16 and int8 K/V,
+// contiguous and paged, against a float64 reference on the values the cache holds (bf16, float16
+// and int8 widened or dequantised),
 // under the accuracy rule of the forward ("error vs float64 <= 2x the error of a naive float32
 // computation on the same inputs"), on every compiled SIMD target; awkward lengths (0, 1, odd,
 // prime, across chunk and block edges), GQA groups 1..8, sliding windows; paged == contiguous
@@ -35,7 +36,7 @@ void for_each_target(Fn fn) {
   detail::simd::force_target("");
 }
 
-enum class Kind { f32, bf16, i8 };
+enum class Kind { f32, bf16, f16, i8 };
 
 // A cache in both layouts holding the same values, and those values as double for the reference.
 struct Caches {
@@ -71,6 +72,7 @@ double as_double(const Tensor& t, const Tensor& scales, std::int64_t i) {
   switch (t.dtype()) {
     case DType::f32: return t.as<float>()[i];
     case DType::bf16: return from_bf16(t.as<bf16>()[i]);
+    case DType::f16: return from_f16(t.as<f16>()[i]);
     default: return double(static_cast<const std::int8_t*>(t.view().data)[i]) * double(scales.as<float>()[i / 32]);
   }
 }
@@ -78,10 +80,11 @@ double as_double(const Tensor& t, const Tensor& scales, std::int64_t i) {
 Tensor convert(const Tensor& f, Kind kind, Tensor& scales) {
   const TensorView v = f.view();
   if (kind != Kind::i8) {
-    Tensor t(kind == Kind::f32 ? DType::f32 : DType::bf16, v.shape.data(), v.rank);
+    Tensor t(kind == Kind::f32 ? DType::f32 : kind == Kind::bf16 ? DType::bf16 : DType::f16, v.shape.data(), v.rank);
     for (std::int64_t i = 0; i < f.numel(); ++i) {
       if (kind == Kind::f32) t.as<float>()[i] = f.as<float>()[i];
-      else t.as<bf16>()[i] = to_bf16(f.as<float>()[i]);
+      else if (kind == Kind::bf16) t.as<bf16>()[i] = to_bf16(f.as<float>()[i]);
+      else t.as<f16>()[i] = to_f16(f.as<float>()[i]);
     }
     return t;
   }
@@ -221,7 +224,7 @@ const std::vector<Case>& cases() {
   };
   return c;
 }
-const std::vector<Case>& odd_dims() {  // float32 / bf16 only (int8 needs multiples of 32)
+const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 needs multiples of 32)
   static const std::vector<Case> c = {{3, 1, 37, 5, 5, -1, {1, 1030}}, {2, 2, 1, 17, 3, 7, {13, 2}},
                                       {4, 1, 37, 5, 5, -1, {39, 6}}, {8, 1, 19, 3, 4, 9, {41}}};
   return c;
@@ -260,15 +263,19 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed) {
   }
 }
 
-TEST(KVCache, EveryTypeAndLayoutMatchesReferenceOnEveryTarget) {
-  for_each_target([] {
-    std::uint64_t seed = 900;
-    for (Kind kind : {Kind::f32, Kind::bf16, Kind::i8})
-      for (const Case& cs : cases()) check_case(kind, cs, ++seed);
-    for (Kind kind : {Kind::f32, Kind::bf16})
+// Every case of one element type in every layout, on every target (a test per type, so that
+// they run side by side).
+void check_kind(Kind kind, std::uint64_t seed) {
+  for_each_target([&] {
+    for (const Case& cs : cases()) check_case(kind, cs, ++seed);
+    if (kind != Kind::i8)
       for (const Case& cs : odd_dims()) check_case(kind, cs, ++seed);
   });
 }
+TEST(KVCache, Float32MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::f32, 900); }
+TEST(KVCache, Bfloat16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::bf16, 1000); }
+TEST(KVCache, Float16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::f16, 1100); }
+TEST(KVCache, Int8MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::i8, 1200); }
 
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   const Tensor x = random_tensor(DType::f32, {3, 64}, 5, 1, 10.0);
