@@ -9,7 +9,7 @@ row's time also as a multiple of attnscale.decode's on the [B, Hkv, Nkv, d] cach
 and V read per second. The load average is printed before and after.
 
     /usr/bin/python3 bench/kvcache_dropin.py [--pymod build/python] [--nkv 65536] [--heads 32 --kv-heads 4]
-        [--dim 128] [--dtype float32|bfloat16] [--rounds 9]
+        [--dim 128] [--dtype float32|bfloat16|float16] [--rounds 9]
 """
 import argparse
 import os
@@ -25,7 +25,7 @@ def main():
     ap.add_argument("--heads", type=int, default=32)
     ap.add_argument("--kv-heads", type=int, default=4)
     ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "float16"], default="float32")
     ap.add_argument("--block", type=int, default=256, help="keys per block of the paged cache")
     ap.add_argument("--rounds", type=int, default=9)
     a = ap.parse_args()
@@ -34,7 +34,7 @@ def main():
 
     import attnscale  # noqa: E402
     import attnscale.torch as at  # noqa: E402
-    from attnscale.torch_function import to_numpy  # noqa: E402
+    from attnscale.torch_function import cache_to_numpy  # noqa: E402
 
     N, H, Hkv, d, bs = a.nkv, a.heads, a.kv_heads, a.dim, a.block
     dtype = getattr(torch, a.dtype)
@@ -50,8 +50,8 @@ def main():
     q1 = torch.randn(1, 1, H, d, generator=g).to(dtype)
     q4 = torch.randn(1, 4, H, d, generator=g).to(dtype)
     qd = q1[:, 0].float().numpy()
-    ak, av = to_numpy("k", apart_k), to_numpy("v", apart_v)
-    ik, iv = to_numpy("k", kc.transpose(1, 2)), to_numpy("v", vc.transpose(1, 2))  # views, no copy
+    ak, av = cache_to_numpy("k", apart_k), cache_to_numpy("v", apart_v)
+    ik, iv = cache_to_numpy("k", kc.transpose(1, 2)), cache_to_numpy("v", vc.transpose(1, 2))  # views, no copy
     lens_np = lens.numpy()
 
     fns = {

@@ -6,6 +6,7 @@
 
 #include "array_view.h"
 #include "attention_bindings.h"
+#include "convert_bindings.h"
 #include "kv_cache_bindings.h"
 #include "attention/peak_loops.h"
 #include "attnscale/version.h"
@@ -19,6 +20,7 @@ PYBIND11_MODULE(_attnscale, m) {
   m.doc() = "attnscale's C++ library: the attention kernels (see the attnscale package).";
   attnscale::python::add_attention(m);
   attnscale::python::add_kv_cache(m);
+  attnscale::python::add_convert(m);
   m.def("version", &attnscale::version, "The library version, e.g. '0.1.0'.");
   m.def("git_hash", &attnscale::git_hash, "The commit the library was built from, or 'unknown'.");
   m.def("cpu_target", &attnscale::cpu_target,

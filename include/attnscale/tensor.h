@@ -113,6 +113,12 @@ struct TensorView {
   std::string shape_str() const;  // "[2, 3, 4]"
 };
 
+// dst = src element by element, between float32, float64, bfloat16 and float16 (rounding to
+// nearest even where dst is narrower), any strides, the same shape. float16 <-> float32 rows with a
+// contiguous last dimension use the CPU's conversion instructions (F16C / AVX-512). Throws Error
+// naming src or dst for another dtype or a different shape.
+void convert(const TensorView& src, const TensorView& dst);
+
 // An owning, 64-byte aligned, C-order tensor of rank 1..4.
 class Tensor {
  public:

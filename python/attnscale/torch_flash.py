@@ -15,7 +15,7 @@ import math
 import torch
 
 from . import _attnscale
-from .torch_function import Attention, dropout_keywords, float16_as_float32, from_numpy, to_numpy
+from .torch_function import Attention, as_float16, dropout_keywords, float16_as_float32, from_numpy, to_numpy
 
 
 def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, dropout_p):
@@ -54,7 +54,7 @@ def _attend(q, k, v, options, want_probs=False):
         arrays = [to_numpy(name, t) for name, t in (("q", qh), ("k", kh), ("v", vh))]
         probs = from_numpy(_attnscale.attention(*arrays, return_probs=True, **options)[1])
     out = out.transpose(-3, -2).contiguous()
-    return (out.half() if half else out), lse, probs
+    return (as_float16(out) if half else out), lse, probs
 
 
 def check_rank(name, t, layout):

@@ -37,6 +37,14 @@ def to_numpy(name, t):
     return t.numpy()
 
 
+def cache_to_numpy(name, t):
+    """to_numpy for a KV cache, which may also be float16: numpy's own float16 over the tensor's
+    memory (attnscale.decode reads it as stored)."""
+    if isinstance(t, torch.Tensor) and t.dtype == torch.float16 and t.device.type == "cpu":
+        return t.detach().numpy()
+    return to_numpy(name, t)
+
+
 def from_numpy(a):
     """The tensor over a kernel's output array (bfloat16 when the array carries attnscale's tag)."""
     if a.dtype.metadata and a.dtype.metadata.get("attnscale") == "bfloat16":
@@ -129,13 +137,44 @@ class Attention(torch.autograd.Function):
         return result[: len(ctx.needs_input_grad)]
 
 
+def _converted(t, dtype):
+    """A new contiguous tensor of `dtype` (float32 or float16) holding t's values (attnscale's
+    conversion, _convert), in memory numpy allocates: numpy asks for transparent huge pages for
+    arrays of 4 MiB and more, torch does not, and where first touches of 4 KiB pages are costly a
+    fresh 256 MiB copy took 0.5 s in them (docs/performance.md)."""
+    out = np.empty(tuple(t.shape), dtype=np.float32 if dtype == torch.float32 else np.float16)
+    _attnscale._convert(t.detach().numpy(), out)
+    return torch.from_numpy(out)
+
+
+class _Half(torch.autograd.Function):
+    """float16 <-> float32 by the CPU's conversion instructions (torch 1.13 converts float16 on the
+    CPU element by element, about 0.1 GB/s; docs/performance.md), differentiable: the gradient
+    converts back."""
+
+    @staticmethod
+    def forward(ctx, t, dtype):
+        ctx.source = t.dtype
+        return _converted(t, dtype)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return _converted(grad, ctx.source), None
+
+
+def as_float16(t):
+    """t (float32) rounded to float16, to nearest even; differentiable."""
+    return _Half.apply(t, torch.float16)
+
+
 def float16_as_float32(*tensors):
     """(tensors, half): float16 has no kernels of its own, so when all of `tensors` are float16 they
     come back as float32 copies of the same values (differentiable: their gradients return as
-    float16), half = True, and the caller rounds its output back to float16. FlashAttention and
-    PyTorch accumulate float16 in float32 too. Otherwise the tensors as given, half = False."""
+    float16), half = True, and the caller rounds its output back to float16 (as_float16).
+    FlashAttention and PyTorch accumulate float16 in float32 too. Otherwise the tensors as given,
+    half = False."""
     if all(isinstance(t, torch.Tensor) and t.dtype == torch.float16 for t in tensors):
-        return tuple(t.float() for t in tensors), True
+        return tuple(_Half.apply(t, torch.float32) for t in tensors), True
     return tensors, False
 
 

@@ -30,7 +30,7 @@ import torch
 from . import _attnscale
 from .arrays import attention as _attention_arrays
 from .torch_flash import _attend, _options, check_block_table, check_rank
-from .torch_function import to_numpy
+from .torch_function import as_float16, cache_to_numpy
 
 _CACHE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
@@ -285,7 +285,7 @@ def flash_attn_with_kvcache(
             out, lse = _decode(q, k_cache, v_cache, cache, lengths, options["scale"], causal, left, Nq)
         else:
             out, lse = _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes)
-    out = out.to(q.dtype).contiguous()
+    out = as_float16(out) if q.dtype == torch.float16 and out.dtype == torch.float32 else out.to(q.dtype).contiguous()
     if not return_softmax_lse:
         return out
     lse = lse.to(torch.float64 if q.dtype == torch.float64 else torch.float32).masked_fill(lse == -math.inf, math.inf)
@@ -296,13 +296,11 @@ def _decode_views(k_cache, v_cache, cache, B):
     """(k, v, block_table) for attnscale.decode: [B, Hkv, seqlen, d] views of a contiguous cache
     whose sequences are its first B rows; else the paged layout (a contiguous cache as blocks of
     seqlen_cache keys, one per batch row, picked by cache_batch_idx)."""
-    def arrays(name, t):  # float16 as numpy's float16 (attnscale.decode reads it as stored)
-        return t.detach().numpy() if t.dtype == torch.float16 else to_numpy(name, t)
-
     if cache.identity:
-        return (arrays("k_cache", k_cache[:B].transpose(1, 2)), arrays("v_cache", v_cache[:B].transpose(1, 2)), None)
+        return (cache_to_numpy("k_cache", k_cache[:B].transpose(1, 2)),
+                cache_to_numpy("v_cache", v_cache[:B].transpose(1, 2)), None)
     table = cache.table.to(torch.int32).contiguous().numpy()
-    return arrays("k_cache", k_cache), arrays("v_cache", v_cache), table
+    return cache_to_numpy("k_cache", k_cache), cache_to_numpy("v_cache", v_cache), table
 
 
 def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):

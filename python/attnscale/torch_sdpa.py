@@ -16,7 +16,7 @@ gets its gradient, dS, summed over its broadcast dimensions by autograd.
 """
 import torch
 
-from .torch_function import attend, dropout_keywords, float16_as_float32
+from .torch_function import as_float16, attend, dropout_keywords, float16_as_float32
 
 
 def scaled_dot_product_attention(
@@ -65,4 +65,4 @@ def scaled_dot_product_attention(
         if not enable_gqa and str(e).startswith("q, k:"):
             raise ValueError(f"{e} (key/value with fewer heads than query need enable_gqa=True)") from None
         raise
-    return out.half() if half else out
+    return as_float16(out) if half else out

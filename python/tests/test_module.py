@@ -5,6 +5,7 @@ import threading
 import time
 
 import numpy as np
+import pytest
 
 import attnscale
 import torch_reference
@@ -95,3 +96,32 @@ def test_import_loads_neither_libtorch_nor_mpi():
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_float16_conversion_matches_numpy_bit_for_bit(rng):
+    """_convert (the torch wrappers' float16 <-> float32): numpy's rounding (nearest even) for float32
+    values of random bits (every exponent, subnormals, infinities), every float16 value back to float32,
+    a strided source; a read-only or mistyped destination is refused."""
+    bits = rng.integers(0, 2**32, size=100003, dtype=np.uint64).astype(np.uint32)
+    x = bits.view(np.float32)
+    x = x[~np.isnan(x)]
+    h = np.empty(x.shape, np.float16)
+    attnscale._attnscale._convert(x, h)
+    with np.errstate(over="ignore"):  # values past the largest half become infinity, as intended
+        want = x.astype(np.float16)
+    assert np.array_equal(h.view(np.uint16), want.view(np.uint16))
+    every = np.arange(2**16, dtype=np.uint32).astype(np.uint16).view(np.float16)
+    every = every[~np.isnan(every)]
+    f = np.empty(every.shape, np.float32)
+    attnscale._attnscale._convert(every, f)
+    assert np.array_equal(f.view(np.uint32), every.astype(np.float32).view(np.uint32))
+    block = rng.standard_normal((6, 10)).astype(np.float32)
+    out = np.empty((6, 5), np.float16)
+    attnscale._attnscale._convert(block[:, ::2], out)
+    assert np.array_equal(out, block[:, ::2].astype(np.float16))
+    frozen = np.empty((6, 5), np.float16)
+    frozen.flags.writeable = False
+    with pytest.raises(ValueError, match="dst: the array is read-only"):
+        attnscale._attnscale._convert(block[:, ::2], frozen)
+    with pytest.raises(ValueError, match="dst: shape"):
+        attnscale._attnscale._convert(block, out)

@@ -3,13 +3,19 @@
 // to itself; the midpoint of two neighbouring halves (exact in float32) rounds to the one with an
 // even last bit, and a float32 step either side of it to the nearer; past the largest half,
 // 65504, values below 65520 round down and the rest become infinity; NaN stays NaN; subnormal
-// halves are fraction · 2^-24.
+// halves are fraction · 2^-24. convert() gives those conversions' bits on every SIMD target, for
+// contiguous, strided and odd-length views, and refuses other dtypes and shapes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 
+#include <random>
+#include <string>
+
+#include "attention/kernels.h"
+#include "attnscale/error.h"
 #include "attnscale/tensor.h"
 
 namespace attnscale {
@@ -75,6 +81,76 @@ TEST(F16, OverflowAndSpecialValues) {
   EXPECT_EQ(to_f16(std::ldexp(3.0f, -26)).bits, 0x0001u);  // three quarters
   EXPECT_TRUE(is_nan_half(to_f16(std::nanf("")).bits));
   EXPECT_TRUE(is_nan_half(to_f16(bits_to_float(0x7f800001u)).bits));  // a payload only in the low bits
+}
+
+// Every half bit pattern to float32 and back, in a contiguous row of 65536 + 7 values (vectors and
+// a tail) and in a strided [5, 13] view; float32 values of random bits (every exponent) to float16;
+// float64 and bfloat16 through the scalar path; on every compiled target.
+TEST(F16, ConvertMatchesTheScalarConversionsOnEveryTarget) {
+  const std::int64_t n = 65536 + 7;
+  Tensor halves(DType::f16, {n}), floats(DType::f32, {n}), back(DType::f16, {n}), wide(DType::f32, {n}),
+      narrow(DType::f16, {n});
+  std::mt19937 rng(7);
+  for (std::int64_t i = 0; i < n; ++i) {
+    halves.as<f16>()[i] = f16{static_cast<std::uint16_t>(i & 0xffff)};
+    std::uint32_t u = rng();
+    wide.as<float>()[i] = bits_to_float(u);
+  }
+  for (const std::string& target : detail::simd::available_targets()) {
+    detail::simd::force_target(target);
+    SCOPED_TRACE("target " + target);
+    convert(halves.view(), floats.view());
+    convert(floats.view(), back.view());
+    convert(wide.view(), narrow.view());
+    for (std::int64_t i = 0; i < n; ++i) {
+      const f16 h = halves.as<f16>()[i];
+      const float f = floats.as<float>()[i];
+      if (is_nan_half(h.bits)) {
+        ASSERT_TRUE(std::isnan(f)) << i;
+        ASSERT_TRUE(is_nan_half(back.as<f16>()[i].bits)) << i;
+      } else {
+        const float want = from_f16(h);
+        ASSERT_EQ(std::memcmp(&f, &want, 4), 0) << i;
+        ASSERT_EQ(back.as<f16>()[i].bits, h.bits) << i;
+      }
+      const float x = wide.as<float>()[i];
+      if (std::isnan(x)) ASSERT_TRUE(is_nan_half(narrow.as<f16>()[i].bits)) << i;
+      else ASSERT_EQ(narrow.as<f16>()[i].bits, to_f16(x).bits) << "float bits 0x" << std::hex << i;
+    }
+    // A strided view (every other column of a [5, 26] block) into a transposed one.
+    Tensor block(DType::f32, {5, 26}), out(DType::f16, {13, 5});
+    for (std::int64_t i = 0; i < block.numel(); ++i) block.as<float>()[i] = 0.37f * static_cast<float>(i) - 9.0f;
+    const TensorView src = TensorView::strided(block.data(), DType::f32, {5, 13}, {26, 2});
+    const TensorView dst = TensorView::strided(out.data(), DType::f16, {5, 13}, {1, 5});
+    convert(src, dst);
+    for (std::int64_t r = 0; r < 5; ++r)
+      for (std::int64_t c = 0; c < 13; ++c)
+        ASSERT_EQ(out.as<f16>()[c * 5 + r].bits, to_f16(block.as<float>()[r * 26 + 2 * c]).bits) << r << ", " << c;
+  }
+  detail::simd::force_target("");
+  Tensor d(DType::f64, {3}), b(DType::bf16, {3}), h(DType::f16, {3});
+  d.as<double>()[0] = 1.0 / 3, d.as<double>()[1] = -65504.0, d.as<double>()[2] = 1e-30;
+  convert(d.view(), b.view());
+  convert(b.view(), h.view());
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(b.as<bf16>()[i].bits, to_bf16(static_cast<float>(d.as<double>()[i])).bits) << i;
+    EXPECT_EQ(h.as<f16>()[i].bits, to_f16(from_bf16(b.as<bf16>()[i])).bits) << i;
+  }
+}
+
+TEST(F16, ConvertRefusesOtherDtypesAndShapes) {
+  Tensor a(DType::f32, {2, 3}), i8(DType::i8, {2, 3}), other(DType::f16, {3, 2});
+  auto message = [](const TensorView& s, const TensorView& d) {
+    try {
+      convert(s, d);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  EXPECT_EQ(message(i8.view(), a.view()), "src: dtype must be float32, float64, bfloat16 or float16, got int8");
+  EXPECT_EQ(message(a.view(), i8.view()), "dst: dtype must be float32, float64, bfloat16 or float16, got int8");
+  EXPECT_EQ(message(a.view(), other.view()), "dst: shape [3, 2] differs from src's [2, 3]");
 }
 
 }  // namespace
