@@ -45,6 +45,10 @@ struct DecodeOptions {
   Scale scale;                    // default 1/√dk
   std::int64_t window_left = -1;  // ≥ 0: the query sees only its last window_left + 1 keys
   int threads = 0;                // 0: $ATTNSCALE_THREADS, else every core
+  // Score transforms, as Options' (attention.h), the query at the sequence's last key: the score of
+  // key j is t = c·tanh(s·q·k_j / c) − slope_bh·|len_b − 1 − j|.
+  double softcap = 0.0;     // c > 0; 0: no capping
+  TensorView alibi_slopes;  // [Hq] or [B, Hq], float32/float64; empty: no ALiBi
 };
 
 // q [B, Hq, dk] float32 (the new token of each sequence; it sits after the cache's keys, so every

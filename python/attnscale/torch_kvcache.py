@@ -11,8 +11,8 @@ How each call is computed (the same result up to float32 rounding; tests check b
 float64 reference):
 - attnscale.decode reads the cache where it lies (float32, bfloat16 or float16, either layout; a contiguous
   cache indexed by cache_batch_idx is the paged layout with one block of seqlen_cache keys per batch
-  row) when there is no softcap, ALiBi or left padding and the rows' visible keys are nested: one
-  query row (any window), or several with no window. Several query rows go to it as one group of
+  row) when there is no left padding and the rows' visible keys are nested: one query row (any
+  window, softcap and ALiBi too), or several with no window and neither softcap nor ALiBi. Several query rows go to it as one group of
   query heads per KV head (row i of head h as query head h * Nq + i), so the cache is read once.
   Without `causal` every row sees every key. With `causal`, row i sees keys up to L - Nq + i: decode
   covers the keys all rows see, [0, L - Nq], and the at most Nq - 1 keys after them (gathered) go to
@@ -274,15 +274,15 @@ def flash_attn_with_kvcache(
             k_cache[rows, idx] = k.to(k_cache.dtype)
             v_cache[rows, idx] = v.to(v_cache.dtype)
         nested = Nq == 1 or (left < 0 and (causal or right < 0))
+        transforms = float(softcap) != 0.0 or alibi_slopes is not None
         fast = (
             k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16)
-            and float(softcap) == 0.0
-            and alibi_slopes is None
             and not any(starts)
             and nested
+            and (Nq == 1 or not transforms)
         )
         if fast:
-            out, lse = _decode(q, k_cache, v_cache, cache, lengths, options["scale"], causal, left, Nq)
+            out, lse = _decode(q, k_cache, v_cache, cache, lengths, options, causal, left, Nq)
         else:
             out, lse = _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes)
     out = as_float16(out) if q.dtype == torch.float16 and out.dtype == torch.float32 else out.to(q.dtype).contiguous()
@@ -303,7 +303,7 @@ def _decode_views(k_cache, v_cache, cache, B):
     return cache_to_numpy("k_cache", k_cache), cache_to_numpy("v_cache", v_cache), table
 
 
-def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
+def _decode(q, k_cache, v_cache, cache, lengths, options, causal, left, Nq):
     """(out [B, Nq, H, dv], lse [B, H, Nq], -inf for a row without keys) through attnscale.decode
     (module docstring)."""
     B, _, H, d = q.shape
@@ -319,8 +319,9 @@ def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
         common = (lens - (Nq - 1)).clamp(min=0)  # keys every row sees
     seq_lens = common.to(torch.int32).numpy() if several else np.asarray(lengths, dtype=np.int32)
     o1, lse1 = _attnscale.decode(
-        rows.numpy(), kd, vd, block_table=table, seq_lens=seq_lens, scale=scale,
-        window_left=left if left >= 0 else -1, return_lse=True,
+        rows.numpy(), kd, vd, block_table=table, seq_lens=seq_lens, scale=options["scale"],
+        window_left=left if left >= 0 else -1, softcap=options["softcap"], alibi_slopes=options.get("alibi_slopes"),
+        return_lse=True,
     )
     if Nq == 1:  # [B, H, dv] is [B, 1, H, dv], in FlashAttention's order already
         return torch.from_numpy(o1.reshape(B, 1, H, dv)), torch.from_numpy(lse1.reshape(B, H, 1))
@@ -338,7 +339,7 @@ def _decode(q, k_cache, v_cache, cache, lengths, scale, causal, left, Nq):
         row_end = lens[:, None] - Nq + torch.arange(Nq)[None, :]  # [B, Nq]: last visible key
         mask = valid[:, None, :] & (pos[:, None, :] <= row_end[:, :, None])  # [B, Nq, Nq - 1]
         o2, lse2 = _attention_arrays(q32.transpose(1, 2).numpy(), kt.numpy(), vt.numpy(), mask=mask[:, None].numpy(),
-                                     scale=scale, return_lse=True)
+                                     scale=options["scale"], return_lse=True)
         out, lse = (torch.from_numpy(a) for a in _attnscale.merge_partials([o1.reshape(B, H, Nq, dv), o2],
                                                                             [lse1.reshape(B, H, Nq), lse2]))
     return out.transpose(1, 2), lse

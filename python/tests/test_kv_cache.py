@@ -6,8 +6,9 @@ import pytest
 import attnscale
 
 
-def reference(q, k, v, lens, window=-1):
-    """float64: out[b, h] = softmax(q·Kᵀ/√d over the visible keys) · V; k, v [B, Hkv, N, d]."""
+def reference(q, k, v, lens, window=-1, softcap=0.0, slopes=None):
+    """float64: out[b, h] = softmax(t over the visible keys) · V, t = q·Kᵀ/√d (softcap c:
+    c·tanh(t / c); ALiBi slopes [B, Hq]: minus slope·|len − 1 − j|); k, v [B, Hkv, N, d]."""
     B, Hq, d = q.shape
     g = Hq // k.shape[1]
     out = np.zeros((B, Hq, v.shape[3]))
@@ -15,6 +16,10 @@ def reference(q, k, v, lens, window=-1):
         lo = max(0, lens[b] - 1 - window) if window >= 0 else 0
         for h in range(Hq):
             s = k[b, h // g, lo:lens[b]].astype(np.float64) @ q[b, h].astype(np.float64) / np.sqrt(d)
+            if softcap:
+                s = softcap * np.tanh(s / softcap)
+            if slopes is not None:
+                s = s - slopes[b, h] * np.abs(lens[b] - 1 - np.arange(lo, lens[b]))
             if s.size:
                 p = np.exp(s - s.max())
                 out[b, h] = p @ v[b, h // g, lo:lens[b]].astype(np.float64) / p.sum()
@@ -100,3 +105,22 @@ def test_window_lse_and_errors():
         attnscale.decode(q, pool, pool, block_table=table, seq_lens=np.array([-1], np.int32))
     with pytest.raises(ValueError, match=r"seq_lens\[0\] = 33 does not fit in 2 blocks of 16"):
         attnscale.decode(q, pool, pool, block_table=table, seq_lens=np.array([33], np.int32))
+
+
+def test_softcap_and_alibi():
+    rng = np.random.default_rng(9)
+    B, Hq, Hkv, d = 2, 8, 2, 64
+    lens = np.array([700, 1300], np.int32)
+    k = rng.standard_normal((B, Hkv, 1300, d), dtype=np.float32)
+    v = rng.standard_normal((B, Hkv, 1300, d), dtype=np.float32)
+    q = rng.standard_normal((B, Hq, d), dtype=np.float32)
+    slopes = rng.uniform(0, 0.05, Hq)
+    out = attnscale.decode(q, k, v, seq_lens=lens, softcap=1.5, alibi_slopes=slopes)
+    ref = reference(q, k, v, lens, softcap=1.5, slopes=np.broadcast_to(slopes, (B, Hq)))
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+    per_batch = attnscale.decode(q, k, v, seq_lens=lens, softcap=1.5, alibi_slopes=np.tile(slopes, (B, 1)))
+    assert np.array_equal(per_batch, out)
+    with pytest.raises(ValueError, match="softcap: must be a finite number >= 0"):
+        attnscale.decode(q, k, v, softcap=-1.0)
+    with pytest.raises(ValueError, match=r"alibi_slopes: expected shape \[8\] or \[2, 8\]"):
+        attnscale.decode(q, k, v, alibi_slopes=np.ones(3))

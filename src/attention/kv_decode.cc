@@ -28,6 +28,7 @@
 
 #include "attention/kernels.h"
 #include "attention/lse_merge.h"
+#include "attention/params.h"
 #include "attention/kv_kernels.h"
 #include "attention/tiles.h"
 #include "attnscale/error.h"
@@ -96,8 +97,13 @@ struct Layout {
   std::int64_t lens_stride = 0;
   std::int64_t window_left = -1;
   double scale = 1.0;
+  // Score transforms (DecodeOptions): t = c·tanh(x / c) − slope_bh·|len_b − 1 − j| on the score x
+  // of key j (the new token sits at the last key). slopes: B·Hq of them, or empty.
+  double softcap = 0.0;
+  std::vector<float> slopes;
 
   std::int64_t group() const { return Hq / Hkv; }
+  bool transforms() const { return softcap > 0.0 || !slopes.empty(); }
   std::int64_t length(std::int64_t b) const { return lens ? lens[b * lens_stride] : max_len; }
   // The keys sequence b's query sees: [lo, hi).
   std::int64_t lo(std::int64_t b) const {
@@ -220,6 +226,19 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
          std::string(dtype_name(lse.dtype)) + " " + lse.shape_str());
   if (o.window_left < -1) fail("window_left: expected -1 (none) or >= 0, got " + std::to_string(o.window_left));
   if (o.threads < 0) fail("threads: must be >= 0, got " + std::to_string(o.threads));
+  if (!(o.softcap >= 0.0) || !std::isfinite(o.softcap))
+    fail("softcap: must be a finite number >= 0 (0: off), got " + std::to_string(o.softcap));
+  L.softcap = o.softcap;
+  if (!o.alibi_slopes.empty()) {
+    const TensorView a = check_per_head("alibi_slopes", o.alibi_slopes, L.Hq, L.B);
+    L.slopes.resize(static_cast<std::size_t>(L.B * L.Hq));
+    for (std::int64_t b = 0; b < L.B; ++b)
+      for (std::int64_t h = 0; h < L.Hq; ++h) {
+        const std::int64_t e = (a.rank == 2 ? b * a.strides[0] : 0) + h * a.strides[a.rank - 1];
+        L.slopes[b * L.Hq + h] = static_cast<float>(
+            load(a, static_cast<const char*>(a.data) + e * static_cast<std::int64_t>(dtype_size(a.dtype))));
+      }
+  }
   L.window_left = o.window_left;
   L.scale = o.scale.resolve(L.dk);
   return L;
@@ -240,7 +259,8 @@ struct Scratch {
   // One query row over a contiguous cache: a chunk is one kv::stream_row_strided call, rows at a
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
-  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.together; }
+  // Not with score transforms, which go through the tile path (Chunk::step).
+  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.together && !L.transforms(); }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
   Scratch(Scratch&&) = default;      // moves keep kf's buffer
@@ -344,7 +364,7 @@ class Chunk {
     }
     const std::int64_t i = i_++, g = g_;
     const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
-    if (g == 1) {  // one row, its tile's heads side by side (decode())
+    if (g == 1 && !L_.transforms()) {  // one row, its tile's heads side by side (decode())
       // Tile i's row pointers at [0, kTile), tile i + 1's gathered behind them, so that the call
       // prefetches into the next tile as the whole-chunk call does; then moved to the front.
       static_assert(kAhead == 1, "the next tile is tile i + 1, gathered behind tile i");
@@ -392,6 +412,7 @@ class Chunk {
                    L_.dk, s.s.data() + a, kTile);
       }
     }
+    if (L_.transforms()) transform(t0, nk);
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
@@ -405,6 +426,22 @@ class Chunk {
   static constexpr std::int64_t kSets = kAhead + 1;
 
   std::int64_t tile_keys(std::int64_t i) const { return i < tiles_ ? std::min(kTile, j1_ - j0_ - i * kTile) : 0; }
+
+  // The score transforms (Layout) on the tile's scores of keys [t0, t0 + nk), row r being query
+  // head kh·g + r; the forward's transform_scores (score_transforms.h) with the diagonal at the
+  // sequence's last key, in float32.
+  void transform(std::int64_t t0, std::int64_t nk) {
+    const float c = static_cast<float>(L_.softcap), inv_c = L_.softcap > 0.0 ? 1.0f / c : 0.0f;
+    const std::int64_t diag = L_.length(b_) - 1;
+    for (std::int64_t r = 0; r < g_; ++r) {
+      const float slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_ * g_ + r];
+      float* row = s_.s.data() + r * kTile;
+      for (std::int64_t x = 0; x < nk; ++x) {
+        if (L_.softcap > 0.0) row[x] = c * std::tanh(row[x] * inv_c);
+        if (slope != 0.0f) row[x] -= slope * static_cast<float>(std::abs(diag - (t0 + x)));
+      }
+    }
+  }
 
   static void prefetch_rows(const void* const* rows, std::int64_t n, std::int64_t bytes,
                             CacheLevel level = CacheLevel::far) {

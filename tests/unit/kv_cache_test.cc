@@ -155,11 +155,18 @@ Caches make_caches(Kind kind, std::int64_t B, std::int64_t Hkv, const std::vecto
   return c;
 }
 
+// Score transforms of a case: soft-capping (0: off) and ALiBi slopes per (b, h) (empty: off).
+struct Transforms {
+  double softcap = 0;
+  std::vector<double> slopes;  // B·Hq
+};
+
 // Float64 reference (and, with T = float, the naive float32 computation the rule compares
-// against): out[b, h] = softmax(s·q·K_jᵀ over the visible keys j) · V.
+// against): out[b, h] = softmax(t_j over the visible keys j) · V, t_j = s·q·K_jᵀ, or with
+// transforms c·tanh(s·q·K_jᵀ / c) − slope_bh·|len_b − 1 − j|.
 template <class T>
 std::vector<double> attend(const Caches& c, const Tensor& q, std::int64_t Hq, std::int64_t window, double scale,
-                           std::vector<double>* lse = nullptr) {
+                           std::vector<double>* lse = nullptr, const Transforms& tf = {}) {
   const std::int64_t g = Hq / c.Hkv;
   std::vector<double> out(c.B * Hq * c.dv);
   const auto* lens = static_cast<const std::int32_t*>(c.lens.view().data);
@@ -173,6 +180,8 @@ std::vector<double> attend(const Caches& c, const Tensor& q, std::int64_t Hq, st
         for (std::int64_t e = 0; e < c.dk; ++e)
           dot += T(q.as<float>()[(b * Hq + h) * c.dk + e]) * T(c.kd[((b * c.Hkv + kh) * c.Nmax + j) * c.dk + e]);
         s[j] = dot * T(scale);
+        if (tf.softcap > 0) s[j] = T(tf.softcap) * std::tanh(s[j] / T(tf.softcap));
+        if (!tf.slopes.empty()) s[j] -= T(tf.slopes[b * Hq + h]) * T(std::abs(len - 1 - j));
         m = std::max(m, s[j]);
       }
       T l = 0;
@@ -230,13 +239,19 @@ const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 ne
   return c;
 }
 
-void check_case(Kind kind, const Case& cs, std::uint64_t seed) {
+void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms& tf = {}) {
   const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
   const Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
   const Tensor q = random_tensor(DType::f32, {B, cs.Hq, cs.dk}, seed, 3);
   DecodeOptions o;
   o.window_left = cs.window;
   o.threads = 2;
+  o.softcap = tf.softcap;
+  Tensor slopes(DType::f64, {B, cs.Hq});
+  if (!tf.slopes.empty()) {
+    std::copy(tf.slopes.begin(), tf.slopes.end(), slopes.as<double>());
+    o.alibi_slopes = slopes.view();
+  }
   Tensor out(DType::f32, {B, cs.Hq, cs.dv}), lse(DType::f64, {B, cs.Hq}), paged(DType::f32, {B, cs.Hq, cs.dv}),
       one(DType::f32, {B, cs.Hq, cs.dv}), inter(DType::f32, {B, cs.Hq, cs.dv});
   decode(q.view(), c.contiguous(), out.view(), lse.view(), o);
@@ -253,8 +268,8 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed) {
   }
   const double scale = 1.0 / std::sqrt(double(cs.dk));
   std::vector<double> ref_lse;
-  const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale, &ref_lse);
-  const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale);
+  const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale, &ref_lse, tf);
+  const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale, nullptr, tf);
   const double ours = rel(values(out), ref), theirs = rel(naive, ref);
   EXPECT_LE(ours, std::max(2 * theirs, 4e-7)) << what;
   for (std::int64_t i = 0; i < lse.numel(); ++i) {
@@ -276,6 +291,30 @@ TEST(KVCache, Float32MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Ki
 TEST(KVCache, Bfloat16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::bf16, 1000); }
 TEST(KVCache, Float16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::f16, 1100); }
 TEST(KVCache, Int8MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::i8, 1200); }
+
+// Soft-capping and ALiBi (slopes per sequence and head) on every type and layout, one row per KV
+// head and GQA groups, windows, on every target: against the reference with the same transforms,
+// paged == contiguous == interleaved and 1 thread == 2 bit for bit (check_case).
+TEST(KVCache, SoftcapAndAlibiMatchReferenceInEveryLayoutOnEveryTarget) {
+  for_each_target([] {
+    std::uint64_t seed = 1300;
+    // MQA group 8; one row per KV head with a window across a chunk edge; one row, paged blocks of 5.
+    for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{7}}) {
+      const Case& cs = cases()[i];
+      Transforms both;
+      both.softcap = 1.5;  // scores of these inputs are of order 1: the cap bends them
+      std::mt19937 rng(static_cast<unsigned>(seed));
+      both.slopes.resize(cs.lens.size() * static_cast<std::size_t>(cs.Hq));
+      for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
+      for (Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8}) check_case(kind, cs, ++seed, both);
+      Transforms cap_only = both, alibi_only = both;
+      cap_only.slopes.clear();
+      alibi_only.softcap = 0;
+      check_case(Kind::f32, cs, ++seed, cap_only);
+      check_case(Kind::f32, cs, ++seed, alibi_only);
+    }
+  });
+}
 
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   const Tensor x = random_tensor(DType::f32, {3, 64}, 5, 1, 10.0);
