@@ -31,12 +31,14 @@ namespace {
 // length hi with a window of hi − 1 − lo keys before the last. Every Params field that changes
 // the result must either be passed on here or exclude this route.
 bool decode_as_cache(const Params& p) {
-  if (p.Nq != 1 || !p.mask.empty() || p.transforms_scores() || !p.sinks.empty() || p.has_dropout() ||
+  if (p.Nq != 1 || !p.mask.empty() || !p.sinks.empty() || p.has_dropout() ||
       p.dtype != DType::f32 || p.out.dtype != DType::f32 || p.k.strides[3] != 1 ||
       p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
       p.Nkv >= std::numeric_limits<std::int32_t>::max())
     return false;
   const KeyRange range = key_range(p, 0);
+  // The cache decode puts ALiBi's diagonal at the last key it sees.
+  if (!p.alibi.empty() && range.hi > range.lo && p.diag_offset() != range.hi - 1) return false;
   const std::int64_t len = range.hi > range.lo ? range.hi : 0;  // no visible key: an empty cache
   std::vector<std::int32_t> lens(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(len));
   KVCache cache;
@@ -47,6 +49,8 @@ bool decode_as_cache(const Params& p) {
   o.scale = Scale::value(p.scale);
   o.window_left = range.hi > range.lo ? range.hi - 1 - range.lo : -1;
   o.threads = p.threads;
+  o.softcap = p.softcap;
+  o.alibi_slopes = p.alibi;  // [B, Hq] (a stride of 0 for slopes given per head)
   const TensorView q = TensorView::strided(p.q.data, DType::f32, {p.B, p.Hq, p.dk}, {p.q.strides[0], p.q.strides[1], p.q.strides[3]});
   const TensorView out =
       TensorView::strided(p.out.data, DType::f32, {p.B, p.Hq, p.dv}, {p.out.strides[0], p.out.strides[1], p.out.strides[3]});
