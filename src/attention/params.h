@@ -10,6 +10,7 @@
 
 #include "attnscale/attention.h"
 #include "attnscale/tensor.h"
+#include "common/elements.h"
 
 namespace attnscale::detail {
 
@@ -80,22 +81,8 @@ inline void* element(const TensorView& t, std::int64_t a, std::int64_t b, std::i
          (a * t.strides[0] + b * t.strides[1] + c * t.strides[2] + d * t.strides[3]) *
              static_cast<std::int64_t>(dtype_size(t.dtype));
 }
-inline double load(const TensorView& t, const void* ptr) {
-  switch (t.dtype) {
-    case DType::f32: return *static_cast<const float*>(ptr);
-    case DType::f64: return *static_cast<const double*>(ptr);
-    case DType::bf16: return from_bf16(*static_cast<const bf16*>(ptr));
-    default: return 0.0;
-  }
-}
-inline void store(const TensorView& t, void* ptr, double x) {
-  switch (t.dtype) {
-    case DType::f32: *static_cast<float*>(ptr) = static_cast<float>(x); break;
-    case DType::f64: *static_cast<double*>(ptr) = x; break;
-    case DType::bf16: *static_cast<bf16*>(ptr) = to_bf16(static_cast<float>(x)); break;
-    default: break;
-  }
-}
+inline double load(const TensorView& t, const void* ptr) { return load_element(t.dtype, ptr); }
+inline void store(const TensorView& t, void* ptr, double x) { store_element(t.dtype, ptr, x); }
 template <class T>
 inline T value(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
   if (t.dtype == DType::f32) return static_cast<T>(*at<const float>(t, a, b, c, d));

@@ -55,6 +55,7 @@ HWY_AFTER_NAMESPACE();
 #include <string>
 
 #include "attnscale/error.h"
+#include "common/elements.h"
 
 namespace attnscale {
 namespace detail::convert {
@@ -63,22 +64,6 @@ HWY_EXPORT(Vectorised);
 }  // namespace detail::convert
 
 namespace {
-double load(DType t, const char* p) {
-  switch (t) {
-    case DType::f32: return *reinterpret_cast<const float*>(p);
-    case DType::f64: return *reinterpret_cast<const double*>(p);
-    case DType::bf16: return from_bf16(*reinterpret_cast<const bf16*>(p));
-    default: return from_f16(*reinterpret_cast<const f16*>(p));
-  }
-}
-void store(DType t, char* p, double x) {
-  switch (t) {
-    case DType::f32: *reinterpret_cast<float*>(p) = static_cast<float>(x); break;
-    case DType::f64: *reinterpret_cast<double*>(p) = x; break;
-    case DType::bf16: *reinterpret_cast<bf16*>(p) = to_bf16(static_cast<float>(x)); break;
-    default: *reinterpret_cast<f16*>(p) = to_f16(static_cast<float>(x)); break;
-  }
-}
 bool floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16; }
 }  // namespace
 
@@ -119,7 +104,8 @@ void convert(const TensorView& src, const TensorView& dst) {
           HWY_DYNAMIC_DISPATCH(detail::convert::HalfRow)(s, d, n, src.dtype == DType::f16);
           continue;
         }
-        for (std::int64_t i = 0; i < n; ++i) store(dst.dtype, d + i * dc * de, load(src.dtype, s + i * sc * se));
+        for (std::int64_t i = 0; i < n; ++i)
+          detail::store_element(dst.dtype, d + i * dc * de, detail::load_element(src.dtype, s + i * sc * se));
       }
 }
 
