@@ -428,18 +428,16 @@ class Chunk {
   std::int64_t tile_keys(std::int64_t i) const { return i < tiles_ ? std::min(kTile, j1_ - j0_ - i * kTile) : 0; }
 
   // The score transforms (Layout) on the tile's scores of keys [t0, t0 + nk), row r being query
-  // head kh·g + r; the forward's transform_scores (score_transforms.h) with the diagonal at the
-  // sequence's last key, in float32.
+  // head kh·g + r: transform_scores (score_transforms.h) with the diagonal at the sequence's last
+  // key, the cap by the same vector tanh.
   void transform(std::int64_t t0, std::int64_t nk) {
-    const float c = static_cast<float>(L_.softcap), inv_c = L_.softcap > 0.0 ? 1.0f / c : 0.0f;
     const std::int64_t diag = L_.length(b_) - 1;
     for (std::int64_t r = 0; r < g_; ++r) {
-      const float slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_ * g_ + r];
       float* row = s_.s.data() + r * kTile;
-      for (std::int64_t x = 0; x < nk; ++x) {
-        if (L_.softcap > 0.0) row[x] = c * std::tanh(row[x] * inv_c);
-        if (slope != 0.0f) row[x] -= slope * static_cast<float>(std::abs(diag - (t0 + x)));
-      }
+      if (L_.softcap > 0.0) simd::softcap(row, nk, static_cast<float>(L_.softcap));
+      const float slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_ * g_ + r];
+      if (slope != 0.0f)
+        for (std::int64_t x = 0; x < nk; ++x) row[x] -= slope * static_cast<float>(std::abs(diag - (t0 + x)));
     }
   }
 
