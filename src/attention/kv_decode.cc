@@ -95,6 +95,8 @@ struct Layout {
   std::int64_t t0 = 0, t1 = 0;
   const std::int32_t* lens = nullptr;
   std::int64_t lens_stride = 0;
+  const std::int32_t* starts = nullptr;  // seq_starts, or null: every sequence from key 0
+  std::int64_t starts_stride = 0;
   std::int64_t window_left = -1;
   double scale = 1.0;
   // Score transforms (DecodeOptions): t = c·tanh(x / c) − slope_bh·|len_b − 1 − j| on the score x
@@ -105,9 +107,11 @@ struct Layout {
   std::int64_t group() const { return Hq / Hkv; }
   bool transforms() const { return softcap > 0.0 || !slopes.empty(); }
   std::int64_t length(std::int64_t b) const { return lens ? lens[b * lens_stride] : max_len; }
-  // The keys sequence b's query sees: [lo, hi).
+  std::int64_t start(std::int64_t b) const { return starts ? starts[b * starts_stride] : 0; }
+  // The first key sequence b's query sees: its start, or its window's first key if later (it sees
+  // keys [lo, length)).
   std::int64_t lo(std::int64_t b) const {
-    return window_left >= 0 ? std::max<std::int64_t>(0, length(b) - 1 - window_left) : 0;
+    return std::max<std::int64_t>(start(b), window_left >= 0 ? length(b) - 1 - window_left : 0);
   }
 };
 
@@ -216,6 +220,17 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
       L.max_len = 0;
       for (std::int64_t b = 0; b < L.B; ++b) L.max_len = std::max<std::int64_t>(L.max_len, L.length(b));
     }
+  }
+  if (!c.seq_starts.empty()) {
+    if (c.seq_starts.dtype != DType::i32 || c.seq_starts.rank != 1 || c.seq_starts.shape[0] != L.B)
+      fail("seq_starts: expected int32 [" + std::to_string(L.B) + "], got " +
+           std::string(dtype_name(c.seq_starts.dtype)) + " " + c.seq_starts.shape_str());
+    L.starts = static_cast<const std::int32_t*>(c.seq_starts.data);
+    L.starts_stride = c.seq_starts.strides[0];
+    for (std::int64_t b = 0; b < L.B; ++b)
+      if (L.start(b) < 0 || L.start(b) > L.length(b))
+        fail("seq_starts[" + std::to_string(b) + "] = " + std::to_string(L.start(b)) + " is outside 0.." +
+             std::to_string(L.length(b)) + ", the sequence's keys");
   }
   if (out.rank != 3 || out.shape[0] != L.B || out.shape[1] != L.Hq || out.shape[2] != L.dv || out.dtype != DType::f32)
     fail("out: expected float32 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + ", " + std::to_string(L.dv) +
