@@ -12,7 +12,8 @@ float64 reference):
 - attnscale.decode reads the cache where it lies (float32, bfloat16 or float16, either layout; a contiguous
   cache indexed by cache_batch_idx is the paged layout with one block of seqlen_cache keys per batch
   row; left padding as decode's seq_starts) when the rows' visible keys are nested: one query row
-  (any window, softcap and ALiBi too), or several with no window and neither softcap nor ALiBi. Several query rows go to it as one group of
+  (any window, softcap and ALiBi too), or several with no window and no ALiBi (its distances
+  differ row by row). Several query rows go to it as one group of
   query heads per KV head (row i of head h as query head h * Nq + i), so the cache is read once.
   Without `causal` every row sees every key. With `causal`, row i sees keys up to L - Nq + i: decode
   covers the keys all rows see, [start, L - Nq], and the at most Nq - 1 keys after them (gathered) go to
@@ -274,11 +275,10 @@ def flash_attn_with_kvcache(
             k_cache[rows, idx] = k.to(k_cache.dtype)
             v_cache[rows, idx] = v.to(v_cache.dtype)
         nested = Nq == 1 or (left < 0 and (causal or right < 0))
-        transforms = float(softcap) != 0.0 or alibi_slopes is not None
         fast = (
             k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16)
             and nested
-            and (Nq == 1 or not transforms)
+            and (Nq == 1 or alibi_slopes is None)
         )
         if fast:
             out, lse = _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, Nq)
@@ -340,7 +340,7 @@ def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, 
         row_end = lens[:, None] - Nq + torch.arange(Nq)[None, :]  # [B, Nq]: last visible key
         mask = valid[:, None, :] & (pos[:, None, :] <= row_end[:, :, None])  # [B, Nq, Nq - 1]
         o2, lse2 = _attention_arrays(q32.transpose(1, 2).numpy(), kt.numpy(), vt.numpy(), mask=mask[:, None].numpy(),
-                                     scale=options["scale"], return_lse=True)
+                                     scale=options["scale"], softcap=options["softcap"], return_lse=True)
         out, lse = (torch.from_numpy(a) for a in _attnscale.merge_partials([o1.reshape(B, H, Nq, dv), o2],
                                                                             [lse1.reshape(B, H, Nq), lse2]))
     return out.transpose(1, 2), lse

@@ -176,7 +176,7 @@ def test_rotary_embedding(gen, interleaved, causal):
 def test_cache_batch_idx_and_leftpad(gen, Nq, monkeypatch):
     """Left padding (with cache_batch_idx choosing the rows) runs through attnscale.decode's
     seq_starts, not sequence by sequence: one row, several, and (Nq = 4) a sequence whose start lies
-    past the keys every row sees; a window and ALiBi with one row."""
+    past the keys every row sees; softcap over several rows; a window and ALiBi with one row."""
     B, H, Hkv, d = 3, 4, 2, 8
     kc, vc = randn(gen, 5, 24, Hkv, d), randn(gen, 5, 24, Hkv, d)
     idx = torch.tensor([4, 0, 2], dtype=torch.int32)
@@ -184,7 +184,7 @@ def test_cache_batch_idx_and_leftpad(gen, Nq, monkeypatch):
     q, k, v = randn(gen, B, Nq, H, d), randn(gen, B, 1, Hkv, d), randn(gen, B, 1, Hkv, d)
     slopes = torch.rand(H, generator=gen) * 0.3
     monkeypatch.setattr(torch_kvcache, "_per_sequence", None)  # decode takes every call here
-    options = [dict(causal=False), dict(causal=True)]
+    options = [dict(causal=False), dict(causal=True), dict(causal=True, softcap=1.5), dict(softcap=0.7)]
     if Nq == 1:
         options += [dict(window_size=(3, -1)), dict(alibi_slopes=slopes, softcap=2.0)]
     for leftpad in (None, torch.tensor([3, 0, 4], dtype=torch.int32)):
