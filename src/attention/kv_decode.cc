@@ -274,8 +274,7 @@ struct Scratch {
   // One query row over a contiguous cache: a chunk is one kv::stream_row_strided call, rows at a
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
-  // Not with score transforms, which go through the tile path (Chunk::step).
-  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.together && !L.transforms(); }
+  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.together; }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
   Scratch(Scratch&&) = default;      // moves keep kf's buffer
@@ -371,22 +370,26 @@ class Chunk {
     if (whole_) {
       i_ = tiles_;
       const Rows &k = L_.k, &v = L_.v;
+      const kv::RowTransform tf = row_transform(j0_);
       kv::stream_row_strided(L_.type, static_cast<std::size_t>(j1_ - j0_), L_.dk, L_.dv, k.row(b_, kh_, j0_),
                              k.row_bytes(), int8 ? k.scale(b_, kh_, j0_) : nullptr, k.c2, v.row(b_, kh_, j0_),
                              v.row_bytes(), int8 ? v.scale(b_, kh_, j0_) : nullptr, v.c2, s.q.data(), s.m.data(),
-                             s.l.data(), s.o.data(), static_cast<std::size_t>(stream_ahead_));
+                             s.l.data(), s.o.data(), static_cast<std::size_t>(stream_ahead_),
+                             L_.transforms() ? &tf : nullptr);
       return;
     }
     const std::int64_t i = i_++, g = g_;
     const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
-    if (g == 1 && !L_.transforms()) {  // one row, its tile's heads side by side (decode())
+    if (g == 1) {  // one row, its tile's heads side by side (decode())
       // Tile i's row pointers at [0, kTile), tile i + 1's gathered behind them, so that the call
       // prefetches into the next tile as the whole-chunk call does; then moved to the front.
       static_assert(kAhead == 1, "the next tile is tile i + 1, gathered behind tile i");
       if (next) gather(t0 + kTile, next, kTile);
+      const kv::RowTransform tf = row_transform(t0);
       kv::stream_row(L_.type, static_cast<std::size_t>(nk), L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
                      s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
-                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(next ? kTile + next : nk));
+                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(next ? kTile + next : nk),
+                     L_.transforms() ? &tf : nullptr);
       for (auto* rows : {&s.krow, &s.vrow}) std::copy_n(rows->begin() + kTile, next, rows->begin());
       if (int8)
         for (auto* sc : {&s.ksc, &s.vsc}) std::copy_n(sc->begin() + kTile, next, sc->begin());
@@ -454,6 +457,15 @@ class Chunk {
       if (slope != 0.0f)
         for (std::int64_t x = 0; x < nk; ++x) row[x] -= slope * static_cast<float>(std::abs(diag - (t0 + x)));
     }
+  }
+
+  // The transforms of a one-row chunk (query head kh) for a stream_row call from key t0.
+  kv::RowTransform row_transform(std::int64_t t0) const {
+    kv::RowTransform tf;
+    tf.cap = static_cast<float>(L_.softcap);
+    tf.slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_];
+    tf.diag = L_.length(b_) - 1 - t0;
+    return tf;
   }
 
   static void prefetch_rows(const void* const* rows, std::int64_t n, std::int64_t bytes,
