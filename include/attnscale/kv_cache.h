@@ -16,7 +16,8 @@
 //               out [num_blocks, Hkv, block_size, d] is passed as a strided view of that shape.
 // Any strides, except that the last dimension of k and v (and of their scales) is contiguous.
 // seq_lens [B] (int32) gives each sequence's number of keys (required when paged; contiguous:
-// Nkv for every sequence when empty), so sequences of different lengths share one call.
+// Nkv for every sequence when empty), so sequences of different lengths share one call; seq_starts
+// [B] (int32, optional) the first of them, for a batch padded on the left.
 //
 // The result does not depend on the layout: paged and contiguous caches holding the same keys
 // give the same bits, as do any thread counts (the keys are split into fixed chunks of 1024 by
@@ -39,6 +40,9 @@ struct KVCache {
   TensorView k_scales, v_scales;  // int8 only: float32, k's (v's) shape with the last dimension d/32
   TensorView block_table;         // paged only: [B, max_blocks] int32
   TensorView seq_lens;            // [B] int32; may be empty for a contiguous cache
+  TensorView seq_starts;          // [B] int32, optional: sequence b's keys are [seq_starts[b], len_b),
+                                  // the rows before them left padding, never read (FlashAttention's
+                                  // cache_leftpad); 0 <= seq_starts[b] <= len_b. Empty: every start 0
 };
 
 struct DecodeOptions {

@@ -11,11 +11,12 @@ How each call is computed (the same result up to float32 rounding; tests check b
 float64 reference):
 - attnscale.decode reads the cache where it lies (float32, bfloat16 or float16, either layout; a contiguous
   cache indexed by cache_batch_idx is the paged layout with one block of seqlen_cache keys per batch
-  row) when there is no left padding and the rows' visible keys are nested: one query row (any
-  window, softcap and ALiBi too), or several with no window and neither softcap nor ALiBi. Several query rows go to it as one group of
+  row; left padding as decode's seq_starts) when the rows' visible keys are nested: one query row
+  (any window, softcap and ALiBi too), or several with no window and no ALiBi (its distances
+  differ row by row). Several query rows go to it as one group of
   query heads per KV head (row i of head h as query head h * Nq + i), so the cache is read once.
   Without `causal` every row sees every key. With `causal`, row i sees keys up to L - Nq + i: decode
-  covers the keys all rows see, [0, L - Nq], and the at most Nq - 1 keys after them (gathered) go to
+  covers the keys all rows see, [start, L - Nq], and the at most Nq - 1 keys after them (gathered) go to
   attnscale.attention with a bottom-right causal mask; the two partial softmaxes are merged by their
   log-sum-exp (attnscale.merge_partials).
 - Otherwise each sequence runs through attnscale.attention with FlashAttention's options (the same
@@ -274,15 +275,13 @@ def flash_attn_with_kvcache(
             k_cache[rows, idx] = k.to(k_cache.dtype)
             v_cache[rows, idx] = v.to(v_cache.dtype)
         nested = Nq == 1 or (left < 0 and (causal or right < 0))
-        transforms = float(softcap) != 0.0 or alibi_slopes is not None
         fast = (
             k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16)
-            and not any(starts)
             and nested
-            and (Nq == 1 or not transforms)
+            and (Nq == 1 or alibi_slopes is None)
         )
         if fast:
-            out, lse = _decode(q, k_cache, v_cache, cache, lengths, options, causal, left, Nq)
+            out, lse = _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, Nq)
         else:
             out, lse = _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes)
     out = as_float16(out) if q.dtype == torch.float16 and out.dtype == torch.float32 else out.to(q.dtype).contiguous()
@@ -303,7 +302,7 @@ def _decode_views(k_cache, v_cache, cache, B):
     return cache_to_numpy("k_cache", k_cache), cache_to_numpy("v_cache", v_cache), table
 
 
-def _decode(q, k_cache, v_cache, cache, lengths, options, causal, left, Nq):
+def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, Nq):
     """(out [B, Nq, H, dv], lse [B, H, Nq], -inf for a row without keys) through attnscale.decode
     (module docstring)."""
     B, _, H, d = q.shape
@@ -318,8 +317,10 @@ def _decode(q, k_cache, v_cache, cache, lengths, options, causal, left, Nq):
         lens = torch.tensor(lengths, dtype=torch.int64)
         common = (lens - (Nq - 1)).clamp(min=0)  # keys every row sees
     seq_lens = common.to(torch.int32).numpy() if several else np.asarray(lengths, dtype=np.int32)
+    # Left padding: decode starts each sequence at its first key (at most at the common keys' end).
+    seq_starts = np.minimum(np.asarray(starts, dtype=np.int32), seq_lens) if any(starts) else None
     o1, lse1 = _attnscale.decode(
-        rows.numpy(), kd, vd, block_table=table, seq_lens=seq_lens, scale=options["scale"],
+        rows.numpy(), kd, vd, block_table=table, seq_lens=seq_lens, seq_starts=seq_starts, scale=options["scale"],
         window_left=left if left >= 0 else -1, softcap=options["softcap"], alibi_slopes=options.get("alibi_slopes"),
         return_lse=True,
     )
@@ -330,7 +331,7 @@ def _decode(q, k_cache, v_cache, cache, lengths, options, causal, left, Nq):
     if several:  # the keys after the common ones: row i sees those up to L - Nq + i
         t = torch.arange(Nq - 1)
         pos = common[:, None] + t[None, :]  # [B, Nq - 1]
-        valid = pos < lens[:, None]
+        valid = (pos < lens[:, None]) & (pos >= torch.tensor(starts, dtype=torch.int64)[:, None])
         blocks, idx = cache.locate(torch.where(valid, pos, torch.zeros_like(pos)))
         # A padding slot (past a sequence's end) reads any cache row: the mask hides it.
         blocks = torch.where(valid, blocks, torch.zeros_like(blocks))
@@ -339,7 +340,7 @@ def _decode(q, k_cache, v_cache, cache, lengths, options, causal, left, Nq):
         row_end = lens[:, None] - Nq + torch.arange(Nq)[None, :]  # [B, Nq]: last visible key
         mask = valid[:, None, :] & (pos[:, None, :] <= row_end[:, :, None])  # [B, Nq, Nq - 1]
         o2, lse2 = _attention_arrays(q32.transpose(1, 2).numpy(), kt.numpy(), vt.numpy(), mask=mask[:, None].numpy(),
-                                     scale=options["scale"], return_lse=True)
+                                     scale=options["scale"], softcap=options["softcap"], return_lse=True)
         out, lse = (torch.from_numpy(a) for a in _attnscale.merge_partials([o1.reshape(B, H, Nq, dv), o2],
                                                                             [lse1.reshape(B, H, Nq), lse2]))
     return out.transpose(1, 2), lse

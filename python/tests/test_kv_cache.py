@@ -6,14 +6,15 @@ import pytest
 import attnscale
 
 
-def reference(q, k, v, lens, window=-1, softcap=0.0, slopes=None):
+def reference(q, k, v, lens, window=-1, softcap=0.0, slopes=None, starts=None):
     """float64: out[b, h] = softmax(t over the visible keys) · V, t = q·Kᵀ/√d (softcap c:
-    c·tanh(t / c); ALiBi slopes [B, Hq]: minus slope·|len − 1 − j|); k, v [B, Hkv, N, d]."""
+    c·tanh(t / c); ALiBi slopes [B, Hq]: minus slope·|len − 1 − j|); k, v [B, Hkv, N, d]; keys from
+    starts[b] (left padding)."""
     B, Hq, d = q.shape
     g = Hq // k.shape[1]
     out = np.zeros((B, Hq, v.shape[3]))
     for b in range(B):
-        lo = max(0, lens[b] - 1 - window) if window >= 0 else 0
+        lo = max(0 if starts is None else starts[b], lens[b] - 1 - window if window >= 0 else 0)
         for h in range(Hq):
             s = k[b, h // g, lo:lens[b]].astype(np.float64) @ q[b, h].astype(np.float64) / np.sqrt(d)
             if softcap:
@@ -124,3 +125,42 @@ def test_softcap_and_alibi():
         attnscale.decode(q, k, v, softcap=-1.0)
     with pytest.raises(ValueError, match=r"alibi_slopes: expected shape \[8\] or \[2, 8\]"):
         attnscale.decode(q, k, v, alibi_slopes=np.ones(3))
+
+
+def test_left_padding():
+    """seq_starts (FlashAttention's cache_leftpad): keys before a sequence's start are never read
+    (NaN there changes nothing), with GQA, a window, int8, and paged == contiguous."""
+    rng = np.random.default_rng(11)
+    B, Hq, Hkv, d = 3, 8, 2, 64
+    lens = np.array([900, 40, 1500], np.int32)
+    starts = np.array([100, 40, 1031], np.int32)
+    k = rng.standard_normal((B, Hkv, 1500, d), dtype=np.float32)
+    v = rng.standard_normal((B, Hkv, 1500, d), dtype=np.float32)
+    q = rng.standard_normal((B, Hq, d), dtype=np.float32)
+    ref = reference(q, k, v, lens, starts=starts)
+    for b in range(B):
+        k[b, :, : starts[b]] = np.nan
+        v[b, :, : starts[b]] = np.nan
+    out, lse = attnscale.decode(q, k, v, seq_lens=lens, seq_starts=starts, return_lse=True)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
+    assert np.all(out[1] == 0) and np.all(lse[1] == -np.inf)  # start == length: no key
+    windowed = attnscale.decode(q, k, v, seq_lens=lens, seq_starts=starts, window_left=850)
+    ref_w = reference(q, np.nan_to_num(k), np.nan_to_num(v), lens, window=850, starts=starts)
+    assert np.linalg.norm(windowed - ref_w) / np.linalg.norm(ref_w) < 1e-5
+    kq, ks = attnscale.quantize_q8(np.nan_to_num(k))
+    vq, vs = attnscale.quantize_q8(np.nan_to_num(v))
+    q8 = attnscale.decode(q, kq, vq, k_scales=ks, v_scales=vs, seq_lens=lens, seq_starts=starts)
+    kd, vd = kq * np.repeat(ks, 32, axis=-1), vq * np.repeat(vs, 32, axis=-1)
+    ref_q8 = reference(q, kd, vd, lens, starts=starts)
+    assert np.linalg.norm(q8 - ref_q8) / np.linalg.norm(ref_q8) < 1e-5
+    # Paged, one block per 100 keys: the same bits.
+    block, per = 100, 15
+    table = np.arange(B * per, dtype=np.int32).reshape(B, per)
+    pool_k = k.reshape(B, Hkv, per, block, d).transpose(0, 2, 3, 1, 4).reshape(B * per, block, Hkv, d)
+    pool_v = v.reshape(B, Hkv, per, block, d).transpose(0, 2, 3, 1, 4).reshape(B * per, block, Hkv, d)
+    paged = attnscale.decode(q, pool_k, pool_v, block_table=table, seq_lens=lens, seq_starts=starts)
+    assert np.array_equal(paged.view(np.uint32), out.view(np.uint32))
+    with pytest.raises(ValueError, match=r"seq_starts\[1\] = 41 is outside 0..40"):
+        attnscale.decode(q, k, v, seq_lens=lens, seq_starts=np.array([0, 41, 0], np.int32))
+    with pytest.raises(TypeError, match="seq_starts"):
+        attnscale.decode(q, k, v, seq_lens=lens, seq_starts=starts.astype(np.int64))

@@ -12,6 +12,7 @@ import torch
 
 import attnscale
 import attnscale.torch as at
+from attnscale import torch_kvcache
 import torch_reference
 
 
@@ -171,19 +172,29 @@ def test_rotary_embedding(gen, interleaved, causal):
     torch.testing.assert_close(kc[0, 6:9].double(), knew[0], rtol=1e-6, atol=1e-6)
 
 
-def test_cache_batch_idx_and_leftpad(gen):
-    B, Nq, H, Hkv, d = 3, 2, 4, 2, 8
+@pytest.mark.parametrize("Nq", [1, 2, 4])
+def test_cache_batch_idx_and_leftpad(gen, Nq, monkeypatch):
+    """Left padding (with cache_batch_idx choosing the rows) runs through attnscale.decode's
+    seq_starts, not sequence by sequence: one row, several, and (Nq = 4) a sequence whose start lies
+    past the keys every row sees; softcap over several rows; a window and ALiBi with one row."""
+    B, H, Hkv, d = 3, 4, 2, 8
     kc, vc = randn(gen, 5, 24, Hkv, d), randn(gen, 5, 24, Hkv, d)
     idx = torch.tensor([4, 0, 2], dtype=torch.int32)
     lens = torch.tensor([10, 17, 3], dtype=torch.int32)
     q, k, v = randn(gen, B, Nq, H, d), randn(gen, B, 1, Hkv, d), randn(gen, B, 1, Hkv, d)
+    slopes = torch.rand(H, generator=gen) * 0.3
+    monkeypatch.setattr(torch_kvcache, "_per_sequence", None)  # decode takes every call here
+    options = [dict(causal=False), dict(causal=True), dict(causal=True, softcap=1.5), dict(softcap=0.7)]
+    if Nq == 1:
+        options += [dict(window_size=(3, -1)), dict(alibi_slopes=slopes, softcap=2.0)]
     for leftpad in (None, torch.tensor([3, 0, 4], dtype=torch.int32)):
-        for causal in (False, True):
+        for opts in options:
             k0, v0 = kc.clone(), vc.clone()
-            want, _ = reference(q, k0, v0, k, v, seqlens=lens, batch_idx=idx, leftpad=leftpad, causal=causal)
-            out = at.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, cache_batch_idx=idx,
-                                             cache_leftpad=leftpad, causal=causal)
+            want, want_lse = reference(q, k0, v0, k, v, seqlens=lens, batch_idx=idx, leftpad=leftpad, **opts)
+            out, lse = at.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, cache_batch_idx=idx,
+                                                  cache_leftpad=leftpad, return_softmax_lse=True, **opts)
             torch.testing.assert_close(out.double(), want, rtol=2e-5, atol=2e-5)
+            torch.testing.assert_close(lse.double(), want_lse, rtol=2e-5, atol=2e-5)
             assert torch.equal(kc[4, 10], k[0, 0]) and torch.equal(kc[1], k0[1])  # row 1 is no sequence's
             kc.copy_(k0), vc.copy_(v0)
 

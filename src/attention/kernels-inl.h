@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include "attention/exp2-inl.h"
@@ -572,6 +573,29 @@ void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m,
   size_t r = 0;
   for (; r + 4 <= rows; r += 4) SoftmaxRowsTogether<4>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
   for (; r < rows; ++r) SoftmaxRowsTogether<1>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+}
+
+// Soft-capping of a run of n scores, x → c·tanh(x / c), and when dcap is given its derivative
+// dcap = 1 − tanh²(x / c) for the backward (score_transforms.h). Highway's vector tanh (at most
+// 4 ulp; ±1 past |x / c| > 18.7, NaN kept) on whole vectors, the tail by a masked load and store.
+// Each lane is a function of its own value only, so a score gets the same bits wherever it lies
+// in a run or a tile.
+void Softcap(float* x, size_t n, float c, float* dcap) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF cap = hn::Set(d, c), inv = hn::Set(d, 1.0f / c), one = hn::Set(d, 1.0f);
+  auto step = [&](VF v, auto store) {
+    const VF t = hn::Tanh(d, hn::Mul(v, inv));
+    store(hn::Mul(cap, t), x);
+    if (dcap) store(hn::NegMulAdd(t, t, one), dcap);
+  };
+  size_t i = 0;
+  for (; i + L <= n; i += L, x += L, dcap = dcap ? dcap + L : nullptr)
+    step(hn::LoadU(d, x), [&](VF v, float* to) { hn::StoreU(v, d, to); });
+  if (i < n) {
+    const auto m = hn::FirstN(d, n - i);
+    step(hn::MaskedLoad(m, d, x), [&](VF v, float* to) { hn::BlendedStore(v, m, d, to); });
+  }
 }
 
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }

@@ -31,6 +31,7 @@ HWY_EXPORT(Exp2Rows);
 HWY_EXPORT(DotTile);
 HWY_EXPORT(SoftmaxUpdateRows);
 HWY_EXPORT(SoftmaxGradRows);
+HWY_EXPORT(Softcap);
 HWY_EXPORT(TargetName);
 
 namespace simd {
@@ -157,6 +158,7 @@ void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t ro
                        const float* D, float scale) {
   HWY_DYNAMIC_DISPATCH(SoftmaxGradRows)(P, dP, ld, rows, cols, D, scale);
 }
+void softcap(float* x, std::size_t n, float c, float* dcap) { HWY_DYNAMIC_DISPATCH(Softcap)(x, n, c, dcap); }
 
 }  // namespace simd
 }  // namespace attnscale::detail

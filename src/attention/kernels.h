@@ -48,6 +48,8 @@ void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, co
                const float* mul = nullptr);  // then S[r][c] ·= mul[r]
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
                        const float* D, float scale);
+// x[i] = c·tanh(x[i] / c) for i < n (c > 0), and dcap[i] = 1 − tanh²(x[i] / c) when dcap is not null.
+void softcap(float* x, std::size_t n, float c, float* dcap = nullptr);
 
 // Column padding every tile uses: a multiple of the widest target's lane count.
 inline constexpr std::size_t kColumnPad = 16;

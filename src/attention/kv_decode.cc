@@ -95,6 +95,8 @@ struct Layout {
   std::int64_t t0 = 0, t1 = 0;
   const std::int32_t* lens = nullptr;
   std::int64_t lens_stride = 0;
+  const std::int32_t* starts = nullptr;  // seq_starts, or null: every sequence from key 0
+  std::int64_t starts_stride = 0;
   std::int64_t window_left = -1;
   double scale = 1.0;
   // Score transforms (DecodeOptions): t = c·tanh(x / c) − slope_bh·|len_b − 1 − j| on the score x
@@ -105,9 +107,11 @@ struct Layout {
   std::int64_t group() const { return Hq / Hkv; }
   bool transforms() const { return softcap > 0.0 || !slopes.empty(); }
   std::int64_t length(std::int64_t b) const { return lens ? lens[b * lens_stride] : max_len; }
-  // The keys sequence b's query sees: [lo, hi).
+  std::int64_t start(std::int64_t b) const { return starts ? starts[b * starts_stride] : 0; }
+  // The first key sequence b's query sees: its start, or its window's first key if later (it sees
+  // keys [lo, length)).
   std::int64_t lo(std::int64_t b) const {
-    return window_left >= 0 ? std::max<std::int64_t>(0, length(b) - 1 - window_left) : 0;
+    return std::max<std::int64_t>(start(b), window_left >= 0 ? length(b) - 1 - window_left : 0);
   }
 };
 
@@ -217,6 +221,17 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
       for (std::int64_t b = 0; b < L.B; ++b) L.max_len = std::max<std::int64_t>(L.max_len, L.length(b));
     }
   }
+  if (!c.seq_starts.empty()) {
+    if (c.seq_starts.dtype != DType::i32 || c.seq_starts.rank != 1 || c.seq_starts.shape[0] != L.B)
+      fail("seq_starts: expected int32 [" + std::to_string(L.B) + "], got " +
+           std::string(dtype_name(c.seq_starts.dtype)) + " " + c.seq_starts.shape_str());
+    L.starts = static_cast<const std::int32_t*>(c.seq_starts.data);
+    L.starts_stride = c.seq_starts.strides[0];
+    for (std::int64_t b = 0; b < L.B; ++b)
+      if (L.start(b) < 0 || L.start(b) > L.length(b))
+        fail("seq_starts[" + std::to_string(b) + "] = " + std::to_string(L.start(b)) + " is outside 0.." +
+             std::to_string(L.length(b)) + ", the sequence's keys");
+  }
   if (out.rank != 3 || out.shape[0] != L.B || out.shape[1] != L.Hq || out.shape[2] != L.dv || out.dtype != DType::f32)
     fail("out: expected float32 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + ", " + std::to_string(L.dv) +
          "], got " + std::string(dtype_name(out.dtype)) + " " + out.shape_str());
@@ -259,8 +274,7 @@ struct Scratch {
   // One query row over a contiguous cache: a chunk is one kv::stream_row_strided call, rows at a
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
-  // Not with score transforms, which go through the tile path (Chunk::step).
-  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.together && !L.transforms(); }
+  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.together; }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
   Scratch(Scratch&&) = default;      // moves keep kf's buffer
@@ -356,22 +370,26 @@ class Chunk {
     if (whole_) {
       i_ = tiles_;
       const Rows &k = L_.k, &v = L_.v;
+      const kv::RowTransform tf = row_transform(j0_);
       kv::stream_row_strided(L_.type, static_cast<std::size_t>(j1_ - j0_), L_.dk, L_.dv, k.row(b_, kh_, j0_),
                              k.row_bytes(), int8 ? k.scale(b_, kh_, j0_) : nullptr, k.c2, v.row(b_, kh_, j0_),
                              v.row_bytes(), int8 ? v.scale(b_, kh_, j0_) : nullptr, v.c2, s.q.data(), s.m.data(),
-                             s.l.data(), s.o.data(), static_cast<std::size_t>(stream_ahead_));
+                             s.l.data(), s.o.data(), static_cast<std::size_t>(stream_ahead_),
+                             L_.transforms() ? &tf : nullptr);
       return;
     }
     const std::int64_t i = i_++, g = g_;
     const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
-    if (g == 1 && !L_.transforms()) {  // one row, its tile's heads side by side (decode())
+    if (g == 1) {  // one row, its tile's heads side by side (decode())
       // Tile i's row pointers at [0, kTile), tile i + 1's gathered behind them, so that the call
       // prefetches into the next tile as the whole-chunk call does; then moved to the front.
       static_assert(kAhead == 1, "the next tile is tile i + 1, gathered behind tile i");
       if (next) gather(t0 + kTile, next, kTile);
+      const kv::RowTransform tf = row_transform(t0);
       kv::stream_row(L_.type, static_cast<std::size_t>(nk), L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
                      s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
-                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(next ? kTile + next : nk));
+                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(next ? kTile + next : nk),
+                     L_.transforms() ? &tf : nullptr);
       for (auto* rows : {&s.krow, &s.vrow}) std::copy_n(rows->begin() + kTile, next, rows->begin());
       if (int8)
         for (auto* sc : {&s.ksc, &s.vsc}) std::copy_n(sc->begin() + kTile, next, sc->begin());
@@ -428,19 +446,26 @@ class Chunk {
   std::int64_t tile_keys(std::int64_t i) const { return i < tiles_ ? std::min(kTile, j1_ - j0_ - i * kTile) : 0; }
 
   // The score transforms (Layout) on the tile's scores of keys [t0, t0 + nk), row r being query
-  // head kh·g + r; the forward's transform_scores (score_transforms.h) with the diagonal at the
-  // sequence's last key, in float32.
+  // head kh·g + r: transform_scores (score_transforms.h) with the diagonal at the sequence's last
+  // key, the cap by the same vector tanh.
   void transform(std::int64_t t0, std::int64_t nk) {
-    const float c = static_cast<float>(L_.softcap), inv_c = L_.softcap > 0.0 ? 1.0f / c : 0.0f;
     const std::int64_t diag = L_.length(b_) - 1;
     for (std::int64_t r = 0; r < g_; ++r) {
-      const float slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_ * g_ + r];
       float* row = s_.s.data() + r * kTile;
-      for (std::int64_t x = 0; x < nk; ++x) {
-        if (L_.softcap > 0.0) row[x] = c * std::tanh(row[x] * inv_c);
-        if (slope != 0.0f) row[x] -= slope * static_cast<float>(std::abs(diag - (t0 + x)));
-      }
+      if (L_.softcap > 0.0) simd::softcap(row, nk, static_cast<float>(L_.softcap));
+      const float slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_ * g_ + r];
+      if (slope != 0.0f)
+        for (std::int64_t x = 0; x < nk; ++x) row[x] -= slope * static_cast<float>(std::abs(diag - (t0 + x)));
     }
+  }
+
+  // The transforms of a one-row chunk (query head kh) for a stream_row call from key t0.
+  kv::RowTransform row_transform(std::int64_t t0) const {
+    kv::RowTransform tf;
+    tf.cap = static_cast<float>(L_.softcap);
+    tf.slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_];
+    tf.diag = L_.length(b_) - 1 - t0;
+    return tf;
   }
 
   static void prefetch_rows(const void* const* rows, std::int64_t n, std::int64_t bytes,

@@ -11,6 +11,7 @@
 #define HWY_TARGET_INCLUDE "attention/kv_kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
+#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include <cmath>
@@ -418,17 +419,33 @@ HWY_INLINE void SoftmaxStep(float s, float& m, float& l, float& alpha, float& p)
   l = alpha * l + p;
 }
 
+// The row's score transforms (RowTransform) on scores s[x] of the call's keys j + x, x < n: the cap
+// as simd::softcap computes it (a multiply by 1/cap, the vector tanh, a multiply by cap), ALiBi's
+// distance as the tile path subtracts it.
+HWY_INLINE void TransformScores(DF d, float* s, size_t j, size_t n, const RowTransform& tf) {
+  if (tf.cap > 0.0f) {
+    const size_t L = hn::Lanes(d);
+    const VF cap = hn::Set(d, tf.cap), inv = hn::Set(d, 1.0f / tf.cap);
+    for (size_t x = 0; x < n; x += L) hn::StoreU(hn::Mul(cap, hn::Tanh(d, hn::Mul(hn::LoadU(d, s + x), inv))), d, s + x);
+  }
+  if (tf.slope != 0.0f)
+    for (size_t x = 0; x < n; ++x)
+      s[x] -= tf.slope * static_cast<float>(std::abs(tf.diag - static_cast<std::int64_t>(j + x)));
+}
+
 // Keys one at a time, any dv: the output row in O between keys.
 template <int kType, class R, class S>
 void StreamRowT(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l,
-                float* O) {
+                float* O, const RowTransform* tf) {
   const DF d;
   const size_t L = hn::Lanes(d), fullv = dv / L * L;
   float mm = *m, ll = *l;
   for (size_t j = 0; j < nk; ++j) {
     const float* vs = vsc ? vsc[j] : nullptr;
     float alpha, p;
-    SoftmaxStep(KeyScore<kType>(d, dk, krow[j], ksc ? ksc[j] : nullptr, Q), mm, ll, alpha, p);
+    HWY_ALIGN float s[hn::MaxLanes(DF())] = {KeyScore<kType>(d, dk, krow[j], ksc ? ksc[j] : nullptr, Q)};
+    if (tf) TransformScores(d, s, j, 1, *tf);  // on a whole vector: its other lanes are 0
+    SoftmaxStep(s[0], mm, ll, alpha, p);
     const VF va = hn::Set(d, alpha), vp = hn::Set(d, p);
     for (size_t e = 0; e < fullv; e += L) {
       const VF o = alpha == 1.0f ? hn::LoadU(d, O + e) : hn::Mul(hn::LoadU(d, O + e), va);
@@ -592,8 +609,7 @@ HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, R vrow, S vsc,
 // by key) and the softmax's chain of dependent steps overlaps the next tile's arithmetic.
 template <int kType, size_t CB, size_t kStep, class R, class S>
 HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                            float* l,
-                            float* O, size_t ahead, size_t known) {
+                            float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
   const DF d;
   const size_t L = hn::Lanes(d);
   float mm = *m, ll = *l;
@@ -611,7 +627,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
       if (kType == kI8 && v) prefetch_line(vsc[x], CacheLevel::near);
     }
   };
-  HWY_ALIGN float s[2][kStreamKeys];
+  HWY_ALIGN float s[2][kStreamKeys] = {};  // defined lanes past a short first tile (transforms read them)
   auto keys = [&](size_t j) { return j < nk ? (nk - j < kStreamKeys ? nk - j : kStreamKeys) : 0; };
   auto kr = [&](size_t j) { return krow + j; };
   auto ks = [&](size_t j) { return ksc ? ksc + j : S(); };
@@ -624,6 +640,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
     if (nk) TileScores<kType>(d, 0, keys(0), dk, kr(0), ks(0), Q, s[0]);
     for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
       const size_t n = keys(j), next = keys(j + kStreamKeys);
+      if (tf) TransformScores(d, s[t], j, kStreamKeys, *tf);
       const float alpha = TileSoftmax(d, n, s[t], mm, ll);
       if (alpha != 1.0f)
 #pragma GCC unroll 16
@@ -657,6 +674,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
       const size_t n = keys(j);
       prefetch(j, kStreamKeys);
       TileScores<kType>(d, 0, n, dk, kr(j), ks(j), Q, s[0]);
+      if (tf) TransformScores(d, s[0], j, kStreamKeys, *tf);
       const float alpha = TileSoftmax(d, n, s[0], mm, ll);
       TileUpdateRow<kType>(d, n, dv, vrow + j, vsc ? vsc + j : S(), s[0], alpha, O);
     }
@@ -670,18 +688,19 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
 // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
 template <int kType, size_t kStep, class R, class S>
 HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                               float* l, float* O, size_t ahead, size_t known, size_t L) {
+                               float* l, float* O, size_t ahead, size_t known, size_t L,
+                               const RowTransform* tf) {
   if constexpr (kAccumulators >= 16)
-    if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
-  if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
-  if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
-  return StreamTiles<kType, 0, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);  // kStep unused
+    if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  return StreamTiles<kType, 0, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);  // kStep unused
 }
 #endif
 
 template <int kType, class R, class S>
 void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                       float* l, float* O, size_t ahead, size_t known) {
+                       float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
 #if HWY_TARGET != HWY_SCALAR
   const size_t L = hn::Lanes(DF());
   // int8 rows of up to 128 values go 16 keys a step (a tile), the others 4. Against 4, alternated
@@ -690,11 +709,11 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
   // keys were slower or within the noise (float32 d = 128, 16 keys 1.08-1.10; bf16 d = 128 1.05-1.10,
   // d = 256, 8 keys 1.11; bf16 d = 64, 8 keys 0.95 in one comparison, 1.02 in another).
   if constexpr (kType == kI8)
-    if (dk <= 128) return StreamRowSteps<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L);
-  return StreamRowSteps<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L);
+    if (dk <= 128) return StreamRowSteps<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L, tf);
+  return StreamRowSteps<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L, tf);
 #else
   (void)ahead, (void)known;
-  StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O);
+  StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, tf);
 #endif
 }
 
@@ -880,23 +899,23 @@ HWY_INLINE void WithType(int type, F&& f) {
 // StreamRowDispatch for the element type given at run time, rows by pointer or at a stride.
 template <class R, class S>
 void StreamRowTyped(int type, size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q,
-                    float* m, float* l, float* O, size_t ahead, size_t known) {
+                    float* m, float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
   WithType(type, [&](auto t) {
-    StreamRowDispatch<decltype(t)::value>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+    StreamRowDispatch<decltype(t)::value>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
   });
 }
 void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
                const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O,
-               size_t ahead, size_t known) {
-  StreamRowTyped(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+               size_t ahead, size_t known, const RowTransform* tf) {
+  StreamRowTyped(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
 }
 void StreamRowStrided(int type, size_t nk, size_t dk, size_t dv, const void* k, std::ptrdiff_t k_stride,
                       const float* ksc, std::ptrdiff_t ksc_stride, const void* v, std::ptrdiff_t v_stride,
                       const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m, float* l, float* O,
-                      size_t ahead) {
+                      size_t ahead, const RowTransform* tf) {
   const StridedRows kr{static_cast<const char*>(k), k_stride}, vr{static_cast<const char*>(v), v_stride};
   const StridedScales ks(ksc, ksc_stride), vs(vsc, vsc_stride);
-  StreamRowTyped(type, nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, nk);
+  StreamRowTyped(type, nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, nk, tf);
 }
 
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
@@ -968,14 +987,14 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
 void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* k,
                         std::ptrdiff_t k_stride, const float* ksc, std::ptrdiff_t ksc_stride, const void* v,
                         std::ptrdiff_t v_stride, const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m,
-                        float* l, float* O, std::size_t ahead) {
+                        float* l, float* O, std::size_t ahead, const RowTransform* tf) {
   HWY_DYNAMIC_DISPATCH(StreamRowStrided)
-  (type, nk, dk, dv, k, k_stride, ksc, ksc_stride, v, v_stride, vsc, vsc_stride, Q, m, l, O, ahead);
+  (type, nk, dk, dv, k, k_stride, ksc, ksc_stride, v, v_stride, vsc, vsc_stride, Q, m, l, O, ahead, tf);
 }
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O, std::size_t ahead, std::size_t known) {
-  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known);
+                float* m, float* l, float* O, std::size_t ahead, std::size_t known, const RowTransform* tf) {
+  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
 }
 }  // namespace attnscale::detail::kv
 #endif  // HWY_ONCE

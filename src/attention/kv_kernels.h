@@ -52,6 +52,14 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 const float* const* vsc, const float* P, const float* alpha, float* O, std::size_t ldo,
                 LineFeed& feed);
 
+// The score transforms of one query row (DecodeOptions), on the score s_j of the call's key j:
+//   s_j → cap·tanh(s_j / cap) − slope·|diag − j|   (cap 0: no capping; slope 0: no ALiBi)
+// with the vector tanh of simd::softcap, so the one-row stream and the tile path cap alike.
+struct RowTransform {
+  float cap = 0.0f, slope = 0.0f;
+  std::int64_t diag = 0;  // the query's key (the sequence's last), counted from the call's key 0
+};
+
 // One query row against keys j < nk in tiles of 16 keys counted from key 0 (one key at a time on
 // the scalar target): the tile's scores s_j = Q·K_j, one online-softmax step, and the output
 // update by the tile's V rows; for a tile J:
@@ -60,16 +68,17 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
 // next tile's K rows are read between the tile's V rows, so that K and V stream together; ahead
 // > 0 prefetches the rows of the keys that far ahead (0: none, the caller prefetches or the
 // hardware does), up to key `known` (>= nk): the row pointers [nk, known) are given for that
-// prefetch only, the keys past the call's.
+// prefetch only, the keys past the call's. tf (null: none) transforms each score before its
+// softmax step.
 void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
                 const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O, std::size_t ahead, std::size_t known);
+                float* m, float* l, float* O, std::size_t ahead, std::size_t known, const RowTransform* tf = nullptr);
 // stream_row over rows at fixed strides (a contiguous cache): row j of K at k + j·k_stride bytes,
 // its int8 scales at ksc + j·ksc_stride floats (null for other types), likewise V; no array of
 // row pointers to build (for int8, 5-9% of a call). Prefetches `ahead` keys ahead within the call.
 void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* k,
                         std::ptrdiff_t k_stride, const float* ksc, std::ptrdiff_t ksc_stride, const void* v,
                         std::ptrdiff_t v_stride, const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m,
-                        float* l, float* O, std::size_t ahead);
+                        float* l, float* O, std::size_t ahead, const RowTransform* tf = nullptr);
 
 }  // namespace attnscale::detail::kv

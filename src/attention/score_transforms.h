@@ -32,23 +32,24 @@ inline double alibi_slope(const Params& p, std::int64_t b, std::int64_t h) {
 // Soft-capping and ALiBi on a tile of scores x = s·q·k (natural units):
 //   x → c·tanh(x / c) − slope·|diag(i) − j|.
 // Derivation of the backward's factor: d/dx [c·tanh(x/c)] = 1 − tanh²(x/c), so dcap(r, j) =
-// 1 − tanh²(x/c) multiplies dS (w.r.t. the capped score) into the gradient w.r.t. x. dcap (same layout as S) is written when given, for the backward.
+// 1 − tanh²(x/c) multiplies dS (w.r.t. the capped score) into the gradient w.r.t. x. dcap (same
+// layout as S) is written when given, for the backward. The cap goes over the tile's contiguous
+// runs (a row of S, or one key's rows of the transposed St) in Ops<T>::softcap: a vector tanh in
+// float32 (simd::softcap), std::tanh in float64.
 template <class T>
 void transform_scores(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t nk, T* S, std::int64_t rs,
                       std::int64_t cs, T* dcap = nullptr) {
-  const T c2 = static_cast<T>(p.softcap), inv_c2 = p.softcap > 0 ? T(1) / c2 : T(0);
+  if (p.softcap > 0) {
+    const bool rows = cs == 1;  // else rs == 1: runs along r, one per key
+    const std::int64_t runs = rows ? rb.n : nk, run = rows ? nk : rb.n, step = rows ? rs : cs;
+    for (std::int64_t u = 0; u < runs; ++u)
+      Ops<T>::softcap(S + u * step, run, static_cast<T>(p.softcap), dcap ? dcap + u * step : nullptr);
+  }
+  if (p.alibi.empty()) return;
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const T slope = static_cast<T>(alibi_slope(p, rb.b, rb.h[r]));
     const std::int64_t diag = rb.i[r] + p.diag_offset();
-    for (std::int64_t j = 0; j < nk; ++j) {
-      T& x = S[r * rs + j * cs];
-      if (p.softcap > 0) {
-        const T t = std::tanh(x * inv_c2);
-        x = c2 * t;
-        if (dcap) dcap[r * rs + j * cs] = T(1) - t * t;
-      }
-      if (slope != T(0)) x -= slope * static_cast<T>(std::abs(diag - (j0 + j)));
-    }
+    for (std::int64_t j = 0; j < nk; ++j) S[r * rs + j * cs] -= slope * static_cast<T>(std::abs(diag - (j0 + j)));
   }
 }
 

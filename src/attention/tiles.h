@@ -358,6 +358,7 @@ struct Ops<float> {
                                 const float* D, float scale) {
     simd::softmax_grad_rows(P, dP, ld, rows, cols, D, scale);
   }
+  static void softcap(float* x, std::int64_t n, float c, float* dcap) { simd::softcap(x, n, c, dcap); }
 };
 
 template <>
@@ -436,6 +437,13 @@ struct Ops<double> {
                                 const double* D, double scale) {
     for (std::int64_t r = 0; r < rows; ++r)
       for (std::int64_t c = 0; c < cols; ++c) dP[r * ld + c] = P[r * ld + c] * (dP[r * ld + c] - D[r]) * scale;
+  }
+  static void softcap(double* x, std::int64_t n, double c, double* dcap) {
+    for (std::int64_t i = 0; i < n; ++i) {
+      const double t = std::tanh(x[i] / c);
+      x[i] = c * t;
+      if (dcap) dcap[i] = 1.0 - t * t;
+    }
   }
 };
 

@@ -116,6 +116,36 @@ TEST(Targets, TileGemmGivesGemmsBits) {
   });
 }
 
+// The soft-capping kernel (vector tanh) against float64 tanh: runs of every tail length, values
+// from tiny to past tanh's saturation, ±inf, NaN, and its derivative 1 − tanh² for the backward;
+// nothing outside the run written.
+TEST(Targets, SoftcapMatchesFloat64Tanh) {
+  for_each_target([&](const std::string&) {
+    for (float c : {0.5f, 30.0f, 1000.0f})
+      for (std::size_t n : {1, 2, 7, 15, 16, 17, 31, 64, 67}) {
+        std::vector<float> x(n + 2), dcap(n + 2, -7.0f);
+        for (std::size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(std::sinh(0.9 * i - 12.0) * c / 20.0);
+        if (n > 3) x[2] = INFINITY, x[3] = -INFINITY;
+        if (n > 4) x[4] = NAN;
+        const std::vector<float> in = x;
+        detail::simd::softcap(x.data() + 1, n, c, dcap.data() + 1);
+        EXPECT_EQ(in[0], x[0]);
+        EXPECT_EQ(in[n + 1], x[n + 1]);
+        EXPECT_EQ(-7.0f, dcap[0]);
+        EXPECT_EQ(-7.0f, dcap[n + 1]);
+        for (std::size_t i = 1; i <= n; ++i) {
+          const double t = std::tanh(static_cast<double>(in[i]) / c);
+          if (std::isnan(in[i])) {
+            EXPECT_TRUE(std::isnan(x[i]));
+            continue;
+          }
+          ASSERT_NEAR(c * t, x[i], 4e-7 * c * std::max(std::abs(t), 1e-3)) << "c " << c << " n " << n << " x " << in[i];
+          ASSERT_NEAR(1.0 - t * t, dcap[i], 1e-6) << "c " << c << " n " << n << " x " << in[i];
+        }
+      }
+  });
+}
+
 enum class MaskKind { none, causal_tl, causal_br, window, keep, additive, all };
 
 struct Inputs {

@@ -3,7 +3,7 @@
 // and int8 widened or dequantised),
 // under the accuracy rule of the forward ("error vs float64 <= 2x the error of a naive float32
 // computation on the same inputs"), on every compiled SIMD target; awkward lengths (0, 1, odd,
-// prime, across chunk and block edges), GQA groups 1..8, sliding windows; paged == contiguous
+// prime, across chunk and block edges), GQA groups 1..8, sliding windows, left padding; paged == contiguous
 // == contiguous with the heads' rows interleaved ([B, Nkv, Hkv, d], FlashAttention's layout, seen
 // through strides) bit for bit; any thread count gives the same bits; bad arguments throw.
 #include <gtest/gtest.h>
@@ -45,10 +45,11 @@ struct Caches {
   Tensor pk, pv, pks, pvs;              // paged pool [blocks, block, Hkv, d]
   Tensor ik, iv, iks, ivs;              // interleaved [B, Nmax, Hkv, d]
   Tensor table, lens;
+  Tensor starts;                        // seq_starts [B], or empty
   std::vector<double> kd, vd;           // dequantised contiguous values
   KVCache contiguous() const {
     KVCache c{k.view(), v.view(), ks.numel() ? ks.view() : TensorView{}, vs.numel() ? vs.view() : TensorView{}, {},
-              lens.view()};
+              lens.view(), starts_view()};
     return c;
   }
   // The interleaved tensors seen as [B, Hkv, Nmax, d] (dimensions 1 and 2 swapped).
@@ -60,11 +61,13 @@ struct Caches {
     return v;
   }
   KVCache interleaved() const {
-    return KVCache{heads_outer(ik), heads_outer(iv), heads_outer(iks), heads_outer(ivs), {}, lens.view()};
+    return KVCache{heads_outer(ik), heads_outer(iv), heads_outer(iks), heads_outer(ivs), {}, lens.view(), starts_view()};
   }
+  TensorView starts_view() const { return starts.numel() ? starts.view() : TensorView{}; }
+  std::int64_t start(std::int64_t b) const { return starts.numel() ? static_cast<const std::int32_t*>(starts.view().data)[b] : 0; }
   KVCache paged() const {
     return KVCache{pk.view(), pv.view(), pks.numel() ? pks.view() : TensorView{}, pvs.numel() ? pvs.view() : TensorView{},
-                   table.view(), lens.view()};
+                   table.view(), lens.view(), starts_view()};
   }
 };
 
@@ -163,7 +166,7 @@ struct Transforms {
 
 // Float64 reference (and, with T = float, the naive float32 computation the rule compares
 // against): out[b, h] = softmax(t_j over the visible keys j) · V, t_j = s·q·K_jᵀ, or with
-// transforms c·tanh(s·q·K_jᵀ / c) − slope_bh·|len_b − 1 − j|.
+// transforms c·tanh(s·q·K_jᵀ / c) − slope_bh·|len_b − 1 − j|; keys from the sequence's start.
 template <class T>
 std::vector<double> attend(const Caches& c, const Tensor& q, std::int64_t Hq, std::int64_t window, double scale,
                            std::vector<double>* lse = nullptr, const Transforms& tf = {}) {
@@ -172,7 +175,8 @@ std::vector<double> attend(const Caches& c, const Tensor& q, std::int64_t Hq, st
   const auto* lens = static_cast<const std::int32_t*>(c.lens.view().data);
   for (std::int64_t b = 0; b < c.B; ++b)
     for (std::int64_t h = 0; h < Hq; ++h) {
-      const std::int64_t kh = h / g, len = lens[b], lo = window >= 0 ? std::max<std::int64_t>(0, len - 1 - window) : 0;
+      const std::int64_t kh = h / g, len = lens[b],
+                         lo = std::max<std::int64_t>(c.start(b), window >= 0 ? len - 1 - window : 0);
       std::vector<T> s(c.Nmax);
       T m = -INFINITY;
       for (std::int64_t j = lo; j < len; ++j) {
@@ -239,9 +243,14 @@ const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 ne
   return c;
 }
 
-void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms& tf = {}) {
+void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms& tf = {},
+                const std::vector<std::int32_t>& starts = {}) {
   const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
-  const Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
+  Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
+  if (!starts.empty()) {
+    c.starts = Tensor(DType::i32, {B});
+    std::copy(starts.begin(), starts.end(), static_cast<std::int32_t*>(c.starts.view().data));
+  }
   const Tensor q = random_tensor(DType::f32, {B, cs.Hq, cs.dk}, seed, 3);
   DecodeOptions o;
   o.window_left = cs.window;
@@ -319,6 +328,24 @@ TEST(KVCache, SoftcapAndAlibiMatchReferenceInEveryLayoutOnEveryTarget) {
   });
 }
 
+// Left padding (seq_starts, FlashAttention's cache_leftpad): each sequence's keys from its start,
+// with windows and GQA, every type and layout on every target; starts 0, 1, inside a chunk, at a
+// chunk edge, at the sequence's end (no key: out 0, lse -inf).
+TEST(KVCache, LeftPaddingMatchesReferenceInEveryLayoutOnEveryTarget) {
+  const std::vector<std::pair<std::size_t, std::vector<std::int32_t>>> padded = {
+      {1, {0, 5, 1030}},          // MQA group 8: none, all (empty), past a chunk edge
+      {2, {30, 1, 1024, 13}},     // group 3, ragged blocks: one key left; start at a chunk edge
+      {3, {2000, 0, 50, 101}},    // sliding window: start before it, inside it; one key left
+      {6, {1, 5, 0}},             // one row per KV head, output row in registers
+      {7, {1000, 17}},            // one row, window, blocks of 5
+  };
+  for_each_target([&] {
+    std::uint64_t seed = 1400;
+    for (const auto& [i, starts] : padded)
+      for (const Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8}) check_case(kind, cases()[i], ++seed, {}, starts);
+  });
+}
+
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   const Tensor x = random_tensor(DType::f32, {3, 64}, 5, 1, 10.0);
   Tensor q(DType::i8, {3, 64}), s(DType::f32, {3, 2});
@@ -375,6 +402,18 @@ TEST(KVCache, BadArgumentsThrowNamingThem) {
   bad = c.paged();
   bad.seq_lens = {};
   EXPECT_NE(message(bad, q.view(), out.view()).find("seq_lens"), std::string::npos);
+  Tensor starts(DType::i32, {2});
+  for (const auto& [s0, s1] : {std::pair{-1, 0}, std::pair{0, 10}, std::pair{6, 0}}) {
+    static_cast<std::int32_t*>(starts.view().data)[0] = s0;
+    static_cast<std::int32_t*>(starts.view().data)[1] = s1;
+    bad = c.paged();
+    bad.seq_starts = starts.view();
+    EXPECT_NE(message(bad, q.view(), out.view()).find("seq_starts"), std::string::npos) << s0 << " " << s1;
+  }
+  Tensor starts64(DType::f32, {2});
+  bad = c.contiguous();
+  bad.seq_starts = starts64.view();
+  EXPECT_NE(message(bad, q.view(), out.view()).find("seq_starts"), std::string::npos);
 }
 
 }  // namespace
