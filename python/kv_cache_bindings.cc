@@ -21,7 +21,7 @@ ArrayView optional(const char* name, py::handle obj, ArrayKind kind) {
 
 py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle k_scales, py::handle v_scales,
                      py::handle block_table, py::handle seq_lens, py::handle seq_starts, py::handle scale, std::int64_t window_left,
-                     double softcap, py::handle alibi_slopes, int threads, bool return_lse) {
+                     bool causal, double softcap, py::handle alibi_slopes, int threads, bool return_lse) {
   const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
   const ArrayView k = as_view("k", k_obj, ArrayKind::cache), v = as_view("v", v_obj, ArrayKind::cache);
   const ArrayView ks = optional("k_scales", k_scales, ArrayKind::floating),
@@ -33,6 +33,7 @@ py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
   DecodeOptions o;
   o.scale = make_options(scale, py::none(), py::none(), py::none(), py::none(), threads).options.scale;
   o.window_left = window_left;
+  o.causal = causal;
   o.softcap = softcap;
   o.alibi_slopes = slopes.view;
   o.threads = threads;
@@ -41,6 +42,9 @@ py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
   if (q.view.rank == 3 && v.view.rank == 4) {  // otherwise the library names the argument
     out = new_array(DType::f32, {q.view.shape[0], q.view.shape[1], v.view.shape[3]});
     if (return_lse) lse = new_array(DType::f32, {q.view.shape[0], q.view.shape[1]});
+  } else if (q.view.rank == 4 && v.view.rank == 4) {  // several new tokens a sequence
+    out = new_array(DType::f32, {q.view.shape[0], q.view.shape[1], q.view.shape[2], v.view.shape[3]});
+    if (return_lse) lse = new_array(DType::f32, {q.view.shape[0], q.view.shape[1], q.view.shape[2]});
   }
   {
     py::gil_scoped_release unlocked;
@@ -63,18 +67,20 @@ py::tuple quantize_q8_py(py::handle x_obj) {
   return py::make_tuple(q.array, s.array);
 }
 
-constexpr const char* kDecodeDoc = R"(decode(q, k, v, *, k_scales=None, v_scales=None, block_table=None, seq_lens=None, seq_starts=None, scale=None, window_left=-1, softcap=0.0, alibi_slopes=None, threads=0, return_lse=False)
+constexpr const char* kDecodeDoc = R"(decode(q, k, v, *, k_scales=None, v_scales=None, block_table=None, seq_lens=None, seq_starts=None, scale=None, window_left=-1, causal=True, softcap=0.0, alibi_slopes=None, threads=0, return_lse=False)
 
-Attention of one new token per sequence over a KV cache, read as stored (no conversion pass):
-q [B, Hq, dk] float32; k, v float32, attnscale.bfloat16, float16 or int8 (then k_scales, v_scales:
+Attention of the new tokens of each sequence over a KV cache, read as stored (no conversion pass):
+q [B, Hq, dk] float32 (one token, at the sequence's last key) or [B, Hq, Nq, dk] (Nq tokens, the
+sequence's last Nq keys, token i seeing keys up to its own when causal, else all; the cache read
+once for all rows); k, v float32, attnscale.bfloat16, float16 or int8 (then k_scales, v_scales:
 float32, one per 32 values, from quantize_q8). Contiguous: k [B, Hkv, Nkv, dk], seq_lens [B] int32
 optional. Paged (vLLM / FlashAttention layout): k [num_blocks, block_size, Hkv, dk],
 block_table [B, max_blocks] int32, seq_lens [B] int32. seq_starts [B] int32, optional: sequence b's
 keys are [seq_starts[b], seq_lens[b]) (a batch padded on the left; FlashAttention's cache_leftpad).
-GQA when Hq % Hkv == 0. softcap c > 0 and
-alibi_slopes ([Hq] or [B, Hq]) transform the score of key j to c·tanh(s·q·k_j / c) − slope·|len − 1 − j|
-(the new token at the sequence's last key, as FlashAttention's). Returns out
-[B, Hq, dv] float32 (and lse [B, Hq] with return_lse=True). Paged and contiguous caches holding the
+GQA when Hq % Hkv == 0. softcap c > 0 and alibi_slopes ([Hq] or [B, Hq]) transform token i's score
+of key j to c·tanh(s·q·k_j / c) − slope·|p_i − j|, p_i = len − Nq + i its own key (FlashAttention's).
+window_left: a token sees only the window_left + 1 keys up to its own. Returns out [B, Hq, dv] or [B, Hq, Nq, dv] float32
+(and lse [B, Hq] or [B, Hq, Nq] with return_lse=True). Paged and contiguous caches holding the
 same values give the same bits.
 
 Example:
@@ -99,7 +105,7 @@ void add_kv_cache(py::module_& m) {
   const py::object none = py::none();
   m.def("decode", &decode_py, kDecodeDoc, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(),
         py::arg("k_scales") = none, py::arg("v_scales") = none, py::arg("block_table") = none,
-        py::arg("seq_lens") = none, py::arg("seq_starts") = none, py::arg("scale") = none, py::arg("window_left") = -1, py::arg("softcap") = 0.0,
+        py::arg("seq_lens") = none, py::arg("seq_starts") = none, py::arg("scale") = none, py::arg("window_left") = -1, py::arg("causal") = true, py::arg("softcap") = 0.0,
         py::arg("alibi_slopes") = none, py::arg("threads") = 0,
         py::arg("return_lse") = false);
   m.def("quantize_q8", &quantize_q8_py, kQuantizeDoc, py::arg("x"));

@@ -47,19 +47,24 @@ struct KVCache {
 
 struct DecodeOptions {
   Scale scale;                    // default 1/√dk
-  std::int64_t window_left = -1;  // ≥ 0: the query sees only its last window_left + 1 keys
+  std::int64_t window_left = -1;  // ≥ 0: a query sees only the window_left + 1 keys up to its own
+  bool causal = true;             // several new tokens (Nq > 1): each sees keys up to its own;
+                                  // false: every key of the sequence
   int threads = 0;                // 0: $ATTNSCALE_THREADS, else every core
-  // Score transforms, as Options' (attention.h), the query at the sequence's last key: the score of
-  // key j is t = c·tanh(s·q·k_j / c) − slope_bh·|len_b − 1 − j|.
+  // Score transforms, as Options' (attention.h), new token i at key position p_i = len_b − Nq + i
+  // (the last key when Nq = 1): the score of key j is t = c·tanh(s·q·k_j / c) − slope_bh·|p_i − j|.
   double softcap = 0.0;     // c > 0; 0: no capping
   TensorView alibi_slopes;  // [Hq] or [B, Hq], float32/float64; empty: no ALiBi
 };
 
-// q [B, Hq, dk] float32 (the new token of each sequence; it sits after the cache's keys, so every
-// cached key is visible, and the cache should already hold the token's own key and value);
-// out [B, Hq, dv] float32; lse [B, Hq] float32 or float64, natural log, optional. Hq a multiple of
-// Hkv (query head h reads KV head h / (Hq/Hkv); the group shares each read of K and V). A
-// sequence of length 0 gets out = 0, lse = -inf. Throws Error naming the argument on any mismatch.
+// q [B, Hq, dk] float32: the new token of each sequence, at its last key (the cache already holds
+// the token's own key and value), seeing every key of the sequence; out [B, Hq, dv] float32; lse
+// [B, Hq] float32 or float64, natural log, optional. Or q [B, Hq, Nq, dk], out [B, Hq, Nq, dv], lse
+// [B, Hq, Nq]: Nq new tokens a sequence (speculative decoding, a chunk of a prompt), its last Nq
+// keys, token i seeing keys up to its own (causal) or all of them; the cache is read once for all
+// the rows. Hq a multiple of Hkv (query head h reads KV head h / (Hq/Hkv); the group shares each
+// read of K and V). A row that sees no key gets out = 0, lse = -inf. Throws Error naming the
+// argument on any mismatch.
 void decode(const TensorView& q, const KVCache& cache, const TensorView& out, const TensorView& lse = {},
             const DecodeOptions& options = {});
 

@@ -11,17 +11,13 @@ How each call is computed (the same result up to float32 rounding; tests check b
 float64 reference):
 - attnscale.decode reads the cache where it lies (float32, bfloat16 or float16, either layout; a contiguous
   cache indexed by cache_batch_idx is the paged layout with one block of seqlen_cache keys per batch
-  row; left padding as decode's seq_starts) when the rows' visible keys are nested: one query row
-  (any window, softcap and ALiBi too), or several with no window and no ALiBi (its distances
-  differ row by row). Several query rows go to it as one group of
-  query heads per KV head (row i of head h as query head h * Nq + i), so the cache is read once.
-  Without `causal` every row sees every key. With `causal`, row i sees keys up to L - Nq + i: decode
-  covers the keys all rows see, [start, L - Nq], and the at most Nq - 1 keys after them (gathered) go to
-  attnscale.attention with a bottom-right causal mask; the two partial softmaxes are merged by their
-  log-sum-exp (attnscale.merge_partials).
-- Otherwise each sequence runs through attnscale.attention with FlashAttention's options (the same
-  kernels as flash_attn_func), on a view of its keys for a contiguous cache (no copy) and on its
-  blocks gathered for a paged one.
+  row), all of a call's query rows in one pass over the cache: q's Nq rows are decode's new tokens
+  (row i at key L - Nq + i, L the sequence's keys after the update), causal or not, with left
+  padding (seq_starts), a left window, softcap and ALiBi.
+- Otherwise (a float64 cache, or a window with a right side other than 0 or unbounded) each
+  sequence runs through attnscale.attention with FlashAttention's options (the same kernels as
+  flash_attn_func), on a view of its keys for a contiguous cache (no copy) and on its blocks
+  gathered for a paged one.
 """
 import math
 
@@ -29,7 +25,6 @@ import numpy as np
 import torch
 
 from . import _attnscale
-from .arrays import attention as _attention_arrays
 from .torch_flash import _attend, _options, check_block_table, check_rank
 from .torch_function import as_float16, cache_to_numpy
 
@@ -274,14 +269,10 @@ def flash_attn_with_kvcache(
             rows, idx = cache.locate(positions)
             k_cache[rows, idx] = k.to(k_cache.dtype)
             v_cache[rows, idx] = v.to(v_cache.dtype)
-        nested = Nq == 1 or (left < 0 and (causal or right < 0))
-        fast = (
-            k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16)
-            and nested
-            and (Nq == 1 or alibi_slopes is None)
-        )
+        # decode's rows see keys up to their own (causal, or a right window of 0) or to the end.
+        fast = k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16) and (causal or right <= 0)
         if fast:
-            out, lse = _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, Nq)
+            out, lse = _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal or right == 0, left)
         else:
             out, lse = _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes)
     out = as_float16(out) if q.dtype == torch.float16 and out.dtype == torch.float32 else out.to(q.dtype).contiguous()
@@ -302,48 +293,25 @@ def _decode_views(k_cache, v_cache, cache, B):
     return cache_to_numpy("k_cache", k_cache), cache_to_numpy("v_cache", v_cache), table
 
 
-def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, Nq):
+def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left):
     """(out [B, Nq, H, dv], lse [B, H, Nq], -inf for a row without keys) through attnscale.decode
     (module docstring)."""
-    B, _, H, d = q.shape
+    B, Nq, H, d = q.shape
     dv = v_cache.shape[3]
     kd, vd, table = _decode_views(k_cache, v_cache, cache, B)
     q32 = q if q.dtype == torch.float32 else q.to(torch.float32)
-    # Row h * Nq + i; one row a head is q[:, 0] itself (a view: each torch operation here costs
-    # about 150 us when it runs right after a decode has streamed the cache; docs/performance.md).
-    rows = q32[:, 0] if Nq == 1 else q32.permute(0, 2, 1, 3).reshape(B, H * Nq, d).contiguous()
-    several = causal and Nq > 1
-    if several:
-        lens = torch.tensor(lengths, dtype=torch.int64)
-        common = (lens - (Nq - 1)).clamp(min=0)  # keys every row sees
-    seq_lens = common.to(torch.int32).numpy() if several else np.asarray(lengths, dtype=np.int32)
-    # Left padding: decode starts each sequence at its first key (at most at the common keys' end).
-    seq_starts = np.minimum(np.asarray(starts, dtype=np.int32), seq_lens) if any(starts) else None
-    o1, lse1 = _attnscale.decode(
-        rows.numpy(), kd, vd, block_table=table, seq_lens=seq_lens, seq_starts=seq_starts, scale=options["scale"],
-        window_left=left if left >= 0 else -1, softcap=options["softcap"], alibi_slopes=options.get("alibi_slopes"),
-        return_lse=True,
+    # decode's q [B, H, d] or [B, H, Nq, d]: views of q (each torch operation here costs about
+    # 150 us when it runs right after a decode has streamed the cache; docs/performance.md).
+    rows = q32[:, 0] if Nq == 1 else q32.transpose(1, 2)
+    o, lse = _attnscale.decode(
+        rows.numpy(), kd, vd, block_table=table, seq_lens=np.asarray(lengths, dtype=np.int32),
+        seq_starts=np.asarray(starts, dtype=np.int32) if any(starts) else None, scale=options["scale"],
+        window_left=left if left >= 0 else -1, causal=causal, softcap=options["softcap"],
+        alibi_slopes=options.get("alibi_slopes"), return_lse=True,
     )
     if Nq == 1:  # [B, H, dv] is [B, 1, H, dv], in FlashAttention's order already
-        return torch.from_numpy(o1.reshape(B, 1, H, dv)), torch.from_numpy(lse1.reshape(B, H, 1))
-    out = torch.from_numpy(o1).reshape(B, H, Nq, dv)
-    lse = torch.from_numpy(lse1).reshape(B, H, Nq)
-    if several:  # the keys after the common ones: row i sees those up to L - Nq + i
-        t = torch.arange(Nq - 1)
-        pos = common[:, None] + t[None, :]  # [B, Nq - 1]
-        valid = (pos < lens[:, None]) & (pos >= torch.tensor(starts, dtype=torch.int64)[:, None])
-        blocks, idx = cache.locate(torch.where(valid, pos, torch.zeros_like(pos)))
-        # A padding slot (past a sequence's end) reads any cache row: the mask hides it.
-        blocks = torch.where(valid, blocks, torch.zeros_like(blocks))
-        kt = k_cache[blocks, idx].to(torch.float32).transpose(1, 2)  # [B, Hkv, Nq - 1, d]
-        vt = v_cache[blocks, idx].to(torch.float32).transpose(1, 2)
-        row_end = lens[:, None] - Nq + torch.arange(Nq)[None, :]  # [B, Nq]: last visible key
-        mask = valid[:, None, :] & (pos[:, None, :] <= row_end[:, :, None])  # [B, Nq, Nq - 1]
-        o2, lse2 = _attention_arrays(q32.transpose(1, 2).numpy(), kt.numpy(), vt.numpy(), mask=mask[:, None].numpy(),
-                                     scale=options["scale"], softcap=options["softcap"], return_lse=True)
-        out, lse = (torch.from_numpy(a) for a in _attnscale.merge_partials([o1.reshape(B, H, Nq, dv), o2],
-                                                                            [lse1.reshape(B, H, Nq), lse2]))
-    return out.transpose(1, 2), lse
+        return torch.from_numpy(o.reshape(B, 1, H, dv)), torch.from_numpy(lse.reshape(B, H, 1))
+    return torch.from_numpy(o).transpose(1, 2), torch.from_numpy(lse)
 
 
 def _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes):

@@ -164,3 +164,36 @@ def test_left_padding():
         attnscale.decode(q, k, v, seq_lens=lens, seq_starts=np.array([0, 41, 0], np.int32))
     with pytest.raises(TypeError, match="seq_starts"):
         attnscale.decode(q, k, v, seq_lens=lens, seq_starts=starts.astype(np.int64))
+
+
+def test_several_new_tokens():
+    """q [B, Hq, Nq, d]: the sequence's last Nq keys are the new tokens, token i at key len - Nq + i
+    seeing keys up to its own (causal) or all; ALiBi measured from each token's own key; a strided
+    q (FlashAttention's [B, Nq, H, d] transposed) as it lies."""
+    rng = np.random.default_rng(13)
+    B, Hq, Hkv, Nq, d = 2, 8, 2, 4, 64
+    lens = np.array([3, 1200], np.int32)  # the first shorter than Nq: its first row sees no key
+    k = rng.standard_normal((B, Hkv, 1200, d), dtype=np.float32)
+    v = rng.standard_normal((B, Hkv, 1200, d), dtype=np.float32)
+    q = rng.standard_normal((B, Nq, Hq, d), dtype=np.float32).transpose(0, 2, 1, 3)  # [B, Hq, Nq, d] view
+    slopes = rng.uniform(0, 0.05, (B, Hq))
+    for causal in (True, False):
+        out, lse = attnscale.decode(q, k, v, seq_lens=lens, causal=causal, alibi_slopes=slopes, return_lse=True)
+        assert out.shape == (B, Hq, Nq, d) and lse.shape == (B, Hq, Nq)
+        for i in range(Nq):
+            # Row i alone: a cache cut at its own key (causal) with ALiBi from that key.
+            cut = np.maximum(lens - Nq + i + 1, 0) if causal else lens
+            ref = np.zeros((B, Hq, d))
+            for b in range(B):
+                pos = lens[b] - Nq + i
+                s = np.einsum("hjd,hd->hj", np.repeat(k[b], Hq // Hkv, 0)[:, : cut[b]].astype(np.float64),
+                              q[b, :, i].astype(np.float64)) / np.sqrt(d)
+                s -= slopes[b][:, None] * np.abs(pos - np.arange(cut[b]))[None, :]
+                if cut[b]:
+                    p = np.exp(s - s.max(1, keepdims=True))
+                    ref[b] = np.einsum("hj,hjd->hd", p, np.repeat(v[b], Hq // Hkv, 0)[:, : cut[b]]) / p.sum(1, keepdims=True)
+            assert np.abs(out[:, :, i] - ref).max() < 1e-5, (causal, i)
+        if causal:
+            assert np.all(out[0, :, 0] == 0) and np.all(lse[0, :, 0] == -np.inf)  # key -1: none
+    with pytest.raises(ValueError, match="q: no query row"):
+        attnscale.decode(np.zeros((B, Hq, 0, d), np.float32), k, v)

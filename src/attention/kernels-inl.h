@@ -19,12 +19,12 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include "attention/exp2-inl.h"
 #include "attention/lane_reduce-inl.h"
 #include "attention/raw_vectors-inl.h"
+#include "attention/softcap-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::HWY_NAMESPACE {
@@ -575,17 +575,16 @@ void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m,
   for (; r < rows; ++r) SoftmaxRowsTogether<1>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
 }
 
-// Soft-capping of a run of n scores, x → c·tanh(x / c), and when dcap is given its derivative
-// dcap = 1 − tanh²(x / c) for the backward (score_transforms.h). Highway's vector tanh (at most
-// 4 ulp; ±1 past |x / c| > 18.7, NaN kept) on whole vectors, the tail by a masked load and store.
-// Each lane is a function of its own value only, so a score gets the same bits wherever it lies
-// in a run or a tile.
+// Soft-capping of a run of n scores, x → c·tanh(x / c) (softcap-inl.h), and when dcap is given its
+// derivative dcap = 1 − tanh²(x / c) for the backward (score_transforms.h); whole vectors, the tail
+// by a masked load and store. Each lane is a function of its own value only, so a score gets the
+// same bits wherever it lies in a run or a tile.
 void Softcap(float* x, size_t n, float c, float* dcap) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const VF cap = hn::Set(d, c), inv = hn::Set(d, 1.0f / c), one = hn::Set(d, 1.0f);
   auto step = [&](VF v, auto store) {
-    const VF t = hn::Tanh(d, hn::Mul(v, inv));
+    const VF t = CapTanh(d, v, inv);
     store(hn::Mul(cap, t), x);
     if (dcap) store(hn::NegMulAdd(t, t, one), dcap);
   };

@@ -98,6 +98,10 @@ struct Layout {
   const std::int32_t* starts = nullptr;  // seq_starts, or null: every sequence from key 0
   std::int64_t starts_stride = 0;
   std::int64_t window_left = -1;
+  // Query rows per query head: the sequence's last Nq keys are its new tokens, row i at key
+  // position len − Nq + i (Nq = 1: the last key), seeing keys up to its own when causal.
+  std::int64_t Nq = 1;
+  bool causal = true;
   double scale = 1.0;
   // Score transforms (DecodeOptions): t = c·tanh(x / c) − slope_bh·|len_b − 1 − j| on the score x
   // of key j (the new token sits at the last key). slopes: B·Hq of them, or empty.
@@ -105,14 +109,19 @@ struct Layout {
   std::vector<float> slopes;
 
   std::int64_t group() const { return Hq / Hkv; }
+  // The query rows of one KV head: row r = hl·Nq + i is new token i of query head kh·group + hl.
+  std::int64_t rows() const { return group() * Nq; }
   bool transforms() const { return softcap > 0.0 || !slopes.empty(); }
   std::int64_t length(std::int64_t b) const { return lens ? lens[b * lens_stride] : max_len; }
   std::int64_t start(std::int64_t b) const { return starts ? starts[b * starts_stride] : 0; }
-  // The first key sequence b's query sees: its start, or its window's first key if later (it sees
-  // keys [lo, length)).
-  std::int64_t lo(std::int64_t b) const {
-    return std::max<std::int64_t>(start(b), window_left >= 0 ? length(b) - 1 - window_left : 0);
+  // New token i's key position, and the keys it sees: [lo, hi), from its start (or its window's
+  // first key, if later) to its own key (causal) or the sequence's last. Rows of higher i see keys
+  // at least as late, so row 0's lo and row Nq − 1's hi bound them all.
+  std::int64_t position(std::int64_t b, std::int64_t i) const { return length(b) - Nq + i; }
+  std::int64_t lo(std::int64_t b, std::int64_t i = 0) const {
+    return std::max<std::int64_t>(start(b), window_left >= 0 ? position(b, i) - window_left : 0);
   }
+  std::int64_t hi(std::int64_t b, std::int64_t i) const { return causal ? position(b, i) + 1 : length(b); }
 };
 
 void fail(const std::string& msg) { throw Error("decode: " + msg); }
@@ -153,14 +162,16 @@ Rows rows_of(const char* name, const TensorView& t, const TensorView& scales, st
 Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out, const TensorView& lse,
                    const DecodeOptions& o) {
   Layout L;
-  if (q.rank != 3) fail("q: expected [B, Hq, dk], got " + q.shape_str());
+  if (q.rank != 3 && q.rank != 4) fail("q: expected [B, Hq, dk] or [B, Hq, Nq, dk], got " + q.shape_str());
   if (q.dtype != DType::f32) fail("q: expected float32, got " + std::string(dtype_name(q.dtype)));
   if (c.k.rank != 4 || c.v.rank != 4) fail("k, v: expected rank 4, got k " + c.k.shape_str() + ", v " + c.v.shape_str());
   if (c.k.dtype != c.v.dtype) fail("k, v: different dtypes");
   L.type = element_type(c.k.dtype);
   if (L.type < 0) fail("k: dtype " + std::string(dtype_name(c.k.dtype)) + " (expected float32, bfloat16, float16 or int8)");
   L.paged = !c.block_table.empty();
-  L.B = q.shape[0], L.Hq = q.shape[1], L.dk = q.shape[2];
+  L.B = q.shape[0], L.Hq = q.shape[1], L.dk = q.shape[q.rank - 1];
+  L.Nq = q.rank == 4 ? q.shape[2] : 1;
+  if (L.Nq < 1) fail("q: no query row (Nq = 0)");
   L.Hkv = L.paged ? c.k.shape[2] : c.k.shape[1];
   L.dv = c.v.shape[3];
   if (c.k.shape[3] != L.dk) fail("k: last dimension " + std::to_string(c.k.shape[3]) + " != q's dk " + std::to_string(L.dk));
@@ -232,13 +243,16 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
         fail("seq_starts[" + std::to_string(b) + "] = " + std::to_string(L.start(b)) + " is outside 0.." +
              std::to_string(L.length(b)) + ", the sequence's keys");
   }
-  if (out.rank != 3 || out.shape[0] != L.B || out.shape[1] != L.Hq || out.shape[2] != L.dv || out.dtype != DType::f32)
-    fail("out: expected float32 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + ", " + std::to_string(L.dv) +
-         "], got " + std::string(dtype_name(out.dtype)) + " " + out.shape_str());
-  if (!lse.empty() && (lse.rank != 2 || lse.shape[0] != L.B || lse.shape[1] != L.Hq ||
-                       (lse.dtype != DType::f32 && lse.dtype != DType::f64)))
-    fail("lse: expected float32 or float64 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + "], got " +
-         std::string(dtype_name(lse.dtype)) + " " + lse.shape_str());
+  // out and lse: q's rank ([B, Hq, dv] and [B, Hq] for one row a head, else with Nq after Hq).
+  const std::string rows = q.rank == 4 ? ", " + std::to_string(L.Nq) : "";
+  if (out.rank != q.rank || out.shape[0] != L.B || out.shape[1] != L.Hq || out.shape[q.rank - 1] != L.dv ||
+      (q.rank == 4 && out.shape[2] != L.Nq) || out.dtype != DType::f32)
+    fail("out: expected float32 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + rows + ", " +
+         std::to_string(L.dv) + "], got " + std::string(dtype_name(out.dtype)) + " " + out.shape_str());
+  if (!lse.empty() && (lse.rank != q.rank - 1 || lse.shape[0] != L.B || lse.shape[1] != L.Hq ||
+                       (q.rank == 4 && lse.shape[2] != L.Nq) || (lse.dtype != DType::f32 && lse.dtype != DType::f64)))
+    fail("lse: expected float32 or float64 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + rows +
+         "], got " + std::string(dtype_name(lse.dtype)) + " " + lse.shape_str());
   if (o.window_left < -1) fail("window_left: expected -1 (none) or >= 0, got " + std::to_string(o.window_left));
   if (o.threads < 0) fail("threads: must be >= 0, got " + std::to_string(o.threads));
   if (!(o.softcap >= 0.0) || !std::isfinite(o.softcap))
@@ -255,6 +269,7 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
       }
   }
   L.window_left = o.window_left;
+  L.causal = o.causal;
   L.scale = o.scale.resolve(L.dk);
   return L;
 }
@@ -264,8 +279,8 @@ struct Scratch {
   std::vector<const void*> krow, vrow, kfrow;
   std::vector<const float*> ksc, vsc;
   explicit Scratch(const Layout& L)
-      : q(L.group() * L.dk), qp(kv::quads_size(L.group(), L.dk)), s(L.group() * kTile), o(L.group() * L.dv),
-        m(L.group()), l(L.group()), alpha(L.group()), kf(L.type != kv::kF32 ? kTile * L.dk : 0),
+      : q(L.rows() * L.dk), qp(kv::quads_size(L.rows(), L.dk)), s(L.rows() * kTile), o(L.rows() * L.dv),
+        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(L.type != kv::kF32 ? kTile * L.dk : 0),
         krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
@@ -274,7 +289,7 @@ struct Scratch {
   // One query row over a contiguous cache: a chunk is one kv::stream_row_strided call, rows at a
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
-  static bool whole_chunk(const Layout& L) { return L.group() == 1 && !L.together; }
+  static bool whole_chunk(const Layout& L) { return L.rows() == 1 && !L.together; }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
   Scratch(Scratch&&) = default;      // moves keep kf's buffer
@@ -286,7 +301,7 @@ class Chunk {
  public:
   // What follows from the layout alone, the same for every chunk.
   Chunk(const Layout& L, Scratch& s)
-      : L_(L), s_(s), g_(L.group()), kbytes_(L.dk * L.k.esize), vbytes_(L.dv * L.v.esize),
+      : L_(L), s_(s), g_(L.rows()), group_(L.group()), kbytes_(L.dk * L.k.esize), vbytes_(L.dv * L.v.esize),
         int8_(L.type == kv::kI8), whole_(Scratch::whole_chunk(L)) {
     // GQA on 16- and 8-lane targets: the scores without lane sums (kv::scores_quads), bf16 and
     // int8 K rows widened to float32 first, a tile at a time (Hq = 32, Hkv = 4, d = 128: int8
@@ -316,9 +331,10 @@ class Chunk {
   void begin(const TensorView& q, std::int64_t b, std::int64_t kh, std::int64_t j0, std::int64_t j1) {
     b_ = b, kh_ = kh, j0_ = j0, j1_ = j1, i_ = 0;
     const float f = static_cast<float>(L_.scale);
-    for (std::int64_t r = 0; r < g_; ++r) {
-      const float* src = static_cast<const float*>(q.data) + b * q.strides[0] + (kh * g_ + r) * q.strides[1];
-      for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[2]] * f;
+    for (std::int64_t r = 0; r < g_; ++r) {  // q: [B, Hq, Nq, dk] (decode())
+      const float* src = static_cast<const float*>(q.data) + b * q.strides[0] +
+                         (kh * group_ + r / L_.Nq) * q.strides[1] + r % L_.Nq * q.strides[2];
+      for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[3]] * f;
     }
     if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
     std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
@@ -431,6 +447,7 @@ class Chunk {
       }
     }
     if (L_.transforms()) transform(t0, nk);
+    if (L_.Nq > 1) mask_rows(t0, nk);
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
@@ -445,17 +462,33 @@ class Chunk {
 
   std::int64_t tile_keys(std::int64_t i) const { return i < tiles_ ? std::min(kTile, j1_ - j0_ - i * kTile) : 0; }
 
-  // The score transforms (Layout) on the tile's scores of keys [t0, t0 + nk), row r being query
-  // head kh·g + r: transform_scores (score_transforms.h) with the diagonal at the sequence's last
-  // key, the cap by the same vector tanh.
+  // The score transforms (Layout) on the tile's scores of keys [t0, t0 + nk), row r being new token
+  // r % Nq of query head kh·group + r / Nq: transform_scores (score_transforms.h) with the
+  // diagonal at the token's key, the cap by the same vector tanh.
   void transform(std::int64_t t0, std::int64_t nk) {
-    const std::int64_t diag = L_.length(b_) - 1;
     for (std::int64_t r = 0; r < g_; ++r) {
+      const std::int64_t diag = L_.position(b_, r % L_.Nq);
       float* row = s_.s.data() + r * kTile;
       if (L_.softcap > 0.0) simd::softcap(row, nk, static_cast<float>(L_.softcap));
-      const float slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_ * g_ + r];
-      if (slope != 0.0f)
-        for (std::int64_t x = 0; x < nk; ++x) row[x] -= slope * static_cast<float>(std::abs(diag - (t0 + x)));
+      const float slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_ * group_ + r / L_.Nq];
+      if (slope == 0.0f) continue;
+      // The distances in int32 (keys are int32 positions), so that the loop vectorises.
+      const auto d0 = static_cast<std::int32_t>(diag - t0);
+      for (std::int32_t x = 0; x < static_cast<std::int32_t>(nk); ++x)
+        row[x] -= slope * static_cast<float>(std::abs(d0 - x));
+    }
+  }
+
+  // Several new tokens: the keys of the tile [t0, t0 + nk) a row does not see (before its window,
+  // after its own key when causal; the chunk covers the union of the rows' keys) set to -inf.
+  void mask_rows(std::int64_t t0, std::int64_t nk) {
+    // Keys every row sees: from the last row's first to the first row's last. Most tiles lie there.
+    if (t0 >= L_.lo(b_, L_.Nq - 1) && t0 + nk <= L_.hi(b_, 0)) return;
+    for (std::int64_t r = 0; r < g_; ++r) {
+      const std::int64_t i = r % L_.Nq, lo = L_.lo(b_, i) - t0, hi = L_.hi(b_, i) - t0;
+      float* row = s_.s.data() + r * kTile;
+      for (std::int64_t x = 0; x < nk; ++x)
+        if (x < lo || x >= hi) row[x] = -std::numeric_limits<float>::infinity();
     }
   }
 
@@ -464,7 +497,7 @@ class Chunk {
     kv::RowTransform tf;
     tf.cap = static_cast<float>(L_.softcap);
     tf.slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_];
-    tf.diag = L_.length(b_) - 1 - t0;
+    tf.diag = L_.position(b_, 0) - t0;
     return tf;
   }
 
@@ -519,7 +552,7 @@ class Chunk {
   const Layout& L_;
   Scratch& s_;
   // Set once, from the layout (the constructor).
-  const std::int64_t g_, kbytes_, vbytes_;
+  const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
   bool quads_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
@@ -554,12 +587,23 @@ struct HeadScratch {
 }  // namespace
 }  // namespace detail
 
-void decode(const TensorView& q, const KVCache& cache, const TensorView& out, const TensorView& lse,
+void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_in, const TensorView& lse_in,
             const DecodeOptions& options) {
   using namespace detail;
-  const Layout L = make_layout(q, cache, out, lse, options);
+  const Layout L = make_layout(q_in, cache, out_in, lse_in, options);
   simd::init_target_from_env();
-  const std::int64_t g = L.group(), heads = L.B * L.Hkv, chunk_len = chunk_keys(L.B, L.Hkv, L.max_len);
+  // One row a head ([B, Hq, d], [B, Hq]) seen as Nq = 1 ([B, Hq, 1, d], [B, Hq, 1]): dimension 2
+  // inserted with extent 1.
+  const auto with_rows = [](const TensorView& t, int rank) {
+    if (t.empty() || t.rank == rank) return t;
+    TensorView v = t;
+    v.rank = rank;
+    for (int d = rank - 1; d > 2; --d) v.shape[d] = t.shape[d - 1], v.strides[d] = t.strides[d - 1];
+    v.shape[2] = 1, v.strides[2] = 0;
+    return v;
+  };
+  const TensorView q = with_rows(q_in, 4), out = with_rows(out_in, 4), lse = with_rows(lse_in, 3);
+  const std::int64_t g = L.rows(), heads = L.B * L.Hkv, chunk_len = chunk_keys(L.B, L.Hkv, L.max_len);
   const std::int64_t chunks = std::max<std::int64_t>(1, (L.max_len + chunk_len - 1) / chunk_len);
   const std::int64_t items = heads * chunks;
   PerThread<Partials> partials(1);
@@ -576,7 +620,8 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
     for (std::int64_t u = u0; u < u1; ++u) {
       // Item (head, c), head = b·Hkv + kh: unit u covers heads [h0, h0 + lockstep) of chunk c.
       const std::int64_t c = u % chunks, h0 = u / chunks * lockstep, b = h0 / L.Hkv;
-      const std::int64_t j0 = std::max(c * chunk_len, L.lo(b)), j1 = std::min((c + 1) * chunk_len, L.length(b));
+      // The keys any row sees: from row 0's first to the last row's last.
+      const std::int64_t j0 = std::max(c * chunk_len, L.lo(b, 0)), j1 = std::min((c + 1) * chunk_len, L.hi(b, L.Nq - 1));
       if (j0 >= j1) {  // a chunk the sequence does not reach, or before its window
         for (std::int64_t h = h0; h < h0 + lockstep; ++h) {
           std::fill_n(pm + (h * chunks + c) * g, g, -std::numeric_limits<float>::infinity());
@@ -608,13 +653,13 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
           chunks, L.dv, [](float x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
           [&](std::int64_t c) { return pl[slot(c)]; },
           [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, o.data());
-      const std::int64_t h = kh * g + r;
-      float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1];
+      const std::int64_t h = kh * L.group() + r / L.Nq, i = r % L.Nq;
+      float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-      for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[2]] = o[d] * inv;
+      for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;
       if (!lse.empty()) {
         const double v = l == 0.0f ? -INFINITY : static_cast<double>(M) + std::log(static_cast<double>(l));
-        void* p = static_cast<char*>(lse.data) + (b * lse.strides[0] + h * lse.strides[1]) *
+        void* p = static_cast<char*>(lse.data) + (b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]) *
                                                      static_cast<std::int64_t>(dtype_size(lse.dtype));
         if (lse.dtype == DType::f32) *static_cast<float*>(p) = static_cast<float>(v);
         else *static_cast<double*>(p) = v;

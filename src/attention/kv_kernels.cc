@@ -11,7 +11,6 @@
 #define HWY_TARGET_INCLUDE "attention/kv_kernels.cc"
 #include <hwy/foreach_target.h>  // IWYU pragma: keep
 
-#include <hwy/contrib/math/math-inl.h>
 #include <hwy/highway.h>
 
 #include <cmath>
@@ -24,6 +23,7 @@
 #include "attention/exp2-inl.h"
 #include "attention/lane_reduce-inl.h"
 #include "attention/raw_vectors-inl.h"
+#include "attention/softcap-inl.h"
 #include "attnscale/tensor.h"
 #include "common/prefetch.h"
 
@@ -420,13 +420,14 @@ HWY_INLINE void SoftmaxStep(float s, float& m, float& l, float& alpha, float& p)
 }
 
 // The row's score transforms (RowTransform) on scores s[x] of the call's keys j + x, x < n: the cap
-// as simd::softcap computes it (a multiply by 1/cap, the vector tanh, a multiply by cap), ALiBi's
-// distance as the tile path subtracts it.
+// as simd::softcap computes it (softcap-inl.h), over whole vectors (s holds n rounded up to the
+// lane count), ALiBi's distance as the tile path subtracts it.
 HWY_INLINE void TransformScores(DF d, float* s, size_t j, size_t n, const RowTransform& tf) {
   if (tf.cap > 0.0f) {
     const size_t L = hn::Lanes(d);
     const VF cap = hn::Set(d, tf.cap), inv = hn::Set(d, 1.0f / tf.cap);
-    for (size_t x = 0; x < n; x += L) hn::StoreU(hn::Mul(cap, hn::Tanh(d, hn::Mul(hn::LoadU(d, s + x), inv))), d, s + x);
+    for (size_t x = 0; x < n; x += L)
+      hn::StoreU(hn::Mul(cap, detail::HWY_NAMESPACE::CapTanh(d, hn::LoadU(d, s + x), inv)), d, s + x);
   }
   if (tf.slope != 0.0f)
     for (size_t x = 0; x < n; ++x)

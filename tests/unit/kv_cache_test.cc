@@ -164,39 +164,49 @@ struct Transforms {
   std::vector<double> slopes;  // B·Hq
 };
 
+// New tokens a sequence: Nq query rows a head, row i at key len − Nq + i, seeing keys up to its
+// own (causal) or all of them.
+struct Queries {
+  std::int64_t Nq = 1;
+  bool causal = true;
+};
+
 // Float64 reference (and, with T = float, the naive float32 computation the rule compares
-// against): out[b, h] = softmax(t_j over the visible keys j) · V, t_j = s·q·K_jᵀ, or with
-// transforms c·tanh(s·q·K_jᵀ / c) − slope_bh·|len_b − 1 − j|; keys from the sequence's start.
+// against): out[b, h, i] = softmax(t_j over the keys j row i sees) · V, t_j = s·q·K_jᵀ, or with
+// transforms c·tanh(s·q·K_jᵀ / c) − slope_bh·|p_i − j|, p_i = len_b − Nq + i; keys from the
+// sequence's start.
 template <class T>
 std::vector<double> attend(const Caches& c, const Tensor& q, std::int64_t Hq, std::int64_t window, double scale,
-                           std::vector<double>* lse = nullptr, const Transforms& tf = {}) {
-  const std::int64_t g = Hq / c.Hkv;
-  std::vector<double> out(c.B * Hq * c.dv);
+                           std::vector<double>* lse = nullptr, const Transforms& tf = {}, const Queries& qs = {}) {
+  const std::int64_t g = Hq / c.Hkv, Nq = qs.Nq;
+  std::vector<double> out(c.B * Hq * Nq * c.dv);
   const auto* lens = static_cast<const std::int32_t*>(c.lens.view().data);
   for (std::int64_t b = 0; b < c.B; ++b)
-    for (std::int64_t h = 0; h < Hq; ++h) {
-      const std::int64_t kh = h / g, len = lens[b],
-                         lo = std::max<std::int64_t>(c.start(b), window >= 0 ? len - 1 - window : 0);
-      std::vector<T> s(c.Nmax);
-      T m = -INFINITY;
-      for (std::int64_t j = lo; j < len; ++j) {
-        T dot = 0;
-        for (std::int64_t e = 0; e < c.dk; ++e)
-          dot += T(q.as<float>()[(b * Hq + h) * c.dk + e]) * T(c.kd[((b * c.Hkv + kh) * c.Nmax + j) * c.dk + e]);
-        s[j] = dot * T(scale);
-        if (tf.softcap > 0) s[j] = T(tf.softcap) * std::tanh(s[j] / T(tf.softcap));
-        if (!tf.slopes.empty()) s[j] -= T(tf.slopes[b * Hq + h]) * T(std::abs(len - 1 - j));
-        m = std::max(m, s[j]);
+    for (std::int64_t h = 0; h < Hq; ++h)
+      for (std::int64_t i = 0; i < Nq; ++i) {
+        const std::int64_t kh = h / g, len = lens[b], pos = len - Nq + i, row = (b * Hq + h) * Nq + i,
+                           lo = std::max<std::int64_t>(c.start(b), window >= 0 ? pos - window : 0),
+                           hi = qs.causal ? pos + 1 : len;
+        std::vector<T> s(c.Nmax);
+        T m = -INFINITY;
+        for (std::int64_t j = lo; j < hi; ++j) {
+          T dot = 0;
+          for (std::int64_t e = 0; e < c.dk; ++e)
+            dot += T(q.as<float>()[row * c.dk + e]) * T(c.kd[((b * c.Hkv + kh) * c.Nmax + j) * c.dk + e]);
+          s[j] = dot * T(scale);
+          if (tf.softcap > 0) s[j] = T(tf.softcap) * std::tanh(s[j] / T(tf.softcap));
+          if (!tf.slopes.empty()) s[j] -= T(tf.slopes[b * Hq + h]) * T(std::abs(pos - j));
+          m = std::max(m, s[j]);
+        }
+        T l = 0;
+        for (std::int64_t j = lo; j < hi; ++j) l += s[j] = std::exp(s[j] - m);
+        for (std::int64_t e = 0; e < c.dv; ++e) {
+          T acc = 0;
+          for (std::int64_t j = lo; j < hi; ++j) acc += s[j] * T(c.vd[((b * c.Hkv + kh) * c.Nmax + j) * c.dv + e]);
+          out[row * c.dv + e] = l > 0 ? double(acc / l) : 0.0;
+        }
+        if (lse) lse->push_back(l > 0 ? double(m) + std::log(double(l)) : -INFINITY);
       }
-      T l = 0;
-      for (std::int64_t j = lo; j < len; ++j) l += s[j] = std::exp(s[j] - m);
-      for (std::int64_t e = 0; e < c.dv; ++e) {
-        T acc = 0;
-        for (std::int64_t j = lo; j < len; ++j) acc += s[j] * T(c.vd[((b * c.Hkv + kh) * c.Nmax + j) * c.dv + e]);
-        out[(b * Hq + h) * c.dv + e] = l > 0 ? double(acc / l) : 0.0;
-      }
-      if (lse) lse->push_back(l > 0 ? double(m) + std::log(double(l)) : -INFINITY);
-    }
   return out;
 }
 
@@ -244,16 +254,22 @@ const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 ne
 }
 
 void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms& tf = {},
-                const std::vector<std::int32_t>& starts = {}) {
+                const std::vector<std::int32_t>& starts = {}, const Queries& qs = {}) {
   const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
   Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
   if (!starts.empty()) {
     c.starts = Tensor(DType::i32, {B});
     std::copy(starts.begin(), starts.end(), static_cast<std::int32_t*>(c.starts.view().data));
   }
-  const Tensor q = random_tensor(DType::f32, {B, cs.Hq, cs.dk}, seed, 3);
+  // One row a head as [B, Hq, d]; several as [B, Hq, Nq, d].
+  const auto rows = [&](std::int64_t d) {
+    return qs.Nq == 1 ? Tensor(DType::f32, {B, cs.Hq, d}) : Tensor(DType::f32, {B, cs.Hq, qs.Nq, d});
+  };
+  const Tensor q = qs.Nq == 1 ? random_tensor(DType::f32, {B, cs.Hq, cs.dk}, seed, 3)
+                              : random_tensor(DType::f32, {B, cs.Hq, qs.Nq, cs.dk}, seed, 3);
   DecodeOptions o;
   o.window_left = cs.window;
+  o.causal = qs.causal;
   o.threads = 2;
   o.softcap = tf.softcap;
   Tensor slopes(DType::f64, {B, cs.Hq});
@@ -261,15 +277,16 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
     std::copy(tf.slopes.begin(), tf.slopes.end(), slopes.as<double>());
     o.alibi_slopes = slopes.view();
   }
-  Tensor out(DType::f32, {B, cs.Hq, cs.dv}), lse(DType::f64, {B, cs.Hq}), paged(DType::f32, {B, cs.Hq, cs.dv}),
-      one(DType::f32, {B, cs.Hq, cs.dv}), inter(DType::f32, {B, cs.Hq, cs.dv});
+  Tensor out = rows(cs.dv), paged = rows(cs.dv), one = rows(cs.dv), inter = rows(cs.dv);
+  Tensor lse = qs.Nq == 1 ? Tensor(DType::f64, {B, cs.Hq}) : Tensor(DType::f64, {B, cs.Hq, qs.Nq});
   decode(q.view(), c.contiguous(), out.view(), lse.view(), o);
   decode(q.view(), c.paged(), paged.view(), {}, o);
   decode(q.view(), c.interleaved(), inter.view(), {}, o);
   o.threads = 1;
   decode(q.view(), c.contiguous(), one.view(), {}, o);
   const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " Hkv " +
-                           std::to_string(cs.Hkv) + " dk " + std::to_string(cs.dk) + " dv " + std::to_string(cs.dv);
+                           std::to_string(cs.Hkv) + " dk " + std::to_string(cs.dk) + " dv " + std::to_string(cs.dv) +
+                           " Nq " + std::to_string(qs.Nq) + (qs.causal ? " causal" : "");
   for (std::int64_t i = 0; i < out.numel(); ++i) {
     ASSERT_EQ(std::memcmp(&out.as<float>()[i], &paged.as<float>()[i], 4), 0) << what << " paged != contiguous at " << i;
     ASSERT_EQ(std::memcmp(&out.as<float>()[i], &inter.as<float>()[i], 4), 0) << what << " interleaved != contiguous at " << i;
@@ -277,8 +294,8 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   }
   const double scale = 1.0 / std::sqrt(double(cs.dk));
   std::vector<double> ref_lse;
-  const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale, &ref_lse, tf);
-  const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale, nullptr, tf);
+  const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale, &ref_lse, tf, qs);
+  const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale, nullptr, tf, qs);
   const double ours = rel(values(out), ref), theirs = rel(naive, ref);
   EXPECT_LE(ours, std::max(2 * theirs, 4e-7)) << what;
   for (std::int64_t i = 0; i < lse.numel(); ++i) {
@@ -346,6 +363,34 @@ TEST(KVCache, LeftPaddingMatchesReferenceInEveryLayoutOnEveryTarget) {
   });
 }
 
+// Several new tokens a sequence (q [B, Hq, Nq, dk]): causal and not, with GQA, windows, left
+// padding, softcap and ALiBi (each row its own diagonal), a sequence shorter than Nq (rows without
+// a key), every type and layout on every target.
+TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
+  for_each_target([] {
+    std::uint64_t seed = 1500;
+    Transforms both;
+    both.softcap = 1.5;
+    for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{6}, std::size_t{7}}) {
+      const Case& cs = cases()[i];
+      std::mt19937 rng(static_cast<unsigned>(seed));
+      both.slopes.resize(cs.lens.size() * static_cast<std::size_t>(cs.Hq));
+      for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
+      std::vector<std::int32_t> starts(cs.lens.size());
+      for (std::size_t b = 0; b < starts.size(); ++b) starts[b] = cs.lens[b] / 3;
+      // Each (Nq, causal) pair once a case, the element type, transforms and padding turning with it.
+      const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
+      std::size_t turn = i;
+      for (const std::int64_t Nq : {2, 5})
+        for (const bool causal : {true, false}) {
+          ++turn;
+          check_case(kinds[turn % 4], cs, ++seed, turn % 2 ? both : Transforms{},
+                     turn % 3 ? starts : std::vector<std::int32_t>{}, Queries{Nq, causal});
+        }
+    }
+  });
+}
+
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   const Tensor x = random_tensor(DType::f32, {3, 64}, 5, 1, 10.0);
   Tensor q(DType::i8, {3, 64}), s(DType::f32, {3, 2});
@@ -410,6 +455,18 @@ TEST(KVCache, BadArgumentsThrowNamingThem) {
     bad.seq_starts = starts.view();
     EXPECT_NE(message(bad, q.view(), out.view()).find("seq_starts"), std::string::npos) << s0 << " " << s1;
   }
+  // Several new tokens: out and lse must carry Nq too.
+  const Tensor q4 = random_tensor(DType::f32, {2, 4, 3, 32}, 7, 3);
+  EXPECT_NE(message(c.contiguous(), q4.view(), out.view()).find("out: expected float32 [2, 4, 3, 32]"), std::string::npos);
+  Tensor out4(DType::f32, {2, 4, 3, 32}), lse2(DType::f32, {2, 4});
+  try {
+    decode(q4.view(), c.contiguous(), out4.view(), lse2.view());
+    ADD_FAILURE() << "lse of the wrong rank accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lse: expected float32 or float64 [2, 4, 3]"), std::string::npos) << e.what();
+  }
+  const Tensor q0 = random_tensor(DType::f32, {2, 4, 0, 32}, 7, 3);
+  EXPECT_NE(message(c.contiguous(), q0.view(), out4.view()).find("Nq = 0"), std::string::npos);
   Tensor starts64(DType::f32, {2});
   bad = c.contiguous();
   bad.seq_starts = starts64.view();
