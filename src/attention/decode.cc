@@ -18,55 +18,69 @@ namespace attnscale::detail {
 
 inline constexpr std::int64_t kDecodeChunk = 1024;
 inline constexpr std::int64_t kDecodeRows = 16;
+// Query rows a head up to which the cache decode beats the tiled forward over long keys: its rows
+// of a KV head go through the keys together, each key read once, where the forward's blocks of
+// 64 rows read them once a block and leave threads idle at B = 1 (float32, d = 128, Hq = 32 over
+// Hkv = 4 or 8: Nq = 4..32 0.23-0.62 of the forward's time at Nkv = 65536, 0.31-0.75 at 4096;
+// Nq = 64 0.95-1.13, 128 0.93-1.12; docs/performance.md).
+inline constexpr std::int64_t kCacheRows = 32;
 
 bool use_decode(const Params& p) {
   return p.Nq * p.group() <= kDecodeRows && p.Nkv >= 2 * kDecodeChunk && p.probs.empty();
 }
 
-namespace {
-
-// One query row per head and no explicit mask: the cache decode of kv_decode.cc over the
-// contiguous K and V, whose kernels read each key row once for the whole GQA group with the group's
-// rows in registers. The query's visible keys [lo, hi) (causal and window masks) are a cache of
-// length hi with a window of hi − 1 − lo keys before the last. Every Params field that changes
-// the result must either be passed on here or exclude this route.
-bool decode_as_cache(const Params& p) {
-  if (p.Nq != 1 || !p.mask.empty() || !p.sinks.empty() || p.has_dropout() ||
+// A few query rows a head and no explicit mask: the cache decode of kv_decode.cc over the
+// contiguous K and V, whose kernels read each key row once for all of a KV head's query rows with
+// them in registers. One row: its visible keys [lo, hi) (causal and window masks) are a cache of
+// length hi with a window of hi − 1 − lo keys before the last. Several: row i is new token i of a
+// cache of len keys, at key len − Nq + i, when that key is its diagonal diag(i) = i + diag_offset:
+//   causal (or a right window of 0)  len = diag_offset + Nq, row i sees keys up to diag(i)
+//   otherwise (no right window)      len = Nkv, every row sees every key; windows and ALiBi then
+//                                    need diag(i) = Nkv − Nq + i (bottom-right)
+// and a left window counts back from the diagonal in both. Every Params field that changes the
+// result must either be passed on here or exclude this route.
+bool cache_decode(const Params& p) {
+  if (p.Nq > kCacheRows || p.Nkv < 2 * kDecodeChunk || !p.probs.empty() || !p.mask.empty() || !p.sinks.empty() || p.has_dropout() ||
       p.dtype != DType::f32 || p.out.dtype != DType::f32 || p.k.strides[3] != 1 ||
       p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
       p.Nkv >= std::numeric_limits<std::int32_t>::max())
     return false;
-  const KeyRange range = key_range(p, 0);
-  // The cache decode puts ALiBi's diagonal at the last key it sees.
-  if (!p.alibi.empty() && range.hi > range.lo && p.diag_offset() != range.hi - 1) return false;
-  const std::int64_t len = range.hi > range.lo ? range.hi : 0;  // no visible key: an empty cache
+  DecodeOptions o;
+  std::int64_t len = 0;
+  if (p.Nq == 1) {
+    const KeyRange range = key_range(p, 0);
+    // The cache decode puts ALiBi's diagonal at the last key it sees.
+    if (!p.alibi.empty() && range.hi > range.lo && p.diag_offset() != range.hi - 1) return false;
+    len = range.hi > range.lo ? range.hi : 0;  // no visible key: an empty cache
+    o.window_left = range.hi > range.lo ? range.hi - 1 - range.lo : -1;
+  } else {
+    const std::int64_t off = p.diag_offset();
+    o.causal = p.causal || p.window_right == 0;
+    if (o.causal) {
+      len = off + p.Nq;
+      if (len > p.Nkv) return false;  // rows past the keys (top-left, Nq > Nkv)
+    } else {
+      if (p.window_right >= 0) return false;  // a right window other than 0
+      len = p.Nkv;
+      if ((p.window_left >= 0 || !p.alibi.empty()) && off != p.Nkv - p.Nq) return false;
+    }
+    o.window_left = p.window_left;
+  }
   std::vector<std::int32_t> lens(static_cast<std::size_t>(p.B), static_cast<std::int32_t>(len));
   KVCache cache;
   cache.k = p.k;
   cache.v = p.v;
   cache.seq_lens = TensorView::strided(lens.data(), DType::i32, {p.B}, {1});
-  DecodeOptions o;
   o.scale = Scale::value(p.scale);
-  o.window_left = range.hi > range.lo ? range.hi - 1 - range.lo : -1;
   o.threads = p.threads;
   o.softcap = p.softcap;
   o.alibi_slopes = p.alibi;  // [B, Hq] (a stride of 0 for slopes given per head)
-  const TensorView q = TensorView::strided(p.q.data, DType::f32, {p.B, p.Hq, p.dk}, {p.q.strides[0], p.q.strides[1], p.q.strides[3]});
-  const TensorView out =
-      TensorView::strided(p.out.data, DType::f32, {p.B, p.Hq, p.dv}, {p.out.strides[0], p.out.strides[1], p.out.strides[3]});
-  const TensorView lse = p.lse.empty() ? TensorView{}
-                                       : TensorView::strided(p.lse.data, p.lse.dtype, {p.B, p.Hq},
-                                                             {p.lse.strides[0], p.lse.strides[1]});
-  decode(q, cache, out, lse, o);
+  decode(p.q, cache, p.out, p.lse, o);  // q [B, Hq, Nq, dk], out [B, Hq, Nq, dv], lse [B, Hq, Nq]
   return true;
 }
 
-}  // namespace
-
 template <class T>
 void decode_all(const Params& p) {
-  if constexpr (std::is_same_v<T, float>)
-    if (decode_as_cache(p)) return;
   const std::int64_t rows = p.Nq * p.group(), chunks = (p.Nkv + kDecodeChunk - 1) / kDecodeChunk;
   const std::int64_t heads = p.B * p.Hkv, items = heads * chunks;
   Buffer<T> po(items * rows * p.dv), pm(items * rows), pl(items * rows);

@@ -4,7 +4,8 @@
 // counter (parallel_for), costliest first for causal masks, each with its own scratch tiles.
 // A block's result depends only on its rows and the inputs, so any thread count gives the same
 // bits. Each block runs the tiled online softmax of flash_forward.h; few-row, long-key problems
-// go to decode.cc instead, which splits the keys.
+// go to decode.cc instead: the KV-cache decode where the rows are new tokens of a cache, else
+// split keys.
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -25,6 +26,8 @@ namespace {
 
 template <class T>
 void forward_all(const Params& p) {
+  if constexpr (std::is_same_v<T, float>)
+    if (cache_decode(p)) return;
   if (use_decode(p)) return decode_all<T>(p);
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);

@@ -356,10 +356,12 @@ TEST(KVCache, LeftPaddingMatchesReferenceInEveryLayoutOnEveryTarget) {
       {6, {1, 5, 0}},             // one row per KV head, output row in registers
       {7, {1000, 17}},            // one row, window, blocks of 5
   };
+  // Two element types a case, turning: each type in several cases.
+  const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
   for_each_target([&] {
     std::uint64_t seed = 1400;
-    for (const auto& [i, starts] : padded)
-      for (const Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8}) check_case(kind, cases()[i], ++seed, {}, starts);
+    for (std::size_t c = 0; c < padded.size(); ++c)
+      for (std::size_t t = 0; t < 2; ++t) check_case(kinds[(2 * c + t) % 4], cases()[padded[c].first], ++seed, {}, padded[c].second);
   });
 }
 
@@ -378,15 +380,14 @@ TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
       for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
       std::vector<std::int32_t> starts(cs.lens.size());
       for (std::size_t b = 0; b < starts.size(); ++b) starts[b] = cs.lens[b] / 3;
-      // Each (Nq, causal) pair once a case, the element type, transforms and padding turning with it.
+      // Three (Nq, causal) pairs a case, the element type, transforms and padding turning with them.
       const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
       std::size_t turn = i;
-      for (const std::int64_t Nq : {2, 5})
-        for (const bool causal : {true, false}) {
-          ++turn;
-          check_case(kinds[turn % 4], cs, ++seed, turn % 2 ? both : Transforms{},
-                     turn % 3 ? starts : std::vector<std::int32_t>{}, Queries{Nq, causal});
-        }
+      for (const Queries qs : {Queries{2, true}, Queries{5, true}, Queries{5, false}}) {
+        ++turn;
+        check_case(kinds[turn % 4], cs, ++seed, turn % 2 ? both : Transforms{},
+                   turn % 3 ? starts : std::vector<std::int32_t>{}, qs);
+      }
     }
   });
 }
@@ -479,8 +480,9 @@ TEST(KVCache, BadArgumentsThrowNamingThem) {
 namespace attnscale {
 namespace {
 
-// forward() with one query row and no explicit mask runs the cache decode (decode.cc): every
-// causal / window combination that leaves a range of keys, including none, against float64.
+// forward() with a few query rows and no explicit mask runs the cache decode (decode.cc): every
+// causal / window combination that leaves a range of keys, including none, against float64, with
+// one row a head and several (those the cache decode cannot express take the split-key kernels).
 TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   struct M {
     bool causal;
@@ -489,15 +491,21 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   };
   const std::vector<M> masks = {{false, Align::top_left, -1, -1},     {true, Align::top_left, -1, -1},
                                 {true, Align::bottom_right, 300, -1}, {false, Align::top_left, 7, 1500},
-                                {false, Align::bottom_right, 2, 0},   {true, Align::bottom_right, 0, -1}};
+                                {false, Align::bottom_right, 2, 0},   {true, Align::bottom_right, 0, -1},
+                                {false, Align::bottom_right, 300, -1}};
   // Each mask without transforms, with a softcap, with ALiBi slopes [Hq] and with both (ALiBi takes
   // the cache route only where the diagonal is the last visible key).
   const Tensor slopes = random_tensor(DType::f64, {8}, 31, 4, 0.05);
+  // One query row (8 heads over one KV head) and several (2, 4 and 9 rows of 8 heads over 2 KV
+  // heads: each row a new token of the cache when its diagonal allows; 9 rows past the split-key
+  // decode's 16 a KV head).
   for_each_target([&] {
+    for (const std::int64_t Nq : {1, 2, 4, 9})
     for (const M& m : masks)
       for (int tf = 0; tf < 4; ++tf) {
-      const std::int64_t B = 2, Hq = 8, Hkv = 1, Nkv = 2500, d = 40;
-      const Tensor q = random_tensor(DType::f32, {B, Hq, 1, d}, 31, 1), k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 2),
+      if ((Nq == 2 || Nq == 9) && (tf == 1 || tf == 2)) continue;  // neither or both transforms there
+      const std::int64_t B = 2, Hq = 8, Hkv = Nq == 1 ? 1 : 2, Nkv = 2500, d = 40;
+      const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, d}, 31, 1), k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 2),
                    v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 3);
       Options o;
       o.mask.causal = m.causal;
@@ -506,15 +514,18 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
       o.mask.window_right = m.right;
       if (tf & 1) o.softcap = 2.0;
       if (tf & 2) o.alibi_slopes = slopes.view();
-      Tensor out(DType::f32, {B, Hq, 1, d}), lse(DType::f32, {B, Hq, 1}), ref(DType::f64, {B, Hq, 1, d}),
-          rlse(DType::f64, {B, Hq, 1});
+      Tensor out(DType::f32, {B, Hq, Nq, d}), lse(DType::f32, {B, Hq, Nq}), ref(DType::f64, {B, Hq, Nq, d}),
+          rlse(DType::f64, {B, Hq, Nq});
       forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o);
       reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view()}, o);
       // With ALiBi the scores reach |slope|·Nkv ≈ 100-250, where float32's spacing is 1e-5: the
       // tolerance follows.
       const double tol = tf & 2 ? 2e-5 : 2e-6;
-      EXPECT_LE(testing::rel_error(out.view(), ref.view()), tol) << m.causal << " " << m.left << " " << m.right << " " << tf;
-      EXPECT_LE(testing::rel_error(lse.view(), rlse.view()), tol / 2) << m.causal << " " << m.left << " " << m.right << " " << tf;
+      const std::string what = "Nq " + std::to_string(Nq) + " causal " + std::to_string(m.causal) + " align " +
+                               std::to_string(int(m.align)) + " window " + std::to_string(m.left) + " " +
+                               std::to_string(m.right) + " transforms " + std::to_string(tf);
+      EXPECT_LE(testing::rel_error(out.view(), ref.view()), tol) << what;
+      EXPECT_LE(testing::rel_error(lse.view(), rlse.view()), tol / 2) << what;
       }
   });
 }
