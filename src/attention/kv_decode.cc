@@ -103,8 +103,8 @@ struct Layout {
   std::int64_t Nq = 1;
   bool causal = true;
   double scale = 1.0;
-  // Score transforms (DecodeOptions): t = c·tanh(x / c) − slope_bh·|len_b − 1 − j| on the score x
-  // of key j (the new token sits at the last key). slopes: B·Hq of them, or empty.
+  // Score transforms (DecodeOptions): t = c·tanh(x / c) − slope_bh·|p_i − j| on new token i's score
+  // x of key j, p_i = position(b, i) its own key. slopes: B·Hq of them, or empty.
   double softcap = 0.0;
   std::vector<float> slopes;
 
