@@ -29,8 +29,8 @@ bool use_decode(const Params& p) {
   return p.Nq * p.group() <= kDecodeRows && p.Nkv >= 2 * kDecodeChunk && p.probs.empty();
 }
 
-// A few query rows a head and no explicit mask: the cache decode of kv_decode.cc over the
-// contiguous K and V, whose kernels read each key row once for all of a KV head's query rows with
+// A few query rows a head and no explicit mask, float32 or bfloat16: the cache decode of kv_decode.cc
+// over the contiguous K and V, whose kernels read each key row once for all of a KV head's query rows with
 // them in registers. One row: its visible keys [lo, hi) (causal and window masks) are a cache of
 // length hi with a window of hi − 1 − lo keys before the last. Several: row i is new token i of a
 // cache of len keys, at key len − Nq + i, when that key is its diagonal diag(i) = i + diag_offset:
@@ -40,9 +40,9 @@ bool use_decode(const Params& p) {
 // and a left window counts back from the diagonal in both. Every Params field that changes the
 // result must either be passed on here or exclude this route.
 bool cache_decode(const Params& p) {
-  if (p.Nq > kCacheRows || p.Nkv < 2 * kDecodeChunk || !p.probs.empty() || !p.mask.empty() || !p.sinks.empty() || p.has_dropout() ||
-      p.dtype != DType::f32 || p.out.dtype != DType::f32 || p.k.strides[3] != 1 ||
-      p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
+  if (p.Nq > kCacheRows || p.Nkv < 2 * kDecodeChunk || !p.probs.empty() || !p.mask.empty() ||
+      !p.sinks.empty() || p.has_dropout() || (p.dtype != DType::f32 && p.dtype != DType::bf16) ||
+      p.k.strides[3] != 1 || p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
       p.Nkv >= std::numeric_limits<std::int32_t>::max())
     return false;
   DecodeOptions o;
@@ -75,7 +75,20 @@ bool cache_decode(const Params& p) {
   o.threads = p.threads;
   o.softcap = p.softcap;
   o.alibi_slopes = p.alibi;  // [B, Hq] (a stride of 0 for slopes given per head)
-  decode(p.q, cache, p.out, p.lse, o);  // q [B, Hq, Nq, dk], out [B, Hq, Nq, dv], lse [B, Hq, Nq]
+  // q [B, Hq, Nq, dk], out [B, Hq, Nq, dv], lse [B, Hq, Nq]: float32 (lse also float64) in place,
+  // bfloat16 through float32 copies (a bfloat16 cache is read as stored).
+  std::vector<float> qf, of, lf;
+  const auto as_f32 = [](const TensorView& t, std::vector<float>& buf, std::initializer_list<std::int64_t> shape) {
+    buf.resize(static_cast<std::size_t>(t.numel()));
+    return TensorView::contiguous(buf.data(), DType::f32, shape);
+  };
+  TensorView q = p.q, out = p.out, lse = p.lse;
+  if (q.dtype != DType::f32) convert(p.q, q = as_f32(p.q, qf, {p.B, p.Hq, p.Nq, p.dk}));
+  if (out.dtype != DType::f32) out = as_f32(p.out, of, {p.B, p.Hq, p.Nq, p.dv});
+  if (!lse.empty() && lse.dtype != DType::f32 && lse.dtype != DType::f64) lse = as_f32(p.lse, lf, {p.B, p.Hq, p.Nq});
+  decode(q, cache, out, lse, o);
+  if (out.data != p.out.data) convert(out, p.out);
+  if (lse.data != p.lse.data) convert(lse, p.lse);
   return true;
 }
 

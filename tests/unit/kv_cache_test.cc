@@ -530,5 +530,35 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   });
 }
 
+// bfloat16 q, k, v with few rows over long keys take the same route, the cache read as bf16 and
+// q, out and a bfloat16 lse through float32 copies: against float64 on the bf16 values, within the
+// bf16 forward's rule (1e-2 relative), every output element written (poisoned first).
+TEST(KVCache, ForwardDecodeRouteTakesBfloat16) {
+  for_each_target([&] {
+    for (const std::int64_t Nq : {1, 3})
+      for (const bool causal : {false, true})
+        for (const DType lse_type : {DType::f32, DType::bf16}) {
+          const std::int64_t B = 2, Hq = 8, Hkv = 2, Nkv = 2300, d = 64;
+          const Tensor q = random_tensor(DType::bf16, {B, Hq, Nq, d}, 41, 1),
+                       k = random_tensor(DType::bf16, {B, Hkv, Nkv, d}, 41, 2),
+                       v = random_tensor(DType::bf16, {B, Hkv, Nkv, d}, 41, 3);
+          Options o;
+          o.mask.causal = causal;
+          o.mask.align = Align::bottom_right;
+          o.softcap = causal ? 0.0 : 3.0;
+          Tensor out(DType::bf16, {B, Hq, Nq, d}), lse(lse_type, {B, Hq, Nq}), ref(DType::f64, {B, Hq, Nq, d}),
+              rlse(DType::f64, {B, Hq, Nq});
+          testing::poison(out);
+          testing::poison(lse);
+          forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o);
+          reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view()}, o);
+          const std::string what = "Nq " + std::to_string(Nq) + " causal " + std::to_string(causal) + " lse " +
+                                   std::string(dtype_name(lse_type));
+          EXPECT_LE(testing::rel_error(out.view(), ref.view()), 1e-2) << what;
+          EXPECT_LE(testing::rel_error(lse.view(), rlse.view()), 1e-2) << what;
+        }
+  });
+}
+
 }  // namespace
 }  // namespace attnscale
