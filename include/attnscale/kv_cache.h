@@ -1,4 +1,4 @@
-// attnscale/kv_cache.h: decode (one new query token per sequence) over an inference KV cache.
+// attnscale/kv_cache.h: decode (the new query tokens of each sequence) over an inference KV cache.
 //
 // A cache holds keys and values in one of four element types, read as stored (no conversion
 // pass before the call):

@@ -496,15 +496,15 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   // Each mask without transforms, with a softcap, with ALiBi slopes [Hq] and with both (ALiBi takes
   // the cache route only where the diagonal is the last visible key).
   const Tensor slopes = random_tensor(DType::f64, {8}, 31, 4, 0.05);
-  // One query row (8 heads over one KV head) and several (2, 4 and 9 rows of 8 heads over 2 KV
-  // heads: each row a new token of the cache when its diagonal allows; 9 rows past the split-key
-  // decode's 16 a KV head).
+  // One query row (8 heads over one KV head) and several (4 and 9 rows of 8 heads over 2 KV heads:
+  // each row a new token of the cache when its diagonal allows; 9 rows past the split-key decode's
+  // 16 a KV head).
   for_each_target([&] {
-    for (const std::int64_t Nq : {1, 2, 4, 9})
+    for (const std::int64_t Nq : {1, 4, 9})
     for (const M& m : masks)
       for (int tf = 0; tf < 4; ++tf) {
-      if ((Nq == 2 || Nq == 9) && (tf == 1 || tf == 2)) continue;  // neither or both transforms there
-      const std::int64_t B = 2, Hq = 8, Hkv = Nq == 1 ? 1 : 2, Nkv = 2500, d = 40;
+      if ((Nq == 4 && (tf == 1 || tf == 2)) || (Nq == 9 && tf != 3)) continue;  // fewer transforms there
+      const std::int64_t B = 2, Hq = 8, Hkv = Nq == 1 ? 1 : 2, Nkv = 2100, d = 40;
       const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, d}, 31, 1), k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 2),
                    v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 3);
       Options o;
