@@ -25,6 +25,22 @@ inline constexpr std::int64_t kDecodeRows = 16;
 // Nq = 64 0.95-1.13, 128 0.93-1.12; docs/performance.md).
 inline constexpr std::int64_t kCacheRows = 32;
 
+// Whether a call the cache decode can express should take it. Over 2·kDecodeChunk keys or more:
+// up to kCacheRows rows a head. Over fewer, where the tiles' fixed costs per block weigh more but
+// a KV head's rows are one work item (its keys one chunk), the limits measured (1-2047 keys, B = 1
+// to 16, Hq / Hkv = 8/8, 32/8, 8/1, d = 64 and 128, causal and not; docs/performance.md): bfloat16
+// up to 128 rows a KV head (0.2-0.6 of the bf16 tiles' time; 256 rows of one head were slower),
+// float32 up to 4 rows a head and 32 a KV head (0.35-0.75; 16 rows of one head over 33 keys took
+// 1.4x the tiles' time without a causal mask).
+namespace {
+bool cache_route_pays(const Params& p) {
+  if (p.Nq > kCacheRows) return false;
+  if (p.Nkv >= 2 * kDecodeChunk) return true;
+  const std::int64_t rows = p.Nq * p.group();
+  return p.dtype == DType::bf16 ? rows <= 128 : p.Nq <= 4 && rows <= 32;
+}
+}  // namespace
+
 bool use_decode(const Params& p) {
   return p.Nq * p.group() <= kDecodeRows && p.Nkv >= 2 * kDecodeChunk && p.probs.empty();
 }
@@ -40,7 +56,7 @@ bool use_decode(const Params& p) {
 // and a left window counts back from the diagonal in both. Every Params field that changes the
 // result must either be passed on here or exclude this route.
 bool cache_decode(const Params& p) {
-  if (p.Nq > kCacheRows || p.Nkv < 2 * kDecodeChunk || !p.probs.empty() || !p.mask.empty() ||
+  if (!cache_route_pays(p) || !p.probs.empty() || !p.mask.empty() ||
       !p.sinks.empty() || p.has_dropout() || (p.dtype != DType::f32 && p.dtype != DType::bf16) ||
       p.k.strides[3] != 1 || p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
       p.Nkv >= std::numeric_limits<std::int32_t>::max())
@@ -77,10 +93,10 @@ bool cache_decode(const Params& p) {
   o.alibi_slopes = p.alibi;  // [B, Hq] (a stride of 0 for slopes given per head)
   // q [B, Hq, Nq, dk], out [B, Hq, Nq, dv], lse [B, Hq, Nq]: float32 (lse also float64) in place,
   // bfloat16 through float32 copies (a bfloat16 cache is read as stored).
-  std::vector<float> qf, of, lf;
-  const auto as_f32 = [](const TensorView& t, std::vector<float>& buf, std::initializer_list<std::int64_t> shape) {
-    buf.resize(static_cast<std::size_t>(t.numel()));
-    return TensorView::contiguous(buf.data(), DType::f32, shape);
+  Buffer<float> qf, of, lf;  // uninitialised: every element is written before it is read
+  const auto as_f32 = [](const TensorView& t, Buffer<float>& buf, std::initializer_list<std::int64_t> shape) {
+    buf = Buffer<float>(t.numel());
+    return TensorView::contiguous(buf.get(), DType::f32, shape);
   };
   TensorView q = p.q, out = p.out, lse = p.lse;
   if (q.dtype != DType::f32) convert(p.q, q = as_f32(p.q, qf, {p.B, p.Hq, p.Nq, p.dk}));

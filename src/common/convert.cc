@@ -1,8 +1,9 @@
 // convert (tensor.h): one view into another of the same shape, element by element. float16 rows
 // with a contiguous last dimension go through the CPU's conversion instructions (Highway's
 // PromoteTo / DemoteTo: vcvtph2ps and vcvtps2ph, round to nearest even, on AVX2 and AVX-512),
-// compiled once per Highway target; everything else, and every row on targets without such
-// instructions, element by element through double: exact between these types except towards a
+// compiled once per Highway target; bfloat16 rows to and from float32 by the scalar conversions
+// of tensor.h in loops vectorised per target; everything else, and float16 rows on targets without
+// such instructions, element by element through double: exact between these types except towards a
 // narrower one, which rounds to nearest even (float64 to bfloat16 or float16 by way of float32).
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "common/convert.cc"
@@ -48,6 +49,21 @@ void HalfRow(const void* src, void* dst, std::int64_t n, bool to_f32) {
 #endif
 }
 
+// n bfloat16 values to float32 (to_f32, exact: the bits shifted up) or back (to_bf16's rounding to
+// nearest even): plain loops over the library's inline scalar conversions, which the compiler
+// vectorises for each target.
+void BfloatRow(const void* src, void* dst, std::int64_t n, bool to_f32) {
+  if (to_f32) {
+    const auto* s = static_cast<const bf16*>(src);
+    auto* d = static_cast<float*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) d[i] = from_bf16(s[i]);
+  } else {
+    const auto* s = static_cast<const float*>(src);
+    auto* d = static_cast<bf16*>(dst);
+    for (std::int64_t i = 0; i < n; ++i) d[i] = to_bf16(s[i]);
+  }
+}
+
 }  // namespace attnscale::detail::convert::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -60,6 +76,7 @@ HWY_AFTER_NAMESPACE();
 namespace attnscale {
 namespace detail::convert {
 HWY_EXPORT(HalfRow);
+HWY_EXPORT(BfloatRow);
 HWY_EXPORT(Vectorised);
 }  // namespace detail::convert
 
@@ -95,6 +112,9 @@ void convert(const TensorView& src, const TensorView& dst) {
                         ((src.dtype == DType::f16 && dst.dtype == DType::f32) ||
                          (src.dtype == DType::f32 && dst.dtype == DType::f16)) &&
                         HWY_DYNAMIC_DISPATCH(detail::convert::Vectorised)();
+  const bool bfloat_row = (sc == 1 || n == 1) && (dc == 1 || n == 1) &&
+                          ((src.dtype == DType::bf16 && dst.dtype == DType::f32) ||
+                           (src.dtype == DType::f32 && dst.dtype == DType::bf16));
   for (std::int64_t a = 0; a < lead[0]; ++a)
     for (std::int64_t b = 0; b < lead[1]; ++b)
       for (std::int64_t c = 0; c < lead[2]; ++c) {
@@ -102,6 +122,10 @@ void convert(const TensorView& src, const TensorView& dst) {
         char* d = static_cast<char*>(dst.data) + (a * ds[0] + b * ds[1] + c * ds[2]) * de;
         if (half_row) {
           HWY_DYNAMIC_DISPATCH(detail::convert::HalfRow)(s, d, n, src.dtype == DType::f16);
+          continue;
+        }
+        if (bfloat_row) {
+          HWY_DYNAMIC_DISPATCH(detail::convert::BfloatRow)(s, d, n, src.dtype == DType::bf16);
           continue;
         }
         for (std::int64_t i = 0; i < n; ++i)

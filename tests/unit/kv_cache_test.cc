@@ -499,12 +499,15 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   // One query row (8 heads over one KV head) and several (4 and 9 rows of 8 heads over 2 KV heads:
   // each row a new token of the cache when its diagonal allows; 9 rows past the split-key decode's
   // 16 a KV head).
+  // Over 2100 keys and over 37 (short keys take the route for up to 4 rows a head).
   for_each_target([&] {
+    for (const std::int64_t Nkv : {2100, 37})
     for (const std::int64_t Nq : {1, 4, 9})
     for (const M& m : masks)
       for (int tf = 0; tf < 4; ++tf) {
       if ((Nq == 4 && (tf == 1 || tf == 2)) || (Nq == 9 && tf != 3)) continue;  // fewer transforms there
-      const std::int64_t B = 2, Hq = 8, Hkv = Nq == 1 ? 1 : 2, Nkv = 2100, d = 40;
+      if (Nkv < 100 && Nq == 9) continue;  // the tiles' call
+      const std::int64_t B = 2, Hq = 8, Hkv = Nq == 1 ? 1 : 2, d = 40;
       const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, d}, 31, 1), k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 2),
                    v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 3);
       Options o;
@@ -521,7 +524,7 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
       // With ALiBi the scores reach |slope|·Nkv ≈ 100-250, where float32's spacing is 1e-5: the
       // tolerance follows.
       const double tol = tf & 2 ? 2e-5 : 2e-6;
-      const std::string what = "Nq " + std::to_string(Nq) + " causal " + std::to_string(m.causal) + " align " +
+      const std::string what = "Nkv " + std::to_string(Nkv) + " Nq " + std::to_string(Nq) + " causal " + std::to_string(m.causal) + " align " +
                                std::to_string(int(m.align)) + " window " + std::to_string(m.left) + " " +
                                std::to_string(m.right) + " transforms " + std::to_string(tf);
       EXPECT_LE(testing::rel_error(out.view(), ref.view()), tol) << what;
@@ -530,15 +533,19 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   });
 }
 
-// bfloat16 q, k, v with few rows over long keys take the same route, the cache read as bf16 and
-// q, out and a bfloat16 lse through float32 copies: against float64 on the bf16 values, within the
-// bf16 forward's rule (1e-2 relative), every output element written (poisoned first).
+// bfloat16 q, k, v with few rows take the same route (over short keys too: up to 128 rows a KV
+// head), the cache read as bf16 and q, out and a bfloat16 lse through float32 copies: against
+// float64 on the bf16 values, within the bf16 forward's rule (1e-2 relative), every output element
+// written (poisoned first). One key under 3 causal rows: the first two see none.
 TEST(KVCache, ForwardDecodeRouteTakesBfloat16) {
+  struct Case {
+    std::int64_t Nq, Nkv;
+  };
   for_each_target([&] {
-    for (const std::int64_t Nq : {1, 3})
+    for (const Case c : {Case{1, 2300}, Case{3, 2300}, Case{3, 1}, Case{1, 37}, Case{29, 37}})
       for (const bool causal : {false, true})
         for (const DType lse_type : {DType::f32, DType::bf16}) {
-          const std::int64_t B = 2, Hq = 8, Hkv = 2, Nkv = 2300, d = 64;
+          const std::int64_t B = 2, Hq = 8, Hkv = 2, Nq = c.Nq, Nkv = c.Nkv, d = 64;
           const Tensor q = random_tensor(DType::bf16, {B, Hq, Nq, d}, 41, 1),
                        k = random_tensor(DType::bf16, {B, Hkv, Nkv, d}, 41, 2),
                        v = random_tensor(DType::bf16, {B, Hkv, Nkv, d}, 41, 3);
@@ -552,7 +559,7 @@ TEST(KVCache, ForwardDecodeRouteTakesBfloat16) {
           testing::poison(lse);
           forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o);
           reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view()}, o);
-          const std::string what = "Nq " + std::to_string(Nq) + " causal " + std::to_string(causal) + " lse " +
+          const std::string what = "Nq " + std::to_string(Nq) + " Nkv " + std::to_string(Nkv) + " causal " + std::to_string(causal) + " lse " +
                                    std::string(dtype_name(lse_type));
           EXPECT_LE(testing::rel_error(out.view(), ref.view()), 1e-2) << what;
           EXPECT_LE(testing::rel_error(lse.view(), rlse.view()), 1e-2) << what;
