@@ -3,8 +3,9 @@
 // to itself; the midpoint of two neighbouring halves (exact in float32) rounds to the one with an
 // even last bit, and a float32 step either side of it to the nearer; past the largest half,
 // 65504, values below 65520 round down and the rest become infinity; NaN stays NaN; subnormal
-// halves are fraction · 2^-24. convert() gives those conversions' bits on every SIMD target, for
-// contiguous, strided and odd-length views, and refuses other dtypes and shapes.
+// halves are fraction · 2^-24. convert() gives those conversions' bits (and to_bf16 / from_bf16's)
+// on every SIMD target, for contiguous, strided and odd-length views, and refuses other dtypes and
+// shapes.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -85,7 +86,8 @@ TEST(F16, OverflowAndSpecialValues) {
 
 // Every half bit pattern to float32 and back, in a contiguous row of 65536 + 7 values (vectors and
 // a tail) and in a strided [5, 13] view; float32 values of random bits (every exponent) to float16;
-// float64 and bfloat16 through the scalar path; on every compiled target.
+// every bfloat16 bit pattern and the same float32 values to and from bfloat16; float64 through the
+// scalar path; on every compiled target.
 TEST(F16, ConvertMatchesTheScalarConversionsOnEveryTarget) {
   const std::int64_t n = 65536 + 7;
   Tensor halves(DType::f16, {n}), floats(DType::f32, {n}), back(DType::f16, {n}), wide(DType::f32, {n}),
@@ -116,6 +118,17 @@ TEST(F16, ConvertMatchesTheScalarConversionsOnEveryTarget) {
       const float x = wide.as<float>()[i];
       if (std::isnan(x)) ASSERT_TRUE(is_nan_half(narrow.as<f16>()[i].bits)) << i;
       else ASSERT_EQ(narrow.as<f16>()[i].bits, to_f16(x).bits) << "float bits 0x" << std::hex << i;
+    }
+    // bfloat16 rows (vectorised per target): every bit pattern to float32 exactly, and the random
+    // float32 values to bfloat16 with to_bf16's bits (NaN included).
+    Tensor bfs(DType::bf16, {n}), bf_wide(DType::f32, {n}), bf_narrow(DType::bf16, {n});
+    for (std::int64_t i = 0; i < n; ++i) bfs.as<bf16>()[i] = bf16{static_cast<std::uint16_t>(i & 0xffff)};
+    convert(bfs.view(), bf_wide.view());
+    convert(wide.view(), bf_narrow.view());
+    for (std::int64_t i = 0; i < n; ++i) {
+      const float want = from_bf16(bfs.as<bf16>()[i]), got = bf_wide.as<float>()[i];
+      ASSERT_EQ(std::memcmp(&got, &want, 4), 0) << "bf16 bits 0x" << std::hex << i;
+      ASSERT_EQ(bf_narrow.as<bf16>()[i].bits, to_bf16(wide.as<float>()[i]).bits) << "float " << i;
     }
     // A strided view (every other column of a [5, 26] block) into a transposed one.
     Tensor block(DType::f32, {5, 26}), out(DType::f16, {13, 5});
