@@ -516,6 +516,8 @@ void run(const Bench& opt) {
     r.d = d;
     r.threads = threads;
     r.unit = "GB/s";
+    DecodeOptions opts;
+    opts.threads = threads;
     double element_bytes = 4;
     if (kind == Cache::forward || kind == Cache::f32 || kind == Cache::paged) {
       const Tensor* k = hold(filled(DType::f32, {1, Hkv, nkv, d}, 6));
@@ -526,7 +528,7 @@ void run(const Bench& opt) {
         r.timed.fn = [=] { forward(q->view(), k->view(), v->view(), {out->view()}, o); };
       } else if (kind == Cache::f32) {
         const KVCache c{k->view(), v->view(), {}, {}, {}, {}};
-        r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
+        r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, opts); };
       } else {
         const std::int64_t block = 16, blocks = nkv / block;
         Tensor* pk = hold(Tensor(DType::f32, {blocks, block, Hkv, d}));
@@ -543,7 +545,7 @@ void run(const Bench& opt) {
             std::copy_n(v->as<float>() + (h * nkv + j) * d, d, pv->as<float>() + slot * d);
           }
         const KVCache c{pk->view(), pv->view(), {}, {}, table->view(), lens->view()};
-        r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
+        r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, opts); };
       }
     } else if (kind == Cache::bf16 || kind == Cache::f16) {
       element_bytes = 2;
@@ -551,7 +553,7 @@ void run(const Bench& opt) {
       const Tensor* k = hold(filled(t, {1, Hkv, nkv, d}, 6));
       const Tensor* v = hold(filled(t, {1, Hkv, nkv, d}, 7));
       const KVCache c{k->view(), v->view(), {}, {}, {}, {}};
-      r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
+      r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, opts); };
     } else {
       element_bytes = 1 + 4.0 / 32;  // int8 values and a float32 scale per 32
       const Tensor kf = filled(DType::f32, {1, Hkv, nkv, d}, 6), vf = filled(DType::f32, {1, Hkv, nkv, d}, 7);
@@ -568,7 +570,7 @@ void run(const Bench& opt) {
       quantize_q8(kf.view(), k, ks);
       quantize_q8(vf.view(), v, vs);
       const KVCache c{k, v, ks, vs, {}, {}};
-      r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, DecodeOptions{{}, -1, threads}); };
+      r.timed.fn = [=] { attnscale::decode(q3, c, out3, {}, opts); };
     }
     r.dtype = kind == Cache::bf16 ? "bf16" : kind == Cache::f16 ? "f16" : kind == Cache::i8 ? "i8" : "f32";
     const double bytes = 2.0 * Hkv * nkv * d * element_bytes;

@@ -21,7 +21,7 @@ ArrayView optional(const char* name, py::handle obj, ArrayKind kind) {
 
 py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle k_scales, py::handle v_scales,
                      py::handle block_table, py::handle seq_lens, py::handle seq_starts, py::handle scale, std::int64_t window_left,
-                     bool causal, double softcap, py::handle alibi_slopes, int threads, bool return_lse) {
+                     bool causal, std::int64_t window_right, double softcap, py::handle alibi_slopes, int threads, bool return_lse) {
   const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
   const ArrayView k = as_view("k", k_obj, ArrayKind::cache), v = as_view("v", v_obj, ArrayKind::cache);
   const ArrayView ks = optional("k_scales", k_scales, ArrayKind::floating),
@@ -34,6 +34,7 @@ py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
   o.scale = make_options(scale, py::none(), py::none(), py::none(), py::none(), threads).options.scale;
   o.window_left = window_left;
   o.causal = causal;
+  o.window_right = window_right;
   o.softcap = softcap;
   o.alibi_slopes = slopes.view;
   o.threads = threads;
@@ -67,7 +68,7 @@ py::tuple quantize_q8_py(py::handle x_obj) {
   return py::make_tuple(q.array, s.array);
 }
 
-constexpr const char* kDecodeDoc = R"(decode(q, k, v, *, k_scales=None, v_scales=None, block_table=None, seq_lens=None, seq_starts=None, scale=None, window_left=-1, causal=True, softcap=0.0, alibi_slopes=None, threads=0, return_lse=False)
+constexpr const char* kDecodeDoc = R"(decode(q, k, v, *, k_scales=None, v_scales=None, block_table=None, seq_lens=None, seq_starts=None, scale=None, window_left=-1, causal=True, window_right=-1, softcap=0.0, alibi_slopes=None, threads=0, return_lse=False)
 
 Attention of the new tokens of each sequence over a KV cache, read as stored (no conversion pass):
 q [B, Hq, dk] float32 (one token, at the sequence's last key) or [B, Hq, Nq, dk] (Nq tokens, the
@@ -79,7 +80,8 @@ block_table [B, max_blocks] int32, seq_lens [B] int32. seq_starts [B] int32, opt
 keys are [seq_starts[b], seq_lens[b]) (a batch padded on the left; FlashAttention's cache_leftpad).
 GQA when Hq % Hkv == 0. softcap c > 0 and alibi_slopes ([Hq] or [B, Hq]) transform token i's score
 of key j to c·tanh(s·q·k_j / c) − slope·|p_i − j|, p_i = len − Nq + i its own key (FlashAttention's).
-window_left: a token sees only the window_left + 1 keys up to its own. Returns out [B, Hq, dv] or [B, Hq, Nq, dv] float32
+window_left: a token sees only the window_left + 1 keys up to its own; window_right (causal=False):
+at most window_right keys after its own. Returns out [B, Hq, dv] or [B, Hq, Nq, dv] float32
 (and lse [B, Hq] or [B, Hq, Nq] with return_lse=True). Paged and contiguous caches holding the
 same values give the same bits.
 
@@ -105,7 +107,8 @@ void add_kv_cache(py::module_& m) {
   const py::object none = py::none();
   m.def("decode", &decode_py, kDecodeDoc, py::arg("q"), py::arg("k"), py::arg("v"), py::kw_only(),
         py::arg("k_scales") = none, py::arg("v_scales") = none, py::arg("block_table") = none,
-        py::arg("seq_lens") = none, py::arg("seq_starts") = none, py::arg("scale") = none, py::arg("window_left") = -1, py::arg("causal") = true, py::arg("softcap") = 0.0,
+        py::arg("seq_lens") = none, py::arg("seq_starts") = none, py::arg("scale") = none, py::arg("window_left") = -1, py::arg("causal") = true,
+        py::arg("window_right") = -1, py::arg("softcap") = 0.0,
         py::arg("alibi_slopes") = none, py::arg("threads") = 0,
         py::arg("return_lse") = false);
   m.def("quantize_q8", &quantize_q8_py, kQuantizeDoc, py::arg("x"));

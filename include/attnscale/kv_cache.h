@@ -49,7 +49,9 @@ struct DecodeOptions {
   Scale scale;                    // default 1/√dk
   std::int64_t window_left = -1;  // ≥ 0: a query sees only the window_left + 1 keys up to its own
   bool causal = true;             // several new tokens (Nq > 1): each sees keys up to its own;
-                                  // false: every key of the sequence
+                                  // false: every key of the sequence (or up to window_right after)
+  std::int64_t window_right = -1;  // not causal, ≥ 0: a token sees at most window_right keys after its
+                                   // own (FlashAttention's window_size[1]); causal allows -1 or 0
   int threads = 0;                // 0: $ATTNSCALE_THREADS, else every core
   // Score transforms, as Options' (attention.h), new token i at key position p_i = len_b − Nq + i
   // (the last key when Nq = 1): the score of key j is t = c·tanh(s·q·k_j / c) − slope_bh·|p_i − j|.

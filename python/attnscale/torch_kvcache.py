@@ -13,8 +13,8 @@ float64 reference):
   cache indexed by cache_batch_idx is the paged layout with one block of seqlen_cache keys per batch
   row), all of a call's query rows in one pass over the cache: q's Nq rows are decode's new tokens
   (row i at key L - Nq + i, L the sequence's keys after the update), causal or not, with left
-  padding (seq_starts), a left window, softcap and ALiBi.
-- Otherwise (a float64 cache, or a window with a right side other than 0 or unbounded) each
+  padding (seq_starts), windows on either side, softcap and ALiBi.
+- Otherwise (a float64 cache) each
   sequence runs through attnscale.attention with FlashAttention's options (the same kernels as
   flash_attn_func), on a view of its keys for a contiguous cache (no copy) and on its blocks
   gathered for a paged one.
@@ -269,10 +269,10 @@ def flash_attn_with_kvcache(
             rows, idx = cache.locate(positions)
             k_cache[rows, idx] = k.to(k_cache.dtype)
             v_cache[rows, idx] = v.to(v_cache.dtype)
-        # decode's rows see keys up to their own (causal, or a right window of 0) or to the end.
-        fast = k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16) and (causal or right <= 0)
-        if fast:
-            out, lse = _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal or right == 0, left)
+        # decode's rows see keys up to their own (causal, or a right window of 0), right keys past it
+        # or to the end.
+        if k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16):
+            out, lse = _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal or right == 0, left, right)
         else:
             out, lse = _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes)
     out = as_float16(out) if q.dtype == torch.float16 and out.dtype == torch.float32 else out.to(q.dtype).contiguous()
@@ -293,7 +293,7 @@ def _decode_views(k_cache, v_cache, cache, B):
     return cache_to_numpy("k_cache", k_cache), cache_to_numpy("v_cache", v_cache), table
 
 
-def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left):
+def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, right):
     """(out [B, Nq, H, dv], lse [B, H, Nq], -inf for a row without keys) through attnscale.decode
     (module docstring)."""
     B, Nq, H, d = q.shape
@@ -306,7 +306,8 @@ def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left):
     o, lse = _attnscale.decode(
         rows.numpy(), kd, vd, block_table=table, seq_lens=np.asarray(lengths, dtype=np.int32),
         seq_starts=np.asarray(starts, dtype=np.int32) if any(starts) else None, scale=options["scale"],
-        window_left=left if left >= 0 else -1, causal=causal, softcap=options["softcap"],
+        window_left=left if left >= 0 else -1, causal=causal,
+        window_right=right if right > 0 and not causal else -1, softcap=options["softcap"],
         alibi_slopes=options.get("alibi_slopes"), return_lse=True,
     )
     if Nq == 1:  # [B, H, dv] is [B, 1, H, dv], in FlashAttention's order already

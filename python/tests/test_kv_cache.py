@@ -168,8 +168,8 @@ def test_left_padding():
 
 def test_several_new_tokens():
     """q [B, Hq, Nq, d]: the sequence's last Nq keys are the new tokens, token i at key len - Nq + i
-    seeing keys up to its own (causal) or all; ALiBi measured from each token's own key; a strided
-    q (FlashAttention's [B, Nq, H, d] transposed) as it lies."""
+    seeing keys up to its own (causal), up to window_right past it, or all; ALiBi measured from each
+    token's own key; a strided q (FlashAttention's [B, Nq, H, d] transposed) as it lies."""
     rng = np.random.default_rng(13)
     B, Hq, Hkv, Nq, d = 2, 8, 2, 4, 64
     lens = np.array([3, 1200], np.int32)  # the first shorter than Nq: its first row sees no key
@@ -177,12 +177,14 @@ def test_several_new_tokens():
     v = rng.standard_normal((B, Hkv, 1200, d), dtype=np.float32)
     q = rng.standard_normal((B, Nq, Hq, d), dtype=np.float32).transpose(0, 2, 1, 3)  # [B, Hq, Nq, d] view
     slopes = rng.uniform(0, 0.05, (B, Hq))
-    for causal in (True, False):
-        out, lse = attnscale.decode(q, k, v, seq_lens=lens, causal=causal, alibi_slopes=slopes, return_lse=True)
+    for causal, right in ((True, -1), (False, -1), (False, 1)):
+        out, lse = attnscale.decode(q, k, v, seq_lens=lens, causal=causal, window_right=right, alibi_slopes=slopes,
+                                    return_lse=True)
         assert out.shape == (B, Hq, Nq, d) and lse.shape == (B, Hq, Nq)
         for i in range(Nq):
-            # Row i alone: a cache cut at its own key (causal) with ALiBi from that key.
-            cut = np.maximum(lens - Nq + i + 1, 0) if causal else lens
+            # Row i alone: a cache cut at its own key (causal) or right keys past it, with ALiBi from
+            # its own key.
+            cut = np.maximum(lens - Nq + i + 1, 0) if causal else np.minimum(lens, lens - Nq + i + 1 + right) if right >= 0 else lens
             ref = np.zeros((B, Hq, d))
             for b in range(B):
                 pos = lens[b] - Nq + i
@@ -197,3 +199,5 @@ def test_several_new_tokens():
             assert np.all(out[0, :, 0] == 0) and np.all(lse[0, :, 0] == -np.inf)  # key -1: none
     with pytest.raises(ValueError, match="q: no query row"):
         attnscale.decode(np.zeros((B, Hq, 0, d), np.float32), k, v)
+    with pytest.raises(ValueError, match="window_right"):
+        attnscale.decode(q, k, v, seq_lens=lens, window_right=2)  # causal by default

@@ -176,7 +176,8 @@ def test_rotary_embedding(gen, interleaved, causal):
 def test_cache_batch_idx_and_leftpad(gen, Nq, monkeypatch):
     """Left padding (with cache_batch_idx choosing the rows) runs through attnscale.decode's
     seq_starts, not sequence by sequence: one row, several, and (Nq = 4) a sequence whose start lies
-    past the keys every row sees; softcap over several rows; a window and ALiBi with one row."""
+    past the keys every row sees; softcap over several rows; a window and ALiBi with one row;
+    windows with a right side over several."""
     B, H, Hkv, d = 3, 4, 2, 8
     kc, vc = randn(gen, 5, 24, Hkv, d), randn(gen, 5, 24, Hkv, d)
     idx = torch.tensor([4, 0, 2], dtype=torch.int32)
@@ -187,6 +188,8 @@ def test_cache_batch_idx_and_leftpad(gen, Nq, monkeypatch):
     options = [dict(causal=False), dict(causal=True), dict(causal=True, softcap=1.5), dict(softcap=0.7)]
     if Nq == 1:
         options += [dict(window_size=(3, -1)), dict(alibi_slopes=slopes, softcap=2.0)]
+    else:  # windows with a right side, not causal
+        options += [dict(window_size=(2, 1)), dict(window_size=(-1, 2), softcap=1.5)]
     for leftpad in (None, torch.tensor([3, 0, 4], dtype=torch.int32)):
         for opts in options:
             k0, v0 = kc.clone(), vc.clone()

@@ -51,8 +51,9 @@ bool use_decode(const Params& p) {
 // length hi with a window of hi − 1 − lo keys before the last. Several: row i is new token i of a
 // cache of len keys, at key len − Nq + i, when that key is its diagonal diag(i) = i + diag_offset:
 //   causal (or a right window of 0)  len = diag_offset + Nq, row i sees keys up to diag(i)
-//   otherwise (no right window)      len = Nkv, every row sees every key; windows and ALiBi then
-//                                    need diag(i) = Nkv − Nq + i (bottom-right)
+//   otherwise                        len = Nkv, every row sees every key or those up to its right
+//                                    window; windows and ALiBi then need diag(i) = Nkv − Nq + i
+//                                    (bottom-right)
 // and a left window counts back from the diagonal in both. Every Params field that changes the
 // result must either be passed on here or exclude this route.
 bool cache_decode(const Params& p) {
@@ -76,9 +77,9 @@ bool cache_decode(const Params& p) {
       len = off + p.Nq;
       if (len > p.Nkv) return false;  // rows past the keys (top-left, Nq > Nkv)
     } else {
-      if (p.window_right >= 0) return false;  // a right window other than 0
       len = p.Nkv;
-      if ((p.window_left >= 0 || !p.alibi.empty()) && off != p.Nkv - p.Nq) return false;
+      if ((p.window_left >= 0 || p.window_right >= 0 || !p.alibi.empty()) && off != p.Nkv - p.Nq) return false;
+      o.window_right = p.window_right;
     }
     o.window_left = p.window_left;
   }

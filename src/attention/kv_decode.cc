@@ -97,9 +97,10 @@ struct Layout {
   std::int64_t lens_stride = 0;
   const std::int32_t* starts = nullptr;  // seq_starts, or null: every sequence from key 0
   std::int64_t starts_stride = 0;
-  std::int64_t window_left = -1;
+  std::int64_t window_left = -1, window_right = -1;
   // Query rows per query head: the sequence's last Nq keys are its new tokens, row i at key
-  // position len − Nq + i (Nq = 1: the last key), seeing keys up to its own when causal.
+  // position len − Nq + i (Nq = 1: the last key), seeing keys up to its own when causal, else up to
+  // window_right after it (−1: to the sequence's end).
   std::int64_t Nq = 1;
   bool causal = true;
   double scale = 1.0;
@@ -115,13 +116,16 @@ struct Layout {
   std::int64_t length(std::int64_t b) const { return lens ? lens[b * lens_stride] : max_len; }
   std::int64_t start(std::int64_t b) const { return starts ? starts[b * starts_stride] : 0; }
   // New token i's key position, and the keys it sees: [lo, hi), from its start (or its window's
-  // first key, if later) to its own key (causal) or the sequence's last. Rows of higher i see keys
-  // at least as late, so row 0's lo and row Nq − 1's hi bound them all.
+  // first key, if later) to its own key (causal), window_right keys past it, or the sequence's last.
+  // Rows of higher i see keys at least as late, so row 0's lo and row Nq − 1's hi bound them all.
   std::int64_t position(std::int64_t b, std::int64_t i) const { return length(b) - Nq + i; }
   std::int64_t lo(std::int64_t b, std::int64_t i = 0) const {
     return std::max<std::int64_t>(start(b), window_left >= 0 ? position(b, i) - window_left : 0);
   }
-  std::int64_t hi(std::int64_t b, std::int64_t i) const { return causal ? position(b, i) + 1 : length(b); }
+  std::int64_t hi(std::int64_t b, std::int64_t i) const {
+    if (causal) return position(b, i) + 1;
+    return window_right >= 0 ? std::min(length(b), position(b, i) + 1 + window_right) : length(b);
+  }
 };
 
 void fail(const std::string& msg) { throw Error("decode: " + msg); }
@@ -254,6 +258,9 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
     fail("lse: expected float32 or float64 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + rows +
          "], got " + std::string(dtype_name(lse.dtype)) + " " + lse.shape_str());
   if (o.window_left < -1) fail("window_left: expected -1 (none) or >= 0, got " + std::to_string(o.window_left));
+  if (o.window_right < -1 || (o.causal && o.window_right > 0))
+    fail("window_right: expected -1 (none) or >= 0, and -1 or 0 when causal, got " + std::to_string(o.window_right) +
+         (o.causal ? " with causal" : ""));
   if (o.threads < 0) fail("threads: must be >= 0, got " + std::to_string(o.threads));
   if (!(o.softcap >= 0.0) || !std::isfinite(o.softcap))
     fail("softcap: must be a finite number >= 0 (0: off), got " + std::to_string(o.softcap));
@@ -270,6 +277,7 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
   }
   L.window_left = o.window_left;
   L.causal = o.causal;
+  L.window_right = o.window_right;
   L.scale = o.scale.resolve(L.dk);
   return L;
 }
@@ -480,7 +488,8 @@ class Chunk {
   }
 
   // Several new tokens: the keys of the tile [t0, t0 + nk) a row does not see (before its window,
-  // after its own key when causal; the chunk covers the union of the rows' keys) set to -inf.
+  // after its own key when causal or past its right window; the chunk covers the union of the rows'
+  // keys) set to -inf.
   void mask_rows(std::int64_t t0, std::int64_t nk) {
     // Keys every row sees: from the last row's first to the first row's last. Most tiles lie there.
     if (t0 >= L_.lo(b_, L_.Nq - 1) && t0 + nk <= L_.hi(b_, 0)) return;

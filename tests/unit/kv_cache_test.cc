@@ -165,10 +165,11 @@ struct Transforms {
 };
 
 // New tokens a sequence: Nq query rows a head, row i at key len − Nq + i, seeing keys up to its
-// own (causal) or all of them.
+// own (causal), up to `right` past it (not causal, right ≥ 0) or all of them.
 struct Queries {
   std::int64_t Nq = 1;
   bool causal = true;
+  std::int64_t right = -1;
 };
 
 // Float64 reference (and, with T = float, the naive float32 computation the rule compares
@@ -186,7 +187,7 @@ std::vector<double> attend(const Caches& c, const Tensor& q, std::int64_t Hq, st
       for (std::int64_t i = 0; i < Nq; ++i) {
         const std::int64_t kh = h / g, len = lens[b], pos = len - Nq + i, row = (b * Hq + h) * Nq + i,
                            lo = std::max<std::int64_t>(c.start(b), window >= 0 ? pos - window : 0),
-                           hi = qs.causal ? pos + 1 : len;
+                           hi = qs.causal ? pos + 1 : qs.right >= 0 ? std::min(len, pos + 1 + qs.right) : len;
         std::vector<T> s(c.Nmax);
         T m = -INFINITY;
         for (std::int64_t j = lo; j < hi; ++j) {
@@ -270,6 +271,7 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   DecodeOptions o;
   o.window_left = cs.window;
   o.causal = qs.causal;
+  o.window_right = qs.right;
   o.threads = 2;
   o.softcap = tf.softcap;
   Tensor slopes(DType::f64, {B, cs.Hq});
@@ -286,7 +288,8 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   decode(q.view(), c.contiguous(), one.view(), {}, o);
   const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " Hkv " +
                            std::to_string(cs.Hkv) + " dk " + std::to_string(cs.dk) + " dv " + std::to_string(cs.dv) +
-                           " Nq " + std::to_string(qs.Nq) + (qs.causal ? " causal" : "");
+                           " Nq " + std::to_string(qs.Nq) + (qs.causal ? " causal" : "") +
+                           " right " + std::to_string(qs.right);
   for (std::int64_t i = 0; i < out.numel(); ++i) {
     ASSERT_EQ(std::memcmp(&out.as<float>()[i], &paged.as<float>()[i], 4), 0) << what << " paged != contiguous at " << i;
     ASSERT_EQ(std::memcmp(&out.as<float>()[i], &inter.as<float>()[i], 4), 0) << what << " interleaved != contiguous at " << i;
@@ -365,7 +368,8 @@ TEST(KVCache, LeftPaddingMatchesReferenceInEveryLayoutOnEveryTarget) {
   });
 }
 
-// Several new tokens a sequence (q [B, Hq, Nq, dk]): causal and not, with GQA, windows, left
+// Several new tokens a sequence (q [B, Hq, Nq, dk]): causal and not, with GQA, windows (a right
+// one too), left
 // padding, softcap and ALiBi (each row its own diagonal), a sequence shorter than Nq (rows without
 // a key), every type and layout on every target.
 TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
@@ -380,10 +384,11 @@ TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
       for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
       std::vector<std::int32_t> starts(cs.lens.size());
       for (std::size_t b = 0; b < starts.size(); ++b) starts[b] = cs.lens[b] / 3;
-      // Three (Nq, causal) pairs a case, the element type, transforms and padding turning with them.
+      // Three (Nq, causal, right window) a case, the element type, transforms and padding turning
+      // with them; a right window of 2 over 5 rows: the first three rows stop short of the end.
       const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
       std::size_t turn = i;
-      for (const Queries qs : {Queries{2, true}, Queries{5, true}, Queries{5, false}}) {
+      for (const Queries qs : {Queries{2, true}, Queries{5, true}, Queries{5, false, i % 2 ? 2 : -1}}) {
         ++turn;
         check_case(kinds[turn % 4], cs, ++seed, turn % 2 ? both : Transforms{},
                    turn % 3 ? starts : std::vector<std::int32_t>{}, qs);
@@ -472,6 +477,18 @@ TEST(KVCache, BadArgumentsThrowNamingThem) {
   bad = c.contiguous();
   bad.seq_starts = starts64.view();
   EXPECT_NE(message(bad, q.view(), out.view()).find("seq_starts"), std::string::npos);
+  // A right window past the token's key contradicts causal; below -1 means nothing.
+  for (const auto& [causal, right] : {std::pair{true, 1}, std::pair{false, -2}}) {
+    DecodeOptions o;
+    o.causal = causal;
+    o.window_right = right;
+    try {
+      decode(q4.view(), c.contiguous(), out4.view(), {}, o);
+      ADD_FAILURE() << "window_right " << right << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("window_right"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
@@ -492,7 +509,7 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   const std::vector<M> masks = {{false, Align::top_left, -1, -1},     {true, Align::top_left, -1, -1},
                                 {true, Align::bottom_right, 300, -1}, {false, Align::top_left, 7, 1500},
                                 {false, Align::bottom_right, 2, 0},   {true, Align::bottom_right, 0, -1},
-                                {false, Align::bottom_right, 300, -1}};
+                                {false, Align::bottom_right, 300, -1}, {false, Align::bottom_right, -1, 2}};
   // Each mask without transforms, with a softcap, with ALiBi slopes [Hq] and with both (ALiBi takes
   // the cache route only where the diagonal is the last visible key).
   const Tensor slopes = random_tensor(DType::f64, {8}, 31, 4, 0.05);
