@@ -553,13 +553,13 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
 // bfloat16 q, k, v with few rows take the same route (over short keys too: up to 128 rows a KV
 // head), the cache read as bf16 and q, out and a bfloat16 lse through float32 copies: against
 // float64 on the bf16 values, within the bf16 forward's rule (1e-2 relative), every output element
-// written (poisoned first). One key under 3 causal rows: the first two see none.
+// written (poisoned first). 17 keys under 29 causal rows: the first 12 see none.
 TEST(KVCache, ForwardDecodeRouteTakesBfloat16) {
   struct Case {
     std::int64_t Nq, Nkv;
   };
   for_each_target([&] {
-    for (const Case c : {Case{1, 2300}, Case{3, 2300}, Case{3, 1}, Case{1, 37}, Case{29, 37}})
+    for (const Case c : {Case{1, 2300}, Case{3, 2300}, Case{1, 37}, Case{29, 17}})
       for (const bool causal : {false, true})
         for (const DType lse_type : {DType::f32, DType::bf16}) {
           const std::int64_t B = 2, Hq = 8, Hkv = 2, Nq = c.Nq, Nkv = c.Nkv, d = 64;
