@@ -523,7 +523,8 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
     for (const M& m : masks)
       for (int tf = 0; tf < 4; ++tf) {
       if ((Nq == 4 && (tf == 1 || tf == 2)) || (Nq == 9 && tf != 3)) continue;  // fewer transforms there
-      if (Nkv < 100 && Nq == 9) continue;  // the tiles' call
+      if (Nkv < 100 && (Nq == 9 || tf == 1 || tf == 2)) continue;  // the tiles' call; fewer transforms
+      if (Nq == 1 && m.align == Align::bottom_right && m.right > 0) continue;  // nothing after the last key
       const std::int64_t B = 2, Hq = 8, Hkv = Nq == 1 ? 1 : 2, d = 40;
       const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, d}, 31, 1), k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 2),
                    v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 31, 3);
