@@ -215,11 +215,12 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
   if (p.has_dropout()) mark_dropped_probs<T>(p, rb);
 }
 
-// Decode (few query rows, many keys), defined in decode.cc. cache_decode: float32 and bfloat16 calls of a
-// few rows a head (up to 32 over long keys, fewer over short ones) whose rows are new tokens of a
-// cache (no explicit mask, a causal or unbounded right window) run the KV-cache decode
-// (kv_decode.cc); returns false, doing nothing, for the others. decode_all: keys split into fixed chunks processed in parallel, merged by their
-// LSE, for the calls use_decode accepts.
+// Decode (few query rows, many keys), defined in decode.cc. cache_decode: float32 and bfloat16
+// calls of a few rows a head (up to 32 over long keys, fewer over short ones) whose rows are new
+// tokens of a cache (no explicit mask; windows and ALiBi where the diagonal is the token's key) run
+// the KV-cache decode (kv_decode.cc); returns false, doing nothing, for the others. decode_all:
+// keys split into fixed chunks processed in parallel, merged by their LSE, for the calls
+// use_decode accepts.
 bool cache_decode(const Params& p);
 bool use_decode(const Params& p);
 template <class T>
