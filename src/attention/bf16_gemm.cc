@@ -15,6 +15,7 @@
 #endif
 
 #include "attention/bf16_kernels.h"
+#include "common/prefetch.h"
 #include "attnscale/error.h"
 
 namespace attnscale::detail::bfdot {
@@ -75,7 +76,7 @@ ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, st
     for (int i = 0; i < MR; ++i)
 #pragma GCC unroll 4
       for (int r = 0; r < 4; ++r)
-        if (mask[r]) _mm_prefetch(reinterpret_cast<const char*>(C + i * ldc + 16 * r), _MM_HINT_T0);
+        if (mask[r]) prefetch_line(C + i * ldc + 16 * r, CacheLevel::near);
   for (std::size_t kk = 0; kk < K / 2; ++kk) {
     __m512bh b[4];
 #pragma GCC unroll 4

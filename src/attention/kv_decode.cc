@@ -61,6 +61,7 @@ constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (se
 constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row: bytes of K and V kv::stream_row prefetches ahead
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
+constexpr double kOneThreadBytes = 1 << 20;  // K and V bytes below which a call runs on one thread
 
 // One of k / v: where row (b, h, j) lives, and its scales for int8.
 struct Rows {
@@ -622,7 +623,13 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   // cache's blocks [block, Hkv, d], a contiguous [B, Nkv, Hkv, d] cache), one chunk of all KV heads
   // taken tile by tile side by side, which reads those rows as one run instead of Hkv strided passes.
   const std::int64_t lockstep = L.together ? L.Hkv : 1, units = items / lockstep;
-  const int threads = resolve_threads(options.threads, units);
+  // Threads: unless the caller names a count, a call that reads less than kOneThreadBytes of K and
+  // V runs on one, since handing work to a second thread costs more than it saves there (H = 8,
+  // d = 128, 32 keys: 7.4 µs on one thread, 16.4 on two; docs/performance.md). The units'
+  // arithmetic does not depend on it.
+  const double bytes = static_cast<double>(L.B * L.Hkv) * static_cast<double>(L.max_len) *
+                       static_cast<double>(L.dk * L.k.esize + L.dv * L.v.esize);
+  const int threads = options.threads == 0 && bytes < kOneThreadBytes ? 1 : resolve_threads(options.threads, units);
   PerThread<HeadScratch> scratch(threads);
   parallel_for(units, 1, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
     HeadScratch& hs = scratch.get(t, L, lockstep);
