@@ -299,6 +299,12 @@ struct Scratch {
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
   static bool whole_chunk(const Layout& L) { return L.rows() == 1 && !L.together; }
+  // Whether it was built for a layout of L's sizes (then it serves L as well).
+  bool fits(const Layout& L) const {
+    return q.size() == static_cast<std::size_t>(L.rows() * L.dk) && qp.size() == kv::quads_size(L.rows(), L.dk) &&
+           o.size() == static_cast<std::size_t>(L.rows() * L.dv) &&
+           kf.size() == static_cast<std::size_t>(L.type != kv::kF32 ? kTile * L.dk : 0);
+  }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
   Scratch(Scratch&&) = default;      // moves keep kf's buffer
@@ -583,14 +589,23 @@ struct Partials {
   }
 };
 
-// The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side.
+// The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side. Kept
+// between calls (PerThread): one built for the same sizes serves a later call, its Chunks rebuilt
+// for that call's layout (bind), which they refer to.
 struct HeadScratch {
   std::vector<Scratch> scratch;
   std::vector<Chunk> chunk;
   HeadScratch(const Layout& L, std::int64_t heads) {
     scratch.reserve(static_cast<std::size_t>(heads));  // no reallocation: each Chunk holds its Scratch
     chunk.reserve(static_cast<std::size_t>(heads));
-    for (std::int64_t h = 0; h < heads; ++h) chunk.emplace_back(L, scratch.emplace_back(L));
+    for (std::int64_t h = 0; h < heads; ++h) scratch.emplace_back(L);
+  }
+  bool fits(const Layout& L, std::int64_t heads) const {
+    return scratch.size() == static_cast<std::size_t>(heads) && scratch.front().fits(L);
+  }
+  void bind(const Layout& L) {
+    chunk.clear();  // the capacity stays
+    for (Scratch& s : scratch) chunk.emplace_back(L, s);
   }
 };
 
@@ -633,6 +648,7 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   PerThread<HeadScratch> scratch(threads);
   parallel_for(units, 1, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
     HeadScratch& hs = scratch.get(t, L, lockstep);
+    hs.bind(L);
     for (std::int64_t u = u0; u < u1; ++u) {
       // Item (head, c), head = b·Hkv + kh: unit u covers heads [h0, h0 + lockstep) of chunk c.
       const std::int64_t c = u % chunks, h0 = u / chunks * lockstep, b = h0 / L.Hkv;
