@@ -108,11 +108,12 @@ void convert(const TensorView& src, const TensorView& dst) {
     n = src.numel();
     sc = dc = 1;
   }
-  const bool half_row = (sc == 1 || n == 1) && (dc == 1 || n == 1) &&
+  const bool unit_rows = (sc == 1 || n == 1) && (dc == 1 || n == 1);  // rows of adjacent elements
+  const bool half_row = unit_rows &&
                         ((src.dtype == DType::f16 && dst.dtype == DType::f32) ||
                          (src.dtype == DType::f32 && dst.dtype == DType::f16)) &&
                         HWY_DYNAMIC_DISPATCH(detail::convert::Vectorised)();
-  const bool bfloat_row = (sc == 1 || n == 1) && (dc == 1 || n == 1) &&
+  const bool bfloat_row = unit_rows &&
                           ((src.dtype == DType::bf16 && dst.dtype == DType::f32) ||
                            (src.dtype == DType::f32 && dst.dtype == DType::bf16));
   for (std::int64_t a = 0; a < lead[0]; ++a)
