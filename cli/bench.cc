@@ -595,11 +595,11 @@ void run(const Bench& opt) {
     for (Cache kind : {Cache::forward, Cache::f32, Cache::i8})
       if (wanted(kind)) decode(kind, 8, 1, 262144, 128);
   // GQA decode's arithmetic against the FMA peak, its K/V cache-resident (Hq = 32 over Hkv = 4,
-  // Nkv = 1024, d = 128: 4 MiB). A group of 8 query rows does 4·8·d flops a key for the key's 2·d
+  // Nkv = 2048, d = 128: 8 MiB). A group of 8 query rows does 4·8·d flops a key for the key's 2·d
   // float32 values, 4 flops a byte: for the DRAM GQA row to read at a fraction f of the copy, the
   // arithmetic must run at 4·f·copy GFLOP/s at least, which this row bounds from above.
   if (want("kv-gqa-flops")) {
-    const std::int64_t Hq = 32, Hkv = 4, nkv = 1024, d = 128;
+    const std::int64_t Hq = 32, Hkv = 4, nkv = 2048, d = 128;
     Row* r = decode(Cache::f32, Hq, Hkv, nkv, d);
     r->name = "kv-gqa-flops";
     r->unit = "GFLOP/s";
