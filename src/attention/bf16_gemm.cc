@@ -15,6 +15,7 @@
 #endif
 
 #include "attention/bf16_kernels.h"
+#include "common/bfloat_rows.h"
 #include "common/prefetch.h"
 #include "attnscale/error.h"
 
@@ -167,24 +168,6 @@ ATTNSCALE_BF16_TARGET void to_bf16_avx512(const float* src, std::size_t lds, std
                           (__m256i)_mm512_cvtneps_pbh(_mm512_loadu_ps(src + r * lds + c)));
 }
 
-// round_bits (bf16_kernels.h) sixteen values at a time: the integer steps of to_bf16 (add 0x7fff
-// plus the lowest kept bit, keep the upper half; NaN kept and quietened) on 32-bit lanes, then
-// narrowed to 16 bits. (Zero-masked shifts and narrowing, every lane kept: see to_bf16_pairs_avx512.)
-ATTNSCALE_BF16_TARGET void round_bits_avx512(const float* src, std::size_t n, std::uint16_t* dst) {
-  const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), magnitude = _mm512_set1_epi32(0x7fffffff),
-                inf = _mm512_set1_epi32(0x7f800000), quiet = _mm512_set1_epi32(0x40);
-  std::size_t e = 0;
-  for (; e + 16 <= n; e += 16) {
-    const __m512i u = _mm512_loadu_si512(src + e), upper = _mm512_maskz_srli_epi32(0xFFFF, u, 16);
-    const __m512i rounded =
-        _mm512_maskz_srli_epi32(0xFFFF, _mm512_add_epi32(_mm512_add_epi32(u, bias), _mm512_and_si512(upper, one)), 16);
-    const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, magnitude), inf);
-    const __m512i r = _mm512_mask_mov_epi32(rounded, nan, _mm512_or_si512(upper, quiet));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + e), _mm512_maskz_cvtepi32_epi16(0xFFFF, r));
-  }
-  for (; e < n; ++e) dst[e] = round_to_bf16(src[e]);
-}
-
 // Two rows at a time: each rounded to 16 bf16, widened to 32-bit lanes, the odd row shifted into
 // the upper halves: 16 pairs in one store. (The zero-masked forms of the widening and the shift, with
 // every lane kept, are the plain instructions; GCC 12 warns that the plain intrinsics' undefined
@@ -293,10 +276,7 @@ void force_path(const char* name) {
 }
 
 void round_bits(const float* src, std::size_t n, std::uint16_t* dst) {
-#if defined(__x86_64__)
-  if (avx512_bf16_usable()) return round_bits_avx512(src, n, dst);
-#endif
-  for (std::size_t e = 0; e < n; ++e) dst[e] = round_to_bf16(src[e]);
+  bf16_row(src, static_cast<std::int64_t>(n), dst);
 }
 
 void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,

@@ -32,7 +32,7 @@ void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uin
 
 // Round to nearest even (NaN kept, quiet): the bits of the library's one rounding, to_bf16().
 inline std::uint16_t round_to_bf16(float x) { return to_bf16(x).bits; }
-// dst[e] = round_to_bf16(src[e]) for e < n, the same bits on every CPU (AVX-512 sixteen at a time):
+// dst[e] = round_to_bf16(src[e]) for e < n, the same bits on every CPU (bfloat_rows.h's bf16_row):
 // float32 inputs packed for the bf16 products.
 void round_bits(const float* src, std::size_t n, std::uint16_t* dst);
 // dst[r][c] = bf16(src[r][c]) for c < cols (a multiple of 16): vcvtneps2bf16 on the AVX-512 BF16

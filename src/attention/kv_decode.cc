@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/alibi.h"
 #include "attention/kernels.h"
 #include "attention/lse_merge.h"
 #include "attention/params.h"
@@ -478,8 +479,8 @@ class Chunk {
   std::int64_t tile_keys(std::int64_t i) const { return i < tiles_ ? std::min(kTile, j1_ - j0_ - i * kTile) : 0; }
 
   // The score transforms (Layout) on the tile's scores of keys [t0, t0 + nk), row r being new token
-  // r % Nq of query head kh·group + r / Nq: transform_scores (score_transforms.h) with the
-  // diagonal at the token's key, the cap by the same vector tanh.
+  // r % Nq of query head kh·group + r / Nq: as transform_scores (score_transforms.h) with the
+  // diagonal at the token's key, the cap by the same vector tanh, ALiBi by the same subtract_alibi.
   void transform(std::int64_t t0, std::int64_t nk) {
     for (std::int64_t r = 0; r < g_; ++r) {
       const std::int64_t diag = L_.position(b_, r % L_.Nq);
@@ -487,10 +488,7 @@ class Chunk {
       if (L_.softcap > 0.0) simd::softcap(row, nk, static_cast<float>(L_.softcap));
       const float slope = L_.slopes.empty() ? 0.0f : L_.slopes[b_ * L_.Hq + kh_ * group_ + r / L_.Nq];
       if (slope == 0.0f) continue;
-      // The distances in int32 (keys are int32 positions), so that the loop vectorises.
-      const auto d0 = static_cast<std::int32_t>(diag - t0);
-      for (std::int32_t x = 0; x < static_cast<std::int32_t>(nk); ++x)
-        row[x] -= slope * static_cast<float>(std::abs(d0 - x));
+      subtract_alibi(row, static_cast<std::int32_t>(nk), 1, slope, static_cast<std::int32_t>(diag - t0));
     }
   }
 

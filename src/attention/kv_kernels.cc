@@ -20,6 +20,7 @@
 #include <type_traits>
 
 #include "attention/kv_kernels.h"
+#include "attention/alibi.h"
 #include "attention/exp2-inl.h"
 #include "attention/lane_reduce-inl.h"
 #include "attention/raw_vectors-inl.h"
@@ -429,9 +430,7 @@ HWY_INLINE void TransformScores(DF d, float* s, size_t j, size_t n, const RowTra
     for (size_t x = 0; x < n; x += L)
       hn::StoreU(hn::Mul(cap, detail::HWY_NAMESPACE::CapTanh(d, hn::LoadU(d, s + x), inv)), d, s + x);
   }
-  if (tf.slope != 0.0f)
-    for (size_t x = 0; x < n; ++x)
-      s[x] -= tf.slope * static_cast<float>(std::abs(tf.diag - static_cast<std::int64_t>(j + x)));
+  if (tf.slope != 0.0f) subtract_alibi(s, static_cast<std::int64_t>(n), 1, tf.slope, tf.diag - static_cast<std::int64_t>(j));
 }
 
 // Keys one at a time, any dv: the output row in O between keys.

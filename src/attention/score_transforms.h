@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "attention/alibi.h"
 #include "attention/params.h"
 #include "attention/tiles.h"
 
@@ -48,8 +49,7 @@ void transform_scores(const Params& p, const RowBlock& rb, std::int64_t j0, std:
   if (p.alibi.empty()) return;
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const T slope = static_cast<T>(alibi_slope(p, rb.b, rb.h[r]));
-    const std::int64_t diag = rb.i[r] + p.diag_offset();
-    for (std::int64_t j = 0; j < nk; ++j) S[r * rs + j * cs] -= slope * static_cast<T>(std::abs(diag - (j0 + j)));
+    subtract_alibi(S + r * rs, nk, cs, slope, rb.i[r] + p.diag_offset() - j0);
   }
 }
 

@@ -2,7 +2,7 @@
 // with a contiguous last dimension go through the CPU's conversion instructions (Highway's
 // PromoteTo / DemoteTo: vcvtph2ps and vcvtps2ph, round to nearest even, on AVX2 and AVX-512),
 // compiled once per Highway target; bfloat16 rows to and from float32 by the scalar conversions
-// of tensor.h in loops vectorised per target; everything else, and float16 rows on targets without
+// of tensor.h in loops vectorised per target (bfloat_rows.h); everything else, and float16 rows on targets without
 // such instructions, element by element through double: exact between these types except towards a
 // narrower one, which rounds to nearest even (float64 to bfloat16 or float16 by way of float32).
 #undef HWY_TARGET_INCLUDE
@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "attnscale/tensor.h"
+#include "common/bfloat_rows.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::convert::HWY_NAMESPACE {
@@ -79,6 +80,15 @@ HWY_EXPORT(HalfRow);
 HWY_EXPORT(BfloatRow);
 HWY_EXPORT(Vectorised);
 }  // namespace detail::convert
+
+namespace detail {
+void bf16_row(const float* src, std::int64_t n, std::uint16_t* dst) {
+  HWY_DYNAMIC_DISPATCH(convert::BfloatRow)(src, dst, n, false);
+}
+void f32_row(const std::uint16_t* src, std::int64_t n, float* dst) {
+  HWY_DYNAMIC_DISPATCH(convert::BfloatRow)(src, dst, n, true);
+}
+}  // namespace detail
 
 namespace {
 bool floating(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::bf16 || t == DType::f16; }

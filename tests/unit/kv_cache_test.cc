@@ -519,9 +519,10 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   // One query row (8 heads over one KV head) and several (4 and 9 rows of 8 heads over 2 KV heads:
   // each row a new token of the cache when its diagonal allows; 9 rows past the split-key decode's
   // 16 a KV head).
-  // Over 2100 keys and over 37 (short keys take the route for up to 4 rows a head).
+  // Over 2100 keys, over 37 and over 5 (short keys take the route for up to 4 rows a head, down
+  // to one key).
   for_each_target([&] {
-    for (const std::int64_t Nkv : {2100, 37})
+    for (const std::int64_t Nkv : {2100, 37, 5})
     for (const std::int64_t Nq : {1, 4, 9})
     for (const M& m : masks)
       for (int tf = 0; tf < 4; ++tf) {
@@ -557,13 +558,14 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
 // bfloat16 q, k, v with few rows take the same route (over short keys too: up to 128 rows a KV
 // head), the cache read as bf16 and q, out and a bfloat16 lse through float32 copies: against
 // float64 on the bf16 values, within the bf16 forward's rule (1e-2 relative), every output element
-// written (poisoned first). 17 keys under 29 causal rows: the first 12 see none.
+// written (poisoned first). 17 keys under 29 causal rows: the first 12 see none; likewise one key
+// under 4 rows and 7 under 16.
 TEST(KVCache, ForwardDecodeRouteTakesBfloat16) {
   struct Case {
     std::int64_t Nq, Nkv;
   };
   for_each_target([&] {
-    for (const Case c : {Case{1, 2300}, Case{3, 2300}, Case{1, 37}, Case{29, 17}})
+    for (const Case c : {Case{1, 2300}, Case{3, 2300}, Case{1, 37}, Case{29, 17}, Case{4, 1}, Case{16, 7}})
       for (const bool causal : {false, true})
         for (const DType lse_type : {DType::f32, DType::bf16}) {
           const std::int64_t B = 2, Hq = 8, Hkv = 2, Nq = c.Nq, Nkv = c.Nkv, d = 64;
