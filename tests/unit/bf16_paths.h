@@ -1,0 +1,18 @@
+// The bf16 product paths this CPU can run (portable always; AVX-512 BF16 and AMX where present),
+// for the tests that run every path.
+#pragma once
+#include <vector>
+
+#include "attention/bf16_kernels.h"
+
+namespace attnscale::testing {
+
+inline std::vector<detail::bfdot::Path> usable_bf16_paths() {
+  using detail::bfdot::Path;
+  std::vector<Path> paths{Path::portable};
+  if (detail::bfdot::avx512_bf16_usable()) paths.push_back(Path::avx512_bf16);
+  if (detail::bfdot::amx_usable()) paths.push_back(Path::amx);
+  return paths;
+}
+
+}  // namespace attnscale::testing
