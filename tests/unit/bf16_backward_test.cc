@@ -18,7 +18,6 @@
 
 namespace attnscale {
 namespace {
-using detail::bfdot::Path;
 using testing::poison;
 using testing::random_tensor;
 using testing::rel_error;
@@ -89,9 +88,7 @@ Options options_of(int c, const Inputs& in, const Tensor& keep) {
 TEST(Bf16Backward, WithinOnePercentOfFloat64OnEveryPath) {
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1},       {2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 130, 77, 59, 5},
                                      {1, 2, 2, 64, 64, 128, 128}, {1, 1, 1, 3, 197, 8, 8}};
-  for (Path path : testing::usable_bf16_paths()) {
-    detail::bfdot::force_path(detail::bfdot::path_name(path));
-    SCOPED_TRACE(detail::bfdot::path_name(path));
+  testing::for_each_bf16_path([&] {
     for (const Shape& s : shapes)
       for (int c = 0; c < 8; ++c)
         for (DType dtype : {DType::bf16, DType::f32}) {
@@ -123,8 +120,7 @@ TEST(Bf16Backward, WithinOnePercentOfFloat64OnEveryPath) {
             EXPECT_LE(rel_error(g.dsinks.view(), r.dsinks.view()), 1e-2) << what;
           }
         }
-  }
-  detail::bfdot::force_path("");
+  });
 }
 
 // The float32 steps between the products (exp2, softmax gradient) on every SIMD target.

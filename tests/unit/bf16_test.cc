@@ -69,9 +69,7 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
   };
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1}, {2, 4, 2, 67, 131, 16, 24}, {1, 2, 1, 130, 77, 59, 5},
                                      {1, 1, 1, 64, 64, 128, 128}, {1, 2, 1, 200, 420, 32, 16}};
-  for (Path path : testing::usable_bf16_paths()) {
-    detail::bfdot::force_path(detail::bfdot::path_name(path));
-    SCOPED_TRACE(detail::bfdot::path_name(path));
+  testing::for_each_bf16_path([&] {
     for (const Shape& s : shapes)
       for (int mask = 0; mask < 5; ++mask)
         for (DType dtype : {DType::bf16, DType::f32}) {
@@ -107,8 +105,7 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
             EXPECT_LE(rel_error(probs.view(), rprobs.view()), 1e-2) << s.Nq << " probs";
           }
         }
-  }
-  detail::bfdot::force_path("");
+  });
 }
 
 
@@ -125,9 +122,7 @@ TEST(Bf16, HugeLogitsKeepProbabilities) {
   };
   const std::vector<Case> cases = {{1e4, 1}, {1e4, 100}, {1e30, 1}, {-1e30, 1}, {1e30, 1e3}, {1, 1e17}, {-1, 1e17}};
   const std::int64_t B = 1, Hq = 2, Hkv = 1, Nq = 37, Nkv = 83, dk = 7, dv = 5;
-  for (Path path : testing::usable_bf16_paths()) {
-    detail::bfdot::force_path(detail::bfdot::path_name(path));
-    SCOPED_TRACE(detail::bfdot::path_name(path));
+  testing::for_each_bf16_path([&] {
     for (const Case& cs : cases)
       for (DType dtype : {DType::bf16, DType::f32})
         for (int mask = 0; mask < 3; ++mask) {
@@ -187,8 +182,7 @@ TEST(Bf16, HugeLogitsKeepProbabilities) {
               }
             }
         }
-  }
-  detail::bfdot::force_path("");
+  });
 }
 
 }  // namespace
