@@ -168,7 +168,7 @@ const std::vector<std::string>& case_names() {
   static const std::vector<std::string> names = {
       "fwd",         "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16", "bwd",
       "bwd-bf16",    "bwd-1thread",  "bwd-scaling", "decode",      "kv-f32",   "kv-bf16",
-      "kv-f16",      "kv-i8",        "kv-paged",    "kv-i8-tok",   "small-call"};
+      "kv-f16",      "kv-i8",        "kv-paged",    "kv-gqa-flops", "kv-i8-tok",  "small-call"};
   return names;
 }
 
@@ -337,7 +337,8 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread); peak-scaling: the FMA loop's own\n"
               "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
-              "comparable with llama.cpp's; kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
+              "comparable with llama.cpp's; kv-gqa-flops: GQA decode (8 query heads a KV head, K/V in cache) against the FMA\n"
+              "peak; kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
               threads);
 }
 
@@ -593,6 +594,18 @@ void run(const Bench& opt) {
   if (!opt.quick)
     for (Cache kind : {Cache::forward, Cache::f32, Cache::i8})
       if (wanted(kind)) decode(kind, 8, 1, 262144, 128);
+  // GQA decode's arithmetic against the FMA peak, its K/V cache-resident (Hq = 32 over Hkv = 4,
+  // Nkv = 2048, d = 128: 8 MiB). A group of 8 query rows does 4·8·d flops a key for the key's 2·d
+  // float32 values, 4 flops a byte: for the DRAM GQA row to read at a fraction f of the copy, the
+  // arithmetic must run at 4·f·copy GFLOP/s at least, which this row bounds from above.
+  if (want("kv-gqa-flops")) {
+    const std::int64_t Hq = 32, Hkv = 4, nkv = 2048, d = 128;
+    Row* r = decode(Cache::f32, Hq, Hkv, nkv, d);
+    r->name = "kv-gqa-flops";
+    r->unit = "GFLOP/s";
+    r->timed.work = 4.0 * Hq * nkv * d;
+    r->limit = fp32_peak;
+  }
   // int8 against float32 K/V in tokens per second (one new token per call), timed side by side.
   if (want("kv-i8-tok")) {
     const Row* f32 = nullptr;

@@ -20,6 +20,7 @@
 // thread count and for a paged or contiguous cache (either order of its dimensions) holding the
 // same keys.
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -589,10 +590,13 @@ struct Partials {
 
 // The scratch of one work unit: a Scratch and its Chunk per KV head taken side by side. Kept
 // between calls (PerThread): one built for the same sizes serves a later call, its Chunks rebuilt
-// for that call's layout (bind), which they refer to.
+// for that call's layout (bind), which they refer to, once a call: `call` numbers the decode calls
+// of the process, so that a scratch bound to an earlier call's layout (perhaps at the same address)
+// is rebound.
 struct HeadScratch {
   std::vector<Scratch> scratch;
   std::vector<Chunk> chunk;
+  std::uint64_t call = 0;  // the call whose layout the chunks refer to (0: none)
   HeadScratch(const Layout& L, std::int64_t heads) {
     scratch.reserve(static_cast<std::size_t>(heads));  // no reallocation: each Chunk holds its Scratch
     chunk.reserve(static_cast<std::size_t>(heads));
@@ -601,9 +605,11 @@ struct HeadScratch {
   bool fits(const Layout& L, std::int64_t heads) const {
     return scratch.size() == static_cast<std::size_t>(heads) && scratch.front().fits(L);
   }
-  void bind(const Layout& L) {
+  void bind(const Layout& L, std::uint64_t this_call) {
+    if (call == this_call) return;
     chunk.clear();  // the capacity stays
     for (Scratch& s : scratch) chunk.emplace_back(L, s);
+    call = this_call;
   }
 };
 
@@ -644,9 +650,11 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
                        static_cast<double>(L.dk * L.k.esize + L.dv * L.v.esize);
   const int threads = options.threads == 0 && bytes < kOneThreadBytes ? 1 : resolve_threads(options.threads, units);
   PerThread<HeadScratch> scratch(threads);
+  static std::atomic<std::uint64_t> calls{0};
+  const std::uint64_t call = ++calls;
   parallel_for(units, 1, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
     HeadScratch& hs = scratch.get(t, L, lockstep);
-    hs.bind(L);
+    hs.bind(L, call);
     for (std::int64_t u = u0; u < u1; ++u) {
       // Item (head, c), head = b·Hkv + kh: unit u covers heads [h0, h0 + lockstep) of chunk c.
       const std::int64_t c = u % chunks, h0 = u / chunks * lockstep, b = h0 / L.Hkv;
