@@ -25,6 +25,22 @@ def journal_records(path):
         return sum(1 for line in f if line.startswith(b"R "))
 
 
+def kill_after_records(args, out, cwd, records):
+    """Runs `BIN args --out out --threads 1` and kills it (SIGKILL) once its journal holds
+    `records` completed points; returns the journal's path."""
+    partial = out.parent / (out.name + ".partial")
+    proc = subprocess.Popen([BIN, *args, "--out", str(out), "--threads", "1"], cwd=cwd,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 300
+    while journal_records(partial) < records and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the sweep finished before it could be killed; make it longer"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    return partial
+
+
 def run(args, cwd, **kw):
     return subprocess.run([BIN, *args], cwd=cwd, capture_output=True, **kw)
 
@@ -40,15 +56,7 @@ def uninterrupted(tmp_path_factory):
 
 def test_sigkill_midway_then_resume_is_byte_identical(tmp_path, uninterrupted):
     out, partial = tmp_path / "swept.csv", tmp_path / "swept.csv.partial"
-    proc = subprocess.Popen([BIN, *SWEEP, "--out", str(out), "--threads", "1"], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while journal_records(partial) < 3 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    assert proc.poll() is None, "the sweep finished before it could be killed; make it longer"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert proc.returncode == -signal.SIGKILL
+    kill_after_records(SWEEP, out, tmp_path, 3)
     done = journal_records(partial)
     assert 3 <= done < POINTS
     assert not out.exists(), "a killed run left a partial result file"
@@ -64,12 +72,7 @@ def test_sigkill_midway_then_resume_is_byte_identical(tmp_path, uninterrupted):
 
 def test_torn_journal_tail_is_recovered(tmp_path, uninterrupted):
     out, partial = tmp_path / "t.csv", tmp_path / "t.csv.partial"
-    proc = subprocess.Popen([BIN, *SWEEP, "--out", str(out), "--threads", "1"], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while journal_records(partial) < 2 and proc.poll() is None:
-        time.sleep(0.01)
-    proc.kill()
-    proc.wait()
+    kill_after_records(SWEEP, out, tmp_path, 2)
     with open(partial, "ab") as f:  # a record cut short, as a kill inside write() would leave it
         f.write(b"R 39 4000 0123456789abcdef\n1\n2;3:abc")
     r = run(SWEEP + ["--out", str(out), "--resume"], tmp_path, timeout=600)
@@ -89,13 +92,8 @@ def test_resume_refuses_a_foreign_partial_file(tmp_path):
 
 
 def test_resume_refuses_a_different_run(tmp_path):
-    out, partial = tmp_path / "y.csv", tmp_path / "y.csv.partial"
-    proc = subprocess.Popen([BIN, *SWEEP, "--out", str(out), "--threads", "1"], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    while journal_records(partial) < 1 and proc.poll() is None:
-        time.sleep(0.01)
-    proc.kill()
-    proc.wait()
+    out = tmp_path / "y.csv"
+    kill_after_records(SWEEP, out, tmp_path, 1)
     other = [a if a != "11" else "12" for a in SWEEP]  # another seed
     r = run(other + ["--out", str(out), "--resume"], tmp_path)
     assert r.returncode == 2
@@ -120,15 +118,8 @@ def test_training_killed_then_resumed_is_byte_identical(tmp_path):
              "--seeds", "2", "--steps", "12", "--seed", "5"]
     clean = run(sweep + ["--out", "clean.csv", "--threads", "2"], tmp_path, timeout=600)
     assert clean.returncode == 0, clean.stderr
-    out, partial = tmp_path / "t.csv", tmp_path / "t.csv.partial"
-    proc = subprocess.Popen([BIN, *sweep, "--out", str(out), "--threads", "1"], cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 300
-    while journal_records(partial) < 3 and proc.poll() is None and time.time() < deadline:
-        time.sleep(0.01)
-    assert proc.poll() is None, "the sweep finished before it could be killed; make it longer"
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    out = tmp_path / "t.csv"
+    kill_after_records(sweep, out, tmp_path, 3)
     assert not out.exists()
     r = run(sweep + ["--out", str(out), "--resume", "--threads", "2"], tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr

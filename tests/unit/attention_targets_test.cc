@@ -50,6 +50,21 @@ TEST(Targets, ScalarIsAlwaysAvailableAndNamesAreChecked) {
   });
 }
 
+// A (M x K), B (K x N), C (M x N) and C's row scales for a GEMM test, each one float longer than
+// its matrix: the operands start one float off a 64-byte boundary, at element 1.
+struct GemmOperands {
+  std::vector<float> a, b, c, scale;
+};
+GemmOperands gemm_operands(std::size_t M, std::size_t N, std::size_t K) {
+  GemmOperands o{std::vector<float>(M * K + 1), std::vector<float>(K * N + 1), std::vector<float>(M * N + 1),
+                 std::vector<float>(M + 1)};
+  for (std::size_t x = 0; x < o.a.size(); ++x) o.a[x] = std::sin(0.37 * x + M);
+  for (std::size_t x = 0; x < o.b.size(); ++x) o.b[x] = std::cos(0.11 * x + N);
+  for (std::size_t x = 0; x < o.c.size(); ++x) o.c[x] = 0.5f - 0.01f * x;
+  for (std::size_t x = 0; x < o.scale.size(); ++x) o.scale[x] = 0.25f * x;
+  return o;
+}
+
 // C = A·B against a double loop, for M, N, K in awkward sizes around the lane counts, with A
 // transposed or not and every pointer one float off a 64-byte boundary.
 TEST(Targets, GemmMatchesDoubleLoop) {
@@ -60,11 +75,7 @@ TEST(Targets, GemmMatchesDoubleLoop) {
         for (std::size_t K : {std::size_t{1}, std::size_t{5}, std::size_t{33}})
           for (int transposed = 0; transposed < 2; ++transposed)
             for (int mode = 0; mode < 3; ++mode) {
-              std::vector<float> a(M * K + 1), b(K * N + 1), c(M * N + 1), scale(M + 1);
-              for (std::size_t x = 0; x < a.size(); ++x) a[x] = std::sin(0.37 * x + M);
-              for (std::size_t x = 0; x < b.size(); ++x) b[x] = std::cos(0.11 * x + N);
-              for (std::size_t x = 0; x < c.size(); ++x) c[x] = 0.5f - 0.01f * x;
-              for (std::size_t x = 0; x < scale.size(); ++x) scale[x] = 0.25f * x;
+              auto [a, b, c, scale] = gemm_operands(M, N, K);
               const std::size_t ars = transposed ? 1 : K, acs = transposed ? M : 1;
               std::vector<double> want(M * N);
               for (std::size_t m = 0; m < M; ++m)
@@ -94,11 +105,7 @@ TEST(Targets, TileGemmGivesGemmsBits) {
         for (std::size_t K : {1, 17, 64, 129, 300})
           for (int transposed = 0; transposed < 2; ++transposed)
             for (int mode = 0; mode < 3; ++mode) {
-              std::vector<float> a(M * K + 1), b(K * N + 1), c(M * N + 1), scale(M + 1);
-              for (std::size_t x = 0; x < a.size(); ++x) a[x] = std::sin(0.37 * x + M);
-              for (std::size_t x = 0; x < b.size(); ++x) b[x] = std::cos(0.11 * x + N);
-              for (std::size_t x = 0; x < c.size(); ++x) c[x] = 0.5f - 0.01f * x;
-              for (std::size_t x = 0; x < scale.size(); ++x) scale[x] = 0.25f * x;
+              auto [a, b, c, scale] = gemm_operands(M, N, K);
               std::vector<float> c2 = c;
               const std::size_t ars = transposed ? 1 : K, acs = transposed ? M : 1;
               const auto md = static_cast<detail::simd::GemmMode>(mode);

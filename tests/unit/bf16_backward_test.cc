@@ -13,21 +13,14 @@
 #include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
 #include "attnscale/attention.h"
+#include "bf16_paths.h"
 #include "random_tensors.h"
 
 namespace attnscale {
 namespace {
-using detail::bfdot::Path;
 using testing::poison;
 using testing::random_tensor;
 using testing::rel_error;
-
-std::vector<Path> usable_paths() {
-  std::vector<Path> paths{Path::portable};
-  if (detail::bfdot::avx512_bf16_usable()) paths.push_back(Path::avx512_bf16);
-  if (detail::bfdot::amx_usable()) paths.push_back(Path::amx);
-  return paths;
-}
 
 struct Shape {
   std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
@@ -95,9 +88,7 @@ Options options_of(int c, const Inputs& in, const Tensor& keep) {
 TEST(Bf16Backward, WithinOnePercentOfFloat64OnEveryPath) {
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1},       {2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 130, 77, 59, 5},
                                      {1, 2, 2, 64, 64, 128, 128}, {1, 1, 1, 3, 197, 8, 8}};
-  for (Path path : usable_paths()) {
-    detail::bfdot::force_path(detail::bfdot::path_name(path));
-    SCOPED_TRACE(detail::bfdot::path_name(path));
+  testing::for_each_bf16_path([&] {
     for (const Shape& s : shapes)
       for (int c = 0; c < 8; ++c)
         for (DType dtype : {DType::bf16, DType::f32}) {
@@ -129,8 +120,7 @@ TEST(Bf16Backward, WithinOnePercentOfFloat64OnEveryPath) {
             EXPECT_LE(rel_error(g.dsinks.view(), r.dsinks.view()), 1e-2) << what;
           }
         }
-  }
-  detail::bfdot::force_path("");
+  });
 }
 
 // The float32 steps between the products (exp2, softmax gradient) on every SIMD target.

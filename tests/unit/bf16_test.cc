@@ -13,6 +13,7 @@
 #include "attention/bf16_kernels.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
+#include "bf16_paths.h"
 #include "random_tensors.h"
 
 namespace attnscale {
@@ -22,13 +23,6 @@ using testing::poison;
 using testing::random_tensor;
 using testing::rel_error;
 using testing::value_at;
-
-std::vector<Path> usable_paths() {
-  std::vector<Path> paths{Path::portable};
-  if (detail::bfdot::avx512_bf16_usable()) paths.push_back(Path::avx512_bf16);
-  if (detail::bfdot::amx_usable()) paths.push_back(Path::amx);
-  return paths;
-}
 
 // round_bits (the float32 inputs' rounding when packed) gives round_to_bf16's bits for every
 // kind of value: ties both ways, subnormals, infinities, NaNs of every payload, random bit patterns;
@@ -75,9 +69,7 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
   };
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1}, {2, 4, 2, 67, 131, 16, 24}, {1, 2, 1, 130, 77, 59, 5},
                                      {1, 1, 1, 64, 64, 128, 128}, {1, 2, 1, 200, 420, 32, 16}};
-  for (Path path : usable_paths()) {
-    detail::bfdot::force_path(detail::bfdot::path_name(path));
-    SCOPED_TRACE(detail::bfdot::path_name(path));
+  testing::for_each_bf16_path([&] {
     for (const Shape& s : shapes)
       for (int mask = 0; mask < 5; ++mask)
         for (DType dtype : {DType::bf16, DType::f32}) {
@@ -113,8 +105,7 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
             EXPECT_LE(rel_error(probs.view(), rprobs.view()), 1e-2) << s.Nq << " probs";
           }
         }
-  }
-  detail::bfdot::force_path("");
+  });
 }
 
 
@@ -131,9 +122,7 @@ TEST(Bf16, HugeLogitsKeepProbabilities) {
   };
   const std::vector<Case> cases = {{1e4, 1}, {1e4, 100}, {1e30, 1}, {-1e30, 1}, {1e30, 1e3}, {1, 1e17}, {-1, 1e17}};
   const std::int64_t B = 1, Hq = 2, Hkv = 1, Nq = 37, Nkv = 83, dk = 7, dv = 5;
-  for (Path path : usable_paths()) {
-    detail::bfdot::force_path(detail::bfdot::path_name(path));
-    SCOPED_TRACE(detail::bfdot::path_name(path));
+  testing::for_each_bf16_path([&] {
     for (const Case& cs : cases)
       for (DType dtype : {DType::bf16, DType::f32})
         for (int mask = 0; mask < 3; ++mask) {
@@ -193,8 +182,7 @@ TEST(Bf16, HugeLogitsKeepProbabilities) {
               }
             }
         }
-  }
-  detail::bfdot::force_path("");
+  });
 }
 
 }  // namespace
