@@ -136,7 +136,12 @@ void convert(const TensorView& src, const TensorView& dst) {
           continue;
         }
         if (bfloat_row) {
-          HWY_DYNAMIC_DISPATCH(detail::convert::BfloatRow)(s, d, n, src.dtype == DType::bf16);
+          if (src.dtype == DType::bf16)
+            detail::f32_row(static_cast<const std::uint16_t*>(static_cast<const void*>(s)), n,
+                            static_cast<float*>(static_cast<void*>(d)));
+          else
+            detail::bf16_row(static_cast<const float*>(static_cast<const void*>(s)), n,
+                             static_cast<std::uint16_t*>(static_cast<void*>(d)));
           continue;
         }
         for (std::int64_t i = 0; i < n; ++i)
