@@ -31,12 +31,15 @@ inline constexpr std::int64_t kCacheRows = 32;
 // to 16, Hq / Hkv = 8/8, 32/8, 8/1, d = 64 and 128, causal and not; docs/performance.md): bfloat16
 // up to 128 rows a KV head (0.2-0.6 of the bf16 tiles' time; 256 rows of one head were slower),
 // float32 up to 4 rows a head and 32 a KV head (0.35-0.75; 16 rows of one head over 33 keys took
-// 1.4x the tiles' time without a causal mask). That holds down to one key: over 1-15 keys the
-// route took 0.46-0.86 of the tiles' time in float32 and 0.17-0.70 in bfloat16, and the small
-// call (B = H = 1, N = 4, d = 4) 1.20-1.27 µs against 1.19-1.22.
+// 1.4x the tiles' time without a causal mask). That holds down to one key at d = 64 and 128: over
+// 1-15 keys the route took 0.46-0.86 of the tiles' time in float32 and 0.17-0.70 in bfloat16. Not
+// for small heads over so few keys, where the route's fixed cost shows: float32, Nq = 1, 1 or 4
+// keys, B = 1 or 4, H = 1 or 8: d = 4 and 16 1.01-1.42x the tiles' time (0.58 against 0.83 µs at
+// B = H = 1, d = 4), d = 32 0.87-1.18x, d = 64 0.79-0.97x.
+constexpr std::int64_t kShortKeys = 16, kShortKeysMinDk = 64;
 namespace {
 bool cache_route_pays(const Params& p) {
-  if (p.Nq > kCacheRows || p.Nkv < 1) return false;
+  if (p.Nq > kCacheRows || p.Nkv < 1 || (p.Nkv < kShortKeys && p.dk < kShortKeysMinDk)) return false;
   if (p.Nkv >= 2 * kDecodeChunk) return true;
   const std::int64_t rows = p.Nq * p.group();
   return p.dtype == DType::bf16 ? rows <= 128 : p.Nq <= 4 && rows <= 32;

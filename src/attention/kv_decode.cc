@@ -251,14 +251,14 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
              std::to_string(L.length(b)) + ", the sequence's keys");
   }
   // out and lse: q's rank ([B, Hq, dv] and [B, Hq] for one row a head, else with Nq after Hq).
-  const std::string rows = q.rank == 4 ? ", " + std::to_string(L.Nq) : "";
+  const auto rows = [&] { return q.rank == 4 ? ", " + std::to_string(L.Nq) : std::string(); };  // for a message only
   if (out.rank != q.rank || out.shape[0] != L.B || out.shape[1] != L.Hq || out.shape[q.rank - 1] != L.dv ||
       (q.rank == 4 && out.shape[2] != L.Nq) || out.dtype != DType::f32)
-    fail("out: expected float32 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + rows + ", " +
+    fail("out: expected float32 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + rows() + ", " +
          std::to_string(L.dv) + "], got " + std::string(dtype_name(out.dtype)) + " " + out.shape_str());
   if (!lse.empty() && (lse.rank != q.rank - 1 || lse.shape[0] != L.B || lse.shape[1] != L.Hq ||
                        (q.rank == 4 && lse.shape[2] != L.Nq) || (lse.dtype != DType::f32 && lse.dtype != DType::f64)))
-    fail("lse: expected float32 or float64 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + rows +
+    fail("lse: expected float32 or float64 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + rows() +
          "], got " + std::string(dtype_name(lse.dtype)) + " " + lse.shape_str());
   if (o.window_left < -1) fail("window_left: expected -1 (none) or >= 0, got " + std::to_string(o.window_left));
   if (o.window_right < -1 || (o.causal && o.window_right > 0))

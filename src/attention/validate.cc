@@ -85,20 +85,24 @@ void fill_shapes(Params& p, const TensorView& q, const TensorView& k, const Tens
   p.Hkv = k.shape[1];
   p.Nkv = k.shape[2];
   p.dv = v.shape[3];
-  const std::string qs = "q " + q0.shape_str(), ks = "k " + k0.shape_str(), vs = "v " + v0.shape_str();
+  // The shapes as the messages name them, formatted only for a message (an ostringstream each: a
+  // few hundred nanoseconds a call otherwise).
+  const auto qs = [&] { return "q " + q0.shape_str(); };
+  const auto ks = [&] { return "k " + k0.shape_str(); };
+  const auto vs = [&] { return "v " + v0.shape_str(); };
   if (k.dtype != q.dtype || v.dtype != q.dtype)
     fail("q, k, v: dtypes differ (q " + std::string(dtype_name(q.dtype)) + ", k " +
          std::string(dtype_name(k.dtype)) + ", v " + std::string(dtype_name(v.dtype)) + ")");
   if (k.shape[0] != p.B || v.shape[0] != p.B)
-    fail("k, v: batch must match q's (" + qs + ", " + ks + ", " + vs + ")");
+    fail("k, v: batch must match q's (" + qs() + ", " + ks() + ", " + vs() + ")");
   if (k.shape[3] != p.dk)
     fail("k: last dimension dk = " + std::to_string(k.shape[3]) + " must equal q's dk = " +
-         std::to_string(p.dk) + " (" + qs + ", " + ks + ")");
+         std::to_string(p.dk) + " (" + qs() + ", " + ks() + ")");
   if (v.shape[1] != p.Hkv || v.shape[2] != p.Nkv)
-    fail("v: heads and keys must match k's (" + ks + ", " + vs + ")");
+    fail("v: heads and keys must match k's (" + ks() + ", " + vs() + ")");
   if (p.Hq % p.Hkv != 0)
     fail("k: query heads Hq = " + std::to_string(p.Hq) + " must be a multiple of key/value heads Hkv = " +
-         std::to_string(p.Hkv) + " (" + qs + ", " + ks + ")");
+         std::to_string(p.Hkv) + " (" + qs() + ", " + ks() + ")");
 }
 
 // A float vector argument of shape [n] (stride kept), or [rows, n] when rows > 0 is allowed,
