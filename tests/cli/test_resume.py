@@ -55,8 +55,8 @@ def uninterrupted(tmp_path_factory):
 
 
 def test_sigkill_midway_then_resume_is_byte_identical(tmp_path, uninterrupted):
-    out, partial = tmp_path / "swept.csv", tmp_path / "swept.csv.partial"
-    kill_after_records(SWEEP, out, tmp_path, 3)
+    out = tmp_path / "swept.csv"
+    partial = kill_after_records(SWEEP, out, tmp_path, 3)
     done = journal_records(partial)
     assert 3 <= done < POINTS
     assert not out.exists(), "a killed run left a partial result file"
@@ -71,8 +71,8 @@ def test_sigkill_midway_then_resume_is_byte_identical(tmp_path, uninterrupted):
 
 
 def test_torn_journal_tail_is_recovered(tmp_path, uninterrupted):
-    out, partial = tmp_path / "t.csv", tmp_path / "t.csv.partial"
-    kill_after_records(SWEEP, out, tmp_path, 2)
+    out = tmp_path / "t.csv"
+    partial = kill_after_records(SWEEP, out, tmp_path, 2)
     with open(partial, "ab") as f:  # a record cut short, as a kill inside write() would leave it
         f.write(b"R 39 4000 0123456789abcdef\n1\n2;3:abc")
     r = run(SWEEP + ["--out", str(out), "--resume"], tmp_path, timeout=600)
