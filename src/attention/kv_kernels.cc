@@ -388,10 +388,10 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
 }
 
 // stream_row (kv_kernels.h). The scalar target goes key by key (StreamRowT); vector targets in
-// tiles of 16 keys (StreamTiles, below). Why K and V side by side: a path that reads a tile's K
-// rows, then (after the softmax) its V rows, makes its arithmetic and its memory traffic add up
-// rather than overlap; reading K rows beside V rows keeps both streams moving together (measured
-// in docs/performance.md).
+// tiles of 16 keys (StreamKeys where dk = dv is 4, 8 or 16 vectors, else StreamTiles; below).
+// Why K and V side by side: a path that reads a tile's K rows, then (after the softmax) its V
+// rows, makes its arithmetic and its memory traffic add up rather than overlap; reading K rows
+// beside V rows keeps both streams moving together (measured in docs/performance.md).
 //
 // One key's score s = Q·K_j (two accumulators, as ScoresRows), then its online-softmax step:
 // alpha rescales what was summed before, p weighs this key.
@@ -602,6 +602,144 @@ HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, R vrow, S vsc,
   }
 }
 
+// Rows 0, 1, 2, .. of R in turn. Rows at a stride are walked by a pointer stepped by the stride:
+// forming row x as base + x·stride for every key (a multiply on each row's address) read K and V
+// from DRAM at 0.75-0.88 of the rate of the same loop with the pointer stepped (float32, H = 8,
+// d = 128, Nkv = 65536, alternated call by call; docs/performance.md). Rows by pointer are read
+// from the array.
+template <class R>
+struct RowCursor {
+  R rows;
+  size_t x = 0;
+  auto operator*() const { return rows[x]; }
+  void operator++() { ++x; }
+};
+template <>
+struct RowCursor<StridedRows> {
+  const char* p;
+  std::ptrdiff_t stride;
+  explicit RowCursor(StridedRows r) : p(r.base), stride(r.stride) {}
+  const void* operator*() const { return p; }
+  void operator++() { p += stride; }
+};
+template <>
+struct RowCursor<StridedScales> {
+  const float* p;
+  std::ptrdiff_t stride;
+  explicit RowCursor(StridedScales r) : p(r.base), stride(r.stride) {}
+  const float* operator*() const { return p; }
+  void operator++() { p += stride; }
+};
+
+// stream_row with dk = dv = CB vectors (the query and output rows in registers): tiles of
+// kStreamKeys keys as StreamTiles, but key by key: tile t's scores are in, then for each x the
+// score of tile t + 1's key x (one K row) and the update by tile t's key x (one V row), so that K
+// and V are read a row each in turn, kStreamKeys keys apart. Against StreamTiles' four keys a step
+// (four K rows, then four V rows), alternated call by call, float32, H = 8, d = 128, Nkv = 65536:
+// 0.61-0.76 -> 0.93-1.0 of a copy's rate in the same run (docs/performance.md). A key's score is
+// KeyScore's arithmetic (even and odd vectors, then their lane sum); an int8 key's is
+// Σ_b scale_b·(Q·K)_b over its blocks b of 32 values, even and odd blocks in two sums, and its V
+// row goes in with one coefficient p·scale_b a block (as TileUpdate).
+template <int kType, size_t CB, class R, class S>
+HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l, float* O,
+                           size_t ahead, size_t known, const RowTransform* tf) {
+  const DF d;
+  constexpr size_t L = hn::MaxLanes(DF());
+  constexpr size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2, row_bytes = CB * L * esize;
+  constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one int8 block
+  static_assert(CB % kPer == 0);
+  // The query row in registers beside the output row while both fit the accumulator budget, else
+  // read from L1 (d = 256 on AVX-512). Raw vectors: as Highway's vector structs GCC kept them on
+  // the stack (see StreamTiles).
+  constexpr bool kQueryInRegisters = 2 * CB <= kAccumulators;
+  constexpr size_t QR = kQueryInRegisters ? CB : 1;
+  RawF q[QR], acc[CB];
+#pragma GCC unroll 16
+  for (size_t c = 0; c < CB; ++c) acc[c] = ToRaw(hn::LoadU(d, O + c * L));
+  if constexpr (kQueryInRegisters)
+#pragma GCC unroll 16
+    for (size_t c = 0; c < CB; ++c) q[c] = ToRaw(hn::LoadU(d, Q + c * L));
+  const auto query = [&](size_t c) HWY_ATTR {
+    if constexpr (kQueryInRegisters) return FromRaw(q[c]);
+    else return hn::LoadU(d, Q + c * L);
+  };
+  const auto score = [&](const void* row, const float* sc) HWY_ATTR {
+    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+    if constexpr (kType == kI8) {
+#pragma GCC unroll 16
+      for (size_t b = 0; b < CB / kPer; ++b) {
+        VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), query(b * kPer));
+#pragma GCC unroll 4
+        for (size_t e = 1; e < kPer; ++e) t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), query(b * kPer + e), t);
+        if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
+        else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
+      }
+    } else {
+      (void)sc;
+#pragma GCC unroll 16
+      for (size_t c = 0; c + 1 < CB; c += 2) {
+        a0 = hn::MulAdd(LoadRow<kType>(d, row, nullptr, c * L), query(c), a0);
+        a1 = hn::MulAdd(LoadRow<kType>(d, row, nullptr, (c + 1) * L), query(c + 1), a1);
+      }
+      if constexpr (CB % 2 == 1) a0 = hn::MulAdd(LoadRow<kType>(d, row, nullptr, (CB - 1) * L), query(CB - 1), a0);
+    }
+    return hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+  };
+  // Rows `ahead` keys past those read (int8: with their scales), a line at a time, up to key
+  // `known`: K rows are read a tile before their V rows, so one prefetch serves both when ahead >=
+  // kStreamKeys; short of that, K's own rows `ahead` past them (as StreamTiles). Walked by cursors
+  // as the rows read.
+  const size_t k_ahead = ahead >= kStreamKeys ? ahead : kStreamKeys + ahead;
+  RowCursor<R> kp{krow + k_ahead}, vp{vrow + ahead}, kc{krow}, vc{vrow};
+  // int8 scales likewise (other types: null, never read).
+  RowCursor<S> ksp{ksc ? ksc + k_ahead : S()}, vsp{vsc ? vsc + ahead : S()}, ksr{ksc}, vsr{vsc};
+  float mm = *m, ll = *l;
+  HWY_ALIGN float s[2][kStreamKeys] = {};  // defined lanes past a short first tile (transforms read them)
+  const size_t first = nk < kStreamKeys ? nk : kStreamKeys;
+  for (size_t x = 0; x < first; ++x, ++kc, ++ksr) s[0][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
+  for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
+    const size_t n = nk - j < kStreamKeys ? nk - j : kStreamKeys;
+    const size_t rest = nk - j - n, next = rest < kStreamKeys ? rest : kStreamKeys;
+    if (tf) TransformScores(d, s[t], j, kStreamKeys, *tf);
+    const float alpha = TileSoftmax(d, n, s[t], mm, ll);
+    if (alpha != 1.0f)
+#pragma GCC unroll 16
+      for (size_t c = 0; c < CB; ++c) acc[c] = ToRaw(hn::Mul(FromRaw(acc[c]), hn::Set(d, alpha)));
+    for (size_t x = 0; x < n; ++x, ++vc, ++vsr) {
+      if (ahead) {
+        if (j + x + k_ahead < known) {
+          prefetch_bytes(*kp, row_bytes, CacheLevel::near);
+          if constexpr (kType == kI8) prefetch_line(*ksp, CacheLevel::near);
+        }
+        if (j + x + ahead < known) {
+          prefetch_bytes(*vp, row_bytes, CacheLevel::near);
+          if constexpr (kType == kI8) prefetch_line(*vsp, CacheLevel::near);
+        }
+        ++kp, ++vp;
+        if constexpr (kType == kI8) ++ksp, ++vsp;
+      }
+      if (x < next) {
+        s[t ^ 1][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
+        ++kc, ++ksr;
+      }
+      const void* row = *vc;
+#pragma GCC unroll 16
+      for (size_t b = 0; b < CB / kPer; ++b) {
+        const VF cf = hn::Set(d, kType == kI8 ? s[t][x] * (*vsr)[b] : s[t][x]);
+#pragma GCC unroll 4
+        for (size_t e = 0; e < kPer; ++e) {
+          const size_t c = b * kPer + e;
+          acc[c] = ToRaw(hn::MulAdd(cf, LoadRaw<kType>(d, row, c * L), FromRaw(acc[c])));
+        }
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (size_t c = 0; c < CB; ++c) hn::StoreU(FromRaw(acc[c]), d, O + c * L);
+  *m = mm;
+  *l = ll;
+}
+
 // stream_row on vector targets: the keys in tiles of kStreamKeys (the last one partial). With the
 // output row in registers (CB > 0) the tiles are pipelined: while tile t's V rows update the row,
 // kStep keys at a time, tile t + 1's scores are computed kStep keys at a time between them, so that
@@ -690,6 +828,12 @@ template <int kType, size_t kStep, class R, class S>
 HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
                                float* l, float* O, size_t ahead, size_t known, size_t L,
                                const RowTransform* tf) {
+  if (dk == dv) {  // key by key (StreamKeys)
+    if constexpr (kAccumulators >= 16)
+      if (dv == 16 * L) return StreamKeys<kType, 16>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 8 * L) return StreamKeys<kType, 8>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 4 * L) return StreamKeys<kType, 4>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  }
   if constexpr (kAccumulators >= 16)
     if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
   if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
@@ -703,7 +847,8 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
                        float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
 #if HWY_TARGET != HWY_SCALAR
   const size_t L = hn::Lanes(DF());
-  // int8 rows of up to 128 values go 16 keys a step (a tile), the others 4. Against 4, alternated
+  // StreamTiles' step (rows with dk = dv in registers take StreamKeys, a row at a time): int8
+  // rows of up to 128 values go 16 keys a step (a tile), the others 4. Against 4, alternated
   // in one process (H = 8, Nkv = 65536, 2 threads, 9 rounds, two runs): int8 d = 64 0.81-0.84 of
   // the time, d = 128 0.91-0.92; int8 d = 256 1.11. For float32 and bf16 rows 4 stays: 8 or 16
   // keys were slower or within the noise (float32 d = 128, 16 keys 1.08-1.10; bf16 d = 128 1.05-1.10,

@@ -245,6 +245,9 @@ const std::vector<Case>& cases() {
       {2, 2, 64, 256, 16, -1, {300, 1029}},            // one row, dv = 256: the output row in 16 registers
       {16, 16, 32, 32, 16, -1, {1100, 5, 1300, 77}},   // one row, 64 (sequence, KV head) pairs: longer chunks
       {32, 16, 32, 32, 16, -1, {1500, 1, 2, 1200}},    // the same with groups of 2
+      {4, 4, 128, 128, 16, -1, {2053, 17, 1}},         // one row, dk = dv: key by key, short last tiles
+      {2, 2, 64, 64, 7, 1030, {1031, 4099}},           // the same at d = 64 with a window off a chunk edge
+      {2, 2, 256, 256, 16, -1, {300, 33}},             // the same at d = 256 (the query row read from L1)
   };
   return c;
 }
@@ -330,8 +333,9 @@ TEST(KVCache, Int8MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind:
 TEST(KVCache, SoftcapAndAlibiMatchReferenceInEveryLayoutOnEveryTarget) {
   for_each_target([] {
     std::uint64_t seed = 1300;
-    // MQA group 8; one row per KV head with a window across a chunk edge; one row, paged blocks of 5.
-    for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{7}}) {
+    // MQA group 8; one row per KV head with a window across a chunk edge; one row, paged blocks of 5;
+    // one row with dk = dv (key by key), with and without a window.
+    for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{11}, std::size_t{12}}) {
       const Case& cs = cases()[i];
       Transforms both;
       both.softcap = 1.5;  // scores of these inputs are of order 1: the cap bends them
@@ -361,6 +365,7 @@ TEST(KVCache, LeftPaddingMatchesReferenceInEveryLayoutOnEveryTarget) {
       {3, {2000, 0, 50, 101}},    // sliding window: start before it, inside it; one key left
       {6, {1, 5, 0}},             // one row per KV head, output row in registers
       {7, {1000, 17}},            // one row, window, blocks of 5
+      {11, {5, 0, 1}},            // one row, dk = dv: the first tile short, the whole sequence, none
   };
   // Two element types a case, turning: each type in several cases.
   const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
