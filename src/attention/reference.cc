@@ -77,9 +77,9 @@ std::vector<double> dropout_factors(const Params& p, std::int64_t b, std::int64_
 
 // The reference holds one head's Nq × Nkv probabilities (double) and visibility flags at once.
 void check_score_matrix(const Params& p) {
-  detail::check_allocation("reference: one head's " + std::to_string(p.Nq) + " x " + std::to_string(p.Nkv) +
-                               " score matrix",
-                           9.0 * static_cast<double>(p.Nq) * static_cast<double>(p.Nkv));
+  detail::check_allocation(
+      [&] { return "reference: one head's " + std::to_string(p.Nq) + " x " + std::to_string(p.Nkv) + " score matrix"; },
+      9.0 * static_cast<double>(p.Nq) * static_cast<double>(p.Nkv));
 }
 
 void forward_params(const Params& p) {

@@ -11,12 +11,14 @@ namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
 
-std::string dims(std::int64_t a, std::int64_t b, std::int64_t c) {
-  return std::string("[") + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + "]";
+std::string dims(const std::int64_t* a, int n) {
+  std::string s = "[";
+  for (int i = 0; i < n; ++i) (s += i ? ", " : "") += std::to_string(a[i]);
+  return s + "]";
 }
 std::string dims(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
-  return std::string("[") + std::to_string(a) + ", " + std::to_string(b) + ", " + std::to_string(c) + ", " +
-         std::to_string(d) + "]";
+  const std::int64_t x[4] = {a, b, c, d};
+  return dims(x, 4);
 }
 
 // Left-pads `t` to `rank` with size-1, stride-0 dimensions.
@@ -58,17 +60,18 @@ TensorView operand(const char* name, const TensorView& t) {
   return pad_rank(t, 4);
 }
 
-// An output view of a fixed shape (after left-padding), with an allowed dtype.
-TensorView output(const char* name, const TensorView& t, int rank, const std::int64_t* want,
-                  const std::string& want_str, bool any_float, DType must) {
+// An output view of shape `want` (after left-padding), with an allowed dtype. The shapes are
+// formatted for a message only (this runs on every call).
+TensorView output(const char* name, const TensorView& t, int rank, const std::int64_t* want, bool any_float,
+                  DType must) {
   if (t.data == nullptr) fail(std::string(name) + ": missing (null data pointer)");
   if (t.rank < 1 || t.rank > rank)
-    fail(std::string(name) + ": expected shape " + want_str + ", got rank " + std::to_string(t.rank) +
-         " " + t.shape_str());
+    fail(std::string(name) + ": expected shape " + dims(want, rank) + ", got rank " + std::to_string(t.rank) + " " +
+         t.shape_str());
   TensorView p = pad_rank(t, rank);
   for (int d = 0; d < rank; ++d)
     if (p.shape[d] != want[d])
-      fail(std::string(name) + ": expected shape " + want_str + ", got " + t.shape_str());
+      fail(std::string(name) + ": expected shape " + dims(want, rank) + ", got " + t.shape_str());
   if (any_float ? !computable(t.dtype) : t.dtype != must)
     fail(std::string(name) + ": dtype must be " +
          (any_float ? std::string("float32, float64 or bfloat16") : std::string(dtype_name(must))) + ", got " +
@@ -110,13 +113,15 @@ void fill_shapes(Params& p, const TensorView& q, const TensorView& k, const Tens
 }  // namespace
 
 TensorView check_per_head(const char* name, const TensorView& t, std::int64_t n, std::int64_t rows) {
-  const std::string want = rows > 0 ? std::string("[") + std::to_string(n) + "] or [" + std::to_string(rows) + ", " +
-                                          std::to_string(n) + "]"
-                                    : std::string("[") + std::to_string(n) + "]";
+  const auto want = [&] {  // for a message only
+    return rows > 0 ? std::string("[") + std::to_string(n) + "] or [" + std::to_string(rows) + ", " +
+                          std::to_string(n) + "]"
+                    : std::string("[") + std::to_string(n) + "]";
+  };
   if (t.dtype != DType::f32 && t.dtype != DType::f64)
     fail(std::string(name) + ": dtype must be float32 or float64, got " + std::string(dtype_name(t.dtype)));
   const bool ok = (t.rank == 1 && t.shape[0] == n) || (rows > 0 && t.rank == 2 && t.shape[0] == rows && t.shape[1] == n);
-  if (!ok) fail(std::string(name) + ": expected shape " + want + ", got " + t.shape_str());
+  if (!ok) fail(std::string(name) + ": expected shape " + want() + ", got " + t.shape_str());
   for (std::int64_t e = 0; e < t.numel(); ++e) {
     const std::int64_t r = t.rank == 2 ? e / n : 0, c = e % n;
     const char* at = static_cast<const char*>(t.data) +
@@ -165,11 +170,13 @@ void fill_options(Params& p, const Options& options) {
   fill_transforms(p, options);
   const TensorView& mk = m.explicit_mask;
   if (mk.data == nullptr) return;
-  const std::string want = std::string("[") + std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "] or [" +
-                           std::to_string(p.B) + "|1, " + std::to_string(p.Hq) + "|1, " +
-                           std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "]";
+  const auto want = [&] {  // for a message only
+    return std::string("[") + std::to_string(p.Nq) + ", " + std::to_string(p.Nkv) + "] or [" +
+           std::to_string(p.B) + "|1, " + std::to_string(p.Hq) + "|1, " + std::to_string(p.Nq) + ", " +
+           std::to_string(p.Nkv) + "]";
+  };
   if (mk.rank < 2 || mk.rank > 4)
-    fail("mask: expected shape " + want + ", got rank " + std::to_string(mk.rank) + " " + mk.shape_str());
+    fail("mask: expected shape " + want() + ", got rank " + std::to_string(mk.rank) + " " + mk.shape_str());
   if (mk.dtype != DType::u8 && mk.dtype != DType::f32 && mk.dtype != DType::f64)
     fail("mask: dtype must be bool/uint8, float32 or float64, got " + std::string(dtype_name(mk.dtype)));
   TensorView t = pad_rank(mk, 4);
@@ -178,7 +185,7 @@ void fill_options(Params& p, const Options& options) {
     const bool broadcast = d < 2 && t.shape[d] == 1;
     if (!broadcast && t.shape[d] != full[d])
       fail("mask: shape " + mk.shape_str() + " does not broadcast to " + dims(p.B, p.Hq, p.Nq, p.Nkv) +
-           " (expected " + want + ")");
+           " (expected " + want() + ")");
     if (broadcast) t.strides[d] = 0;
   }
   t.shape = {p.B, p.Hq, p.Nq, p.Nkv};
@@ -204,15 +211,14 @@ Params make_forward_params(const TensorView& q0, const TensorView& k0, const Ten
   Params p;
   fill_inputs(p, q0, k0, v0, options);
   const std::int64_t out_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
-  p.out = output("out", outputs.out, 4, out_shape, dims(p.B, p.Hq, p.Nq, p.dv),
-                 kernel == Kernel::reference, p.dtype);
+  p.out = output("out", outputs.out, 4, out_shape, kernel == Kernel::reference, p.dtype);
   if (outputs.lse.data) {
     const std::int64_t s[3] = {p.B, p.Hq, p.Nq};
-    p.lse = output("lse", outputs.lse, 3, s, dims(p.B, p.Hq, p.Nq), true, p.dtype);
+    p.lse = output("lse", outputs.lse, 3, s, true, p.dtype);
   }
   if (outputs.probs.data) {
     const std::int64_t s[4] = {p.B, p.Hq, p.Nq, p.Nkv};
-    p.probs = output("probs", outputs.probs, 4, s, dims(p.B, p.Hq, p.Nq, p.Nkv), true, p.dtype);
+    p.probs = output("probs", outputs.probs, 4, s, true, p.dtype);
   }
   return p;
 }
@@ -226,28 +232,27 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
   p.lse_covers_keys = options.lse_covers_keys;
   const bool any = kernel == Kernel::reference;
   const std::int64_t o_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
-  const std::string o_str = dims(p.B, p.Hq, p.Nq, p.dv);
-  p.dO = output("dout", dout, 4, o_shape, o_str, any, p.dtype);
+  p.dO = output("dout", dout, 4, o_shape, any, p.dtype);
   if (kernel == Kernel::fast) {
-    p.out = output("out", out, 4, o_shape, o_str, false, p.dtype);
+    p.out = output("out", out, 4, o_shape, false, p.dtype);
     const std::int64_t s[3] = {p.B, p.Hq, p.Nq};
-    p.lse = output("lse", lse, 3, s, dims(p.B, p.Hq, p.Nq), true, p.dtype);
+    p.lse = output("lse", lse, 3, s, true, p.dtype);
   }
   const std::int64_t q_shape[4] = {p.B, p.Hq, p.Nq, p.dk};
   const std::int64_t k_shape[4] = {p.B, p.Hkv, p.Nkv, p.dk};
   const std::int64_t v_shape[4] = {p.B, p.Hkv, p.Nkv, p.dv};
-  p.dQ = output("dq", grads.dq, 4, q_shape, dims(p.B, p.Hq, p.Nq, p.dk), any, p.dtype);
-  p.dK = output("dk", grads.dk, 4, k_shape, dims(p.B, p.Hkv, p.Nkv, p.dk), any, p.dtype);
-  p.dV = output("dv", grads.dv, 4, v_shape, dims(p.B, p.Hkv, p.Nkv, p.dv), any, p.dtype);
+  p.dQ = output("dq", grads.dq, 4, q_shape, any, p.dtype);
+  p.dK = output("dk", grads.dk, 4, k_shape, any, p.dtype);
+  p.dV = output("dv", grads.dv, 4, v_shape, any, p.dtype);
   if (grads.dsinks.data) {
     if (p.sinks.empty()) fail("dsinks: given without sinks");
     const std::int64_t s[1] = {p.Hq};
-    p.dSinks = output("dsinks", grads.dsinks, 1, s, std::string("[") + std::to_string(p.Hq) + "]", true, p.dtype);
+    p.dSinks = output("dsinks", grads.dsinks, 1, s, true, p.dtype);
   }
   if (grads.dbias.data) {
     if (p.mask.empty() || p.mask.dtype == DType::u8) fail("dbias: given without an additive float mask");
     const std::int64_t s[4] = {p.B, p.Hq, p.Nq, p.Nkv};
-    p.dBias = output("dbias", grads.dbias, 4, s, dims(p.B, p.Hq, p.Nq, p.Nkv), true, p.dtype);
+    p.dBias = output("dbias", grads.dbias, 4, s, true, p.dtype);
   }
   return p;
 }

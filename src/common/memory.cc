@@ -17,10 +17,14 @@
 namespace attnscale::detail {
 
 std::int64_t memory_limit_bytes() {
-  struct sysinfo info {};
-  if (sysinfo(&info) != 0) return std::int64_t{1} << 50;
-  const double bytes = (static_cast<double>(info.totalram) + static_cast<double>(info.totalswap)) * info.mem_unit;
-  return bytes > 0x1p62 ? std::int64_t{1} << 62 : static_cast<std::int64_t>(bytes);
+  // Read once (sysinfo is a system call): every tensor's allocation is checked against it.
+  static const std::int64_t limit = [] {
+    struct sysinfo info {};
+    if (sysinfo(&info) != 0) return std::int64_t{1} << 50;
+    const double bytes = (static_cast<double>(info.totalram) + static_cast<double>(info.totalswap)) * info.mem_unit;
+    return bytes > 0x1p62 ? std::int64_t{1} << 62 : static_cast<std::int64_t>(bytes);
+  }();
+  return limit;
 }
 
 std::string format_bytes(double bytes) {
@@ -35,11 +39,9 @@ std::string format_bytes(double bytes) {
   return buf;
 }
 
-void check_allocation(const std::string& what, double bytes) {
-  const std::int64_t limit = memory_limit_bytes();
-  if (bytes > static_cast<double>(limit))
-    throw Error(what + " needs " + format_bytes(bytes) + ", more than the " + format_bytes(static_cast<double>(limit)) +
-                " of memory (RAM + swap) this machine has");
+void fail_allocation(const std::string& what, double bytes) {
+  throw Error(what + " needs " + format_bytes(bytes) + ", more than the " +
+              format_bytes(static_cast<double>(memory_limit_bytes())) + " of memory (RAM + swap) this machine has");
 }
 
 namespace {

@@ -19,8 +19,13 @@ std::int64_t memory_limit_bytes();
 std::string format_bytes(double bytes);
 
 // Throws Error("<what> needs <bytes>, more than the <limit> of memory (RAM + swap) this machine has")
-// when `bytes` (may be computed in double to avoid overflow) exceeds memory_limit_bytes().
-void check_allocation(const std::string& what, double bytes);
+// when `bytes` (may be computed in double to avoid overflow) exceeds memory_limit_bytes(). `what` is
+// a callable returning the name, called only for the message (every tensor is checked).
+[[noreturn]] void fail_allocation(const std::string& what, double bytes);
+template <class What>
+void check_allocation(const What& what, double bytes) {
+  if (bytes > static_cast<double>(memory_limit_bytes())) fail_allocation(what(), bytes);
+}
 
 // `bytes` of memory, 64-byte aligned, released with release_block; nullptr when none is left.
 // Blocks of 4 MiB and more start on a 2 MiB boundary and ask for transparent huge pages (as numpy

@@ -4,7 +4,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
-#include <sstream>
 
 #include "attnscale/error.h"
 #include "common/memory.h"
@@ -93,11 +92,9 @@ bool TensorView::is_contiguous() const {
 }
 
 std::string TensorView::shape_str() const {
-  std::ostringstream s;
-  s << '[';
-  for (int d = 0; d < rank; ++d) s << (d ? ", " : "") << shape[d];
-  s << ']';
-  return s.str();
+  std::string s = "[";
+  for (int d = 0; d < rank; ++d) (s += d ? ", " : "") += std::to_string(shape[d]);
+  return s + "]";
 }
 
 Tensor::Tensor(DType dtype, std::initializer_list<std::int64_t> shape)
@@ -130,7 +127,7 @@ Tensor::Tensor(DType dtype, const std::int64_t* shape, int rank) {
     if (__builtin_mul_overflow(stride, view_.shape[d], &stride)) stride = INT64_MAX;
   }
   std::size_t bytes = static_cast<std::size_t>(n) * dtype_size(dtype);
-  detail::check_allocation("tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)),
+  detail::check_allocation([&] { return "tensor " + view_.shape_str() + " " + std::string(dtype_name(dtype)); },
                            static_cast<double>(bytes));
   std::byte* p = static_cast<std::byte*>(detail::allocate_block(bytes));
   if (!p)
