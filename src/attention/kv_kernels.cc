@@ -603,8 +603,8 @@ HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, R vrow, S vsc,
 }
 
 // Rows 0, 1, 2, .. of R in turn. Rows at a stride are walked by a pointer stepped by the stride:
-// forming row x as base + x·stride for every key (a multiply on each row's address) read K and V
-// from DRAM at 0.75-0.88 of the rate of the same loop with the pointer stepped (float32, H = 8,
+// with row x formed as base + x·stride for every key (a multiply on each row's address) the same
+// loop read K and V from DRAM at 0.78-0.88 of a copy's rate, stepped at 0.93-1.0 (float32, H = 8,
 // d = 128, Nkv = 65536, alternated call by call; docs/performance.md). Rows by pointer are read
 // from the array.
 template <class R>
@@ -614,32 +614,26 @@ struct RowCursor {
   auto operator*() const { return rows[x]; }
   void operator++() { ++x; }
 };
-template <>
-struct RowCursor<StridedRows> {
-  const char* p;
+template <class R>
+concept Strided = requires(R r) { r.base + r.stride; };  // StridedRows, StridedScales
+template <Strided R>
+struct RowCursor<R> {
+  decltype(R::base) p;  // const char* (stride in bytes) or const float* (in floats)
   std::ptrdiff_t stride;
-  explicit RowCursor(StridedRows r) : p(r.base), stride(r.stride) {}
-  const void* operator*() const { return p; }
-  void operator++() { p += stride; }
-};
-template <>
-struct RowCursor<StridedScales> {
-  const float* p;
-  std::ptrdiff_t stride;
-  explicit RowCursor(StridedScales r) : p(r.base), stride(r.stride) {}
-  const float* operator*() const { return p; }
+  explicit RowCursor(R r) : p(r.base), stride(r.stride) {}
+  auto operator*() const { return p; }
   void operator++() { p += stride; }
 };
 
-// stream_row with dk = dv = CB vectors (the query and output rows in registers): tiles of
-// kStreamKeys keys as StreamTiles, but key by key: tile t's scores are in, then for each x the
-// score of tile t + 1's key x (one K row) and the update by tile t's key x (one V row), so that K
-// and V are read a row each in turn, kStreamKeys keys apart. Against StreamTiles' four keys a step
-// (four K rows, then four V rows), alternated call by call, float32, H = 8, d = 128, Nkv = 65536:
-// 0.61-0.76 -> 0.93-1.0 of a copy's rate in the same run (docs/performance.md). A key's score is
-// KeyScore's arithmetic (even and odd vectors, then their lane sum); an int8 key's is
-// Σ_b scale_b·(Q·K)_b over its blocks b of 32 values, even and odd blocks in two sums, and its V
-// row goes in with one coefficient p·scale_b a block (as TileUpdate).
+// stream_row with dk = dv = CB vectors (the output row, and the query row where both fit, in
+// registers): tiles of kStreamKeys keys as StreamTiles, but key by key: tile t's scores are in,
+// then for each x the score of tile t + 1's key x (one K row) and the update by tile t's key x
+// (one V row), so that K and V are read a row each in turn, kStreamKeys keys apart. StreamTiles' four keys a step (four K
+// rows, then four V rows) read at 0.73-0.76 of a copy's rate where a loop of this shape read at
+// 0.93-1.0, alternated call by call (float32, H = 8, d = 128, Nkv = 65536; docs/performance.md).
+// A key's score is KeyScore's arithmetic (even and odd vectors, then their lane sum); an int8
+// key's is Σ_b scale_b·(Q·K)_b over its blocks b of 32 values, even and odd blocks in two sums,
+// and its V row goes in with one coefficient p·scale_b a block (as TileUpdate).
 template <int kType, size_t CB, class R, class S>
 HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l, float* O,
                            size_t ahead, size_t known, const RowTransform* tf) {
@@ -685,10 +679,14 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
     }
     return hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
   };
-  // Rows `ahead` keys past those read (int8: with their scales), a line at a time, up to key
-  // `known`: K rows are read a tile before their V rows, so one prefetch serves both when ahead >=
+  // int8 rows and their scales `ahead` keys past those read, a line at a time, up to key `known`:
+  // K rows are read a tile before their V rows, so one prefetch serves both when ahead >=
   // kStreamKeys; short of that, K's own rows `ahead` past them (as StreamTiles). Walked by cursors
-  // as the rows read.
+  // as the rows read. The other types go without: read a row at a time they were faster left to
+  // the hardware prefetcher (calls alternated in one process, H = 8, Nkv = 65536, 8 KiB ahead
+  // against none: without, bf16 d = 128 took 0.83-0.89 of the time, float32 d = 64 0.89-0.90,
+  // bf16 d = 64 0.96-0.97; int8 d = 128 took 0.94-0.97 of the time with it, d = 64 1.05).
+  if constexpr (kType != kI8) ahead = 0;
   const size_t k_ahead = ahead >= kStreamKeys ? ahead : kStreamKeys + ahead;
   RowCursor<R> kp{krow + k_ahead}, vp{vrow + ahead}, kc{krow}, vc{vrow};
   // int8 scales likewise (other types: null, never read).
