@@ -628,9 +628,10 @@ struct RowCursor<R> {
 // stream_row with dk = dv = CB vectors (the output row, and the query row where both fit, in
 // registers): tiles of kStreamKeys keys as StreamTiles, but key by key: tile t's scores are in,
 // then for each x the score of tile t + 1's key x (one K row) and the update by tile t's key x
-// (one V row), so that K and V are read a row each in turn, kStreamKeys keys apart. StreamTiles' four keys a step (four K
-// rows, then four V rows) read at 0.73-0.76 of a copy's rate where a loop of this shape read at
-// 0.93-1.0, alternated call by call (float32, H = 8, d = 128, Nkv = 65536; docs/performance.md).
+// (one V row), so that K and V are read a row each in turn, kStreamKeys keys apart. StreamTiles'
+// four keys a step (four K rows, then four V rows) read at 0.73-0.76 of a copy's rate where a
+// loop of this shape read at 0.93-1.0, alternated call by call (float32, H = 8, d = 128,
+// Nkv = 65536; docs/performance.md).
 // A key's score is KeyScore's arithmetic (even and odd vectors, then their lane sum); an int8
 // key's is Σ_b scale_b·(Q·K)_b over its blocks b of 32 values, even and odd blocks in two sums,
 // and its V row goes in with one coefficient p·scale_b a block (as TileUpdate).
@@ -689,12 +690,16 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
   if constexpr (kType != kI8) ahead = 0;
   const size_t k_ahead = ahead >= kStreamKeys ? ahead : kStreamKeys + ahead;
   RowCursor<R> kp{krow + k_ahead}, vp{vrow + ahead}, kc{krow}, vc{vrow};
-  // int8 scales likewise (other types: null, never read).
+  // int8 scales likewise (other types: null, never read or stepped).
   RowCursor<S> ksp{ksc ? ksc + k_ahead : S()}, vsp{vsc ? vsc + ahead : S()}, ksr{ksc}, vsr{vsc};
+  const auto next_k = [&] {  // the next K row (and its scales) to score
+    ++kc;
+    if constexpr (kType == kI8) ++ksr;
+  };
   float mm = *m, ll = *l;
   HWY_ALIGN float s[2][kStreamKeys] = {};  // defined lanes past a short first tile (transforms read them)
   const size_t first = nk < kStreamKeys ? nk : kStreamKeys;
-  for (size_t x = 0; x < first; ++x, ++kc, ++ksr) s[0][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
+  for (size_t x = 0; x < first; ++x, next_k()) s[0][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
   for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
     const size_t n = nk - j < kStreamKeys ? nk - j : kStreamKeys;
     const size_t rest = nk - j - n, next = rest < kStreamKeys ? rest : kStreamKeys;
@@ -703,7 +708,7 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
     if (alpha != 1.0f)
 #pragma GCC unroll 16
       for (size_t c = 0; c < CB; ++c) acc[c] = ToRaw(hn::Mul(FromRaw(acc[c]), hn::Set(d, alpha)));
-    for (size_t x = 0; x < n; ++x, ++vc, ++vsr) {
+    for (size_t x = 0; x < n; ++x, ++vc) {
       if (ahead) {
         if (j + x + k_ahead < known) {
           prefetch_bytes(*kp, row_bytes, CacheLevel::near);
@@ -718,7 +723,7 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
       }
       if (x < next) {
         s[t ^ 1][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
-        ++kc, ++ksr;
+        next_k();
       }
       const void* row = *vc;
 #pragma GCC unroll 16
@@ -730,6 +735,7 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
           acc[c] = ToRaw(hn::MulAdd(cf, LoadRaw<kType>(d, row, c * L), FromRaw(acc[c])));
         }
       }
+      if constexpr (kType == kI8) ++vsr;
     }
   }
 #pragma GCC unroll 16
