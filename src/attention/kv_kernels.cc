@@ -625,16 +625,15 @@ struct RowCursor<R> {
   void operator++() { p += stride; }
 };
 
-// stream_row with dk = dv = CB vectors (the output row, and the query row where both fit, in
-// registers): tiles of kStreamKeys keys as StreamTiles, but key by key: tile t's scores are in,
-// then for each x the score of tile t + 1's key x (one K row) and the update by tile t's key x
-// (one V row), so that K and V are read a row each in turn, kStreamKeys keys apart. StreamTiles'
-// four keys a step (four K rows, then four V rows) read at 0.73-0.76 of a copy's rate where a
-// loop of this shape read at 0.93-1.0, alternated call by call (float32, H = 8, d = 128,
-// Nkv = 65536; docs/performance.md).
+// stream_row with dk = dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
+// as StreamTiles, but key by key: tile t's scores are in, then for each x the score of tile
+// t + 1's key x (one K row) and the update by tile t's key x (one V row), so that K and V are read
+// a row each in turn, kStreamKeys keys apart. StreamTiles' four keys a step (four K rows, then
+// four V rows) read at 0.73-0.76 of a copy's rate where a loop of this shape read at 0.93-1.0,
+// alternated call by call (float32, H = 8, d = 128, Nkv = 65536; docs/performance.md).
 // A key's score is KeyScore's arithmetic (even and odd vectors, then their lane sum); an int8
 // key's is Σ_b scale_b·(Q·K)_b over its blocks b of 32 values, even and odd blocks in two sums,
-// and its V row goes in with one coefficient p·scale_b a block (as TileUpdate).
+// and its V row goes in through TileUpdate, one coefficient p·scale_b a block.
 template <int kType, size_t CB, class R, class S>
 HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l, float* O,
                            size_t ahead, size_t known, const RowTransform* tf) {
@@ -643,42 +642,28 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
   constexpr size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2, row_bytes = CB * L * esize;
   constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one int8 block
   static_assert(CB % kPer == 0);
-  // The query row in registers beside the output row while both fit the accumulator budget, else
-  // read from L1 (d = 256 on AVX-512). Raw vectors: as Highway's vector structs GCC kept them on
-  // the stack (see StreamTiles).
-  constexpr bool kQueryInRegisters = 2 * CB <= kAccumulators;
-  constexpr size_t QR = kQueryInRegisters ? CB : 1;
-  RawF q[QR], acc[CB];
+  // Raw vectors: as Highway's vector structs GCC kept them on the stack (see StreamTiles).
+  RawF acc[CB];
 #pragma GCC unroll 16
   for (size_t c = 0; c < CB; ++c) acc[c] = ToRaw(hn::LoadU(d, O + c * L));
-  if constexpr (kQueryInRegisters)
-#pragma GCC unroll 16
-    for (size_t c = 0; c < CB; ++c) q[c] = ToRaw(hn::LoadU(d, Q + c * L));
-  const auto query = [&](size_t c) HWY_ATTR {
-    if constexpr (kQueryInRegisters) return FromRaw(q[c]);
-    else return hn::LoadU(d, Q + c * L);
-  };
+  // A key's score: KeyScore's, or for int8 one product sum a block of 32, times its scale.
   const auto score = [&](const void* row, const float* sc) HWY_ATTR {
-    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-    if constexpr (kType == kI8) {
+    if constexpr (kType != kI8) {
+      (void)sc;
+      return KeyScore<kType>(d, CB * L, row, nullptr, Q);
+    } else {
+      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
 #pragma GCC unroll 16
       for (size_t b = 0; b < CB / kPer; ++b) {
-        VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), query(b * kPer));
+        VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), hn::LoadU(d, Q + b * 32));
 #pragma GCC unroll 4
-        for (size_t e = 1; e < kPer; ++e) t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), query(b * kPer + e), t);
+        for (size_t e = 1; e < kPer; ++e)
+          t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), hn::LoadU(d, Q + b * 32 + e * L), t);
         if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
         else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
       }
-    } else {
-      (void)sc;
-#pragma GCC unroll 16
-      for (size_t c = 0; c + 1 < CB; c += 2) {
-        a0 = hn::MulAdd(LoadRow<kType>(d, row, nullptr, c * L), query(c), a0);
-        a1 = hn::MulAdd(LoadRow<kType>(d, row, nullptr, (c + 1) * L), query(c + 1), a1);
-      }
-      if constexpr (CB % 2 == 1) a0 = hn::MulAdd(LoadRow<kType>(d, row, nullptr, (CB - 1) * L), query(CB - 1), a0);
+      return hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
     }
-    return hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
   };
   // int8 rows and their scales `ahead` keys past those read, a line at a time, up to key `known`:
   // K rows are read a tile before their V rows, so one prefetch serves both when ahead >=
@@ -726,15 +711,8 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
         next_k();
       }
       const void* row = *vc;
-#pragma GCC unroll 16
-      for (size_t b = 0; b < CB / kPer; ++b) {
-        const VF cf = hn::Set(d, kType == kI8 ? s[t][x] * (*vsr)[b] : s[t][x]);
-#pragma GCC unroll 4
-        for (size_t e = 0; e < kPer; ++e) {
-          const size_t c = b * kPer + e;
-          acc[c] = ToRaw(hn::MulAdd(cf, LoadRaw<kType>(d, row, c * L), FromRaw(acc[c])));
-        }
-      }
+      const float* sc = kType == kI8 ? *vsr : nullptr;
+      TileUpdate<kType, CB>(d, 0, 1, &row, &sc, s[t] + x, acc);  // this key's V row
       if constexpr (kType == kI8) ++vsr;
     }
   }
