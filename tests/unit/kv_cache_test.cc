@@ -247,7 +247,7 @@ const std::vector<Case>& cases() {
       {32, 16, 32, 32, 16, -1, {1500, 1, 2, 1200}},    // the same with groups of 2
       {4, 4, 128, 128, 16, -1, {2053, 17, 1}},         // one row, dk = dv: key by key, short last tiles
       {2, 2, 64, 64, 7, 1030, {1031, 4099}},           // the same at d = 64 with a window off a chunk edge
-      {2, 2, 256, 256, 16, -1, {300, 33}},             // the same at d = 256 (the query row read from L1)
+      {2, 2, 256, 256, 16, -1, {300, 33}},             // the same at d = 256 (16 vectors)
   };
   return c;
 }
