@@ -1,7 +1,8 @@
 // The forward's two tile products on one thread, L1/L2-resident, as fractions of the fp32 FMA
 // peak: scores Sᵀ = K·Qᵀ (64 keys x 64 queries x d) and O = α·O + P·V (64 queries x d x 64 keys),
-// by Gemm (the shared kernel, C through memory once per inner block) and by TileGemm (the
-// forward's, the running sums in registers; same bits). Times are CPU time, so that another
+// by Gemm (the shared kernel, C through memory once per inner block), by TileGemm (the running
+// sums in registers; same bits) and as the forward runs them (forward_gemm, forward_pv: P·V in one
+// chain per tile; kernels.cc). Times are CPU time, so that another
 // process on the core does not count: build/bin/tile_products_bench.
 #include <benchmark/benchmark.h>
 
@@ -45,27 +46,30 @@ Array filled(std::size_t n, float x) {
   return a;
 }
 
-// Args: d, product (0: scores, 1: P·V), kernel (0: gemm, 1: tile_gemm).
+// Args: d, product (0: scores, 1: P·V), kernel (0: gemm, 1: tile_gemm, 2: the forward's: forward_pv
+// for P·V, forward_gemm for the scores).
 void TileProduct(benchmark::State& state) {
   const std::size_t d = state.range(0), n = 64;
-  const bool pv = state.range(1), tile = state.range(2);
+  const bool pv = state.range(1);
+  const int kernel = state.range(2);
   // 64-byte aligned, as the forward's operands (std::vector's 16-byte alignment splits every vector
   // load of a row across two cache lines: P·V at d = 128 then ran at 0.74-0.90 from build to build).
   const Array K = filled(n * d, 0.01f), Qt = filled(d * n, 0.02f), St = filled(n * n, 0.5f), V = filled(n * d, 0.1f),
               O = filled(n * d, 0.0f), alpha = filled(n, 1.0f);
-  const auto product = tile ? simd::tile_gemm : simd::gemm;
+  const auto product = kernel == 2 ? simd::forward_gemm : kernel == 1 ? simd::tile_gemm : simd::gemm;
   peak();
   const double t0 = cpu_seconds();
   for (auto _ : state) {
-    if (pv) product(n, d, n, St.get(), 1, n, V.get(), d, O.get(), d, simd::kRescaleAccumulate, alpha.get());
+    if (pv && kernel == 2) simd::forward_pv(n, d, n, St.get(), 1, n, V.get(), d, O.get(), d, alpha.get());
+    else if (pv) product(n, d, n, St.get(), 1, n, V.get(), d, O.get(), d, simd::kRescaleAccumulate, alpha.get());
     else product(n, n, d, K.get(), d, 1, Qt.get(), n, St.get(), n, simd::kOverwrite, nullptr);
     benchmark::ClobberMemory();
   }
   const double rate = 2.0 * n * n * d * state.iterations() / (cpu_seconds() - t0);
   state.counters["of_fma_peak"] = rate / peak();
-  state.SetLabel(std::string(pv ? "P.V" : "scores") + (tile ? " tile_gemm" : " gemm"));
+  state.SetLabel(std::string(pv ? "P.V" : "scores") + (kernel == 2 ? " forward" : kernel == 1 ? " tile_gemm" : " gemm"));
 }
-BENCHMARK(TileProduct)->ArgsProduct({{64, 128}, {0, 1}, {0, 1}})->MinTime(0.2);
+BENCHMARK(TileProduct)->ArgsProduct({{64, 128}, {0, 1}, {0, 1, 2}})->MinTime(0.2);
 
 }  // namespace
 

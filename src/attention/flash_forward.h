@@ -120,8 +120,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
       accumulate_visible(p, rb, j0, nk, s.st.get(), prs, pcs, V, v.ld, s);
     else
-      Ops<T>::forward_gemm(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, simd::kRescaleAccumulate,
-                   s.alpha.get());
+      Ops<T>::forward_pv(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, s.alpha.get());
   }
 }
 

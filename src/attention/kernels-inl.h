@@ -134,13 +134,13 @@ HWY_INLINE void ColumnBlock(DF d, size_t M, size_t K, size_t kb, const float* A,
 
 // C[M x N] (ldc) = init + A·B, A read element-wise through (ars, acs) so that transposed and
 // strided operands need no copy, B row-major with unit column stride (ldb). See MicroTile.
-// Each element's operations and their order depend only on K (InnerBlock), not on the loop
-// order over tiles.
+// Each element's operations and their order depend only on K and the inner block kb (0 for
+// InnerBlock(K)), not on the loop order over tiles.
 void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, const float* B,
-          size_t ldb, float* C, size_t ldc, int mode, const float* row_scale) {
+          size_t ldb, float* C, size_t ldc, int mode, const float* row_scale, size_t kb) {
   const DF d;
   const size_t L = hn::Lanes(d);
-  const size_t kb = InnerBlock(K);
+  if (kb == 0) kb = InnerBlock(K);
   size_t n = 0;
   for (; n + kNR * L <= N; n += kNR * L)
     ColumnBlock<kNR, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
@@ -308,10 +308,10 @@ void TileGemmMode(size_t M, size_t N, size_t K, size_t kb, const float* A, size_
 }
 
 void TileGemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, const float* B, size_t ldb,
-              float* C, size_t ldc, int mode, const float* row_scale) {
-  if constexpr (!kTileSums) return Gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+              float* C, size_t ldc, int mode, const float* row_scale, size_t kb) {
+  if constexpr (!kTileSums) return Gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale, kb);
   const size_t L = hn::Lanes(DF());
-  const size_t kb = InnerBlock(K);
+  if (kb == 0) kb = InnerBlock(K);
   // Every row tile of a column block reads the block's B panel (K x kSumNR·L); panels over
   // 16 KiB (d = 128 at 3 x 4: 32 KiB) would leave L1 between row tiles. Such K is cut into
   // spans whose panel fits (whole inner blocks), each span's sums added to C through memory

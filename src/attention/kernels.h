@@ -25,6 +25,11 @@ void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std:
 void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                   const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode,
                   const float* row_scale = nullptr);
+// The forward's P·V over one key tile, C = row_scale·C + A·B (forward_gemm's mode 2), each
+// element's K products (K <= kBc) summed in one chain rather than in InnerBlock(K) blocks
+// (kernels.cc).
+void forward_pv(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+                const float* B, std::size_t ldb, float* C, std::size_t ldc, const float* row_scale);
 
 // Online-softmax step over a transposed score tile (see kernels-inl.h). cols: a multiple of 16.
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,

@@ -388,7 +388,8 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
 }
 
 // stream_row (kv_kernels.h). The scalar target goes key by key (StreamRowT); vector targets in
-// tiles of 16 keys (StreamKeys where dk = dv is 4, 8 or 16 vectors, else StreamTiles; below).
+// tiles of 16 keys (StreamKeys where dv is 4, 8 or 16 vectors, but for int8 rows with dk != dv;
+// else StreamTiles; below).
 // Why K and V side by side: a path that reads a tile's K rows, then (after the softmax) its V
 // rows, makes its arithmetic and its memory traffic add up rather than overlap; reading K rows
 // beside V rows keeps both streams moving together (measured in docs/performance.md).
@@ -625,7 +626,7 @@ struct RowCursor<R> {
   void operator++() { p += stride; }
 };
 
-// stream_row with dk = dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
+// stream_row with dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
 // as StreamTiles, but key by key: tile t's scores are in, then for each x the score of tile
 // t + 1's key x (one K row) and the update by tile t's key x (one V row), so that K and V are read
 // a row each in turn, kStreamKeys keys apart. StreamTiles' four keys a step (four K rows, then
@@ -634,14 +635,16 @@ struct RowCursor<R> {
 // A key's score is KeyScore's arithmetic (even and odd vectors, then their lane sum); an int8
 // key's is Σ_b scale_b·(Q·K)_b over its blocks b of 32 values, even and odd blocks in two sums,
 // and its V row goes in through TileUpdate, one coefficient p·scale_b a block.
-template <int kType, size_t CB, class R, class S>
-HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l, float* O,
-                           size_t ahead, size_t known, const RowTransform* tf) {
+// dk is kDk (= dv, CB vectors, a constant for the compiler), or with kDk = 0 the dk given.
+template <int kType, size_t CB, size_t kDk, class R, class S>
+HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
+                           float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
   const DF d;
   constexpr size_t L = hn::MaxLanes(DF());
-  constexpr size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2, row_bytes = CB * L * esize;
+  constexpr size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2, v_bytes = CB * L * esize;
   constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one int8 block
-  static_assert(CB % kPer == 0);
+  static_assert(CB % kPer == 0 && (kDk == 0 || kDk == CB * L));
+  const size_t dk = kDk ? kDk : dk_given, k_bytes = dk * esize;
   // Raw vectors: as Highway's vector structs GCC kept them on the stack (see StreamTiles).
   RawF acc[CB];
 #pragma GCC unroll 16
@@ -650,11 +653,11 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
   const auto score = [&](const void* row, const float* sc) HWY_ATTR {
     if constexpr (kType != kI8) {
       (void)sc;
-      return KeyScore<kType>(d, CB * L, row, nullptr, Q);
+      return KeyScore<kType>(d, dk, row, nullptr, Q);
     } else {
       VF a0 = hn::Zero(d), a1 = hn::Zero(d);
 #pragma GCC unroll 16
-      for (size_t b = 0; b < CB / kPer; ++b) {
+      for (size_t b = 0; b < dk / 32; ++b) {
         VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), hn::LoadU(d, Q + b * 32));
 #pragma GCC unroll 4
         for (size_t e = 1; e < kPer; ++e)
@@ -696,11 +699,11 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
     for (size_t x = 0; x < n; ++x, ++vc) {
       if (ahead) {
         if (j + x + k_ahead < known) {
-          prefetch_bytes(*kp, row_bytes, CacheLevel::near);
+          prefetch_bytes(*kp, k_bytes, CacheLevel::near);
           if constexpr (kType == kI8) prefetch_line(*ksp, CacheLevel::near);
         }
         if (j + x + ahead < known) {
-          prefetch_bytes(*vp, row_bytes, CacheLevel::near);
+          prefetch_bytes(*vp, v_bytes, CacheLevel::near);
           if constexpr (kType == kI8) prefetch_line(*vsp, CacheLevel::near);
         }
         ++kp, ++vp;
@@ -722,8 +725,9 @@ HWY_INLINE void StreamKeys(size_t nk, R krow, S ksc, R vrow, S vsc, const float*
   *l = ll;
 }
 
-// stream_row on vector targets: the keys in tiles of kStreamKeys (the last one partial). With the
-// output row in registers (CB > 0) the tiles are pipelined: while tile t's V rows update the row,
+// stream_row on vector targets: the keys in tiles of kStreamKeys (the last one partial), for rows
+// StreamKeys does not take (int8 with dk != dv; dv not 4, 8 or 16 vectors). With the output row
+// in registers (CB > 0) the tiles are pipelined: while tile t's V rows update the row,
 // kStep keys at a time, tile t + 1's scores are computed kStep keys at a time between them, so that
 // its K rows are read beside tile t's V rows (from DRAM both streams then move together, as key
 // by key) and the softmax's chain of dependent steps overlaps the next tile's arithmetic.
@@ -810,16 +814,31 @@ template <int kType, size_t kStep, class R, class S>
 HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
                                float* l, float* O, size_t ahead, size_t known, size_t L,
                                const RowTransform* tf) {
-  if (dk == dv) {  // key by key (StreamKeys)
+  constexpr size_t kMaxL = hn::MaxLanes(DF());
+  // Key by key (StreamKeys), but int8 rows with dk != dv, which stay on StreamTiles: dk = 192,
+  // dv = 128, H = 8, two threads, alternated in one process against StreamTiles (fractions of a
+  // copy beside them; docs/performance.md): float32 from DRAM (Nkv = 32768) 1.042 against 0.767,
+  // cache-resident (H = 4, Nkv = 1024) 3.21 against 2.53 of the DRAM copy; bf16 1.130 against
+  // 0.712, cached 1.755 against 1.458; float16 1.148 / 1.232 against 0.955 / 1.021, cached
+  // 1.653 / 1.723 against 1.458 / 1.626; int8 0.809 / 0.736 / 0.826 against 0.792 / 0.824 /
+  // 0.832, cached (Nkv = 2048) 0.866 / 0.950 / 0.886 against 0.954 / 0.964 / 1.085.
+  if (dk == dv) {
     if constexpr (kAccumulators >= 16)
-      if (dv == 16 * L) return StreamKeys<kType, 16>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 8 * L) return StreamKeys<kType, 8>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 4 * L) return StreamKeys<kType, 4>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+      if (dv == 16 * L) return StreamKeys<kType, 16, 16 * kMaxL>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 8 * L) return StreamKeys<kType, 8, 8 * kMaxL>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 4 * L) return StreamKeys<kType, 4, 4 * kMaxL>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  } else if constexpr (kType != kI8) {
+    if constexpr (kAccumulators >= 16)
+      if (dv == 16 * L) return StreamKeys<kType, 16, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 8 * L) return StreamKeys<kType, 8, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 4 * L) return StreamKeys<kType, 4, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
   }
-  if constexpr (kAccumulators >= 16)
-    if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-  if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-  if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  if constexpr (kType == kI8) {
+    if constexpr (kAccumulators >= 16)
+      if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  }
   return StreamTiles<kType, 0, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);  // kStep unused
 }
 #endif
@@ -829,12 +848,10 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
                        float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
 #if HWY_TARGET != HWY_SCALAR
   const size_t L = hn::Lanes(DF());
-  // StreamTiles' step (rows with dk = dv in registers take StreamKeys, a row at a time): int8
-  // rows of up to 128 values go 16 keys a step (a tile), the others 4. Against 4, alternated
-  // in one process (H = 8, Nkv = 65536, 2 threads, 9 rounds, two runs): int8 d = 64 0.81-0.84 of
-  // the time, d = 128 0.91-0.92; int8 d = 256 1.11. For float32 and bf16 rows 4 stays: 8 or 16
-  // keys were slower or within the noise (float32 d = 128, 16 keys 1.08-1.10; bf16 d = 128 1.05-1.10,
-  // d = 256, 8 keys 1.11; bf16 d = 64, 8 keys 0.95 in one comparison, 1.02 in another).
+  // StreamTiles' step with the output row in registers, which only int8 rows with dk != dv take
+  // (StreamRowSteps): rows of up to 128 values go 16 keys a step (a tile), longer ones 4. Against 4,
+  // alternated in one process when every int8 row went this way (dk = dv, H = 8, Nkv = 65536,
+  // 2 threads, 9 rounds, two runs): d = 64 0.81-0.84 of the time, d = 128 0.91-0.92, d = 256 1.11.
   if constexpr (kType == kI8)
     if (dk <= 128) return StreamRowSteps<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L, tf);
   return StreamRowSteps<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L, tf);

@@ -53,6 +53,7 @@ struct RowBlock {
   std::int64_t b = 0, kh = 0, n = 0;
   std::int64_t h[kBr], i[kBr], lo[kBr], hi[kBr];
   std::int64_t lo_min = 0, hi_max = 0;  // union of the rows' key ranges
+  std::int64_t lo_max = 0, hi_min = 0;  // intersection of every row's key range, empty ones too
 
   void add(const Params& p, std::int64_t head, std::int64_t row) {
     const KeyRange r = key_range(p, row);
@@ -60,6 +61,8 @@ struct RowBlock {
     i[n] = row;
     lo[n] = r.lo;
     hi[n] = r.hi;
+    lo_max = n > 0 ? std::max(lo_max, r.lo) : r.lo;
+    hi_min = n > 0 ? std::min(hi_min, r.hi) : r.hi;
     if (r.lo < r.hi) {
       lo_min = any_ ? std::min(lo_min, r.lo) : r.lo;
       hi_max = any_ ? std::max(hi_max, r.hi) : r.hi;
@@ -87,6 +90,9 @@ inline RowBlock query_block(const Params& p, std::int64_t item, std::int64_t nqb
 // How a key tile [j0, j1) meets a block: no visible pair, every pair visible, or some of each.
 enum class TileKind { skip, full, partial };
 inline TileKind classify(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1) {
+  // The tile within every row's key range: each row meets it, so the loop below would say full
+  // (it took ~0.6% of the forward's samples, d = 128, N = 4096, once per tile and block).
+  if (p.mask.empty() && rb.n > 0 && j0 < j1 && rb.lo_max <= j0 && rb.hi_min >= j1) return TileKind::full;
   bool any = false, all = p.mask.empty();
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const bool meets = rb.lo[r] < j1 && rb.hi[r] > j0 && rb.lo[r] < rb.hi[r];
@@ -281,8 +287,12 @@ void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, do
       }
       return;
     }
-    for (std::int64_t c = 0; c < d; ++c)
-      for (std::int64_t r = 0; r < rb.n; ++r) Xt[c * ld + r] = rows[r][c * cs] * f;
+    // Row by row: each query row read front to back (a column at a time went across all rows for
+    // every column: 1.2% of the forward's samples at d = 128, N = 4096, one thread).
+    for (std::int64_t r = 0; r < rb.n; ++r) {
+      const T* src = rows[r];
+      for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + r] = src[c * cs] * f;
+    }
     return;
   }
   for (std::int64_t r = 0; r < rb.n; ++r)
@@ -329,6 +339,11 @@ struct Ops<float> {
                            std::int64_t acs, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
                            simd::GemmMode mode, const float* row_scale = nullptr) {
     simd::forward_gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+  }
+  static void forward_pv(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t ars,
+                         std::int64_t acs, const float* B, std::int64_t ldb, float* C, std::int64_t ldc,
+                         const float* row_scale) {
+    simd::forward_pv(M, N, K, A, ars, acs, B, ldb, C, ldc, row_scale);
   }
   static void softmax_update(float* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* m,
                              float* l, float* alpha) {
@@ -380,6 +395,11 @@ struct Ops<double> {
                            std::int64_t acs, const double* B, std::int64_t ldb, double* C, std::int64_t ldc,
                            simd::GemmMode mode, const double* row_scale = nullptr) {
     gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
+  }
+  static void forward_pv(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t ars,
+                         std::int64_t acs, const double* B, std::int64_t ldb, double* C, std::int64_t ldc,
+                         const double* row_scale) {
+    gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, simd::kRescaleAccumulate, row_scale);
   }
   static void softmax_update(double* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, double* m,
                              double* l, double* alpha) {

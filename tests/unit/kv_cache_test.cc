@@ -248,12 +248,14 @@ const std::vector<Case>& cases() {
       {4, 4, 128, 128, 16, -1, {2053, 17, 1}},         // one row, dk = dv: key by key, short last tiles
       {2, 2, 64, 64, 7, 1030, {1031, 4099}},           // the same at d = 64 with a window off a chunk edge
       {2, 2, 256, 256, 16, -1, {300, 33}},             // the same at d = 256 (16 vectors)
+      {2, 2, 192, 128, 16, -1, {1031, 2}},             // one row, dk != dv (dk 12 vectors): key by key, int8 by tiles
   };
   return c;
 }
 const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 needs multiples of 32)
   static const std::vector<Case> c = {{3, 1, 37, 5, 5, -1, {1, 1030}}, {2, 2, 1, 17, 3, 7, {13, 2}},
-                                      {4, 1, 37, 5, 5, -1, {39, 6}}, {8, 1, 19, 3, 4, 9, {41}}};
+                                      {4, 1, 37, 5, 5, -1, {39, 6}}, {8, 1, 19, 3, 4, 9, {41}},
+                                      {2, 2, 37, 64, 5, -1, {1030, 3}}};  // one row key by key, dk with a tail
   return c;
 }
 
