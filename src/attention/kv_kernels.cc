@@ -809,12 +809,20 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
 #endif
 
 #if HWY_TARGET != HWY_SCALAR
+// StreamKeys with dv = CB vectors, dk = dv a constant for the compiler (int8 rows: the only dk).
+template <int kType, size_t CB, class R, class S>
+HWY_INLINE void StreamKeysFor(size_t nk, size_t dk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
+                              float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
+  constexpr size_t kDv = CB * hn::MaxLanes(DF());
+  if (kType == kI8 || dk == kDv) return StreamKeys<kType, CB, kDv>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  if constexpr (kType != kI8) StreamKeys<kType, CB, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+}
+
 // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
 template <int kType, size_t kStep, class R, class S>
 HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
                                float* l, float* O, size_t ahead, size_t known, size_t L,
                                const RowTransform* tf) {
-  constexpr size_t kMaxL = hn::MaxLanes(DF());
   // Key by key (StreamKeys), but int8 rows with dk != dv, which stay on StreamTiles: dk = 192,
   // dv = 128, H = 8, two threads, alternated in one process against StreamTiles (fractions of a
   // copy beside them; docs/performance.md): float32 from DRAM (Nkv = 32768) 1.042 against 0.767,
@@ -822,16 +830,11 @@ HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R
   // 0.712, cached 1.755 against 1.458; float16 1.148 / 1.232 against 0.955 / 1.021, cached
   // 1.653 / 1.723 against 1.458 / 1.626; int8 0.809 / 0.736 / 0.826 against 0.792 / 0.824 /
   // 0.832, cached (Nkv = 2048) 0.866 / 0.950 / 0.886 against 0.954 / 0.964 / 1.085.
-  if (dk == dv) {
+  if (dk == dv || kType != kI8) {
     if constexpr (kAccumulators >= 16)
-      if (dv == 16 * L) return StreamKeys<kType, 16, 16 * kMaxL>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 8 * L) return StreamKeys<kType, 8, 8 * kMaxL>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 4 * L) return StreamKeys<kType, 4, 4 * kMaxL>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-  } else if constexpr (kType != kI8) {
-    if constexpr (kAccumulators >= 16)
-      if (dv == 16 * L) return StreamKeys<kType, 16, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 8 * L) return StreamKeys<kType, 8, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 4 * L) return StreamKeys<kType, 4, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+      if (dv == 16 * L) return StreamKeysFor<kType, 16>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 8 * L) return StreamKeysFor<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+    if (dv == 4 * L) return StreamKeysFor<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
   }
   if constexpr (kType == kI8) {
     if constexpr (kAccumulators >= 16)
