@@ -1,4 +1,5 @@
 // Validation of every public argument, and its translation into Params.
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -11,10 +12,11 @@ namespace {
 
 [[noreturn]] void fail(const std::string& msg) { throw Error(msg); }
 
-std::string dims(const std::int64_t* a, int n) {
-  std::string s = "[";
-  for (int i = 0; i < n; ++i) (s += i ? ", " : "") += std::to_string(a[i]);
-  return s + "]";
+std::string dims(const std::int64_t* a, int n) {  // "[a, b, c]", as TensorView::shape_str writes a shape
+  TensorView v;
+  v.rank = n;
+  std::copy_n(a, n, v.shape.begin());
+  return v.shape_str();
 }
 std::string dims(std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
   const std::int64_t x[4] = {a, b, c, d};
