@@ -351,7 +351,7 @@ void DotTile(size_t nk, size_t rows, size_t dk, const float* HWY_RESTRICT K, siz
       }
       if (c < full) a0 = FusedMulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
       if (full < dk) a1 = FusedMulAdd(hn::MaskedLoad(tail, d, k + full), hn::MaskedLoad(tail, d, q + full), a1);
-      St[r * lds + j] = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+      St[r * lds + j] = LaneSum(d, hn::Add(a0, a1));
     }
   }
 }
@@ -551,7 +551,7 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
     for (size_t r = 0; r < R; ++r) {
       const float a = hn::GetLane(ExpBelowMax(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
       alpha[r] = a;
-      l[r] = a * l[r] + hn::GetLane(hn::SumOfLanes(d, sum[r]));
+      l[r] = a * l[r] + LaneSum(d, sum[r]);
       m[r] = m_new[r];
     }
   }

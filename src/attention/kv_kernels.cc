@@ -37,8 +37,9 @@ using VF = hn::Vec<DF>;
 using detail::HWY_NAMESPACE::FromRaw;  // raw_vectors-inl.h
 using detail::HWY_NAMESPACE::RawF;
 using detail::HWY_NAMESPACE::ToRaw;
+using detail::HWY_NAMESPACE::LaneSum;  // lane_reduce-inl.h
 #if HWY_TARGET != HWY_SCALAR
-using detail::HWY_NAMESPACE::AddOp;  // lane_reduce-inl.h
+using detail::HWY_NAMESPACE::AddOp;
 using detail::HWY_NAMESPACE::Reduce4;
 #endif
 
@@ -125,7 +126,7 @@ HWY_INLINE void ScoresRows(size_t nk, size_t dk, const void* const* krow, const 
       for (size_t r = 0; r < NR; ++r) acc[r][0] = hn::MulAdd(k0, hn::LoadU(d, Q + r * ldq + c), acc[r][0]);
     }
     for (size_t r = 0; r < NR; ++r) {
-      float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(acc[r][0], acc[r][1])));
+      float s = LaneSum(d, hn::Add(acc[r][0], acc[r][1]));
       for (size_t e = full; e < dk; ++e) s += Q[r * ldq + e] * Element<kType>(krow[j], sc, e);
       S[r * lds + j] = s;
     }
@@ -406,7 +407,7 @@ HWY_INLINE float KeyScore(DF d, size_t dk, const void* krow, const float* ks, co
     a1 = hn::MulAdd(LoadRow<kType>(d, krow, ks, c + L), hn::LoadU(d, Q + c + L), a1);
   }
   if (c < full) a0 = hn::MulAdd(LoadRow<kType>(d, krow, ks, c), hn::LoadU(d, Q + c), a0);
-  float s = hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+  float s = LaneSum(d, hn::Add(a0, a1));
   for (size_t e = full; e < dk; ++e) s += Q[e] * Element<kType>(krow, ks, e);
   return s;
 }
@@ -559,7 +560,7 @@ HWY_INLINE float TileSoftmax(DF d, size_t nk, float* s, float& m, float& l) {
     sum = hn::Add(sum, p);
     hn::Store(p, d, s + i);
   }
-  l = alpha * l + hn::GetLane(hn::SumOfLanes(d, sum));
+  l = alpha * l + LaneSum(d, sum);
   return alpha;
 }
 
@@ -665,7 +666,7 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
         if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
         else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
       }
-      return hn::GetLane(hn::SumOfLanes(d, hn::Add(a0, a1)));
+      return LaneSum(d, hn::Add(a0, a1));
     }
   };
   // int8 rows and their scales `ahead` keys past those read, a line at a time, up to key `known`:
