@@ -669,18 +669,26 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
       return LaneSum(d, hn::Add(a0, a1));
     }
   };
-  // int8 rows and their scales `ahead` keys past those read, a line at a time, up to key `known`:
-  // K rows are read a tile before their V rows, so one prefetch serves both when ahead >=
-  // kStreamKeys; short of that, K's own rows `ahead` past them (as StreamTiles). Walked by cursors
-  // as the rows read. The other types go without: read a row at a time they were faster left to
-  // the hardware prefetcher (calls alternated in one process, H = 8, Nkv = 65536, 8 KiB ahead
-  // against none: without, bf16 d = 128 took 0.83-0.89 of the time, float32 d = 64 0.89-0.90,
-  // bf16 d = 64 0.96-0.97; int8 d = 128 took 0.94-0.97 of the time with it, d = 64 1.05).
+  // int8 rows `ahead` keys past those read, a line at a time, up to key `known`: K rows are read a
+  // tile before their V rows, so one prefetch serves both when ahead >= kStreamKeys; short of
+  // that, K's own rows `ahead` past them (as StreamTiles). Walked by cursors as the rows read. The
+  // other types go without: read a row at a time they were faster left to the hardware prefetcher
+  // (calls alternated in one process, H = 8, Nkv = 65536, 8 KiB ahead against none: without, bf16
+  // d = 128 took 0.83-0.89 of the time, float32 d = 64 0.89-0.90, bf16 d = 64 0.96-0.97; int8
+  // d = 128 took 0.94-0.97 of the time with it, d = 64 1.05). The scales of a contiguous int8
+  // cache are left to the hardware too: a line of them serves 4 keys (d = 128) or 8 (d = 64), and
+  // a prefetch of it on every key cost more than it saved (H = 8, Nkv = 65536, two threads,
+  // alternated, four runs: d = 128 0.92-0.94 of a copy without against 0.85-0.88 with; d = 64
+  // 0.76-0.78 against 0.72; one thread, K and V in L2: 8.4 ns a key against 8.8). A paged cache's
+  // scales, a block of 16 keys here and the next block elsewhere, keep theirs (0.55-0.56 of a copy
+  // with, 0.52 without; docs/performance.md).
   if constexpr (kType != kI8) ahead = 0;
   const size_t k_ahead = ahead >= kStreamKeys ? ahead : kStreamKeys + ahead;
   RowCursor<R> kp{krow + k_ahead}, vp{vrow + ahead}, kc{krow}, vc{vrow};
-  // int8 scales likewise (other types: null, never read or stepped).
-  RowCursor<S> ksp{ksc ? ksc + k_ahead : S()}, vsp{vsc ? vsc + ahead : S()}, ksr{ksc}, vsr{vsc};
+  // int8 scales as their rows (other types: null, never read or stepped), and when prefetched,
+  // `ahead` keys on.
+  constexpr bool kScaleLines = kType == kI8 && !Strided<S>;
+  RowCursor<S> ksp{kScaleLines ? ksc + k_ahead : S()}, vsp{kScaleLines ? vsc + ahead : S()}, ksr{ksc}, vsr{vsc};
   const auto next_k = [&] {  // the next K row (and its scales) to score
     ++kc;
     if constexpr (kType == kI8) ++ksr;
@@ -701,14 +709,14 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
       if (ahead) {
         if (j + x + k_ahead < known) {
           prefetch_bytes(*kp, k_bytes, CacheLevel::near);
-          if constexpr (kType == kI8) prefetch_line(*ksp, CacheLevel::near);
+          if constexpr (kScaleLines) prefetch_line(*ksp, CacheLevel::near);
         }
         if (j + x + ahead < known) {
           prefetch_bytes(*vp, v_bytes, CacheLevel::near);
-          if constexpr (kType == kI8) prefetch_line(*vsp, CacheLevel::near);
+          if constexpr (kScaleLines) prefetch_line(*vsp, CacheLevel::near);
         }
         ++kp, ++vp;
-        if constexpr (kType == kI8) ++ksp, ++vsp;
+        if constexpr (kScaleLines) ++ksp, ++vsp;
       }
       if (x < next) {
         s[t ^ 1][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
