@@ -60,7 +60,7 @@ std::int64_t chunk_keys(std::int64_t B, std::int64_t Hkv, std::int64_t max_len) 
 }
 constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is four 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
-constexpr std::int64_t kStreamAheadBytes = 8192;  // one query row: bytes of K and V kv::stream_row prefetches ahead
+constexpr std::int64_t kStreamAheadBytes = 16384;  // one query row: bytes of K and V kv::stream_row prefetches ahead
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 constexpr double kOneThreadBytes = 1 << 20;  // K and V bytes below which a call runs on one thread
@@ -340,7 +340,9 @@ class Chunk {
     // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
-    // contiguous or paged).
+    // contiguous or paged). 16 KiB against 8 KiB, calls alternated in one process (H = 8,
+    // Nkv = 65536, two threads, four runs): int8 d = 128 1.02-1.06 of a copy against 0.98-1.00;
+    // int8 d = 64, a paged int8 cache and K and V in cache the same (docs/performance.md).
     const std::int64_t key_bytes = kbytes_ + vbytes_ + (int8_ ? 4 * (L.dk + L.dv) / 32 : 0);
     stream_ahead_ = wide_f32 ? 0 : std::max<std::int64_t>(4, (kStreamAheadBytes / key_bytes + 3) / 4 * 4);
   }
