@@ -43,16 +43,36 @@ class LineFeed {
  public:
   LineFeed() = default;
   LineFeed(const void* const* rows, std::int64_t n, std::int64_t bytes)
-      : rows_(rows), n_(n), bytes_(bytes), row_lines_((bytes + 63) / 64) {}
+      : rows_(rows), n_(n), bytes_(bytes), row_lines_((bytes + 63) / 64) {
+    // Rows that follow each other in memory (a contiguous cache, whatever the tile) are walked as
+    // one run by a pointer: a line's prefetch then costs an add and a test, not a row lookup.
+    // GQA 32/4, d = 128, two threads, calls alternated in one process: 0.717-0.730 of a copy
+    // against 0.689-0.691 from DRAM, MQA 8/1 0.727-0.732 against 0.665-0.690; one thread, K and V
+    // in cache, 38.3 / 41.6 ns a key against 39.9 / 42.6 (docs/performance.md).
+    if (n > 0) {
+      const char* first = static_cast<const char*>(rows[0]);
+      bool run = true;
+      for (std::int64_t r = 1; r < n && run; ++r) run = rows[r] == first + r * bytes;
+      if (run) p_ = first, end_ = first + n * bytes;
+    }
+  }
 
   void pace(std::int64_t steps) {
-    const std::int64_t left = (n_ - row_) * row_lines_ - off_ / 64;
+    const std::int64_t left = p_ ? (end_ - p_ + 63) / 64 : (n_ - row_) * row_lines_ - off_ / 64;
     per_ = steps > 0 && left > 0 ? (left + steps - 1) / steps : 0;
   }
   void next() {
+    if (p_) {
+      for (std::int64_t i = 0; i < per_ && p_ < end_; ++i, p_ += 64) prefetch_line(p_, CacheLevel::near);
+      return;
+    }
     for (std::int64_t i = 0; i < per_; ++i) one();
   }
   void rest() {
+    if (p_) {
+      for (; p_ < end_; p_ += 64) prefetch_line(p_, CacheLevel::near);
+      return;
+    }
     while (row_ < n_) one();
   }
 
@@ -65,6 +85,8 @@ class LineFeed {
 
   const void* const* rows_ = nullptr;
   std::int64_t n_ = 0, bytes_ = 0, row_lines_ = 0, row_ = 0, off_ = 0, per_ = 0;
+  const char* p_ = nullptr;  // rows one run of memory: the next line, and the run's end
+  const char* end_ = nullptr;
 };
 
 }  // namespace attnscale::detail
