@@ -338,7 +338,7 @@ class Chunk {
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
     // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
-    // that lie kStreamAheadBytes of K and V (int8: with their scales) past those it computes, in
+    // that lie kStreamAheadBytes of K and V (int8: counting their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
     // contiguous or paged). 16 KiB against 8 KiB, calls alternated in one process (H = 8,
     // Nkv = 65536, two threads, four runs): int8 d = 128 1.02-1.06 of a copy against 0.98-1.00;

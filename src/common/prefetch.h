@@ -50,10 +50,10 @@ class LineFeed {
     // against 0.689-0.691 from DRAM, MQA 8/1 0.727-0.732 against 0.665-0.690; one thread, K and V
     // in cache, 38.3 / 41.6 ns a key against 39.9 / 42.6 (docs/performance.md).
     if (n > 0) {
-      const char* first = static_cast<const char*>(rows[0]);
+      const auto at = [&](std::int64_t r) { return reinterpret_cast<std::uintptr_t>(rows[r]); };
       bool run = true;
-      for (std::int64_t r = 1; r < n && run; ++r) run = rows[r] == first + r * bytes;
-      if (run) p_ = first, end_ = first + n * bytes;
+      for (std::int64_t r = 1; r < n && run; ++r) run = at(r) == at(0) + static_cast<std::uintptr_t>(r * bytes);
+      if (run) p_ = static_cast<const char*>(rows[0]), end_ = p_ + n * bytes;
     }
   }
 
