@@ -687,9 +687,10 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   RowCursor<R> kp{krow + k_ahead}, vp{vrow + ahead}, kc{krow}, vc{vrow};
   std::ptrdiff_t v_ahead = 0;  // bytes from a V row to the one `ahead` keys on (rows at a stride)
   if constexpr (Strided<R>) v_ahead = static_cast<std::ptrdiff_t>(ahead) * vrow.stride;
-  // int8 scales as their rows (other types: null, never read or stepped), and when prefetched,
-  // `ahead` keys on.
-  constexpr bool kScaleLines = kType == kI8 && !Strided<S>;
+  // int8 scales as their rows (other types: null, never read or stepped), and when prefetched
+  // (rows by pointer: the branch below that is not Strided<R>), `ahead` keys on.
+  static_assert(Strided<R> == Strided<S>, "rows and their scales both at a stride or both by pointer");
+  constexpr bool kScaleLines = kType == kI8 && !Strided<R>;
   RowCursor<S> ksp{kScaleLines ? ksc + k_ahead : S()}, vsp{kScaleLines ? vsc + ahead : S()}, ksr{ksc}, vsr{vsc};
   const auto next_k = [&] {  // the next K row (and its scales) to score
     ++kc;
