@@ -1062,15 +1062,83 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
   }
 }
 
-// One block of 8 packed rows against kQuadCallKeys keys (QuadKeys on 16 lanes; QuadKeys8 on 8,
-// one pass per four rows), scores into S[r][x]. The calls written out: a lambda around them made
-// the GQA decode 8-10% slower, a loop over AVX2's passes 4-6% (Hq = 32, Hkv = 4, one thread).
+// Groups of up to 4 rows on AVX-512, in the oct layout (kv_kernels.h). QuadKeys with rows 0-3
+// alone does one multiply-add per 128-bit broadcast of K, and those issue about once a cycle: in
+// L1 (one thread, d = 128, a tile called again and again) it took 8.9 ns a key for 32
+// multiply-adds, 4.9 at the FMA peak, the same 8.7-8.9 for 2 or 3 rows. Here a key's 8 columns,
+// broadcast to both 256-bit halves, feed two: lane 8h + i of accumulator v sums
+// Q[2v + h][8w + i]·K[8w + i] over w. At the end one block shuffle of a key's two accumulators
+// and an add leave row h's four lanes in block h, and QuadSums adds them for four keys.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kOcts = true;
+HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
+                        size_t nr, LineFeed& feed) {
+  const hn::Half<DF> dh;
+  const hn::Half<decltype(dh)> dq;
+  const size_t octs = dk / 8, tail = dk % 8;
+  VF a[kQuadKeys][2];
+#pragma GCC unroll 8
+  for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
+  for (size_t w = 0; w < octs; ++w) {
+    feed.next();
+    const VF q0 = hn::LoadU(d, packed + w * 32), q1 = hn::LoadU(d, packed + w * 32 + 16);
+    const float* const* rows = krow;  // row pointers read from memory each step (as QuadKeys)
+#if defined(__GNUC__)
+    asm("" : "+r"(rows));
+#endif
+#pragma GCC unroll 8
+    for (size_t x = 0; x < kQuadKeys; ++x) {
+      const VF k{_mm512_broadcast_f32x8(_mm256_loadu_ps(rows[x] + 8 * w))};
+      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
+      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
+    }
+  }
+  for (size_t t = 0; t < tail; ++t) {  // the last columns one at a time, each with its own Q lanes
+    const float* qt = packed + (octs + t) * 32;
+    const VF q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + 16);
+#pragma GCC unroll 8
+    for (size_t x = 0; x < kQuadKeys; ++x) {
+      const VF k = hn::Set(d, krow[x][8 * octs + t]);
+      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
+      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
+    }
+  }
+#pragma GCC unroll 2
+  for (size_t x = 0; x < kQuadKeys; x += 4) {
+    VF s[4];
+#pragma GCC unroll 4
+    for (size_t i = 0; i < 4; ++i) {  // blocks 0-1 of a half are row 2v + h's; to blocks h
+      const __m512 P = a[x + i][0].raw, R = a[x + i][1].raw;
+      s[i] = VF{_mm512_add_ps(_mm512_shuffle_f32x4(P, R, 0x88), _mm512_shuffle_f32x4(P, R, 0xDD))};
+    }
+    const VF r = QuadSums(d, s[0], s[1], s[2], s[3]);  // block h: row h's scores of keys x..x + 3
+    const auto lo = hn::LowerHalf(dh, r), hi = hn::UpperHalf(dh, r);
+    float* out = S + x;
+    hn::StoreU(hn::LowerHalf(dq, lo), dq, out);
+    if (1 < nr) hn::StoreU(hn::UpperHalf(dq, lo), dq, out + lds);
+    if (2 < nr) hn::StoreU(hn::LowerHalf(dq, hi), dq, out + 2 * lds);
+    if (3 < nr) hn::StoreU(hn::UpperHalf(dq, hi), dq, out + 3 * lds);
+  }
+}
+#else
+constexpr bool kOcts = false;
+#endif
+
+// One block of 8 packed rows against kQuadCallKeys keys (QuadKeys on 16 lanes, OctKeys for up to
+// 4 rows on AVX-512; QuadKeys8 on 8, one pass per four rows), scores into S[r][x]. The calls
+// written out: a lambda around them made the GQA decode 8-10% slower, a loop over AVX2's passes
+// 4-6% (Hq = 32, Hkv = 4, one thread).
 template <class D>
 constexpr size_t kQuadCallKeys = hn::MaxLanes(D()) == 16 ? kQuadKeys : kQuadKeys8;
 template <class D>
 HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* pk, float* S, size_t lds, size_t nr,
-                         LineFeed& feed) {
+                         bool octs, LineFeed& feed) {
   if constexpr (hn::MaxLanes(D()) == 16) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if (octs) return OctKeys(d, dk, rows, pk, S, lds, nr, feed);
+#else
+    (void)octs;
+#endif
     if (nr > 4) QuadKeys<2>(d, dk, rows, pk, S, lds, nr, feed);
     else QuadKeys<1>(d, dk, rows, pk, S, lds, nr, feed);
   } else {
@@ -1081,44 +1149,49 @@ HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* 
 
 template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the body
 HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
-                             float* S, size_t lds, LineFeed& shared) {
+                             float* S, size_t lds, LineFeed& shared, bool widened) {
   if constexpr (hn::MaxLanes(D()) == 16 || hn::MaxLanes(D()) == 8) {
     constexpr size_t kKeys = kQuadCallKeys<D>;
     const size_t block = quads_block(dk);
     LineFeed feed = shared;  // in registers while the keys stream
+    // Up to 4 rows on AVX-512, widened rows (in L1): OctKeys, its layout after the quad block
+    // (QuadCall). Float32 rows read from DRAM were 3-4% slower that way (Hq = 32, Hkv = 8 and
+    // Hq = 8, Hkv = 2, d = 128, two threads, calls alternated in one process; docs/performance.md).
+    const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && widened;
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
       const size_t passes = hn::MaxLanes(D()) == 8 && nr > 4 ? 2 : 1;  // QuadCall's calls of the kernel
-      feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * ((dk + 3) / 4)));
-      const float* pk = packed + r0 / 8 * block;
+      const size_t steps = octs ? (dk + 7) / 8 : (dk + 3) / 4;        // of the kernel's inner loop
+      feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * steps));
+      const float* pk = octs ? packed + block : packed + r0 / 8 * block;
       const float* rows_x[kKeys];
       size_t j = 0;
       for (; j + kKeys <= nk; j += kKeys) {
         for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const float*>(krow[j + x]);
-        QuadCall(d, dk, rows_x, pk, S + r0 * lds + j, lds, nr, feed);
+        QuadCall(d, dk, rows_x, pk, S + r0 * lds + j, lds, nr, octs, feed);
       }
       if (j < nk) {  // the last keys, the group filled up with the last row, into a scratch tile
         HWY_ALIGN float part[8 * kKeys];
         for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
-        QuadCall(d, dk, rows_x, pk, part, kKeys, nr, feed);
+        QuadCall(d, dk, rows_x, pk, part, kKeys, nr, octs, feed);
         for (size_t r = 0; r < nr; ++r)
           for (size_t x = 0; x < nk - j; ++x) S[(r0 + r) * lds + j + x] = part[r * kKeys + x];
       }
     }
     shared = feed;
   } else {
-    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)shared;
+    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)shared, (void)widened;
   }
 }
 
 #endif
 
 void ScoresQuads(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed, float* S,
-                 size_t lds, LineFeed& feed) {
+                 size_t lds, LineFeed& feed, bool widened) {
 #if HWY_TARGET != HWY_SCALAR
-  ScoresQuadsT(DF(), nk, rows, dk, krow, packed, S, lds, feed);
+  ScoresQuadsT(DF(), nk, rows, dk, krow, packed, S, lds, feed, widened);
 #else
-  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed;  // never called: 1 lane
+  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed, (void)widened;  // never called: 1 lane
 #endif
 }
 bool QuadsAvailable() {
@@ -1203,17 +1276,21 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
 }
 bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed) {
-  const std::size_t block = quads_block(dk), full = dk / 4 * 4;
+  const std::size_t block = quads_block(dk), full = dk / 4 * 4, full8 = dk / 8 * 8;
   std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < dk; ++c) {
       const std::size_t vec = c < full ? c / 4 : full / 4 + (c - full);  // a quad, or a last column alone
       packed[r / 8 * block + vec * 32 + (r % 8) / 4 * 16 + 4 * (r % 4) + c % 4] = Q[r * ldq + c];
+      if (rows <= 4) {  // the oct layout after the quad block
+        const std::size_t oct = c < full8 ? c / 8 : full8 / 8 + (c - full8);
+        packed[block + oct * 32 + 8 * r + c % 8] = Q[r * ldq + c];
+      }
     }
 }
 void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                  float* S, std::size_t lds, LineFeed& feed) {
-  HWY_DYNAMIC_DISPATCH(ScoresQuads)(nk, rows, dk, krow, packed, S, lds, feed);
+                  float* S, std::size_t lds, LineFeed& feed, bool widened) {
+  HWY_DYNAMIC_DISPATCH(ScoresQuads)(nk, rows, dk, krow, packed, S, lds, feed, widened);
 }
 
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
