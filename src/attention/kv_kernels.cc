@@ -1020,6 +1020,23 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
     }
 }
 
+// The last `tail` columns col + t one at a time (QuadKeys8, OctKeys): slot t of the packed rows
+// (32 floats from qt, its second vector `second` floats on) against K_x[col + t] broadcast, into
+// both accumulators of every key.
+template <size_t NK, class D>
+HWY_INLINE void TailColumns(D d, size_t tail, const float* qt, size_t second, const float* const* krow, size_t col,
+                            hn::Vec<D> (&a)[NK][2]) {
+  for (size_t t = 0; t < tail; ++t, qt += 32) {
+    const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + second);
+#pragma GCC unroll 8
+    for (size_t x = 0; x < NK; ++x) {
+      const auto k = hn::Set(d, krow[x][col + t]);
+      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
+      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
+    }
+  }
+}
+
 // The same for 8-lane targets (AVX2), whose 16 registers hold four keys against four rows: one
 // 128-bit broadcast of K_x's quad u feeds two accumulators (rows 0-1 and 2-3 of the pass, one row
 // per 128-bit block), 8 chains, one load per two multiply-adds; eight rows take two passes over
@@ -1044,16 +1061,7 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
       a[x][1] = hn::MulAdd(q1, k, a[x][1]);
     }
   }
-  for (size_t t = 0; t < tail; ++t) {  // as in QuadKeys
-    const float* qt = pq + (quads + t) * 32;
-    const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + 8);
-#pragma GCC unroll 4
-    for (size_t x = 0; x < kQuadKeys8; ++x) {
-      const auto k = hn::Set(d, krow[x][4 * quads + t]);
-      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
-      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
-    }
-  }
+  TailColumns(d, tail, pq + quads * 32, 8, krow, 4 * quads, a);  // as in QuadKeys
 #pragma GCC unroll 2
   for (size_t v = 0; v < 2; ++v) {  // block h of r: row 2v + h's four scores
     const auto r = QuadSums(d, a[0][v], a[1][v], a[2][v], a[3][v]);
@@ -1093,16 +1101,7 @@ HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* 
       a[x][1] = hn::MulAdd(q1, k, a[x][1]);
     }
   }
-  for (size_t t = 0; t < tail; ++t) {  // the last columns one at a time, each with its own Q lanes
-    const float* qt = packed + (octs + t) * 32;
-    const VF q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + 16);
-#pragma GCC unroll 8
-    for (size_t x = 0; x < kQuadKeys; ++x) {
-      const VF k = hn::Set(d, krow[x][8 * octs + t]);
-      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
-      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
-    }
-  }
+  TailColumns(d, tail, packed + octs * 32, 16, krow, 8 * octs, a);  // the last columns one at a time
 #pragma GCC unroll 2
   for (size_t x = 0; x < kQuadKeys; x += 4) {
     VF s[4];
