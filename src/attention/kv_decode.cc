@@ -456,7 +456,7 @@ class Chunk {
           rows = s.kfrow.data();
         }
         LineFeed feed(f.k + a, ahead, fk);
-        kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed);
+        kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed, L_.type != kv::kF32);
         feed.rest();
       } else {
         if (prefetch_k_) prefetch_rows(f.k + a, ahead, fk);

@@ -627,6 +627,41 @@ struct RowCursor<R> {
   void operator++() { p += stride; }
 };
 
+// bfloat16 rows a 32-bit word at a time. A bfloat16 is the upper half of a float32, so a word
+// holding elements 2i (low half) and 2i + 1 (high half) gives both as float32 with one operation
+// each: the word shifted left by 16 (PairLow) and the word with its low half cleared (PairHigh).
+// LoadRow's widening takes two (a cross-lane PromoteTo and a shift) for 16 values, where these
+// take two for 32. The lanes then hold a chunk of 2L elements as two vectors, its even elements
+// and its odd ones (the "pair order"): Q and the output row are put in that order once per call
+// (PairOrder) and back (RowOrder), and a dot product takes its terms in any order. One query row
+// a KV head, one thread, K and V in L2, calls alternated in one process: 0.85-0.95 of the time
+// (d = 64 and 128); from L3 and DRAM, where the reads bound it, no change (docs/performance.md).
+using VU = hn::Vec<hn::RebindToUnsigned<DF>>;
+HWY_INLINE VF PairLow(DF d, VU w) { return hn::BitCast(d, hn::ShiftLeft<16>(w)); }
+HWY_INLINE VF PairHigh(DF d, VU w) {
+  return hn::BitCast(d, hn::And(w, hn::Set(hn::RebindToUnsigned<DF>(), 0xFFFF0000u)));
+}
+// Words [c / 2, c / 2 + L) of a bfloat16 row: its elements [c, c + 2L).
+HWY_INLINE VU LoadPairs(const void* row, size_t c) {
+  return hn::LoadU(hn::RebindToUnsigned<DF>(), reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(row) + c));
+}
+// out = x (n elements, a multiple of 2L) in pair order: out[c + i] = x[c + 2i], out[c + L + i] =
+// x[c + 2i + 1] for each chunk c; RowOrder undoes it.
+HWY_INLINE void PairOrder(size_t L, const float* x, size_t n, float* out) {
+  for (size_t c = 0; c < n; c += 2 * L)
+    for (size_t i = 0; i < L; ++i) {
+      out[c + i] = x[c + 2 * i];
+      out[c + L + i] = x[c + 2 * i + 1];
+    }
+}
+HWY_INLINE void RowOrder(size_t L, const float* x, size_t n, float* out) {
+  for (size_t c = 0; c < n; c += 2 * L)
+    for (size_t i = 0; i < L; ++i) {
+      out[c + 2 * i] = x[c + i];
+      out[c + 2 * i + 1] = x[c + L + i];
+    }
+}
+
 // stream_row with dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
 // as StreamTiles, but key by key: tile t's scores are in, then for each x the score of tile
 // t + 1's key x (one K row) and the update by tile t's key x (one V row), so that K and V are read
@@ -635,7 +670,8 @@ struct RowCursor<R> {
 // alternated call by call (float32, H = 8, d = 128, Nkv = 65536; docs/performance.md).
 // A key's score is KeyScore's arithmetic (even and odd vectors, then their lane sum); an int8
 // key's is Σ_b scale_b·(Q·K)_b over its blocks b of 32 values, even and odd blocks in two sums,
-// and its V row goes in through TileUpdate, one coefficient p·scale_b a block.
+// and its V row goes in through TileUpdate, one coefficient p·scale_b a block. bfloat16 rows with
+// dk = dv go in pair order (kPairs, PairLow above), Q and the output row reordered around the keys.
 // dk is kDk (= dv, CB vectors, a constant for the compiler), or with kDk = 0 the dk given.
 template <int kType, size_t CB, size_t kDk, class R, class S>
 HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
@@ -644,15 +680,31 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   constexpr size_t L = hn::MaxLanes(DF());
   constexpr size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2, v_bytes = CB * L * esize;
   constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one int8 block
+  constexpr bool kPairs = kType == kBF16 && kDk > 0 && CB % 2 == 0;
   static_assert(CB % kPer == 0 && (kDk == 0 || kDk == CB * L));
   const size_t dk = kDk ? kDk : dk_given, k_bytes = dk * esize;
   // Raw vectors: as Highway's vector structs GCC kept them on the stack (see StreamTiles).
   RawF acc[CB];
+  HWY_ALIGN float qp[kPairs ? kDk : 1], op[kPairs ? CB * L : 1];  // Q and O in pair order
+  if constexpr (kPairs) {
+    PairOrder(L, Q, kDk, qp);
+    PairOrder(L, O, CB * L, op);
+  }
 #pragma GCC unroll 16
-  for (size_t c = 0; c < CB; ++c) acc[c] = ToRaw(hn::LoadU(d, O + c * L));
+  for (size_t c = 0; c < CB; ++c) acc[c] = ToRaw(hn::LoadU(d, (kPairs ? op : O) + c * L));
   // A key's score: KeyScore's, or for int8 one product sum a block of 32, times its scale.
   const auto score = [&](const void* row, const float* sc) HWY_ATTR {
-    if constexpr (kType != kI8) {
+    if constexpr (kPairs) {
+      (void)sc;
+      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+#pragma GCC unroll 16
+      for (size_t c = 0; c < kDk; c += 2 * L) {
+        const auto w = LoadPairs(row, c);
+        a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + c), a0);
+        a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + c + L), a1);
+      }
+      return LaneSum(d, hn::Add(a0, a1));
+    } else if constexpr (kType != kI8) {
       (void)sc;
       return KeyScore<kType>(d, dk, row, nullptr, Q);
     } else {
@@ -737,12 +789,23 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
       }
       const void* row = *vc;
       const float* sc = kType == kI8 ? *vsr : nullptr;
-      TileUpdate<kType, CB>(d, 0, 1, &row, &sc, s[t] + x, acc);  // this key's V row
+      if constexpr (kPairs) {  // this key's V row, in pair order
+        const VF p = hn::Set(d, s[t][x]);
+#pragma GCC unroll 16
+        for (size_t c = 0; c < CB; c += 2) {
+          const auto w = LoadPairs(row, c * L);
+          acc[c] = ToRaw(hn::MulAdd(p, PairLow(d, w), FromRaw(acc[c])));
+          acc[c + 1] = ToRaw(hn::MulAdd(p, PairHigh(d, w), FromRaw(acc[c + 1])));
+        }
+      } else {
+        TileUpdate<kType, CB>(d, 0, 1, &row, &sc, s[t] + x, acc);  // this key's V row
+      }
       if constexpr (kType == kI8) ++vsr;
     }
   }
 #pragma GCC unroll 16
-  for (size_t c = 0; c < CB; ++c) hn::StoreU(FromRaw(acc[c]), d, O + c * L);
+  for (size_t c = 0; c < CB; ++c) hn::StoreU(FromRaw(acc[c]), d, (kPairs ? op : O) + c * L);
+  if constexpr (kPairs) RowOrder(L, op, CB * L, O);
   *m = mm;
   *l = ll;
 }
@@ -957,6 +1020,23 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
     }
 }
 
+// The last `tail` columns col + t one at a time (QuadKeys8, OctKeys): slot t of the packed rows
+// (32 floats from qt, its second vector `second` floats on) against K_x[col + t] broadcast, into
+// both accumulators of every key.
+template <size_t NK, class D>
+HWY_INLINE void TailColumns(D d, size_t tail, const float* qt, size_t second, const float* const* krow, size_t col,
+                            hn::Vec<D> (&a)[NK][2]) {
+  for (size_t t = 0; t < tail; ++t, qt += 32) {
+    const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + second);
+#pragma GCC unroll 8
+    for (size_t x = 0; x < NK; ++x) {
+      const auto k = hn::Set(d, krow[x][col + t]);
+      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
+      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
+    }
+  }
+}
+
 // The same for 8-lane targets (AVX2), whose 16 registers hold four keys against four rows: one
 // 128-bit broadcast of K_x's quad u feeds two accumulators (rows 0-1 and 2-3 of the pass, one row
 // per 128-bit block), 8 chains, one load per two multiply-adds; eight rows take two passes over
@@ -981,16 +1061,7 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
       a[x][1] = hn::MulAdd(q1, k, a[x][1]);
     }
   }
-  for (size_t t = 0; t < tail; ++t) {  // as in QuadKeys
-    const float* qt = pq + (quads + t) * 32;
-    const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + 8);
-#pragma GCC unroll 4
-    for (size_t x = 0; x < kQuadKeys8; ++x) {
-      const auto k = hn::Set(d, krow[x][4 * quads + t]);
-      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
-      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
-    }
-  }
+  TailColumns(d, tail, pq + quads * 32, 8, krow, 4 * quads, a);  // as in QuadKeys
 #pragma GCC unroll 2
   for (size_t v = 0; v < 2; ++v) {  // block h of r: row 2v + h's four scores
     const auto r = QuadSums(d, a[0][v], a[1][v], a[2][v], a[3][v]);
@@ -999,15 +1070,74 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
   }
 }
 
-// One block of 8 packed rows against kQuadCallKeys keys (QuadKeys on 16 lanes; QuadKeys8 on 8,
-// one pass per four rows), scores into S[r][x]. The calls written out: a lambda around them made
-// the GQA decode 8-10% slower, a loop over AVX2's passes 4-6% (Hq = 32, Hkv = 4, one thread).
+// Groups of up to 4 rows on AVX-512, in the oct layout (kv_kernels.h). QuadKeys with rows 0-3
+// alone does one multiply-add per 128-bit broadcast of K, and those issue about once a cycle: in
+// L1 (one thread, d = 128, a tile called again and again) it took 8.9 ns a key for 32
+// multiply-adds, 4.9 at the FMA peak, the same 8.7-8.9 for 2 or 3 rows. Here a key's 8 columns,
+// broadcast to both 256-bit halves, feed two: lane 8h + i of accumulator v sums
+// Q[2v + h][8w + i]·K[8w + i] over w. At the end one block shuffle of a key's two accumulators
+// and an add leave row h's four lanes in block h, and QuadSums adds them for four keys.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kOcts = true;
+HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
+                        size_t nr, LineFeed& feed) {
+  const hn::Half<DF> dh;
+  const hn::Half<decltype(dh)> dq;
+  const size_t octs = dk / 8, tail = dk % 8;
+  VF a[kQuadKeys][2];
+#pragma GCC unroll 8
+  for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
+  for (size_t w = 0; w < octs; ++w) {
+    feed.next();
+    const VF q0 = hn::LoadU(d, packed + w * 32), q1 = hn::LoadU(d, packed + w * 32 + 16);
+    const float* const* rows = krow;  // row pointers read from memory each step (as QuadKeys)
+#if defined(__GNUC__)
+    asm("" : "+r"(rows));
+#endif
+#pragma GCC unroll 8
+    for (size_t x = 0; x < kQuadKeys; ++x) {
+      const VF k{_mm512_broadcast_f32x8(_mm256_loadu_ps(rows[x] + 8 * w))};
+      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
+      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
+    }
+  }
+  TailColumns(d, tail, packed + octs * 32, 16, krow, 8 * octs, a);  // the last columns one at a time
+#pragma GCC unroll 2
+  for (size_t x = 0; x < kQuadKeys; x += 4) {
+    VF s[4];
+#pragma GCC unroll 4
+    for (size_t i = 0; i < 4; ++i) {  // blocks 0-1 of a half are row 2v + h's; to blocks h
+      const __m512 P = a[x + i][0].raw, R = a[x + i][1].raw;
+      s[i] = VF{_mm512_add_ps(_mm512_shuffle_f32x4(P, R, 0x88), _mm512_shuffle_f32x4(P, R, 0xDD))};
+    }
+    const VF r = QuadSums(d, s[0], s[1], s[2], s[3]);  // block h: row h's scores of keys x..x + 3
+    const auto lo = hn::LowerHalf(dh, r), hi = hn::UpperHalf(dh, r);
+    float* out = S + x;
+    hn::StoreU(hn::LowerHalf(dq, lo), dq, out);
+    if (1 < nr) hn::StoreU(hn::UpperHalf(dq, lo), dq, out + lds);
+    if (2 < nr) hn::StoreU(hn::LowerHalf(dq, hi), dq, out + 2 * lds);
+    if (3 < nr) hn::StoreU(hn::UpperHalf(dq, hi), dq, out + 3 * lds);
+  }
+}
+#else
+constexpr bool kOcts = false;
+#endif
+
+// One block of 8 packed rows against kQuadCallKeys keys (QuadKeys on 16 lanes, OctKeys for up to
+// 4 rows on AVX-512; QuadKeys8 on 8, one pass per four rows), scores into S[r][x]. The calls
+// written out: a lambda around them made the GQA decode 8-10% slower, a loop over AVX2's passes
+// 4-6% (Hq = 32, Hkv = 4, one thread).
 template <class D>
 constexpr size_t kQuadCallKeys = hn::MaxLanes(D()) == 16 ? kQuadKeys : kQuadKeys8;
 template <class D>
 HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* pk, float* S, size_t lds, size_t nr,
-                         LineFeed& feed) {
+                         bool octs, LineFeed& feed) {
   if constexpr (hn::MaxLanes(D()) == 16) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if (octs) return OctKeys(d, dk, rows, pk, S, lds, nr, feed);
+#else
+    (void)octs;
+#endif
     if (nr > 4) QuadKeys<2>(d, dk, rows, pk, S, lds, nr, feed);
     else QuadKeys<1>(d, dk, rows, pk, S, lds, nr, feed);
   } else {
@@ -1018,44 +1148,49 @@ HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* 
 
 template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the body
 HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
-                             float* S, size_t lds, LineFeed& shared) {
+                             float* S, size_t lds, LineFeed& shared, bool widened) {
   if constexpr (hn::MaxLanes(D()) == 16 || hn::MaxLanes(D()) == 8) {
     constexpr size_t kKeys = kQuadCallKeys<D>;
     const size_t block = quads_block(dk);
     LineFeed feed = shared;  // in registers while the keys stream
+    // Up to 4 rows on AVX-512, widened rows (in L1): OctKeys, its layout after the quad block
+    // (QuadCall). Float32 rows read from DRAM were 3-4% slower that way (Hq = 32, Hkv = 8 and
+    // Hq = 8, Hkv = 2, d = 128, two threads, calls alternated in one process; docs/performance.md).
+    const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && widened;
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
       const size_t passes = hn::MaxLanes(D()) == 8 && nr > 4 ? 2 : 1;  // QuadCall's calls of the kernel
-      feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * ((dk + 3) / 4)));
-      const float* pk = packed + r0 / 8 * block;
+      const size_t steps = octs ? (dk + 7) / 8 : (dk + 3) / 4;        // of the kernel's inner loop
+      feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * steps));
+      const float* pk = octs ? packed + block : packed + r0 / 8 * block;
       const float* rows_x[kKeys];
       size_t j = 0;
       for (; j + kKeys <= nk; j += kKeys) {
         for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const float*>(krow[j + x]);
-        QuadCall(d, dk, rows_x, pk, S + r0 * lds + j, lds, nr, feed);
+        QuadCall(d, dk, rows_x, pk, S + r0 * lds + j, lds, nr, octs, feed);
       }
       if (j < nk) {  // the last keys, the group filled up with the last row, into a scratch tile
         HWY_ALIGN float part[8 * kKeys];
         for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
-        QuadCall(d, dk, rows_x, pk, part, kKeys, nr, feed);
+        QuadCall(d, dk, rows_x, pk, part, kKeys, nr, octs, feed);
         for (size_t r = 0; r < nr; ++r)
           for (size_t x = 0; x < nk - j; ++x) S[(r0 + r) * lds + j + x] = part[r * kKeys + x];
       }
     }
     shared = feed;
   } else {
-    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)shared;
+    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)shared, (void)widened;
   }
 }
 
 #endif
 
 void ScoresQuads(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed, float* S,
-                 size_t lds, LineFeed& feed) {
+                 size_t lds, LineFeed& feed, bool widened) {
 #if HWY_TARGET != HWY_SCALAR
-  ScoresQuadsT(DF(), nk, rows, dk, krow, packed, S, lds, feed);
+  ScoresQuadsT(DF(), nk, rows, dk, krow, packed, S, lds, feed, widened);
 #else
-  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed;  // never called: 1 lane
+  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed, (void)widened;  // never called: 1 lane
 #endif
 }
 bool QuadsAvailable() {
@@ -1140,17 +1275,21 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
 }
 bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed) {
-  const std::size_t block = quads_block(dk), full = dk / 4 * 4;
+  const std::size_t block = quads_block(dk), full = dk / 4 * 4, full8 = dk / 8 * 8;
   std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < dk; ++c) {
       const std::size_t vec = c < full ? c / 4 : full / 4 + (c - full);  // a quad, or a last column alone
       packed[r / 8 * block + vec * 32 + (r % 8) / 4 * 16 + 4 * (r % 4) + c % 4] = Q[r * ldq + c];
+      if (rows <= 4) {  // the oct layout after the quad block
+        const std::size_t oct = c < full8 ? c / 8 : full8 / 8 + (c - full8);
+        packed[block + oct * 32 + 8 * r + c % 8] = Q[r * ldq + c];
+      }
     }
 }
 void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                  float* S, std::size_t lds, LineFeed& feed) {
-  HWY_DYNAMIC_DISPATCH(ScoresQuads)(nk, rows, dk, krow, packed, S, lds, feed);
+                  float* S, std::size_t lds, LineFeed& feed, bool widened) {
+  HWY_DYNAMIC_DISPATCH(ScoresQuads)(nk, rows, dk, krow, packed, S, lds, feed, widened);
 }
 
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,

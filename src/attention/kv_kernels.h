@@ -24,17 +24,28 @@ void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const vo
 //   S[r][j] = Σ_u (Q[r][4u]·K_j[4u] + Q[r][4u+2]·K_j[4u+2]) + (Q[r][4u+1]·K_j[4u+1] + Q[r][4u+3]·K_j[4u+3]),
 // each of the four sums over u one chain in column order.
 bool quads_available();
+// Groups of up to 4 rows are also packed in the "oct" layout, after their quad block, which
+// AVX-512 targets use for widened rows (scores_quads' `widened`): per 8 columns w 32 floats, lane 8h + i = Q[h][8w + i] (rows 0-3); the dk % 8
+// last columns c one at a time, Q[h][c] in lanes 8h + c % 8. There a key's 8 columns, broadcast to
+// both halves of a vector, feed two multiply-adds (rows 0-1 and 2-3) where a quad feeds one, and
+// each row's 8 lanes (8 chains in column order) are added at the end: lane i with lane 4 + i,
+// then the four as the quad layout adds its lanes.
 // Floats of one block of 8 packed rows: dk / 4 quads and dk % 4 last columns, 32 floats each.
 inline std::size_t quads_block(std::size_t dk) { return (dk / 4 + dk % 4) * 32; }
-// Floats of the packed rows: ceil(rows / 8) blocks.
-inline std::size_t quads_size(std::size_t rows, std::size_t dk) { return (rows + 7) / 8 * quads_block(dk); }
+// Floats of the oct layout: dk / 8 octs and dk % 8 last columns, 32 floats each.
+inline std::size_t octs_block(std::size_t dk) { return (dk / 8 + dk % 8) * 32; }
+// Floats of the packed rows: ceil(rows / 8) blocks, and the oct layout for up to 4 rows.
+inline std::size_t quads_size(std::size_t rows, std::size_t dk) {
+  return (rows + 7) / 8 * quads_block(dk) + (rows <= 4 ? octs_block(dk) : 0);
+}
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (bf16 and int8 rows
 // are widened first, widen(), as kv_decode.cc does).
 // feed (here and in accumulate): rows of a later tile to prefetch a few lines per step of the
 // inner loop (LineFeed, common/prefetch.h); the kernel advances it.
+// widened: the rows are a tile the caller widened (in L1), which takes the oct layout above.
 void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                  float* S, std::size_t lds, LineFeed& feed);
+                  float* S, std::size_t lds, LineFeed& feed, bool widened = false);
 
 // Rows j < nk as float32 (bf16 widened, int8 times its block scales) into out[j·ldo + c], c < d.
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
