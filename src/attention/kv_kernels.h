@@ -25,11 +25,12 @@ void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const vo
 // each of the four sums over u one chain in column order.
 bool quads_available();
 // Groups of up to 4 rows are also packed in the "oct" layout, after their quad block, which
-// AVX-512 targets use for widened rows (scores_quads' `widened`): per 8 columns w 32 floats, lane 8h + i = Q[h][8w + i] (rows 0-3); the dk % 8
-// last columns c one at a time, Q[h][c] in lanes 8h + c % 8. There a key's 8 columns, broadcast to
-// both halves of a vector, feed two multiply-adds (rows 0-1 and 2-3) where a quad feeds one, and
-// each row's 8 lanes (8 chains in column order) are added at the end: lane i with lane 4 + i,
-// then the four as the quad layout adds its lanes.
+// AVX-512 targets use for widened rows (scores_quads' `widened`): per 8 columns w 32 floats,
+// lane 8h + i = Q[h][8w + i] (rows 0-3); the dk % 8 last columns c one at a time, Q[h][c] in
+// lanes 8h + c % 8. There a key's 8 columns, broadcast to both halves of a vector, feed two
+// multiply-adds (rows 0-1 and 2-3) where a quad feeds one, and each row's 8 lanes (8 chains in
+// column order) are added at the end: lane i with lane 4 + i, then the four as the quad layout
+// adds its lanes.
 // Floats of one block of 8 packed rows: dk / 4 quads and dk % 4 last columns, 32 floats each.
 inline std::size_t quads_block(std::size_t dk) { return (dk / 4 + dk % 4) * 32; }
 // Floats of the oct layout: dk / 8 octs and dk % 8 last columns, 32 floats each.
