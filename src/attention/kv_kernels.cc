@@ -969,11 +969,21 @@ HWY_INLINE hn::Vec<D> QuadSums(D d, hn::Vec<D> A, hn::Vec<D> B, hn::Vec<D> C, hn
   return hn::Add(hn::BitCast(d, hn::InterleaveLower(dd, s0, s1)), hn::BitCast(d, hn::InterleaveUpper(dd, s0, s1)));
 }
 
+// Block h of r (16 lanes: four blocks of four scores, QuadSums) to out + h·lds, for h < rows.
+template <class D>
+HWY_INLINE void StoreBlocks(D, hn::Vec<D> r, float* out, size_t lds, size_t rows) {
+  const hn::Half<D> dh;
+  const hn::Half<decltype(dh)> dq;
+  const auto lo = hn::LowerHalf(dh, r), hi = hn::UpperHalf(dh, r);
+  if (0 < rows) hn::StoreU(hn::LowerHalf(dq, lo), dq, out);
+  if (1 < rows) hn::StoreU(hn::UpperHalf(dq, lo), dq, out + lds);
+  if (2 < rows) hn::StoreU(hn::LowerHalf(dq, hi), dq, out + 2 * lds);
+  if (3 < rows) hn::StoreU(hn::UpperHalf(dq, hi), dq, out + 3 * lds);
+}
+
 template <size_t kHalves, class D>
 HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
                          size_t nr, LineFeed& feed) {
-  const hn::Half<D> dh;
-  const hn::Half<decltype(dh)> dq;
   const size_t quads = dk / 4, tail = dk % 4;
   hn::Vec<D> a[kQuadKeys][2];
 #pragma GCC unroll 8
@@ -1010,13 +1020,8 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
 #pragma GCC unroll 2
     for (size_t x = 0; x < kQuadKeys; x += 4) {
       const auto r = QuadSums(d, a[x][half], a[x + 1][half], a[x + 2][half], a[x + 3][half]);
-      const auto lo = hn::LowerHalf(dh, r), hi = hn::UpperHalf(dh, r);
       const size_t h0 = 4 * half;
-      float* out = S + h0 * lds + x;
-      if (h0 < nr) hn::StoreU(hn::LowerHalf(dq, lo), dq, out);
-      if (h0 + 1 < nr) hn::StoreU(hn::UpperHalf(dq, lo), dq, out + lds);
-      if (h0 + 2 < nr) hn::StoreU(hn::LowerHalf(dq, hi), dq, out + 2 * lds);
-      if (h0 + 3 < nr) hn::StoreU(hn::UpperHalf(dq, hi), dq, out + 3 * lds);
+      StoreBlocks(d, r, S + h0 * lds + x, lds, nr > h0 ? nr - h0 : 0);
     }
 }
 
@@ -1081,8 +1086,6 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
 constexpr bool kOcts = true;
 HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
                         size_t nr, LineFeed& feed) {
-  const hn::Half<DF> dh;
-  const hn::Half<decltype(dh)> dq;
   const size_t octs = dk / 8, tail = dk % 8;
   VF a[kQuadKeys][2];
 #pragma GCC unroll 8
@@ -1110,13 +1113,7 @@ HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* 
       const __m512 P = a[x + i][0].raw, R = a[x + i][1].raw;
       s[i] = VF{_mm512_add_ps(_mm512_shuffle_f32x4(P, R, 0x88), _mm512_shuffle_f32x4(P, R, 0xDD))};
     }
-    const VF r = QuadSums(d, s[0], s[1], s[2], s[3]);  // block h: row h's scores of keys x..x + 3
-    const auto lo = hn::LowerHalf(dh, r), hi = hn::UpperHalf(dh, r);
-    float* out = S + x;
-    hn::StoreU(hn::LowerHalf(dq, lo), dq, out);
-    if (1 < nr) hn::StoreU(hn::UpperHalf(dq, lo), dq, out + lds);
-    if (2 < nr) hn::StoreU(hn::LowerHalf(dq, hi), dq, out + 2 * lds);
-    if (3 < nr) hn::StoreU(hn::UpperHalf(dq, hi), dq, out + 3 * lds);
+    StoreBlocks(d, QuadSums(d, s[0], s[1], s[2], s[3]), S + x, lds, nr);  // block h: row h's scores
   }
 }
 #else
