@@ -98,7 +98,7 @@ ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, st
 #pragma GCC unroll 4
     for (int r = 0; r < 4; ++r) {
       float* c = C + i * ldc + 16 * r;
-      __m512 v = _mm512_mul_ps(acc[i][r], s);
+      __m512 v = out_scale == 1.0f ? acc[i][r] : _mm512_mul_ps(acc[i][r], s);  // P·V's scale is 1
       if (mode != 0) {
         __m512 old = _mm512_maskz_loadu_ps(mask[r], c);
         if (mode == 2) old = _mm512_mul_ps(old, _mm512_set1_ps(row_scale[i]));

@@ -64,9 +64,10 @@ struct StridedScales {
   explicit operator bool() const { return base != nullptr; }
 };
 
-// Lanes [c, c + L) of a row, as float32. L divides 32, so one int8 vector lies in one scale block.
+// Lanes [c, c + L) of a row as float32, an int8 row without its block's scale (a caller that
+// multiplies by a coefficient anyway folds the scale into it).
 template <int kType>
-HWY_INLINE VF LoadRow(DF d, const void* row, const float* scales, size_t c) {
+HWY_INLINE VF LoadRaw(DF d, const void* row, size_t c) {
   if constexpr (kType == kF32) {
     return hn::LoadU(d, static_cast<const float*>(row) + c);
   } else if constexpr (kType == kBF16) {
@@ -80,9 +81,16 @@ HWY_INLINE VF LoadRow(DF d, const void* row, const float* scales, size_t c) {
   } else {
     const hn::RebindToSigned<DF> di32;
     const hn::Rebind<int8_t, DF> di8;
-    const VF x = hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, static_cast<const int8_t*>(row) + c)));
-    return hn::Mul(x, hn::Set(d, scales[c / 32]));
+    return hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, static_cast<const int8_t*>(row) + c)));
   }
+}
+
+// Lanes [c, c + L) of a row, as float32. L divides 32, so one int8 vector lies in one scale block.
+template <int kType>
+HWY_INLINE VF LoadRow(DF d, const void* row, const float* scales, size_t c) {
+  const VF x = LoadRaw<kType>(d, row, c);
+  if constexpr (kType == kI8) return hn::Mul(x, hn::Set(d, scales[c / 32]));
+  return x;
 }
 
 // Element c of a row as float32 (the tail past the last whole vector).
@@ -267,11 +275,25 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
     for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(hn::LoadU(d, O + r * ldo + c0 + b * L), hn::Set(d, alpha[r]));
   for (size_t j = 0; j < nk; ++j) {
     feed.next();
-    VF p[NR];
-    for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * kTileKeys + j]);
-    for (size_t b = 0; b < CB; ++b) {
-      const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
-      for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], v, acc[r][b]);
+    if constexpr (CB >= NR) {
+      // The key's CB vectors first, then each row's P into its CB sums. Loaded inside the loop
+      // over the vectors (below) the widest of these blocks left GCC short of registers: with 2
+      // rows x 8 vectors it kept one accumulator on the stack, whose chain then ran through memory
+      // (one 64-key tile in L1, float32, d = 128: 2 rows 7.6-8.4 -> 5.4-5.6 ns a key, 3 rows
+      // 11.6 -> 6.8-7.0; docs/performance.md).
+      VF v[CB];
+      for (size_t b = 0; b < CB; ++b) v[b] = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+      for (size_t r = 0; r < NR; ++r) {
+        const VF p = hn::Set(d, P[r * kTileKeys + j]);
+        for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::MulAdd(p, v[b], acc[r][b]);
+      }
+    } else {  // 8 rows x 2 vectors: the rows' P first (bf16 rows 13.2 ns a key in L1, 13.7 in the order above)
+      VF p[NR];
+      for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * kTileKeys + j]);
+      for (size_t b = 0; b < CB; ++b) {
+        const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+        for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], v, acc[r][b]);
+      }
     }
   }
   for (size_t r = 0; r < NR; ++r)
@@ -460,19 +482,6 @@ void StreamRowT(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, c
 }
 
 #if HWY_TARGET != HWY_SCALAR
-// Lanes [c, c + L) of a row as float32, an int8 row without its block's scale (the caller folds
-// the scale into a coefficient it multiplies anyway).
-template <int kType>
-HWY_INLINE VF LoadRaw(DF d, const void* row, size_t c) {
-  if constexpr (kType == kI8) {
-    const hn::RebindToSigned<DF> di32;
-    const hn::Rebind<int8_t, DF> di8;
-    return hn::ConvertTo(d, hn::PromoteTo(di32, hn::LoadU(di8, static_cast<const int8_t*>(row) + c)));
-  } else {
-    return LoadRow<kType>(d, row, nullptr, c);
-  }
-}
-
 // The scores of four keys, lane x = Q·K_x. An int8 row's score is Σ_b scale_b·(Q·K)_b over its
 // blocks b of 32 (dk is a multiple of 32 for int8): one multiply by the scale per block, not per
 // vector. Other types: two accumulators per key (even and odd vectors), as KeyScore.
