@@ -279,7 +279,7 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
       // The key's CB vectors first, then each row's P into its CB sums. Loaded inside the loop
       // over the vectors (below) the widest of these blocks left GCC short of registers: with 2
       // rows x 8 vectors it kept one accumulator on the stack, whose chain then ran through memory
-      // (one 64-key tile in L1, float32, d = 128: 2 rows 7.6-8.4 -> 5.4-5.6 ns a key, 3 rows
+      // (one 64-key tile in L1, float32, d = 128: 2 rows 7.6-8.4 -> 5.6 ns a key, 3 rows
       // 11.6 -> 6.8-7.0; docs/performance.md).
       VF v[CB];
       for (size_t b = 0; b < CB; ++b) v[b] = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
@@ -287,7 +287,8 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
         const VF p = hn::Set(d, P[r * kTileKeys + j]);
         for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::MulAdd(p, v[b], acc[r][b]);
       }
-    } else {  // 8 rows x 2 vectors: the rows' P first (bf16 rows 13.2 ns a key in L1, 13.7 in the order above)
+    } else {  // more rows than vectors (8 x 2 on AVX-512): the rows' P first (8 bf16 rows 13.2 ns a
+              // key in L1, 13.7 in the order above)
       VF p[NR];
       for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * kTileKeys + j]);
       for (size_t b = 0; b < CB; ++b) {
