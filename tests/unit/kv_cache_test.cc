@@ -103,8 +103,8 @@ Caches make_caches(Kind kind, std::int64_t B, std::int64_t Hkv, const std::vecto
                    std::int64_t dv, std::int64_t block, std::uint64_t seed) {
   Caches c{B, Hkv, 0, dk, dv, block, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   c.Nmax = std::max<std::int64_t>(1, *std::max_element(lens.begin(), lens.end()));
-  const Tensor kf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dk}, seed, 1, 1.0, testing::Draw::pairs);
-  const Tensor vf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dv}, seed, 2, 1.0, testing::Draw::pairs);
+  const Tensor kf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dk}, seed, 1, 1.0, testing::Draw::bulk);
+  const Tensor vf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dv}, seed, 2, 1.0, testing::Draw::bulk);
   c.k = convert(kf, kind, c.ks);
   c.v = convert(vf, kind, c.vs);
   c.kd.resize(kf.numel());

@@ -7,34 +7,45 @@
 #include <limits>
 #include <vector>
 
+#include <hwy/targets.h>
+
 #include "attention/params.h"
 #include "attnscale/tensor.h"
+#include "lab/normals.h"
 #include "lab/rng.h"
 
 namespace attnscale::testing {
 
-// How random_tensor draws: one normal from each Philox block (Stream::normal), or both Box-Muller
-// outputs of a block (Stream::fill_normal), half the transcendental calls and other values. The
-// KV-cache tests' caches (millions of entries, drawn afresh for every target) take pairs: there the
-// draws were 60% of the time, most of the sanitised ctest's.
-enum class Draw { one, pairs };
+// How random_tensor draws: one normal from each Philox block (Stream::normal, float64 Box-Muller),
+// or in bulk (lab::fill_normals: sixteen Philox blocks a SIMD step, float32 Box-Muller, four
+// normals a block; other values, as random). The KV-cache tests' caches (millions of entries,
+// drawn afresh for every target) take the bulk draw: there the one-by-one draws were most of the
+// sanitised ctest's time.
+enum class Draw { one, bulk };
 
 // N(0, sigma²) entries; a different `stream` gives an independent tensor.
 inline Tensor random_tensor(DType dtype, std::initializer_list<std::int64_t> shape, std::uint64_t seed,
                             std::uint32_t stream, double sigma = 1.0, Draw draw = Draw::one) {
   Tensor t(dtype, shape);
   const lab::Stream rng(seed, stream, 0);
-  constexpr std::int64_t kChunk = 4096;  // even: fill_normal's offsets
-  std::vector<double> z(draw == Draw::pairs ? kChunk : 0);
-  for (std::int64_t i = 0; i < t.numel(); ++i) {
-    if (draw == Draw::pairs && i % kChunk == 0)
-      rng.fill_normal(static_cast<std::uint64_t>(i), std::min(kChunk, t.numel() - i), z.data());
-    const double x = sigma * (draw == Draw::pairs ? z[i % kChunk] : rng.normal(i));
+  const std::int64_t n = t.numel();
+  constexpr std::int64_t kChunk = 4096;  // a multiple of lab::kNormalGroup: fill_normals' offsets
+  std::vector<double> z(draw == Draw::bulk ? std::min(kChunk, n) : 0);
+  // The bulk draw on the machine's best SIMD target, whatever target a test has forced on the
+  // library (Highway's choice is global): under the scalar one it took half the time of the
+  // sanitised KV-cache tests, which force every target in turn.
+  const std::int64_t forced = hwy::SupportedTargets();
+  if (draw == Draw::bulk) hwy::SetSupportedTargetsForTest(0);
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (draw == Draw::bulk && i % kChunk == 0)
+      lab::fill_normals(rng, static_cast<std::uint64_t>(i), std::min(kChunk, n - i), z.data());
+    const double x = sigma * (draw == Draw::bulk ? z[i % kChunk] : rng.normal(i));
     if (dtype == DType::f32) t.as<float>()[i] = static_cast<float>(x);
     else if (dtype == DType::f64) t.as<double>()[i] = x;
     else if (dtype == DType::bf16) t.as<bf16>()[i] = to_bf16(static_cast<float>(x));
     else t.as<std::uint8_t>()[i] = x > 0 ? 1 : 0;
   }
+  if (draw == Draw::bulk) hwy::SetSupportedTargetsForTest(forced);
   return t;
 }
 
