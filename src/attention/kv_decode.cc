@@ -326,6 +326,10 @@ class Chunk {
     // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms; AVX2, one thread,
     // against its lane-sum scores: float32 0.47-0.66 of the time, bf16 0.69, int8 0.76).
     quads_ = g_ >= kQuadRows && kv::quads_available();
+    // bf16 rows of groups of up to 4 rows on AVX-512 are read in place, not widened (kv_kernels.h;
+    // Hq = 32, Hkv = 8, d = 128, two threads, calls alternated in one process: Nkv = 4096 0.73,
+    // 65536 0.82 of the time; docs/performance.md).
+    pairs_ = quads_ && L.type == kv::kBF16 && g_ <= 4 && kv::pairs_available();
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
     // (docs/performance.md). GQA's rows of the next tile (quad scores) are fed, a line or two
@@ -355,7 +359,7 @@ class Chunk {
                          (kh * group_ + r / L_.Nq) * q.strides[1] + r % L_.Nq * q.strides[2];
       for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[3]] * f;
     }
-    if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data());
+    if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data(), pairs_);
     std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(s_.l.begin(), s_.l.end(), 0.0f);
     std::fill(s_.o.begin(), s_.o.end(), 0.0f);
@@ -449,14 +453,17 @@ class Chunk {
     for (std::int64_t a = 0; a < nk; a += sub) {
       const std::int64_t n = std::min(sub, nk - a);
       const std::int64_t ahead = a < f.n ? std::min(sub, f.n - a) : 0;  // rows of the tile computed next
-      if (quads_) {  // float32 rows as they are, bf16 and int8 rows widened into kf
+      if (quads_) {  // float32 rows and bf16 rows of pairs_ as they are, others widened into kf
         const void* const* rows = s.krow.data() + x + a;
-        if (L_.type != kv::kF32) {
+        const kv::QuadRows form = L_.type == kv::kF32 ? kv::QuadRows::f32
+                                  : pairs_            ? kv::QuadRows::bf16
+                                                      : kv::QuadRows::widened;
+        if (form == kv::QuadRows::widened) {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
         LineFeed feed(f.k + a, ahead, fk);
-        kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed, L_.type != kv::kF32);
+        kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed, form);
         feed.rest();
       } else {
         if (prefetch_k_) prefetch_rows(f.k + a, ahead, fk);
@@ -571,7 +578,7 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, prefetch_k_ = true;
+  bool quads_ = false, pairs_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).

@@ -1035,17 +1035,21 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
     }
 }
 
-// The last `tail` columns col + t one at a time (QuadKeys8, OctKeys): slot t of the packed rows
-// (32 floats from qt, its second vector `second` floats on) against K_x[col + t] broadcast, into
-// both accumulators of every key.
-template <size_t NK, class D>
-HWY_INLINE void TailColumns(D d, size_t tail, const float* qt, size_t second, const float* const* krow, size_t col,
+// Element c of a key row as float32: float32 rows, and bf16 rows read as their 16-bit patterns.
+HWY_INLINE float RowValue(const float* row, size_t c) { return row[c]; }
+HWY_INLINE float RowValue(const std::uint16_t* row, size_t c) { return Element<kBF16>(row, nullptr, c); }
+
+// The last `tail` columns col + t one at a time (QuadKeys8, OctKeys, PairKeys): slot t of the packed
+// rows (32 floats from qt, its second vector `second` floats on) against K_x[col + t] broadcast,
+// into both accumulators of every key.
+template <size_t NK, class D, class T>
+HWY_INLINE void TailColumns(D d, size_t tail, const float* qt, size_t second, const T* const* krow, size_t col,
                             hn::Vec<D> (&a)[NK][2]) {
   for (size_t t = 0; t < tail; ++t, qt += 32) {
     const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + second);
 #pragma GCC unroll 8
     for (size_t x = 0; x < NK; ++x) {
-      const auto k = hn::Set(d, krow[x][col + t]);
+      const auto k = hn::Set(d, RowValue(krow[x], col + t));
       a[x][0] = hn::MulAdd(q0, k, a[x][0]);
       a[x][1] = hn::MulAdd(q1, k, a[x][1]);
     }
@@ -1085,6 +1089,23 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
   }
 }
 
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kOcts = true;
+// The end of OctKeys and PairKeys: in each key's two accumulators, the 8 lanes of a 256-bit half
+// belong to one row (rows 0-1, then 2-3). One block shuffle of the two and an add leave row h's
+// four partial sums in block h; QuadSums adds them for four keys; row h's scores to S + h·lds.
+HWY_INLINE void OctSums(DF d, VF (&a)[kQuadKeys][2], float* S, size_t lds, size_t nr) {
+#pragma GCC unroll 2
+  for (size_t x = 0; x < kQuadKeys; x += 4) {
+    VF s[4];
+#pragma GCC unroll 4
+    for (size_t i = 0; i < 4; ++i) {  // blocks 0-1 of a half are row 2v + h's; to blocks h
+      const __m512 P = a[x + i][0].raw, R = a[x + i][1].raw;
+      s[i] = VF{_mm512_add_ps(_mm512_shuffle_f32x4(P, R, 0x88), _mm512_shuffle_f32x4(P, R, 0xDD))};
+    }
+    StoreBlocks(d, QuadSums(d, s[0], s[1], s[2], s[3]), S + x, lds, nr);  // block h: row h's scores
+  }
+}
 // Groups of up to 4 rows on AVX-512, in the oct layout (kv_kernels.h). QuadKeys with rows 0-3
 // alone does one multiply-add per 128-bit broadcast of K, and those issue about once a cycle: in
 // L1 (one thread, d = 128, a tile called again and again) it took 8.9 ns a key for 32
@@ -1092,8 +1113,6 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
 // broadcast to both 256-bit halves, feed two: lane 8h + i of accumulator v sums
 // Q[2v + h][8w + i]·K[8w + i] over w. At the end one block shuffle of a key's two accumulators
 // and an add leave row h's four lanes in block h, and QuadSums adds them for four keys.
-#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-constexpr bool kOcts = true;
 HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
                         size_t nr, LineFeed& feed) {
   const size_t octs = dk / 8, tail = dk % 8;
@@ -1115,16 +1134,47 @@ HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* 
     }
   }
   TailColumns(d, tail, packed + octs * 32, 16, krow, 8 * octs, a);  // the last columns one at a time
-#pragma GCC unroll 2
-  for (size_t x = 0; x < kQuadKeys; x += 4) {
-    VF s[4];
-#pragma GCC unroll 4
-    for (size_t i = 0; i < 4; ++i) {  // blocks 0-1 of a half are row 2v + h's; to blocks h
-      const __m512 P = a[x + i][0].raw, R = a[x + i][1].raw;
-      s[i] = VF{_mm512_add_ps(_mm512_shuffle_f32x4(P, R, 0x88), _mm512_shuffle_f32x4(P, R, 0xDD))};
+  OctSums(d, a, S, lds, nr);
+}
+
+// bf16 rows of groups of up to 4 rows on AVX-512, read in place (no widened copy of the tile), in
+// the pair layout (kv_kernels.h). A key's 16 columns (32 bytes) are broadcast to both 256-bit
+// halves; 32-bit lane i then holds column 2i in its low 16 bits and column 2i + 1 in its high 16
+// bits, and a bf16 value is the top half of its float32. So a shift left by 16 gives the even
+// columns as float32 and clearing the low 16 bits the odd ones: two integer operations and one load
+// for four multiply-adds, where the widened tile cost a load, a widening and a store per 16 values
+// before the oct kernel read them again. Lane 8h + i of accumulator v sums
+//   Q[2v + h][16w + 2i]·K[16w + 2i] + Q[2v + h][16w + 2i + 1]·K[16w + 2i + 1]
+// over the chunks w, the even column first; the end is OctKeys'.
+HWY_INLINE void PairKeys(DF d, size_t dk, const std::uint16_t* const* krow, const float* packed, float* S,
+                         size_t lds, size_t nr, LineFeed& feed) {
+  const size_t chunks = dk / 16, tail = dk % 16;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  VF a[kQuadKeys][2];
+#pragma GCC unroll 8
+  for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
+  for (size_t w = 0; w < chunks; ++w) {
+    feed.next();
+    const float* qw = packed + w * 64;
+    const VF q0e = hn::LoadU(d, qw), q1e = hn::LoadU(d, qw + 16), q0o = hn::LoadU(d, qw + 32),
+             q1o = hn::LoadU(d, qw + 48);
+    const std::uint16_t* const* rows = krow;  // row pointers read from memory each step (as OctKeys)
+#if defined(__GNUC__)
+    asm("" : "+r"(rows));
+#endif
+#pragma GCC unroll 8
+    for (size_t x = 0; x < kQuadKeys; ++x) {
+      const __m512i raw = _mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[x] + 16 * w)));
+      const VF even{_mm512_castsi512_ps(_mm512_slli_epi32(raw, 16))};
+      const VF odd{_mm512_castsi512_ps(_mm512_and_si512(raw, high))};
+      a[x][0] = hn::MulAdd(q0e, even, a[x][0]);
+      a[x][1] = hn::MulAdd(q1e, even, a[x][1]);
+      a[x][0] = hn::MulAdd(q0o, odd, a[x][0]);
+      a[x][1] = hn::MulAdd(q1o, odd, a[x][1]);
     }
-    StoreBlocks(d, QuadSums(d, s[0], s[1], s[2], s[3]), S + x, lds, nr);  // block h: row h's scores
   }
+  TailColumns(d, tail, packed + chunks * 64, 16, krow, 16 * chunks, a);  // the last columns one at a time
+  OctSums(d, a, S, lds, nr);
 }
 #else
 constexpr bool kOcts = false;
@@ -1152,10 +1202,41 @@ HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* 
     if (nr > 4) QuadKeys8(d, dk, rows, pk, 1, S + 4 * lds, lds, nr - 4, feed);
   }
 }
+// bf16 rows in place: PairKeys (AVX-512 and up to 4 rows only, pairs_available()).
+template <class D>
+HWY_INLINE void QuadCall(D d, size_t dk, const std::uint16_t* const* rows, const float* pk, float* S, size_t lds,
+                         size_t nr, bool, LineFeed& feed) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(D()) == 16) PairKeys(d, dk, rows, pk, S, lds, nr, feed);
+#else
+  (void)d, (void)dk, (void)rows, (void)pk, (void)S, (void)lds, (void)nr, (void)feed;
+#endif
+}
+
+// Keys j < nk of one block of nr packed rows (from pk), rows of element type T, kQuadCallKeys at a
+// time; the last keys, the group filled up with the last row, into a scratch tile.
+template <class T, class D>
+HWY_INLINE void QuadKeyGroups(D d, size_t nk, size_t nr, size_t dk, const void* const* krow, const float* pk,
+                              float* S, size_t lds, bool octs, LineFeed& feed) {
+  constexpr size_t kKeys = kQuadCallKeys<D>;
+  const T* rows_x[kKeys];
+  size_t j = 0;
+  for (; j + kKeys <= nk; j += kKeys) {
+    for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const T*>(krow[j + x]);
+    QuadCall(d, dk, rows_x, pk, S + j, lds, nr, octs, feed);
+  }
+  if (j < nk) {
+    HWY_ALIGN float part[8 * kKeys];
+    for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const T*>(krow[j + x < nk ? j + x : nk - 1]);
+    QuadCall(d, dk, rows_x, pk, part, kKeys, nr, octs, feed);
+    for (size_t r = 0; r < nr; ++r)
+      for (size_t x = 0; x < nk - j; ++x) S[r * lds + j + x] = part[r * kKeys + x];
+  }
+}
 
 template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the body
 HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
-                             float* S, size_t lds, LineFeed& shared, bool widened) {
+                             float* S, size_t lds, LineFeed& shared, QuadRows form) {
   if constexpr (hn::MaxLanes(D()) == 16 || hn::MaxLanes(D()) == 8) {
     constexpr size_t kKeys = kQuadCallKeys<D>;
     const size_t block = quads_block(dk);
@@ -1163,45 +1244,43 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
     // Up to 4 rows on AVX-512, widened rows (in L1): OctKeys, its layout after the quad block
     // (QuadCall). Float32 rows read from DRAM were 3-4% slower that way (Hq = 32, Hkv = 8 and
     // Hq = 8, Hkv = 2, d = 128, two threads, calls alternated in one process; docs/performance.md).
-    const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && widened;
+    // bf16 rows in place (the caller checked pairs_available()): PairKeys, the pair layout there.
+    const bool pairs = form == QuadRows::bf16;
+    const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && form == QuadRows::widened;
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
       const size_t passes = hn::MaxLanes(D()) == 8 && nr > 4 ? 2 : 1;  // QuadCall's calls of the kernel
-      const size_t steps = octs ? (dk + 7) / 8 : (dk + 3) / 4;        // of the kernel's inner loop
+      const size_t steps = pairs ? dk / 16 + dk % 16 : octs ? (dk + 7) / 8 : (dk + 3) / 4;  // of its inner loop
       feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * steps));
-      const float* pk = octs ? packed + block : packed + r0 / 8 * block;
-      const float* rows_x[kKeys];
-      size_t j = 0;
-      for (; j + kKeys <= nk; j += kKeys) {
-        for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const float*>(krow[j + x]);
-        QuadCall(d, dk, rows_x, pk, S + r0 * lds + j, lds, nr, octs, feed);
-      }
-      if (j < nk) {  // the last keys, the group filled up with the last row, into a scratch tile
-        HWY_ALIGN float part[8 * kKeys];
-        for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
-        QuadCall(d, dk, rows_x, pk, part, kKeys, nr, octs, feed);
-        for (size_t r = 0; r < nr; ++r)
-          for (size_t x = 0; x < nk - j; ++x) S[(r0 + r) * lds + j + x] = part[r * kKeys + x];
-      }
+      const float* pk = octs || pairs ? packed + block : packed + r0 / 8 * block;
+      if (pairs) QuadKeyGroups<std::uint16_t>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
+      else QuadKeyGroups<float>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
     }
     shared = feed;
   } else {
-    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)shared, (void)widened;
+    (void)d, (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)shared, (void)form;
   }
 }
 
 #endif
 
 void ScoresQuads(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed, float* S,
-                 size_t lds, LineFeed& feed, bool widened) {
+                 size_t lds, LineFeed& feed, QuadRows form) {
 #if HWY_TARGET != HWY_SCALAR
-  ScoresQuadsT(DF(), nk, rows, dk, krow, packed, S, lds, feed, widened);
+  ScoresQuadsT(DF(), nk, rows, dk, krow, packed, S, lds, feed, form);
 #else
-  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed, (void)widened;  // never called: 1 lane
+  (void)nk, (void)rows, (void)dk, (void)krow, (void)packed, (void)S, (void)lds, (void)feed, (void)form;  // never called: 1 lane
 #endif
 }
 bool QuadsAvailable() {
   return (hn::MaxLanes(DF()) == 16 || hn::MaxLanes(DF()) == 8) && hn::Lanes(DF()) == hn::MaxLanes(DF());
+}
+bool PairsAvailable() {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16;
+#else
+  return false;
+#endif
 }
 
 // f(std::integral_constant<int, type>) for the element type given at run time: the one place the
@@ -1275,28 +1354,34 @@ HWY_EXPORT(StreamRowStrided);
 HWY_EXPORT(ScoresQuads);
 HWY_EXPORT(Widen);
 HWY_EXPORT(QuadsAvailable);
+HWY_EXPORT(PairsAvailable);
 
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
            std::size_t ldo) {
   HWY_DYNAMIC_DISPATCH(Widen)(type, nk, d, row, sc, out, ldo);
 }
 bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
-void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed) {
-  const std::size_t block = quads_block(dk), full = dk / 4 * 4, full8 = dk / 8 * 8;
+bool pairs_available() { return HWY_DYNAMIC_DISPATCH(PairsAvailable)(); }
+void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs) {
+  const std::size_t block = quads_block(dk), full = dk / 4 * 4, full8 = dk / 8 * 8, full16 = dk / 16 * 16;
   std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < dk; ++c) {
       const std::size_t vec = c < full ? c / 4 : full / 4 + (c - full);  // a quad, or a last column alone
       packed[r / 8 * block + vec * 32 + (r % 8) / 4 * 16 + 4 * (r % 4) + c % 4] = Q[r * ldq + c];
-      if (rows <= 4) {  // the oct layout after the quad block
+      if (rows > 4) continue;
+      if (pairs) {  // the pair layout after the quad block: even columns of a chunk, then odd ones
+        const std::size_t at = c < full16 ? c / 16 * 2 + c % 2 : full16 / 8 + (c - full16);
+        packed[block + at * 32 + 8 * r + (c < full16 ? c % 16 / 2 : c % 8)] = Q[r * ldq + c];
+      } else {  // the oct layout after the quad block
         const std::size_t oct = c < full8 ? c / 8 : full8 / 8 + (c - full8);
         packed[block + oct * 32 + 8 * r + c % 8] = Q[r * ldq + c];
       }
     }
 }
 void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                  float* S, std::size_t lds, LineFeed& feed, bool widened) {
-  HWY_DYNAMIC_DISPATCH(ScoresQuads)(nk, rows, dk, krow, packed, S, lds, feed, widened);
+                  float* S, std::size_t lds, LineFeed& feed, QuadRows form) {
+  HWY_DYNAMIC_DISPATCH(ScoresQuads)(nk, rows, dk, krow, packed, S, lds, feed, form);
 }
 
 void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,

@@ -25,28 +25,42 @@ void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const vo
 // each of the four sums over u one chain in column order.
 bool quads_available();
 // Groups of up to 4 rows are also packed in the "oct" layout, after their quad block, which
-// AVX-512 targets use for widened rows (scores_quads' `widened`): per 8 columns w 32 floats,
+// AVX-512 targets use for widened rows (QuadRows::widened): per 8 columns w 32 floats,
 // lane 8h + i = Q[h][8w + i] (rows 0-3); the dk % 8 last columns c one at a time, Q[h][c] in
 // lanes 8h + c % 8. There a key's 8 columns, broadcast to both halves of a vector, feed two
 // multiply-adds (rows 0-1 and 2-3) where a quad feeds one, and each row's 8 lanes (8 chains in
 // column order) are added at the end: lane i with lane 4 + i, then the four as the quad layout
 // adds its lanes.
+// For bf16 rows read in place (QuadRows::bf16, where pairs_available()) they take the "pair" layout
+// there instead: per 16 columns w two slots of 32 floats, lane 8h + i = Q[h][16w + 2i] in the first
+// and Q[h][16w + 2i + 1] in the second (a bf16 row's 32-bit lane i holds its columns 2i and 2i + 1);
+// the dk % 16 last columns one at a time, Q[h][c] in lanes 8h + c % 8. Each row's 8 lanes sum as
+// the oct layout's, each lane over the chunks, the even column before the odd one.
 // Floats of one block of 8 packed rows: dk / 4 quads and dk % 4 last columns, 32 floats each.
 inline std::size_t quads_block(std::size_t dk) { return (dk / 4 + dk % 4) * 32; }
 // Floats of the oct layout: dk / 8 octs and dk % 8 last columns, 32 floats each.
 inline std::size_t octs_block(std::size_t dk) { return (dk / 8 + dk % 8) * 32; }
-// Floats of the packed rows: ceil(rows / 8) blocks, and the oct layout for up to 4 rows.
+// Floats of the pair layout: two slots per 16 columns and dk % 16 last columns, 32 floats each.
+inline std::size_t pairs_block(std::size_t dk) { return (dk / 16 * 2 + dk % 16) * 32; }
+// Floats of the packed rows: ceil(rows / 8) blocks, and the oct or pair layout for up to 4 rows.
 inline std::size_t quads_size(std::size_t rows, std::size_t dk) {
-  return (rows + 7) / 8 * quads_block(dk) + (rows <= 4 ? octs_block(dk) : 0);
+  const std::size_t small = octs_block(dk) > pairs_block(dk) ? octs_block(dk) : pairs_block(dk);
+  return (rows + 7) / 8 * quads_block(dk) + (rows <= 4 ? small : 0);
 }
-void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed);
-// S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (bf16 and int8 rows
-// are widened first, widen(), as kv_decode.cc does).
+// pairs: the pair layout for up to 4 rows rather than the oct layout.
+void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs = false);
+// Whether the target reads bf16 rows in place for groups of up to 4 rows (AVX-512).
+bool pairs_available();
+// How scores_quads reads its key rows: float32 rows as they are; a float32 tile the caller widened
+// from bf16, float16 or int8 rows (in L1; the oct layout for up to 4 rows on AVX-512); bf16 rows in
+// place (up to 4 rows, pairs_available(), the pair layout).
+enum class QuadRows : int { f32, widened, bf16 };
+// S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (other rows widened
+// first, widen(), as kv_decode.cc does, but bf16 rows of groups of up to 4 where pairs_available()).
 // feed (here and in accumulate): rows of a later tile to prefetch a few lines per step of the
 // inner loop (LineFeed, common/prefetch.h); the kernel advances it.
-// widened: the rows are a tile the caller widened (in L1), which takes the oct layout above.
 void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
-                  float* S, std::size_t lds, LineFeed& feed, bool widened = false);
+                  float* S, std::size_t lds, LineFeed& feed, QuadRows form = QuadRows::f32);
 
 // Rows j < nk as float32 (bf16 widened, int8 times its block scales) into out[j·ldo + c], c < d.
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,

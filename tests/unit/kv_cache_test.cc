@@ -255,7 +255,8 @@ const std::vector<Case>& cases() {
 const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 needs multiples of 32)
   static const std::vector<Case> c = {{3, 1, 37, 5, 5, -1, {1, 1030}}, {2, 2, 1, 17, 3, 7, {13, 2}},
                                       {4, 1, 37, 5, 5, -1, {39, 6}}, {8, 1, 19, 3, 4, 9, {41}},
-                                      {2, 2, 37, 64, 5, -1, {1030, 3}}};  // one row key by key, dk with a tail
+                                      {2, 2, 37, 64, 5, -1, {1030, 3}},   // one row key by key, dk with a tail
+                                      {4, 2, 13, 7, 5, -1, {70, 3}}};     // group 2, dk under 16: columns one at a time
   return c;
 }
 
