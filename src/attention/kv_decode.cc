@@ -3,8 +3,8 @@
 // Work items are (sequence, KV head, chunk of chunk_keys() keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
-// the group; on 16- and 8-lane targets without lane sums, kv::scores_quads, bf16 and int8 rows widened
-// first), runs the online softmax (s folded into Q, scores in natural units) and updates its
+// the group; on 16- and 8-lane targets without lane sums, kv::scores_quads, other rows than float32
+// widened first but bf16 and float16 rows of groups of up to 4 on AVX-512), runs the online softmax (s folded into Q, scores in natural units) and updates its
 // partial (o, m, l). Partials are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // With one query row per KV head (no GQA group) the item instead streams its keys
@@ -326,10 +326,11 @@ class Chunk {
     // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms; AVX2, one thread,
     // against its lane-sum scores: float32 0.47-0.66 of the time, bf16 0.69, int8 0.76).
     quads_ = g_ >= kQuadRows && kv::quads_available();
-    // bf16 rows of groups of up to 4 rows on AVX-512 are read in place, not widened (kv_kernels.h;
-    // Hq = 32, Hkv = 8, d = 128, two threads, calls alternated in one process: Nkv = 4096 0.73,
-    // 65536 0.82 of the time; docs/performance.md).
-    pairs_ = quads_ && L.type == kv::kBF16 && g_ <= 4 && kv::pairs_available();
+    // bf16 and float16 rows of groups of up to 4 rows on AVX-512 are read in place, not widened
+    // (kv_kernels.h). Calls alternated in one process, two threads, d = 128, time against the
+    // widened tile: bf16 Hq = 32, Hkv = 8, Nkv = 4096 0.73, 65536 0.82; float16 0.80 and 0.99 (its
+    // conversion costs what the widening did once the rows come from DRAM; docs/performance.md).
+    in_place_ = quads_ && g_ <= 4 && (L.type == kv::kBF16 || L.type == kv::kF16) && kv::rows_in_place();
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
     // (docs/performance.md). GQA's rows of the next tile (quad scores) are fed, a line or two
@@ -359,7 +360,7 @@ class Chunk {
                          (kh * group_ + r / L_.Nq) * q.strides[1] + r % L_.Nq * q.strides[2];
       for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[3]] * f;
     }
-    if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data(), pairs_);
+    if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data(), in_place_ && L_.type == kv::kBF16);
     std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(s_.l.begin(), s_.l.end(), 0.0f);
     std::fill(s_.o.begin(), s_.o.end(), 0.0f);
@@ -453,11 +454,12 @@ class Chunk {
     for (std::int64_t a = 0; a < nk; a += sub) {
       const std::int64_t n = std::min(sub, nk - a);
       const std::int64_t ahead = a < f.n ? std::min(sub, f.n - a) : 0;  // rows of the tile computed next
-      if (quads_) {  // float32 rows and bf16 rows of pairs_ as they are, others widened into kf
+      if (quads_) {  // float32 rows, and bf16 and float16 rows in_place_, as they are; others widened into kf
         const void* const* rows = s.krow.data() + x + a;
-        const kv::QuadRows form = L_.type == kv::kF32 ? kv::QuadRows::f32
-                                  : pairs_            ? kv::QuadRows::bf16
-                                                      : kv::QuadRows::widened;
+        const kv::QuadRows form = L_.type == kv::kF32     ? kv::QuadRows::f32
+                                  : !in_place_              ? kv::QuadRows::widened
+                                  : L_.type == kv::kBF16    ? kv::QuadRows::bf16
+                                                            : kv::QuadRows::f16;
         if (form == kv::QuadRows::widened) {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
@@ -578,7 +580,7 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, pairs_ = false, prefetch_k_ = true;
+  bool quads_ = false, in_place_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).

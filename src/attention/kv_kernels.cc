@@ -1038,6 +1038,7 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
 // Element c of a key row as float32: float32 rows, and bf16 rows read as their 16-bit patterns.
 HWY_INLINE float RowValue(const float* row, size_t c) { return row[c]; }
 HWY_INLINE float RowValue(const std::uint16_t* row, size_t c) { return Element<kBF16>(row, nullptr, c); }
+HWY_INLINE float RowValue(const f16* row, size_t c) { return from_f16(row[c]); }
 
 // The last `tail` columns col + t one at a time (QuadKeys8, OctKeys, PairKeys): slot t of the packed
 // rows (32 floats from qt, its second vector `second` floats on) against K_x[col + t] broadcast,
@@ -1113,7 +1114,15 @@ HWY_INLINE void OctSums(DF d, VF (&a)[kQuadKeys][2], float* S, size_t lds, size_
 // broadcast to both 256-bit halves, feed two: lane 8h + i of accumulator v sums
 // Q[2v + h][8w + i]·K[8w + i] over w. At the end one block shuffle of a key's two accumulators
 // and an add leave row h's four lanes in block h, and QuadSums adds them for four keys.
-HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
+// A key's 8 columns from 8w on as float32 in both 256-bit halves: float32 rows by one broadcast
+// load; float16 rows (read in place) by a 128-bit load broadcast to both 128-bit halves of a 256-bit
+// vector, then one conversion of its 16 halves.
+HWY_INLINE VF Oct(const float* row, size_t w) { return VF{_mm512_broadcast_f32x8(_mm256_loadu_ps(row + 8 * w))}; }
+HWY_INLINE VF Oct(const f16* row, size_t w) {
+  return VF{_mm512_cvtph_ps(_mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 8 * w))))};
+}
+template <class T>
+HWY_INLINE void OctKeys(DF d, size_t dk, const T* const* krow, const float* packed, float* S, size_t lds,
                         size_t nr, LineFeed& feed) {
   const size_t octs = dk / 8, tail = dk % 8;
   VF a[kQuadKeys][2];
@@ -1122,13 +1131,13 @@ HWY_INLINE void OctKeys(DF d, size_t dk, const float* const* krow, const float* 
   for (size_t w = 0; w < octs; ++w) {
     feed.next();
     const VF q0 = hn::LoadU(d, packed + w * 32), q1 = hn::LoadU(d, packed + w * 32 + 16);
-    const float* const* rows = krow;  // row pointers read from memory each step (as QuadKeys)
+    const T* const* rows = krow;  // row pointers read from memory each step (as QuadKeys)
 #if defined(__GNUC__)
     asm("" : "+r"(rows));
 #endif
 #pragma GCC unroll 8
     for (size_t x = 0; x < kQuadKeys; ++x) {
-      const VF k{_mm512_broadcast_f32x8(_mm256_loadu_ps(rows[x] + 8 * w))};
+      const VF k = Oct(rows[x], w);
       a[x][0] = hn::MulAdd(q0, k, a[x][0]);
       a[x][1] = hn::MulAdd(q1, k, a[x][1]);
     }
@@ -1202,7 +1211,17 @@ HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* 
     if (nr > 4) QuadKeys8(d, dk, rows, pk, 1, S + 4 * lds, lds, nr - 4, feed);
   }
 }
-// bf16 rows in place: PairKeys (AVX-512 and up to 4 rows only, pairs_available()).
+// float16 rows in place: OctKeys (AVX-512 and up to 4 rows only, rows_in_place()).
+template <class D>
+HWY_INLINE void QuadCall(D d, size_t dk, const f16* const* rows, const float* pk, float* S, size_t lds, size_t nr,
+                         bool, LineFeed& feed) {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  if constexpr (hn::MaxLanes(D()) == 16) OctKeys(d, dk, rows, pk, S, lds, nr, feed);
+#else
+  (void)d, (void)dk, (void)rows, (void)pk, (void)S, (void)lds, (void)nr, (void)feed;
+#endif
+}
+// bf16 rows in place: PairKeys (AVX-512 and up to 4 rows only, rows_in_place()).
 template <class D>
 HWY_INLINE void QuadCall(D d, size_t dk, const std::uint16_t* const* rows, const float* pk, float* S, size_t lds,
                          size_t nr, bool, LineFeed& feed) {
@@ -1244,9 +1263,10 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
     // Up to 4 rows on AVX-512, widened rows (in L1): OctKeys, its layout after the quad block
     // (QuadCall). Float32 rows read from DRAM were 3-4% slower that way (Hq = 32, Hkv = 8 and
     // Hq = 8, Hkv = 2, d = 128, two threads, calls alternated in one process; docs/performance.md).
-    // bf16 rows in place (the caller checked pairs_available()): PairKeys, the pair layout there.
-    const bool pairs = form == QuadRows::bf16;
-    const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && form == QuadRows::widened;
+    // bf16 rows in place (the caller checked rows_in_place()): PairKeys, the pair layout there;
+    // float16 rows in place: OctKeys, converting each key's 8 columns as it reads them.
+    const bool pairs = form == QuadRows::bf16, halves = form == QuadRows::f16;
+    const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && (form == QuadRows::widened || halves);
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
       const size_t passes = hn::MaxLanes(D()) == 8 && nr > 4 ? 2 : 1;  // QuadCall's calls of the kernel
@@ -1254,6 +1274,7 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
       feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * steps));
       const float* pk = octs || pairs ? packed + block : packed + r0 / 8 * block;
       if (pairs) QuadKeyGroups<std::uint16_t>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
+      else if (halves) QuadKeyGroups<f16>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
       else QuadKeyGroups<float>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
     }
     shared = feed;
@@ -1275,7 +1296,7 @@ void ScoresQuads(size_t nk, size_t rows, size_t dk, const void* const* krow, con
 bool QuadsAvailable() {
   return (hn::MaxLanes(DF()) == 16 || hn::MaxLanes(DF()) == 8) && hn::Lanes(DF()) == hn::MaxLanes(DF());
 }
-bool PairsAvailable() {
+bool RowsInPlace() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16;
 #else
@@ -1354,14 +1375,14 @@ HWY_EXPORT(StreamRowStrided);
 HWY_EXPORT(ScoresQuads);
 HWY_EXPORT(Widen);
 HWY_EXPORT(QuadsAvailable);
-HWY_EXPORT(PairsAvailable);
+HWY_EXPORT(RowsInPlace);
 
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
            std::size_t ldo) {
   HWY_DYNAMIC_DISPATCH(Widen)(type, nk, d, row, sc, out, ldo);
 }
 bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
-bool pairs_available() { return HWY_DYNAMIC_DISPATCH(PairsAvailable)(); }
+bool rows_in_place() { return HWY_DYNAMIC_DISPATCH(RowsInPlace)(); }
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs) {
   const std::size_t block = quads_block(dk), full = dk / 4 * 4, full8 = dk / 8 * 8, full16 = dk / 16 * 16;
   std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));

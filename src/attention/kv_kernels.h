@@ -31,7 +31,7 @@ bool quads_available();
 // multiply-adds (rows 0-1 and 2-3) where a quad feeds one, and each row's 8 lanes (8 chains in
 // column order) are added at the end: lane i with lane 4 + i, then the four as the quad layout
 // adds its lanes.
-// For bf16 rows read in place (QuadRows::bf16, where pairs_available()) they take the "pair" layout
+// For bf16 rows read in place (QuadRows::bf16, where rows_in_place()) they take the "pair" layout
 // there instead: per 16 columns w two slots of 32 floats, lane 8h + i = Q[h][16w + 2i] in the first
 // and Q[h][16w + 2i + 1] in the second (a bf16 row's 32-bit lane i holds its columns 2i and 2i + 1);
 // the dk % 16 last columns one at a time, Q[h][c] in lanes 8h + c % 8. Each row's 8 lanes sum as
@@ -49,14 +49,15 @@ inline std::size_t quads_size(std::size_t rows, std::size_t dk) {
 }
 // pairs: the pair layout for up to 4 rows rather than the oct layout.
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs = false);
-// Whether the target reads bf16 rows in place for groups of up to 4 rows (AVX-512).
-bool pairs_available();
+// Whether the target reads bf16 and float16 rows in place for groups of up to 4 rows (AVX-512).
+bool rows_in_place();
 // How scores_quads reads its key rows: float32 rows as they are; a float32 tile the caller widened
 // from bf16, float16 or int8 rows (in L1; the oct layout for up to 4 rows on AVX-512); bf16 rows in
-// place (up to 4 rows, pairs_available(), the pair layout).
-enum class QuadRows : int { f32, widened, bf16 };
+// place (up to 4 rows, rows_in_place(), the pair layout); float16 rows in place (the same, the oct layout).
+enum class QuadRows : int { f32, widened, bf16, f16 };
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (other rows widened
-// first, widen(), as kv_decode.cc does, but bf16 rows of groups of up to 4 where pairs_available()).
+// first, widen(), as kv_decode.cc does, but bf16 and float16 rows of groups of up to 4 where
+// rows_in_place()).
 // feed (here and in accumulate): rows of a later tile to prefetch a few lines per step of the
 // inner loop (LineFeed, common/prefetch.h); the kernel advances it.
 void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
