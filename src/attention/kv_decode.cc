@@ -326,11 +326,12 @@ class Chunk {
     // as below, Nkv = 4096 0.33-0.34 -> 0.30 ms, 65536 5.9-6.5 -> 4.6-4.7 ms; AVX2, one thread,
     // against its lane-sum scores: float32 0.47-0.66 of the time, bf16 0.69, int8 0.76).
     quads_ = g_ >= kQuadRows && kv::quads_available();
-    // bf16 and float16 rows of groups of up to 4 rows on AVX-512 are read in place, not widened
-    // (kv_kernels.h). Calls alternated in one process, two threads, d = 128, time against the
-    // widened tile: bf16 Hq = 32, Hkv = 8, Nkv = 4096 0.73, 65536 0.82; float16 0.80 and 0.99 (its
-    // conversion costs what the widening did once the rows come from DRAM; docs/performance.md).
-    in_place_ = quads_ && g_ <= 4 && (L.type == kv::kBF16 || L.type == kv::kF16) && kv::rows_in_place();
+    // bf16 and float16 rows are read in place on AVX-512, not widened (kv_kernels.h). Calls
+    // alternated in one process, two threads, d = 128, time against the widened tile: bf16
+    // Hq = 32, Hkv = 8, Nkv = 4096 0.73, 65536 0.82-0.99; Hq = 32, Hkv = 4, 4096 0.81, 65536 0.83;
+    // float16 0.80 and 0.99 with Hkv = 8, 0.88 and 0.93 with Hkv = 4 (the same bits: its conversion
+    // costs about what the widening did once the rows come from DRAM; docs/performance.md).
+    in_place_ = quads_ && (L.type == kv::kBF16 || L.type == kv::kF16) && kv::rows_in_place();
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
     // (docs/performance.md). GQA's rows of the next tile (quad scores) are fed, a line or two

@@ -960,6 +960,12 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
 }
 
 #if HWY_TARGET != HWY_SCALAR
+// Element c of a key row as float32: float32 rows, and bf16 rows read as their 16-bit
+// patterns, float16 rows.
+HWY_INLINE float RowValue(const float* row, size_t c) { return row[c]; }
+HWY_INLINE float RowValue(const std::uint16_t* row, size_t c) { return Element<kBF16>(row, nullptr, c); }
+HWY_INLINE float RowValue(const f16* row, size_t c) { return from_f16(row[c]); }
+
 // scores_quads (kv_kernels.h): kQuadKeys keys (rows by pointer) against one block of 8 packed rows,
 // S[r][x] for rows r < nr and keys x < kQuadKeys. Key x has two accumulators, rows 0-3 and rows
 // 4-7 (kHalves = 2; rows 0-3 alone for blocks of up to 4 rows): lane 4h + i sums
@@ -991,8 +997,20 @@ HWY_INLINE void StoreBlocks(D, hn::Vec<D> r, float* out, size_t lds, size_t rows
   if (3 < rows) hn::StoreU(hn::UpperHalf(dq, hi), dq, out + 3 * lds);
 }
 
-template <size_t kHalves, class D>
-HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
+// A key's quad u as float32 in every 128-bit block: float32 rows by one broadcast load; float16
+// rows (read in place, AVX-512) by a 64-bit broadcast load, then one conversion of its 16 halves.
+template <class D>
+HWY_INLINE hn::Vec<D> Quad(D d, const float* row, size_t u) { return hn::LoadDup128(d, row + 4 * u); }
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+HWY_INLINE VF Quad(DF, const f16* row, size_t u) {
+  std::int64_t bits;
+  std::memcpy(&bits, row + 4 * u, 8);
+  return VF{_mm512_cvtph_ps(_mm256_set1_epi64x(bits))};
+}
+#endif
+
+template <size_t kHalves, class D, class T>
+HWY_INLINE void QuadKeys(D d, size_t dk, const T* const* krow, const float* packed, float* S, size_t lds,
                          size_t nr, LineFeed& feed) {
   const size_t quads = dk / 4, tail = dk % 4;
   hn::Vec<D> a[kQuadKeys][2];
@@ -1010,20 +1028,20 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
     // eight vmovq a step. Hq = 32, Hkv = 4, d = 128, calls alternated in one process: K and V in
     // cache 36.1 / 38.5 ns a key against 37.4 / 39.0 (one thread), 36.9 against 38.9 (two); from
     // DRAM 0.760 / 0.768 of a copy against 0.746 / 0.743 (docs/performance.md).
-    const float* const* rows = krow;
+    const T* const* rows = krow;
 #if defined(__GNUC__)
     asm("" : "+r"(rows));
 #endif
 #pragma GCC unroll 8
     for (size_t x = 0; x < kQuadKeys; ++x) {
-      madd(x, q0, q1, hn::LoadDup128(d, rows[x] + 4 * u));
+      madd(x, q0, q1, Quad(d, rows[x], u));
     }
   }
   for (size_t t = 0; t < tail; ++t) {  // the last columns one at a time, each with its own Q lanes
     const float* qt = packed + (quads + t) * 32;
     const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + 16);
 #pragma GCC unroll 8
-    for (size_t x = 0; x < kQuadKeys; ++x) madd(x, q0, q1, hn::Set(d, krow[x][4 * quads + t]));
+    for (size_t x = 0; x < kQuadKeys; ++x) madd(x, q0, q1, hn::Set(d, RowValue(krow[x], 4 * quads + t)));
   }
 #pragma GCC unroll 2
   for (size_t half = 0; half < kHalves; ++half)
@@ -1034,11 +1052,6 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const float* const* krow, const float* 
       StoreBlocks(d, r, S + h0 * lds + x, lds, nr > h0 ? nr - h0 : 0);
     }
 }
-
-// Element c of a key row as float32: float32 rows, and bf16 rows read as their 16-bit patterns.
-HWY_INLINE float RowValue(const float* row, size_t c) { return row[c]; }
-HWY_INLINE float RowValue(const std::uint16_t* row, size_t c) { return Element<kBF16>(row, nullptr, c); }
-HWY_INLINE float RowValue(const f16* row, size_t c) { return from_f16(row[c]); }
 
 // The last `tail` columns col + t one at a time (QuadKeys8, OctKeys, PairKeys): slot t of the packed
 // rows (32 floats from qt, its second vector `second` floats on) against K_x[col + t] broadcast,
@@ -1185,6 +1198,51 @@ HWY_INLINE void PairKeys(DF d, size_t dk, const std::uint16_t* const* krow, cons
   TailColumns(d, tail, packed + chunks * 64, 16, krow, 16 * chunks, a);  // the last columns one at a time
   OctSums(d, a, S, lds, nr);
 }
+
+// bf16 rows of blocks of up to 8 rows on AVX-512, read in place, in the pair layout for blocks of 8
+// rows (kv_kernels.h): a key's 8 columns (16 bytes) broadcast to every 128-bit block, lane i of a
+// block holding columns 2i and 2i + 1, split by a shift and a mask as in PairKeys; each feeds the
+// accumulators of rows 0-3 (and 4-7: kHalves = 2). Lane 4h + i sums
+//   Q[h][8c + 2i]·K[8c + 2i] + Q[h][8c + 2i + 1]·K[8c + 2i + 1]
+// over the chunks c, the even column first; the end is QuadKeys'.
+template <size_t kHalves>
+HWY_INLINE void PairQuadKeys(DF d, size_t dk, const std::uint16_t* const* krow, const float* packed, float* S,
+                             size_t lds, size_t nr, LineFeed& feed) {
+  const size_t chunks = dk / 8, tail = dk % 8;
+  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
+  VF a[kQuadKeys][2];
+#pragma GCC unroll 8
+  for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
+  for (size_t c = 0; c < chunks; ++c) {
+    feed.next();
+    const float* qc = packed + c * 64;
+    const VF q0e = hn::LoadU(d, qc), q1e = hn::LoadU(d, qc + 16), q0o = hn::LoadU(d, qc + 32),
+             q1o = hn::LoadU(d, qc + 48);
+    const std::uint16_t* const* rows = krow;  // row pointers read from memory each step (as QuadKeys)
+#if defined(__GNUC__)
+    asm("" : "+r"(rows));
+#endif
+#pragma GCC unroll 8
+    for (size_t x = 0; x < kQuadKeys; ++x) {
+      const __m512i raw = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[x] + 8 * c)));
+      const VF even{_mm512_castsi512_ps(_mm512_slli_epi32(raw, 16))};
+      const VF odd{_mm512_castsi512_ps(_mm512_and_si512(raw, high))};
+      a[x][0] = hn::MulAdd(q0e, even, a[x][0]);
+      if constexpr (kHalves == 2) a[x][1] = hn::MulAdd(q1e, even, a[x][1]);
+      a[x][0] = hn::MulAdd(q0o, odd, a[x][0]);
+      if constexpr (kHalves == 2) a[x][1] = hn::MulAdd(q1o, odd, a[x][1]);
+    }
+  }
+  TailColumns(d, tail, packed + chunks * 64, 16, krow, 8 * chunks, a);  // the last columns one at a time
+#pragma GCC unroll 2
+  for (size_t half = 0; half < kHalves; ++half)
+#pragma GCC unroll 2
+    for (size_t x = 0; x < kQuadKeys; x += 4) {
+      const auto r = QuadSums(d, a[x][half], a[x + 1][half], a[x + 2][half], a[x + 3][half]);
+      const size_t h0 = 4 * half;
+      StoreBlocks(d, r, S + h0 * lds + x, lds, nr > h0 ? nr - h0 : 0);
+    }
+}
 #else
 constexpr bool kOcts = false;
 #endif
@@ -1211,24 +1269,34 @@ HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* 
     if (nr > 4) QuadKeys8(d, dk, rows, pk, 1, S + 4 * lds, lds, nr - 4, feed);
   }
 }
-// float16 rows in place: OctKeys (AVX-512 and up to 4 rows only, rows_in_place()).
+// float16 rows in place (AVX-512 only, rows_in_place()): OctKeys for groups of up to 4 rows, else
+// QuadKeys, each converting a key's columns as it reads them.
 template <class D>
 HWY_INLINE void QuadCall(D d, size_t dk, const f16* const* rows, const float* pk, float* S, size_t lds, size_t nr,
-                         bool, LineFeed& feed) {
+                         bool octs, LineFeed& feed) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if constexpr (hn::MaxLanes(D()) == 16) OctKeys(d, dk, rows, pk, S, lds, nr, feed);
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    if (octs) return OctKeys(d, dk, rows, pk, S, lds, nr, feed);
+    if (nr > 4) QuadKeys<2>(d, dk, rows, pk, S, lds, nr, feed);
+    else QuadKeys<1>(d, dk, rows, pk, S, lds, nr, feed);
+  }
 #else
-  (void)d, (void)dk, (void)rows, (void)pk, (void)S, (void)lds, (void)nr, (void)feed;
+  (void)d, (void)dk, (void)rows, (void)pk, (void)S, (void)lds, (void)nr, (void)octs, (void)feed;
 #endif
 }
-// bf16 rows in place: PairKeys (AVX-512 and up to 4 rows only, rows_in_place()).
+// bf16 rows in place (AVX-512 only, rows_in_place()): PairKeys for groups of up to 4 rows, else
+// PairQuadKeys.
 template <class D>
 HWY_INLINE void QuadCall(D d, size_t dk, const std::uint16_t* const* rows, const float* pk, float* S, size_t lds,
-                         size_t nr, bool, LineFeed& feed) {
+                         size_t nr, bool octs, LineFeed& feed) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  if constexpr (hn::MaxLanes(D()) == 16) PairKeys(d, dk, rows, pk, S, lds, nr, feed);
+  if constexpr (hn::MaxLanes(D()) == 16) {
+    if (octs) return PairKeys(d, dk, rows, pk, S, lds, nr, feed);
+    if (nr > 4) PairQuadKeys<2>(d, dk, rows, pk, S, lds, nr, feed);
+    else PairQuadKeys<1>(d, dk, rows, pk, S, lds, nr, feed);
+  }
 #else
-  (void)d, (void)dk, (void)rows, (void)pk, (void)S, (void)lds, (void)nr, (void)feed;
+  (void)d, (void)dk, (void)rows, (void)pk, (void)S, (void)lds, (void)nr, (void)octs, (void)feed;
 #endif
 }
 
@@ -1263,16 +1331,18 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
     // Up to 4 rows on AVX-512, widened rows (in L1): OctKeys, its layout after the quad block
     // (QuadCall). Float32 rows read from DRAM were 3-4% slower that way (Hq = 32, Hkv = 8 and
     // Hq = 8, Hkv = 2, d = 128, two threads, calls alternated in one process; docs/performance.md).
-    // bf16 rows in place (the caller checked rows_in_place()): PairKeys, the pair layout there;
+    // bf16 rows in place (the caller checked rows_in_place()): PairKeys, the pair layout there, or
+    // PairQuadKeys on the pair layout of blocks of 8 rows;
     // float16 rows in place: OctKeys, converting each key's 8 columns as it reads them.
     const bool pairs = form == QuadRows::bf16, halves = form == QuadRows::f16;
-    const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && (form == QuadRows::widened || halves);
+    const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && form != QuadRows::f32;
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
       const size_t passes = hn::MaxLanes(D()) == 8 && nr > 4 ? 2 : 1;  // QuadCall's calls of the kernel
-      const size_t steps = pairs ? dk / 16 + dk % 16 : octs ? (dk + 7) / 8 : (dk + 3) / 4;  // of its inner loop
+      const size_t steps = pairs ? (octs ? dk / 16 + dk % 16 : dk / 8 + dk % 8)  // of the kernel's inner loop
+                                 : octs ? (dk + 7) / 8 : (dk + 3) / 4;
       feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * steps));
-      const float* pk = octs || pairs ? packed + block : packed + r0 / 8 * block;
+      const float* pk = octs ? packed + block : packed + r0 / 8 * block;
       if (pairs) QuadKeyGroups<std::uint16_t>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
       else if (halves) QuadKeyGroups<f16>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
       else QuadKeyGroups<float>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
@@ -1388,15 +1458,19 @@ void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ld
   std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t c = 0; c < dk; ++c) {
-      const std::size_t vec = c < full ? c / 4 : full / 4 + (c - full);  // a quad, or a last column alone
-      packed[r / 8 * block + vec * 32 + (r % 8) / 4 * 16 + 4 * (r % 4) + c % 4] = Q[r * ldq + c];
+      const float q = Q[r * ldq + c];
+      float* b = packed + r / 8 * block + (r % 8) / 4 * 16 + 4 * (r % 4);  // row r's lanes of its block
+      if (pairs)  // per 8 columns the even ones, then the odd ones; or a last column alone
+        b[(c < full8 ? c / 8 * 2 + c % 2 : full8 / 4 + (c - full8)) * 32 + (c < full8 ? c % 8 / 2 : c % 4)] = q;
+      else  // a quad, or a last column alone
+        b[(c < full ? c / 4 : full / 4 + (c - full)) * 32 + c % 4] = q;
       if (rows > 4) continue;
-      if (pairs) {  // the pair layout after the quad block: even columns of a chunk, then odd ones
+      if (pairs) {  // the pair layout after the block: per 16 columns the even ones, then the odd ones
         const std::size_t at = c < full16 ? c / 16 * 2 + c % 2 : full16 / 8 + (c - full16);
-        packed[block + at * 32 + 8 * r + (c < full16 ? c % 16 / 2 : c % 8)] = Q[r * ldq + c];
-      } else {  // the oct layout after the quad block
+        packed[block + at * 32 + 8 * r + (c < full16 ? c % 16 / 2 : c % 8)] = q;
+      } else {  // the oct layout after the block
         const std::size_t oct = c < full8 ? c / 8 : full8 / 8 + (c - full8);
-        packed[block + oct * 32 + 8 * r + c % 8] = Q[r * ldq + c];
+        packed[block + oct * 32 + 8 * r + c % 8] = q;
       }
     }
 }

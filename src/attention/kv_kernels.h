@@ -36,8 +36,16 @@ bool quads_available();
 // and Q[h][16w + 2i + 1] in the second (a bf16 row's 32-bit lane i holds its columns 2i and 2i + 1);
 // the dk % 16 last columns one at a time, Q[h][c] in lanes 8h + c % 8. Each row's 8 lanes sum as
 // the oct layout's, each lane over the chunks, the even column before the odd one.
-// Floats of one block of 8 packed rows: dk / 4 quads and dk % 4 last columns, 32 floats each.
-inline std::size_t quads_block(std::size_t dk) { return (dk / 4 + dk % 4) * 32; }
+// Blocks of 8 rows of bf16 rows read in place take the pair layout of blocks of 8 rows: per 8
+// columns c two slots of 32 floats, lane 4h + i = Q[h][8c + 2i] in the first and Q[h][8c + 2i + 1]
+// in the second (rows 0-3, then 4-7); the dk % 8 last columns one at a time, Q[h][c] in lanes
+// 4h + c % 4.
+// Floats of one block of 8 packed rows: dk / 4 quads and dk % 4 last columns, 32 floats each (or the
+// pair layout's 2·(dk / 8) + dk % 8 slots, where that is more).
+inline std::size_t quads_block(std::size_t dk) {
+  const std::size_t quads = dk / 4 + dk % 4, pairs = dk / 8 * 2 + dk % 8;
+  return (quads > pairs ? quads : pairs) * 32;
+}
 // Floats of the oct layout: dk / 8 octs and dk % 8 last columns, 32 floats each.
 inline std::size_t octs_block(std::size_t dk) { return (dk / 8 + dk % 8) * 32; }
 // Floats of the pair layout: two slots per 16 columns and dk % 16 last columns, 32 floats each.
@@ -47,17 +55,16 @@ inline std::size_t quads_size(std::size_t rows, std::size_t dk) {
   const std::size_t small = octs_block(dk) > pairs_block(dk) ? octs_block(dk) : pairs_block(dk);
   return (rows + 7) / 8 * quads_block(dk) + (rows <= 4 ? small : 0);
 }
-// pairs: the pair layout for up to 4 rows rather than the oct layout.
+// pairs: the pair layouts (bf16 rows in place) rather than the quad and oct layouts.
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs = false);
-// Whether the target reads bf16 and float16 rows in place for groups of up to 4 rows (AVX-512).
+// Whether the target reads bf16 and float16 rows in place (AVX-512).
 bool rows_in_place();
 // How scores_quads reads its key rows: float32 rows as they are; a float32 tile the caller widened
 // from bf16, float16 or int8 rows (in L1; the oct layout for up to 4 rows on AVX-512); bf16 rows in
-// place (up to 4 rows, rows_in_place(), the pair layout); float16 rows in place (the same, the oct layout).
+// place (rows_in_place(), the pair layouts); float16 rows in place (the quad and oct layouts).
 enum class QuadRows : int { f32, widened, bf16, f16 };
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (other rows widened
-// first, widen(), as kv_decode.cc does, but bf16 and float16 rows of groups of up to 4 where
-// rows_in_place()).
+// first, widen(), as kv_decode.cc does, but bf16 and float16 rows where rows_in_place()).
 // feed (here and in accumulate): rows of a later tile to prefetch a few lines per step of the
 // inner loop (LineFeed, common/prefetch.h); the kernel advances it.
 void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
