@@ -600,13 +600,13 @@ void run(const Bench& opt) {
     return &rows.back();
   };
   auto wanted = [&](Cache kind) { return want(case_name(kind)); };
-  // ggml-comparable cases (H = 8, d = 64 and 128, Nkv 4096 and 65536), then GQA.
+  // ggml-comparable cases (H = 8, d = 64 and 128, Nkv 4096 and 65536), then GQA (every cache type).
   for (std::int64_t d : {std::int64_t{64}, std::int64_t{128}})
     for (std::int64_t nkv : {std::int64_t{4096}, std::int64_t{65536}})
       for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::f16, Cache::i8})
         if (wanted(kind)) decode(kind, 8, 8, nkv, d);
   if (wanted(Cache::paged)) decode(Cache::paged, 8, 8, 65536, 128);
-  for (Cache kind : {Cache::forward, Cache::f32})  // 8 query heads per KV head
+  for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::f16, Cache::i8})  // 8 query heads per KV head
     if (wanted(kind)) decode(kind, 32, 4, 65536, 128);
   if (!opt.quick)
     for (Cache kind : {Cache::forward, Cache::f32, Cache::i8})

@@ -77,14 +77,23 @@ std::vector<std::string> available_targets() {
   return names;
 }
 
+namespace {
+std::int64_t forced_bits = 0;  // the target force_target() set, 0 for none
+}  // namespace
+
 void force_target(const std::string& name) {
   hwy::SetSupportedTargetsForTest(0);
+  forced_bits = 0;
   if (name.empty()) return;
   const std::int64_t want = bits_of(name);
   if (!(usable_bits() & want))
     throw Error("ATTNSCALE_TARGET: target '" + name + "' is not supported by this CPU or build");
   hwy::SetSupportedTargetsForTest(want);
+  forced_bits = want;
 }
+
+BestTarget::BestTarget() : forced_(forced_bits) { hwy::SetSupportedTargetsForTest(0); }
+BestTarget::~BestTarget() { hwy::SetSupportedTargetsForTest(forced_); }
 
 const char* target_name() {
   init_target_from_env();

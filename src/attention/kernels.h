@@ -65,5 +65,16 @@ const char* target_name();                   // the target the kernels run on no
 std::vector<std::string> available_targets();  // compiled in and supported here, by our names
 void force_target(const std::string& name);    // one of available_targets(), or "" for the best
 void init_target_from_env();                   // applies $ATTNSCALE_TARGET (once; idempotent)
+// The best target while it lives, whatever target was forced; then that one again (or none).
+class BestTarget {
+ public:
+  BestTarget();
+  ~BestTarget();
+  BestTarget(const BestTarget&) = delete;
+  BestTarget& operator=(const BestTarget&) = delete;
+
+ private:
+  std::int64_t forced_;
+};
 
 }  // namespace attnscale::detail::simd

@@ -5,10 +5,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <limits>
+#include <optional>
 #include <vector>
 
-#include <hwy/targets.h>
-
+#include "attention/kernels.h"
 #include "attention/params.h"
 #include "attnscale/tensor.h"
 #include "lab/normals.h"
@@ -34,8 +34,8 @@ inline Tensor random_tensor(DType dtype, std::initializer_list<std::int64_t> sha
   // The bulk draw on the machine's best SIMD target, whatever target a test has forced on the
   // library (Highway's choice is global): under the scalar one it took half the time of the
   // sanitised KV-cache tests, which force every target in turn.
-  const std::int64_t forced = hwy::SupportedTargets();
-  if (draw == Draw::bulk) hwy::SetSupportedTargetsForTest(0);
+  std::optional<detail::simd::BestTarget> best;
+  if (draw == Draw::bulk) best.emplace();
   for (std::int64_t i = 0; i < n; ++i) {
     if (draw == Draw::bulk && i % kChunk == 0)
       lab::fill_normals(rng, static_cast<std::uint64_t>(i), std::min(kChunk, n - i), z.data());
@@ -45,7 +45,6 @@ inline Tensor random_tensor(DType dtype, std::initializer_list<std::int64_t> sha
     else if (dtype == DType::bf16) t.as<bf16>()[i] = to_bf16(static_cast<float>(x));
     else t.as<std::uint8_t>()[i] = x > 0 ? 1 : 0;
   }
-  if (draw == Draw::bulk) hwy::SetSupportedTargetsForTest(forced);
   return t;
 }
 
