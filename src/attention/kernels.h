@@ -3,6 +3,7 @@
 // dispatch boundary; the per-target code is in kernels-inl.h, the dispatch in kernels.cc.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <vector>
 

@@ -1162,16 +1162,14 @@ HWY_INLINE void OctKeys(DF d, size_t dk, const T* const* krow, const float* pack
 // bf16 rows of groups of up to 4 rows on AVX-512, read in place (no widened copy of the tile), in
 // the pair layout (kv_kernels.h). A key's 16 columns (32 bytes) are broadcast to both 256-bit
 // halves; 32-bit lane i then holds column 2i in its low 16 bits and column 2i + 1 in its high 16
-// bits, and a bf16 value is the top half of its float32. So a shift left by 16 gives the even
-// columns as float32 and clearing the low 16 bits the odd ones: two integer operations and one load
-// for four multiply-adds, where the widened tile cost a load, a widening and a store per 16 values
-// before the oct kernel read them again. Lane 8h + i of accumulator v sums
+// bits, which PairLow and PairHigh give as float32 (the even columns, the odd ones): two integer
+// operations and one load for four multiply-adds, where the widened tile cost a load, a widening
+// and a store per 16 values before the oct kernel read them again. Lane 8h + i of accumulator v sums
 //   Q[2v + h][16w + 2i]·K[16w + 2i] + Q[2v + h][16w + 2i + 1]·K[16w + 2i + 1]
 // over the chunks w, the even column first; the end is OctKeys'.
 HWY_INLINE void PairKeys(DF d, size_t dk, const std::uint16_t* const* krow, const float* packed, float* S,
                          size_t lds, size_t nr, LineFeed& feed) {
   const size_t chunks = dk / 16, tail = dk % 16;
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   VF a[kQuadKeys][2];
 #pragma GCC unroll 8
   for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
@@ -1186,9 +1184,8 @@ HWY_INLINE void PairKeys(DF d, size_t dk, const std::uint16_t* const* krow, cons
 #endif
 #pragma GCC unroll 8
     for (size_t x = 0; x < kQuadKeys; ++x) {
-      const __m512i raw = _mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[x] + 16 * w)));
-      const VF even{_mm512_castsi512_ps(_mm512_slli_epi32(raw, 16))};
-      const VF odd{_mm512_castsi512_ps(_mm512_and_si512(raw, high))};
+      const VU raw{_mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[x] + 16 * w)))};
+      const VF even = PairLow(d, raw), odd = PairHigh(d, raw);
       a[x][0] = hn::MulAdd(q0e, even, a[x][0]);
       a[x][1] = hn::MulAdd(q1e, even, a[x][1]);
       a[x][0] = hn::MulAdd(q0o, odd, a[x][0]);
@@ -1201,7 +1198,7 @@ HWY_INLINE void PairKeys(DF d, size_t dk, const std::uint16_t* const* krow, cons
 
 // bf16 rows of blocks of up to 8 rows on AVX-512, read in place, in the pair layout for blocks of 8
 // rows (kv_kernels.h): a key's 8 columns (16 bytes) broadcast to every 128-bit block, lane i of a
-// block holding columns 2i and 2i + 1, split by a shift and a mask as in PairKeys; each feeds the
+// block holding columns 2i and 2i + 1, split by PairLow and PairHigh as in PairKeys; each feeds the
 // accumulators of rows 0-3 (and 4-7: kHalves = 2). Lane 4h + i sums
 //   Q[h][8c + 2i]·K[8c + 2i] + Q[h][8c + 2i + 1]·K[8c + 2i + 1]
 // over the chunks c, the even column first; the end is QuadKeys'.
@@ -1209,7 +1206,6 @@ template <size_t kHalves>
 HWY_INLINE void PairQuadKeys(DF d, size_t dk, const std::uint16_t* const* krow, const float* packed, float* S,
                              size_t lds, size_t nr, LineFeed& feed) {
   const size_t chunks = dk / 8, tail = dk % 8;
-  const __m512i high = _mm512_set1_epi32(static_cast<int>(0xFFFF0000u));
   VF a[kQuadKeys][2];
 #pragma GCC unroll 8
   for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
@@ -1224,9 +1220,8 @@ HWY_INLINE void PairQuadKeys(DF d, size_t dk, const std::uint16_t* const* krow, 
 #endif
 #pragma GCC unroll 8
     for (size_t x = 0; x < kQuadKeys; ++x) {
-      const __m512i raw = _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[x] + 8 * c)));
-      const VF even{_mm512_castsi512_ps(_mm512_slli_epi32(raw, 16))};
-      const VF odd{_mm512_castsi512_ps(_mm512_and_si512(raw, high))};
+      const VU raw{_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[x] + 8 * c)))};
+      const VF even = PairLow(d, raw), odd = PairHigh(d, raw);
       a[x][0] = hn::MulAdd(q0e, even, a[x][0]);
       if constexpr (kHalves == 2) a[x][1] = hn::MulAdd(q1e, even, a[x][1]);
       a[x][0] = hn::MulAdd(q0o, odd, a[x][0]);
