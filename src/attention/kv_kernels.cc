@@ -997,6 +997,20 @@ HWY_INLINE void StoreBlocks(D, hn::Vec<D> r, float* out, size_t lds, size_t rows
   if (3 < rows) hn::StoreU(hn::UpperHalf(dq, hi), dq, out + 3 * lds);
 }
 
+// The end of QuadKeys (and of PairKeys by 8 columns): block h of a key's accumulator `half` holds
+// row 4·half + h's four partial sums; QuadSums adds them for four keys, to S + (4·half + h)·lds.
+template <size_t kHalves, class D>
+HWY_INLINE void QuadEnd(D d, hn::Vec<D> (&a)[kQuadKeys][2], float* S, size_t lds, size_t nr) {
+#pragma GCC unroll 2
+  for (size_t half = 0; half < kHalves; ++half)
+#pragma GCC unroll 2
+    for (size_t x = 0; x < kQuadKeys; x += 4) {
+      const auto r = QuadSums(d, a[x][half], a[x + 1][half], a[x + 2][half], a[x + 3][half]);
+      const size_t h0 = 4 * half;
+      StoreBlocks(d, r, S + h0 * lds + x, lds, nr > h0 ? nr - h0 : 0);
+    }
+}
+
 // A key's quad u as float32 in every 128-bit block: float32 rows by one broadcast load; float16
 // rows (read in place, AVX-512) by a 64-bit broadcast load, then one conversion of its 16 halves.
 template <class D>
@@ -1043,14 +1057,7 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const T* const* krow, const float* pack
 #pragma GCC unroll 8
     for (size_t x = 0; x < kQuadKeys; ++x) madd(x, q0, q1, hn::Set(d, RowValue(krow[x], 4 * quads + t)));
   }
-#pragma GCC unroll 2
-  for (size_t half = 0; half < kHalves; ++half)
-#pragma GCC unroll 2
-    for (size_t x = 0; x < kQuadKeys; x += 4) {
-      const auto r = QuadSums(d, a[x][half], a[x + 1][half], a[x + 2][half], a[x + 3][half]);
-      const size_t h0 = 4 * half;
-      StoreBlocks(d, r, S + h0 * lds + x, lds, nr > h0 ? nr - h0 : 0);
-    }
+  QuadEnd<kHalves>(d, a, S, lds, nr);
 }
 
 // The last `tail` columns col + t one at a time (QuadKeys8, OctKeys, PairKeys): slot t of the packed
@@ -1159,53 +1166,24 @@ HWY_INLINE void OctKeys(DF d, size_t dk, const T* const* krow, const float* pack
   OctSums(d, a, S, lds, nr);
 }
 
-// bf16 rows of groups of up to 4 rows on AVX-512, read in place (no widened copy of the tile), in
-// the pair layout (kv_kernels.h). A key's 16 columns (32 bytes) are broadcast to both 256-bit
-// halves; 32-bit lane i then holds column 2i in its low 16 bits and column 2i + 1 in its high 16
-// bits, which PairLow and PairHigh give as float32 (the even columns, the odd ones): two integer
-// operations and one load for four multiply-adds, where the widened tile cost a load, a widening
-// and a store per 16 values before the oct kernel read them again. Lane 8h + i of accumulator v sums
-//   Q[2v + h][16w + 2i]·K[16w + 2i] + Q[2v + h][16w + 2i + 1]·K[16w + 2i + 1]
-// over the chunks w, the even column first; the end is OctKeys'.
+// bf16 rows read in place on AVX-512 (no widened copy of the tile), in the pair layouts
+// (kv_kernels.h). A key's kCols columns (16: groups of up to 4 rows, 2 rows a vector; 8: blocks of
+// up to 8 rows, 4 rows a vector) are broadcast to every block of kCols / 2 words, and 32-bit lane i
+// of a block then holds column 2i in its low 16 bits and column 2i + 1 in its high 16 bits, which
+// PairLow and PairHigh give as float32 (the even columns, the odd ones): one load and two integer
+// operations for four multiply-adds (kHalves = 2), where the widened tile cost a load, a widening
+// and a store per 16 values before the scores read them again. Lane i of a row's block sums
+//   Q[h][kCols·c + 2i]·K[kCols·c + 2i] + Q[h][kCols·c + 2i + 1]·K[kCols·c + 2i + 1]
+// over the chunks c, the even column first; the end is OctKeys' (kCols = 16) or QuadKeys'.
+template <size_t kCols>
+HWY_INLINE VU PairColumns(const std::uint16_t* from) {
+  if constexpr (kCols == 16) return VU{_mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(from)))};
+  else return VU{_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(from)))};
+}
+template <size_t kCols, size_t kHalves>
 HWY_INLINE void PairKeys(DF d, size_t dk, const std::uint16_t* const* krow, const float* packed, float* S,
                          size_t lds, size_t nr, LineFeed& feed) {
-  const size_t chunks = dk / 16, tail = dk % 16;
-  VF a[kQuadKeys][2];
-#pragma GCC unroll 8
-  for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
-  for (size_t w = 0; w < chunks; ++w) {
-    feed.next();
-    const float* qw = packed + w * 64;
-    const VF q0e = hn::LoadU(d, qw), q1e = hn::LoadU(d, qw + 16), q0o = hn::LoadU(d, qw + 32),
-             q1o = hn::LoadU(d, qw + 48);
-    const std::uint16_t* const* rows = krow;  // row pointers read from memory each step (as OctKeys)
-#if defined(__GNUC__)
-    asm("" : "+r"(rows));
-#endif
-#pragma GCC unroll 8
-    for (size_t x = 0; x < kQuadKeys; ++x) {
-      const VU raw{_mm512_broadcast_i32x8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[x] + 16 * w)))};
-      const VF even = PairLow(d, raw), odd = PairHigh(d, raw);
-      a[x][0] = hn::MulAdd(q0e, even, a[x][0]);
-      a[x][1] = hn::MulAdd(q1e, even, a[x][1]);
-      a[x][0] = hn::MulAdd(q0o, odd, a[x][0]);
-      a[x][1] = hn::MulAdd(q1o, odd, a[x][1]);
-    }
-  }
-  TailColumns(d, tail, packed + chunks * 64, 16, krow, 16 * chunks, a);  // the last columns one at a time
-  OctSums(d, a, S, lds, nr);
-}
-
-// bf16 rows of blocks of up to 8 rows on AVX-512, read in place, in the pair layout for blocks of 8
-// rows (kv_kernels.h): a key's 8 columns (16 bytes) broadcast to every 128-bit block, lane i of a
-// block holding columns 2i and 2i + 1, split by PairLow and PairHigh as in PairKeys; each feeds the
-// accumulators of rows 0-3 (and 4-7: kHalves = 2). Lane 4h + i sums
-//   Q[h][8c + 2i]·K[8c + 2i] + Q[h][8c + 2i + 1]·K[8c + 2i + 1]
-// over the chunks c, the even column first; the end is QuadKeys'.
-template <size_t kHalves>
-HWY_INLINE void PairQuadKeys(DF d, size_t dk, const std::uint16_t* const* krow, const float* packed, float* S,
-                             size_t lds, size_t nr, LineFeed& feed) {
-  const size_t chunks = dk / 8, tail = dk % 8;
+  const size_t chunks = dk / kCols, tail = dk % kCols;
   VF a[kQuadKeys][2];
 #pragma GCC unroll 8
   for (size_t x = 0; x < kQuadKeys; ++x) a[x][0] = a[x][1] = hn::Zero(d);
@@ -1220,7 +1198,7 @@ HWY_INLINE void PairQuadKeys(DF d, size_t dk, const std::uint16_t* const* krow, 
 #endif
 #pragma GCC unroll 8
     for (size_t x = 0; x < kQuadKeys; ++x) {
-      const VU raw{_mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[x] + 8 * c)))};
+      const VU raw = PairColumns<kCols>(rows[x] + kCols * c);
       const VF even = PairLow(d, raw), odd = PairHigh(d, raw);
       a[x][0] = hn::MulAdd(q0e, even, a[x][0]);
       if constexpr (kHalves == 2) a[x][1] = hn::MulAdd(q1e, even, a[x][1]);
@@ -1228,15 +1206,9 @@ HWY_INLINE void PairQuadKeys(DF d, size_t dk, const std::uint16_t* const* krow, 
       if constexpr (kHalves == 2) a[x][1] = hn::MulAdd(q1o, odd, a[x][1]);
     }
   }
-  TailColumns(d, tail, packed + chunks * 64, 16, krow, 8 * chunks, a);  // the last columns one at a time
-#pragma GCC unroll 2
-  for (size_t half = 0; half < kHalves; ++half)
-#pragma GCC unroll 2
-    for (size_t x = 0; x < kQuadKeys; x += 4) {
-      const auto r = QuadSums(d, a[x][half], a[x + 1][half], a[x + 2][half], a[x + 3][half]);
-      const size_t h0 = 4 * half;
-      StoreBlocks(d, r, S + h0 * lds + x, lds, nr > h0 ? nr - h0 : 0);
-    }
+  TailColumns(d, tail, packed + chunks * 64, 16, krow, kCols * chunks, a);  // the last columns one at a time
+  if constexpr (kCols == 16) OctSums(d, a, S, lds, nr);
+  else QuadEnd<kHalves>(d, a, S, lds, nr);
 }
 #else
 constexpr bool kOcts = false;
@@ -1279,16 +1251,16 @@ HWY_INLINE void QuadCall(D d, size_t dk, const f16* const* rows, const float* pk
   (void)d, (void)dk, (void)rows, (void)pk, (void)S, (void)lds, (void)nr, (void)octs, (void)feed;
 #endif
 }
-// bf16 rows in place (AVX-512 only, rows_in_place()): PairKeys for groups of up to 4 rows, else
-// PairQuadKeys.
+// bf16 rows in place (AVX-512 only, rows_in_place()): PairKeys by 16 columns for groups of up to 4
+// rows, else by 8.
 template <class D>
 HWY_INLINE void QuadCall(D d, size_t dk, const std::uint16_t* const* rows, const float* pk, float* S, size_t lds,
                          size_t nr, bool octs, LineFeed& feed) {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   if constexpr (hn::MaxLanes(D()) == 16) {
-    if (octs) return PairKeys(d, dk, rows, pk, S, lds, nr, feed);
-    if (nr > 4) PairQuadKeys<2>(d, dk, rows, pk, S, lds, nr, feed);
-    else PairQuadKeys<1>(d, dk, rows, pk, S, lds, nr, feed);
+    if (octs) return PairKeys<16, 2>(d, dk, rows, pk, S, lds, nr, feed);
+    if (nr > 4) PairKeys<8, 2>(d, dk, rows, pk, S, lds, nr, feed);
+    else PairKeys<8, 1>(d, dk, rows, pk, S, lds, nr, feed);
   }
 #else
   (void)d, (void)dk, (void)rows, (void)pk, (void)S, (void)lds, (void)nr, (void)octs, (void)feed;
@@ -1326,8 +1298,8 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
     // Up to 4 rows on AVX-512, widened rows (in L1): OctKeys, its layout after the quad block
     // (QuadCall). Float32 rows read from DRAM were 3-4% slower that way (Hq = 32, Hkv = 8 and
     // Hq = 8, Hkv = 2, d = 128, two threads, calls alternated in one process; docs/performance.md).
-    // bf16 rows in place (the caller checked rows_in_place()): PairKeys, the pair layout there, or
-    // PairQuadKeys on the pair layout of blocks of 8 rows;
+    // bf16 rows in place (the caller checked rows_in_place()): PairKeys, by 16 columns on the pair
+    // layout there, or by 8 on the pair layout of blocks of 8 rows;
     // float16 rows in place: OctKeys, converting each key's 8 columns as it reads them.
     const bool pairs = form == QuadRows::bf16, halves = form == QuadRows::f16;
     const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && form != QuadRows::f32;
