@@ -286,12 +286,18 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
 }
 
 struct Scratch {
-  std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: bf16 or int8 K rows as float32 (a call's worth)
+  std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: K rows widened to float32 (a call's worth)
   std::vector<const void*> krow, vrow, kfrow;
   std::vector<const float*> ksc, vsc;
+  // Whether GQA's scores take K rows widened into kf (Chunk): int8 rows, and bf16 and float16 rows
+  // where the target does not read them in place (kv::rows_in_place).
+  static bool widens(const Layout& L) {
+    return L.rows() >= kQuadRows && kv::quads_available() && L.type != kv::kF32 &&
+           (L.type == kv::kI8 || !kv::rows_in_place());
+  }
   explicit Scratch(const Layout& L)
       : q(L.rows() * L.dk), qp(kv::quads_size(L.rows(), L.dk)), s(L.rows() * kTile), o(L.rows() * L.dv),
-        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(L.type != kv::kF32 ? kTile * L.dk : 0),
+        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(widens(L) ? kTile * L.dk : 0),
         krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
@@ -305,7 +311,7 @@ struct Scratch {
   bool fits(const Layout& L) const {
     return q.size() == static_cast<std::size_t>(L.rows() * L.dk) && qp.size() == kv::quads_size(L.rows(), L.dk) &&
            o.size() == static_cast<std::size_t>(L.rows() * L.dv) &&
-           kf.size() == static_cast<std::size_t>(L.type != kv::kF32 ? kTile * L.dk : 0);
+           kf.size() == static_cast<std::size_t>(widens(L) ? kTile * L.dk : 0);
   }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
@@ -331,7 +337,7 @@ class Chunk {
     // Hq = 32, Hkv = 8, Nkv = 4096 0.73, 65536 0.82-0.99; Hq = 32, Hkv = 4, 4096 0.81, 65536 0.83;
     // float16 0.80 and 0.99 with Hkv = 8, 0.88 and 0.93 with Hkv = 4 (the same bits: its conversion
     // costs about what the widening did once the rows come from DRAM; docs/performance.md).
-    in_place_ = quads_ && (L.type == kv::kBF16 || L.type == kv::kF16) && kv::rows_in_place();
+    in_place_ = quads_ && L.type != kv::kF32 && !Scratch::widens(L);
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
     // (docs/performance.md). GQA's rows of the next tile (quad scores) are fed, a line or two
