@@ -3,9 +3,10 @@
 // Work items are (sequence, KV head, chunk of chunk_keys() keys by position). An item walks its keys in
 // tiles of kTile: it looks up the tile's key and value rows (contiguous: a stride; paged: the block
 // table), computes the scores of all the KV head's query rows at once (each row of K read once for
-// the group; on 16- and 8-lane targets without lane sums, kv::scores_quads, other rows than float32
-// widened first but bf16 and float16 rows of groups of up to 4 on AVX-512), runs the online softmax (s folded into Q, scores in natural units) and updates its
-// partial (o, m, l). Partials are merged per (sequence, head) in chunk order:
+// the group; on 16- and 8-lane targets without lane sums, kv::scores_quads, int8 rows widened first,
+// and bf16 and float16 rows too where the target does not read them in place), runs the online
+// softmax (s folded into Q, scores in natural units) and updates its partial (o, m, l). Partials
+// are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // With one query row per KV head (no GQA group) the item instead streams its keys
 // (kv::stream_row): tiles of 16 keys, each tile's scores, online-softmax step and output update,
