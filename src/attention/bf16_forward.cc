@@ -55,14 +55,22 @@ void row_bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t 
 // K and V of every (batch, KV head), packed once (layouts above). All heads share one K and one V
 // allocation: blocks of 4 MiB and more come in huge pages (allocate_block), where a buffer per
 // head (1.1 MiB each at Nkv = 4096, d = 128) took a page fault per 4 KiB at every call.
+// Kp's rows (one per pair of columns) are nkv64 keys of 4 bytes apart, and a product's B operand reads
+// 64 keys (4 lines) of each of them. With nkv64 a multiple of kKeys those rows start 8·(nkv64/128)
+// lines apart, so they shared 8 or fewer of L1's 64 sets: at a multiple of 1024 keys (Nkv = 2944,
+// 3968) all of them fell in the same 4 sets and the scores ran at 0.71 of the bf16 peak against
+// 0.94 (one 64 x 128 x 128 tile in L1). 16 keys more make the step an odd number of lines, so the
+// rows' lines spread over every set (docs/performance.md).
+constexpr std::int64_t kRowSkew = 16;
+
 struct PackedKV {
-  std::int64_t dk32, ldv, nkv64;  // nkv64: keys allocated, round_up(Nkv, kKeys) + kKeys
+  std::int64_t dk32, ldv, nkv64;  // nkv64: keys allocated, round_up(Nkv, kKeys) + kKeys + kRowSkew
   std::int64_t kn, vn;            // elements per head
   Buffer<std::uint16_t> ks, vs;   // head bh = b·Hkv + kh from element bh·kn (bh·vn) on
   const std::uint16_t* k(std::int64_t bh) const { return ks.get() + bh * kn; }
   const std::uint16_t* v(std::int64_t bh) const { return vs.get() + bh * vn; }
   PackedKV(const Params& p, int threads)
-      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys), kn(dk32 * nkv64),
+      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys + kRowSkew), kn(dk32 * nkv64),
         vn(nkv64 * ldv), ks(p.B * p.Hkv * kn), vs(p.B * p.Hkv * vn) {
     parallel_for(p.B * p.Hkv, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
       for (std::int64_t bh = t0; bh < t1; ++bh) {
