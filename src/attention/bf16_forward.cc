@@ -55,12 +55,12 @@ void row_bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t 
 // K and V of every (batch, KV head), packed once (layouts above). All heads share one K and one V
 // allocation: blocks of 4 MiB and more come in huge pages (allocate_block), where a buffer per
 // head (1.1 MiB each at Nkv = 4096, d = 128) took a page fault per 4 KiB at every call.
-// Kp's rows (one per pair of columns) are nkv64 keys of 4 bytes apart, and a product's B operand reads
-// 64 keys (4 lines) of each of them. With nkv64 a multiple of kKeys those rows start 8·(nkv64/128)
-// lines apart, so they shared 8 or fewer of L1's 64 sets: at a multiple of 1024 keys (Nkv = 2944,
-// 3968) all of them fell in the same 4 sets and the scores ran at 0.71 of the bf16 peak against
-// 0.94 (one 64 x 128 x 128 tile in L1). 16 keys more make the step an odd number of lines, so the
-// rows' lines spread over every set (docs/performance.md).
+// Kp's rows (one per pair of head columns) lie nkv64·4 bytes apart, and a product's B operand
+// reads 64 keys (4 lines) of each of them. With nkv64 a multiple of kKeys, consecutive rows start
+// 8·(nkv64/128) lines apart and share 8 or fewer of L1's 64 sets; where nkv64 is a multiple of
+// 1024 (Nkv = 2944, 3968) every row falls in the same 4 sets, and a score tile ran at 0.71 of the
+// bf16 peak against 0.94 (64 x 128 x 128 in L1). kRowSkew more keys make the step an odd number of
+// lines, which spreads the rows over every set (docs/performance.md).
 constexpr std::int64_t kRowSkew = 16;
 
 struct PackedKV {
