@@ -70,8 +70,8 @@ struct PackedKV {
   const std::uint16_t* k(std::int64_t bh) const { return ks.get() + bh * kn; }
   const std::uint16_t* v(std::int64_t bh) const { return vs.get() + bh * vn; }
   PackedKV(const Params& p, int threads)
-      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys + kRowSkew), kn(dk32 * nkv64),
-        vn(nkv64 * ldv), ks(p.B * p.Hkv * kn), vs(p.B * p.Hkv * vn) {
+      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys + kRowSkew),
+        kn(dk32 * nkv64), vn(nkv64 * ldv), ks(p.B * p.Hkv * kn), vs(p.B * p.Hkv * vn) {
     parallel_for(p.B * p.Hkv, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
       for (std::int64_t bh = t0; bh < t1; ++bh) {
         const std::int64_t b = bh / p.Hkv, kh = bh % p.Hkv;
