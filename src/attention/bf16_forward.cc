@@ -3,7 +3,7 @@
 // with Options::compute = Compute::bf16 (rounded to bfloat16 as they are packed).
 //
 // K and V are packed to bfloat16 once per (batch, KV head), before any query block runs:
-//   Kp = K in VNNI pairs over the head dimension [dk32/2][Nkv64][2] (the B operand of Q·Kᵀ),
+//   Kp = K in VNNI pairs over the head dimension [dk32/2][ldk][2] (the B operand of Q·Kᵀ; ldk: PackedKV),
 //   Vp = V in VNNI pairs over the keys [Nkv64/2][ldv][2] (the B operand of P·V),
 // zero beyond Nkv (one tile more than needed: a tile that starts off the grid of kKeys may read
 // up to 32 keys past Nkv) and beyond dk, so every query block and key tile reads them in place. Per block:
@@ -55,23 +55,24 @@ void row_bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t 
 // K and V of every (batch, KV head), packed once (layouts above). All heads share one K and one V
 // allocation: blocks of 4 MiB and more come in huge pages (allocate_block), where a buffer per
 // head (1.1 MiB each at Nkv = 4096, d = 128) took a page fault per 4 KiB at every call.
-// Kp's rows (one per pair of head columns) lie nkv64·4 bytes apart, and a product's B operand
-// reads 64 keys (4 lines) of each of them. With nkv64 a multiple of kKeys, consecutive rows start
+// Kp's rows (one per pair of head columns) lie ldk·4 bytes apart, and a product's B operand reads
+// 64 keys (4 lines) of each of them. With ldk = nkv64, a multiple of kKeys, consecutive rows start
 // 8·(nkv64/128) lines apart and share 8 or fewer of L1's 64 sets; where nkv64 is a multiple of
 // 1024 (Nkv = 2944, 3968) every row falls in the same 4 sets, and a score tile ran at 0.71 of the
-// bf16 peak against 0.94 (64 x 128 x 128 in L1). kRowSkew more keys make the step an odd number of
-// lines, which spreads the rows over every set (docs/performance.md).
+// bf16 peak against 0.94 (64 x 128 x 128 in L1). A row kRowSkew keys longer makes the step an odd
+// number of lines, which spreads the rows over every set (docs/performance.md).
 constexpr std::int64_t kRowSkew = 16;
 
 struct PackedKV {
-  std::int64_t dk32, ldv, nkv64;  // nkv64: keys allocated, round_up(Nkv, kKeys) + kKeys + kRowSkew
+  std::int64_t dk32, ldv, nkv64;  // nkv64: keys allocated, round_up(Nkv, kKeys) + kKeys
+  std::int64_t ldk;               // Kp's row length in keys: nkv64 + kRowSkew
   std::int64_t kn, vn;            // elements per head
   Buffer<std::uint16_t> ks, vs;   // head bh = b·Hkv + kh from element bh·kn (bh·vn) on
   const std::uint16_t* k(std::int64_t bh) const { return ks.get() + bh * kn; }
   const std::uint16_t* v(std::int64_t bh) const { return vs.get() + bh * vn; }
   PackedKV(const Params& p, int threads)
-      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys + kRowSkew),
-        kn(dk32 * nkv64), vn(nkv64 * ldv), ks(p.B * p.Hkv * kn), vs(p.B * p.Hkv * vn) {
+      : dk32(round_up(p.dk, 32)), ldv(round_up(p.dv, 16)), nkv64(round_up(p.Nkv, kKeys) + kKeys),
+        ldk(nkv64 + kRowSkew), kn(dk32 * ldk), vn(nkv64 * ldv), ks(p.B * p.Hkv * kn), vs(p.B * p.Hkv * vn) {
     parallel_for(p.B * p.Hkv, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
       for (std::int64_t bh = t0; bh < t1; ++bh) {
         const std::int64_t b = bh / p.Hkv, kh = bh % p.Hkv;
@@ -81,7 +82,7 @@ struct PackedKV {
         std::fill(V, V + vn, std::uint16_t{0});
         // K in blocks of 16 keys: their rows staged, then each pair of columns (one 32-bit word per
         // key) written as one 64-byte run. Written key by key, the 64 words of a key went to 64
-        // lines nkv64·4 bytes apart, which fall in a few L1 sets and evicted each other.
+        // lines ldk·4 bytes apart, which fall in a few L1 sets and evicted each other.
         std::vector<std::uint16_t> stage(16 * dk32, 0), vr(p.dv);
         std::uint32_t* K32 = reinterpret_cast<std::uint32_t*>(K);
         const std::uint32_t* S32 = reinterpret_cast<const std::uint32_t*>(stage.data());
@@ -92,7 +93,7 @@ struct PackedKV {
             else std::fill(stage.data() + x * dk32, stage.data() + (x + 1) * dk32, std::uint16_t{0});
           }
           for (std::int64_t w = 0; w < (p.dk + 1) / 2; ++w)
-            for (std::int64_t x = 0; x < 16; ++x) K32[w * nkv64 + j0 + x] = S32[x * (dk32 / 2) + w];
+            for (std::int64_t x = 0; x < 16; ++x) K32[w * ldk + j0 + x] = S32[x * (dk32 / 2) + w];
         }
         for (std::int64_t j = 0; j < p.Nkv; ++j) {
           row_bits(p.v, b, kh, j, p.dv, vr.data());
@@ -152,7 +153,7 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
     // j0 need not be even (a window's first key): the pair layouts are indexed from key 0, so a
     // tile starting at an odd key begins one key earlier with that key's probability zero.
     const std::int64_t j0e = j0 & ~std::int64_t{1}, shift = j0 - j0e;
-    gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.nkv64, s.s.get(), s.lds, 0,
+    gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0,
          nullptr, scale);
     if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
@@ -211,7 +212,7 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     const std::int64_t j1 = std::min(j0 + kKeys, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
-    gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.nkv64, s.s.get(), s.lds, 0, nullptr, scale);
+    gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr, scale);
     if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
     simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get());
