@@ -13,7 +13,6 @@
 
 #include <hwy/highway.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -699,7 +698,24 @@ class WordsFromLines {
         idx_(_mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                               _mm512_set1_epi32(o_))),
         first_(static_cast<__mmask16>(0xFFFFu << o_)), last_(static_cast<__mmask16>((1u << o_) - 1)) {}
-  int offset() const { return o_; }
+  // The output row into and out of the lines' frame, N vectors of words `stride` floats apart
+  // (lines likewise, N + 1 of them): line u holds words [16u − o, 16u + 16 − o), zero outside the
+  // row, one permute a vector each way.
+  template <size_t N>
+  HWY_INLINE void to_lines(const float* words, float* lines, size_t stride) const {
+    const __m512i back = _mm512_add_epi32(idx_, _mm512_set1_epi32(16 - 2 * o_));  // lanes 16 − o..
+    for (size_t u = 0; u <= N; ++u) {
+      const __m512 prev = u > 0 ? _mm512_loadu_ps(words + (u - 1) * stride) : _mm512_setzero_ps();
+      const __m512 next = u < N ? _mm512_loadu_ps(words + u * stride) : _mm512_setzero_ps();
+      _mm512_storeu_ps(lines + u * stride, _mm512_permutex2var_ps(prev, back, next));
+    }
+  }
+  template <size_t N>
+  HWY_INLINE void from_lines(const float* lines, float* words, size_t stride) const {
+    for (size_t v = 0; v < N; ++v)
+      _mm512_storeu_ps(words + v * stride, _mm512_permutex2var_ps(_mm512_loadu_ps(lines + v * stride), idx_,
+                                                                  _mm512_loadu_ps(lines + (v + 1) * stride)));
+  }
   // f(u, line u) for the N + 1 lines of a row of N vectors of words.
   template <size_t N, class F>
   HWY_INLINE void lines(const void* row, F&& f) const {
@@ -766,19 +782,12 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
     PairOrder(L, O, CB * L, op);
   }
   float* const row_out = kPairs ? op : O;
-  // From lines: the output row's word w (float32: element w; bfloat16 in pair order: its even
-  // element, half 0, and its odd one, half 1) at lane (w + o) % L of line (w + o) / L.
+  // From lines: the output row's words (float32 elements; bfloat16 in pair order, its even elements
+  // and its odd ones, two halves a vector apart) in the lines' frame, for each half.
   HWY_ALIGN float ol[kLines ? kAcc * L : 1];
-  constexpr size_t kWords = kPairs ? CB * L / 2 : CB * L, kHalves = kPairs ? 2 : 1;
-  const auto slot = [](size_t w, size_t half, size_t o) {
-    return kPairs ? (w + o) / L * 2 * L + half * L + (w + o) % L : w + o;
-  };
-  if constexpr (kLines) {
-    const size_t o = static_cast<size_t>(wv.offset());
-    std::fill(ol, ol + kAcc * L, 0.0f);
-    for (size_t w = 0; w < kWords; ++w)
-      for (size_t h = 0; h < kHalves; ++h) ol[slot(w, h, o)] = row_out[slot(w, h, 0)];
-  }
+  constexpr size_t kHalves = kPairs ? 2 : 1, kWordVectors = CB / kHalves;
+  if constexpr (kLines)
+    for (size_t h = 0; h < kHalves; ++h) wv.template to_lines<kWordVectors>(row_out + h * L, ol + h * L, kHalves * L);
 #pragma GCC unroll 16
   for (size_t c = 0; c < kAcc; ++c) acc[c] = ToRaw(hn::LoadU(d, (kLines ? ol : row_out) + c * L));
   // A key's score: KeyScore's, or for int8 one product sum a block of 32, times its scale.
@@ -921,11 +930,8 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   }
 #pragma GCC unroll 16
   for (size_t c = 0; c < kAcc; ++c) hn::StoreU(FromRaw(acc[c]), d, (kLines ? ol : row_out) + c * L);
-  if constexpr (kLines) {
-    const size_t o = static_cast<size_t>(wv.offset());
-    for (size_t w = 0; w < kWords; ++w)
-      for (size_t h = 0; h < kHalves; ++h) row_out[slot(w, h, 0)] = ol[slot(w, h, o)];
-  }
+  if constexpr (kLines)
+    for (size_t h = 0; h < kHalves; ++h) wv.template from_lines<kWordVectors>(ol + h * L, row_out + h * L, kHalves * L);
   if constexpr (kPairs) RowOrder(L, op, CB * L, O);
   *m = mm;
   *l = ll;
@@ -1022,8 +1028,8 @@ template <int kType, size_t CB, class R, class S>
 HWY_NOINLINE void StreamKeysFromLines(size_t nk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l,
                                       float* O, size_t ahead, size_t known, const RowTransform* tf) {
   constexpr size_t kDv = CB * hn::MaxLanes(DF());
-  StreamKeys<kType, CB, kDv>(nk, kDv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf, WordsFromLines(krow.base),
-                             WordsFromLines(vrow.base));
+  StreamKeys<kType, CB, kDv>(nk, kDv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf, WordsFromLines(krow[0]),
+                             WordsFromLines(vrow[0]));
 }
 #endif
 // StreamKeys with dv = CB vectors, dk = dv a constant for the compiler (int8 rows: the only dk).
@@ -1036,10 +1042,14 @@ HWY_INLINE void StreamKeysFor(size_t nk, size_t dk, R krow, S ksc, R vrow, S vsc
   // under four lines (bfloat16, d = 64), where the line more is a quarter more loads and sums
   // (against aligned rows: in L3 1.15-1.18 of the time, in place 1.03-1.13; from DRAM 0.90-1.10,
   // in place 0.98-1.55).
+  // A contiguous cache's rows at a stride of whole lines. Not a paged cache's rows (by pointer):
+  // over a pool 16 bytes off a line they gained in L3 (time off / aligned 1.28-1.39 -> 1.16-1.24,
+  // H = 8, Nkv = 2048, block 16, two threads) and lost from DRAM (Nkv = 65536: 0.98-1.13 ->
+  // 1.07-1.37; docs/performance.md).
   if constexpr (Strided<R> && (kType == kF32 || kType == kBF16) && kDv * (kType == kF32 ? 4 : 2) >= 256) {
     using WL = WordsFromLines;
-    if (dk == kDv && WL::fits(krow.base, krow.stride) && WL::fits(vrow.base, vrow.stride) &&
-        (WL::off_line(krow.base) || WL::off_line(vrow.base)))
+    if (dk == kDv && (WL::off_line(krow.base) || WL::off_line(vrow.base)) && WL::fits(krow.base, krow.stride) &&
+        WL::fits(vrow.base, vrow.stride))
       return StreamKeysFromLines<kType, CB>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
   }
 #endif

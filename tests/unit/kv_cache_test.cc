@@ -330,9 +330,9 @@ struct OffLine {
   }
 };
 
-// Every offset of K's and V's base within a line gives the bits of the aligned cache (one query
-// row a KV head, dk = dv: the rows then go in line by line on AVX-512), and the float64 reference's
-// accuracy, on every target.
+// Every offset of K's and V's base within a line gives the bits of the aligned cache, contiguous
+// (one query row a KV head, dk = dv: the rows then go in line by line on AVX-512) or paged, and the
+// float64 reference's accuracy, on every target.
 TEST(KVCache, CachesOffALineGiveTheBitsOfAlignedOnes) {
   const std::vector<Case> off_cases = {
       {4, 4, 128, 128, 16, -1, {2053, 17, 1}},  // d = 128: 8 vectors a row
@@ -361,13 +361,19 @@ TEST(KVCache, CachesOffALineGiveTheBitsOfAlignedOnes) {
         const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale);
         for (const auto& [koff, voff] : std::vector<std::pair<int, int>>{{16, 16}, {4, 60}, {0, 48}, {28, 0}, {32, 8}}) {
           const OffLine k(c.k, koff), v(c.v, voff), ks(c.ks, koff), vs(c.vs, voff);
-          KVCache off = c.contiguous();
-          off.k = k.view, off.v = v.view;
-          if (kind == Kind::i8) off.k_scales = ks.view, off.v_scales = vs.view;
-          Tensor out(DType::f32, {B, cs.Hq, cs.dv});
+          const OffLine pk(c.pk, koff), pv(c.pv, voff), pks(c.pks, koff), pvs(c.pvs, voff);
+          KVCache off = c.contiguous(), paged = c.paged();
+          off.k = k.view, off.v = v.view, paged.k = pk.view, paged.v = pv.view;
+          if (kind == Kind::i8) {
+            off.k_scales = ks.view, off.v_scales = vs.view;
+            paged.k_scales = pks.view, paged.v_scales = pvs.view;
+          }
+          Tensor out(DType::f32, {B, cs.Hq, cs.dv}), out_paged(DType::f32, {B, cs.Hq, cs.dv});
           decode(q.view(), off, out.view(), {}, o);
+          decode(q.view(), paged, out_paged.view(), {}, o);
           const std::string at = what + " K " + std::to_string(koff) + " V " + std::to_string(voff) + " bytes off";
           ASSERT_EQ(std::memcmp(out.data(), aligned.data(), aligned.nbytes()), 0) << at;
+          ASSERT_EQ(std::memcmp(out_paged.data(), aligned.data(), aligned.nbytes()), 0) << at << ", paged";
           EXPECT_LE(rel(values(out), ref), std::max(2 * rel(naive, ref), 4e-7)) << at;
         }
       }
