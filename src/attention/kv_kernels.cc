@@ -672,6 +672,79 @@ HWY_INLINE void RowOrder(size_t L, const float* x, size_t n, float* out) {
     }
 }
 
+// Rows that all lie the same o words (4 bytes) past a 64-byte line: a contiguous cache whose base
+// is not line-aligned (numpy and malloc align large blocks to 16 bytes). Read where they lie, every
+// 64-byte load spans two lines; read line by line (AVX-512), a row costs one load more, its first
+// line keeping lanes o.. and its last lanes ..o (masked loads: nothing read outside the row).
+// - K (each): vector v of the row's words is lanes o.. of line v joined with line v + 1, one
+//   two-source permute, so that a score sums the same products in the same lanes as in place.
+// - V (lines): the output row is kept shifted by o lanes, line by line (one accumulator more), and
+//   each line goes in as loaded: every element still sums its own products in key order.
+// Both give the bits of rows read in place. Time 16 bytes off a line over time aligned, one thread,
+// calls alternated (docs/performance.md), in place -> from lines: float32 d = 128 1.13 -> 1.09 in
+// L3, 1.08 -> 1.03 from DRAM; bfloat16 d = 128 1.26 -> 1.16 and 1.26 -> 1.03, d = 256 1.31 -> 1.12
+// and 1.54 -> 0.94. Taken by StreamKeysFor.
+struct NoLines {};
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+class WordsFromLines {
+ public:
+  // Rows at `base` + j·stride: one offset for all when the stride is whole lines.
+  static bool fits(const void* base, std::ptrdiff_t stride) {
+    return reinterpret_cast<std::uintptr_t>(base) % 4 == 0 && stride % 64 == 0;
+  }
+  static bool off_line(const void* base) { return reinterpret_cast<std::uintptr_t>(base) % 64 != 0; }
+  explicit WordsFromLines(const void* base)
+      : o_(static_cast<int>(reinterpret_cast<std::uintptr_t>(base) % 64 / 4)),
+        idx_(_mm512_add_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                              _mm512_set1_epi32(o_))),
+        first_(static_cast<__mmask16>(0xFFFFu << o_)), last_(static_cast<__mmask16>((1u << o_) - 1)) {}
+  // The output row into and out of the lines' frame, N vectors of words `stride` floats apart
+  // (lines likewise, N + 1 of them): line u holds words [16u − o, 16u + 16 − o), zero outside the
+  // row, one permute a vector each way.
+  template <size_t N>
+  HWY_INLINE void to_lines(const float* words, float* lines, size_t stride) const {
+    const __m512i back = _mm512_add_epi32(idx_, _mm512_set1_epi32(16 - 2 * o_));  // lanes 16 − o..
+    for (size_t u = 0; u <= N; ++u) {
+      const __m512 prev = u > 0 ? _mm512_loadu_ps(words + (u - 1) * stride) : _mm512_setzero_ps();
+      const __m512 next = u < N ? _mm512_loadu_ps(words + u * stride) : _mm512_setzero_ps();
+      _mm512_storeu_ps(lines + u * stride, _mm512_permutex2var_ps(prev, back, next));
+    }
+  }
+  template <size_t N>
+  HWY_INLINE void from_lines(const float* lines, float* words, size_t stride) const {
+    for (size_t v = 0; v < N; ++v)
+      _mm512_storeu_ps(words + v * stride, _mm512_permutex2var_ps(_mm512_loadu_ps(lines + v * stride), idx_,
+                                                                  _mm512_loadu_ps(lines + (v + 1) * stride)));
+  }
+  // f(u, line u) for the N + 1 lines of a row of N vectors of words.
+  template <size_t N, class F>
+  HWY_INLINE void lines(const void* row, F&& f) const {
+    const float* line = reinterpret_cast<const float*>(static_cast<const char*>(row) - 4 * o_);
+    f(0, VF{_mm512_maskz_load_ps(first_, line)});
+#pragma GCC unroll 16
+    for (size_t u = 1; u < N; ++u) f(u, VF{_mm512_load_ps(line + 16 * u)});
+    f(N, VF{_mm512_maskz_load_ps(last_, line + 16 * N)});
+  }
+  // f(v, words [16v, 16v + 16) of the row) for v < N.
+  template <size_t N, class F>
+  HWY_INLINE void each(const void* row, F&& f) const {
+    const float* line = reinterpret_cast<const float*>(static_cast<const char*>(row) - 4 * o_);
+    __m512 prev = _mm512_maskz_load_ps(first_, line);
+#pragma GCC unroll 16
+    for (size_t v = 0; v < N; ++v) {
+      const __m512 next = v + 1 < N ? _mm512_load_ps(line + 16 * (v + 1)) : _mm512_maskz_load_ps(last_, line + 16 * N);
+      f(v, VF{_mm512_permutex2var_ps(prev, idx_, next)});
+      prev = next;
+    }
+  }
+
+ private:
+  int o_;
+  __m512i idx_;
+  __mmask16 first_, last_;
+};
+#endif
+
 // stream_row with dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
 // as StreamTiles, but key by key: tile t's scores are in, then for each x the score of tile
 // t + 1's key x (one K row) and the update by tile t's key x (one V row), so that K and V are read
@@ -683,36 +756,67 @@ HWY_INLINE void RowOrder(size_t L, const float* x, size_t n, float* out) {
 // and its V row goes in through TileUpdate, one coefficient p·scale_b a block. bfloat16 rows with
 // dk = dv go in pair order (kPairs, PairLow above), Q and the output row reordered around the keys.
 // dk is kDk (= dv, CB vectors, a constant for the compiler), or with kDk = 0 the dk given.
-template <int kType, size_t CB, size_t kDk, class R, class S>
+// W: NoLines, or (float32 and bfloat16 rows with dk = kDk) WordsFromLines, K's (wk) and V's (wv).
+template <int kType, size_t CB, size_t kDk, class R, class S, class W = NoLines>
 HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                           float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                           float* l, float* O, size_t ahead, size_t known, const RowTransform* tf,
+                           const W& wk = W(), const W& wv = W()) {
   const DF d;
+  const hn::RebindToUnsigned<DF> du;
   constexpr size_t L = hn::MaxLanes(DF());
   constexpr size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2, v_bytes = CB * L * esize;
   constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one int8 block
   constexpr bool kPairs = kType == kBF16 && kDk > 0 && CB % 2 == 0;
   static_assert(CB % kPer == 0 && (kDk == 0 || kDk == CB * L));
   const size_t dk = kDk ? kDk : dk_given, k_bytes = dk * esize;
+  constexpr bool kLines = !std::is_same_v<W, NoLines>;
+  static_assert(!kLines || (kDk > 0 && (kType == kF32 || kPairs)));
   // Raw vectors: as Highway's vector structs GCC kept them on the stack (see StreamTiles).
-  RawF acc[CB];
+  // From lines, the output row shifted by V's offset: a line more (one more for each of a
+  // bfloat16 row's even and odd elements).
+  constexpr size_t kAcc = CB + (kLines ? (kPairs ? 2 : 1) : 0);
+  RawF acc[kAcc];
   HWY_ALIGN float qp[kPairs ? kDk : 1], op[kPairs ? CB * L : 1];  // Q and O in pair order
   if constexpr (kPairs) {
     PairOrder(L, Q, kDk, qp);
     PairOrder(L, O, CB * L, op);
   }
+  float* const row_out = kPairs ? op : O;
+  // From lines: the output row's words (float32 elements; bfloat16 in pair order, its even elements
+  // and its odd ones, two halves a vector apart) in the lines' frame, for each half.
+  HWY_ALIGN float ol[kLines ? kAcc * L : 1];
+  constexpr size_t kHalves = kPairs ? 2 : 1, kWordVectors = CB / kHalves;
+  if constexpr (kLines)
+    for (size_t h = 0; h < kHalves; ++h) wv.template to_lines<kWordVectors>(row_out + h * L, ol + h * L, kHalves * L);
 #pragma GCC unroll 16
-  for (size_t c = 0; c < CB; ++c) acc[c] = ToRaw(hn::LoadU(d, (kPairs ? op : O) + c * L));
+  for (size_t c = 0; c < kAcc; ++c) acc[c] = ToRaw(hn::LoadU(d, (kLines ? ol : row_out) + c * L));
   // A key's score: KeyScore's, or for int8 one product sum a block of 32, times its scale.
   const auto score = [&](const void* row, const float* sc) HWY_ATTR {
     if constexpr (kPairs) {
       (void)sc;
       VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+      if constexpr (kLines) {
+        wk.template each<kDk / (2 * L)>(row, [&](size_t v, VF x) HWY_ATTR {  // elements [2Lv, 2Lv + 2L)
+          const VU w = hn::BitCast(du, x);
+          a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + 2 * L * v), a0);
+          a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + 2 * L * v + L), a1);
+        });
+      } else {
 #pragma GCC unroll 16
-      for (size_t c = 0; c < kDk; c += 2 * L) {
-        const auto w = LoadPairs(row, c);
-        a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + c), a0);
-        a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + c + L), a1);
+        for (size_t c = 0; c < kDk; c += 2 * L) {
+          const auto w = LoadPairs(row, c);
+          a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + c), a0);
+          a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + c + L), a1);
+        }
       }
+      return LaneSum(d, hn::Add(a0, a1));
+    } else if constexpr (kLines) {  // float32: KeyScore's sums, even vectors and odd vectors
+      (void)sc;
+      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+      wk.template each<CB>(row, [&](size_t v, VF x) HWY_ATTR {
+        if (v % 2 == 0) a0 = hn::MulAdd(x, hn::LoadU(d, Q + v * L), a0);
+        else a1 = hn::MulAdd(x, hn::LoadU(d, Q + v * L), a1);
+      });
       return LaneSum(d, hn::Add(a0, a1));
     } else if constexpr (kType != kI8) {
       (void)sc;
@@ -769,7 +873,7 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
     const float alpha = TileSoftmax(d, n, s[t], mm, ll);
     if (alpha != 1.0f)
 #pragma GCC unroll 16
-      for (size_t c = 0; c < CB; ++c) acc[c] = ToRaw(hn::Mul(FromRaw(acc[c]), hn::Set(d, alpha)));
+      for (size_t c = 0; c < kAcc; ++c) acc[c] = ToRaw(hn::Mul(FromRaw(acc[c]), hn::Set(d, alpha)));
     for (size_t x = 0; x < n; ++x, ++vc) {
       if (ahead) {
         if constexpr (Strided<R>) {
@@ -799,7 +903,18 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
       }
       const void* row = *vc;
       const float* sc = kType == kI8 ? *vsr : nullptr;
-      if constexpr (kPairs) {  // this key's V row, in pair order
+      if constexpr (kLines) {  // this key's V row, line by line (in pair order for bfloat16)
+        const VF p = hn::Set(d, s[t][x]);
+        wv.template lines<kPairs ? CB / 2 : CB>(row, [&](size_t u, VF x) HWY_ATTR {
+          if constexpr (kPairs) {
+            const VU w = hn::BitCast(du, x);
+            acc[2 * u] = ToRaw(hn::MulAdd(p, PairLow(d, w), FromRaw(acc[2 * u])));
+            acc[2 * u + 1] = ToRaw(hn::MulAdd(p, PairHigh(d, w), FromRaw(acc[2 * u + 1])));
+          } else {
+            acc[u] = ToRaw(hn::MulAdd(p, x, FromRaw(acc[u])));
+          }
+        });
+      } else if constexpr (kPairs) {  // this key's V row, in pair order
         const VF p = hn::Set(d, s[t][x]);
 #pragma GCC unroll 16
         for (size_t c = 0; c < CB; c += 2) {
@@ -814,7 +929,9 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
     }
   }
 #pragma GCC unroll 16
-  for (size_t c = 0; c < CB; ++c) hn::StoreU(FromRaw(acc[c]), d, (kPairs ? op : O) + c * L);
+  for (size_t c = 0; c < kAcc; ++c) hn::StoreU(FromRaw(acc[c]), d, (kLines ? ol : row_out) + c * L);
+  if constexpr (kLines)
+    for (size_t h = 0; h < kHalves; ++h) wv.template from_lines<kWordVectors>(ol + h * L, row_out + h * L, kHalves * L);
   if constexpr (kPairs) RowOrder(L, op, CB * L, O);
   *m = mm;
   *l = ll;
@@ -904,11 +1021,38 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
 #endif
 
 #if HWY_TARGET != HWY_SCALAR
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+// StreamKeys from lines, a function of its own: inlined beside the other paths, it made GCC
+// compile them slower (rows in place, one thread, in L2: 1.06-1.09x the time).
+template <int kType, size_t CB, class R, class S>
+HWY_NOINLINE void StreamKeysFromLines(size_t nk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l,
+                                      float* O, size_t ahead, size_t known, const RowTransform* tf) {
+  constexpr size_t kDv = CB * hn::MaxLanes(DF());
+  StreamKeys<kType, CB, kDv>(nk, kDv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf, WordsFromLines(krow[0]),
+                             WordsFromLines(vrow[0]));
+}
+#endif
 // StreamKeys with dv = CB vectors, dk = dv a constant for the compiler (int8 rows: the only dk).
 template <int kType, size_t CB, class R, class S>
 HWY_INLINE void StreamKeysFor(size_t nk, size_t dk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
                               float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
   constexpr size_t kDv = CB * hn::MaxLanes(DF());
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  // Float32 and bfloat16 rows of a contiguous cache off a line go in from whole lines, but rows of
+  // under four lines (bfloat16, d = 64), where the line more is a quarter more loads and sums
+  // (against aligned rows: in L3 1.15-1.18 of the time, in place 1.03-1.13; from DRAM 0.90-1.10,
+  // in place 0.98-1.55).
+  // A contiguous cache's rows at a stride of whole lines. Not a paged cache's rows (by pointer):
+  // over a pool 16 bytes off a line they gained in L3 (time off / aligned 1.28-1.39 -> 1.16-1.24,
+  // H = 8, Nkv = 2048, block 16, two threads) and lost from DRAM (Nkv = 65536: 0.98-1.13 ->
+  // 1.07-1.37; docs/performance.md).
+  if constexpr (Strided<R> && (kType == kF32 || kType == kBF16) && kDv * (kType == kF32 ? 4 : 2) >= 256) {
+    using WL = WordsFromLines;
+    if (dk == kDv && (WL::off_line(krow.base) || WL::off_line(vrow.base)) && WL::fits(krow.base, krow.stride) &&
+        WL::fits(vrow.base, vrow.stride))
+      return StreamKeysFromLines<kType, CB>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  }
+#endif
   if (kType == kI8 || dk == kDv) return StreamKeys<kType, CB, kDv>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
   if constexpr (kType != kI8) StreamKeys<kType, CB, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
 }

@@ -316,6 +316,70 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   }
 }
 
+// A contiguous cache whose base lies `offset` bytes past a 64-byte line (numpy and malloc place
+// large blocks 16 bytes past one): the same values at that address, in a buffer of its own.
+struct OffLine {
+  Tensor buffer;
+  TensorView view;
+  OffLine(const Tensor& t, std::int64_t offset) {
+    if (!t.numel()) return;
+    buffer = Tensor(DType::i8, {static_cast<std::int64_t>(t.nbytes()) + 64});
+    view = t.view();
+    view.data = static_cast<char*>(buffer.data()) + offset;  // Tensor's data is line-aligned
+    std::memcpy(view.data, t.data(), t.nbytes());
+  }
+};
+
+// Every offset of K's and V's base within a line gives the bits of the aligned cache, contiguous
+// (one query row a KV head, dk = dv: the rows then go in line by line on AVX-512) or paged, and the
+// float64 reference's accuracy, on every target.
+TEST(KVCache, CachesOffALineGiveTheBitsOfAlignedOnes) {
+  const std::vector<Case> off_cases = {
+      {4, 4, 128, 128, 16, -1, {2053, 17, 1}},  // d = 128: 8 vectors a row
+      {2, 2, 64, 64, 7, 1030, {1031, 4099}},    // d = 64, a window off a chunk edge
+      {2, 2, 256, 256, 16, -1, {300, 33}},      // d = 256: 16 vectors
+      {16, 2, 128, 128, 16, -1, {1537}},        // GQA (tiles, not key by key)
+      {2, 2, 37, 37, 5, -1, {1030, 3}},         // rows of no whole line
+  };
+  std::uint64_t seed = 1300;
+  for_each_target([&] {
+    for (const Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8})
+      for (const Case& cs : off_cases) {
+        if (kind == Kind::i8 && cs.dk % 32) continue;
+        const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
+        const Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, ++seed);
+        const Tensor q = random_tensor(DType::f32, {B, cs.Hq, cs.dk}, seed, 3);
+        DecodeOptions o;
+        o.window_left = cs.window;
+        o.threads = 2;
+        Tensor aligned(DType::f32, {B, cs.Hq, cs.dv});
+        decode(q.view(), c.contiguous(), aligned.view(), {}, o);
+        const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " dk " +
+                                 std::to_string(cs.dk);
+        const double scale = 1.0 / std::sqrt(double(cs.dk));
+        const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale);
+        const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale);
+        for (const auto& [koff, voff] : std::vector<std::pair<int, int>>{{16, 16}, {4, 60}, {0, 48}, {28, 0}, {32, 8}}) {
+          const OffLine k(c.k, koff), v(c.v, voff), ks(c.ks, koff), vs(c.vs, voff);
+          const OffLine pk(c.pk, koff), pv(c.pv, voff), pks(c.pks, koff), pvs(c.pvs, voff);
+          KVCache off = c.contiguous(), paged = c.paged();
+          off.k = k.view, off.v = v.view, paged.k = pk.view, paged.v = pv.view;
+          if (kind == Kind::i8) {
+            off.k_scales = ks.view, off.v_scales = vs.view;
+            paged.k_scales = pks.view, paged.v_scales = pvs.view;
+          }
+          Tensor out(DType::f32, {B, cs.Hq, cs.dv}), out_paged(DType::f32, {B, cs.Hq, cs.dv});
+          decode(q.view(), off, out.view(), {}, o);
+          decode(q.view(), paged, out_paged.view(), {}, o);
+          const std::string at = what + " K " + std::to_string(koff) + " V " + std::to_string(voff) + " bytes off";
+          ASSERT_EQ(std::memcmp(out.data(), aligned.data(), aligned.nbytes()), 0) << at;
+          ASSERT_EQ(std::memcmp(out_paged.data(), aligned.data(), aligned.nbytes()), 0) << at << ", paged";
+          EXPECT_LE(rel(values(out), ref), std::max(2 * rel(naive, ref), 4e-7)) << at;
+        }
+      }
+  });
+}
+
 // Every case of one element type in every layout, on every target (a test per type, so that
 // they run side by side).
 void check_kind(Kind kind, std::uint64_t seed) {
