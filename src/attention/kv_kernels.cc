@@ -1038,14 +1038,14 @@ HWY_INLINE void StreamKeysFor(size_t nk, size_t dk, R krow, S ksc, R vrow, S vsc
                               float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
   constexpr size_t kDv = CB * hn::MaxLanes(DF());
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-  // Float32 and bfloat16 rows of a contiguous cache off a line go in from whole lines, but rows of
-  // under four lines (bfloat16, d = 64), where the line more is a quarter more loads and sums
-  // (against aligned rows: in L3 1.15-1.18 of the time, in place 1.03-1.13; from DRAM 0.90-1.10,
-  // in place 0.98-1.55).
-  // A contiguous cache's rows at a stride of whole lines. Not a paged cache's rows (by pointer):
-  // over a pool 16 bytes off a line they gained in L3 (time off / aligned 1.28-1.39 -> 1.16-1.24,
-  // H = 8, Nkv = 2048, block 16, two threads) and lost from DRAM (Nkv = 65536: 0.98-1.13 ->
-  // 1.07-1.37; docs/performance.md).
+  // Float32 and bfloat16 rows of a contiguous cache off a line (rows a whole number of lines
+  // apart) go in from whole lines (WordsFromLines), with two exceptions (docs/performance.md):
+  // - rows of under four lines (bfloat16, d = 64), where the line more is a quarter more loads and
+  //   sums: against aligned rows, in L3 1.15-1.18 of the time (in place 1.03-1.13), from DRAM
+  //   0.90-1.10 (in place 0.98-1.55);
+  // - a paged cache's rows (by pointer): over a pool 16 bytes off a line they gained in L3 (time
+  //   off / aligned 1.28-1.39 -> 1.16-1.24, H = 8, Nkv = 2048, block 16, two threads) and lost
+  //   from DRAM (Nkv = 65536: 0.98-1.13 -> 1.07-1.37).
   if constexpr (Strided<R> && (kType == kF32 || kType == kBF16) && kDv * (kType == kF32 ? 4 : 2) >= 256) {
     using WL = WordsFromLines;
     if (dk == kDv && (WL::off_line(krow.base) || WL::off_line(vrow.base)) && WL::fits(krow.base, krow.stride) &&
