@@ -35,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/bf16_kernels.h"
 #include "attention/peak_loops.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
@@ -311,9 +312,10 @@ void read_slices(const char* src, std::size_t bytes, int threads) {
 
 void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows, int threads,
                  int rounds, double load0, double load1) {
-  std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, threads %d, %d interleaved rounds, L3 %zu MiB\n",
-              version(), git_hash(), cpu_target(), detail::peak::bf16_instruction(), threads, rounds,
-              l3_bytes() >> 20);
+  std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, bf16 products %s, threads %d, %d interleaved rounds, "
+              "L3 %zu MiB\n",
+              version(), git_hash(), cpu_target(), detail::peak::bf16_instruction(),
+              detail::bfdot::path_name(detail::bfdot::path()), threads, rounds, l3_bytes() >> 20);
   std::printf("%s\n", last_level_cache().how.c_str());
   std::printf("load average %.2f before, %.2f after (%ld CPUs)\n", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("%-11s %9s %9s %9s  %-7s %s\n", "limit", "median", "min", "max", "unit", "what");

@@ -297,6 +297,14 @@ void to_bf16_pairs(Path path, const float* src, std::size_t lds, std::size_t row
   if (vdpbf16ps_path(path))
     return to_bf16_pairs_avx512(src, lds, rows, pad_rows, cols, dst, ldd);
 #endif
+  if (path == Path::widened) {
+    for (std::size_t r = 0; r < pad_rows; r += 2) {
+      std::uint32_t* words = reinterpret_cast<std::uint32_t*>(dst) + (r / 2) * ldd;
+      if (r < rows) pair_row(src + r * lds, r + 1 < rows ? src + (r + 1) * lds : nullptr, cols, words);
+      else std::fill(words, words + cols, 0u);
+    }
+    return;
+  }
   for (std::size_t r = 0; r < pad_rows; ++r)
     for (std::size_t c = 0; c < cols; ++c)
       dst[((r / 2) * ldd + c) * 2 + r % 2] = r < rows ? round_to_bf16(src[r * lds + c]) : std::uint16_t(0);

@@ -38,6 +38,10 @@ void gemm_widened(std::size_t M, std::size_t N, std::size_t K, const std::uint16
                   const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode,
                   const float* row_scale, float out_scale);
 
+// Two rows rounded as round_to_bf16 into one row of pair words (to_bf16_pairs' layout):
+// dst[c] = bits(even[c]) | bits(odd[c]) << 16, odd null for zeros (bf16_widened.cc).
+void pair_row(const float* even, const float* odd, std::size_t cols, std::uint32_t* dst);
+
 // Round to nearest even (NaN kept, quiet): the bits of the library's one rounding, to_bf16().
 inline std::uint16_t round_to_bf16(float x) { return to_bf16(x).bits; }
 // dst[e] = round_to_bf16(src[e]) for e < n, the same bits on every CPU (bfloat_rows.h's bf16_row):

@@ -24,6 +24,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "attnscale/tensor.h"
+
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::bfdot::HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
@@ -145,6 +147,31 @@ void GemmWidened(std::size_t M, std::size_t N, std::size_t K, const std::uint16_
   }
 }
 
+// Rows r and r + 1 of src rounded to bf16 (tensor.h's to_bf16: to nearest even, NaN kept and
+// quietened) into one row of pair words, dst[c] = bf16(even[c]) | bf16(odd[c]) << 16 for c < cols;
+// odd null gives zeros there. The rounding in 32-bit lanes: u + 0x7FFF + ((u >> 16) & 1), high half.
+void PairRow(const float* even, const float* odd, std::size_t cols, std::uint32_t* dst) {
+  const DF df;
+  const DU du;
+  const std::size_t L = hn::Lanes(df);
+  const auto round = [&](const float* p) {
+    const auto u = hn::BitCast(du, hn::LoadU(df, p));
+    const auto nan = hn::Gt(hn::And(u, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
+    const auto up = hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u))));
+    return hn::ShiftRight<16>(hn::IfThenElse(nan, hn::Or(u, hn::Set(du, 0x400000u)), up));
+  };
+  std::size_t c = 0;
+  for (; c + L <= cols; c += L) {
+    const auto lo = round(even + c);
+    const auto words = odd ? hn::Or(lo, hn::ShiftLeft<16>(round(odd + c))) : lo;
+    hn::StoreU(words, du, dst + c);
+  }
+  for (; c < cols; ++c) {
+    const std::uint32_t lo = to_bf16(even[c]).bits, hi = odd ? to_bf16(odd[c]).bits : 0u;
+    dst[c] = lo | hi << 16;
+  }
+}
+
 }  // namespace attnscale::detail::bfdot::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();
 
@@ -154,12 +181,18 @@ HWY_AFTER_NAMESPACE();
 
 namespace attnscale::detail::bfdot {
 HWY_EXPORT(GemmWidened);
+HWY_EXPORT(PairRow);
 
 void gemm_widened(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
                   const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode,
                   const float* row_scale, float out_scale) {
   simd::init_target_from_env();
   HWY_DYNAMIC_DISPATCH(GemmWidened)(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
+}
+
+void pair_row(const float* even, const float* odd, std::size_t cols, std::uint32_t* dst) {
+  simd::init_target_from_env();
+  HWY_DYNAMIC_DISPATCH(PairRow)(even, odd, cols, dst);
 }
 
 }  // namespace attnscale::detail::bfdot

@@ -89,6 +89,29 @@ TEST(Bf16, WidenedGemmMatchesPortableLoop) {
   detail::simd::force_target("");
 }
 
+// to_bf16_pairs on the widened path (vector rounding) against the portable loop, bit for bit: ties
+// both ways, NaNs, infinities, subnormals and random bits, an odd row count and zero padding rows.
+TEST(Bf16, WidenedPairsMatchPortableLoop) {
+  const std::uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0xff800001u, 0x7f800000u, 0x00000001u,
+                                   0x807fffffu, 0x7f7fffffu, 0x3f80ffffu, 0x00008000u};
+  for (const std::string& target : detail::simd::available_targets()) {
+    detail::simd::force_target(target);
+    const std::size_t rows = 7, pad_rows = 10, cols = 48, lds = 53, ldd = 64;
+    std::vector<float> src(rows * lds);
+    std::uint32_t x = 12345;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      x = x * 1664525u + 1013904223u;
+      const std::uint32_t bits = i % 5 == 0 ? special[(i / 5) % 10] : x;
+      std::memcpy(&src[i], &bits, 4);
+    }
+    std::vector<std::uint16_t> want(pad_rows / 2 * ldd * 2, 7), got = want;
+    detail::bfdot::to_bf16_pairs(Path::portable, src.data(), lds, rows, pad_rows, cols, want.data(), ldd);
+    detail::bfdot::to_bf16_pairs(Path::widened, src.data(), lds, rows, pad_rows, cols, got.data(), ldd);
+    EXPECT_EQ(got, want) << target;
+  }
+  detail::simd::force_target("");
+}
+
 TEST(Bf16, DetectionFollowsCpuid) {
   unsigned a, b, c, d;
   const bool cpuid_amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 22));
