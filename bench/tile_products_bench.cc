@@ -2,7 +2,8 @@
 // peak: scores Sᵀ = K·Qᵀ (64 keys x 64 queries x d) and O = α·O + P·V (64 queries x d x 64 keys),
 // by Gemm (the shared kernel, C through memory once per inner block), by TileGemm (the running
 // sums in registers; same bits) and as the forward runs them (forward_gemm, forward_pv: P·V in one
-// chain per tile; kernels.cc). Times are CPU time, so that another
+// chain per tile; kernels.cc), and the bf16 forward's (bfdot::gemm on the CPU's bf16 path: AMX,
+// vdpbf16ps or pairs widened to float32; bf16_kernels.h). Times are CPU time, so that another
 // process on the core does not count: build/bin/tile_products_bench.
 #include <benchmark/benchmark.h>
 
@@ -10,7 +11,10 @@
 #include <cstdlib>
 #include <ctime>
 #include <memory>
+#include <string>
+#include <vector>
 
+#include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
 #include "attention/peak_loops.h"
 
@@ -47,7 +51,8 @@ Array filled(std::size_t n, float x) {
 }
 
 // Args: d, product (0: scores, 1: P·V), kernel (0: gemm, 1: tile_gemm, 2: the forward's: forward_pv
-// for P·V, forward_gemm for the scores).
+// for P·V, forward_gemm for the scores, 3: the bf16 forward's, bfdot::gemm on this CPU's bf16 path
+// with its operand layouts, bf16_kernels.h).
 void TileProduct(benchmark::State& state) {
   const std::size_t d = state.range(0), n = 64;
   const bool pv = state.range(1);
@@ -57,19 +62,30 @@ void TileProduct(benchmark::State& state) {
   const Array K = filled(n * d, 0.01f), Qt = filled(d * n, 0.02f), St = filled(n * n, 0.5f), V = filled(n * d, 0.1f),
               O = filled(n * d, 0.0f), alpha = filled(n, 1.0f);
   const auto product = kernel == 2 ? simd::forward_gemm : kernel == 1 ? simd::tile_gemm : simd::gemm;
+  // bf16 operands (the bits of 1.0, any finite value times the same work): A rows n x max(n, d),
+  // B pairs max(n, d)/2 x max(n, d) x 2.
+  const std::size_t w = std::max(n, d);
+  const std::vector<std::uint16_t> a16(n * w, 0x3f80), b16(w * w, 0x3f80);
+  const bfdot::Path path = bfdot::path();
   peak();
   const double t0 = cpu_seconds();
   for (auto _ : state) {
-    if (pv && kernel == 2) simd::forward_pv(n, d, n, St.get(), 1, n, V.get(), d, O.get(), d, alpha.get());
+    if (kernel == 3 && pv) bfdot::gemm(path, n, d, n, a16.data(), n, b16.data(), d, O.get(), d, 2, alpha.get(), 1.0f);
+    else if (kernel == 3) bfdot::gemm(path, n, n, d, a16.data(), d, b16.data(), n, St.get(), n, 0, nullptr, 1.0f);
+    else if (pv && kernel == 2) simd::forward_pv(n, d, n, St.get(), 1, n, V.get(), d, O.get(), d, alpha.get());
     else if (pv) product(n, d, n, St.get(), 1, n, V.get(), d, O.get(), d, simd::kRescaleAccumulate, alpha.get());
     else product(n, n, d, K.get(), d, 1, Qt.get(), n, St.get(), n, simd::kOverwrite, nullptr);
     benchmark::ClobberMemory();
   }
   const double rate = 2.0 * n * n * d * state.iterations() / (cpu_seconds() - t0);
   state.counters["of_fma_peak"] = rate / peak();
-  state.SetLabel(std::string(pv ? "P.V" : "scores") + (kernel == 2 ? " forward" : kernel == 1 ? " tile_gemm" : " gemm"));
+  state.SetLabel(std::string(pv ? "P.V" : "scores") +
+                 (kernel == 3   ? std::string(" bf16 ") + bfdot::path_name(path)
+                  : kernel == 2 ? " forward"
+                  : kernel == 1 ? " tile_gemm"
+                                : " gemm"));
 }
-BENCHMARK(TileProduct)->ArgsProduct({{64, 128}, {0, 1}, {0, 1, 2}})->MinTime(0.2);
+BENCHMARK(TileProduct)->ArgsProduct({{64, 128}, {0, 1}, {0, 1, 2, 3}})->MinTime(0.2);
 
 }  // namespace
 

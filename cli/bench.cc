@@ -1,7 +1,8 @@
 // attnscale bench: attention throughput as fractions of this machine's own limits, all measured in
 // the same run:
-//   fp32-peak   16 independent FMA chains per thread on the dispatched SIMD target
-//   bf16-peak   16 independent vdpbf16ps chains (AVX-512 BF16), else Highway's bf16 dot
+//   fp32-peak   independent FMA chains per thread on the dispatched SIMD target (16; 12 on AVX2)
+//   bf16-peak   16 independent vdpbf16ps chains (AVX-512 BF16), else Highway's bf16 dot, which
+//               without such an instruction is two float32 FMAs: there the FMA peak
 //   copy        a 256 MiB memcpy split across the threads (bytes read + written per second)
 //   copy-cache  the same over a quarter of the measured last-level cache, repeated: cache-resident
 //   read        256 MiB read split across the threads, two streams a thread side by side (bytes
@@ -34,6 +35,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/bf16_kernels.h"
 #include "attention/peak_loops.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
@@ -310,9 +312,10 @@ void read_slices(const char* src, std::size_t bytes, int threads) {
 
 void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows, int threads,
                  int rounds, double load0, double load1) {
-  std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, threads %d, %d interleaved rounds, L3 %zu MiB\n",
-              version(), git_hash(), cpu_target(), detail::peak::bf16_instruction(), threads, rounds,
-              l3_bytes() >> 20);
+  std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, bf16 products %s, threads %d, %d interleaved rounds, "
+              "L3 %zu MiB\n",
+              version(), git_hash(), cpu_target(), detail::peak::bf16_instruction(),
+              detail::bfdot::path_name(detail::bfdot::path()), threads, rounds, l3_bytes() >> 20);
   std::printf("%s\n", last_level_cache().how.c_str());
   std::printf("load average %.2f before, %.2f after (%ld CPUs)\n", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
   std::printf("%-11s %9s %9s %9s  %-7s %s\n", "limit", "median", "min", "max", "unit", "what");
@@ -380,10 +383,10 @@ void run(const Bench& opt) {
   };
   // Peak loops of about 20 ms each on an idle core.
   const std::int64_t steps = std::int64_t(1) << 23;
-  Limit* fp32_peak = limit("fp32-peak", "GFLOP/s", "FMA, 16 independent chains a thread, dispatched target",
+  Limit* fp32_peak = limit("fp32-peak", "GFLOP/s", "FMA, independent chains on each thread, dispatched target",
                            {[=] { detail::peak::fp32_fma(threads, steps); }, 0});
   fp32_peak->timed.work = detail::peak::fp32_fma(1, 1) * threads * double(steps);
-  Limit* bf16_peak = limit("bf16-peak", "GFLOP/s", std::string("bf16 dot, 16 independent chains a thread: ") +
+  Limit* bf16_peak = limit("bf16-peak", "GFLOP/s", std::string("bf16 dot, independent chains on each thread: ") +
                                                         detail::peak::bf16_instruction(),
                            {[=] { detail::peak::bf16_dot(threads, steps / 2); }, 0});
   bf16_peak->timed.work = detail::peak::bf16_dot(1, 1) * threads * double(steps / 2);

@@ -1,5 +1,5 @@
 // The bf16 backward: the five tile products of backward.cc's one pass with bfloat16 operands and
-// float32 accumulation (bfdot::gemm: AMX, AVX-512 BF16 vdpbf16ps, or the portable loop), for
+// float32 accumulation (bfdot::gemm: AMX, AVX-512 BF16 vdpbf16ps, or pairs widened to float32), for
 // bfloat16 inputs and for float32 inputs with Options::compute = bf16.
 //
 // Tiles are transposed, St[key][query] (one query per column, as in the forward's float32

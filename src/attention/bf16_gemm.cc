@@ -1,4 +1,4 @@
-// The three bf16 GEMM paths (see bf16_kernels.h) and their run-time detection. The AVX-512 BF16
+// The bf16 GEMM paths (see bf16_kernels.h; the widened one in bf16_widened.cc) and their run-time detection. The AVX-512 BF16
 // and AMX kernels are compiled with target attributes, so the library itself needs no -m flags
 // and runs anywhere; they are called only after detection says the CPU and OS support them.
 #include <cpuid.h>
@@ -225,7 +225,7 @@ bool detect_avx512_bf16() {
 
 std::once_flag detect_once, env_once;
 bool has_amx = false, has_avx512_bf16 = false;
-Path chosen = Path::portable;
+Path chosen = Path::widened;
 
 // The CPU's paths, detected once. force_path() needs only these: calling detect() from it would
 // enter env_once again from inside its own initialiser (with $ATTNSCALE_BF16 set), a deadlock.
@@ -233,7 +233,7 @@ void detect_cpu() {
   std::call_once(detect_once, [] {
     has_amx = detect_amx();
     has_avx512_bf16 = detect_avx512_bf16();
-    chosen = has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::portable;
+    chosen = has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::widened;
   });
 }
 
@@ -244,10 +244,13 @@ void detect() {
   });
 }
 
+// The paths whose CPUs convert by vcvtneps2bf16.
+bool vdpbf16ps_path(Path p) { return (p == Path::amx || p == Path::avx512_bf16) && avx512_bf16_usable(); }
+
 }  // namespace
 
 const char* path_name(Path p) {
-  return p == Path::amx ? "amx" : p == Path::avx512_bf16 ? "avx512-bf16" : "portable";
+  return p == Path::amx ? "amx" : p == Path::avx512_bf16 ? "avx512-bf16" : p == Path::widened ? "widened" : "portable";
 }
 bool amx_usable() {
   detect();
@@ -259,7 +262,7 @@ bool avx512_bf16_usable() {
 }
 Path best_path() {
   detect_cpu();
-  return has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::portable;
+  return has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::widened;
 }
 Path path() {
   detect();
@@ -270,9 +273,10 @@ void force_path(const char* name) {
   const std::string n = name;
   if (n.empty()) chosen = best_path();
   else if (n == "portable") chosen = Path::portable;
+  else if (n == "widened") chosen = Path::widened;
   else if (n == "avx512-bf16" && has_avx512_bf16) chosen = Path::avx512_bf16;
   else if (n == "amx" && has_amx) chosen = Path::amx;
-  else throw Error("ATTNSCALE_BF16: '" + n + "' is not a bf16 path this CPU supports (amx, avx512-bf16, portable)");
+  else throw Error("ATTNSCALE_BF16: '" + n + "' is not a bf16 path this CPU supports (amx, avx512-bf16, widened, portable)");
 }
 
 void round_bits(const float* src, std::size_t n, std::uint16_t* dst) {
@@ -282,18 +286,25 @@ void round_bits(const float* src, std::size_t n, std::uint16_t* dst) {
 void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,
              std::size_t ldd) {
 #if defined(__x86_64__)
-  if (path != Path::portable && avx512_bf16_usable()) return to_bf16_avx512(src, lds, rows, cols, dst, ldd);
+  if (vdpbf16ps_path(path)) return to_bf16_avx512(src, lds, rows, cols, dst, ldd);
 #endif
-  for (std::size_t r = 0; r < rows; ++r)
-    for (std::size_t c = 0; c < cols; ++c) dst[r * ldd + c] = round_to_bf16(src[r * lds + c]);
+  for (std::size_t r = 0; r < rows; ++r) round_bits(src + r * lds, cols, dst + r * ldd);
 }
 
 void to_bf16_pairs(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t pad_rows,
                    std::size_t cols, std::uint16_t* dst, std::size_t ldd) {
 #if defined(__x86_64__)
-  if (path != Path::portable && avx512_bf16_usable())
+  if (vdpbf16ps_path(path))
     return to_bf16_pairs_avx512(src, lds, rows, pad_rows, cols, dst, ldd);
 #endif
+  if (path == Path::widened) {
+    for (std::size_t r = 0; r < pad_rows; r += 2) {
+      std::uint32_t* words = reinterpret_cast<std::uint32_t*>(dst) + (r / 2) * ldd;
+      if (r < rows) pair_row(src + r * lds, r + 1 < rows ? src + (r + 1) * lds : nullptr, cols, words);
+      else std::fill(words, words + cols, 0u);
+    }
+    return;
+  }
   for (std::size_t r = 0; r < pad_rows; ++r)
     for (std::size_t c = 0; c < cols; ++c)
       dst[((r / 2) * ldd + c) * 2 + r % 2] = r < rows ? round_to_bf16(src[r * lds + c]) : std::uint16_t(0);
@@ -307,6 +318,7 @@ void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uin
   if (path == Path::amx) return gemm_amx(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
   if (path == Path::avx512_bf16) return gemm_avx512(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
 #endif
+  if (path == Path::widened) return gemm_widened(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
   gemm_portable(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
 }
 

@@ -14,21 +14,33 @@
 
 namespace attnscale::detail::bfdot {
 
-enum class Path { amx, avx512_bf16, portable };
-const char* path_name(Path p);  // "amx", "avx512-bf16", "portable"
+// amx and avx512_bf16 multiply bf16 pairs (tdpbf16ps, vdpbf16ps); widened widens them to float32 in
+// registers for float32 multiply-adds on the dispatched SIMD target (bf16_widened.cc; every CPU);
+// portable is the plain loop, the readable statement of the contract below.
+enum class Path { amx, avx512_bf16, widened, portable };
+const char* path_name(Path p);  // "amx", "avx512-bf16", "widened", "portable"
 
 // Run-time detection. AMX: CPUID AMX-TILE and AMX-BF16, XCR0 tile state enabled by the OS, and
 // the kernel's permission for tile data (arch_prctl ARCH_REQ_XCOMP_PERM) granted.
 bool amx_usable();
 bool avx512_bf16_usable();
-Path best_path();  // amx, else avx512_bf16, else portable; $ATTNSCALE_BF16 may force one
+Path best_path();  // amx, else avx512_bf16, else widened; $ATTNSCALE_BF16 may force one
 Path path();       // the path forward() uses now
-void force_path(const char* name);  // "amx" | "avx512-bf16" | "portable" | "" (best); throws if unusable
+void force_path(const char* name);  // a path_name() or "" (best); throws if unusable
 
 // C[M x N] (ldc) = init + out_scale · A·B with init as in simd::GemmMode (0, C, row_scale[m]·C).
 void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
           const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
           float out_scale);
+
+// gemm() on Path::widened (bf16_widened.cc).
+void gemm_widened(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
+                  const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode,
+                  const float* row_scale, float out_scale);
+
+// Two rows rounded as round_to_bf16 into one row of pair words (to_bf16_pairs' layout):
+// dst[c] = bits(even[c]) | bits(odd[c]) << 16, odd null for zeros (bf16_widened.cc).
+void pair_row(const float* even, const float* odd, std::size_t cols, std::uint32_t* dst);
 
 // Round to nearest even (NaN kept, quiet): the bits of the library's one rounding, to_bf16().
 inline std::uint16_t round_to_bf16(float x) { return to_bf16(x).bits; }

@@ -1,4 +1,4 @@
-// The bf16 product paths this CPU can run (portable always; AVX-512 BF16 and AMX where present),
+// The bf16 product paths this CPU can run (portable and widened always; AVX-512 BF16 and AMX where present),
 // for the tests that run every path.
 #pragma once
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@ namespace attnscale::testing {
 
 inline std::vector<detail::bfdot::Path> usable_bf16_paths() {
   using detail::bfdot::Path;
-  std::vector<Path> paths{Path::portable};
+  std::vector<Path> paths{Path::portable, Path::widened};
   if (detail::bfdot::avx512_bf16_usable()) paths.push_back(Path::avx512_bf16);
   if (detail::bfdot::amx_usable()) paths.push_back(Path::amx);
   return paths;

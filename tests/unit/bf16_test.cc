@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "attention/bf16_kernels.h"
+#include "attention/kernels.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
 #include "bf16_paths.h"
@@ -46,6 +47,71 @@ TEST(Bf16, RoundBitsMatchesRoundToBf16) {
     ASSERT_EQ(got[i], detail::bfdot::round_to_bf16(values[i])) << std::hex << bits[i];
 }
 
+// The widened path's GEMM against the portable loop, on every SIMD target: products of bf16 values
+// are exact in float32 and both sum each element's products in k order, so modes 0 and 1 (scale 1)
+// give the same bits; mode 2's rescale may be one fused multiply-add, so it is held to float32
+// rounding. Sizes cross the 6-row and 16/32-column tiles' edges, with row and column strides
+// larger than the operands.
+TEST(Bf16, WidenedGemmMatchesPortableLoop) {
+  const Tensor pool = random_tensor(DType::bf16, {1 << 16}, 41, 0, 1.0, testing::Draw::bulk);
+  const Tensor scales = random_tensor(DType::f32, {128}, 42, 0, 1.0, testing::Draw::one);
+  const auto* bits = reinterpret_cast<const std::uint16_t*>(pool.as<bf16>());
+  for (const std::string& target : detail::simd::available_targets()) {
+    detail::simd::force_target(target);
+    for (std::size_t M : {1, 5, 6, 7, 13, 64})
+      for (std::size_t N : {1, 7, 16, 17, 33, 130})
+        for (std::size_t K : {32, 64, 160})
+          for (int mode : {0, 1, 2}) {
+            const std::size_t lda = K + 32, ldb = (N + 15) / 16 * 16 + 16, ldc = N + 3;
+            std::vector<std::uint16_t> A(M * lda), B(K / 2 * ldb * 2);
+            for (std::size_t i = 0; i < A.size(); ++i) A[i] = bits[(7 * i + M) % pool.numel()];
+            for (std::size_t i = 0; i < B.size(); ++i) B[i] = bits[(11 * i + N + K) % pool.numel()];
+            std::vector<float> c0(M * ldc), c1;
+            for (std::size_t i = 0; i < c0.size(); ++i) c0[i] = scales.as<float>()[i % 128];
+            c1 = c0;
+            const float out_scale = mode == 0 ? 0.125f : 1.0f;
+            const float* rs = mode == 2 ? scales.as<float>() : nullptr;
+            detail::bfdot::gemm(Path::portable, M, N, K, A.data(), lda, B.data(), ldb, c0.data(), ldc, mode, rs,
+                                out_scale);
+            detail::bfdot::gemm(Path::widened, M, N, K, A.data(), lda, B.data(), ldb, c1.data(), ldc, mode, rs,
+                                out_scale);
+            for (std::size_t m = 0; m < M; ++m)
+              for (std::size_t n = 0; n < ldc; ++n) {
+                const float want = c0[m * ldc + n], got = c1[m * ldc + n];
+                SCOPED_TRACE(target + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
+                             std::to_string(K) + " mode " + std::to_string(mode));
+                if (n >= N) ASSERT_EQ(got, scales.as<float>()[(m * ldc + n) % 128]) << "column " << n << " written";
+                else if (mode < 2) ASSERT_EQ(got, want) << m << ", " << n;
+                else ASSERT_NEAR(got, want, 1e-6f * (1.0f + std::fabs(want))) << m << ", " << n;
+              }
+          }
+  }
+  detail::simd::force_target("");
+}
+
+// to_bf16_pairs on the widened path (vector rounding) against the portable loop, bit for bit: ties
+// both ways, NaNs, infinities, subnormals and random bits, an odd row count and zero padding rows.
+TEST(Bf16, WidenedPairsMatchPortableLoop) {
+  const std::uint32_t special[] = {0x3f808000u, 0x3f818000u, 0x7fc00001u, 0xff800001u, 0x7f800000u, 0x00000001u,
+                                   0x807fffffu, 0x7f7fffffu, 0x3f80ffffu, 0x00008000u};
+  for (const std::string& target : detail::simd::available_targets()) {
+    detail::simd::force_target(target);
+    const std::size_t rows = 7, pad_rows = 10, cols = 48, lds = 53, ldd = 64;
+    std::vector<float> src(rows * lds);
+    std::uint32_t x = 12345;
+    for (std::size_t i = 0; i < src.size(); ++i) {
+      x = x * 1664525u + 1013904223u;
+      const std::uint32_t bits = i % 5 == 0 ? special[(i / 5) % 10] : x;
+      std::memcpy(&src[i], &bits, 4);
+    }
+    std::vector<std::uint16_t> want(pad_rows / 2 * ldd * 2, 7), got = want;
+    detail::bfdot::to_bf16_pairs(Path::portable, src.data(), lds, rows, pad_rows, cols, want.data(), ldd);
+    detail::bfdot::to_bf16_pairs(Path::widened, src.data(), lds, rows, pad_rows, cols, got.data(), ldd);
+    EXPECT_EQ(got, want) << target;
+  }
+  detail::simd::force_target("");
+}
+
 TEST(Bf16, DetectionFollowsCpuid) {
   unsigned a, b, c, d;
   const bool cpuid_amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 22));
@@ -59,7 +125,7 @@ TEST(Bf16, DetectionFollowsCpuid) {
   }
   EXPECT_EQ(detail::bfdot::best_path(), detail::bfdot::amx_usable()            ? Path::amx
                                         : detail::bfdot::avx512_bf16_usable() ? Path::avx512_bf16
-                                                                              : Path::portable);
+                                                                              : Path::widened);
   EXPECT_THROW(detail::bfdot::force_path("tpu"), Error);
 }
 
