@@ -1225,7 +1225,7 @@ HWY_INLINE void TailColumns(D d, size_t tail, const float* qt, size_t second, co
 // 128-bit broadcast of K_x's quad u feeds two accumulators (rows 0-1 and 2-3 of the pass, one row
 // per 128-bit block), 8 chains, one load per two multiply-adds; eight rows take two passes over
 // the keys (from L1 the second time), `pass` choosing the packed rows 4·pass to 4·pass + 3.
-constexpr size_t kQuadKeys8 = 4;
+constexpr size_t kQuadKeys8 = 4, kQuadSteps8 = 4;
 template <class D>
 HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float* packed, size_t pass, float* S,
                           size_t lds, size_t nr, LineFeed& feed) {
@@ -1235,8 +1235,7 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
   hn::Vec<D> a[kQuadKeys8][2];
 #pragma GCC unroll 4
   for (size_t x = 0; x < kQuadKeys8; ++x) a[x][0] = a[x][1] = hn::Zero(d);
-  for (size_t u = 0; u < quads; ++u) {
-    feed.next();
+  const auto quad = [&](size_t u) HWY_ATTR {
     const auto q0 = hn::LoadU(d, pq + u * 32), q1 = hn::LoadU(d, pq + u * 32 + 8);
 #pragma GCC unroll 4
     for (size_t x = 0; x < kQuadKeys8; ++x) {
@@ -1244,6 +1243,21 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
       a[x][0] = hn::MulAdd(q0, k, a[x][0]);
       a[x][1] = hn::MulAdd(q1, k, a[x][1]);
     }
+  };
+  // Four quads a step of the feed (kQuadSteps8): a step of one quad is 8 multiply-adds among some
+  // 30 instructions (the feed's tests and prefetch, the loop's), and a Zen 3 core ran them at less
+  // than half its FMA rate. The same sums in the same order (Hq = 32, Hkv = 4, d = 128,
+  // Nkv = 65536, two threads, calls alternated: 0.83-0.87 of the time for every cache type;
+  // docs/performance.md).
+  size_t u = 0;
+  for (; u + kQuadSteps8 <= quads; u += kQuadSteps8) {
+    feed.next();
+#pragma GCC unroll 4
+    for (size_t i = 0; i < kQuadSteps8; ++i) quad(u + i);
+  }
+  for (; u < quads; ++u) {
+    feed.next();
+    quad(u);
   }
   TailColumns(d, tail, pq + quads * 32, 8, krow, 4 * quads, a);  // as in QuadKeys
 #pragma GCC unroll 2
@@ -1450,8 +1464,10 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
       const size_t passes = hn::MaxLanes(D()) == 8 && nr > 4 ? 2 : 1;  // QuadCall's calls of the kernel
-      const size_t steps = pairs ? (octs ? dk / 16 + dk % 16 : dk / 8 + dk % 8)  // of the kernel's inner loop
-                                 : octs ? (dk + 7) / 8 : (dk + 3) / 4;
+      const size_t steps = hn::MaxLanes(D()) == 8 ? dk / 4 / kQuadSteps8 + dk / 4 % kQuadSteps8  // of the kernel's
+                           : pairs ? (octs ? dk / 16 + dk % 16 : dk / 8 + dk % 8)                  // inner loop
+                           : octs  ? (dk + 7) / 8
+                                   : (dk + 3) / 4;
       feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * steps));
       const float* pk = octs ? packed + block : packed + r0 / 8 * block;
       if (pairs) QuadKeyGroups<std::uint16_t>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
