@@ -1,6 +1,7 @@
-// The bf16 GEMM paths (see bf16_kernels.h; the widened one in bf16_widened.cc) and their run-time detection. The AVX-512 BF16
-// and AMX kernels are compiled with target attributes, so the library itself needs no -m flags
-// and runs anywhere; they are called only after detection says the CPU and OS support them.
+// The bf16 GEMM paths (see bf16_kernels.h; the widened one is in bf16_widened.cc) and their
+// run-time detection. The AVX-512 BF16 and AMX kernels are compiled with target attributes, so the
+// library itself needs no -m flags and runs anywhere; they are called only after detection says the
+// CPU and OS support them.
 #include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
