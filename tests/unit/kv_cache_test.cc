@@ -256,7 +256,8 @@ const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 ne
   static const std::vector<Case> c = {{3, 1, 37, 5, 5, -1, {1, 1030}}, {2, 2, 1, 17, 3, 7, {13, 2}},
                                       {4, 1, 37, 5, 5, -1, {39, 6}}, {8, 1, 19, 3, 4, 9, {41}},
                                       {2, 2, 37, 64, 5, -1, {1030, 3}},   // one row key by key, dk with a tail
-                                      {4, 2, 13, 7, 5, -1, {70, 3}}};     // group 2, dk under 16: columns one at a time
+                                      {4, 2, 13, 7, 5, -1, {70, 3}},      // group 2, dk under 16: columns one at a time
+                                      {2, 2, 100, 100, 5, -1, {1043, 18}}};  // one row, the output row in memory, a tail
   return c;
 }
 
