@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "attnscale/tensor.h"
+#include "common/bfloat_rows.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::bfdot::HWY_NAMESPACE {
@@ -91,25 +92,6 @@ HWY_INLINE void Tile(std::size_t K, const float* aw, const std::uint32_t* B32, s
     }
 }
 
-// rows x K bf16 (A, row stride lda) to float32 (aw, row stride K): the bits shifted up.
-void WidenRows(std::size_t rows, std::size_t K, const std::uint16_t* A, std::size_t lda, float* aw) {
-  const DF df;
-  const DU du;
-  const hn::Rebind<std::uint16_t, DF> d16;
-  const std::size_t L = hn::Lanes(df);
-  for (std::size_t i = 0; i < rows; ++i) {
-    const std::uint16_t* a = A + i * lda;
-    float* out = aw + i * K;
-    std::size_t k = 0;
-    for (; k + L <= K; k += L)
-      hn::StoreU(hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, a + k)))), df, out + k);
-    for (; k < K; ++k) {
-      const std::uint32_t bits = static_cast<std::uint32_t>(a[k]) << 16;
-      hwy::CopyBytes<4>(&bits, out + k);
-    }
-  }
-}
-
 template <int MR>
 void Panel(std::size_t N, std::size_t K, const float* aw, const std::uint32_t* B32, std::size_t ldb, float* C,
            std::size_t ldc, int mode, const float* row_scale, float out_scale) {
@@ -133,7 +115,8 @@ void GemmWidened(std::size_t M, std::size_t N, std::size_t K, const std::uint16_
   const auto* B32 = reinterpret_cast<const std::uint32_t*>(Bp);
   for (std::size_t m = 0; m < M; m += kRows) {
     const std::size_t rows = std::min<std::size_t>(kRows, M - m);
-    WidenRows(rows, K, A + m * lda, lda, aw);
+    for (std::size_t i = 0; i < rows; ++i)
+      f32_row(A + (m + i) * lda, static_cast<std::int64_t>(K), aw + i * K);  // exact: the bits shifted up
     const float* rs = row_scale ? row_scale + m : nullptr;
     float* c = C + m * ldc;
     switch (rows) {
