@@ -1003,6 +1003,8 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
   };
   HWY_ALIGN float s[2][kStreamKeys] = {};  // defined lanes past a short first tile (transforms read them)
   auto keys = [&](size_t j) { return j < nk ? (nk - j < kStreamKeys ? nk - j : kStreamKeys) : 0; };
+  // The end of the step of `step` keys from key x < n of a tile of n keys.
+  auto step_end = [](size_t x, size_t step, size_t n) { return n - x < step ? n : x + step; };
   auto kr = [&](size_t j) { return krow + j; };
   auto ks = [&](size_t j) { return ksc ? ksc + j : S(); };
   if constexpr (CB > 0) {
@@ -1035,10 +1037,9 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
           prefetch(j + x, kStep, false, true);
         }
         if (x < next) {
-          const size_t x1 = next - x < kStep ? next : x + kStep;
-          TileScores<kType>(d, x, x1, dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
+          TileScores<kType>(d, x, step_end(x, kStep, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
         }
-        if (x < n) TileUpdate<kType, CB>(d, x, n - x < kStep ? n : x + kStep, vr, vs, s[t], acc);
+        if (x < n) TileUpdate<kType, CB>(d, x, step_end(x, kStep, n), vr, vs, s[t], acc);
       }
     }
 #pragma GCC unroll 16
@@ -1051,7 +1052,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
     // float32 0.76 (four keys 1.10), bf16 0.75 (one key 1.10), int8 0.86 (docs/performance.md).
     constexpr size_t kRowStep = kType == kF32 ? 1 : 4;
     const size_t n0 = keys(0);
-    for (size_t x = 0; x < n0; x += kRowStep) TileScores<kType>(d, x, x + kRowStep < n0 ? x + kRowStep : n0, dk, kr(0), ks(0), Q, s[0]);
+    for (size_t x = 0; x < n0; x += kRowStep) TileScores<kType>(d, x, step_end(x, kRowStep, n0), dk, kr(0), ks(0), Q, s[0]);
     for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
       const size_t n = keys(j), next = keys(j + kStreamKeys);
       if (tf) TransformScores(d, s[t], j, kStreamKeys, *tf);
@@ -1066,11 +1067,11 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
           prefetch(j + x, kRowStep, false, true);
         }
         if (x < next)
-          TileScores<kType>(d, x, next - x < kRowStep ? next : x + kRowStep, dk, kr(j + kStreamKeys),
-                            ks(j + kStreamKeys), Q, s[t ^ 1]);
+          TileScores<kType>(d, x, step_end(x, kRowStep, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q,
+                            s[t ^ 1]);
         // alpha with the first keys, then 1 (an exact multiply): the sums of the tile at once.
         if (x < n)
-          TileUpdateRow<kType>(d, (n - x < kRowStep ? n : x + kRowStep) - x, dv, vr + x, vs ? vs + x : S(), s[t] + x,
+          TileUpdateRow<kType>(d, step_end(x, kRowStep, n) - x, dv, vr + x, vs ? vs + x : S(), s[t] + x,
                                x == 0 ? alpha : 1.0f, O);
       }
     }
