@@ -261,9 +261,24 @@ HWY_INLINE void ScoresKeys4(size_t nk, size_t dk, const void* const* krow, const
 // through (one load and widening of each V vector for all rows).
 #if HWY_TARGET == HWY_AVX2
 constexpr size_t kAccumulators = 8;  // of 16 vector registers
+// AVX2 with four rows also takes blocks of 3 vectors: 12 accumulators, the key's 3 V vectors and
+// one broadcast of P fill its 16 registers. A key then feeds 12 multiply-adds, each accumulator
+// every 6 cycles at two a cycle, where 4 x 2 feeds 8, one every 4 cycles: the multiply-add's
+// latency on Zen 3, so that any late load stalled the chains. (Zen 3, GQA 32/4, d = 128, calls
+// alternated, load 0.8-1.0: time 0.93-0.97 of 4 x 2's with K/V in cache, Nkv = 2048; 0.95-1.02
+// from DRAM, Nkv = 65536, where the reads dominate.)
+constexpr size_t kThreeVectorRows = 4;
 #else
 constexpr size_t kAccumulators = 16;  // of 32 (AVX-512); the scalar target has no limit that matters
+constexpr size_t kThreeVectorRows = 0;  // no blocks of 3 vectors
 #endif
+
+// Whether NR rows take a block of 3 vectors with `vectors` full vectors left: while 3 or more are
+// left, but 4 go as 2 + 2 (3 + 1 would leave a pass of one vector, half the sums of the others).
+template <size_t NR>
+constexpr bool TakeThree(size_t vectors) {
+  return NR == kThreeVectorRows && vectors >= 3 && vectors != 4;
+}
 
 template <int kType, size_t NR, size_t CB>
 HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, const float* const* vsc, const float* P,
@@ -275,7 +290,7 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
     for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(hn::LoadU(d, O + r * ldo + c0 + b * L), hn::Set(d, alpha[r]));
   for (size_t j = 0; j < nk; ++j) {
     feed.next();
-    if constexpr (CB >= NR) {
+    if constexpr (CB >= NR || CB == 3) {
       // The key's CB vectors first, then each row's P into its CB sums. Loaded inside the loop
       // over the vectors (below) the widest of these blocks left GCC short of registers: with 2
       // rows x 8 vectors it kept one accumulator on the stack, whose chain then ran through memory
@@ -302,10 +317,11 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
 }
 
 // The passes AccumulateRows makes over the keys for `vectors` full vectors of a row: blocks of
-// 8, 4, 2, 1 vectors, each as wide as NR rows' accumulators allow.
+// 3 (TakeThree), then 8, 4, 2, 1 vectors, each as wide as NR rows' accumulators allow.
 template <size_t NR>
 constexpr size_t AccumulatePasses(size_t vectors) {
   size_t passes = 0;
+  for (; TakeThree<NR>(vectors); vectors -= 3) ++passes;
   for (size_t cb : {8, 4, 2, 1})
     if (cb * NR <= kAccumulators || cb == 1) passes += vectors / cb, vectors %= cb;
   return passes;
@@ -321,6 +337,10 @@ HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, co
   // Blocks of 8, 4, 2, 1 vectors, as wide as the register budget allows: each V row is then read
   // in as few passes as possible (one for d = 128 and one row on AVX-512).
   size_t c = 0;
+  while (TakeThree<NR>((full - c) / L)) {
+    AccumulateBlock<kType, NR, 3>(nk, c, vrow, vsc, P, alpha, O, ldo, feed);
+    c += 3 * L;
+  }
   if constexpr (8 * NR <= kAccumulators)
     for (; c + 8 * L <= full; c += 8 * L) AccumulateBlock<kType, NR, 8>(nk, c, vrow, vsc, P, alpha, O, ldo, feed);
   if constexpr (4 * NR <= kAccumulators)
@@ -983,6 +1003,8 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
   };
   HWY_ALIGN float s[2][kStreamKeys] = {};  // defined lanes past a short first tile (transforms read them)
   auto keys = [&](size_t j) { return j < nk ? (nk - j < kStreamKeys ? nk - j : kStreamKeys) : 0; };
+  // The end of the step of `step` keys from key x < n of a tile of n keys.
+  auto step_end = [](size_t x, size_t step, size_t n) { return n - x < step ? n : x + step; };
   auto kr = [&](size_t j) { return krow + j; };
   auto ks = [&](size_t j) { return ksc ? ksc + j : S(); };
   if constexpr (CB > 0) {
@@ -1015,10 +1037,9 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
           prefetch(j + x, kStep, false, true);
         }
         if (x < next) {
-          const size_t x1 = next - x < kStep ? next : x + kStep;
-          TileScores<kType>(d, x, x1, dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
+          TileScores<kType>(d, x, step_end(x, kStep, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
         }
-        if (x < n) TileUpdate<kType, CB>(d, x, n - x < kStep ? n : x + kStep, vr, vs, s[t], acc);
+        if (x < n) TileUpdate<kType, CB>(d, x, step_end(x, kStep, n), vr, vs, s[t], acc);
       }
     }
 #pragma GCC unroll 16
@@ -1031,7 +1052,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
     // float32 0.76 (four keys 1.10), bf16 0.75 (one key 1.10), int8 0.86 (docs/performance.md).
     constexpr size_t kRowStep = kType == kF32 ? 1 : 4;
     const size_t n0 = keys(0);
-    for (size_t x = 0; x < n0; x += kRowStep) TileScores<kType>(d, x, x + kRowStep < n0 ? x + kRowStep : n0, dk, kr(0), ks(0), Q, s[0]);
+    for (size_t x = 0; x < n0; x += kRowStep) TileScores<kType>(d, x, step_end(x, kRowStep, n0), dk, kr(0), ks(0), Q, s[0]);
     for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
       const size_t n = keys(j), next = keys(j + kStreamKeys);
       if (tf) TransformScores(d, s[t], j, kStreamKeys, *tf);
@@ -1046,11 +1067,11 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
           prefetch(j + x, kRowStep, false, true);
         }
         if (x < next)
-          TileScores<kType>(d, x, next - x < kRowStep ? next : x + kRowStep, dk, kr(j + kStreamKeys),
-                            ks(j + kStreamKeys), Q, s[t ^ 1]);
+          TileScores<kType>(d, x, step_end(x, kRowStep, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q,
+                            s[t ^ 1]);
         // alpha with the first keys, then 1 (an exact multiply): the sums of the tile at once.
         if (x < n)
-          TileUpdateRow<kType>(d, (n - x < kRowStep ? n : x + kRowStep) - x, dv, vr + x, vs ? vs + x : S(), s[t] + x,
+          TileUpdateRow<kType>(d, step_end(x, kRowStep, n) - x, dv, vr + x, vs ? vs + x : S(), s[t] + x,
                                x == 0 ? alpha : 1.0f, O);
       }
     }
