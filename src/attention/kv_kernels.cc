@@ -262,11 +262,10 @@ HWY_INLINE void ScoresKeys4(size_t nk, size_t dk, const void* const* krow, const
 #if HWY_TARGET == HWY_AVX2
 constexpr size_t kAccumulators = 8;  // of 16 vector registers
 // AVX2 with four rows also takes blocks of 3 vectors: 12 accumulators, the key's 3 V vectors and
-// one broadcast of P fill its 16 registers. A key then feeds 12 multiply-adds, each accumulator
-// every 6 cycles at two a cycle, where 4 x 2 feeds 8, one every 4 cycles: the multiply-add's
-// latency on Zen 3, so that any late load stalled the chains. (Zen 3, GQA 32/4, d = 128, calls
-// alternated, load 0.8-1.0: time 0.93-0.97 of 4 x 2's with K/V in cache, Nkv = 2048; 0.95-1.02
-// from DRAM, Nkv = 65536, where the reads dominate.)
+// one broadcast of P fill its 16 registers. A key's 4 broadcasts of P and its step of the feed
+// then serve 12 multiply-adds instead of 8. (Zen 3, GQA 32/4, d = 128, calls alternated, load
+// 0.8-1.0: time 0.93-0.97 of 4 x 2's with K/V in cache, Nkv = 2048; 0.95-1.02 from DRAM,
+// Nkv = 65536, where the reads dominate. Eight chains alone do reach the FMA rate there.)
 constexpr size_t kThreeVectorRows = 4;
 #else
 constexpr size_t kAccumulators = 16;  // of 32 (AVX-512); the scalar target has no limit that matters
