@@ -289,7 +289,7 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
     for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(hn::LoadU(d, O + r * ldo + c0 + b * L), hn::Set(d, alpha[r]));
   for (size_t j = 0; j < nk; ++j) {
     feed.next();
-    if constexpr (CB >= NR || CB == 3) {  // 3 x 4 rows: 12 sums, 3 vectors and 1 P fit AVX2's 16 registers
+    if constexpr (CB >= NR || CB == 3) {  // 4 rows x 3: 12 sums, 3 V and 1 P in AVX2's 16 registers
       // The key's CB vectors first, then each row's P into its CB sums. Loaded inside the loop
       // over the vectors (below) the widest of these blocks left GCC short of registers: with 2
       // rows x 8 vectors it kept one accumulator on the stack, whose chain then ran through memory
