@@ -289,7 +289,7 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
     for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(hn::LoadU(d, O + r * ldo + c0 + b * L), hn::Set(d, alpha[r]));
   for (size_t j = 0; j < nk; ++j) {
     feed.next();
-    if constexpr (CB >= NR || CB == 3) {
+    if constexpr (CB >= NR || CB == 3) {  // 4 rows x 3: 12 sums, 3 V and 1 P in AVX2's 16 registers
       // The key's CB vectors first, then each row's P into its CB sums. Loaded inside the loop
       // over the vectors (below) the widest of these blocks left GCC short of registers: with 2
       // rows x 8 vectors it kept one accumulator on the stack, whose chain then ran through memory
@@ -333,8 +333,8 @@ HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, co
   const size_t L = hn::Lanes(d), full = dv / L * L;
   LineFeed feed = shared;  // in registers while the keys stream
   feed.pace(static_cast<std::int64_t>(nk * AccumulatePasses<NR>(full / L)));
-  // Blocks of 8, 4, 2, 1 vectors, as wide as the register budget allows: each V row is then read
-  // in as few passes as possible (one for d = 128 and one row on AVX-512).
+  // Blocks of 3 vectors (TakeThree), then of 8, 4, 2, 1, as wide as the register budget allows:
+  // each V row is then read in as few passes as possible (one for d = 128 and one row on AVX-512).
   size_t c = 0;
   while (TakeThree<NR>((full - c) / L)) {
     AccumulateBlock<kType, NR, 3>(nk, c, vrow, vsc, P, alpha, O, ldo, feed);
