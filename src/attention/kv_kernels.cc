@@ -1000,6 +1000,21 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
       if (kType == kI8 && v) prefetch_line(vsc[x], CacheLevel::near);
     }
   };
+  // The prefetches of a pipelined step of `step` keys from key j + x, whose V rows it reads beside
+  // the K rows of the next tile. K rows are read a tile ahead of the V rows, so rows `ahead` keys
+  // past the V rows lie ahead - kStreamKeys keys past the K rows read. Short of a tile (rows of more
+  // than 512 bytes of K and V a key) that is behind them, and K rows are prefetched `ahead` keys past
+  // their own reads instead (bf16, d = 256: 6.3 -> 4.8 ms; docs/performance.md). Longer, the one
+  // prefetch serves both (moving K's further ahead was faster in some memory states and slower in
+  // others).
+  auto prefetch_step = [&](size_t j, size_t x, size_t step) {
+    if (ahead >= kStreamKeys) {
+      prefetch(j + x, step);
+    } else {
+      prefetch(j + kStreamKeys + x, step, true, false);
+      prefetch(j + x, step, false, true);
+    }
+  };
   HWY_ALIGN float s[2][kStreamKeys] = {};  // defined lanes past a short first tile (transforms read them)
   auto keys = [&](size_t j) { return j < nk ? (nk - j < kStreamKeys ? nk - j : kStreamKeys) : 0; };
   // The end of the step of `step` keys from key x < n of a tile of n keys.
@@ -1023,18 +1038,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
       const R vr = vrow + j;
       const S vs = vsc ? vsc + j : S();
       for (size_t x = 0; x < kStreamKeys; x += kStep) {
-        // K rows are read a tile ahead of the V rows, so rows `ahead` keys past the V rows lie
-        // ahead - kStreamKeys keys past the K rows read. Short of a tile (rows of more than 512
-        // bytes of K and V a key) that is behind them, and K rows are prefetched `ahead` keys past
-        // their own reads instead (bf16, d = 256: 6.3 -> 4.8 ms; docs/performance.md). Longer,
-        // the one prefetch serves both (moving K's further ahead was faster in some memory states
-        // and slower in others).
-        if (ahead >= kStreamKeys) {
-          prefetch(j + x, kStep);
-        } else {
-          prefetch(j + kStreamKeys + x, kStep, true, false);
-          prefetch(j + x, kStep, false, true);
-        }
+        prefetch_step(j, x, kStep);
         if (x < next) {
           TileScores<kType>(d, x, step_end(x, kStep, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q, s[t ^ 1]);
         }
@@ -1059,12 +1063,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
       const R vr = vrow + j;
       const S vs = vsc ? vsc + j : S();
       for (size_t x = 0; x < kStreamKeys; x += kRowStep) {
-        if (ahead >= kStreamKeys) {  // as above
-          prefetch(j + x, kRowStep);
-        } else {
-          prefetch(j + kStreamKeys + x, kRowStep, true, false);
-          prefetch(j + x, kRowStep, false, true);
-        }
+        prefetch_step(j, x, kRowStep);
         if (x < next)
           TileScores<kType>(d, x, step_end(x, kRowStep, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q,
                             s[t ^ 1]);
