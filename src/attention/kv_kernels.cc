@@ -13,6 +13,7 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -430,7 +431,7 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
   }
 }
 
-// stream_row (kv_kernels.h). The scalar target goes key by key (StreamRowT); vector targets in
+// stream_row_strided (kv_kernels.h). The scalar target goes key by key (StreamRowT); vector targets in
 // tiles of 16 keys (StreamKeys where dv is 4, 8 or 16 vectors, but for int8 rows with dk != dv;
 // else StreamTiles; below).
 // Why K and V side by side: a path that reads a tile's K rows, then (after the softmax) its V
@@ -504,10 +505,12 @@ void StreamRowT(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, c
 #if HWY_TARGET != HWY_SCALAR
 // The scores of four keys, lane x = Q·K_x. An int8 row's score is Σ_b scale_b·(Q·K)_b over its
 // blocks b of 32 (dk is a multiple of 32 for int8): one multiply by the scale per block, not per
-// vector. Other types: two accumulators per key (even and odd vectors), as KeyScore.
-template <int kType, class R, class S>
+// vector. Other types: two accumulators per key (even and odd vectors), as KeyScore. With NK = 1,
+// one key's score in lane 0 with the same bits (a key's lane of the four-way reduction depends on
+// its own sums alone).
+template <int kType, size_t NK = 4, class R, class S>
 HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc, const float* Q) {
-  constexpr size_t NK = 4;
+  static_assert(NK == 4 || NK == 1);
   const size_t L = hn::Lanes(d), full = dk / L * L;
   VF acc[NK];
   if constexpr (kType == kI8) {
@@ -540,9 +543,9 @@ HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc, c
     for (size_t x = 0; x < NK; ++x) acc[x] = hn::Add(acc[x], odd[x]);
   }
   const hn::Full128<float> d4;
-  auto s = Sum4(d, acc[0], acc[1], acc[2], acc[3]);
+  auto s = Sum4(d, acc[0], acc[1 % NK], acc[2 % NK], acc[3 % NK]);
   if (full < dk) {  // float32 / bf16 rows whose length is not a whole number of vectors
-    HWY_ALIGN float tail[NK] = {0, 0, 0, 0};
+    HWY_ALIGN float tail[4] = {0, 0, 0, 0};
     for (size_t x = 0; x < NK; ++x)
       for (size_t e = full; e < dk; ++e) tail[x] += Q[e] * Element<kType>(krow[x], nullptr, e);
     s = hn::Add(s, hn::Load(d4, tail));
@@ -550,7 +553,7 @@ HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc, c
   return s;
 }
 
-// A tile of stream_row on vector targets: kStreamKeys keys, their scores as one vector (on
+// A tile of stream_row_strided on vector targets: kStreamKeys keys, their scores as one vector (on
 // 16-lane targets; two or four on narrower ones), one online-softmax step with the tile's
 // exponentials in a vector exp, then the output row by the tile's V rows. The tiles start at the
 // first key of the call, so a key's tile (and the result's bits) follow from its position alone.
@@ -782,7 +785,48 @@ class WordsFromLines {
 };
 #endif
 
-// stream_row with dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
+// A key's score in the one-row stream of rows of kDk values (StreamKeys, StreamHeads; kDk = 0:
+// dk given): KeyScore's, but bfloat16 rows of kDk = an even number of vectors in pair order (q in
+// pair order, PairOrder), and int8 rows one product sum per block of 32 values times its scale,
+// even and odd blocks in two sums.
+template <int kType, size_t kDk>
+constexpr bool PairScores() {
+  return kType == kBF16 && kDk > 0 && (kDk / hn::MaxLanes(DF())) % 2 == 0;
+}
+template <int kType, size_t kDk>
+HWY_INLINE float StreamScore(DF d, size_t dk, const void* row, const float* sc, const float* q) {
+  constexpr size_t L = hn::MaxLanes(DF());
+  if constexpr (PairScores<kType, kDk>()) {
+    (void)sc, (void)dk;
+    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+#pragma GCC unroll 16
+    for (size_t c = 0; c < kDk; c += 2 * L) {
+      const auto w = LoadPairs(row, c);
+      a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, q + c), a0);
+      a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, q + c + L), a1);
+    }
+    return LaneSum(d, hn::Add(a0, a1));
+  } else if constexpr (kType != kI8) {
+    (void)sc;
+    return KeyScore<kType>(d, kDk ? kDk : dk, row, nullptr, q);
+  } else {
+    constexpr size_t kPer = 32 / L;  // vectors of one block
+    const size_t blocks = (kDk ? kDk : dk) / 32;
+    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+#pragma GCC unroll 16
+    for (size_t b = 0; b < blocks; ++b) {
+      VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), hn::LoadU(d, q + b * 32));
+#pragma GCC unroll 4
+      for (size_t e = 1; e < kPer; ++e)
+        t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), hn::LoadU(d, q + b * 32 + e * L), t);
+      if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
+      else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
+    }
+    return LaneSum(d, hn::Add(a0, a1));
+  }
+}
+
+// stream_row_strided with dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
 // as StreamTiles, but key by key: tile t's scores are in, then for each x the score of tile
 // t + 1's key x (one K row) and the update by tile t's key x (one V row), so that K and V are read
 // a row each in turn, kStreamKeys keys apart. StreamTiles' four keys a step (four K rows, then
@@ -803,7 +847,7 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   constexpr size_t L = hn::MaxLanes(DF());
   constexpr size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2, v_bytes = CB * L * esize;
   constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one int8 block
-  constexpr bool kPairs = kType == kBF16 && kDk > 0 && CB % 2 == 0;
+  constexpr bool kPairs = PairScores<kType, kDk>();
   static_assert(CB % kPer == 0 && (kDk == 0 || kDk == CB * L));
   const size_t dk = kDk ? kDk : dk_given, k_bytes = dk * esize;
   constexpr bool kLines = !std::is_same_v<W, NoLines>;
@@ -827,25 +871,16 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
     for (size_t h = 0; h < kHalves; ++h) wv.template to_lines<kWordVectors>(row_out + h * L, ol + h * L, kHalves * L);
 #pragma GCC unroll 16
   for (size_t c = 0; c < kAcc; ++c) acc[c] = ToRaw(hn::LoadU(d, (kLines ? ol : row_out) + c * L));
-  // A key's score: KeyScore's, or for int8 one product sum a block of 32, times its scale.
+  // A key's score (StreamScore), its rows from lines as their words in place.
   const auto score = [&](const void* row, const float* sc) HWY_ATTR {
-    if constexpr (kPairs) {
+    if constexpr (kLines && kPairs) {
       (void)sc;
       VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-      if constexpr (kLines) {
-        wk.template each<kDk / (2 * L)>(row, [&](size_t v, VF x) HWY_ATTR {  // elements [2Lv, 2Lv + 2L)
-          const VU w = hn::BitCast(du, x);
-          a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + 2 * L * v), a0);
-          a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + 2 * L * v + L), a1);
-        });
-      } else {
-#pragma GCC unroll 16
-        for (size_t c = 0; c < kDk; c += 2 * L) {
-          const auto w = LoadPairs(row, c);
-          a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + c), a0);
-          a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + c + L), a1);
-        }
-      }
+      wk.template each<kDk / (2 * L)>(row, [&](size_t v, VF x) HWY_ATTR {  // elements [2Lv, 2Lv + 2L)
+        const VU w = hn::BitCast(du, x);
+        a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + 2 * L * v), a0);
+        a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + 2 * L * v + L), a1);
+      });
       return LaneSum(d, hn::Add(a0, a1));
     } else if constexpr (kLines) {  // float32: KeyScore's sums, even vectors and odd vectors
       (void)sc;
@@ -855,21 +890,8 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
         else a1 = hn::MulAdd(x, hn::LoadU(d, Q + v * L), a1);
       });
       return LaneSum(d, hn::Add(a0, a1));
-    } else if constexpr (kType != kI8) {
-      (void)sc;
-      return KeyScore<kType>(d, dk, row, nullptr, Q);
     } else {
-      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-#pragma GCC unroll 16
-      for (size_t b = 0; b < dk / 32; ++b) {
-        VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), hn::LoadU(d, Q + b * 32));
-#pragma GCC unroll 4
-        for (size_t e = 1; e < kPer; ++e)
-          t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), hn::LoadU(d, Q + b * 32 + e * L), t);
-        if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
-        else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
-      }
-      return LaneSum(d, hn::Add(a0, a1));
+      return StreamScore<kType, kDk>(d, dk, row, sc, kPairs ? qp : Q);
     }
   };
   // int8 rows `ahead` keys past those read, a line at a time, up to key `known`: K rows are read a
@@ -974,7 +996,7 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   *l = ll;
 }
 
-// stream_row on vector targets: the keys in tiles of kStreamKeys (the last one partial), for rows
+// stream_row_strided on vector targets: the keys in tiles of kStreamKeys (the last one partial), for rows
 // StreamKeys does not take (int8 with dk != dv; dv not 4, 8 or 16 vectors). With the output row
 // in registers (CB > 0) the tiles are pipelined: while tile t's V rows update the row,
 // kStep keys at a time, tile t + 1's scores are computed kStep keys at a time between them, so that
@@ -1170,6 +1192,123 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
   StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, tf);
 #endif
 }
+
+#if HWY_TARGET != HWY_SCALAR
+// stream_heads (kv_kernels.h): one query row for each of several KV heads whose rows of a key lie
+// together, each head with stream_row_strided's arithmetic, but the keys read in address order: key x's K
+// rows of all heads (one run of memory where the heads' rows touch), then its V rows. A head's own
+// rows lie a run's length apart (4 KiB for 8 heads of 128 float32 values), a stride the hardware
+// prefetcher does not follow: head by head, a paged or FlashAttention-layout cache read at about
+// half of a contiguous cache's rate (docs/performance.md).
+// Same bits as stream_row on the same keys, on every target: its tiles of kStreamKeys keys from
+// the call's first, the same scores (kQuads: StreamTiles', Scores4's sums for keys of whole groups
+// of four, KeyScore's for the rest; else StreamKeys', StreamScore with dk = kDk), the same softmax
+// step per tile (TileSoftmax), and each output element's sum in the same order (alpha·O, then
+// p_x·V_x key by key, as TileUpdate and TileUpdateRow: a multiply-add per vector element with an
+// int8 row's coefficient p_x·scale_b, a multiply and an add past the last whole vector).
+// The output rows stay in memory (heads·dv floats, in L1), loaded and stored around each key:
+// several keys a step per head read V rows out of address order again, and lost (bf16 d = 128
+// 1.45 -> 1.19 of a contiguous cache's time with one key, int8 1.77 -> 1.34; docs/performance.md).
+template <int kType, size_t kDk, bool kQuads>
+HWY_INLINE void StreamHeadsT(size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& K, const HeadRows& V,
+                             const HeadRow* hr, float* work) {
+  const DF d;
+  constexpr size_t L = hn::MaxLanes(DF()), kT = kStreamKeys;
+  constexpr bool kPairs = !kQuads && PairScores<kType, kDk>();
+  constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one coefficient of V
+  const size_t fullv = dv / L * L;
+  // [2][heads][kT]: the scores of tile t, then t + 1's, from the first 64-byte boundary of work
+  // (whole vectors, as TileSoftmax and StreamScore load them).
+  float* const s = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(work) + 63) / 64 * 64);
+  float* const qp = s + 2 * heads * kT;  // kPairs: each head's q in pair order
+  std::fill_n(s, 2 * heads * kT, 0.0f);  // defined lanes past a short tile (transforms read them)
+  if constexpr (kPairs)
+    for (size_t h = 0; h < heads; ++h) PairOrder(L, hr[h].q, kDk, qp + h * kDk);
+  const auto q_of = [&](size_t h) { return kPairs ? qp + h * kDk : hr[h].q; };
+  const auto row = [](const HeadRows& R, size_t j, size_t h) {
+    return static_cast<const void*>(static_cast<const char*>(R.row[j]) + static_cast<std::ptrdiff_t>(h) * R.head);
+  };
+  const auto scales = [](const HeadRows& R, size_t j, size_t h) -> const float* {
+    return kType == kI8 ? R.scales[j] + static_cast<std::ptrdiff_t>(h) * R.scales_head : nullptr;
+  };
+  // The scores of key x of the tile of n keys from key j, each head's (into st + x, a row of kT
+  // per head).
+  const auto score = [&](size_t j, size_t x, size_t n, float* st) HWY_ATTR {
+    for (size_t h = 0; h < heads; ++h) {
+      const void* const kr = row(K, j + x, h);
+      const float* const ks = scales(K, j + x, h);
+      if constexpr (kQuads) {
+        st[h * kT + x] = x < n / 4 * 4 ? hn::GetLane(Scores4<kType, 1>(d, dk, &kr, kType == kI8 ? &ks : nullptr, q_of(h)))
+                                       : KeyScore<kType>(d, dk, kr, ks, q_of(h));
+      } else {
+        st[h * kT + x] = StreamScore<kType, kDk>(d, dk, kr, ks, q_of(h));
+      }
+    }
+  };
+  // O_h += p_h·V_h of key j for each head (p_h at p[h·kT]).
+  const auto update = [&](size_t j, const float* p) HWY_ATTR {
+    for (size_t h = 0; h < heads; ++h) {
+      const void* const vr = row(V, j, h);
+      const float* const vs = scales(V, j, h);
+      const float ph = p[h * kT];
+      float* const o = hr[h].o;
+      for (size_t e0 = 0; e0 < fullv; e0 += kPer * L) {
+        const VF cf = hn::Set(d, kType == kI8 ? ph * vs[e0 / 32] : ph);
+#pragma GCC unroll 4
+        for (size_t e = e0; e < e0 + kPer * L; e += L)
+          hn::StoreU(hn::MulAdd(cf, LoadRaw<kType>(d, vr, e), hn::LoadU(d, o + e)), d, o + e);
+      }
+      for (size_t e = fullv; e < dv; ++e) o[e] += ph * Element<kType>(vr, nullptr, e);  // not int8 (dv % 32 == 0)
+    }
+  };
+  const size_t first = nk < kT ? nk : kT;
+  for (size_t x = 0; x < first; ++x) score(0, x, first, s);
+  for (size_t j = 0, t = 0; j < nk; j += kT, t ^= 1) {
+    const size_t n = nk - j < kT ? nk - j : kT;
+    const size_t rest = nk - j - n, next = rest < kT ? rest : kT;
+    float* const st = s + t * heads * kT;
+    float* const sn = s + (t ^ 1) * heads * kT;
+    for (size_t h = 0; h < heads; ++h) {
+      float* const sh = st + h * kT;
+      if (hr[h].tf) TransformScores(d, sh, j, kT, *hr[h].tf);
+      const float alpha = TileSoftmax(d, n, sh, *hr[h].m, *hr[h].l);
+      float* const o = hr[h].o;
+      if (alpha != 1.0f)
+        for (size_t e = 0; e < fullv; e += L) hn::StoreU(hn::Mul(hn::LoadU(d, o + e), hn::Set(d, alpha)), d, o + e);
+      for (size_t e = fullv; e < dv; ++e) o[e] *= alpha;
+    }
+    // Key x of the next tile scored beside key x of this one updating, so that K and V stream
+    // side by side (as StreamKeys and StreamTiles do).
+    for (size_t x = 0; x < n; ++x) {
+      if (x < next) score(j + kT, x, next, sn);
+      update(j + x, st + x);
+    }
+  }
+}
+
+template <int kType>
+HWY_INLINE void StreamHeadsDispatch(size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& K,
+                                    const HeadRows& V, const HeadRow* hr, float* work) {
+  const size_t L = hn::Lanes(DF());
+  // As StreamRowSteps chooses: StreamKeys' scores where it takes the rows, with dk a constant
+  // (StreamKeysFor) for int8 and dk = dv; else StreamTiles'.
+  if (dk == dv || kType != kI8) {
+    const auto keys = [&](auto cb) HWY_ATTR {
+      constexpr size_t kDv = decltype(cb)::value * hn::MaxLanes(DF());
+      if (kType == kI8 || dk == kDv) return StreamHeadsT<kType, kDv, false>(nk, heads, dk, dv, K, V, hr, work);
+      if constexpr (kType != kI8) StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, work);
+    };
+    if constexpr (kAccumulators >= 16)
+      if (dv == 16 * L) return keys(std::integral_constant<size_t, 16>());
+    if (dv == 8 * L) return keys(std::integral_constant<size_t, 8>());
+    if (dv == 4 * L) return keys(std::integral_constant<size_t, 4>());
+  }
+  // StreamTiles: float32 rows on 8 lanes (the output row in memory) score key by key, others in
+  // groups of four.
+  if (hn::MaxLanes(DF()) == 8 && kType == kF32) return StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, work);
+  StreamHeadsT<kType, 0, true>(nk, heads, dk, dv, K, V, hr, work);
+}
+#endif
 
 #if HWY_TARGET != HWY_SCALAR
 // Element c of a key row as float32: float32 rows, and bf16 rows read as their 16-bit
@@ -1589,11 +1728,6 @@ void StreamRowTyped(int type, size_t nk, size_t dk, size_t dv, R krow, S ksc, R 
     StreamRowDispatch<decltype(t)::value>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
   });
 }
-void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
-               const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O,
-               size_t ahead, size_t known, const RowTransform* tf) {
-  StreamRowTyped(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-}
 void StreamRowStrided(int type, size_t nk, size_t dk, size_t dv, const void* k, std::ptrdiff_t k_stride,
                       const float* ksc, std::ptrdiff_t ksc_stride, const void* v, std::ptrdiff_t v_stride,
                       const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m, float* l, float* O,
@@ -1601,6 +1735,38 @@ void StreamRowStrided(int type, size_t nk, size_t dk, size_t dv, const void* k, 
   const StridedRows kr{static_cast<const char*>(k), k_stride}, vr{static_cast<const char*>(v), v_stride};
   const StridedScales ks(ksc, ksc_stride), vs(vsc, vsc_stride);
   StreamRowTyped(type, nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, nk, tf);
+}
+
+void StreamHeads(int type, size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& k, const HeadRows& v,
+                 const HeadRow* rows, float* work) {
+#if HWY_TARGET != HWY_SCALAR
+  WithType(type, [&](auto t) {
+    StreamHeadsDispatch<decltype(t)::value>(nk, heads, dk, dv, k, v, rows, work);
+  });
+#else
+  // The scalar target's stream is key by key (StreamRowT): head by head, the same sums.
+  (void)work;
+  struct Of {  // head h's rows (or int8 scales) of each key
+    const HeadRows* R;
+    size_t h;
+    const void* operator[](size_t j) const {
+      return static_cast<const char*>(R->row[j]) + static_cast<std::ptrdiff_t>(h) * R->head;
+    }
+  };
+  struct ScalesOf {
+    const HeadRows* R;
+    size_t h;
+    const float* operator[](size_t j) const { return R->scales[j] + static_cast<std::ptrdiff_t>(h) * R->scales_head; }
+    explicit operator bool() const { return R != nullptr; }
+  };
+  for (size_t h = 0; h < heads; ++h) {
+    const ScalesOf ks{type == kI8 ? &k : nullptr, h}, vs{type == kI8 ? &v : nullptr, h};
+    WithType(type, [&](auto t) {
+      StreamRowT<decltype(t)::value>(nk, dk, dv, Of{&k, h}, ks, Of{&v, h}, vs, rows[h].q, rows[h].m, rows[h].l,
+                                     rows[h].o, rows[h].tf);
+    });
+  }
+#endif
 }
 
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
@@ -1635,8 +1801,8 @@ HWY_AFTER_NAMESPACE();
 namespace attnscale::detail::kv {
 HWY_EXPORT(Scores);
 HWY_EXPORT(Accumulate);
-HWY_EXPORT(StreamRow);
 HWY_EXPORT(StreamRowStrided);
+HWY_EXPORT(StreamHeads);
 HWY_EXPORT(ScoresQuads);
 HWY_EXPORT(Widen);
 HWY_EXPORT(QuadsAvailable);
@@ -1690,10 +1856,9 @@ void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv
   HWY_DYNAMIC_DISPATCH(StreamRowStrided)
   (type, nk, dk, dv, k, k_stride, ksc, ksc_stride, v, v_stride, vsc, vsc_stride, Q, m, l, O, ahead, tf);
 }
-void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
-                const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O, std::size_t ahead, std::size_t known, const RowTransform* tf) {
-  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+void stream_heads(int type, std::size_t nk, std::size_t heads, std::size_t dk, std::size_t dv, const HeadRows& k,
+                  const HeadRows& v, const HeadRow* rows, float* work) {
+  HWY_DYNAMIC_DISPATCH(StreamHeads)(type, nk, heads, dk, dv, k, v, rows, work);
 }
 }  // namespace attnscale::detail::kv
 #endif  // HWY_ONCE
