@@ -44,10 +44,9 @@ using detail::HWY_NAMESPACE::AddOp;
 using detail::HWY_NAMESPACE::Reduce4;
 #endif
 
-// Where one query row's keys lie (stream_row): the rows given by pointers, one per key
-// (const void* const* and, for int8, const float* const* scales), or at a fixed stride from a base
-// (StridedRows / StridedScales: a contiguous cache, no array of pointers to build). Both index as
-// rows[j] and shift as rows + j.
+// Where one query row's keys lie (stream_row_strided): at a fixed stride from a base (StridedRows /
+// StridedScales: a contiguous cache, no array of pointers to build). They index as rows[j] and
+// shift as rows + j, as arrays of row pointers (the scores and P·V of GQA's tiles) do.
 struct StridedRows {
   const char* base = nullptr;
   std::ptrdiff_t stride = 0;  // bytes
@@ -654,22 +653,12 @@ HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, R vrow, S vsc,
   }
 }
 
-// Rows 0, 1, 2, .. of R in turn. Rows at a stride are walked by a pointer stepped by the stride:
-// with row x formed as base + x·stride for every key (a multiply on each row's address) the same
-// loop read K and V from DRAM at 0.78-0.88 of a copy's rate, stepped at 0.93-1.0 (float32, H = 8,
-// d = 128, Nkv = 65536, alternated call by call; docs/performance.md). Rows by pointer are read
-// from the array.
+// Rows 0, 1, 2, .. of a contiguous cache (StridedRows, StridedScales) in turn, walked by a pointer
+// stepped by the stride: with row x formed as base + x·stride for every key (a multiply on each
+// row's address) the same loop read K and V from DRAM at 0.78-0.88 of a copy's rate, stepped at
+// 0.93-1.0 (float32, H = 8, d = 128, Nkv = 65536, alternated call by call; docs/performance.md).
 template <class R>
 struct RowCursor {
-  R rows;
-  size_t x = 0;
-  auto operator*() const { return rows[x]; }
-  void operator++() { ++x; }
-};
-template <class R>
-concept Strided = requires(R r) { r.base + r.stride; };  // StridedRows, StridedScales
-template <Strided R>
-struct RowCursor<R> {
   decltype(R::base) p;  // const char* (stride in bytes) or const float* (in floats)
   std::ptrdiff_t stride;
   explicit RowCursor(R r) : p(r.base), stride(r.stride) {}
@@ -840,7 +829,7 @@ HWY_INLINE float StreamScore(DF d, size_t dk, const void* row, const float* sc, 
 // W: NoLines, or (float32 and bfloat16 rows with dk = kDk) WordsFromLines, K's (wk) and V's (wv).
 template <int kType, size_t CB, size_t kDk, class R, class S, class W = NoLines>
 HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                           float* l, float* O, size_t ahead, size_t known, const RowTransform* tf,
+                           float* l, float* O, size_t ahead, const RowTransform* tf,
                            const W& wk = W(), const W& wv = W()) {
   const DF d;
   const hn::RebindToUnsigned<DF> du;
@@ -894,7 +883,7 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
       return StreamScore<kType, kDk>(d, dk, row, sc, kPairs ? qp : Q);
     }
   };
-  // int8 rows `ahead` keys past those read, a line at a time, up to key `known`: K rows are read a
+  // int8 rows `ahead` keys past those read, a line at a time: K rows are read a
   // tile before their V rows, so one prefetch serves both when ahead >= kStreamKeys; short of
   // that, K's own rows `ahead` past them (as StreamTiles). Walked by cursors as the rows read. The
   // other types go without: read a row at a time they were faster left to the hardware prefetcher
@@ -904,19 +893,13 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   // cache are left to the hardware too: a line of them serves 4 keys (d = 128) or 8 (d = 64), and
   // a prefetch of it on every key cost more than it saved (H = 8, Nkv = 65536, two threads,
   // alternated, four runs: d = 128 0.92-0.94 of a copy without against 0.85-0.88 with; d = 64
-  // 0.76-0.78 against 0.72; one thread, K and V in L2: 8.4 ns a key against 8.8). A paged cache's
-  // scales, a block of 16 keys here and the next block elsewhere, keep theirs (0.55-0.56 of a copy
-  // with, 0.52 without; docs/performance.md).
+  // 0.76-0.78 against 0.72; one thread, K and V in L2: 8.4 ns a key against 8.8;
+  // docs/performance.md).
   if constexpr (kType != kI8) ahead = 0;
   const size_t k_ahead = ahead >= kStreamKeys ? ahead : kStreamKeys + ahead;
-  RowCursor<R> kp{krow + k_ahead}, vp{vrow + ahead}, kc{krow}, vc{vrow};
-  std::ptrdiff_t v_ahead = 0;  // bytes from a V row to the one `ahead` keys on (rows at a stride)
-  if constexpr (Strided<R>) v_ahead = static_cast<std::ptrdiff_t>(ahead) * vrow.stride;
-  // int8 scales as their rows (other types: null, never read or stepped), and when prefetched
-  // (rows by pointer: the branch below that is not Strided<R>), `ahead` keys on.
-  static_assert(Strided<R> == Strided<S>, "rows and their scales both at a stride or both by pointer");
-  constexpr bool kScaleLines = kType == kI8 && !Strided<R>;
-  RowCursor<S> ksp{kScaleLines ? ksc + k_ahead : S()}, vsp{kScaleLines ? vsc + ahead : S()}, ksr{ksc}, vsr{vsc};
+  RowCursor<R> kp{krow + k_ahead}, kc{krow}, vc{vrow};
+  const std::ptrdiff_t v_ahead = static_cast<std::ptrdiff_t>(ahead) * vrow.stride;  // bytes from a V row to the one `ahead` keys on
+  RowCursor<S> ksr{ksc}, vsr{vsc};  // int8 scales as their rows (other types: null, never read or stepped)
   const auto next_k = [&] {  // the next K row (and its scales) to score
     ++kc;
     if constexpr (kType == kI8) ++ksr;
@@ -935,26 +918,13 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
       for (size_t c = 0; c < kAcc; ++c) acc[c] = ToRaw(hn::Mul(FromRaw(acc[c]), hn::Set(d, alpha)));
     for (size_t x = 0; x < n; ++x, ++vc) {
       if (ahead) {
-        if constexpr (Strided<R>) {
-          // Rows at a stride: V's at a fixed distance from the row read, no cursor of their own,
-          // and no bound: past the cache's end a prefetch asks for a line no one reads (it never
-          // faults). One cursor and two tests a key fewer: 7.81 against 8.04 ns a key in L2 (one
-          // thread, int8, d = 128), from DRAM 1.00-1.06x the rate (docs/performance.md).
-          prefetch_bytes(*kp, k_bytes, CacheLevel::near);
-          prefetch_bytes(static_cast<const char*>(*vc) + v_ahead, v_bytes, CacheLevel::near);
-          ++kp;
-        } else {
-          if (j + x + k_ahead < known) {
-            prefetch_bytes(*kp, k_bytes, CacheLevel::near);
-            if constexpr (kScaleLines) prefetch_line(*ksp, CacheLevel::near);
-          }
-          if (j + x + ahead < known) {
-            prefetch_bytes(*vp, v_bytes, CacheLevel::near);
-            if constexpr (kScaleLines) prefetch_line(*vsp, CacheLevel::near);
-          }
-          ++kp, ++vp;
-          if constexpr (kScaleLines) ++ksp, ++vsp;
-        }
+        // V's rows at a fixed distance from the row read, no cursor of their own, and no bound:
+        // past the cache's end a prefetch asks for a line no one reads (it never faults). One
+        // cursor and two tests a key fewer: 7.81 against 8.04 ns a key in L2 (one thread, int8,
+        // d = 128), from DRAM 1.00-1.06x the rate (docs/performance.md).
+        prefetch_bytes(*kp, k_bytes, CacheLevel::near);
+        prefetch_bytes(static_cast<const char*>(*vc) + v_ahead, v_bytes, CacheLevel::near);
+        ++kp;
       }
       if (x < next) {
         s[t ^ 1][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
@@ -1004,17 +974,16 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
 // by key) and the softmax's chain of dependent steps overlaps the next tile's arithmetic.
 template <int kType, size_t CB, size_t kStep, class R, class S>
 HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                            float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                            float* l, float* O, size_t ahead, const RowTransform* tf) {
   const DF d;
   const size_t L = hn::Lanes(d);
   float mm = *m, ll = *l;
   const size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2;
   // The K rows (with k) and V rows (with v), and their int8 scales, of the n keys `ahead` keys past
-  // key j, a line at a time (keys up to `known`, whose row pointers are given, may lie past the
-  // call's nk).
+  // key j within the call, a line at a time.
   auto prefetch = [&](size_t j, size_t n, bool k = true, bool v = true) {
-    if (!ahead || j + ahead >= known) return;
-    const size_t x1 = j + ahead + n < known ? j + ahead + n : known;
+    if (!ahead || j + ahead >= nk) return;
+    const size_t x1 = j + ahead + n < nk ? j + ahead + n : nk;
     for (size_t x = j + ahead; x < x1; ++x) {
       if (k) prefetch_bytes(krow[x], dk * esize, CacheLevel::near);
       if (v) prefetch_bytes(vrow[x], dv * esize, CacheLevel::near);
@@ -1116,41 +1085,38 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
 // compile them slower (rows in place, one thread, in L2: 1.06-1.09x the time).
 template <int kType, size_t CB, class R, class S>
 HWY_NOINLINE void StreamKeysFromLines(size_t nk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l,
-                                      float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                                      float* O, size_t ahead, const RowTransform* tf) {
   constexpr size_t kDv = CB * hn::MaxLanes(DF());
-  StreamKeys<kType, CB, kDv>(nk, kDv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf, WordsFromLines(krow[0]),
+  StreamKeys<kType, CB, kDv>(nk, kDv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf, WordsFromLines(krow[0]),
                              WordsFromLines(vrow[0]));
 }
 #endif
 // StreamKeys with dv = CB vectors, dk = dv a constant for the compiler (int8 rows: the only dk).
 template <int kType, size_t CB, class R, class S>
 HWY_INLINE void StreamKeysFor(size_t nk, size_t dk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                              float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                              float* l, float* O, size_t ahead, const RowTransform* tf) {
   constexpr size_t kDv = CB * hn::MaxLanes(DF());
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // Float32 and bfloat16 rows of a contiguous cache off a line (rows a whole number of lines
-  // apart) go in from whole lines (WordsFromLines), with two exceptions (docs/performance.md):
-  // - rows of under four lines (bfloat16, d = 64), where the line more is a quarter more loads and
-  //   sums: against aligned rows, in L3 1.15-1.18 of the time (in place 1.03-1.13), from DRAM
-  //   0.90-1.10 (in place 0.98-1.55);
-  // - a paged cache's rows (by pointer): over a pool 16 bytes off a line they gained in L3 (time
-  //   off / aligned 1.28-1.39 -> 1.16-1.24, H = 8, Nkv = 2048, block 16, two threads) and lost
-  //   from DRAM (Nkv = 65536: 0.98-1.13 -> 1.07-1.37).
-  if constexpr (Strided<R> && (kType == kF32 || kType == kBF16) && kDv * (kType == kF32 ? 4 : 2) >= 256) {
+  // apart) go in from whole lines (WordsFromLines), but rows of under four lines (bfloat16,
+  // d = 64), where the line more is a quarter more loads and sums: against aligned rows, in L3
+  // 1.15-1.18 of the time (in place 1.03-1.13), from DRAM 0.90-1.10 (in place 0.98-1.55;
+  // docs/performance.md).
+  if constexpr ((kType == kF32 || kType == kBF16) && kDv * (kType == kF32 ? 4 : 2) >= 256) {
     using WL = WordsFromLines;
     if (dk == kDv && (WL::off_line(krow.base) || WL::off_line(vrow.base)) && WL::fits(krow.base, krow.stride) &&
         WL::fits(vrow.base, vrow.stride))
-      return StreamKeysFromLines<kType, CB>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+      return StreamKeysFromLines<kType, CB>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
   }
 #endif
-  if (kType == kI8 || dk == kDv) return StreamKeys<kType, CB, kDv>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-  if constexpr (kType != kI8) StreamKeys<kType, CB, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  if (kType == kI8 || dk == kDv) return StreamKeys<kType, CB, kDv>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+  if constexpr (kType != kI8) StreamKeys<kType, CB, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
 }
 
 // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
 template <int kType, size_t kStep, class R, class S>
 HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                               float* l, float* O, size_t ahead, size_t known, size_t L,
+                               float* l, float* O, size_t ahead, size_t L,
                                const RowTransform* tf) {
   // Key by key (StreamKeys), but int8 rows with dk != dv, which stay on StreamTiles: dk = 192,
   // dv = 128, H = 8, two threads, alternated in one process against StreamTiles (fractions of a
@@ -1161,23 +1127,23 @@ HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R
   // 0.832, cached (Nkv = 2048) 0.866 / 0.950 / 0.886 against 0.954 / 0.964 / 1.085.
   if (dk == dv || kType != kI8) {
     if constexpr (kAccumulators >= 16)
-      if (dv == 16 * L) return StreamKeysFor<kType, 16>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 8 * L) return StreamKeysFor<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 4 * L) return StreamKeysFor<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+      if (dv == 16 * L) return StreamKeysFor<kType, 16>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+    if (dv == 8 * L) return StreamKeysFor<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+    if (dv == 4 * L) return StreamKeysFor<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
   }
   if constexpr (kType == kI8) {
     if constexpr (kAccumulators >= 16)
-      if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+      if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+    if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+    if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
   }
-  return StreamTiles<kType, 0, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);  // kStep unused
+  return StreamTiles<kType, 0, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);  // kStep unused
 }
 #endif
 
 template <int kType, class R, class S>
 void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                       float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                       float* l, float* O, size_t ahead, const RowTransform* tf) {
 #if HWY_TARGET != HWY_SCALAR
   const size_t L = hn::Lanes(DF());
   // StreamTiles' step with the output row in registers, which only int8 rows with dk != dv take
@@ -1185,10 +1151,10 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
   // alternated in one process when every int8 row went this way (dk = dv, H = 8, Nkv = 65536,
   // 2 threads, 9 rounds, two runs): d = 64 0.81-0.84 of the time, d = 128 0.91-0.92, d = 256 1.11.
   if constexpr (kType == kI8)
-    if (dk <= 128) return StreamRowSteps<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L, tf);
-  return StreamRowSteps<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L, tf);
+    if (dk <= 128) return StreamRowSteps<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, L, tf);
+  return StreamRowSteps<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, L, tf);
 #else
-  (void)ahead, (void)known;
+  (void)ahead;
   StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, tf);
 #endif
 }
@@ -1720,21 +1686,15 @@ HWY_INLINE void WithType(int type, F&& f) {
   }
 }
 
-// StreamRowDispatch for the element type given at run time, rows by pointer or at a stride.
-template <class R, class S>
-void StreamRowTyped(int type, size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q,
-                    float* m, float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
-  WithType(type, [&](auto t) {
-    StreamRowDispatch<decltype(t)::value>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-  });
-}
 void StreamRowStrided(int type, size_t nk, size_t dk, size_t dv, const void* k, std::ptrdiff_t k_stride,
                       const float* ksc, std::ptrdiff_t ksc_stride, const void* v, std::ptrdiff_t v_stride,
                       const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m, float* l, float* O,
                       size_t ahead, const RowTransform* tf) {
   const StridedRows kr{static_cast<const char*>(k), k_stride}, vr{static_cast<const char*>(v), v_stride};
   const StridedScales ks(ksc, ksc_stride), vs(vsc, vsc_stride);
-  StreamRowTyped(type, nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, nk, tf);
+  WithType(type, [&](auto t) {
+    StreamRowDispatch<decltype(t)::value>(nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, tf);
+  });
 }
 
 void StreamHeads(int type, size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& k, const HeadRows& v,
