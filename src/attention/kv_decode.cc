@@ -9,14 +9,14 @@
 // are merged per (sequence, head) in chunk order:
 //   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
 // With one query row per KV head (no GQA group) the item instead streams its keys
-// (kv::stream_row): tiles of 16 keys, each tile's scores, online-softmax step and output update,
-// the next tile's K rows read between the tile's V rows so that K and V stream side by side; a
-// call (a chunk of a contiguous cache, a 64-key tile of a paged one) prefetches ahead itself
-// (docs/performance.md).
-// A paged cache's KV heads go through a chunk side by side, a tile each in turn (its blocks hold
-// the heads' rows of a key together), and so do those of a contiguous cache stored [B, Nkv, Hkv, d]
-// (FlashAttention's layout, passed as a [B, Hkv, Nkv, d] view; one head at a time, its rows Hkv
-// rows apart, read at 0.4-0.6 of the rate). The chunks are fixed by key position and the
+// (kv::stream_row_strided): tiles of 16 keys, each tile's scores, online-softmax step and output
+// update, the next tile's K rows read between the tile's V rows so that K and V stream side by
+// side; a call (a chunk) prefetches ahead itself (docs/performance.md).
+// A paged cache's KV heads go through a chunk side by side (its blocks hold the heads' rows of a
+// key together), and so do those of a contiguous cache stored [B, Nkv, Hkv, d] (FlashAttention's
+// layout, passed as a [B, Hkv, Nkv, d] view; one head at a time, its rows Hkv rows apart, read at
+// 0.4-0.6 of the rate): GQA's a tile each in turn, one query row a head all heads' rows of a key
+// at once (kv::stream_heads, with the one-row stream's arithmetic). The chunks are fixed by key position and the
 // arithmetic does not see addresses or the order of the heads, so the result is the same for any
 // thread count and for a paged or contiguous cache (either order of its dimensions) holding the
 // same keys.
@@ -61,7 +61,7 @@ std::int64_t chunk_keys(std::int64_t B, std::int64_t Hkv, std::int64_t max_len) 
 }
 constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is four 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
-constexpr std::int64_t kStreamAheadBytes = 16384;  // one query row: bytes of K and V kv::stream_row prefetches ahead
+constexpr std::int64_t kStreamAheadBytes = 16384;  // one query row: bytes of K and V kv::stream_row_strided prefetches ahead
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 constexpr double kOneThreadBytes = 1 << 20;  // K and V bytes below which a call runs on one thread
@@ -350,7 +350,7 @@ class Chunk {
     const bool wide_f32 = L.type == kv::kF32 && L.dk + L.dv > 128;
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
-    // One query row: kv::stream_row prefetches, into the first-level cache, the rows of the keys
+    // One query row: kv::stream_row_strided prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: counting their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
     // contiguous or paged). 16 KiB against 8 KiB, calls alternated in one process (H = 8,
@@ -397,10 +397,10 @@ class Chunk {
     return {s_.krow.data() + at, s_.vrow.data() + at, tile_keys(i_)};
   }
 
-  // A whole chunk (one query row, contiguous cache) is one stream_row_strided call. Otherwise tiles
-  // go round a ring of kAhead + 1 pointer sets: while tile i is computed, tile i + kAhead's rows are
-  // looked up and prefetched (one query row of a paged cache: by tile i's stream_row call, which
-  // is given the next tile's pointers too), GQA with quad scores: the rows a line or two per
+  // A whole chunk (one query row, contiguous cache) is one stream_row_strided call (one query row,
+  // heads together: step_heads). Otherwise tiles go round a ring of kAhead + 1 pointer sets: while
+  // tile i is computed, tile i + kAhead's rows are looked up and prefetched, GQA with quad
+  // scores: the rows a line or two per
   // step of the kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V), on others a
   // sub-tile's worth before each sub-tile of scores, so that the fetch runs beside the
   // arithmetic rather than in a burst that stalls on the full miss queue (docs/performance.md).
@@ -428,21 +428,6 @@ class Chunk {
     }
     const std::int64_t i = i_++, g = g_;
     const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
-    if (g == 1) {  // one row, its tile's heads side by side (decode())
-      // Tile i's row pointers at [0, kTile), tile i + 1's gathered behind them, so that the call
-      // prefetches into the next tile as the whole-chunk call does; then moved to the front.
-      static_assert(kAhead == 1, "the next tile is tile i + 1, gathered behind tile i");
-      if (next) gather(t0 + kTile, next, kTile);
-      const kv::RowTransform tf = row_transform(t0);
-      kv::stream_row(L_.type, static_cast<std::size_t>(nk), L_.dk, L_.dv, s.krow.data(), int8 ? s.ksc.data() : nullptr,
-                     s.vrow.data(), int8 ? s.vsc.data() : nullptr, s.q.data(), s.m.data(), s.l.data(), s.o.data(),
-                     static_cast<std::size_t>(stream_ahead_), static_cast<std::size_t>(next ? kTile + next : nk),
-                     L_.transforms() ? &tf : nullptr);
-      for (auto* rows : {&s.krow, &s.vrow}) std::copy_n(rows->begin() + kTile, next, rows->begin());
-      if (int8)
-        for (auto* sc : {&s.ksc, &s.vsc}) std::copy_n(sc->begin() + kTile, next, sc->begin());
-      return;
-    }
     const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     if (next) gather(t0 + kAhead * kTile, next, y);
     // The rows this step feeds: the next tile's (own, or its part of all heads' runs), each `fk`
@@ -493,6 +478,30 @@ class Chunk {
     feed.rest();
   }
 
+  // One query row for each KV head of a chunk taken side by side (Layout::together): this is head
+  // 0's chunk, `all` every head's (their scratch holds each head's q, m, l and o). A tile is one
+  // kv::stream_heads call, which reads the tile's keys in address order, each key's rows of all
+  // heads, where a step of each head in turn (step()) read a head's rows a run's length apart:
+  // H = 8, Nkv = 65536, blocks of 16 keys, two threads, calls alternated, time over a contiguous
+  // cache's, d = 128: float32 2.19 -> 1.13, bf16 1.69 -> 1.12, float16 1.80 -> 1.13, int8 2.32 ->
+  // 1.41; d = 64: 1.7-3.3 -> 1.15-1.38 (docs/performance.md). The same bits.
+  // hr, tf: a slot per head; work: kv::stream_heads_work floats.
+  void step_heads(std::vector<Chunk>& all, kv::HeadRow* hr, kv::RowTransform* tf, float* work) {
+    const std::int64_t i = i_, t0 = j0_ + i * kTile, nk = tile_keys(i);
+    if (i > 0) gather(t0, nk, 0);  // tile 0 by begin()
+    const std::size_t heads = all.size();
+    for (std::size_t x = 0; x < heads; ++x) {
+      Chunk& c = all[x];
+      ++c.i_;
+      if (L_.transforms()) tf[x] = c.row_transform(t0);
+      hr[x] = {c.s_.q.data(), c.s_.m.data(), c.s_.l.data(), c.s_.o.data(), L_.transforms() ? tf + x : nullptr};
+    }
+    const bool int8 = int8_;
+    const kv::HeadRows k{s_.krow.data(), head_bytes(L_.k), int8 ? s_.ksc.data() : nullptr, head_scales(L_.k)};
+    const kv::HeadRows v{s_.vrow.data(), head_bytes(L_.v), int8 ? s_.vsc.data() : nullptr, head_scales(L_.v)};
+    kv::stream_heads(L_.type, static_cast<std::size_t>(nk), heads, L_.dk, L_.dv, k, v, hr, work);
+  }
+
  private:
   static constexpr std::int64_t kSets = kAhead + 1;
 
@@ -526,7 +535,7 @@ class Chunk {
     }
   }
 
-  // The transforms of a one-row chunk (query head kh) for a stream_row call from key t0.
+  // The transforms of a one-row chunk (query head kh) for a stream_row_strided call from key t0.
   kv::RowTransform row_transform(std::int64_t t0) const {
     kv::RowTransform tf;
     tf.cap = static_cast<float>(L_.softcap);
@@ -539,6 +548,10 @@ class Chunk {
                             CacheLevel level = CacheLevel::far) {
     for (std::int64_t j = 0; j < n; ++j) prefetch_bytes(rows[j], bytes, level);
   }
+
+  // From a head's row of a key to the next head's (heads together): bytes, and floats of int8 scales.
+  std::ptrdiff_t head_bytes(const Rows& r) const { return (L_.paged ? r.s2 : r.s1) * r.esize; }
+  std::ptrdiff_t head_scales(const Rows& r) const { return L_.paged ? r.c2 : r.c1; }
 
   // The row pointers of keys [t0, t0 + nk) from entry `at` of the pointer arrays: contiguous, one
   // stride per row; paged, through the block table (blocks in any order, a [.., block, Hkv, d]
@@ -589,7 +602,7 @@ class Chunk {
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
   bool quads_ = false, in_place_ = false, prefetch_k_ = true;
-  std::int64_t stream_ahead_ = 0;  // keys kv::stream_row prefetches ahead (0: none)
+  std::int64_t stream_ahead_ = 0;  // keys kv::stream_row_strided prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).
   std::int64_t b_ = 0, kh_ = 0, j0_ = 0, j1_ = 0, i_ = 0, tiles_ = 0;
@@ -615,14 +628,26 @@ struct Partials {
 struct HeadScratch {
   std::vector<Scratch> scratch;
   std::vector<Chunk> chunk;
+  // One query row a head, heads together (Chunk::step_heads): a slot per head, and the kernel's work.
+  std::vector<kv::HeadRow> rows;
+  std::vector<kv::RowTransform> tf;
+  std::vector<float> work;
   std::uint64_t call = 0;  // the call whose layout the chunks refer to (0: none)
   HeadScratch(const Layout& L, std::int64_t heads) {
     scratch.reserve(static_cast<std::size_t>(heads));  // no reallocation: each Chunk holds its Scratch
     chunk.reserve(static_cast<std::size_t>(heads));
     for (std::int64_t h = 0; h < heads; ++h) scratch.emplace_back(L);
+    if (heads_together(L)) {
+      rows.resize(static_cast<std::size_t>(heads));
+      tf.resize(static_cast<std::size_t>(heads));
+      work.resize(kv::stream_heads_work(static_cast<std::size_t>(heads), static_cast<std::size_t>(L.dk)));
+    }
   }
+  // Whether a work unit's heads go through kv::stream_heads (Chunk::step_heads).
+  static bool heads_together(const Layout& L) { return L.together && L.rows() == 1; }
   bool fits(const Layout& L, std::int64_t heads) const {
-    return scratch.size() == static_cast<std::size_t>(heads) && scratch.front().fits(L);
+    return scratch.size() == static_cast<std::size_t>(heads) && scratch.front().fits(L) &&
+           work.size() == (heads_together(L) ? kv::stream_heads_work(scratch.size(), static_cast<std::size_t>(L.dk)) : 0);
   }
   void bind(const Layout& L, std::uint64_t this_call) {
     if (call == this_call) return;
@@ -687,9 +712,13 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
         continue;
       }
       for (std::int64_t x = 0; x < lockstep; ++x) hs.chunk[x].begin(q, b, (h0 + x) % L.Hkv, j0, j1);
-      while (!hs.chunk[0].done())
-        for (std::int64_t x = 0; x < lockstep; ++x)
-          hs.chunk[x].step(&hs.chunk[0], x, lockstep);
+      if (HeadScratch::heads_together(L)) {
+        while (!hs.chunk[0].done()) hs.chunk[0].step_heads(hs.chunk, hs.rows.data(), hs.tf.data(), hs.work.data());
+      } else {
+        while (!hs.chunk[0].done())
+          for (std::int64_t x = 0; x < lockstep; ++x)
+            hs.chunk[x].step(&hs.chunk[0], x, lockstep);
+      }
       for (std::int64_t x = 0; x < lockstep; ++x) {
         const Scratch& s = hs.scratch[x];
         const std::int64_t item = (h0 + x) * chunks + c;

@@ -13,6 +13,7 @@
 
 #include <hwy/highway.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -43,10 +44,9 @@ using detail::HWY_NAMESPACE::AddOp;
 using detail::HWY_NAMESPACE::Reduce4;
 #endif
 
-// Where one query row's keys lie (stream_row): the rows given by pointers, one per key
-// (const void* const* and, for int8, const float* const* scales), or at a fixed stride from a base
-// (StridedRows / StridedScales: a contiguous cache, no array of pointers to build). Both index as
-// rows[j] and shift as rows + j.
+// Where one query row's keys lie (stream_row_strided): at a fixed stride from a base (StridedRows /
+// StridedScales: a contiguous cache, no array of pointers to build). They index as rows[j] and
+// shift as rows + j, as arrays of row pointers (the scores and P·V of GQA's tiles) do.
 struct StridedRows {
   const char* base = nullptr;
   std::ptrdiff_t stride = 0;  // bytes
@@ -430,7 +430,7 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
   }
 }
 
-// stream_row (kv_kernels.h). The scalar target goes key by key (StreamRowT); vector targets in
+// stream_row_strided (kv_kernels.h). The scalar target goes key by key (StreamRowT); vector targets in
 // tiles of 16 keys (StreamKeys where dv is 4, 8 or 16 vectors, but for int8 rows with dk != dv;
 // else StreamTiles; below).
 // Why K and V side by side: a path that reads a tile's K rows, then (after the softmax) its V
@@ -504,10 +504,12 @@ void StreamRowT(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, c
 #if HWY_TARGET != HWY_SCALAR
 // The scores of four keys, lane x = Q·K_x. An int8 row's score is Σ_b scale_b·(Q·K)_b over its
 // blocks b of 32 (dk is a multiple of 32 for int8): one multiply by the scale per block, not per
-// vector. Other types: two accumulators per key (even and odd vectors), as KeyScore.
-template <int kType, class R, class S>
+// vector. Other types: two accumulators per key (even and odd vectors), as KeyScore. With NK = 1,
+// one key's score in lane 0 with the same bits (a key's lane of the four-way reduction depends on
+// its own sums alone).
+template <int kType, size_t NK = 4, class R, class S>
 HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc, const float* Q) {
-  constexpr size_t NK = 4;
+  static_assert(NK == 4 || NK == 1);
   const size_t L = hn::Lanes(d), full = dk / L * L;
   VF acc[NK];
   if constexpr (kType == kI8) {
@@ -540,9 +542,9 @@ HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc, c
     for (size_t x = 0; x < NK; ++x) acc[x] = hn::Add(acc[x], odd[x]);
   }
   const hn::Full128<float> d4;
-  auto s = Sum4(d, acc[0], acc[1], acc[2], acc[3]);
+  auto s = Sum4(d, acc[0], acc[1 % NK], acc[2 % NK], acc[3 % NK]);
   if (full < dk) {  // float32 / bf16 rows whose length is not a whole number of vectors
-    HWY_ALIGN float tail[NK] = {0, 0, 0, 0};
+    HWY_ALIGN float tail[4] = {0, 0, 0, 0};
     for (size_t x = 0; x < NK; ++x)
       for (size_t e = full; e < dk; ++e) tail[x] += Q[e] * Element<kType>(krow[x], nullptr, e);
     s = hn::Add(s, hn::Load(d4, tail));
@@ -550,7 +552,7 @@ HWY_INLINE hn::Vec<hn::Full128<float>> Scores4(DF d, size_t dk, R krow, S ksc, c
   return s;
 }
 
-// A tile of stream_row on vector targets: kStreamKeys keys, their scores as one vector (on
+// A tile of stream_row_strided on vector targets: kStreamKeys keys, their scores as one vector (on
 // 16-lane targets; two or four on narrower ones), one online-softmax step with the tile's
 // exponentials in a vector exp, then the output row by the tile's V rows. The tiles start at the
 // first key of the call, so a key's tile (and the result's bits) follow from its position alone.
@@ -651,22 +653,12 @@ HWY_INLINE void TileUpdateRow(DF d, size_t nk, size_t dv, R vrow, S vsc,
   }
 }
 
-// Rows 0, 1, 2, .. of R in turn. Rows at a stride are walked by a pointer stepped by the stride:
-// with row x formed as base + x·stride for every key (a multiply on each row's address) the same
-// loop read K and V from DRAM at 0.78-0.88 of a copy's rate, stepped at 0.93-1.0 (float32, H = 8,
-// d = 128, Nkv = 65536, alternated call by call; docs/performance.md). Rows by pointer are read
-// from the array.
+// Rows 0, 1, 2, .. of a contiguous cache (StridedRows, StridedScales) in turn, walked by a pointer
+// stepped by the stride: with row x formed as base + x·stride for every key (a multiply on each
+// row's address) the same loop read K and V from DRAM at 0.78-0.88 of a copy's rate, stepped at
+// 0.93-1.0 (float32, H = 8, d = 128, Nkv = 65536, alternated call by call; docs/performance.md).
 template <class R>
 struct RowCursor {
-  R rows;
-  size_t x = 0;
-  auto operator*() const { return rows[x]; }
-  void operator++() { ++x; }
-};
-template <class R>
-concept Strided = requires(R r) { r.base + r.stride; };  // StridedRows, StridedScales
-template <Strided R>
-struct RowCursor<R> {
   decltype(R::base) p;  // const char* (stride in bytes) or const float* (in floats)
   std::ptrdiff_t stride;
   explicit RowCursor(R r) : p(r.base), stride(r.stride) {}
@@ -782,7 +774,48 @@ class WordsFromLines {
 };
 #endif
 
-// stream_row with dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
+// A key's score in the one-row stream of rows of kDk values (StreamKeys, StreamHeads; kDk = 0:
+// dk given): KeyScore's, but bfloat16 rows of kDk = an even number of vectors in pair order (q in
+// pair order, PairOrder), and int8 rows one product sum per block of 32 values times its scale,
+// even and odd blocks in two sums.
+template <int kType, size_t kDk>
+constexpr bool PairScores() {
+  return kType == kBF16 && kDk > 0 && (kDk / hn::MaxLanes(DF())) % 2 == 0;
+}
+template <int kType, size_t kDk>
+HWY_INLINE float StreamScore(DF d, size_t dk, const void* row, const float* sc, const float* q) {
+  constexpr size_t L = hn::MaxLanes(DF());
+  if constexpr (PairScores<kType, kDk>()) {
+    (void)sc, (void)dk;
+    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+#pragma GCC unroll 16
+    for (size_t c = 0; c < kDk; c += 2 * L) {
+      const auto w = LoadPairs(row, c);
+      a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, q + c), a0);
+      a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, q + c + L), a1);
+    }
+    return LaneSum(d, hn::Add(a0, a1));
+  } else if constexpr (kType != kI8) {
+    (void)sc;
+    return KeyScore<kType>(d, kDk ? kDk : dk, row, nullptr, q);
+  } else {
+    constexpr size_t kPer = 32 / L;  // vectors of one block
+    const size_t blocks = (kDk ? kDk : dk) / 32;
+    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+#pragma GCC unroll 16
+    for (size_t b = 0; b < blocks; ++b) {
+      VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), hn::LoadU(d, q + b * 32));
+#pragma GCC unroll 4
+      for (size_t e = 1; e < kPer; ++e)
+        t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), hn::LoadU(d, q + b * 32 + e * L), t);
+      if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
+      else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
+    }
+    return LaneSum(d, hn::Add(a0, a1));
+  }
+}
+
+// stream_row_strided with dv = CB vectors (the output row in registers): tiles of kStreamKeys keys
 // as StreamTiles, but key by key: tile t's scores are in, then for each x the score of tile
 // t + 1's key x (one K row) and the update by tile t's key x (one V row), so that K and V are read
 // a row each in turn, kStreamKeys keys apart. StreamTiles' four keys a step (four K rows, then
@@ -796,14 +829,14 @@ class WordsFromLines {
 // W: NoLines, or (float32 and bfloat16 rows with dk = kDk) WordsFromLines, K's (wk) and V's (wv).
 template <int kType, size_t CB, size_t kDk, class R, class S, class W = NoLines>
 HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                           float* l, float* O, size_t ahead, size_t known, const RowTransform* tf,
+                           float* l, float* O, size_t ahead, const RowTransform* tf,
                            const W& wk = W(), const W& wv = W()) {
   const DF d;
   const hn::RebindToUnsigned<DF> du;
   constexpr size_t L = hn::MaxLanes(DF());
   constexpr size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2, v_bytes = CB * L * esize;
   constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one int8 block
-  constexpr bool kPairs = kType == kBF16 && kDk > 0 && CB % 2 == 0;
+  constexpr bool kPairs = PairScores<kType, kDk>();
   static_assert(CB % kPer == 0 && (kDk == 0 || kDk == CB * L));
   const size_t dk = kDk ? kDk : dk_given, k_bytes = dk * esize;
   constexpr bool kLines = !std::is_same_v<W, NoLines>;
@@ -827,25 +860,16 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
     for (size_t h = 0; h < kHalves; ++h) wv.template to_lines<kWordVectors>(row_out + h * L, ol + h * L, kHalves * L);
 #pragma GCC unroll 16
   for (size_t c = 0; c < kAcc; ++c) acc[c] = ToRaw(hn::LoadU(d, (kLines ? ol : row_out) + c * L));
-  // A key's score: KeyScore's, or for int8 one product sum a block of 32, times its scale.
+  // A key's score (StreamScore), its rows from lines as their words in place.
   const auto score = [&](const void* row, const float* sc) HWY_ATTR {
-    if constexpr (kPairs) {
+    if constexpr (kLines && kPairs) {
       (void)sc;
       VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-      if constexpr (kLines) {
-        wk.template each<kDk / (2 * L)>(row, [&](size_t v, VF x) HWY_ATTR {  // elements [2Lv, 2Lv + 2L)
-          const VU w = hn::BitCast(du, x);
-          a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + 2 * L * v), a0);
-          a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + 2 * L * v + L), a1);
-        });
-      } else {
-#pragma GCC unroll 16
-        for (size_t c = 0; c < kDk; c += 2 * L) {
-          const auto w = LoadPairs(row, c);
-          a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + c), a0);
-          a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + c + L), a1);
-        }
-      }
+      wk.template each<kDk / (2 * L)>(row, [&](size_t v, VF x) HWY_ATTR {  // elements [2Lv, 2Lv + 2L)
+        const VU w = hn::BitCast(du, x);
+        a0 = hn::MulAdd(PairLow(d, w), hn::Load(d, qp + 2 * L * v), a0);
+        a1 = hn::MulAdd(PairHigh(d, w), hn::Load(d, qp + 2 * L * v + L), a1);
+      });
       return LaneSum(d, hn::Add(a0, a1));
     } else if constexpr (kLines) {  // float32: KeyScore's sums, even vectors and odd vectors
       (void)sc;
@@ -855,24 +879,11 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
         else a1 = hn::MulAdd(x, hn::LoadU(d, Q + v * L), a1);
       });
       return LaneSum(d, hn::Add(a0, a1));
-    } else if constexpr (kType != kI8) {
-      (void)sc;
-      return KeyScore<kType>(d, dk, row, nullptr, Q);
     } else {
-      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-#pragma GCC unroll 16
-      for (size_t b = 0; b < dk / 32; ++b) {
-        VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), hn::LoadU(d, Q + b * 32));
-#pragma GCC unroll 4
-        for (size_t e = 1; e < kPer; ++e)
-          t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), hn::LoadU(d, Q + b * 32 + e * L), t);
-        if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
-        else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
-      }
-      return LaneSum(d, hn::Add(a0, a1));
+      return StreamScore<kType, kDk>(d, dk, row, sc, kPairs ? qp : Q);
     }
   };
-  // int8 rows `ahead` keys past those read, a line at a time, up to key `known`: K rows are read a
+  // int8 rows `ahead` keys past those read, a line at a time: K rows are read a
   // tile before their V rows, so one prefetch serves both when ahead >= kStreamKeys; short of
   // that, K's own rows `ahead` past them (as StreamTiles). Walked by cursors as the rows read. The
   // other types go without: read a row at a time they were faster left to the hardware prefetcher
@@ -882,19 +893,13 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   // cache are left to the hardware too: a line of them serves 4 keys (d = 128) or 8 (d = 64), and
   // a prefetch of it on every key cost more than it saved (H = 8, Nkv = 65536, two threads,
   // alternated, four runs: d = 128 0.92-0.94 of a copy without against 0.85-0.88 with; d = 64
-  // 0.76-0.78 against 0.72; one thread, K and V in L2: 8.4 ns a key against 8.8). A paged cache's
-  // scales, a block of 16 keys here and the next block elsewhere, keep theirs (0.55-0.56 of a copy
-  // with, 0.52 without; docs/performance.md).
+  // 0.76-0.78 against 0.72; one thread, K and V in L2: 8.4 ns a key against 8.8;
+  // docs/performance.md).
   if constexpr (kType != kI8) ahead = 0;
   const size_t k_ahead = ahead >= kStreamKeys ? ahead : kStreamKeys + ahead;
-  RowCursor<R> kp{krow + k_ahead}, vp{vrow + ahead}, kc{krow}, vc{vrow};
-  std::ptrdiff_t v_ahead = 0;  // bytes from a V row to the one `ahead` keys on (rows at a stride)
-  if constexpr (Strided<R>) v_ahead = static_cast<std::ptrdiff_t>(ahead) * vrow.stride;
-  // int8 scales as their rows (other types: null, never read or stepped), and when prefetched
-  // (rows by pointer: the branch below that is not Strided<R>), `ahead` keys on.
-  static_assert(Strided<R> == Strided<S>, "rows and their scales both at a stride or both by pointer");
-  constexpr bool kScaleLines = kType == kI8 && !Strided<R>;
-  RowCursor<S> ksp{kScaleLines ? ksc + k_ahead : S()}, vsp{kScaleLines ? vsc + ahead : S()}, ksr{ksc}, vsr{vsc};
+  RowCursor<R> kp{krow + k_ahead}, kc{krow}, vc{vrow};
+  const std::ptrdiff_t v_ahead = static_cast<std::ptrdiff_t>(ahead) * vrow.stride;  // bytes from a V row to the one `ahead` keys on
+  RowCursor<S> ksr{ksc}, vsr{vsc};  // int8 scales as their rows (other types: null, never read or stepped)
   const auto next_k = [&] {  // the next K row (and its scales) to score
     ++kc;
     if constexpr (kType == kI8) ++ksr;
@@ -913,26 +918,13 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
       for (size_t c = 0; c < kAcc; ++c) acc[c] = ToRaw(hn::Mul(FromRaw(acc[c]), hn::Set(d, alpha)));
     for (size_t x = 0; x < n; ++x, ++vc) {
       if (ahead) {
-        if constexpr (Strided<R>) {
-          // Rows at a stride: V's at a fixed distance from the row read, no cursor of their own,
-          // and no bound: past the cache's end a prefetch asks for a line no one reads (it never
-          // faults). One cursor and two tests a key fewer: 7.81 against 8.04 ns a key in L2 (one
-          // thread, int8, d = 128), from DRAM 1.00-1.06x the rate (docs/performance.md).
-          prefetch_bytes(*kp, k_bytes, CacheLevel::near);
-          prefetch_bytes(static_cast<const char*>(*vc) + v_ahead, v_bytes, CacheLevel::near);
-          ++kp;
-        } else {
-          if (j + x + k_ahead < known) {
-            prefetch_bytes(*kp, k_bytes, CacheLevel::near);
-            if constexpr (kScaleLines) prefetch_line(*ksp, CacheLevel::near);
-          }
-          if (j + x + ahead < known) {
-            prefetch_bytes(*vp, v_bytes, CacheLevel::near);
-            if constexpr (kScaleLines) prefetch_line(*vsp, CacheLevel::near);
-          }
-          ++kp, ++vp;
-          if constexpr (kScaleLines) ++ksp, ++vsp;
-        }
+        // V's rows at a fixed distance from the row read, no cursor of their own, and no bound:
+        // past the cache's end a prefetch asks for a line no one reads (it never faults). One
+        // cursor and two tests a key fewer: 7.81 against 8.04 ns a key in L2 (one thread, int8,
+        // d = 128), from DRAM 1.00-1.06x the rate (docs/performance.md).
+        prefetch_bytes(*kp, k_bytes, CacheLevel::near);
+        prefetch_bytes(static_cast<const char*>(*vc) + v_ahead, v_bytes, CacheLevel::near);
+        ++kp;
       }
       if (x < next) {
         s[t ^ 1][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
@@ -974,7 +966,7 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   *l = ll;
 }
 
-// stream_row on vector targets: the keys in tiles of kStreamKeys (the last one partial), for rows
+// stream_row_strided on vector targets: the keys in tiles of kStreamKeys (the last one partial), for rows
 // StreamKeys does not take (int8 with dk != dv; dv not 4, 8 or 16 vectors). With the output row
 // in registers (CB > 0) the tiles are pipelined: while tile t's V rows update the row,
 // kStep keys at a time, tile t + 1's scores are computed kStep keys at a time between them, so that
@@ -982,17 +974,16 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
 // by key) and the softmax's chain of dependent steps overlaps the next tile's arithmetic.
 template <int kType, size_t CB, size_t kStep, class R, class S>
 HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                            float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                            float* l, float* O, size_t ahead, const RowTransform* tf) {
   const DF d;
   const size_t L = hn::Lanes(d);
   float mm = *m, ll = *l;
   const size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2;
   // The K rows (with k) and V rows (with v), and their int8 scales, of the n keys `ahead` keys past
-  // key j, a line at a time (keys up to `known`, whose row pointers are given, may lie past the
-  // call's nk).
+  // key j within the call, a line at a time.
   auto prefetch = [&](size_t j, size_t n, bool k = true, bool v = true) {
-    if (!ahead || j + ahead >= known) return;
-    const size_t x1 = j + ahead + n < known ? j + ahead + n : known;
+    if (!ahead || j + ahead >= nk) return;
+    const size_t x1 = j + ahead + n < nk ? j + ahead + n : nk;
     for (size_t x = j + ahead; x < x1; ++x) {
       if (k) prefetch_bytes(krow[x], dk * esize, CacheLevel::near);
       if (v) prefetch_bytes(vrow[x], dv * esize, CacheLevel::near);
@@ -1094,41 +1085,38 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
 // compile them slower (rows in place, one thread, in L2: 1.06-1.09x the time).
 template <int kType, size_t CB, class R, class S>
 HWY_NOINLINE void StreamKeysFromLines(size_t nk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m, float* l,
-                                      float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                                      float* O, size_t ahead, const RowTransform* tf) {
   constexpr size_t kDv = CB * hn::MaxLanes(DF());
-  StreamKeys<kType, CB, kDv>(nk, kDv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf, WordsFromLines(krow[0]),
+  StreamKeys<kType, CB, kDv>(nk, kDv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf, WordsFromLines(krow[0]),
                              WordsFromLines(vrow[0]));
 }
 #endif
 // StreamKeys with dv = CB vectors, dk = dv a constant for the compiler (int8 rows: the only dk).
 template <int kType, size_t CB, class R, class S>
 HWY_INLINE void StreamKeysFor(size_t nk, size_t dk, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                              float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                              float* l, float* O, size_t ahead, const RowTransform* tf) {
   constexpr size_t kDv = CB * hn::MaxLanes(DF());
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // Float32 and bfloat16 rows of a contiguous cache off a line (rows a whole number of lines
-  // apart) go in from whole lines (WordsFromLines), with two exceptions (docs/performance.md):
-  // - rows of under four lines (bfloat16, d = 64), where the line more is a quarter more loads and
-  //   sums: against aligned rows, in L3 1.15-1.18 of the time (in place 1.03-1.13), from DRAM
-  //   0.90-1.10 (in place 0.98-1.55);
-  // - a paged cache's rows (by pointer): over a pool 16 bytes off a line they gained in L3 (time
-  //   off / aligned 1.28-1.39 -> 1.16-1.24, H = 8, Nkv = 2048, block 16, two threads) and lost
-  //   from DRAM (Nkv = 65536: 0.98-1.13 -> 1.07-1.37).
-  if constexpr (Strided<R> && (kType == kF32 || kType == kBF16) && kDv * (kType == kF32 ? 4 : 2) >= 256) {
+  // apart) go in from whole lines (WordsFromLines), but rows of under four lines (bfloat16,
+  // d = 64), where the line more is a quarter more loads and sums: against aligned rows, in L3
+  // 1.15-1.18 of the time (in place 1.03-1.13), from DRAM 0.90-1.10 (in place 0.98-1.55;
+  // docs/performance.md).
+  if constexpr ((kType == kF32 || kType == kBF16) && kDv * (kType == kF32 ? 4 : 2) >= 256) {
     using WL = WordsFromLines;
     if (dk == kDv && (WL::off_line(krow.base) || WL::off_line(vrow.base)) && WL::fits(krow.base, krow.stride) &&
         WL::fits(vrow.base, vrow.stride))
-      return StreamKeysFromLines<kType, CB>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+      return StreamKeysFromLines<kType, CB>(nk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
   }
 #endif
-  if (kType == kI8 || dk == kDv) return StreamKeys<kType, CB, kDv>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-  if constexpr (kType != kI8) StreamKeys<kType, CB, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+  if (kType == kI8 || dk == kDv) return StreamKeys<kType, CB, kDv>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+  if constexpr (kType != kI8) StreamKeys<kType, CB, 0>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
 }
 
 // The output row in registers when it is 4, 8 or (16-lane targets) 16 whole vectors.
 template <int kType, size_t kStep, class R, class S>
 HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                               float* l, float* O, size_t ahead, size_t known, size_t L,
+                               float* l, float* O, size_t ahead, size_t L,
                                const RowTransform* tf) {
   // Key by key (StreamKeys), but int8 rows with dk != dv, which stay on StreamTiles: dk = 192,
   // dv = 128, H = 8, two threads, alternated in one process against StreamTiles (fractions of a
@@ -1139,23 +1127,23 @@ HWY_INLINE void StreamRowSteps(size_t nk, size_t dk, size_t dv, R krow, S ksc, R
   // 0.832, cached (Nkv = 2048) 0.866 / 0.950 / 0.886 against 0.954 / 0.964 / 1.085.
   if (dk == dv || kType != kI8) {
     if constexpr (kAccumulators >= 16)
-      if (dv == 16 * L) return StreamKeysFor<kType, 16>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 8 * L) return StreamKeysFor<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 4 * L) return StreamKeysFor<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+      if (dv == 16 * L) return StreamKeysFor<kType, 16>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+    if (dv == 8 * L) return StreamKeysFor<kType, 8>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+    if (dv == 4 * L) return StreamKeysFor<kType, 4>(nk, dk, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
   }
   if constexpr (kType == kI8) {
     if constexpr (kAccumulators >= 16)
-      if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-    if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+      if (dv == 16 * L) return StreamTiles<kType, 16, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+    if (dv == 8 * L) return StreamTiles<kType, 8, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
+    if (dv == 4 * L) return StreamTiles<kType, 4, kStep>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);
   }
-  return StreamTiles<kType, 0, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);  // kStep unused
+  return StreamTiles<kType, 0, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, tf);  // kStep unused
 }
 #endif
 
 template <int kType, class R, class S>
 void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q, float* m,
-                       float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
+                       float* l, float* O, size_t ahead, const RowTransform* tf) {
 #if HWY_TARGET != HWY_SCALAR
   const size_t L = hn::Lanes(DF());
   // StreamTiles' step with the output row in registers, which only int8 rows with dk != dv take
@@ -1163,13 +1151,130 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
   // alternated in one process when every int8 row went this way (dk = dv, H = 8, Nkv = 65536,
   // 2 threads, 9 rounds, two runs): d = 64 0.81-0.84 of the time, d = 128 0.91-0.92, d = 256 1.11.
   if constexpr (kType == kI8)
-    if (dk <= 128) return StreamRowSteps<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L, tf);
-  return StreamRowSteps<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, L, tf);
+    if (dk <= 128) return StreamRowSteps<kType, 16>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, L, tf);
+  return StreamRowSteps<kType, 4>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, L, tf);
 #else
-  (void)ahead, (void)known;
+  (void)ahead;
   StreamRowT<kType>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, tf);
 #endif
 }
+
+#if HWY_TARGET != HWY_SCALAR
+// stream_heads (kv_kernels.h): one query row for each of several KV heads whose rows of a key lie
+// together, each head with stream_row_strided's arithmetic, but the keys read in address order: key x's K
+// rows of all heads (one run of memory where the heads' rows touch), then its V rows. A head's own
+// rows lie a run's length apart (4 KiB for 8 heads of 128 float32 values), a stride the hardware
+// prefetcher does not follow: head by head, a paged or FlashAttention-layout cache read at about
+// half of a contiguous cache's rate (docs/performance.md).
+// Same bits as stream_row on the same keys, on every target: its tiles of kStreamKeys keys from
+// the call's first, the same scores (kQuads: StreamTiles', Scores4's sums for keys of whole groups
+// of four, KeyScore's for the rest; else StreamKeys', StreamScore with dk = kDk), the same softmax
+// step per tile (TileSoftmax), and each output element's sum in the same order (alpha·O, then
+// p_x·V_x key by key, as TileUpdate and TileUpdateRow: a multiply-add per vector element with an
+// int8 row's coefficient p_x·scale_b, a multiply and an add past the last whole vector).
+// The output rows stay in memory (heads·dv floats, in L1), loaded and stored around each key:
+// several keys a step per head read V rows out of address order again, and lost (bf16 d = 128
+// 1.45 -> 1.19 of a contiguous cache's time with one key, int8 1.77 -> 1.34; docs/performance.md).
+template <int kType, size_t kDk, bool kQuads>
+HWY_INLINE void StreamHeadsT(size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& K, const HeadRows& V,
+                             const HeadRow* hr, float* work) {
+  const DF d;
+  constexpr size_t L = hn::MaxLanes(DF()), kT = kStreamKeys;
+  constexpr bool kPairs = !kQuads && PairScores<kType, kDk>();
+  constexpr size_t kPer = kType == kI8 ? 32 / L : 1;  // vectors of one coefficient of V
+  const size_t fullv = dv / L * L;
+  // [2][heads][kT]: the scores of tile t, then t + 1's, from the first 64-byte boundary of work
+  // (whole vectors, as TileSoftmax and StreamScore load them).
+  float* const s = reinterpret_cast<float*>((reinterpret_cast<std::uintptr_t>(work) + 63) / 64 * 64);
+  float* const qp = s + 2 * heads * kT;  // kPairs: each head's q in pair order
+  std::fill_n(s, 2 * heads * kT, 0.0f);  // defined lanes past a short tile (transforms read them)
+  if constexpr (kPairs)
+    for (size_t h = 0; h < heads; ++h) PairOrder(L, hr[h].q, kDk, qp + h * kDk);
+  const auto q_of = [&](size_t h) { return kPairs ? qp + h * kDk : hr[h].q; };
+  const auto row = [](const HeadRows& R, size_t j, size_t h) {
+    return static_cast<const void*>(static_cast<const char*>(R.row[j]) + static_cast<std::ptrdiff_t>(h) * R.head);
+  };
+  const auto scales = [](const HeadRows& R, size_t j, size_t h) -> const float* {
+    return kType == kI8 ? R.scales[j] + static_cast<std::ptrdiff_t>(h) * R.scales_head : nullptr;
+  };
+  // The scores of key x of the tile of n keys from key j, each head's (into st + x, a row of kT
+  // per head).
+  const auto score = [&](size_t j, size_t x, size_t n, float* st) HWY_ATTR {
+    for (size_t h = 0; h < heads; ++h) {
+      const void* const kr = row(K, j + x, h);
+      const float* const ks = scales(K, j + x, h);
+      if constexpr (kQuads) {
+        st[h * kT + x] = x < n / 4 * 4 ? hn::GetLane(Scores4<kType, 1>(d, dk, &kr, kType == kI8 ? &ks : nullptr, q_of(h)))
+                                       : KeyScore<kType>(d, dk, kr, ks, q_of(h));
+      } else {
+        st[h * kT + x] = StreamScore<kType, kDk>(d, dk, kr, ks, q_of(h));
+      }
+    }
+  };
+  // O_h += p_h·V_h of key j for each head (p_h at p[h·kT]).
+  const auto update = [&](size_t j, const float* p) HWY_ATTR {
+    for (size_t h = 0; h < heads; ++h) {
+      const void* const vr = row(V, j, h);
+      const float* const vs = scales(V, j, h);
+      const float ph = p[h * kT];
+      float* const o = hr[h].o;
+      for (size_t e0 = 0; e0 < fullv; e0 += kPer * L) {
+        const VF cf = hn::Set(d, kType == kI8 ? ph * vs[e0 / 32] : ph);
+#pragma GCC unroll 4
+        for (size_t e = e0; e < e0 + kPer * L; e += L)
+          hn::StoreU(hn::MulAdd(cf, LoadRaw<kType>(d, vr, e), hn::LoadU(d, o + e)), d, o + e);
+      }
+      for (size_t e = fullv; e < dv; ++e) o[e] += ph * Element<kType>(vr, nullptr, e);  // not int8 (dv % 32 == 0)
+    }
+  };
+  const size_t first = nk < kT ? nk : kT;
+  for (size_t x = 0; x < first; ++x) score(0, x, first, s);
+  for (size_t j = 0, t = 0; j < nk; j += kT, t ^= 1) {
+    const size_t n = nk - j < kT ? nk - j : kT;
+    const size_t rest = nk - j - n, next = rest < kT ? rest : kT;
+    float* const st = s + t * heads * kT;
+    float* const sn = s + (t ^ 1) * heads * kT;
+    for (size_t h = 0; h < heads; ++h) {
+      float* const sh = st + h * kT;
+      if (hr[h].tf) TransformScores(d, sh, j, kT, *hr[h].tf);
+      const float alpha = TileSoftmax(d, n, sh, *hr[h].m, *hr[h].l);
+      float* const o = hr[h].o;
+      if (alpha != 1.0f)
+        for (size_t e = 0; e < fullv; e += L) hn::StoreU(hn::Mul(hn::LoadU(d, o + e), hn::Set(d, alpha)), d, o + e);
+      for (size_t e = fullv; e < dv; ++e) o[e] *= alpha;
+    }
+    // Key x of the next tile scored beside key x of this one updating, so that K and V stream
+    // side by side (as StreamKeys and StreamTiles do).
+    for (size_t x = 0; x < n; ++x) {
+      if (x < next) score(j + kT, x, next, sn);
+      update(j + x, st + x);
+    }
+  }
+}
+
+template <int kType>
+HWY_INLINE void StreamHeadsDispatch(size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& K,
+                                    const HeadRows& V, const HeadRow* hr, float* work) {
+  const size_t L = hn::Lanes(DF());
+  // As StreamRowSteps chooses: StreamKeys' scores where it takes the rows, with dk a constant
+  // (StreamKeysFor) for int8 and dk = dv; else StreamTiles'.
+  if (dk == dv || kType != kI8) {
+    const auto keys = [&](auto cb) HWY_ATTR {
+      constexpr size_t kDv = decltype(cb)::value * hn::MaxLanes(DF());
+      if (kType == kI8 || dk == kDv) return StreamHeadsT<kType, kDv, false>(nk, heads, dk, dv, K, V, hr, work);
+      if constexpr (kType != kI8) StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, work);
+    };
+    if constexpr (kAccumulators >= 16)
+      if (dv == 16 * L) return keys(std::integral_constant<size_t, 16>());
+    if (dv == 8 * L) return keys(std::integral_constant<size_t, 8>());
+    if (dv == 4 * L) return keys(std::integral_constant<size_t, 4>());
+  }
+  // StreamTiles: float32 rows on 8 lanes (the output row in memory) score key by key, others in
+  // groups of four.
+  if (hn::MaxLanes(DF()) == 8 && kType == kF32) return StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, work);
+  StreamHeadsT<kType, 0, true>(nk, heads, dk, dv, K, V, hr, work);
+}
+#endif
 
 #if HWY_TARGET != HWY_SCALAR
 // Element c of a key row as float32: float32 rows, and bf16 rows read as their 16-bit
@@ -1581,26 +1686,47 @@ HWY_INLINE void WithType(int type, F&& f) {
   }
 }
 
-// StreamRowDispatch for the element type given at run time, rows by pointer or at a stride.
-template <class R, class S>
-void StreamRowTyped(int type, size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S vsc, const float* Q,
-                    float* m, float* l, float* O, size_t ahead, size_t known, const RowTransform* tf) {
-  WithType(type, [&](auto t) {
-    StreamRowDispatch<decltype(t)::value>(nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-  });
-}
-void StreamRow(int type, size_t nk, size_t dk, size_t dv, const void* const* krow, const float* const* ksc,
-               const void* const* vrow, const float* const* vsc, const float* Q, float* m, float* l, float* O,
-               size_t ahead, size_t known, const RowTransform* tf) {
-  StreamRowTyped(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
-}
 void StreamRowStrided(int type, size_t nk, size_t dk, size_t dv, const void* k, std::ptrdiff_t k_stride,
                       const float* ksc, std::ptrdiff_t ksc_stride, const void* v, std::ptrdiff_t v_stride,
                       const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m, float* l, float* O,
                       size_t ahead, const RowTransform* tf) {
   const StridedRows kr{static_cast<const char*>(k), k_stride}, vr{static_cast<const char*>(v), v_stride};
   const StridedScales ks(ksc, ksc_stride), vs(vsc, vsc_stride);
-  StreamRowTyped(type, nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, nk, tf);
+  WithType(type, [&](auto t) {
+    StreamRowDispatch<decltype(t)::value>(nk, dk, dv, kr, ks, vr, vs, Q, m, l, O, ahead, tf);
+  });
+}
+
+void StreamHeads(int type, size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& k, const HeadRows& v,
+                 const HeadRow* rows, float* work) {
+#if HWY_TARGET != HWY_SCALAR
+  WithType(type, [&](auto t) {
+    StreamHeadsDispatch<decltype(t)::value>(nk, heads, dk, dv, k, v, rows, work);
+  });
+#else
+  // The scalar target's stream is key by key (StreamRowT): head by head, the same sums.
+  (void)work;
+  struct Of {  // head h's rows (or int8 scales) of each key
+    const HeadRows* R;
+    size_t h;
+    const void* operator[](size_t j) const {
+      return static_cast<const char*>(R->row[j]) + static_cast<std::ptrdiff_t>(h) * R->head;
+    }
+  };
+  struct ScalesOf {
+    const HeadRows* R;
+    size_t h;
+    const float* operator[](size_t j) const { return R->scales[j] + static_cast<std::ptrdiff_t>(h) * R->scales_head; }
+    explicit operator bool() const { return R != nullptr; }
+  };
+  for (size_t h = 0; h < heads; ++h) {
+    const ScalesOf ks{type == kI8 ? &k : nullptr, h}, vs{type == kI8 ? &v : nullptr, h};
+    WithType(type, [&](auto t) {
+      StreamRowT<decltype(t)::value>(nk, dk, dv, Of{&k, h}, ks, Of{&v, h}, vs, rows[h].q, rows[h].m, rows[h].l,
+                                     rows[h].o, rows[h].tf);
+    });
+  }
+#endif
 }
 
 void Scores(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
@@ -1635,8 +1761,8 @@ HWY_AFTER_NAMESPACE();
 namespace attnscale::detail::kv {
 HWY_EXPORT(Scores);
 HWY_EXPORT(Accumulate);
-HWY_EXPORT(StreamRow);
 HWY_EXPORT(StreamRowStrided);
+HWY_EXPORT(StreamHeads);
 HWY_EXPORT(ScoresQuads);
 HWY_EXPORT(Widen);
 HWY_EXPORT(QuadsAvailable);
@@ -1690,10 +1816,9 @@ void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv
   HWY_DYNAMIC_DISPATCH(StreamRowStrided)
   (type, nk, dk, dv, k, k_stride, ksc, ksc_stride, v, v_stride, vsc, vsc_stride, Q, m, l, O, ahead, tf);
 }
-void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
-                const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O, std::size_t ahead, std::size_t known, const RowTransform* tf) {
-  HWY_DYNAMIC_DISPATCH(StreamRow)(type, nk, dk, dv, krow, ksc, vrow, vsc, Q, m, l, O, ahead, known, tf);
+void stream_heads(int type, std::size_t nk, std::size_t heads, std::size_t dk, std::size_t dv, const HeadRows& k,
+                  const HeadRows& v, const HeadRow* rows, float* work) {
+  HWY_DYNAMIC_DISPATCH(StreamHeads)(type, nk, heads, dk, dv, k, v, rows, work);
 }
 }  // namespace attnscale::detail::kv
 #endif  // HWY_ONCE

@@ -99,20 +99,43 @@ struct RowTransform {
 // update by the tile's V rows; for a tile J:
 //   m' = max(m, max_J s_j);  O = e^(m − m')·O + Σ_J e^(s_j − m')·V_j;  l = e^(m − m')·l + Σ_J e^(s_j − m').
 // (m, l, O) in natural units, as the tile path leaves them; m = -inf while no key was seen. The
-// next tile's K rows are read between the tile's V rows, so that K and V stream together; ahead
-// > 0 prefetches the rows of the keys that far ahead (0: none, the caller prefetches or the
-// hardware does), up to key `known` (>= nk): the row pointers [nk, known) are given for that
-// prefetch only, the keys past the call's. tf (null: none) transforms each score before its
+// next tile's K rows are read between the tile's V rows, so that K and V stream together. Rows at
+// fixed strides (a contiguous cache): row j of K at k + j·k_stride bytes, its int8 scales at
+// ksc + j·ksc_stride floats (null for other types), likewise V; no array of row pointers to build
+// (for int8, 5-9% of a call). ahead > 0 prefetches the rows of the keys that far ahead within the
+// call (0: none, the hardware prefetches). tf (null: none) transforms each score before its
 // softmax step.
-void stream_row(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* const* krow,
-                const float* const* ksc, const void* const* vrow, const float* const* vsc, const float* Q,
-                float* m, float* l, float* O, std::size_t ahead, std::size_t known, const RowTransform* tf = nullptr);
-// stream_row over rows at fixed strides (a contiguous cache): row j of K at k + j·k_stride bytes,
-// its int8 scales at ksc + j·ksc_stride floats (null for other types), likewise V; no array of
-// row pointers to build (for int8, 5-9% of a call). Prefetches `ahead` keys ahead within the call.
 void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv, const void* k,
                         std::ptrdiff_t k_stride, const float* ksc, std::ptrdiff_t ksc_stride, const void* v,
                         std::ptrdiff_t v_stride, const float* vsc, std::ptrdiff_t vsc_stride, const float* Q, float* m,
                         float* l, float* O, std::size_t ahead, const RowTransform* tf = nullptr);
+
+
+// Where the rows of several KV heads lie when a key's rows of all of them lie together (a paged
+// cache's blocks [block, Hkv, d]; FlashAttention's [B, Nkv, Hkv, d]): head 0's row of key j at
+// row[j], head h's `head` bytes on from it per head; an int8 row's scales likewise (scales[j],
+// `scales_head` floats per head; null for other types).
+struct HeadRows {
+  const void* const* row = nullptr;
+  std::ptrdiff_t head = 0;
+  const float* const* scales = nullptr;
+  std::ptrdiff_t scales_head = 0;
+};
+// One head's query row (s folded in), its running (m, l), output row and transforms (null: none).
+struct HeadRow {
+  const float* q = nullptr;
+  float* m = nullptr;
+  float* l = nullptr;
+  float* o = nullptr;
+  const RowTransform* tf = nullptr;
+};
+// stream_row_strided's arithmetic for each of `heads` heads (rows[h]) over keys j < nk, with the
+// same bits as a call per head over the same keys, but the keys read in address order: key j's K rows of
+// all heads, then its V rows. No prefetch: the hardware's kept up with the runs, and software
+// prefetches a few keys ahead cost 0-40% (docs/performance.md). work: stream_heads_work(heads, dk)
+// floats.
+void stream_heads(int type, std::size_t nk, std::size_t heads, std::size_t dk, std::size_t dv, const HeadRows& k,
+                  const HeadRows& v, const HeadRow* rows, float* work);
+inline std::size_t stream_heads_work(std::size_t heads, std::size_t dk) { return heads * (32 + dk) + 16; }
 
 }  // namespace attnscale::detail::kv
