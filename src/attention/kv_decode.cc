@@ -62,6 +62,7 @@ std::int64_t chunk_keys(std::int64_t B, std::int64_t Hkv, std::int64_t max_len) 
 constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is four 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
 constexpr std::int64_t kStreamAheadBytes = 16384;  // one query row: bytes of K and V kv::stream_row_strided prefetches ahead
+constexpr std::int64_t kShortRun = 1024;  // one query row a head, paged: K and V bytes a key up to which rows are prefetched
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 constexpr double kOneThreadBytes = 1 << 20;  // K and V bytes below which a call runs on one thread
@@ -487,8 +488,9 @@ class Chunk {
   // 1.41; d = 64: 1.7-3.3 -> 1.15-1.38 (docs/performance.md). The same bits.
   // hr, tf: a slot per head; work: kv::stream_heads_work floats.
   void step_heads(std::vector<Chunk>& all, kv::HeadRow* hr, kv::RowTransform* tf, float* work) {
-    const std::int64_t i = i_, t0 = j0_ + i * kTile, nk = tile_keys(i);
-    if (i > 0) gather(t0, nk, 0);  // tile 0 by begin()
+    const std::int64_t i = i_, t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
+    static_assert(kAhead == 1, "the next tile is tile i + 1, gathered behind tile i");
+    if (next) gather(t0 + kTile, next, kTile);
     const std::size_t heads = all.size();
     for (std::size_t x = 0; x < heads; ++x) {
       Chunk& c = all[x];
@@ -499,7 +501,20 @@ class Chunk {
     const bool int8 = int8_;
     const kv::HeadRows k{s_.krow.data(), head_bytes(L_.k), int8 ? s_.ksc.data() : nullptr, head_scales(L_.k)};
     const kv::HeadRows v{s_.vrow.data(), head_bytes(L_.v), int8 ? s_.vsc.data() : nullptr, head_scales(L_.v)};
-    kv::stream_heads(L_.type, static_cast<std::size_t>(nk), heads, L_.dk, L_.dv, k, v, hr, work);
+    // A paged cache whose key runs are short (K and V bytes of all heads of a key, kShortRun or
+    // less) prefetches the rows kStreamAheadBytes past those it reads: its blocks are then too
+    // short for the hardware prefetcher, which starts anew at each. Time over a contiguous cache's,
+    // without -> with, blocks of 16 keys, d = 128 (docs/performance.md): one head, one thread,
+    // float32 1.58 -> 1.48, bf16 2.02 -> 1.46, int8 2.67 -> 1.99; two heads, two threads, bf16
+    // 1.39 -> 1.34, int8 1.92 -> 1.61, but float32 (2 KiB a key) 1.12 -> 1.23; longer runs lost.
+    const std::int64_t run = (L_.dk * L_.k.esize + L_.dv * L_.v.esize) * static_cast<std::int64_t>(heads);
+    const std::size_t ahead =
+        L_.paged && run <= kShortRun ? static_cast<std::size_t>(std::max<std::int64_t>(4, kStreamAheadBytes / run)) : 0;
+    kv::stream_heads(L_.type, static_cast<std::size_t>(nk), heads, L_.dk, L_.dv, k, v, hr, ahead,
+                     static_cast<std::size_t>(next ? kTile + next : nk), work);
+    for (auto* rows : {&s_.krow, &s_.vrow}) std::copy_n(rows->begin() + kTile, next, rows->begin());
+    if (int8)
+      for (auto* sc : {&s_.ksc, &s_.vsc}) std::copy_n(sc->begin() + kTile, next, sc->begin());
   }
 
  private:

@@ -1177,7 +1177,7 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
 // 1.45 -> 1.19 of a contiguous cache's time with one key, int8 1.77 -> 1.34; docs/performance.md).
 template <int kType, size_t kDk, bool kQuads>
 HWY_INLINE void StreamHeadsT(size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& K, const HeadRows& V,
-                             const HeadRow* hr, float* work) {
+                             const HeadRow* hr, size_t ahead, size_t known, float* work) {
   const DF d;
   constexpr size_t L = hn::MaxLanes(DF()), kT = kStreamKeys;
   constexpr bool kPairs = !kQuads && PairScores<kType, kDk>();
@@ -1227,6 +1227,19 @@ HWY_INLINE void StreamHeadsT(size_t nk, size_t heads, size_t dk, size_t dv, cons
       for (size_t e = fullv; e < dv; ++e) o[e] += ph * Element<kType>(vr, nullptr, e);  // not int8 (dv % 32 == 0)
     }
   };
+  // The K and V rows of all heads of key j (and int8 scales), when given (j < known).
+  const size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2;
+  const std::int64_t k_run = static_cast<std::int64_t>((heads - 1) * static_cast<size_t>(K.head) + dk * esize);
+  const std::int64_t v_run = static_cast<std::int64_t>((heads - 1) * static_cast<size_t>(V.head) + dv * esize);
+  const auto prefetch = [&](size_t j) {
+    if (j >= known) return;
+    prefetch_bytes(K.row[j], k_run, CacheLevel::near);
+    prefetch_bytes(V.row[j], v_run, CacheLevel::near);
+    if constexpr (kType == kI8) {
+      prefetch_line(K.scales[j], CacheLevel::near);
+      prefetch_line(V.scales[j], CacheLevel::near);
+    }
+  };
   const size_t first = nk < kT ? nk : kT;
   for (size_t x = 0; x < first; ++x) score(0, x, first, s);
   for (size_t j = 0, t = 0; j < nk; j += kT, t ^= 1) {
@@ -1246,6 +1259,7 @@ HWY_INLINE void StreamHeadsT(size_t nk, size_t heads, size_t dk, size_t dv, cons
     // Key x of the next tile scored beside key x of this one updating, so that K and V stream
     // side by side (as StreamKeys and StreamTiles do).
     for (size_t x = 0; x < n; ++x) {
+      if (ahead) prefetch(j + x + ahead);
       if (x < next) score(j + kT, x, next, sn);
       update(j + x, st + x);
     }
@@ -1254,15 +1268,15 @@ HWY_INLINE void StreamHeadsT(size_t nk, size_t heads, size_t dk, size_t dv, cons
 
 template <int kType>
 HWY_INLINE void StreamHeadsDispatch(size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& K,
-                                    const HeadRows& V, const HeadRow* hr, float* work) {
+                                    const HeadRows& V, const HeadRow* hr, size_t ahead, size_t known, float* work) {
   const size_t L = hn::Lanes(DF());
   // As StreamRowSteps chooses: StreamKeys' scores where it takes the rows, with dk a constant
   // (StreamKeysFor) for int8 and dk = dv; else StreamTiles'.
   if (dk == dv || kType != kI8) {
     const auto keys = [&](auto cb) HWY_ATTR {
       constexpr size_t kDv = decltype(cb)::value * hn::MaxLanes(DF());
-      if (kType == kI8 || dk == kDv) return StreamHeadsT<kType, kDv, false>(nk, heads, dk, dv, K, V, hr, work);
-      if constexpr (kType != kI8) StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, work);
+      if (kType == kI8 || dk == kDv) return StreamHeadsT<kType, kDv, false>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
+      if constexpr (kType != kI8) StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
     };
     if constexpr (kAccumulators >= 16)
       if (dv == 16 * L) return keys(std::integral_constant<size_t, 16>());
@@ -1271,8 +1285,8 @@ HWY_INLINE void StreamHeadsDispatch(size_t nk, size_t heads, size_t dk, size_t d
   }
   // StreamTiles: float32 rows on 8 lanes (the output row in memory) score key by key, others in
   // groups of four.
-  if (hn::MaxLanes(DF()) == 8 && kType == kF32) return StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, work);
-  StreamHeadsT<kType, 0, true>(nk, heads, dk, dv, K, V, hr, work);
+  if (hn::MaxLanes(DF()) == 8 && kType == kF32) return StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
+  StreamHeadsT<kType, 0, true>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
 }
 #endif
 
@@ -1698,14 +1712,14 @@ void StreamRowStrided(int type, size_t nk, size_t dk, size_t dv, const void* k, 
 }
 
 void StreamHeads(int type, size_t nk, size_t heads, size_t dk, size_t dv, const HeadRows& k, const HeadRows& v,
-                 const HeadRow* rows, float* work) {
+                 const HeadRow* rows, size_t ahead, size_t known, float* work) {
 #if HWY_TARGET != HWY_SCALAR
   WithType(type, [&](auto t) {
-    StreamHeadsDispatch<decltype(t)::value>(nk, heads, dk, dv, k, v, rows, work);
+    StreamHeadsDispatch<decltype(t)::value>(nk, heads, dk, dv, k, v, rows, ahead, known, work);
   });
 #else
   // The scalar target's stream is key by key (StreamRowT): head by head, the same sums.
-  (void)work;
+  (void)work, (void)ahead, (void)known;
   struct Of {  // head h's rows (or int8 scales) of each key
     const HeadRows* R;
     size_t h;
@@ -1817,8 +1831,8 @@ void stream_row_strided(int type, std::size_t nk, std::size_t dk, std::size_t dv
   (type, nk, dk, dv, k, k_stride, ksc, ksc_stride, v, v_stride, vsc, vsc_stride, Q, m, l, O, ahead, tf);
 }
 void stream_heads(int type, std::size_t nk, std::size_t heads, std::size_t dk, std::size_t dv, const HeadRows& k,
-                  const HeadRows& v, const HeadRow* rows, float* work) {
-  HWY_DYNAMIC_DISPATCH(StreamHeads)(type, nk, heads, dk, dv, k, v, rows, work);
+                  const HeadRows& v, const HeadRow* rows, std::size_t ahead, std::size_t known, float* work) {
+  HWY_DYNAMIC_DISPATCH(StreamHeads)(type, nk, heads, dk, dv, k, v, rows, ahead, known, work);
 }
 }  // namespace attnscale::detail::kv
 #endif  // HWY_ONCE

@@ -131,11 +131,11 @@ struct HeadRow {
 };
 // stream_row_strided's arithmetic for each of `heads` heads (rows[h]) over keys j < nk, with the
 // same bits as a call per head over the same keys, but the keys read in address order: key j's K rows of
-// all heads, then its V rows. No prefetch: the hardware's kept up with the runs, and software
-// prefetches a few keys ahead cost 0-40% (docs/performance.md). work: stream_heads_work(heads, dk)
-// floats.
+// all heads, then its V rows. ahead > 0 prefetches the rows of all heads of the key that far ahead,
+// up to key `known` (>= nk): the row pointers [nk, known) are given for that prefetch only.
+// work: stream_heads_work(heads, dk) floats.
 void stream_heads(int type, std::size_t nk, std::size_t heads, std::size_t dk, std::size_t dv, const HeadRows& k,
-                  const HeadRows& v, const HeadRow* rows, float* work);
+                  const HeadRows& v, const HeadRow* rows, std::size_t ahead, std::size_t known, float* work);
 inline std::size_t stream_heads_work(std::size_t heads, std::size_t dk) { return heads * (32 + dk) + 16; }
 
 }  // namespace attnscale::detail::kv
