@@ -16,8 +16,8 @@
 // key together), and so do those of a contiguous cache stored [B, Nkv, Hkv, d] (FlashAttention's
 // layout, passed as a [B, Hkv, Nkv, d] view; one head at a time, its rows Hkv rows apart, read at
 // 0.4-0.6 of the rate): GQA's a tile each in turn, one query row a head all heads' rows of a key
-// at once (kv::stream_heads, with the one-row stream's arithmetic). The chunks are fixed by key position and the
-// arithmetic does not see addresses or the order of the heads, so the result is the same for any
+// at once (kv::stream_heads, with the one-row stream's arithmetic). The chunks are fixed by key
+// position and the arithmetic does not see addresses or the order of the heads, so the result is the same for any
 // thread count and for a paged or contiguous cache (either order of its dimensions) holding the
 // same keys.
 #include <algorithm>
@@ -61,8 +61,9 @@ std::int64_t chunk_keys(std::int64_t B, std::int64_t Hkv, std::int64_t max_len) 
 }
 constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is four 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
-constexpr std::int64_t kStreamAheadBytes = 16384;  // one query row: bytes of K and V kv::stream_row_strided prefetches ahead
-constexpr std::int64_t kShortRun = 1024;  // one query row a head, paged: K and V bytes a key up to which rows are prefetched
+// One query row: bytes of K and V kv::stream_row_strided (and kv::stream_heads over a paged cache
+// whose key runs are kShortRun bytes or less, Chunk::step_heads) prefetches ahead.
+constexpr std::int64_t kStreamAheadBytes = 16384, kShortRun = 1024;
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 constexpr double kOneThreadBytes = 1 << 20;  // K and V bytes below which a call runs on one thread
@@ -662,7 +663,8 @@ struct HeadScratch {
   static bool heads_together(const Layout& L) { return L.together && L.rows() == 1; }
   bool fits(const Layout& L, std::int64_t heads) const {
     return scratch.size() == static_cast<std::size_t>(heads) && scratch.front().fits(L) &&
-           work.size() == (heads_together(L) ? kv::stream_heads_work(scratch.size(), static_cast<std::size_t>(L.dk)) : 0);
+           work.size() == (heads_together(L) ? kv::stream_heads_work(scratch.size(), static_cast<std::size_t>(L.dk))
+                                             : 0);
   }
   void bind(const Layout& L, std::uint64_t this_call) {
     if (call == this_call) return;

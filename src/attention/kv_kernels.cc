@@ -898,7 +898,7 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   if constexpr (kType != kI8) ahead = 0;
   const size_t k_ahead = ahead >= kStreamKeys ? ahead : kStreamKeys + ahead;
   RowCursor<R> kp{krow + k_ahead}, kc{krow}, vc{vrow};
-  const std::ptrdiff_t v_ahead = static_cast<std::ptrdiff_t>(ahead) * vrow.stride;  // bytes from a V row to the one `ahead` keys on
+  const std::ptrdiff_t v_ahead = static_cast<std::ptrdiff_t>(ahead) * vrow.stride;  // from a V row to `ahead` on
   RowCursor<S> ksr{ksc}, vsr{vsc};  // int8 scales as their rows (other types: null, never read or stepped)
   const auto next_k = [&] {  // the next K row (and its scales) to score
     ++kc;
@@ -1161,12 +1161,12 @@ void StreamRowDispatch(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vrow, S
 
 #if HWY_TARGET != HWY_SCALAR
 // stream_heads (kv_kernels.h): one query row for each of several KV heads whose rows of a key lie
-// together, each head with stream_row_strided's arithmetic, but the keys read in address order: key x's K
-// rows of all heads (one run of memory where the heads' rows touch), then its V rows. A head's own
-// rows lie a run's length apart (4 KiB for 8 heads of 128 float32 values), a stride the hardware
-// prefetcher does not follow: head by head, a paged or FlashAttention-layout cache read at about
-// half of a contiguous cache's rate (docs/performance.md).
-// Same bits as stream_row on the same keys, on every target: its tiles of kStreamKeys keys from
+// together, each head with stream_row_strided's arithmetic, but the keys read in address order:
+// key x's K rows of all heads (one run of memory where the heads' rows touch), then its V rows. A
+// head's own rows lie a run's length apart (4 KiB for 8 heads of 128 float32 values), a stride
+// the hardware prefetcher does not follow: head by head, a paged or FlashAttention-layout cache
+// read at about half of a contiguous cache's rate (docs/performance.md).
+// Same bits as stream_row_strided on the same keys, on every target: its tiles of kStreamKeys keys from
 // the call's first, the same scores (kQuads: StreamTiles', Scores4's sums for keys of whole groups
 // of four, KeyScore's for the rest; else StreamKeys', StreamScore with dk = kDk), the same softmax
 // step per tile (TileSoftmax), and each output element's sum in the same order (alpha·O, then
@@ -1204,7 +1204,8 @@ HWY_INLINE void StreamHeadsT(size_t nk, size_t heads, size_t dk, size_t dv, cons
       const void* const kr = row(K, j + x, h);
       const float* const ks = scales(K, j + x, h);
       if constexpr (kQuads) {
-        st[h * kT + x] = x < n / 4 * 4 ? hn::GetLane(Scores4<kType, 1>(d, dk, &kr, kType == kI8 ? &ks : nullptr, q_of(h)))
+        const float* const* kss = kType == kI8 ? &ks : nullptr;
+        st[h * kT + x] = x < n / 4 * 4 ? hn::GetLane(Scores4<kType, 1>(d, dk, &kr, kss, q_of(h)))
                                        : KeyScore<kType>(d, dk, kr, ks, q_of(h));
       } else {
         st[h * kT + x] = StreamScore<kType, kDk>(d, dk, kr, ks, q_of(h));
@@ -1275,7 +1276,8 @@ HWY_INLINE void StreamHeadsDispatch(size_t nk, size_t heads, size_t dk, size_t d
   if (dk == dv || kType != kI8) {
     const auto keys = [&](auto cb) HWY_ATTR {
       constexpr size_t kDv = decltype(cb)::value * hn::MaxLanes(DF());
-      if (kType == kI8 || dk == kDv) return StreamHeadsT<kType, kDv, false>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
+      if (kType == kI8 || dk == kDv)
+        return StreamHeadsT<kType, kDv, false>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
       if constexpr (kType != kI8) StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
     };
     if constexpr (kAccumulators >= 16)
@@ -1285,7 +1287,8 @@ HWY_INLINE void StreamHeadsDispatch(size_t nk, size_t heads, size_t dk, size_t d
   }
   // StreamTiles: float32 rows on 8 lanes (the output row in memory) score key by key, others in
   // groups of four.
-  if (hn::MaxLanes(DF()) == 8 && kType == kF32) return StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
+  if (hn::MaxLanes(DF()) == 8 && kType == kF32)
+    return StreamHeadsT<kType, 0, false>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
   StreamHeadsT<kType, 0, true>(nk, heads, dk, dv, K, V, hr, ahead, known, work);
 }
 #endif
