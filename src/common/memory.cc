@@ -140,4 +140,15 @@ std::size_t kept_block_bytes() {
   return c.kept_bytes;
 }
 
+void free_kept_blocks() {
+  BlockCache& c = block_cache();
+  std::vector<std::pair<void*, std::size_t>> drop;
+  {
+    std::lock_guard<std::mutex> lock(c.mutex);
+    drop.swap(c.kept);
+    c.kept_bytes = 0;
+  }
+  for (const auto& block : drop) std::free(block.first);
+}
+
 }  // namespace attnscale::detail

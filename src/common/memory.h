@@ -40,5 +40,7 @@ void* allocate_block(std::size_t bytes);
 void release_block(void* p);
 // Bytes of released blocks kept for reuse now.
 std::size_t kept_block_bytes();
+// Frees the kept blocks now (the next huge request gets new pages).
+void free_kept_blocks();
 
 }  // namespace attnscale::detail
