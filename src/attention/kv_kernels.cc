@@ -1411,17 +1411,16 @@ HWY_INLINE void TailColumns(D d, size_t tail, const float* qt, size_t second, co
   }
 }
 
-// The same for 8-lane targets (AVX2), whose 16 registers hold four keys against four rows: one
-// 128-bit broadcast of K_x's quad u feeds two accumulators (rows 0-1 and 2-3 of the pass, one row
-// per 128-bit block), 8 chains, one load per two multiply-adds; eight rows take two passes over
-// the keys (from L1 the second time), `pass` choosing the packed rows 4·pass to 4·pass + 3.
+// The same for 8-lane targets (AVX2) and blocks of up to 4 rows: four keys against the rows, one
+// 128-bit broadcast of K_x's quad u feeding two accumulators (rows 0-1 and 2-3, one row per
+// 128-bit block), 8 chains, one load per two multiply-adds. More rows take TripleKeys8 (below).
 constexpr size_t kQuadKeys8 = 4, kQuadSteps8 = 4;
 template <class D>
-HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float* packed, size_t pass, float* S,
-                          size_t lds, size_t nr, LineFeed& feed) {
+HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
+                          size_t nr, LineFeed& feed) {
   const hn::Half<D> dh;
   const size_t quads = dk / 4, tail = dk % 4;
-  const float* pq = packed + 16 * pass;
+  const float* pq = packed;
   hn::Vec<D> a[kQuadKeys8][2];
 #pragma GCC unroll 4
   for (size_t x = 0; x < kQuadKeys8; ++x) a[x][0] = a[x][1] = hn::Zero(d);
@@ -1455,6 +1454,63 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
     const auto r = QuadSums(d, a[0][v], a[1][v], a[2][v], a[3][v]);
     if (2 * v < nr) hn::StoreU(hn::LowerHalf(dh, r), dh, S + 2 * v * lds);
     if (2 * v + 1 < nr) hn::StoreU(hn::UpperHalf(dh, r), dh, S + (2 * v + 1) * lds);
+  }
+}
+
+// Blocks of 5-8 rows on 8 lanes, one pass: three keys against the four pairs of rows, 12
+// accumulators, where QuadKeys8 keeps 8 (four keys against two pairs) and makes two passes over
+// the keys. A step of a quad loads the three keys' quads first, then each pair's packed rows and
+// does its three multiply-adds: 3 + 4 loads for 12 (QuadKeys8: 6 for 8), and 3 keys, 12 sums and
+// one vector of rows fill the 16 registers. Key x's sums, and their QuadSums, are QuadKeys8's (the
+// same chains in the same order: the same bits). A group stores four scores a row, the fourth of
+// no use (S's rows need room for it).
+// (Zen 3, d = 128, one 64-key tile in L1, calls alternated: 0.82 of QuadKeys8's time for 8 rows,
+// 0.83 for 7 rows and d = 37; six keys against two pairs for 4 rows took 1.03-1.06. GQA decode,
+// calls alternated, two threads: Hq = 32, Hkv = 4, Nkv = 65536, float32 0.92, bf16 0.95, int8
+// 0.96, float16 0.92 of the time; docs/performance.md.)
+constexpr size_t kTripleKeys8 = 3;
+template <class D>
+HWY_INLINE void TripleKeys8(D d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
+                            size_t nr, LineFeed& feed) {
+  constexpr size_t NK = kTripleKeys8;
+  const hn::Half<D> dh;
+  const size_t quads = dk / 4, tail = dk % 4;
+  hn::Vec<D> a[NK][4];  // key x, rows 2h and 2h + 1 (one a 128-bit block)
+#pragma GCC unroll 3
+  for (size_t x = 0; x < NK; ++x) a[x][0] = a[x][1] = a[x][2] = a[x][3] = hn::Zero(d);
+  const auto quad = [&](size_t u) HWY_ATTR {
+    const float* pq = packed + u * 32;
+    hn::Vec<D> k[NK];
+#pragma GCC unroll 3
+    for (size_t x = 0; x < NK; ++x) k[x] = hn::LoadDup128(d, krow[x] + 4 * u);
+#pragma GCC unroll 4
+    for (size_t h = 0; h < 4; ++h) {
+      const auto q = hn::LoadU(d, pq + 8 * h);
+#pragma GCC unroll 3
+      for (size_t x = 0; x < NK; ++x) a[x][h] = hn::MulAdd(q, k[x], a[x][h]);
+    }
+  };
+  size_t u = 0;
+  for (; u + kQuadSteps8 <= quads; u += kQuadSteps8) {  // as QuadKeys8, four quads a step of the feed
+    feed.next();
+#pragma GCC unroll 4
+    for (size_t i = 0; i < kQuadSteps8; ++i) quad(u + i);
+  }
+  for (; u < quads; ++u) {
+    feed.next();
+    quad(u);
+  }
+  for (size_t t = 0; t < tail; ++t) {  // the last columns one at a time, as TailColumns
+    const float* qt = packed + (quads + t) * 32;
+    for (size_t x = 0; x < NK; ++x) {
+      const auto k = hn::Set(d, RowValue(krow[x], 4 * quads + t));
+      for (size_t h = 0; h < 4; ++h) a[x][h] = hn::MulAdd(hn::LoadU(d, qt + 8 * h), k, a[x][h]);
+    }
+  }
+  for (size_t h = 0; h < 4; ++h) {  // block i of r: row 2h + i's scores of the three keys
+    const auto r = QuadSums(d, a[0][h], a[1][h], a[2][h], hn::Zero(d));
+    if (2 * h < nr) hn::StoreU(hn::LowerHalf(dh, r), dh, S + 2 * h * lds);
+    if (2 * h + 1 < nr) hn::StoreU(hn::UpperHalf(dh, r), dh, S + (2 * h + 1) * lds);
   }
 }
 
@@ -1562,10 +1618,9 @@ HWY_INLINE void PairKeys(DF d, size_t dk, const std::uint16_t* const* krow, cons
 constexpr bool kOcts = false;
 #endif
 
-// One block of 8 packed rows against kQuadCallKeys keys (QuadKeys on 16 lanes, OctKeys for up to
-// 4 rows on AVX-512; QuadKeys8 on 8, one pass per four rows), scores into S[r][x]. The calls
-// written out: a lambda around them made the GQA decode 8-10% slower, a loop over AVX2's passes
-// 4-6% (Hq = 32, Hkv = 4, one thread).
+// One block of packed rows against kQuadCallKeys keys (QuadKeys on 16 lanes, OctKeys for up to
+// 4 rows on AVX-512; QuadKeys8 for up to 4 rows on 8), scores into S[r][x]. The calls written out:
+// a lambda around them made the GQA decode 8-10% slower (Hq = 32, Hkv = 4, one thread).
 template <class D>
 constexpr size_t kQuadCallKeys = hn::MaxLanes(D()) == 16 ? kQuadKeys : kQuadKeys8;
 template <class D>
@@ -1579,9 +1634,8 @@ HWY_INLINE void QuadCall(D d, size_t dk, const float* const* rows, const float* 
 #endif
     if (nr > 4) QuadKeys<2>(d, dk, rows, pk, S, lds, nr, feed);
     else QuadKeys<1>(d, dk, rows, pk, S, lds, nr, feed);
-  } else {
-    QuadKeys8(d, dk, rows, pk, 0, S, lds, nr, feed);
-    if (nr > 4) QuadKeys8(d, dk, rows, pk, 1, S + 4 * lds, lds, nr - 4, feed);
+  } else {  // up to 4 rows (more take TripleKeys8)
+    QuadKeys8(d, dk, rows, pk, S, lds, nr, feed);
   }
 }
 // float16 rows in place (AVX-512 only, rows_in_place()): OctKeys for groups of up to 4 rows, else
@@ -1636,6 +1690,28 @@ HWY_INLINE void QuadKeyGroups(D d, size_t nk, size_t nr, size_t dk, const void* 
   }
 }
 
+// Keys j < nk of one block of 5-8 packed rows against float32 rows (as they are, or widened),
+// by TripleKeys8, three at a time while S's rows have room for a group's four scores; the last
+// keys, the group filled up with the last row, into a scratch tile.
+template <class D>
+HWY_INLINE void TripleKeyGroups(D d, size_t nk, size_t nr, size_t dk, const void* const* krow, const float* pk,
+                                float* S, size_t lds, LineFeed& feed) {
+  constexpr size_t NK = kTripleKeys8;
+  const float* rows_x[NK];
+  size_t j = 0;
+  for (; j + NK <= nk && j + 4 <= lds; j += NK) {
+    for (size_t x = 0; x < NK; ++x) rows_x[x] = static_cast<const float*>(krow[j + x]);
+    TripleKeys8(d, dk, rows_x, pk, S + j, lds, nr, feed);
+  }
+  if (j < nk) {  // at most NK keys left (lds >= nk)
+    HWY_ALIGN float part[8 * 4];
+    for (size_t x = 0; x < NK; ++x) rows_x[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
+    TripleKeys8(d, dk, rows_x, pk, part, 4, nr, feed);
+    for (size_t r = 0; r < nr; ++r)
+      for (size_t x = 0; x < nk - j; ++x) S[r * lds + j + x] = part[r * 4 + x];
+  }
+}
+
 template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the body
 HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
                              float* S, size_t lds, LineFeed& shared, QuadRows form) {
@@ -1653,12 +1729,19 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
     const bool octs = kOcts && hn::MaxLanes(D()) == 16 && rows <= 4 && form != QuadRows::f32;
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
-      const size_t passes = hn::MaxLanes(D()) == 8 && nr > 4 ? 2 : 1;  // QuadCall's calls of the kernel
-      const size_t steps = hn::MaxLanes(D()) == 8 ? dk / 4 / kQuadSteps8 + dk / 4 % kQuadSteps8  // of the kernel's
+      const size_t steps8 = dk / 4 / kQuadSteps8 + dk / 4 % kQuadSteps8;  // of QuadKeys8's inner loop
+      if constexpr (hn::MaxLanes(D()) == 8) {
+        if (nr > 4) {  // float32 rows on 8 lanes (no bf16 or float16 rows in place there)
+          feed.pace(static_cast<std::int64_t>((nk + kTripleKeys8 - 1) / kTripleKeys8 * steps8));
+          TripleKeyGroups(d, nk, nr, dk, krow, packed + r0 / 8 * block, S + r0 * lds, lds, feed);
+          continue;
+        }
+      }
+      const size_t steps = hn::MaxLanes(D()) == 8 ? steps8                                       // of the kernel's
                            : pairs ? (octs ? dk / 16 + dk % 16 : dk / 8 + dk % 8)                  // inner loop
                            : octs  ? (dk + 7) / 8
                                    : (dk + 3) / 4;
-      feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * passes * steps));
+      feed.pace(static_cast<std::int64_t>((nk + kKeys - 1) / kKeys * steps));
       const float* pk = octs ? packed + block : packed + r0 / 8 * block;
       if (pairs) QuadKeyGroups<std::uint16_t>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
       else if (halves) QuadKeyGroups<f16>(d, nk, nr, dk, krow, pk, S + r0 * lds, lds, octs, feed);
