@@ -1415,17 +1415,31 @@ HWY_INLINE void TailColumns(D d, size_t tail, const float* qt, size_t second, co
 // 128-bit broadcast of K_x's quad u feeding two accumulators (rows 0-1 and 2-3, one row per
 // 128-bit block), 8 chains, one load per two multiply-adds. More rows take TripleKeys8 (below).
 constexpr size_t kQuadKeys8 = 4, kQuadSteps8 = 4;
+// quad(u) for the column quads u < quads, kQuadSteps8 quads a step of the feed (QuadKeys8 and
+// TripleKeys8; see QuadKeys8 for why four).
+template <class F>
+HWY_INLINE void FeedQuads(size_t quads, LineFeed& feed, const F& quad) {
+  size_t u = 0;
+  for (; u + kQuadSteps8 <= quads; u += kQuadSteps8) {
+    feed.next();
+#pragma GCC unroll 4
+    for (size_t i = 0; i < kQuadSteps8; ++i) quad(u + i);
+  }
+  for (; u < quads; ++u) {
+    feed.next();
+    quad(u);
+  }
+}
 template <class D>
 HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float* packed, float* S, size_t lds,
                           size_t nr, LineFeed& feed) {
   const hn::Half<D> dh;
   const size_t quads = dk / 4, tail = dk % 4;
-  const float* pq = packed;
   hn::Vec<D> a[kQuadKeys8][2];
 #pragma GCC unroll 4
   for (size_t x = 0; x < kQuadKeys8; ++x) a[x][0] = a[x][1] = hn::Zero(d);
   const auto quad = [&](size_t u) HWY_ATTR {
-    const auto q0 = hn::LoadU(d, pq + u * 32), q1 = hn::LoadU(d, pq + u * 32 + 8);
+    const auto q0 = hn::LoadU(d, packed + u * 32), q1 = hn::LoadU(d, packed + u * 32 + 8);
 #pragma GCC unroll 4
     for (size_t x = 0; x < kQuadKeys8; ++x) {
       const auto k = hn::LoadDup128(d, krow[x] + 4 * u);
@@ -1438,17 +1452,8 @@ HWY_INLINE void QuadKeys8(D d, size_t dk, const float* const* krow, const float*
   // than half its FMA rate. The same sums in the same order (Hq = 32, Hkv = 4, d = 128,
   // Nkv = 65536, two threads, calls alternated: 0.83-0.87 of the time for every cache type;
   // docs/performance.md).
-  size_t u = 0;
-  for (; u + kQuadSteps8 <= quads; u += kQuadSteps8) {
-    feed.next();
-#pragma GCC unroll 4
-    for (size_t i = 0; i < kQuadSteps8; ++i) quad(u + i);
-  }
-  for (; u < quads; ++u) {
-    feed.next();
-    quad(u);
-  }
-  TailColumns(d, tail, pq + quads * 32, 8, krow, 4 * quads, a);  // as in QuadKeys
+  FeedQuads(quads, feed, quad);
+  TailColumns(d, tail, packed + quads * 32, 8, krow, 4 * quads, a);  // as in QuadKeys
 #pragma GCC unroll 2
   for (size_t v = 0; v < 2; ++v) {  // block h of r: row 2v + h's four scores
     const auto r = QuadSums(d, a[0][v], a[1][v], a[2][v], a[3][v]);
@@ -1490,16 +1495,7 @@ HWY_INLINE void TripleKeys8(D d, size_t dk, const float* const* krow, const floa
       for (size_t x = 0; x < NK; ++x) a[x][h] = hn::MulAdd(q, k[x], a[x][h]);
     }
   };
-  size_t u = 0;
-  for (; u + kQuadSteps8 <= quads; u += kQuadSteps8) {  // as QuadKeys8, four quads a step of the feed
-    feed.next();
-#pragma GCC unroll 4
-    for (size_t i = 0; i < kQuadSteps8; ++i) quad(u + i);
-  }
-  for (; u < quads; ++u) {
-    feed.next();
-    quad(u);
-  }
+  FeedQuads(quads, feed, quad);  // as QuadKeys8
   for (size_t t = 0; t < tail; ++t) {  // the last columns one at a time, as TailColumns
     const float* qt = packed + (quads + t) * 32;
     for (size_t x = 0; x < NK; ++x) {
