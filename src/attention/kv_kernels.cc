@@ -1394,19 +1394,21 @@ HWY_INLINE void QuadKeys(D d, size_t dk, const T* const* krow, const float* pack
   QuadEnd<kHalves>(d, a, S, lds, nr);
 }
 
-// The last `tail` columns col + t one at a time (QuadKeys8, OctKeys, PairKeys): slot t of the packed
-// rows (32 floats from qt, its second vector `second` floats on) against K_x[col + t] broadcast,
-// into both accumulators of every key.
-template <size_t NK, class D, class T>
+// The last `tail` columns col + t one at a time (QuadKeys8, TripleKeys8, OctKeys, PairKeys): slot t
+// of the packed rows (32 floats from qt, its NH vectors `second` floats apart) against K_x[col + t]
+// broadcast, into the NH accumulators of every key.
+template <size_t NK, size_t NH, class D, class T>
 HWY_INLINE void TailColumns(D d, size_t tail, const float* qt, size_t second, const T* const* krow, size_t col,
-                            hn::Vec<D> (&a)[NK][2]) {
+                            hn::Vec<D> (&a)[NK][NH]) {
   for (size_t t = 0; t < tail; ++t, qt += 32) {
-    const auto q0 = hn::LoadU(d, qt), q1 = hn::LoadU(d, qt + second);
+    hn::Vec<D> q[NH];
+#pragma GCC unroll 4
+    for (size_t h = 0; h < NH; ++h) q[h] = hn::LoadU(d, qt + h * second);
 #pragma GCC unroll 8
     for (size_t x = 0; x < NK; ++x) {
       const auto k = hn::Set(d, RowValue(krow[x], col + t));
-      a[x][0] = hn::MulAdd(q0, k, a[x][0]);
-      a[x][1] = hn::MulAdd(q1, k, a[x][1]);
+#pragma GCC unroll 4
+      for (size_t h = 0; h < NH; ++h) a[x][h] = hn::MulAdd(q[h], k, a[x][h]);
     }
   }
 }
@@ -1496,13 +1498,7 @@ HWY_INLINE void TripleKeys8(D d, size_t dk, const float* const* krow, const floa
     }
   };
   FeedQuads(quads, feed, quad);  // as QuadKeys8
-  for (size_t t = 0; t < tail; ++t) {  // the last columns one at a time, as TailColumns
-    const float* qt = packed + (quads + t) * 32;
-    for (size_t x = 0; x < NK; ++x) {
-      const auto k = hn::Set(d, RowValue(krow[x], 4 * quads + t));
-      for (size_t h = 0; h < 4; ++h) a[x][h] = hn::MulAdd(hn::LoadU(d, qt + 8 * h), k, a[x][h]);
-    }
-  }
+  TailColumns(d, tail, packed + quads * 32, 8, krow, 4 * quads, a);  // the last columns one at a time
   for (size_t h = 0; h < 4; ++h) {  // block i of r: row 2h + i's scores of the three keys
     const auto r = QuadSums(d, a[0][h], a[1][h], a[2][h], hn::Zero(d));
     if (2 * h < nr) hn::StoreU(hn::LowerHalf(dh, r), dh, S + 2 * h * lds);
