@@ -1040,27 +1040,32 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
     for (size_t b = 0; b < CB; ++b) hn::StoreU(FromRaw(acc[b]), d, O + b * L);
   } else if constexpr (hn::MaxLanes(DF()) == 8) {
     // The output row in memory (AVX2 at dv = 16 vectors: its 16 registers cannot hold the row),
-    // pipelined as above: tile t + 1's scores between tile t's V rows, kRowStep keys at a time,
+    // pipelined as above: tile t + 1's scores between tile t's V rows, row_step keys at a time,
     // float32 one key at a time (KeyScore), the others four (Scores4, the bits of the tile at
     // once). H = 8, d = 128, Nkv = 65536, two threads, alternated, time against the tile at once:
     // float32 0.76 (four keys 1.10), bf16 0.75 (one key 1.10), int8 0.86 (docs/performance.md).
-    constexpr size_t kRowStep = kType == kF32 ? 1 : 4;
+    // int8 rows of up to 16 vectors go eight keys a step (each output vector loaded and stored
+    // once per eight keys; the same bits). Against four, alternated in one process, H = 8,
+    // d = 128, time: two threads, Nkv = 65536, 0.93-0.97 in six runs of seven (1.10 in one slow
+    // phase), 262144 0.96-0.97; one thread in cache (Nkv = 2048) 0.93. bf16 and float16 rows
+    // lost that way (1.09-1.11), and int8 rows of 32 vectors (d = 256: 1.5; docs/performance.md).
+    const size_t row_step = kType == kF32 ? 1 : kType == kI8 && dv <= 16 * L ? 8 : 4;
     const size_t n0 = keys(0);
-    for (size_t x = 0; x < n0; x += kRowStep) TileScores<kType>(d, x, step_end(x, kRowStep, n0), dk, kr(0), ks(0), Q, s[0]);
+    for (size_t x = 0; x < n0; x += row_step) TileScores<kType>(d, x, step_end(x, row_step, n0), dk, kr(0), ks(0), Q, s[0]);
     for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
       const size_t n = keys(j), next = keys(j + kStreamKeys);
       if (tf) TransformScores(d, s[t], j, kStreamKeys, *tf);
       const float alpha = TileSoftmax(d, n, s[t], mm, ll);
       const R vr = vrow + j;
       const S vs = vsc ? vsc + j : S();
-      for (size_t x = 0; x < kStreamKeys; x += kRowStep) {
-        prefetch_step(j, x, kRowStep);
+      for (size_t x = 0; x < kStreamKeys; x += row_step) {
+        prefetch_step(j, x, row_step);
         if (x < next)
-          TileScores<kType>(d, x, step_end(x, kRowStep, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q,
+          TileScores<kType>(d, x, step_end(x, row_step, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q,
                             s[t ^ 1]);
         // alpha with the first keys, then 1 (an exact multiply): the sums of the tile at once.
         if (x < n)
-          TileUpdateRow<kType>(d, step_end(x, kRowStep, n) - x, dv, vr + x, vs ? vs + x : S(), s[t] + x,
+          TileUpdateRow<kType>(d, step_end(x, row_step, n) - x, dv, vr + x, vs ? vs + x : S(), s[t] + x,
                                x == 0 ? alpha : 1.0f, O);
       }
     }
