@@ -1040,27 +1040,32 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
     for (size_t b = 0; b < CB; ++b) hn::StoreU(FromRaw(acc[b]), d, O + b * L);
   } else if constexpr (hn::MaxLanes(DF()) == 8) {
     // The output row in memory (AVX2 at dv = 16 vectors: its 16 registers cannot hold the row),
-    // pipelined as above: tile t + 1's scores between tile t's V rows, kRowStep keys at a time,
+    // pipelined as above: tile t + 1's scores between tile t's V rows, row_step keys at a time,
     // float32 one key at a time (KeyScore), the others four (Scores4, the bits of the tile at
     // once). H = 8, d = 128, Nkv = 65536, two threads, alternated, time against the tile at once:
     // float32 0.76 (four keys 1.10), bf16 0.75 (one key 1.10), int8 0.86 (docs/performance.md).
-    constexpr size_t kRowStep = kType == kF32 ? 1 : 4;
+    // int8 rows of up to 16 vectors go eight keys a step (each output vector loaded and stored
+    // once per eight keys; the same bits). Against four, alternated in one process, H = 8,
+    // d = 128, time: two threads, Nkv = 65536, 0.93-0.97 in six runs of seven (1.10 in one slow
+    // phase), 262144 0.96-0.97; one thread in cache (Nkv = 2048) 0.93. bf16 and float16 rows
+    // lost that way (1.09-1.11), and int8 rows of 32 vectors (d = 256: 1.5; docs/performance.md).
+    const size_t row_step = kType == kF32 ? 1 : kType == kI8 && dv <= 16 * L ? 8 : 4;
     const size_t n0 = keys(0);
-    for (size_t x = 0; x < n0; x += kRowStep) TileScores<kType>(d, x, step_end(x, kRowStep, n0), dk, kr(0), ks(0), Q, s[0]);
+    for (size_t x = 0; x < n0; x += row_step) TileScores<kType>(d, x, step_end(x, row_step, n0), dk, kr(0), ks(0), Q, s[0]);
     for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
       const size_t n = keys(j), next = keys(j + kStreamKeys);
       if (tf) TransformScores(d, s[t], j, kStreamKeys, *tf);
       const float alpha = TileSoftmax(d, n, s[t], mm, ll);
       const R vr = vrow + j;
       const S vs = vsc ? vsc + j : S();
-      for (size_t x = 0; x < kStreamKeys; x += kRowStep) {
-        prefetch_step(j, x, kRowStep);
+      for (size_t x = 0; x < kStreamKeys; x += row_step) {
+        prefetch_step(j, x, row_step);
         if (x < next)
-          TileScores<kType>(d, x, step_end(x, kRowStep, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q,
+          TileScores<kType>(d, x, step_end(x, row_step, next), dk, kr(j + kStreamKeys), ks(j + kStreamKeys), Q,
                             s[t ^ 1]);
         // alpha with the first keys, then 1 (an exact multiply): the sums of the tile at once.
         if (x < n)
-          TileUpdateRow<kType>(d, step_end(x, kRowStep, n) - x, dv, vr + x, vs ? vs + x : S(), s[t] + x,
+          TileUpdateRow<kType>(d, step_end(x, row_step, n) - x, dv, vr + x, vs ? vs + x : S(), s[t] + x,
                                x == 0 ? alpha : 1.0f, O);
       }
     }
@@ -1661,47 +1666,50 @@ HWY_INLINE void QuadCall(D d, size_t dk, const std::uint16_t* const* rows, const
 #endif
 }
 
+// Keys j < nk of one block of nr rows (at most 8) in groups of NK: call(rows, S + j, lds) scores a
+// group's keys, rows[x] the row of key j + x as a T*, W >= NK columns a row stored (a kernel that
+// stores whole vectors: TripleKeys8's 4 for 3 keys), while S's rows have room for them; the last
+// keys, the group filled up with the last key, into a scratch tile. The call is inlined: as an
+// outlined lambda it took the kernels out of ScoresQuads with it (GQA decode 8-10% slower).
+template <class T, size_t NK, size_t W, class Call>
+HWY_INLINE void KeyGroups(size_t nk, size_t nr, const void* const* krow, float* S, size_t lds, Call&& call) {
+  const T* rows_x[NK];
+  size_t j = 0;
+  for (; j + NK <= nk && j + W <= lds; j += NK) {
+    for (size_t x = 0; x < NK; ++x) rows_x[x] = static_cast<const T*>(krow[j + x]);
+    call(rows_x, S + j, lds);
+  }
+  if (j < nk) {  // at most NK keys left (lds >= nk)
+    HWY_ALIGN float part[8 * W];
+    for (size_t x = 0; x < NK; ++x) rows_x[x] = static_cast<const T*>(krow[j + x < nk ? j + x : nk - 1]);
+    call(rows_x, part, W);
+    for (size_t r = 0; r < nr; ++r)
+      for (size_t x = 0; x < nk - j; ++x) S[r * lds + j + x] = part[r * W + x];
+  }
+}
+
 // Keys j < nk of one block of nr packed rows (from pk), rows of element type T, kQuadCallKeys at a
-// time; the last keys, the group filled up with the last row, into a scratch tile.
+// time (QuadCall).
 template <class T, class D>
 HWY_INLINE void QuadKeyGroups(D d, size_t nk, size_t nr, size_t dk, const void* const* krow, const float* pk,
                               float* S, size_t lds, bool octs, LineFeed& feed) {
   constexpr size_t kKeys = kQuadCallKeys<D>;
-  const T* rows_x[kKeys];
-  size_t j = 0;
-  for (; j + kKeys <= nk; j += kKeys) {
-    for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const T*>(krow[j + x]);
-    QuadCall(d, dk, rows_x, pk, S + j, lds, nr, octs, feed);
-  }
-  if (j < nk) {
-    HWY_ALIGN float part[8 * kKeys];
-    for (size_t x = 0; x < kKeys; ++x) rows_x[x] = static_cast<const T*>(krow[j + x < nk ? j + x : nk - 1]);
-    QuadCall(d, dk, rows_x, pk, part, kKeys, nr, octs, feed);
-    for (size_t r = 0; r < nr; ++r)
-      for (size_t x = 0; x < nk - j; ++x) S[r * lds + j + x] = part[r * kKeys + x];
-  }
+  KeyGroups<T, kKeys, kKeys>(nk, nr, krow, S, lds,
+                             [&](const T* const* rows, float* s, size_t ld) HWY_ATTR __attribute__((always_inline)) {
+                               QuadCall(d, dk, rows, pk, s, ld, nr, octs, feed);
+                             });
 }
 
 // Keys j < nk of one block of 5-8 packed rows against float32 rows (as they are, or widened),
-// by TripleKeys8, three at a time while S's rows have room for a group's four scores; the last
-// keys, the group filled up with the last row, into a scratch tile.
+// three at a time (TripleKeys8).
 template <class D>
 HWY_INLINE void TripleKeyGroups(D d, size_t nk, size_t nr, size_t dk, const void* const* krow, const float* pk,
                                 float* S, size_t lds, LineFeed& feed) {
-  constexpr size_t NK = kTripleKeys8;
-  const float* rows_x[NK];
-  size_t j = 0;
-  for (; j + NK <= nk && j + 4 <= lds; j += NK) {
-    for (size_t x = 0; x < NK; ++x) rows_x[x] = static_cast<const float*>(krow[j + x]);
-    TripleKeys8(d, dk, rows_x, pk, S + j, lds, nr, feed);
-  }
-  if (j < nk) {  // at most NK keys left (lds >= nk)
-    HWY_ALIGN float part[8 * 4];
-    for (size_t x = 0; x < NK; ++x) rows_x[x] = static_cast<const float*>(krow[j + x < nk ? j + x : nk - 1]);
-    TripleKeys8(d, dk, rows_x, pk, part, 4, nr, feed);
-    for (size_t r = 0; r < nr; ++r)
-      for (size_t x = 0; x < nk - j; ++x) S[r * lds + j + x] = part[r * 4 + x];
-  }
+  KeyGroups<float, kTripleKeys8, 4>(nk, nr, krow, S, lds,
+                                    [&](const float* const* rows, float* s, size_t ld)
+                                        HWY_ATTR __attribute__((always_inline)) {
+                                          TripleKeys8(d, dk, rows, pk, s, ld, nr, feed);
+                                        });
 }
 
 template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the body
