@@ -988,7 +988,7 @@ HWY_INLINE void StreamTiles(size_t nk, size_t dk, size_t dv, R krow, S ksc, R vr
       // int8 rows that follow each other (a contiguous cache): the keys' K rows as one run, then
       // their V rows, then each stream's scales. Against key by key (each key's K row, V row and
       // scale lines), alternated in one process, H = 8, d = 128, two threads, time: Nkv = 65536
-      // 0.94-1.00 (median 0.96 over eight runs), 262144 0.94-0.98; bf16 rows lost that way
+      // 0.94-1.00 (median 0.96 over seven runs), 262144 0.94-0.98; bf16 rows lost that way
       // (1.02-1.05), and so did int8 rows key by key without the repeated scale lines (1.03-1.04).
       if (krow.stride == static_cast<std::ptrdiff_t>(dk) && vrow.stride == static_cast<std::ptrdiff_t>(dv)) {
         const auto run = [](const void* first, const void* end) {  // the lines of [first, end)
