@@ -326,13 +326,13 @@ constexpr size_t AccumulatePasses(size_t vectors) {
   return passes;
 }
 
+// A block of NR rows; the caller paced the feed over all its blocks' passes (AccumulateT).
 template <int kType, size_t NR>
 HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
                                const float* alpha, float* O, size_t ldo, LineFeed& shared) {
   const DF d;
   const size_t L = hn::Lanes(d), full = dv / L * L;
   LineFeed feed = shared;  // in registers while the keys stream
-  feed.pace(static_cast<std::int64_t>(nk * AccumulatePasses<NR>(full / L)));
   // Blocks of 3 vectors (TakeThree), then of 8, 4, 2, 1, as wide as the register budget allows:
   // each V row is then read in as few passes as possible (one for d = 128 and one row on AVX-512).
   size_t c = 0;
@@ -410,9 +410,32 @@ constexpr size_t kAccumulateRows = 4;
 constexpr size_t kAccumulateRows = kRowBlock;
 #endif
 
+// AccumulatePasses for a block of nr rows (1 to 8) known at run time.
+inline size_t BlockPasses(size_t nr, size_t vectors) {
+  switch (nr) {
+    case 1: return AccumulatePasses<1>(vectors);
+    case 2: return AccumulatePasses<2>(vectors);
+    case 3: return AccumulatePasses<3>(vectors);
+    case 4: return AccumulatePasses<4>(vectors);
+    case 5: return AccumulatePasses<5>(vectors);
+    case 6: return AccumulatePasses<6>(vectors);
+    case 7: return AccumulatePasses<7>(vectors);
+    default: return AccumulatePasses<8>(vectors);
+  }
+}
+
+// The feed is paced over the passes of all the row blocks. Paced over each block's own passes, the
+// first of AVX2's two blocks of 4 rows (a group of 5-8) took a float32 tile's V lines two a step
+// and the second none. d = 128, Nkv = 65536, two threads, calls alternated in one process, time
+// against that: Hq = 32, Hkv = 4 0.87-0.94, Hq = 24 0.85; in cache 0.98-1.00 (bf16 and int8 tiles
+// take one line a step either way; docs/performance.md).
 template <int kType>
 void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
                  const float* alpha, float* O, size_t ldo, LineFeed& feed) {
+  size_t passes = 0;
+  for (size_t r0 = 0; r0 < rows; r0 += kAccumulateRows)
+    passes += BlockPasses(rows - r0 < kAccumulateRows ? rows - r0 : kAccumulateRows, dv / hn::Lanes(DF()));
+  feed.pace(static_cast<std::int64_t>(nk * passes));
   for (size_t r0 = 0; r0 < rows; r0 += kAccumulateRows) {
     const float* p = P + r0 * kTileKeys;
     const float* a = alpha + r0;
