@@ -70,7 +70,8 @@ class LineFeed {
   // 0.958-0.975 (docs/performance.md).
   void next() {
     if (p_ < end_) {
-      for (std::int64_t i = 0; i < per_; ++i) prefetch_line(line(64 * static_cast<std::uintptr_t>(i)), CacheLevel::near);
+      for (std::int64_t i = 0; i < per_; ++i)
+        prefetch_line(line(64 * static_cast<std::uintptr_t>(i)), CacheLevel::near);
       p_ += 64 * static_cast<std::uintptr_t>(per_);
       return;
     }
