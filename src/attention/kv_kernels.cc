@@ -272,11 +272,10 @@ constexpr size_t kAccumulators = 16;  // of 32 (AVX-512); the scalar target has 
 constexpr size_t kThreeVectorRows = 0;  // no blocks of 3 vectors
 #endif
 
-// Whether NR rows take a block of 3 vectors with `vectors` full vectors left: while 3 or more are
+// Whether nr rows take a block of 3 vectors with `vectors` full vectors left: while 3 or more are
 // left, but 4 go as 2 + 2 (3 + 1 would leave a pass of one vector, half the sums of the others).
-template <size_t NR>
-constexpr bool TakeThree(size_t vectors) {
-  return NR == kThreeVectorRows && vectors >= 3 && vectors != 4;
+constexpr bool TakeThree(size_t nr, size_t vectors) {
+  return nr == kThreeVectorRows && vectors >= 3 && vectors != 4;
 }
 
 template <int kType, size_t NR, size_t CB>
@@ -315,14 +314,14 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
     for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[r][b], d, O + r * ldo + c0 + b * L);
 }
 
-// The passes AccumulateRows makes over the keys for `vectors` full vectors of a row: blocks of
-// 3 (TakeThree), then 8, 4, 2, 1 vectors, each as wide as NR rows' accumulators allow.
-template <size_t NR>
-constexpr size_t AccumulatePasses(size_t vectors) {
+// The passes AccumulateRows makes over the keys for a block of nr rows and `vectors` full vectors
+// of a row: blocks of 3 (TakeThree), then 8, 4, 2, 1 vectors, each as wide as nr rows'
+// accumulators allow.
+constexpr size_t AccumulatePasses(size_t nr, size_t vectors) {
   size_t passes = 0;
-  for (; TakeThree<NR>(vectors); vectors -= 3) ++passes;
+  for (; TakeThree(nr, vectors); vectors -= 3) ++passes;
   for (size_t cb : {8, 4, 2, 1})
-    if (cb * NR <= kAccumulators || cb == 1) passes += vectors / cb, vectors %= cb;
+    if (cb * nr <= kAccumulators || cb == 1) passes += vectors / cb, vectors %= cb;
   return passes;
 }
 
@@ -336,7 +335,7 @@ HWY_INLINE void AccumulateRows(size_t nk, size_t dv, const void* const* vrow, co
   // Blocks of 3 vectors (TakeThree), then of 8, 4, 2, 1, as wide as the register budget allows:
   // each V row is then read in as few passes as possible (one for d = 128 and one row on AVX-512).
   size_t c = 0;
-  while (TakeThree<NR>((full - c) / L)) {
+  while (TakeThree(NR, (full - c) / L)) {
     AccumulateBlock<kType, NR, 3>(nk, c, vrow, vsc, P, alpha, O, ldo, feed);
     c += 3 * L;
   }
@@ -410,20 +409,6 @@ constexpr size_t kAccumulateRows = 4;
 constexpr size_t kAccumulateRows = kRowBlock;
 #endif
 
-// AccumulatePasses for a block of nr rows (1 to 8) known at run time.
-inline size_t BlockPasses(size_t nr, size_t vectors) {
-  switch (nr) {
-    case 1: return AccumulatePasses<1>(vectors);
-    case 2: return AccumulatePasses<2>(vectors);
-    case 3: return AccumulatePasses<3>(vectors);
-    case 4: return AccumulatePasses<4>(vectors);
-    case 5: return AccumulatePasses<5>(vectors);
-    case 6: return AccumulatePasses<6>(vectors);
-    case 7: return AccumulatePasses<7>(vectors);
-    default: return AccumulatePasses<8>(vectors);
-  }
-}
-
 // The feed is paced over the passes of all the row blocks. Paced over each block's own passes, the
 // first of AVX2's two blocks of 4 rows (a group of 5-8) took a float32 tile's V lines two a step
 // and the second none. d = 128, Nkv = 65536, two threads, calls alternated in one process, time
@@ -434,7 +419,7 @@ void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, con
                  const float* alpha, float* O, size_t ldo, LineFeed& feed) {
   size_t passes = 0;
   for (size_t r0 = 0; r0 < rows; r0 += kAccumulateRows)
-    passes += BlockPasses(rows - r0 < kAccumulateRows ? rows - r0 : kAccumulateRows, dv / hn::Lanes(DF()));
+    passes += AccumulatePasses(rows - r0 < kAccumulateRows ? rows - r0 : kAccumulateRows, dv / hn::Lanes(DF()));
   feed.pace(static_cast<std::int64_t>(nk * passes));
   for (size_t r0 = 0; r0 < rows; r0 += kAccumulateRows) {
     const float* p = P + r0 * kTileKeys;
