@@ -61,10 +61,9 @@ std::int64_t chunk_keys(std::int64_t B, std::int64_t Hkv, std::int64_t max_len) 
 }
 constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is four 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
-// One query row: bytes of K and V kv::stream_row_strided (and kv::stream_heads over a paged cache
-// whose key runs are kShortRun bytes or less, Chunk::step_heads) prefetches ahead; over a paged
-// cache with longer runs, kLongRunAheadBytes (Chunk::step_heads).
-constexpr std::int64_t kStreamAheadBytes = 16384, kShortRun = 1024, kLongRunAheadBytes = 131072;
+// One query row: bytes of K and V kv::stream_row_strided prefetches ahead, and kv::stream_heads over
+// a paged cache (Chunk::step_heads).
+constexpr std::int64_t kStreamAheadBytes = 16384, kPagedAheadBytes = 131072;
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
 constexpr double kOneThreadBytes = 1 << 20;  // K and V bytes below which a call runs on one thread
@@ -503,22 +502,19 @@ class Chunk {
     const bool int8 = int8_;
     const kv::HeadRows k{s_.krow.data(), head_bytes(L_.k), int8 ? s_.ksc.data() : nullptr, head_scales(L_.k)};
     const kv::HeadRows v{s_.vrow.data(), head_bytes(L_.v), int8 ? s_.vsc.data() : nullptr, head_scales(L_.v)};
-    // A paged cache prefetches the rows ahead of those it reads: its blocks are too short for the
-    // hardware prefetcher, which starts anew at each. Key runs (K and V bytes of all heads of a
-    // key) of kShortRun or less, kStreamAheadBytes ahead. Time over a contiguous cache's, without
-    // -> with, blocks of 16 keys, d = 128 (docs/performance.md): one head, one thread, float32
-    // 1.58 -> 1.48, bf16 2.02 -> 1.46, int8 2.67 -> 1.99. Longer runs, kLongRunAheadBytes ahead, at
-    // most a tile (the rows gathered reach a tile past the one read): on a Zen 5 core, two threads,
-    // calls alternated in one process, 8 heads 1.88 -> 1.63 (float32), 1.94 -> 1.58 (bf16),
-    // 2.28 -> 1.75 (int8); 2 and 4 float32 heads 1.84 -> 1.33 and 1.62 -> 1.41. Half a block of 16
-    // keys ahead (64 KiB at 8 float32 heads) was slower than none: every other key's prefetch then
-    // falls in the block being read, which the hardware prefetcher already fetches. (On a Zen 3
-    // core, 2 float32 heads with 16 KiB ahead, 8 keys, had lost: 1.12 -> 1.23.)
+    // A paged cache prefetches the rows of the key kPagedAheadBytes of K and V (all heads of a key:
+    // one run) past the one it reads, at most a tile ahead (the rows gathered reach a tile past
+    // the one read): its blocks are too short for the hardware prefetcher, which starts anew at
+    // each. On a Zen 5 core, blocks of 16 keys in shuffled order, d = 128, Nkv = 65536, two
+    // threads, calls alternated in one process, time over a contiguous cache's (docs/performance.md):
+    // 8 heads, without -> with, float32 1.88 -> 1.63, bf16 1.94 -> 1.58, int8 2.28 -> 1.75; against
+    // the 16 KiB ahead that runs of 1 KiB or less took before, float32 1 head 1.61 -> 1.25, bf16 2
+    // heads 2.43 -> 1.64, shorter runs (bf16 1 head, int8 1 and 2 heads) the same. Half a block
+    // ahead (64 KiB at 8 float32 heads) was slower than none: every other key's prefetch then falls
+    // in the block being read, which the hardware prefetcher already fetches.
     const std::int64_t run = (L_.dk * L_.k.esize + L_.dv * L_.v.esize) * static_cast<std::int64_t>(heads);
     const std::size_t ahead =
-        !L_.paged          ? 0
-        : run <= kShortRun ? static_cast<std::size_t>(std::max<std::int64_t>(4, kStreamAheadBytes / run))
-                           : static_cast<std::size_t>(std::clamp<std::int64_t>(kLongRunAheadBytes / run, 4, kTile));
+        L_.paged ? static_cast<std::size_t>(std::clamp<std::int64_t>(kPagedAheadBytes / run, 4, kTile)) : 0;
     kv::stream_heads(L_.type, static_cast<std::size_t>(nk), heads, L_.dk, L_.dv, k, v, hr, ahead,
                      static_cast<std::size_t>(next ? kTile + next : nk), work);
     for (auto* rows : {&s_.krow, &s_.vrow}) std::copy_n(rows->begin() + kTile, next, rows->begin());
