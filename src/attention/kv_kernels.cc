@@ -39,6 +39,10 @@ using detail::HWY_NAMESPACE::FromRaw;  // raw_vectors-inl.h
 using detail::HWY_NAMESPACE::RawF;
 using detail::HWY_NAMESPACE::ToRaw;
 using detail::HWY_NAMESPACE::LaneSum;  // lane_reduce-inl.h
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+using detail::HWY_NAMESPACE::Lane16Row;
+using detail::HWY_NAMESPACE::LaneSums16;
+#endif
 #if HWY_TARGET != HWY_SCALAR
 using detail::HWY_NAMESPACE::AddOp;
 using detail::HWY_NAMESPACE::Reduce4;
@@ -790,6 +794,24 @@ template <int kType, size_t kDk>
 constexpr bool PairScores() {
   return kType == kBF16 && kDk > 0 && (kDk / hn::MaxLanes(DF())) % 2 == 0;
 }
+// An int8 key's score before its lane sum (StreamScore is LaneSum of it).
+template <size_t kDk>
+HWY_INLINE VF Int8ScoreLanes(DF d, size_t dk, const void* row, const float* sc, const float* q) {
+  constexpr size_t L = hn::MaxLanes(DF());
+  constexpr size_t kPer = 32 / L;  // vectors of one block
+  const size_t blocks = (kDk ? kDk : dk) / 32;
+  VF a0 = hn::Zero(d), a1 = hn::Zero(d);
+#pragma GCC unroll 16
+  for (size_t b = 0; b < blocks; ++b) {
+    VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), hn::LoadU(d, q + b * 32));
+#pragma GCC unroll 4
+    for (size_t e = 1; e < kPer; ++e)
+      t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), hn::LoadU(d, q + b * 32 + e * L), t);
+    if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
+    else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
+  }
+  return hn::Add(a0, a1);
+}
 template <int kType, size_t kDk>
 HWY_INLINE float StreamScore(DF d, size_t dk, const void* row, const float* sc, const float* q) {
   constexpr size_t L = hn::MaxLanes(DF());
@@ -807,19 +829,7 @@ HWY_INLINE float StreamScore(DF d, size_t dk, const void* row, const float* sc, 
     (void)sc;
     return KeyScore<kType>(d, kDk ? kDk : dk, row, nullptr, q);
   } else {
-    constexpr size_t kPer = 32 / L;  // vectors of one block
-    const size_t blocks = (kDk ? kDk : dk) / 32;
-    VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-#pragma GCC unroll 16
-    for (size_t b = 0; b < blocks; ++b) {
-      VF t = hn::Mul(LoadRaw<kI8>(d, row, b * 32), hn::LoadU(d, q + b * 32));
-#pragma GCC unroll 4
-      for (size_t e = 1; e < kPer; ++e)
-        t = hn::MulAdd(LoadRaw<kI8>(d, row, b * 32 + e * L), hn::LoadU(d, q + b * 32 + e * L), t);
-      if (b % 2 == 0) a0 = hn::MulAdd(hn::Set(d, sc[b]), t, a0);
-      else a1 = hn::MulAdd(hn::Set(d, sc[b]), t, a1);
-    }
-    return LaneSum(d, hn::Add(a0, a1));
+    return LaneSum(d, Int8ScoreLanes<kDk>(d, dk, row, sc, q));
   }
 }
 
@@ -914,11 +924,31 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
   };
   float mm = *m, ll = *l;
   HWY_ALIGN float s[2][kStreamKeys] = {};  // defined lanes past a short first tile (transforms read them)
+  // int8 keys on AVX-512: each key's score vector kept before its lane sum, and the tile's 16 sums
+  // taken together (LaneSums16, the same bits as LaneSum).
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  constexpr bool kSums16 = kType == kI8 && L == 16 && kStreamKeys == 16;
+#else
+  constexpr bool kSums16 = false;
+#endif
+  HWY_ALIGN float lanes[kSums16 ? 2 : 1][kSums16 ? 256 : 1] = {};
+  const auto score_into = [&](size_t t, size_t x) HWY_ATTR {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (kSums16) {
+      hn::Store(Int8ScoreLanes<kDk>(d, dk, *kc, *ksr, Q), d, lanes[t] + 16 * Lane16Row(x));
+      return;
+    }
+#endif
+    s[t][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
+  };
   const size_t first = nk < kStreamKeys ? nk : kStreamKeys;
-  for (size_t x = 0; x < first; ++x, next_k()) s[0][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
+  for (size_t x = 0; x < first; ++x, next_k()) score_into(0, x);
   for (size_t j = 0, t = 0; j < nk; j += kStreamKeys, t ^= 1) {
     const size_t n = nk - j < kStreamKeys ? nk - j : kStreamKeys;
     const size_t rest = nk - j - n, next = rest < kStreamKeys ? rest : kStreamKeys;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (kSums16) hn::Store(LaneSums16(lanes[t]), d, s[t]);
+#endif
     if (tf) TransformScores(d, s[t], j, kStreamKeys, *tf);
     const float alpha = TileSoftmax(d, n, s[t], mm, ll);
     if (alpha != 1.0f)
@@ -935,7 +965,7 @@ HWY_INLINE void StreamKeys(size_t nk, size_t dk_given, R krow, S ksc, R vrow, S 
         ++kp;
       }
       if (x < next) {
-        s[t ^ 1][x] = score(*kc, kType == kI8 ? *ksr : nullptr);
+        score_into(t ^ 1, x);
         next_k();
       }
       const void* row = *vc;
