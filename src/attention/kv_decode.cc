@@ -61,8 +61,8 @@ std::int64_t chunk_keys(std::int64_t B, std::int64_t Hkv, std::int64_t max_len) 
 }
 constexpr std::int64_t kTile = kv::kTileKeys;  // keys per tile (a row of scores is four 16-lane vectors)
 constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (see Chunk::step)
-// One query row: bytes of K and V kv::stream_row_strided prefetches ahead, and kv::stream_heads over
-// a paged cache (Chunk::step_heads).
+// Bytes of K and V a one-query-row stream prefetches ahead: kv::stream_row_strided over a contiguous
+// cache (kStreamAheadBytes), kv::stream_heads over a paged one (kPagedAheadBytes, Chunk::step_heads).
 constexpr std::int64_t kStreamAheadBytes = 16384, kPagedAheadBytes = 131072;
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
