@@ -402,8 +402,8 @@ class Chunk {
   // A whole chunk (one query row, contiguous cache) is one stream_row_strided call (one query row,
   // heads together: step_heads). Otherwise tiles go round a ring of kAhead + 1 pointer sets: while
   // tile i is computed, tile i + kAhead's rows are looked up and prefetched, GQA with quad
-  // scores: the rows a line or two per
-  // step of the kernels' inner loops (LineFeed: K rows by the scores, V rows by P·V), on others a
+  // scores: the rows a line or two per step of the kernels' inner loops (LineFeed: this tile's V
+  // rows by the scores, the next tile's K rows by P·V; below), on others a
   // sub-tile's worth before each sub-tile of scores, so that the fetch runs beside the
   // arithmetic rather than in a burst that stalls on the full miss queue (docs/performance.md).
   // The first kAhead tiles are prefetched by begin().
@@ -436,7 +436,18 @@ class Chunk {
     // (`fv`) bytes long. Head 0 has gathered its next tile by now (it steps first).
     TileRows f = upcoming();  // tile i + 1, at y
     std::int64_t fk = kbytes_, fv = vbytes_;
-    if (first && heads > 1 && L_.runs) {
+    // The quad paths' feeds: the scores feed this tile's V rows and P·V the next tile's K rows, so
+    // that each arrives in L1 about one phase before it is read. Fed the other way (the scores the
+    // next tile's K, P·V its V), L1 (48 KiB here) had to hold a tile's V from the P·V before it
+    // through the scores, beside the K they read and the next K they fed (32 KiB each at float32,
+    // d = 128). Time against that, calls alternated in one process, two threads, Hq = 32, Hkv = 4
+    // unless said: d = 128, Nkv = 65536: float32 0.937-0.974, bf16 0.963, float16 0.907-0.924;
+    // d = 64, Nkv = 131072: float32 0.86-0.90 (one run of three 1.03), bf16 0.889; d = 256 0.942;
+    // Hq = 8, Hkv = 1, Nkv = 262144: 0.944; Hkv = 8: 0.979. int8 (its K rows widened first), a
+    // paged cache and K and V in cache: 0.98-1.02 (docs/performance.md). Runs of all heads side by
+    // side keep the old order: their feed is a part of the next tile's runs.
+    const bool v_first = !(first && heads > 1 && L_.runs);
+    if (!v_first) {
       const TileRows all = first->upcoming();
       const std::int64_t part = (all.n + heads - 1) / heads, from = std::min(all.n, head * part);
       f = {all.k + from, all.v + from, std::min(part, all.n - from)};
@@ -459,7 +470,7 @@ class Chunk {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
-        LineFeed feed(f.k + a, ahead, fk);
+        LineFeed feed = v_first ? LineFeed(s.vrow.data() + x + a, n, vbytes_) : LineFeed(f.k + a, ahead, fk);
         kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed, form);
         feed.rest();
       } else {
@@ -474,7 +485,7 @@ class Chunk {
     simd::softmax_update_rows(s.s.data(), kTile, g, nk, s.m.data(), s.l.data(), s.alpha.data());
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
-    LineFeed feed = quads_ ? LineFeed(f.v, f.n, fv) : LineFeed();
+    LineFeed feed = !quads_ ? LineFeed() : v_first ? LineFeed(f.k, f.n, fk) : LineFeed(f.v, f.n, fv);
     kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(),
                    s.alpha.data(), s.o.data(), L_.dv, feed);
     feed.rest();
