@@ -432,8 +432,9 @@ class Chunk {
     const std::int64_t t0 = j0_ + i * kTile, nk = tile_keys(i), next = tile_keys(i + kAhead);
     const std::int64_t x = (i % kSets) * kTile, y = ((i + kAhead) % kSets) * kTile;
     if (next) gather(t0 + kAhead * kTile, next, y);
-    // The rows this step feeds: the next tile's (own, or its part of all heads' runs), each `fk`
-    // (`fv`) bytes long. Head 0 has gathered its next tile by now (it steps first).
+    // The next tile's rows (its own, or its part of all heads' runs), each `fk` (`fv`) bytes long:
+    // what this step feeds, with this tile's V rows (below). Head 0 has gathered its next tile by
+    // now (it steps first).
     TileRows f = upcoming();  // tile i + 1, at y
     std::int64_t fk = kbytes_, fv = vbytes_;
     // The quad paths' feeds: the scores feed this tile's V rows and P·V the next tile's K rows, so
