@@ -157,7 +157,7 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
          nullptr, scale);
     if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
-    simd::softmax_update_rows(s.s.get(), s.lds, rb.n, nk, f.m.get(), f.l.get(), f.alpha.get());
+    simd::softmax_update_rows(s.s.get(), s.lds, rb.n, nk, f.m.get(), f.l.get(), f.alpha.get(), simd::ExpFor::bf16);
     if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.s.get(), s.lds, 1);  // l keeps every P
     // A hidden key's non-finite value must not reach a row through its zero weight (0 · NaN = NaN):
     // such a partial tile reads only the visible pairs, in float32, as flash_forward.h does.
@@ -215,7 +215,7 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr, scale);
     if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
-    simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get());
+    simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get(), nullptr, simd::ExpFor::bf16);
     for (std::int64_t r = 0; r < rb.n; ++r)
       for (std::int64_t j = 0; j < nk; ++j) set(r, j0 + j, s.s[r * s.lds + j] * f.mul[r]);
   }

@@ -466,7 +466,8 @@ void SoftmaxGrad(const float* Pt, float* dPt, size_t ld, size_t rows, size_t col
 // pass, whose K and V tiles are packed once and whose Q and dO are read in place):
 // S[r][c] = e^(S[r][c] − sub[r]) · mul[r] over cols (a multiple of the lane count; mul may be
 // null for 1; a caller passes sub = +inf for a fully masked row, so the row becomes 0).
-void Exp2Rows(float* S, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
+template <bool kForBf16>
+HWY_INLINE void Exp2RowsFor(float* S, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
   const DF d;
   const size_t L = hn::Lanes(d);
   for (size_t r = 0; r < rows; ++r) {
@@ -475,11 +476,18 @@ void Exp2Rows(float* S, size_t lds, size_t rows, size_t cols, const float* sub, 
     if (mul) {
       const VF f = hn::Set(d, mul[r]);
       for (size_t c = 0; c < cols; c += L)
-        hn::StoreU(hn::Mul(ExpDiff(d, hn::LoadU(d, row + c), s), f), d, row + c);
+        hn::StoreU(hn::Mul(ExpDiff<DF, kForBf16>(d, hn::LoadU(d, row + c), s), f), d, row + c);
     } else {
-      for (size_t c = 0; c < cols; c += L) hn::StoreU(ExpDiff(d, hn::LoadU(d, row + c), s), d, row + c);
+      for (size_t c = 0; c < cols; c += L) hn::StoreU(ExpDiff<DF, kForBf16>(d, hn::LoadU(d, row + c), s), d, row + c);
     }
   }
+}
+void Exp2Rows(float* S, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
+  Exp2RowsFor<false>(S, lds, rows, cols, sub, mul);
+}
+// The bf16 forward's probs output, with its softmax's e^x (SoftmaxUpdateRowsBf16).
+void Exp2RowsBf16(float* S, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
+  Exp2RowsFor<true>(S, lds, rows, cols, sub, mul);
 }
 
 // dS[r][c] = P[r][c] · (dP[r][c] − D[r]) · scale, in place over dP (row layout, see Exp2Rows).
@@ -504,7 +512,7 @@ void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t c
 // and l updated as one 4-lane vector, where a row at a time pays a lane reduction, a scalar e^x and
 // their latencies per row (the decode's 8-row GQA tiles of 64 keys are much of that work). Other R
 // (the leftover rows of a tile, every row on the scalar target) go row by row.
-template <size_t R>
+template <size_t R, bool kForBf16>
 HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha) {
 #if HWY_TARGET != HWY_SCALAR
   constexpr bool kFour = R == 4;
@@ -536,20 +544,20 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
   }
   for (size_t c = 0; c < padded; c += L)
     for (size_t r = 0; r < R; ++r) {
-      const VF p = ExpBelowMax(d, hn::LoadU(d, S + r * lds + c), mu[r]);
+      const VF p = ExpBelowMax<DF, kForBf16>(d, hn::LoadU(d, S + r * lds + c), mu[r]);
       hn::StoreU(p, d, S + r * lds + c);
       sum[r] = hn::Add(sum[r], p);
     }
   if constexpr (kFour) {
 #if HWY_TARGET != HWY_SCALAR
-    const auto a = ExpBelowMax(d4, hn::LoadU(d4, m), hn::Load(d4, m_use));
+    const auto a = ExpBelowMax<decltype(d4), kForBf16>(d4, hn::LoadU(d4, m), hn::Load(d4, m_use));
     hn::StoreU(a, d4, alpha);
     hn::StoreU(FusedMulAdd(a, hn::LoadU(d4, l), Reduce4(d, sum[0], sum[1], sum[2], sum[3], AddOp())), d4, l);
     hn::StoreU(hn::Load(d4, m_new), d4, m);
 #endif
   } else {
     for (size_t r = 0; r < R; ++r) {
-      const float a = hn::GetLane(ExpBelowMax(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
+      const float a = hn::GetLane(ExpBelowMax<DF, kForBf16>(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
       alpha[r] = a;
       l[r] = a * l[r] + LaneSum(d, sum[r]);
       m[r] = m_new[r];
@@ -561,7 +569,8 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
 // the row; the bf16 forward's layout): the same update as SoftmaxUpdate per row, with the max
 // and sum reduced across lanes. Columns [cols, round_up(cols, L)) are treated as -inf and come
 // out as P = 0, so a ragged tile may be padded to whole vectors.
-void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
+template <bool kForBf16>
+HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const size_t full = cols / L * L;
@@ -571,8 +580,15 @@ void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m,
       hn::StoreU(hn::IfThenElse(tail, hn::LoadU(d, S + r * lds + full), hn::Set(d, -INFINITY)), d, S + r * lds + full);
   const size_t padded = full < cols ? full + L : full;
   size_t r = 0;
-  for (; r + 4 <= rows; r += 4) SoftmaxRowsTogether<4>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
-  for (; r < rows; ++r) SoftmaxRowsTogether<1>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+  for (; r + 4 <= rows; r += 4) SoftmaxRowsTogether<4, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+  for (; r < rows; ++r) SoftmaxRowsTogether<1, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+}
+void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
+  SoftmaxUpdateRowsFor<false>(S, lds, rows, cols, m, l, alpha);
+}
+// P rounded to bfloat16 next (the bf16 forward): e^x by Exp2Fraction's degree-3 polynomial.
+void SoftmaxUpdateRowsBf16(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
+  SoftmaxUpdateRowsFor<true>(S, lds, rows, cols, m, l, alpha);
 }
 
 // Soft-capping of a run of n scores, x → c·tanh(x / c) (softcap-inl.h), and when dcap is given its

@@ -29,8 +29,10 @@ HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
 HWY_EXPORT(SoftmaxGrad);
 HWY_EXPORT(Exp2Rows);
+HWY_EXPORT(Exp2RowsBf16);
 HWY_EXPORT(DotTile);
 HWY_EXPORT(SoftmaxUpdateRows);
+HWY_EXPORT(SoftmaxUpdateRowsBf16);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(Softcap);
 HWY_EXPORT(TargetName);
@@ -173,14 +175,17 @@ void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows,
   HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(Pt, dPt, ld, rows, cols, D, scale);
 }
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
-                         float* alpha) {
+                         float* alpha, ExpFor e) {
+  if (e == ExpFor::bf16) return HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsBf16)(S, lds, rows, cols, m, l, alpha);
   HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRows)(S, lds, rows, cols, m, l, alpha);
 }
 void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, std::size_t ldk, const float* Q,
               std::size_t ldq, float* St, std::size_t lds) {
   HWY_DYNAMIC_DISPATCH(DotTile)(nk, rows, dk, K, ldk, Q, ldq, St, lds);
 }
-void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub, const float* mul) {
+void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub, const float* mul,
+               ExpFor e) {
+  if (e == ExpFor::bf16) return HWY_DYNAMIC_DISPATCH(Exp2RowsBf16)(S, lds, rows, cols, sub, mul);
   HWY_DYNAMIC_DISPATCH(Exp2Rows)(S, lds, rows, cols, sub, mul);
 }
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,

@@ -32,6 +32,11 @@ void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, s
 void forward_pv(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                 const float* B, std::size_t ldb, float* C, std::size_t ldc, const float* row_scale);
 
+// The accuracy of e^x in the row-layout softmax kernels: f32 to float32's rounding; bf16 for
+// probabilities rounded to bfloat16 next (the bf16 forward), relative error at most 1.01e-4, 1/19
+// of that rounding, three multiply-adds fewer a vector (Exp2Fraction in exp2-inl.h).
+enum class ExpFor { f32, bf16 };
+
 // Online-softmax step over a transposed score tile (see kernels-inl.h). cols: a multiple of 16.
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                     float* alpha);
@@ -49,9 +54,9 @@ void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, 
 // Online-softmax step over a tile in row layout (one query per row); any cols, the row padded
 // with P = 0 up to whole vectors (lds >= round_up(cols, 16)).
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
-                         float* alpha);
+                         float* alpha, ExpFor e = ExpFor::f32);
 void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
-               const float* mul = nullptr);  // then S[r][c] ·= mul[r]
+               const float* mul = nullptr, ExpFor e = ExpFor::f32);  // then S[r][c] ·= mul[r]
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,
                        const float* D, float scale);
 // x[i] = c·tanh(x[i] / c) for i < n (c > 0), and dcap[i] = 1 − tanh²(x[i] / c) when dcap is not null.

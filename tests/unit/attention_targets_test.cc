@@ -153,6 +153,61 @@ TEST(Targets, SoftcapMatchesFloat64Tanh) {
   });
 }
 
+// e^(x − sub) of the row kernels at both accuracies (kernels.h, ExpFor) against float64 2^t, t
+// the kernels' own float32 argument (x − sub)·log2(e): float32's polynomial within 2.5e-7, the bf16
+// forward's degree-3 one within 1.02e-4 (its fit's 1.01e-4 and float32 rounding), over a fine grid
+// of fractions and exponents (below 2^-126 within 2^-126 absolute); e^0 exactly 1, -inf to 0, NaN kept. Then the bf16 flavour's online
+// softmax: P <= 1 with the row's largest exactly 1, and l the float32 sum of its P.
+TEST(Targets, Exp2RowsAtBothAccuracies) {
+  for_each_target([&](const std::string&) {
+    using detail::simd::ExpFor;
+    const std::size_t n = 4096 + 16;
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < 4096; ++i) x[i] = -static_cast<float>(i) * (90.0f / 4096.0f);
+    x[4096] = 0.0f, x[4097] = -INFINITY, x[4098] = NAN;
+    for (std::size_t i = 4099; i < n; ++i) x[i] = -0.5f * static_cast<float>(i - 4098);
+    for (const ExpFor e : {ExpFor::f32, ExpFor::bf16}) {
+      std::vector<float> y = x;
+      const float sub = 0.0f;
+      detail::simd::exp2_rows(y.data(), n, 1, n, &sub, nullptr, e);
+      const double tol = e == ExpFor::bf16 ? 1.02e-4 : 2.5e-7;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (std::isnan(x[i])) {
+          EXPECT_TRUE(std::isnan(y[i]));
+          continue;
+        }
+        const float t = (x[i] - sub) * 1.4426950408889634f;
+        const double want = std::exp2(static_cast<double>(t));
+        // Below 2^-126 targets without vscalefps flush to 0 (exp2-inl.h): there the error is absolute.
+        ASSERT_LE(std::abs(y[i] - want), want >= 0x1p-126 ? tol * want : 0x1p-126)
+            << "x " << x[i] << (e == ExpFor::bf16 ? " bf16" : " f32");
+      }
+      EXPECT_EQ(1.0f, y[4096]);
+      EXPECT_EQ(0.0f, y[4097]);
+    }
+    // Three rows of 37 scores (one ragged vector), the online step from an empty state.
+    const std::size_t rows = 3, cols = 37, lds = 48;
+    std::vector<float> S(rows * lds), m(rows, -INFINITY), l(rows, 0.0f), alpha(rows);
+    for (std::size_t r = 0; r < rows; ++r)
+      for (std::size_t c = 0; c < cols; ++c) S[r * lds + c] = static_cast<float>(std::sin(3.7 * (r * cols + c)) * 9.0);
+    const std::vector<float> in = S;
+    detail::simd::softmax_update_rows(S.data(), lds, rows, cols, m.data(), l.data(), alpha.data(), ExpFor::bf16);
+    for (std::size_t r = 0; r < rows; ++r) {
+      float largest = 0.0f, sum = 0.0f;
+      double exact = 0.0;
+      for (std::size_t c = 0; c < cols; ++c) {
+        EXPECT_LE(S[r * lds + c], 1.0f);
+        largest = std::max(largest, S[r * lds + c]);
+        sum += S[r * lds + c];
+        exact += std::exp(static_cast<double>(in[r * lds + c]) - m[r]);
+      }
+      EXPECT_EQ(1.0f, largest);
+      EXPECT_NEAR(exact, l[r], 1.1e-4 * exact);
+      EXPECT_NEAR(sum, l[r], 1e-5 * l[r]);
+    }
+  });
+}
+
 enum class MaskKind { none, causal_tl, causal_br, window, keep, additive, all };
 
 struct Inputs {
