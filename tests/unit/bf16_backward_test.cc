@@ -12,6 +12,7 @@
 
 #include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
+#include "attention/params.h"
 #include "attnscale/attention.h"
 #include "bf16_paths.h"
 #include "random_tensors.h"
@@ -224,6 +225,45 @@ TEST(Bf16Backward, NonFiniteInputsAndDbiasTakeTheFloat32Path) {
     if (variant == 0) {
       for (std::int64_t i = 0; i < 8 * s.dk; ++i) EXPECT_TRUE(std::isfinite(g[1][0].as<float>()[i])) << i;
     }
+  }
+}
+
+// The bf16 backward takes only finite inputs (bfdot::backward_handles): one inf, -inf or NaN
+// anywhere in q, k, v or dO, float32 or bfloat16, at any column of an odd-length row, sends the
+// call to the float32 backward; all-finite inputs, the largest finite values included, stay.
+TEST(Bf16Backward, EveryNonFiniteInputElementIsSeen) {
+  const Shape s{1, 2, 1, 5, 6, 7, 7};
+  for (const DType dt : {DType::f32, DType::bf16}) {
+    Inputs in = inputs(dt, s, 11);
+    Tensor out(dt, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
+    Tensor dq(dt, {s.B, s.Hq, s.Nq, s.dk}), dk(dt, {s.B, s.Hkv, s.Nkv, s.dk}), dv(dt, {s.B, s.Hkv, s.Nkv, s.dv});
+    Options opt;
+    opt.compute = Compute::bf16;
+    const auto handles = [&] {
+      const auto p = detail::make_backward_params(in.q.view(), in.k.view(), in.v.view(), out.view(), lse.view(),
+                                                  in.dout.view(), {dq.view(), dk.view(), dv.view()}, opt,
+                                                  detail::Kernel::fast);
+      return detail::bfdot::backward_handles(p);
+    };
+    const auto set = [&](Tensor& t, std::int64_t i, float x) {
+      if (dt == DType::f32) t.as<float>()[i] = x;
+      else t.as<bf16>()[i] = to_bf16(x);
+    };
+    const auto get = [&](const Tensor& t, std::int64_t i) {
+      return dt == DType::f32 ? t.as<float>()[i] : from_bf16(t.as<bf16>()[i]);
+    };
+    EXPECT_TRUE(handles());
+    set(in.v, 3, 3.0e38f);  // finite: the largest bfloat16 below inf is 3.39e38
+    EXPECT_TRUE(handles());
+    for (Tensor* t : {&in.q, &in.k, &in.v, &in.dout})
+      for (std::int64_t i = 0; i < t->dim(0) * t->dim(1) * t->dim(2) * t->dim(3); i += 4)
+        for (const float x : {INFINITY, -INFINITY, NAN}) {
+          const float was = get(*t, i);
+          set(*t, i, x);
+          EXPECT_FALSE(handles()) << dtype_name(dt) << " element " << i << " " << x;
+          set(*t, i, was);
+        }
+    EXPECT_TRUE(handles());
   }
 }
 }  // namespace
