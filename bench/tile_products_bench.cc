@@ -3,8 +3,9 @@
 // by Gemm (the shared kernel, C through memory once per inner block), by TileGemm (the running
 // sums in registers; same bits) and as the forward runs them (forward_gemm, forward_pv: P·V in one
 // chain per tile; kernels.cc), and the bf16 forward's (bfdot::gemm on the CPU's bf16 path: AMX,
-// vdpbf16ps or pairs widened to float32; bf16_kernels.h). Times are CPU time, so that another
-// process on the core does not count: build/bin/tile_products_bench.
+// vdpbf16ps or pairs widened to float32; bf16_kernels.h); and the float32 forward's whole tile step
+// (TileStep). Times are CPU time, so that another process on the core does not count:
+// build/bin/tile_products_bench.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -86,6 +87,34 @@ void TileProduct(benchmark::State& state) {
                                 : " gemm"));
 }
 BENCHMARK(TileProduct)->ArgsProduct({{64, 128}, {0, 1}, {0, 1, 2, 3}})->MinTime(0.2);
+
+// The float32 forward's tile as it runs: the scores, then (softmax = 1) the online softmax, then
+// P·V, one after the other, over one K and V tile that stays resident (stream = 0) or over the tiles
+// of a head's 4096 keys in turn, K and V then coming from L3 as in the forward (stream = 1). Args:
+// d, stream, softmax; of_fma_peak counts both products.
+void TileStep(benchmark::State& state) {
+  const std::size_t d = state.range(0), n = 64, keys = state.range(1) ? 4096 : n;
+  const bool softmax = state.range(2);
+  const Array K = filled(keys * d, 0.01f), Qt = filled(d * n, 0.02f), St = filled(n * n, 0.5f),
+              V = filled(keys * d, 0.1f), O = filled(n * d, 0.0f), alpha = filled(n, 1.0f), m = filled(n, 0.0f),
+              l = filled(n, 0.0f);
+  peak();
+  std::size_t j = 0;
+  const double t0 = cpu_seconds();
+  for (auto _ : state) {
+    simd::forward_gemm(n, n, d, K.get() + j * d, d, 1, Qt.get(), n, St.get(), n, simd::kOverwrite, nullptr);
+    if (softmax) {
+      std::fill(m.get(), m.get() + n, 0.0f);  // the same maxima every step: alpha stays finite
+      simd::softmax_update(St.get(), n, n, n, m.get(), l.get(), alpha.get());
+    }
+    simd::forward_pv(n, d, n, St.get(), 1, n, V.get() + j * d, d, O.get(), d, alpha.get());
+    j = (j + n) % keys;
+    benchmark::ClobberMemory();
+  }
+  const double rate = 4.0 * n * n * d * state.iterations() / (cpu_seconds() - t0);
+  state.counters["of_fma_peak"] = rate / peak();
+}
+BENCHMARK(TileStep)->ArgsProduct({{64, 128}, {0, 1}, {0, 1}})->MinTime(0.3);
 
 }  // namespace
 
