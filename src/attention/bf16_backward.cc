@@ -41,6 +41,13 @@ namespace {
 
 using u16 = std::uint16_t;
 
+// Keys per tile: twice the float32 backward's kBc. Each query block's four packed operands and its
+// dQᵀ partial (96 KiB) come from L3 once per key tile, so longer tiles halve that traffic per
+// product, and dQᵀ += Kᵀ·dS sums over twice the keys per load and store of its partial. With the
+// operands asked ahead (Ahead, below), N = 4096, d = 128, B·H = 8, two threads, calls alternated in
+// one process: time 0.92 of 64-key tiles without (docs/performance.md).
+constexpr std::int64_t kKeys = 128;
+
 // Per query block (b, h, qb), packed once: the four B operands above and the rows' lse, D and
 // normaliser factor padded to kBr (padding: lse = +inf and mul = 0, so P = 0; D = 0).
 struct QueryPacks {
@@ -120,20 +127,20 @@ struct Scratch {
   Buffer<float> st, dpt, dcap, dk_acc, dv_acc;
   Buffer<u16> kr, vr, ktr, pb, dsb, dsv;
   Scratch(const BackwardParams& p, const QueryPacks& qp)
-      : st(kBc * kBr), dpt(kBc * kBr), dcap(kBc * kBr), dk_acc(kBc * p.dk), dv_acc(kBc * p.dv), kr(kBc * qp.dkp),
-        vr(kBc * qp.dvp), ktr(p.dk * kBc), pb(kBc * kBr), dsb(kBc * kBr), dsv(kBc * kBr) {}
+      : st(kKeys * kBr), dpt(kKeys * kBr), dcap(kKeys * kBr), dk_acc(kKeys * p.dk), dv_acc(kKeys * p.dv),
+        kr(kKeys * qp.dkp), vr(kKeys * qp.dvp), ktr(p.dk * kKeys), pb(kKeys * kBr), dsb(kKeys * kBr), dsv(kKeys * kBr) {}
 };
 
 // Rows [j0, j0 + nk) of a [B, H, N, d] view at (b, h) as bf16 rows of ld columns (zero past d and
-// past nk, up to kBc rows); with Xt, also transposed, Xt[c][j] (kBc columns).
+// past nk, up to kKeys rows); with Xt, also transposed, Xt[c][j] (kKeys columns).
 void pack_key_rows(Path path, const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
                    std::int64_t d, u16* X, std::int64_t ld, u16* Xt) {
-  std::fill(X, X + kBc * ld, u16(0));
-  if (Xt) std::fill(Xt, Xt + d * kBc, u16(0));
+  std::fill(X, X + kKeys * ld, u16(0));
+  if (Xt) std::fill(Xt, Xt + d * kKeys, u16(0));
   for (std::int64_t j = 0; j < nk; ++j) {
     bf16_row(path, t, b, h, j0 + j, d, X + j * ld);
     if (Xt)
-      for (std::int64_t c = 0; c < d; ++c) Xt[c * kBc + j] = X[j * ld + c];
+      for (std::int64_t c = 0; c < d; ++c) Xt[c * kKeys + j] = X[j * ld + c];
   }
 }
 
@@ -143,7 +150,7 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
   const Path path = bfdot::path();
   const float scale = static_cast<float>(p.scale);
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
-    const std::int64_t j0 = kb * kBc, j1 = std::min(p.Nkv, j0 + kBc), nk = j1 - j0;
+    const std::int64_t j0 = kb * kKeys, j1 = std::min(p.Nkv, j0 + kKeys), nk = j1 - j0;
     pack_key_rows(path, p.k, b, kh, j0, nk, p.dk, s.kr.get(), qp.dkp, s.ktr.get());
     pack_key_rows(path, p.v, b, kh, j0, nk, p.dv, s.vr.get(), qp.dvp, nullptr);
     s.dk_acc.fill(0.0f);
@@ -161,22 +168,30 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
         if (kind == TileKind::skip) continue;
         const std::int64_t blk = (b * p.Hq + h) * nqb + qb;
         // St = s·K·Qᵀ, the score transforms, the mask; Pt = e^(St − lse)·mul.
-        gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr, scale);
+        // Each product asks for the operands of one after it (into L2, a few lines a tile): St this
+        // block's dOᵀ pairs, dPt its Q and dO pairs, dV its dQᵀ partial, dK the next block's Qᵀ pairs.
+        const bool more = blk + 1 < p.B * p.Hq * nqb;
+        gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr, scale,
+             Ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)});
         if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
         if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
         Ops<float>::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk));
         // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
-        gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f);
+        gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
+             Ahead{qp.qv(blk), std::size_t(kBr * (qp.ldk + qp.ldv) * 2)});
         if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, kBr);
         Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, nk, kBr, qp.D(blk), scale);
         if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, kBr);
         if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), 1, kBr);  // dV takes Z∘P/(1 − p)
         to_bf16(path, s.st.get(), kBr, nk, kBr, s.pb.get(), kBr);
         to_bf16(path, s.dpt.get(), kBr, nk, kBr, s.dsb.get(), kBr);
-        to_bf16_pairs(path, s.dpt.get(), kBr, nk, kBc, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
-        gemm(path, nk, p.dv, kBr, s.pb.get(), kBr, qp.dov(blk), qp.ldv, s.dv_acc.get(), p.dv, 1, nullptr, 1.0f);
-        gemm(path, nk, p.dk, kBr, s.dsb.get(), kBr, qp.qv(blk), qp.ldk, s.dk_acc.get(), p.dk, 1, nullptr, 1.0f);
-        gemm(path, p.dk, kBr, kBc, s.ktr.get(), kBc, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr, 1.0f);
+        to_bf16_pairs(path, s.dpt.get(), kBr, nk, kKeys, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
+        gemm(path, nk, p.dv, kBr, s.pb.get(), kBr, qp.dov(blk), qp.ldv, s.dv_acc.get(), p.dv, 1, nullptr, 1.0f,
+             Ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)});
+        gemm(path, nk, p.dk, kBr, s.dsb.get(), kBr, qp.qv(blk), qp.ldk, s.dk_acc.get(), p.dk, 1, nullptr, 1.0f,
+             more ? Ahead{qp.qt(blk + 1), std::size_t(qp.dkp * kBr * 2)} : Ahead{});
+        gemm(path, p.dk, kBr, kKeys, s.ktr.get(), kKeys, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr,
+             1.0f);
       }
     write_rows(p.dK, b, kh, j0, nk, p.dk, s.dk_acc.get());
     write_rows(p.dV, b, kh, j0, nk, p.dv, s.dv_acc.get());
@@ -234,7 +249,7 @@ inline constexpr std::int64_t kMaxPartialBytes = std::int64_t{64} << 20;
 bool backward_handles(const BackwardParams& p) { return p.dBias.empty() && inputs_finite(p); }
 
 void backward(const BackwardParams& p) {
-  const std::int64_t nkb = (p.Nkv + kBc - 1) / kBc, nqb = (p.Nq + kBr - 1) / kBr, heads = p.B * p.Hkv;
+  const std::int64_t nkb = (p.Nkv + kKeys - 1) / kKeys, nqb = (p.Nq + kBr - 1) / kBr, heads = p.B * p.Hkv;
   const std::int64_t dq_size = p.B * p.Hq * nqb * kBr * p.dk;
   std::int64_t groups = std::clamp<std::int64_t>((kMinKeyTasks + heads - 1) / heads, 1, std::max<std::int64_t>(nkb, 1));
   if (groups * dq_size * std::int64_t(sizeof(float)) > kMaxPartialBytes) groups = 1;

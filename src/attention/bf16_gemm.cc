@@ -111,13 +111,23 @@ ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, st
 
 ATTNSCALE_BF16_TARGET void gemm_avx512(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
                                        std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
-                                       std::size_t ldc, int mode, const float* row_scale, float out_scale) {
+                                       std::size_t ldc, int mode, const float* row_scale, float out_scale,
+                                       Ahead ahead) {
+  const std::size_t lines = (ahead.bytes + 63) / 64, tiles = (N + 63) / 64 * ((M + 3) / 4);
+  std::size_t tile = 0, fed = 0;
+  const auto feed = [&] {  // lines [fed, lines·(tile + 1) / tiles) before tile `tile`
+    const std::size_t to = lines * ++tile / tiles;
+    for (; fed < to; ++fed) prefetch_line(static_cast<const char*>(ahead.p) + 64 * fed, CacheLevel::far);
+  };
   for (std::size_t n0 = 0; n0 < N; n0 += 64) {
     const std::size_t cols = std::min<std::size_t>(64, N - n0);
     std::size_t m = 0;
-    for (; m + 4 <= M; m += 4)
+    for (; m + 4 <= M; m += 4) {
+      if (lines) feed();
       tile_avx512<4>(K, A + m * lda, lda, Bp + n0 * 2, ldb, C + m * ldc + n0, ldc, cols, mode,
                      row_scale ? row_scale + m : nullptr, out_scale);
+    }
+    if (m < M && lines) feed();
     for (; m < M; ++m)
       tile_avx512<1>(K, A + m * lda, lda, Bp + n0 * 2, ldb, C + m * ldc + n0, ldc, cols, mode,
                      row_scale ? row_scale + m : nullptr, out_scale);
@@ -313,11 +323,11 @@ void to_bf16_pairs(Path path, const float* src, std::size_t lds, std::size_t row
 
 void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
           const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
-          float out_scale) {
+          float out_scale, Ahead ahead) {
   if (M == 0 || N == 0) return;
 #if defined(__x86_64__)
   if (path == Path::amx) return gemm_amx(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
-  if (path == Path::avx512_bf16) return gemm_avx512(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
+  if (path == Path::avx512_bf16) return gemm_avx512(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale, ahead);
 #endif
   if (path == Path::widened) return gemm_widened(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
   gemm_portable(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);

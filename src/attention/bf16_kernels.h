@@ -28,10 +28,18 @@ Path best_path();  // amx, else avx512_bf16, else widened; $ATTNSCALE_BF16 may f
 Path path();       // the path forward() uses now
 void force_path(const char* name);  // a path_name() or "" (best); throws if unusable
 
+// Bytes a product asks into the second-level cache while it runs, a few lines before each of its
+// tiles (the AVX-512 BF16 path; the others ignore it): operands of a product after it, which would
+// otherwise come from L3 as that product's first tiles read them (the bf16 backward).
+struct Ahead {
+  const void* p = nullptr;
+  std::size_t bytes = 0;
+};
+
 // C[M x N] (ldc) = init + out_scale · A·B with init as in simd::GemmMode (0, C, row_scale[m]·C).
 void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
           const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
-          float out_scale);
+          float out_scale, Ahead ahead = {});
 
 // gemm() on Path::widened (bf16_widened.cc).
 void gemm_widened(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
