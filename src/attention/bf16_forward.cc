@@ -6,13 +6,16 @@
 //   Kp = K in VNNI pairs over the head dimension [dk32/2][ldk][2] (the B operand of Q·Kᵀ; ldk: PackedKV),
 //   Vp = V in VNNI pairs over the keys [Nkv64/2][ldv][2] (the B operand of P·V),
 // zero beyond Nkv (one tile more than needed: a tile that starts off the grid of kKeys may read
-// up to 32 keys past Nkv) and beyond dk, so every query block and key tile reads them in place. Per block:
-// Qb = Q rows [kBr][dk32] bf16; per key tile, in row layout (one query per row):
+// up to 32 keys past Nkv) and beyond dk, so every query block and key tile reads them in place.
+// Per block of up to kRows = 2·kBr rows (two consecutive RowBlocks of one head, WideBlock):
+// Qb = Q rows [kRows][dk32] bf16; per key tile, in row layout (one query per row):
 //   S = s · Qb·Kp  (float32),  online softmax along the rows (kernels.h),
 //   Pb = bf16(P) [query][key],  O = alpha·O + Pb·Vp  (float32).
 // The scale is applied to the float32 scores, not folded into Q, so Q is rounded only once.
 // The optional probs recompute S tile by tile with the same GEMM (write_probs below).
+#include <algorithm>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -104,15 +107,61 @@ struct PackedKV {
   }
 };
 
+// Query rows per block: two consecutive blocks of the float32 forward's kBr rows (RowBlock) of one
+// head, as one. Each product of a key tile then runs over 128 rows, its B operand (the tile's K or
+// V, from L3) read from L3 once for all of them. N = 4096, d = 128, B·H = 8, two threads, processes
+// of the two builds alternated: 695-704 against 691-697 GFLOP/s, causal 526-571 against 501-546
+// (docs/performance.md). A half that sees none of a tile computes it with P = 0.
+constexpr std::int64_t kHalves = 2, kRows = kHalves * kBr;
+
+// A block: `halves` consecutive RowBlocks of one head, rows h·kBr + r (every half but the last is
+// whole, kBr rows), and the union of their key ranges.
+struct WideBlock {
+  RowBlock half[kHalves];
+  std::int64_t halves = 0;
+  std::int64_t rows() const { return (halves - 1) * kBr + half[halves - 1].n; }
+  bool empty() const {
+    for (std::int64_t h = 0; h < halves; ++h)
+      if (!half[h].empty()) return false;
+    return true;
+  }
+  std::int64_t lo() const {
+    std::int64_t x = std::numeric_limits<std::int64_t>::max();
+    for (std::int64_t h = 0; h < halves; ++h)
+      if (!half[h].empty()) x = std::min(x, half[h].lo_min);
+    return x;
+  }
+  std::int64_t hi() const {
+    std::int64_t x = 0;
+    for (std::int64_t h = 0; h < halves; ++h)
+      if (!half[h].empty()) x = std::max(x, half[h].hi_max);
+    return x;
+  }
+};
+
+// Work item `item` over B·Hq·npairs blocks: query blocks qb − 1 and qb of kBr rows (qb alone when
+// it is the first), qb = nqb − 1 − 2·(item mod npairs): the last blocks first, as query_block().
+WideBlock wide_block(const Params& p, std::int64_t item, std::int64_t nqb, std::int64_t npairs) {
+  const std::int64_t last = nqb - 1 - 2 * (item % npairs), bh = item / npairs, h = bh % p.Hq;
+  WideBlock wb;
+  for (std::int64_t qb = std::max<std::int64_t>(last - 1, 0); qb <= last; ++qb) {
+    RowBlock& rb = wb.half[wb.halves++];
+    rb.b = bh / p.Hq;
+    rb.kh = p.kv_head(h);
+    for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
+  }
+  return wb;
+}
+
 struct Scratch {
   static constexpr std::int64_t lds = kKeys;  // columns of the row-layout score tile (keys)
   std::int64_t dk32;
   Buffer<std::uint16_t> qb, pb, vt;
-  Buffer<float> s;
-  ForwardScratch<float> f;
+  Buffer<float> s, o, m, l, alpha;
+  ForwardScratch<float> f;  // the visible-pairs path's V rows (vp) and write_probs' sub and mul
   explicit Scratch(const Params& p)
-      : dk32(round_up(p.dk, 32)), qb(kBr * dk32), pb(kBr * kPbLd), vt(kPbLd * round_up(p.dv, 16)), s(kBr * lds),
-        f(p, kKeys) {
+      : dk32(round_up(p.dk, 32)), qb(kRows * dk32), pb(kRows * kPbLd), vt(kPbLd * round_up(p.dv, 16)), s(kRows * lds),
+        o(kRows * p.dv), m(kRows), l(kRows), alpha(kRows), f(p, kKeys) {
     qb.fill(0);
     pb.fill(0);
     this->s.fill(0.0f);  // columns past a ragged tile's keys are read (never used) by exp2_rows
@@ -136,54 +185,80 @@ const std::uint16_t* value_span(const Params& p, const PackedKV& kv, const std::
   return dst;
 }
 
-void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, Scratch& s) {
-  ForwardScratch<float>& f = s.f;
-  f.m.fill(-INFINITY);
-  f.l.fill(0.0f);
-  f.o.fill(0.0f);
-  for (std::int64_t r = 0; r < rb.n; ++r) row_bits(p.q, rb.b, rb.h[r], rb.i[r], p.dk, s.qb.get() + r * s.dk32);
-  const std::uint16_t* K = kv.k(rb.b * p.Hkv + rb.kh);
-  const std::uint16_t* V = kv.v(rb.b * p.Hkv + rb.kh);
+void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path, Scratch& s) {
+  const std::int64_t M = wb.rows();
+  s.m.fill(-INFINITY);
+  s.l.fill(0.0f);
+  std::fill(s.o.get(), s.o.get() + M * p.dv, 0.0f);
+  for (std::int64_t h = 0; h < wb.halves; ++h)
+    for (std::int64_t r = 0; r < wb.half[h].n; ++r) {
+      const RowBlock& rb = wb.half[h];
+      row_bits(p.q, rb.b, rb.h[r], rb.i[r], p.dk, s.qb.get() + (h * kBr + r) * s.dk32);
+    }
+  if (wb.empty()) return;
+  const RowBlock& first = wb.half[0];  // every half has its b and kh
+  const std::uint16_t* K = kv.k(first.b * p.Hkv + first.kh);
+  const std::uint16_t* V = kv.v(first.b * p.Hkv + first.kh);
   const float scale = static_cast<float>(p.scale);
-  const std::int64_t jb = rb.lo_min, je = rb.hi_max;
-  for (std::int64_t j0 = jb; !rb.empty() && j0 < je; j0 += kKeys) {
+  const std::int64_t jb = wb.lo(), je = wb.hi();
+  for (std::int64_t j0 = jb; j0 < je; j0 += kKeys) {
     const std::int64_t j1 = std::min(j0 + kKeys, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
-    const TileKind kind = classify(p, rb, j0, j1);
-    if (kind == TileKind::skip) continue;
+    TileKind kind[kHalves];
+    bool any = false, all_full = true;
+    for (std::int64_t h = 0; h < wb.halves; ++h) {
+      kind[h] = wb.half[h].empty() ? TileKind::skip : classify(p, wb.half[h], j0, j1);
+      any |= kind[h] != TileKind::skip;
+      all_full &= kind[h] == TileKind::full;
+    }
+    if (!any) continue;
     // j0 need not be even (a window's first key): the pair layouts are indexed from key 0, so a
     // tile starting at an odd key begins one key earlier with that key's probability zero.
     const std::int64_t j0e = j0 & ~std::int64_t{1}, shift = j0 - j0e;
-    gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0,
-         nullptr, scale);
-    if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
-    if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
-    simd::softmax_update_rows(s.s.get(), s.lds, rb.n, nk, f.m.get(), f.l.get(), f.alpha.get(), simd::ExpFor::bf16);
-    if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.s.get(), s.lds, 1);  // l keeps every P
+    gemm(path, M, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr, scale);
+    for (std::int64_t h = 0; h < wb.halves; ++h) {
+      const RowBlock& rb = wb.half[h];
+      float* S = s.s.get() + h * kBr * s.lds;
+      if (kind[h] == TileKind::skip) {  // a half that sees none of the tile: its rows' P = 0
+        for (std::int64_t r = 0; r < rb.n; ++r) std::fill(S + r * s.lds, S + r * s.lds + nk, -INFINITY);
+        continue;
+      }
+      if (p.transforms_scores()) transform_scores(p, rb, j0, nk, S, s.lds, 1);
+      if (kind[h] == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, s.lds);
+    }
+    simd::softmax_update_rows(s.s.get(), s.lds, M, nk, s.m.get(), s.l.get(), s.alpha.get(), simd::ExpFor::bf16);
+    if (p.has_dropout())  // l keeps every P
+      for (std::int64_t h = 0; h < wb.halves; ++h)
+        if (kind[h] != TileKind::skip) apply_dropout(p, wb.half[h], j0, nk, s.s.get() + h * kBr * s.lds, s.lds, 1);
     // A hidden key's non-finite value must not reach a row through its zero weight (0 · NaN = NaN):
-    // such a partial tile reads only the visible pairs, in float32, as flash_forward.h does.
-    if (kind == TileKind::partial) {
-      const Operand vo = rows_operand<float>(p.v, rb.b, rb.kh, j0, nk, p.dv, f.vp.get());
+    // such a tile reads only the visible pairs, in float32, as flash_forward.h does.
+    if (!all_full) {
+      const Operand vo = rows_operand<float>(p.v, first.b, first.kh, j0, nk, p.dv, s.f.vp.get());
       const float* Vf = static_cast<const float*>(vo.ptr);
       if (!all_finite(Vf, vo.ld, nk, p.dv)) {
-        accumulate_visible(p, rb, j0, nk, s.s.get(), s.lds, 1, Vf, vo.ld, f);
+        for (std::int64_t r = 0; r < M; ++r)
+          for (std::int64_t c = 0; c < p.dv; ++c) s.o[r * p.dv + c] *= s.alpha[r];
+        for (std::int64_t h = 0; h < wb.halves; ++h)
+          if (kind[h] != TileKind::skip)
+            visible_product(p, wb.half[h], j0, nk, s.s.get() + h * kBr * s.lds, s.lds, 1, Vf, vo.ld, p.dv,
+                            s.o.get() + h * kBr * p.dv, p.dv, /*into_rows=*/true);
         continue;
       }
     }
     if (shift == 0) {
-      to_bf16(path, s.s.get(), s.lds, rb.n, nk16, s.pb.get(), kPbLd);
-      for (std::int64_t r = 0; r < rb.n; ++r) std::fill(s.pb.get() + r * kPbLd + nk16, s.pb.get() + r * kPbLd + nk32, 0);
-      gemm(path, rb.n, p.dv, nk32, s.pb.get(), kPbLd, value_span(p, kv, V, j0, nk32, j0, j1, s), kv.ldv, f.o.get(),
-           p.dv, 2, f.alpha.get(), 1.0f);
+      to_bf16(path, s.s.get(), s.lds, M, nk16, s.pb.get(), kPbLd);
+      for (std::int64_t r = 0; r < M; ++r) std::fill(s.pb.get() + r * kPbLd + nk16, s.pb.get() + r * kPbLd + nk32, 0);
+      gemm(path, M, p.dv, nk32, s.pb.get(), kPbLd, value_span(p, kv, V, j0, nk32, j0, j1, s), kv.ldv, s.o.get(), p.dv,
+           2, s.alpha.get(), 1.0f);
     } else {  // odd j0: Pb column 0 is key j0 - 1 (probability 0)
-      for (std::int64_t r = 0; r < rb.n; ++r) {
+      for (std::int64_t r = 0; r < M; ++r) {
         std::uint16_t* row = s.pb.get() + r * kPbLd;
         row[0] = 0;
         for (std::int64_t j = 0; j < nk; ++j) row[j + 1] = round_to_bf16(s.s[r * s.lds + j]);
         std::fill(row + nk + 1, row + kPbLd, 0);
       }
       const std::int64_t n = round_up(nk + 1, 32);
-      gemm(path, rb.n, p.dv, n, s.pb.get(), kPbLd, value_span(p, kv, V, j0e, n, j0, j1, s), kv.ldv, f.o.get(), p.dv, 2,
-           f.alpha.get(), 1.0f);
+      gemm(path, M, p.dv, n, s.pb.get(), kPbLd, value_span(p, kv, V, j0e, n, j0, j1, s), kv.ldv, s.o.get(), p.dv, 2,
+           s.alpha.get(), 1.0f);
     }
   }
 }
@@ -196,12 +271,15 @@ void attend(const Params& p, const PackedKV& kv, const RowBlock& rb, Path path, 
 // rounding over Nkv terms. Scores recomputed any other way (e.g. from the unrounded float32 Q,
 // with s folded into Q) differ from these by a rounding error relative to |t|, which for logits
 // of order 1e23 (scale 1e30) is itself astronomically large, and e^(error) is not a probability.
-void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path path, Scratch& s) {
+// Half h of the block (its rows of Qb, m and l from row h·kBr).
+void write_probs(const Params& p, const WideBlock& wb, std::int64_t h, const PackedKV& kv, Path path, Scratch& s) {
   ForwardScratch<float>& f = s.f;
+  const RowBlock& rb = wb.half[h];
+  const float *m = s.m.get() + h * kBr, *l = s.l.get() + h * kBr;
   for (std::int64_t r = 0; r < rb.n; ++r) {
-    const bool seen = f.l[r] != 0.0f;
-    f.sub[r] = seen ? f.m[r] : INFINITY;  // e^(t − inf) = 0: a row with no visible key stays 0
-    f.mul[r] = seen ? 1.0f / f.l[r] : 0.0f;
+    const bool seen = l[r] != 0.0f;
+    f.sub[r] = seen ? m[r] : INFINITY;  // e^(t − inf) = 0: a row with no visible key stays 0
+    f.mul[r] = seen ? 1.0f / l[r] : 0.0f;
   }
   const auto set = [&](std::int64_t r, std::int64_t j, float x) { put(p.probs, rb.b, rb.h[r], rb.i[r], j, x); };
   for (std::int64_t r = 0; r < rb.n; ++r)
@@ -212,7 +290,8 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
     const std::int64_t j1 = std::min(j0 + kKeys, rb.hi_max), nk = j1 - j0;
     const TileKind kind = classify(p, rb, j0, j1);
     if (kind == TileKind::skip) continue;
-    gemm(path, rb.n, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr, scale);
+    gemm(path, rb.n, nk, s.dk32, s.qb.get() + h * kBr * s.dk32, s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0,
+         nullptr, scale);
     if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
     simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get(), nullptr, simd::ExpFor::bf16);
@@ -225,20 +304,24 @@ void write_probs(const Params& p, const RowBlock& rb, const PackedKV& kv, Path p
 
 void forward(const Params& p) {
   const Path path = bfdot::path();
-  const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
+  const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, npairs = (nqb + 1) / 2, items = p.B * p.Hq * npairs;
   const int threads = resolve_threads(p.threads, items);
   const PackedKV kv(p, threads);
   PerThread<Scratch> scratch(threads);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     Scratch& s = scratch.get(t, p);
     for (std::int64_t item = i0; item < i1; ++item) {
-      const RowBlock rb = query_block(p, item, nqb);
-      attend(p, kv, rb, path, s);
-      if (!p.sinks.empty()) fold_sinks(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
-      write_rows(p, rb, s.f.o.get(), s.f.m.get(), s.f.l.get());
-      if (!p.probs.empty()) {
-        write_probs(p, rb, kv, path, s);  // Qb is still this block's
-        if (p.has_dropout()) mark_dropped_probs<float>(p, rb);
+      const WideBlock wb = wide_block(p, item, nqb, npairs);
+      attend(p, kv, wb, path, s);
+      for (std::int64_t h = 0; h < wb.halves; ++h) {
+        const RowBlock& rb = wb.half[h];
+        float *o = s.o.get() + h * kBr * p.dv, *m = s.m.get() + h * kBr, *l = s.l.get() + h * kBr;
+        if (!p.sinks.empty()) fold_sinks(p, rb, o, m, l);
+        write_rows(p, rb, o, m, l);
+        if (!p.probs.empty()) {
+          write_probs(p, wb, h, kv, path, s);  // Qb is still this block's
+          if (p.has_dropout()) mark_dropped_probs<float>(p, rb);
+        }
       }
     }
   });
