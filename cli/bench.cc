@@ -520,13 +520,15 @@ void run(const Bench& opt) {
     return names[static_cast<int>(kind)];
   };
   // The float32 K and V of a shape, made once: "decode", "kv-f32" and the paged cache's copy of
-  // them read the same tensors, so that where a row's memory landed in the run (2026-12-04, 19:08
-  // UTC: 0.937 of the copy against 0.798 for the two routes of one kernel, the same time when
-  // alternated in one process; docs/performance.md) does not tell two rows apart.
+  // them read the same tensors, so that where a row's memory landed in the run does not tell two
+  // rows apart (2026-12-04, 19:08 UTC: 0.937 of the copy against 0.798 for the two routes of one
+  // kernel, the same time when alternated in one process). Their position in a round still does
+  // (docs/performance.md).
   std::map<std::array<std::int64_t, 3>, std::pair<const Tensor*, const Tensor*>> f32_kv;
   auto f32_keys_values = [&](std::int64_t Hkv, std::int64_t nkv, std::int64_t d) {
     auto& kv = f32_kv[{Hkv, nkv, d}];
-    if (!kv.first) kv = {hold(filled(DType::f32, {1, Hkv, nkv, d}, 6)), hold(filled(DType::f32, {1, Hkv, nkv, d}, 7))};
+    if (!kv.first)
+      kv = {hold(filled(DType::f32, {1, Hkv, nkv, d}, 6)), hold(filled(DType::f32, {1, Hkv, nkv, d}, 7))};
     return kv;
   };
   auto decode = [&](Cache kind, std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d) {
