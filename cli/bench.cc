@@ -12,7 +12,8 @@
 // Flop-bound rows are divided by the peak of their dtype, decode rows (bound by reading K and V)
 // by the copy: the cache-resident copy when K and V fit in half the last-level cache, else the
 // DRAM copy, and the row says which. Every round runs every row once, each right after one run of its
-// limit, so a row and its limit see the same load; the table gives the median over rounds and the
+// limit, so a row and its limit see the same load, every other round in reverse order (a row's
+// place in a round moved decode rows by 10-30%); the table gives the median over rounds and the
 // range. PyTorch's numbers join the table through bench/compare.py (--format csv).
 //
 // FLOPs: forward 4·B·Hq·Nq·Nkv·d, counting only visible (query, key) pairs under a causal mask;
@@ -347,9 +348,10 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
     std::printf("\n");
   }
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
-              "just before the row in the same round. copy rates count bytes read + written, read bytes read; decode\n"
-              "rows count the K and V bytes read, against copy-cache when K and V fit in half of L3 (timed over 8 calls\n"
-              "after an untimed one, so that they start in cache). fwd-scaling (bwd-scaling): rate on %d\n"
+              "just before the row in the same round (every other round runs the rows in reverse order). copy rates\n"
+              "count bytes read + written, read bytes read; decode rows count the K and V bytes read, against\n"
+              "copy-cache when K and V fit in half of L3 (timed over 8 calls after an untimed one, so that they\n"
+              "start in cache). fwd-scaling (bwd-scaling): rate on %d\n"
               "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread); peak-scaling: the FMA loop's own\n"
               "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
@@ -689,8 +691,12 @@ void run(const Bench& opt) {
     if (r.limit) r.limit->timed.fn();
     r.timed.fn();
   }
+  // Every other round in reverse order: in a full run the first of two decode rows over the same
+  // K and V (one kernel by two routes) read 0.67-0.96 of the copy where the second read 0.93-1.08,
+  // and each alone the same (2026-12-04, docs/performance.md).
   for (int round = 0; round < opt.rounds; ++round)
-    for (Row& r : rows) {
+    for (std::size_t x = 0; x < rows.size(); ++x) {
+      Row& r = rows[round % 2 ? rows.size() - 1 - x : x];
       double limit_rate = 0;
       if (r.limit) {
         // Copies take the best of 3 passes: one pass swings with the neighbours' memory traffic.
