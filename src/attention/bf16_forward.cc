@@ -142,14 +142,10 @@ struct WideBlock {
 // Work item `item` over B·Hq·npairs blocks: query blocks qb − 1 and qb of kBr rows (qb alone when
 // it is the first), qb = nqb − 1 − 2·(item mod npairs): the last blocks first, as query_block().
 WideBlock wide_block(const Params& p, std::int64_t item, std::int64_t nqb, std::int64_t npairs) {
-  const std::int64_t last = nqb - 1 - 2 * (item % npairs), bh = item / npairs, h = bh % p.Hq;
+  const std::int64_t last = nqb - 1 - 2 * (item % npairs), bh = item / npairs;
   WideBlock wb;
-  for (std::int64_t qb = std::max<std::int64_t>(last - 1, 0); qb <= last; ++qb) {
-    RowBlock& rb = wb.half[wb.halves++];
-    rb.b = bh / p.Hq;
-    rb.kh = p.kv_head(h);
-    for (std::int64_t i = qb * kBr; i < std::min(p.Nq, (qb + 1) * kBr); ++i) rb.add(p, h, i);
-  }
+  for (std::int64_t qb = std::max<std::int64_t>(last - 1, 0); qb <= last; ++qb)
+    wb.half[wb.halves++] = query_block(p, bh * nqb + (nqb - 1 - qb), nqb);  // its item for block qb
   return wb;
 }
 
@@ -158,10 +154,10 @@ struct Scratch {
   std::int64_t dk32;
   Buffer<std::uint16_t> qb, pb, vt;
   Buffer<float> s, o, m, l, alpha;
-  ForwardScratch<float> f;  // the visible-pairs path's V rows (vp) and write_probs' sub and mul
+  Buffer<float> vp, sub, mul;  // the visible-pairs path's V rows (rows_operand); write_probs' e^(t − sub)·mul
   explicit Scratch(const Params& p)
       : dk32(round_up(p.dk, 32)), qb(kRows * dk32), pb(kRows * kPbLd), vt(kPbLd * round_up(p.dv, 16)), s(kRows * lds),
-        o(kRows * p.dv), m(kRows), l(kRows), alpha(kRows), f(p, kKeys) {
+        o(kRows * p.dv), m(kRows), l(kRows), alpha(kRows), vp(kKeys * p.dv), sub(kBr), mul(kBr) {
     qb.fill(0);
     pb.fill(0);
     this->s.fill(0.0f);  // columns past a ragged tile's keys are read (never used) by exp2_rows
@@ -232,7 +228,7 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     // A hidden key's non-finite value must not reach a row through its zero weight (0 · NaN = NaN):
     // such a tile reads only the visible pairs, in float32, as flash_forward.h does.
     if (!all_full) {
-      const Operand vo = rows_operand<float>(p.v, first.b, first.kh, j0, nk, p.dv, s.f.vp.get());
+      const Operand vo = rows_operand<float>(p.v, first.b, first.kh, j0, nk, p.dv, s.vp.get());
       const float* Vf = static_cast<const float*>(vo.ptr);
       if (!all_finite(Vf, vo.ld, nk, p.dv)) {
         for (std::int64_t r = 0; r < M; ++r)
@@ -273,13 +269,12 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
 // of order 1e23 (scale 1e30) is itself astronomically large, and e^(error) is not a probability.
 // Half h of the block (its rows of Qb, m and l from row h·kBr).
 void write_probs(const Params& p, const WideBlock& wb, std::int64_t h, const PackedKV& kv, Path path, Scratch& s) {
-  ForwardScratch<float>& f = s.f;
   const RowBlock& rb = wb.half[h];
   const float *m = s.m.get() + h * kBr, *l = s.l.get() + h * kBr;
   for (std::int64_t r = 0; r < rb.n; ++r) {
     const bool seen = l[r] != 0.0f;
-    f.sub[r] = seen ? m[r] : INFINITY;  // e^(t − inf) = 0: a row with no visible key stays 0
-    f.mul[r] = seen ? 1.0f / l[r] : 0.0f;
+    s.sub[r] = seen ? m[r] : INFINITY;  // e^(t − inf) = 0: a row with no visible key stays 0
+    s.mul[r] = seen ? 1.0f / l[r] : 0.0f;
   }
   const auto set = [&](std::int64_t r, std::int64_t j, float x) { put(p.probs, rb.b, rb.h[r], rb.i[r], j, x); };
   for (std::int64_t r = 0; r < rb.n; ++r)
@@ -294,9 +289,9 @@ void write_probs(const Params& p, const WideBlock& wb, std::int64_t h, const Pac
          nullptr, scale);
     if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.s.get(), s.lds, 1);
     if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, s.s.get(), s.lds);
-    simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), f.sub.get(), nullptr, simd::ExpFor::bf16);
+    simd::exp2_rows(s.s.get(), s.lds, rb.n, round_up(nk, simd::kColumnPad), s.sub.get(), nullptr, simd::ExpFor::bf16);
     for (std::int64_t r = 0; r < rb.n; ++r)
-      for (std::int64_t j = 0; j < nk; ++j) set(r, j0 + j, s.s[r * s.lds + j] * f.mul[r]);
+      for (std::int64_t j = 0; j < nk; ++j) set(r, j0 + j, s.s[r * s.lds + j] * s.mul[r]);
   }
 }
 
