@@ -54,11 +54,14 @@ struct QueryPacks {
   std::int64_t dkp, dvp, ldk, ldv;  // dk, dv rounded up to 32 (inner dims) and 16 (columns)
   std::int64_t per_block;
   Buffer<u16> data;
+  // Q and dO pairs over queries, each block's after the one before: two consecutive query blocks
+  // of a head are one B operand over 2·kBr queries (dV and dK below sum over a pair of blocks).
+  Buffer<u16> qv_all, dov_all;
   Buffer<float> rows;  // lse, D, mul: 3·kBr floats per block
   u16* qt(std::int64_t blk) const { return data.get() + blk * per_block; }
   u16* dot(std::int64_t blk) const { return qt(blk) + dkp * kBr; }
-  u16* qv(std::int64_t blk) const { return dot(blk) + dvp * kBr; }
-  u16* dov(std::int64_t blk) const { return qv(blk) + kBr * ldk; }
+  u16* qv(std::int64_t blk) const { return qv_all.get() + blk * kBr * ldk; }
+  u16* dov(std::int64_t blk) const { return dov_all.get() + blk * kBr * ldv; }
   float* lse(std::int64_t blk) const { return rows.get() + blk * 3 * kBr; }
   float* D(std::int64_t blk) const { return lse(blk) + kBr; }
   float* mul(std::int64_t blk) const { return D(blk) + kBr; }
@@ -90,15 +93,19 @@ QueryPacks pack_queries(const BackwardParams& p, const RowStats<float>& stats, s
   qp.dvp = round_up(p.dv, 32);
   qp.ldk = round_up(p.dk, 16);
   qp.ldv = round_up(p.dv, 16);
-  qp.per_block = (qp.dkp + qp.dvp) * kBr + kBr * (qp.ldk + qp.ldv);
+  qp.per_block = (qp.dkp + qp.dvp) * kBr;
   const std::int64_t blocks = p.B * p.Hq * nqb;
   qp.data = Buffer<u16>(blocks * qp.per_block);
+  qp.qv_all = Buffer<u16>(blocks * kBr * qp.ldk);
+  qp.dov_all = Buffer<u16>(blocks * kBr * qp.ldv);
   qp.rows = Buffer<float>(blocks * 3 * kBr);
   parallel_for(blocks, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     for (std::int64_t blk = t0; blk < t1; ++blk) {
       const std::int64_t qb = blk % nqb, bh = blk / nqb, b = bh / p.Hq, h = bh % p.Hq, i0 = qb * kBr;
       const std::int64_t n = std::min(kBr, p.Nq - i0);
       std::fill(qp.qt(blk), qp.qt(blk) + qp.per_block, u16(0));
+      std::fill(qp.qv(blk), qp.qv(blk) + kBr * qp.ldk, u16(0));
+      std::fill(qp.dov(blk), qp.dov(blk) + kBr * qp.ldv, u16(0));
       std::vector<u16> bits(std::max(p.dk, p.dv));
       for (std::int64_t r = 0; r < n; ++r) {
         bf16_row(path, p.q, b, h, i0 + r, p.dk, bits.data());
@@ -124,11 +131,13 @@ QueryPacks pack_queries(const BackwardParams& p, const RowStats<float>& stats, s
 }
 
 struct Scratch {
+  // pb and dsb: Pt and dSt of a pair of query blocks side by side, [key][2·kBr].
   Buffer<float> st, dpt, dcap, dk_acc, dv_acc;
   Buffer<u16> kr, vr, ktr, pb, dsb, dsv;
   Scratch(const BackwardParams& p, const QueryPacks& qp)
       : st(kKeys * kBr), dpt(kKeys * kBr), dcap(kKeys * kBr), dk_acc(kKeys * p.dk), dv_acc(kKeys * p.dv),
-        kr(kKeys * qp.dkp), vr(kKeys * qp.dvp), ktr(p.dk * kKeys), pb(kKeys * kBr), dsb(kKeys * kBr), dsv(kKeys * kBr) {}
+        kr(kKeys * qp.dkp), vr(kKeys * qp.dvp), ktr(p.dk * kKeys), pb(kKeys * 2 * kBr), dsb(kKeys * 2 * kBr),
+        dsv(kKeys * kBr) {}
 };
 
 // Rows [j0, j0 + nk) of a [B, H, N, d] view at (b, h) as bf16 rows of ld columns (zero past d and
@@ -156,42 +165,61 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
     s.dk_acc.fill(0.0f);
     s.dv_acc.fill(0.0f);
     for (std::int64_t h = kh * p.group(); h < (kh + 1) * p.group(); ++h)
-      for (std::int64_t qb = 0; qb < nqb; ++qb) {
-        const std::int64_t i0 = qb * kBr, i1 = std::min(p.Nq, i0 + kBr);
-        const KeyRange first = key_range(p, i0), last = key_range(p, i1 - 1);
-        if (last.hi <= j0 || first.lo >= j1) continue;
-        RowBlock rb;
-        rb.b = b;
-        rb.kh = kh;
-        for (std::int64_t i = i0; i < i1; ++i) rb.add(p, h, i);
-        const TileKind kind = classify(p, rb, j0, j1);
-        if (kind == TileKind::skip) continue;
-        const std::int64_t blk = (b * p.Hq + h) * nqb + qb;
-        // St = s·K·Qᵀ, the score transforms, the mask; Pt = e^(St − lse)·mul.
-        // Each product asks for the operands of one after it (into L2, a few lines a tile): St this
-        // block's dOᵀ pairs, dPt its Q and dO pairs, dV its dQᵀ partial, dK the next block's Qᵀ pairs.
-        const bool more = blk + 1 < p.B * p.Hq * nqb;
-        gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr, scale,
-             Ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)});
-        if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
-        if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
-        Ops<float>::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk));
-        // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
-        gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
-             Ahead{qp.qv(blk), std::size_t(kBr * (qp.ldk + qp.ldv) * 2)});
-        if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, kBr);
-        Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, nk, kBr, qp.D(blk), scale);
-        if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, kBr);
-        if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), 1, kBr);  // dV takes Z∘P/(1 − p)
-        to_bf16(path, s.st.get(), kBr, nk, kBr, s.pb.get(), kBr);
-        to_bf16(path, s.dpt.get(), kBr, nk, kBr, s.dsb.get(), kBr);
-        to_bf16_pairs(path, s.dpt.get(), kBr, nk, kKeys, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
-        gemm(path, nk, p.dv, kBr, s.pb.get(), kBr, qp.dov(blk), qp.ldv, s.dv_acc.get(), p.dv, 1, nullptr, 1.0f,
-             Ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)});
-        gemm(path, nk, p.dk, kBr, s.dsb.get(), kBr, qp.qv(blk), qp.ldk, s.dk_acc.get(), p.dk, 1, nullptr, 1.0f,
-             more ? Ahead{qp.qt(blk + 1), std::size_t(qp.dkp * kBr * 2)} : Ahead{});
-        gemm(path, p.dk, kBr, kKeys, s.ktr.get(), kKeys, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr,
-             1.0f);
+      for (std::int64_t qp0 = 0; qp0 < nqb; qp0 += 2) {
+        // A pair of query blocks: each block's St, dPt, dS and dQᵀ in turn, its bf16 Pt and dSt in
+        // its half of pb and dsb; then dV and dK once over the pair's queries (2·kBr, or kBr when
+        // one block is the last of the head or sees none of the tile). Their float32 accumulators
+        // are then loaded and stored once per 128 queries instead of once per 64.
+        std::int64_t first = -1, used = 0;  // the pair's first block with work, blocks with work
+        for (std::int64_t qb = qp0; qb < std::min(nqb, qp0 + 2); ++qb) {
+          const std::int64_t i0 = qb * kBr, i1 = std::min(p.Nq, i0 + kBr);
+          const KeyRange lo_row = key_range(p, i0), hi_row = key_range(p, i1 - 1);
+          if (hi_row.hi <= j0 || lo_row.lo >= j1) continue;
+          RowBlock rb;
+          rb.b = b;
+          rb.kh = kh;
+          for (std::int64_t i = i0; i < i1; ++i) rb.add(p, h, i);
+          const TileKind kind = classify(p, rb, j0, j1);
+          if (kind == TileKind::skip) continue;
+          const std::int64_t blk = (b * p.Hq + h) * nqb + qb;
+          if (used == 0) first = blk;
+          u16* const pb = s.pb.get() + used * kBr;
+          u16* const dsb = s.dsb.get() + used * kBr;
+          ++used;
+          // St = s·K·Qᵀ, the score transforms, the mask; Pt = e^(St − lse)·mul.
+          // Each product asks for the operands of one after it (into L2, a few lines a tile): St this
+          // block's dOᵀ pairs, dPt its dQᵀ partial, dQᵀ the next block's Qᵀ pairs or the pair's dO.
+          gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr, scale,
+               Ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)});
+          if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
+          if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
+          Ops<float>::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk));
+          // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
+          gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
+               Ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)});
+          if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, kBr);
+          Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, nk, kBr, qp.D(blk), scale);
+          if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, kBr);
+          if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), 1, kBr);  // dV takes Z∘P/(1 − p)
+          to_bf16(path, s.st.get(), kBr, nk, kBr, pb, 2 * kBr);
+          to_bf16(path, s.dpt.get(), kBr, nk, kBr, dsb, 2 * kBr);
+          to_bf16_pairs(path, s.dpt.get(), kBr, nk, kKeys, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
+          const bool next = qb + 1 < std::min(nqb, qp0 + 2);
+          gemm(path, p.dk, kBr, kKeys, s.ktr.get(), kKeys, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr,
+               1.0f,
+               next ? Ahead{qp.qt(blk + 1), std::size_t(qp.dkp * kBr * 2)}
+                    : Ahead{qp.dov(first), std::size_t(used * kBr * qp.ldv * 2)});
+        }
+        if (used == 0) continue;
+        // dV += Pt·dO and dK += dSt·Q over the pair's queries: the blocks with work are consecutive
+        // (a block between two with work has work too), so their dO and Q pairs are one operand.
+        const std::int64_t inner = used * kBr;
+        const std::int64_t after = (b * p.Hq + h) * nqb + std::min(nqb, qp0 + 2);
+        const bool more = after < p.B * p.Hq * nqb;
+        gemm(path, nk, p.dv, inner, s.pb.get(), 2 * kBr, qp.dov(first), qp.ldv, s.dv_acc.get(), p.dv, 1, nullptr, 1.0f,
+             Ahead{qp.qv(first), std::size_t(inner * qp.ldk * 2)});
+        gemm(path, nk, p.dk, inner, s.dsb.get(), 2 * kBr, qp.qv(first), qp.ldk, s.dk_acc.get(), p.dk, 1, nullptr, 1.0f,
+             more ? Ahead{qp.qt(after), std::size_t(qp.dkp * kBr * 2)} : Ahead{});
       }
     write_rows(p.dK, b, kh, j0, nk, p.dk, s.dk_acc.get());
     write_rows(p.dV, b, kh, j0, nk, p.dv, s.dv_acc.get());
