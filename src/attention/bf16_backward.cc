@@ -226,19 +226,6 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
   }
 }
 
-// Whether any of n float32 (U = uint32) or bfloat16 (uint16) bit patterns is inf or NaN, i.e. has
-// an exponent field of all ones: exactly then does the field plus one unit of its lowest bit carry
-// into the sign bit's place. An OR of such sums over the row, tested once, is a loop of integer
-// adds and ORs that vectorises: the bf16 backward's check of q, k, v and dO went from 1.8% of its
-// samples to 0.6% (a flag set per element compared each one; docs/performance.md).
-template <class U>
-bool any_nonfinite_bits(const U* x, std::int64_t n) {
-  constexpr std::uint32_t exp = sizeof(U) == 4 ? 0x7f800000u : 0x7f80u, unit = sizeof(U) == 4 ? 0x00800000u : 0x0080u;
-  U acc = 0;
-  for (std::int64_t c = 0; c < n; ++c) acc |= static_cast<U>((x[c] & exp) + unit);
-  return (acc & (exp + unit)) != 0;
-}
-
 // Whether every value of a [B, H, N, d] view is finite, (b, h) slices in parallel. Contiguous
 // float32 and bfloat16 rows are tested by their exponent bits (any_nonfinite_bits); other layouts
 // value by value.
