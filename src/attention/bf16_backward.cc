@@ -196,7 +196,7 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
                Ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)});
           if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
           if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
-          Ops<float>::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk));
+          simd::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
           // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
           gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
                Ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)});
