@@ -11,6 +11,9 @@
 //   dV += Pt·dO       A = Pt [key][query]         B = dO pairs over queries (per query block, once)
 //   dK += dSt·Q       A = dSt [key][query]        B = Q pairs over queries  (per query block, once)
 //   dQᵀ += Kᵀ·dS      A = Kᵀ [c][key]             B = dSt pairs over keys   (per tile: two rows at a time)
+// dV and dK take two consecutive query blocks of a head at once (their Pt and dSt side by side, their
+// dO and Q pairs adjacent in the packs), so their float32 accumulators go through memory once per
+// 2·kBr queries.
 // P and dS in between are float32 (backward.cc's masks, score transforms and softmax gradient, in
 // their transposed form). dQᵀ partials of each key group are summed in group order and transposed
 // once at the end. Work items and their order depend on the shape only, so the result is bitwise
@@ -193,7 +196,7 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
                Ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)});
           if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
           if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
-          Ops<float>::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk));
+          simd::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
           // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
           gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
                Ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)});
@@ -211,8 +214,8 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
                     : Ahead{qp.dov(first), std::size_t(used * kBr * qp.ldv * 2)});
         }
         if (used == 0) continue;
-        // dV += Pt·dO and dK += dSt·Q over the pair's queries: the blocks with work are consecutive
-        // (a block between two with work has work too), so their dO and Q pairs are one operand.
+        // dV += Pt·dO and dK += dSt·Q over the pair's queries: its blocks with work (one, or both,
+        // adjacent) have their dO and Q pairs one after the other, one operand.
         const std::int64_t inner = used * kBr;
         const std::int64_t after = (b * p.Hq + h) * nqb + std::min(nqb, qp0 + 2);
         const bool more = after < p.B * p.Hq * nqb;
@@ -236,7 +239,7 @@ bool all_finite_view(const TensorView& t, std::int64_t B, std::int64_t H, std::i
       for (std::int64_t i = 0; i < N; ++i) {
         bool bad = false;
         if (t.strides[3] == 1 && t.dtype == DType::f32) {
-          bad = any_nonfinite_bits(at<const std::uint32_t>(t, s / H, s % H, i, 0), d);
+          bad = any_nonfinite_bits(at<const FloatBits>(t, s / H, s % H, i, 0), d);
         } else if (t.strides[3] == 1 && t.dtype == DType::bf16) {
           bad = any_nonfinite_bits(at<const std::uint16_t>(t, s / H, s % H, i, 0), d);
         } else {

@@ -85,8 +85,9 @@ HWY_INLINE __m128 Fraction(__m128 x) { return _mm_reduce_ps(x, _MM_FROUND_TO_NEA
 // what that rounding keeps. Three multiply-adds fewer per 16 probabilities, where the bf16 forward's
 // softmax is about a tenth of its time: 0.976-0.987 of the forward's time (docs/performance.md). The
 // running sums l, the rescale factors and the probs output use the same polynomial as P, so
-// O = Σ P·V / l stays consistent; the lse differs from float32's by at most 1.01e-4. (The bf16
-// backward keeps the degree-6 e^x: there it was no measurable share.)
+// O = Σ P·V / l stays consistent; the lse differs from float32's by at most 1.01e-4. The bf16
+// backward's recomputed P (Exp2ColumnsBf16), rounded to bfloat16 for dV as dS = P∘(dP − D) is for
+// dK and dQ, takes it too: 0.990-0.996 of that backward's time (docs/performance.md).
 template <class D, bool kForBf16 = false>
 HWY_INLINE hn::Vec<D> Exp2Fraction(D d, hn::Vec<D> f) {
   using V = hn::Vec<D>;

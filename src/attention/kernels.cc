@@ -27,6 +27,7 @@ HWY_EXPORT(GemvColumns);
 HWY_EXPORT(TileGemm);
 HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
+HWY_EXPORT(Exp2ColumnsBf16);
 HWY_EXPORT(SoftmaxGrad);
 HWY_EXPORT(Exp2Rows);
 HWY_EXPORT(Exp2RowsBf16);
@@ -167,7 +168,8 @@ void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t co
   HWY_DYNAMIC_DISPATCH(SoftmaxUpdate)(St, lds, rows, cols, m, l, alpha);
 }
 void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
-                  const float* mul) {
+                  const float* mul, ExpFor e) {
+  if (e == ExpFor::bf16) return HWY_DYNAMIC_DISPATCH(Exp2ColumnsBf16)(St, lds, rows, cols, sub, mul);
   HWY_DYNAMIC_DISPATCH(Exp2Columns)(St, lds, rows, cols, sub, mul);
 }
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,

@@ -327,6 +327,10 @@ bool any_nonfinite_bits(const U* x, std::int64_t n) {
   return (acc & (exp + unit)) != 0;
 }
 
+// float32 bit patterns read through a type that may alias float (GCC and Clang), so that reading a
+// row's bits right after writing it as float is well defined.
+using FloatBits = std::uint32_t __attribute__((may_alias));
+
 // True when rows [0, n) x [0, d) of an operand (row stride ld, column stride cs) are all finite;
 // float32 rows with unit column stride by their exponent bits (any_nonfinite_bits).
 template <class T>
@@ -334,7 +338,7 @@ bool all_finite(const T* x, std::int64_t ld, std::int64_t n, std::int64_t d, std
   if constexpr (std::is_same_v<T, float>) {
     if (cs == 1) {
       for (std::int64_t j = 0; j < n; ++j)
-        if (any_nonfinite_bits(reinterpret_cast<const std::uint32_t*>(x + j * ld), d)) return false;
+        if (any_nonfinite_bits(reinterpret_cast<const FloatBits*>(x + j * ld), d)) return false;
       return true;
     }
   }

@@ -157,7 +157,8 @@ TEST(Targets, SoftcapMatchesFloat64Tanh) {
 // the kernels' own float32 argument (x − sub)·log2(e): float32's polynomial within 2.5e-7, the bf16
 // forward's degree-3 one within 1.02e-4 (its fit's 1.01e-4 and float32 rounding), over a fine grid
 // of fractions and exponents (below 2^-126 within 2^-126 absolute); e^0 exactly 1, -inf to 0, NaN kept. Then the bf16 flavour's online
-// softmax: P <= 1 with the row's largest exactly 1, and l the float32 sum of its P.
+// softmax: P <= 1 with the row's largest exactly 1, and l the float32 sum of its P. The column
+// kernel at both accuracies gives the row kernel's bits.
 TEST(Targets, Exp2RowsAtBothAccuracies) {
   for_each_target([&](const std::string&) {
     using detail::simd::ExpFor;
@@ -184,6 +185,13 @@ TEST(Targets, Exp2RowsAtBothAccuracies) {
       }
       EXPECT_EQ(1.0f, y[4096]);
       EXPECT_EQ(0.0f, y[4097]);
+      // The column kernel (the backwards' P, exp2_columns) on the same values as a 257 x 16 tile:
+      // the same e^x, so the same bits.
+      std::vector<float> yc = x;
+      const std::vector<float> subs(16, 0.0f), ones(16, 1.0f);
+      detail::simd::exp2_columns(yc.data(), 16, n / 16, 16, subs.data(), ones.data(), e);
+      for (std::size_t i = 0; i < n; ++i)
+        if (!std::isnan(x[i])) ASSERT_EQ(y[i], yc[i]) << "x " << x[i] << (e == ExpFor::bf16 ? " bf16" : " f32");
     }
     // Three rows of 37 scores (one ragged vector), the online step from an empty state.
     const std::size_t rows = 3, cols = 37, lds = 48;
