@@ -173,8 +173,9 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
         // its half of pb and dsb; then dV and dK once over the pair's queries (2·kBr, or kBr when
         // one block is the last of the head or sees none of the tile). Their float32 accumulators
         // are then loaded and stored once per 128 queries instead of once per 64.
-        std::int64_t first = -1, used = 0;  // the pair's first block with work, blocks with work
-        for (std::int64_t qb = qp0; qb < std::min(nqb, qp0 + 2); ++qb) {
+        const std::int64_t qp1 = std::min(nqb, qp0 + 2);  // the pair: blocks [qp0, qp1)
+        std::int64_t first = -1, used = 0;                 // the pair's first block with work, blocks with work
+        for (std::int64_t qb = qp0; qb < qp1; ++qb) {
           const std::int64_t i0 = qb * kBr, i1 = std::min(p.Nq, i0 + kBr);
           const KeyRange lo_row = key_range(p, i0), hi_row = key_range(p, i1 - 1);
           if (hi_row.hi <= j0 || lo_row.lo >= j1) continue;
@@ -207,7 +208,7 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
           to_bf16(path, s.st.get(), kBr, nk, kBr, pb, 2 * kBr);
           to_bf16(path, s.dpt.get(), kBr, nk, kBr, dsb, 2 * kBr);
           to_bf16_pairs(path, s.dpt.get(), kBr, nk, kKeys, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
-          const bool next = qb + 1 < std::min(nqb, qp0 + 2);
+          const bool next = qb + 1 < qp1;
           gemm(path, p.dk, kBr, kKeys, s.ktr.get(), kKeys, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr,
                1.0f,
                next ? Ahead{qp.qt(blk + 1), std::size_t(qp.dkp * kBr * 2)}
@@ -217,7 +218,7 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
         // dV += Pt·dO and dK += dSt·Q over the pair's queries: its blocks with work (one, or both,
         // adjacent) have their dO and Q pairs one after the other, one operand.
         const std::int64_t inner = used * kBr;
-        const std::int64_t after = (b * p.Hq + h) * nqb + std::min(nqb, qp0 + 2);
+        const std::int64_t after = (b * p.Hq + h) * nqb + qp1;
         const bool more = after < p.B * p.Hq * nqb;
         gemm(path, nk, p.dv, inner, s.pb.get(), 2 * kBr, qp.dov(first), qp.ldv, s.dv_acc.get(), p.dv, 1, nullptr, 1.0f,
              Ahead{qp.qv(first), std::size_t(inner * qp.ldk * 2)});
