@@ -191,7 +191,9 @@ TEST(Targets, Exp2RowsAtBothAccuracies) {
       const std::vector<float> subs(16, 0.0f), ones(16, 1.0f);
       detail::simd::exp2_columns(yc.data(), 16, n / 16, 16, subs.data(), ones.data(), e);
       for (std::size_t i = 0; i < n; ++i)
-        if (!std::isnan(x[i])) ASSERT_EQ(y[i], yc[i]) << "x " << x[i] << (e == ExpFor::bf16 ? " bf16" : " f32");
+        if (!std::isnan(x[i])) {
+          ASSERT_EQ(y[i], yc[i]) << "x " << x[i] << (e == ExpFor::bf16 ? " bf16" : " f32");
+        }
     }
     // Three rows of 37 scores (one ragged vector), the online step from an empty state.
     const std::size_t rows = 3, cols = 37, lds = 48;
