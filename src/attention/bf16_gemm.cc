@@ -93,6 +93,9 @@ ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, st
       for (int r = 0; r < 4; ++r) acc[i][r] = _mm512_dpbf16_ps(acc[i][r], a, b[r]);
     }
   }
+  // Each element finished as finish() above does it, a multiply and an add rounded one after the
+  // other, in every column and every instantiation: the file is compiled with -ffp-contract=off
+  // (src/CMakeLists.txt), where GCC had fused some of these pairs into one multiply-add and not others.
   const __m512 s = _mm512_set1_ps(out_scale);
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)

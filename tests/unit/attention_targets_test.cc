@@ -218,6 +218,36 @@ TEST(Targets, Exp2RowsAtBothAccuracies) {
   });
 }
 
+// Every element of a float32 product is finished by the same operations wherever it falls (the
+// tile's columns, its full and remainder rows, the ragged last vector): with every row of A alike,
+// every column of B alike and C alike, all of C comes out with one value, for gemm, tile_gemm,
+// forward_gemm and forward_pv in each mode they take, on every target.
+TEST(Targets, GemmFinishesEveryElementAlike) {
+  using namespace detail::simd;
+  const std::size_t M = 7, N = 70, K = 96, ldc = N;
+  std::vector<float> A(M * K), B(K * N), row_scale(M, 0.8173f);
+  for (std::size_t k = 0; k < K; ++k) {
+    const float a = static_cast<float>(std::sin(0.37 * k)), b = static_cast<float>(std::cos(0.91 * k + 0.2));
+    for (std::size_t m = 0; m < M; ++m) A[m * K + k] = a;
+    for (std::size_t n = 0; n < N; ++n) B[k * N + n] = b;
+  }
+  for_each_target([&](const std::string&) {
+    for (GemmMode mode : {kOverwrite, kAccumulate, kRescaleAccumulate})
+      for (int kernel = 0; kernel < 4; ++kernel) {
+        if (kernel == 3 && mode != kRescaleAccumulate) continue;  // forward_pv rescales, always
+        std::vector<float> C(M * ldc, 1.7313f);
+        if (kernel == 0) gemm(M, N, K, A.data(), K, 1, B.data(), N, C.data(), ldc, mode, row_scale.data());
+        if (kernel == 1) tile_gemm(M, N, K, A.data(), K, 1, B.data(), N, C.data(), ldc, mode, row_scale.data());
+        if (kernel == 2) forward_gemm(M, N, K, A.data(), K, 1, B.data(), N, C.data(), ldc, mode, row_scale.data());
+        if (kernel == 3) forward_pv(M, N, K, A.data(), K, 1, B.data(), N, C.data(), ldc, row_scale.data());
+        for (std::size_t i = 0; i < C.size(); ++i) {
+          ASSERT_EQ(C[0], C[i]) << "kernel " << kernel << " mode " << mode << " row " << i / ldc << " column "
+                                << i % ldc;
+        }
+      }
+  });
+}
+
 enum class MaskKind { none, causal_tl, causal_br, window, keep, additive, all };
 
 struct Inputs {

@@ -48,10 +48,10 @@ TEST(Bf16, RoundBitsMatchesRoundToBf16) {
 }
 
 // The widened path's GEMM against the portable loop, on every SIMD target: products of bf16 values
-// are exact in float32 and both sum each element's products in k order, so modes 0 and 1 (scale 1)
-// give the same bits; mode 2's rescale may be one fused multiply-add, so it is held to float32
-// rounding. Sizes cross the 6-row and 16/32-column tiles' edges, with row and column strides
-// larger than the operands.
+// are exact in float32, both sum each element's products in k order and both finish an element by
+// the same multiplies and adds (not fused: -ffp-contract=off), so every mode gives the same bits,
+// with output scales of 1 and not. Sizes cross the 6-row and 16/32-column tiles' edges, with row and
+// column strides larger than the operands.
 TEST(Bf16, WidenedGemmMatchesPortableLoop) {
   const Tensor pool = random_tensor(DType::bf16, {1 << 16}, 41, 0, 1.0, testing::Draw::bulk);
   const Tensor scales = random_tensor(DType::f32, {128}, 42, 0, 1.0, testing::Draw::one);
@@ -69,7 +69,7 @@ TEST(Bf16, WidenedGemmMatchesPortableLoop) {
             std::vector<float> c0(M * ldc), c1;
             for (std::size_t i = 0; i < c0.size(); ++i) c0[i] = scales.as<float>()[i % 128];
             c1 = c0;
-            const float out_scale = mode == 0 ? 0.125f : 1.0f;
+            const float out_scale = mode == 0 ? 0.125f : K == 64 ? 1.0f : 0.3062f;
             const float* rs = mode == 2 ? scales.as<float>() : nullptr;
             detail::bfdot::gemm(Path::portable, M, N, K, A.data(), lda, B.data(), ldb, c0.data(), ldc, mode, rs,
                                 out_scale);
@@ -81,12 +81,40 @@ TEST(Bf16, WidenedGemmMatchesPortableLoop) {
                 SCOPED_TRACE(target + " M " + std::to_string(M) + " N " + std::to_string(N) + " K " +
                              std::to_string(K) + " mode " + std::to_string(mode));
                 if (n >= N) ASSERT_EQ(got, scales.as<float>()[(m * ldc + n) % 128]) << "column " << n << " written";
-                else if (mode < 2) ASSERT_EQ(got, want) << m << ", " << n;
-                else ASSERT_NEAR(got, want, 1e-6f * (1.0f + std::fabs(want))) << m << ", " << n;
+                else ASSERT_EQ(got, want) << m << ", " << n;
               }
           }
   }
   detail::simd::force_target("");
+}
+
+// Every element of a product is finished by the same operations wherever it falls: with every row
+// of A alike, every column of B alike and every element of C alike, all of C comes out with one
+// value, on every path, in each mode (an output scale other than 1 in modes 0 and 1, and in mode 2
+// one and not), across a 64-column block and a ragged one and a 4-row tile and single rows.
+TEST(Bf16, EveryElementFinishedAlike) {
+  const Tensor pool = random_tensor(DType::bf16, {96}, 43, 0, 1.0, testing::Draw::bulk);
+  const auto* bits = reinterpret_cast<const std::uint16_t*>(pool.as<bf16>());
+  const std::size_t M = 7, N = 70, K = 96, lda = K, ldb = 80, ldc = N;
+  std::vector<std::uint16_t> A(M * lda), B(K / 2 * ldb * 2);
+  for (std::size_t m = 0; m < M; ++m)
+    for (std::size_t k = 0; k < K; ++k) A[m * lda + k] = bits[k];
+  for (std::size_t kk = 0; kk < K / 2; ++kk)
+    for (std::size_t n = 0; n < ldb; ++n)
+      for (std::size_t h = 0; h < 2; ++h) B[(kk * ldb + n) * 2 + h] = bits[(2 * kk + h + 5) % K];
+  const std::vector<float> row_scale(M, 0.8173f);
+  testing::for_each_bf16_path([&] {
+    for (int mode : {0, 1, 2})
+      for (float out_scale : {0.3062f, 1.0f}) {
+        if (mode < 2 && out_scale == 1.0f) continue;
+        std::vector<float> C(M * ldc, 1.7313f);
+        detail::bfdot::gemm(detail::bfdot::path(), M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, mode,
+                            row_scale.data(), out_scale);
+        for (std::size_t i = 0; i < C.size(); ++i)
+          ASSERT_EQ(C[0], C[i]) << "mode " << mode << " scale " << out_scale << " row " << i / ldc << " column "
+                                << i % ldc;
+      }
+  });
 }
 
 // to_bf16_pairs on the widened path (vector rounding) against the portable loop, bit for bit: ties
