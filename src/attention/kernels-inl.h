@@ -225,9 +225,9 @@ HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT
 // instantiation is straight-line code and its 2·MR·NR vectors stay in registers).
 // sum starts as init (mode 1: C; mode 2: row_scale·C) and takes each block's chain in order; in
 // mode 0 the first block's chain runs in sum itself (0 + x would turn -0 into +0). Gemm's
-// operations in Gemm's order, so the same bits in modes 0 and 1; in mode 2 Gemm's
-// row_scale·C + chain may be one FMA (GCC contracts its multiply and add in some instantiations),
-// here it is two roundings.
+// operations in Gemm's order, so the same bits in every mode (this file is compiled without
+// contraction of a multiply and an add into an FMA, src/CMakeLists.txt: mode 2's row_scale·C +
+// chain is two roundings in both).
 template <size_t MR, size_t NR, bool kTail, int kMode>
 HWY_INLINE void SumTile(DF d, size_t K, size_t kb, const float* HWY_RESTRICT A, size_t ars, size_t acs,
                         const float* HWY_RESTRICT B, size_t ldb, float* HWY_RESTRICT C, size_t ldc,
@@ -567,7 +567,7 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
     for (size_t r = 0; r < R; ++r) {
       const float a = hn::GetLane(ExpBelowMax<DF, kForBf16>(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
       alpha[r] = a;
-      l[r] = a * l[r] + LaneSum(d, sum[r]);
+      l[r] = hn::GetLane(FusedMulAdd(hn::Set(d, a), hn::Set(d, l[r]), hn::Set(d, LaneSum(d, sum[r]))));  // as kFour's
       m[r] = m_new[r];
     }
   }
