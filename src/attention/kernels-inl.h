@@ -329,29 +329,75 @@ void TileGemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t a
   }
 }
 
+// Sums whose bits do not depend on the vector width, so that blocks of few rows (DotTile,
+// SoftmaxUpdateRows) give the same bits on every target. A sum runs as C chains, value c in chain
+// c mod C in order (C / L vectors of L lanes, or C scalars on the scalar target), then the chains
+// meet by a fixed tree:
+//   DotSum (C = 32): chain k + chain k + 16, then halving: + 8, + 4, + 2, + 1 (the order of
+//     _mm512_reduce_add_ps on the 16 sums);
+//   Sums4 (C = 16, four rows at once): each block of four chains as (c0 + c2) + (c1 + c3), then the
+//     blocks as (B0 + B2) + (B1 + B3) (the order of Reduce4).
+// The halving sum of one vector's lanes: lane i + lane i + L/2, and so on down to lane 0 + lane 1.
+template <class D>
+HWY_INLINE float HalvingLaneSum(D d, hn::Vec<D> v) {
+  constexpr size_t N = hn::MaxLanes(D());
+  if constexpr (N == 1) {
+    return hn::GetLane(v);
+  }
+#if HWY_TARGET != HWY_SCALAR
+  else if constexpr (N == 4) {
+    const auto w = hn::Add(v, hn::Shuffle1032(v));
+    return hn::GetLane(w) + hn::ExtractLane(w, 1);
+  } else {
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+    if constexpr (N == 16) return _mm512_reduce_add_ps(v.raw);  // the same order
+#endif
+    const hn::Half<D> dh;
+    return HalvingLaneSum(dh, hn::Add(hn::LowerHalf(dh, v), hn::UpperHalf(dh, v)));
+  }
+#endif
+}
+
+constexpr size_t kDotChains = 32;
+constexpr size_t kDotVectors = kDotChains / HWY_LANES(float) > 0 ? kDotChains / HWY_LANES(float) : 1;
+// acc[v] lane i holds chain v·L + i.
+HWY_INLINE float DotSum(DF d, VF (&acc)[kDotVectors]) {
+  constexpr size_t H = kDotVectors / 2;
+  VF s[H];
+  for (size_t v = 0; v < H; ++v) s[v] = hn::Add(acc[v], acc[v + H]);  // chain k + chain k + 16
+  for (size_t n = H; n > 1; n /= 2)
+    for (size_t v = 0; v < n / 2; ++v) s[v] = hn::Add(s[v], s[v + n / 2]);
+  return HalvingLaneSum(d, s[0]);
+}
+
 // Scores of few query rows, GEMV-style: S[r][j] = Σ_c K[j·ldk + c] · Q[r·ldq + c] for keys
 // j < nk and rows r < rows (Q row-major). Each key row is read once with whole-vector loads and
-// reduced across lanes, where the GEMM kernel would fill a 16-lane column for one useful query;
-// decode (one or a few queries over a long KV cache) is bound by reading K and V.
+// reduced across lanes (DotSum: the same bits on every target), where the GEMM kernel would fill
+// a 16-lane column for one useful query; decode (one or a few queries over a long KV cache) is
+// bound by reading K and V.
 void DotTile(size_t nk, size_t rows, size_t dk, const float* HWY_RESTRICT K, size_t ldk, const float* HWY_RESTRICT Q,
              size_t ldq, float* HWY_RESTRICT St, size_t lds) {
   const DF d;
-  const size_t L = hn::Lanes(d);
-  const auto tail = hn::FirstN(d, dk % L);
-  const size_t full = dk / L * L;
+  constexpr size_t L = HWY_LANES(float);
+  const size_t whole = dk / kDotChains * kDotChains;
   for (size_t j = 0; j < nk; ++j) {
     const float* k = K + j * ldk;
     for (size_t r = 0; r < rows; ++r) {
       const float* q = Q + r * ldq;
-      VF a0 = hn::Zero(d), a1 = hn::Zero(d);
-      size_t c = 0;
-      for (; c + 2 * L <= full; c += 2 * L) {
-        a0 = FusedMulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
-        a1 = FusedMulAdd(hn::LoadU(d, k + c + L), hn::LoadU(d, q + c + L), a1);
+      VF acc[kDotVectors];
+      for (size_t v = 0; v < kDotVectors; ++v) acc[v] = hn::Zero(d);
+      for (size_t c = 0; c < whole; c += kDotChains)
+        for (size_t v = 0; v < kDotVectors; ++v)
+          acc[v] = FusedMulAdd(hn::LoadU(d, k + c + v * L), hn::LoadU(d, q + c + v * L), acc[v]);
+      for (size_t v = 0, c = whole; c < dk; ++v, c += L) {  // the last dk mod 32 values, chain by chain
+        if (c + L <= dk) {
+          acc[v] = FusedMulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), acc[v]);
+        } else {
+          const auto part = hn::FirstN(d, dk - c);
+          acc[v] = FusedMulAdd(hn::MaskedLoad(part, d, k + c), hn::MaskedLoad(part, d, q + c), acc[v]);
+        }
       }
-      if (c < full) a0 = FusedMulAdd(hn::LoadU(d, k + c), hn::LoadU(d, q + c), a0);
-      if (full < dk) a1 = FusedMulAdd(hn::MaskedLoad(tail, d, k + full), hn::MaskedLoad(tail, d, q + full), a1);
-      St[r * lds + j] = LaneSum(d, hn::Add(a0, a1));
+      St[r * lds + j] = DotSum(d, acc);
     }
   }
 }
@@ -514,82 +560,121 @@ void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t c
   }
 }
 
+// Row sums in kRowChains chains (key c in chain c mod 16): kRowVectors vectors a row.
+constexpr size_t kRowChains = 16;
+constexpr size_t kRowVectors = kRowChains / HWY_LANES(float) > 0 ? kRowChains / HWY_LANES(float) : 1;
+
+#if HWY_TARGET != HWY_SCALAR
+// The first n (<= 4) floats of p in a 4-lane vector (0 past them), and back.
+HWY_INLINE hn::Vec<hn::Full128<float>> LoadFirst(const float* p, size_t n) {
+  HWY_ALIGN float x[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (size_t i = 0; i < n; ++i) x[i] = p[i];
+  return hn::Load(hn::Full128<float>(), x);
+}
+HWY_INLINE void StoreFirst(hn::Vec<hn::Full128<float>> v, float* p, size_t n) {
+  HWY_ALIGN float x[4];
+  hn::Store(v, hn::Full128<float>(), x);
+  for (size_t i = 0; i < n; ++i) p[i] = x[i];
+}
+
+// The sums of four rows' chains (sum[r][v] lane i: chain v·L + i of row r) by the tree above
+// (Sums4), lane r for row r: Across4 sums each block of four chains, the blocks then meet as
+// (B0 + B2) + (B1 + B3) — by halving over the vectors, then BlockReduce within the last one.
+HWY_INLINE hn::Vec<hn::Full128<float>> Sums4(DF d, const VF (&sum)[4][kRowVectors]) {
+  VF x[kRowVectors];
+  for (size_t v = 0; v < kRowVectors; ++v) x[v] = Across4(d, sum[0][v], sum[1][v], sum[2][v], sum[3][v], AddOp());
+  for (size_t n = kRowVectors; n > 1; n /= 2)
+    for (size_t v = 0; v < n / 2; ++v) x[v] = hn::Add(x[v], x[v + n / 2]);
+  return BlockReduce(d, x[0], AddOp());
+}
+#else
+// The scalar target: sum[0][c] is chain c of the one row; Sums4's tree written out.
+HWY_INLINE float ChainsSum(const VF (&chains)[kRowVectors]) {
+  float b[4];
+  for (size_t k = 0; k < 4; ++k)
+    b[k] = (hn::GetLane(chains[4 * k]) + hn::GetLane(chains[4 * k + 2])) +
+           (hn::GetLane(chains[4 * k + 1]) + hn::GetLane(chains[4 * k + 3]));
+  return (b[0] + b[2]) + (b[1] + b[3]);
+}
+#endif
+
 // R rows of SoftmaxUpdateRows side by side: R independent chains keep the units busy where one
-// row waits on each step's latency. Four rows on vector targets take their per-row statistics for
-// the four at once: the row maxima and sums reduced across lanes together (Reduce4), and m, alpha
-// and l updated as one 4-lane vector, where a row at a time pays a lane reduction, a scalar e^x and
-// their latencies per row (the decode's 8-row GQA tiles of 64 keys are much of that work). Other R
-// (the leftover rows of a tile, every row on the scalar target) go row by row.
+// row waits on each step's latency. On vector targets the per-row statistics go four rows at a
+// time (a row left over takes three empty rows beside it): the row maxima and sums reduced across
+// lanes together (Reduce4, Sums4), and m, alpha and l updated as one 4-lane vector, where a row at
+// a time pays a lane reduction, a scalar e^x and their latencies per row (the decode's 8-row GQA
+// tiles of 64 keys are much of that work). The sums are Sums4's, so the same bits on every target.
 template <size_t R, bool kForBf16>
 HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha) {
-#if HWY_TARGET != HWY_SCALAR
-  constexpr bool kFour = R == 4;
-  const hn::Full128<float> d4;
-#else
-  constexpr bool kFour = false;
-#endif
   const size_t L = hn::Lanes(d);
-  VF mx[R], mu[R], sum[R];
-  HWY_ALIGN float m_new[R], m_use[R];
+  VF mx[R], mu[R], sum[4][kRowVectors];
+  HWY_ALIGN float m_new[4], m_use[4];
   for (size_t r = 0; r < R; ++r) mx[r] = hn::Set(d, -INFINITY);
   for (size_t c = 0; c < padded; c += L)
     for (size_t r = 0; r < R; ++r) mx[r] = hn::Max(mx[r], hn::LoadU(d, S + r * lds + c));
-  if constexpr (kFour) {
 #if HWY_TARGET != HWY_SCALAR
-    const auto mn = hn::Max(hn::LoadU(d4, m), Reduce4(d, mx[0], mx[1], mx[2], mx[3], MaxOp()));
-    hn::Store(mn, d4, m_new);
-    hn::Store(hn::IfThenZeroElse(hn::Eq(mn, hn::Set(d4, -INFINITY)), mn), d4, m_use);  // the guard below
+  const hn::Full128<float> d4;
+  const auto old_m = LoadFirst(m, R);
+  VF mx4[4];  // the rows' maxima vectors, -inf for the rows past R
+  for (size_t r = 0; r < 4; ++r) mx4[r] = r < R ? mx[r] : hn::Set(d, -INFINITY);
+  const auto mn = hn::Max(old_m, Reduce4(d, mx4[0], mx4[1], mx4[2], mx4[3], MaxOp()));
+  hn::Store(mn, d4, m_new);
+  hn::Store(hn::IfThenZeroElse(hn::Eq(mn, hn::Set(d4, -INFINITY)), mn), d4, m_use);  // the guard below
+#else
+  static_assert(R == 1, "the scalar target goes row by row");
+  m_new[0] = std::max(m[0], hn::GetLane(mx[0]));
+  m_use[0] = m_new[0] == -INFINITY ? 0.0f : m_new[0];  // the fully-masked guard of SoftmaxUpdate
 #endif
-  } else {
-    for (size_t r = 0; r < R; ++r) {
-      m_new[r] = std::max(m[r], hn::GetLane(hn::MaxOfLanes(d, mx[r])));
-      m_use[r] = m_new[r] == -INFINITY ? 0.0f : m_new[r];  // the fully-masked guard of SoftmaxUpdate
-    }
-  }
-  for (size_t r = 0; r < R; ++r) {
-    mu[r] = hn::Set(d, m_use[r]);
-    sum[r] = hn::Zero(d);
-  }
-  for (size_t c = 0; c < padded; c += L)
+  for (size_t r = 0; r < 4; ++r)
+    for (size_t v = 0; v < kRowVectors; ++v) sum[r][v] = hn::Zero(d);
+  for (size_t r = 0; r < R; ++r) mu[r] = hn::Set(d, m_use[r]);
+  for (size_t c = 0, v = 0; c < padded; c += L, v = (v + 1) % kRowVectors)
     for (size_t r = 0; r < R; ++r) {
       const VF p = ExpBelowMax<DF, kForBf16>(d, hn::LoadU(d, S + r * lds + c), mu[r]);
       hn::StoreU(p, d, S + r * lds + c);
-      sum[r] = hn::Add(sum[r], p);
+      sum[r][v] = hn::Add(sum[r][v], p);
     }
-  if constexpr (kFour) {
 #if HWY_TARGET != HWY_SCALAR
-    const auto a = ExpBelowMax<decltype(d4), kForBf16>(d4, hn::LoadU(d4, m), hn::Load(d4, m_use));
-    hn::StoreU(a, d4, alpha);
-    hn::StoreU(FusedMulAdd(a, hn::LoadU(d4, l), Reduce4(d, sum[0], sum[1], sum[2], sum[3], AddOp())), d4, l);
-    hn::StoreU(hn::Load(d4, m_new), d4, m);
+  const auto a = ExpBelowMax<decltype(d4), kForBf16>(d4, old_m, hn::Load(d4, m_use));
+  const auto l_new = FusedMulAdd(a, LoadFirst(l, R), Sums4(d, sum));
+  StoreFirst(a, alpha, R);
+  StoreFirst(l_new, l, R);
+  StoreFirst(hn::Load(d4, m_new), m, R);
+#else
+  const float a = hn::GetLane(ExpBelowMax<DF, kForBf16>(d, hn::Set(d, m[0]), hn::Set(d, m_use[0])));
+  alpha[0] = a;
+  l[0] = hn::GetLane(FusedMulAdd(hn::Set(d, a), hn::Set(d, l[0]), hn::Set(d, ChainsSum(sum[0]))));
+  m[0] = m_new[0];
 #endif
-  } else {
-    for (size_t r = 0; r < R; ++r) {
-      const float a = hn::GetLane(ExpBelowMax<DF, kForBf16>(d, hn::Set(d, m[r]), hn::Set(d, m_use[r])));
-      alpha[r] = a;
-      l[r] = hn::GetLane(FusedMulAdd(hn::Set(d, a), hn::Set(d, l[r]), hn::Set(d, LaneSum(d, sum[r]))));  // as kFour's
-      m[r] = m_new[r];
-    }
-  }
 }
 
 // Online softmax over a score tile in row layout, S[rows][lds] (one query per row, keys along
 // the row; the bf16 forward's layout): the same update as SoftmaxUpdate per row, with the max
-// and sum reduced across lanes. Columns [cols, round_up(cols, L)) are treated as -inf and come
-// out as P = 0, so a ragged tile may be padded to whole vectors.
+// and sum reduced across lanes. Columns [cols, round_up(cols, 16)) are treated as -inf and come
+// out as P = 0, so a ragged tile is padded to whole sets of the 16 chains (lds holds them).
 template <bool kForBf16>
 HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
   const DF d;
   const size_t L = hn::Lanes(d);
-  const size_t full = cols / L * L;
+  const size_t full = cols / L * L, padded = (cols + kRowChains - 1) / kRowChains * kRowChains;
   const auto tail = hn::FirstN(d, cols - full);
-  if (full < cols)
-    for (size_t r = 0; r < rows; ++r)
+  for (size_t r = 0; r < rows; ++r) {
+    if (full < cols)
       hn::StoreU(hn::IfThenElse(tail, hn::LoadU(d, S + r * lds + full), hn::Set(d, -INFINITY)), d, S + r * lds + full);
-  const size_t padded = full < cols ? full + L : full;
+    for (size_t c = full < cols ? full + L : full; c < padded; c += L) hn::StoreU(hn::Set(d, -INFINITY), d, S + r * lds + c);
+  }
   size_t r = 0;
+#if HWY_TARGET != HWY_SCALAR
   for (; r + 4 <= rows; r += 4) SoftmaxRowsTogether<4, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+  switch (rows - r) {
+    case 1: SoftmaxRowsTogether<1, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r); break;
+    case 2: SoftmaxRowsTogether<2, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r); break;
+    case 3: SoftmaxRowsTogether<3, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r); break;
+    default: break;
+  }
+#else
   for (; r < rows; ++r) SoftmaxRowsTogether<1, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+#endif
 }
 void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
   SoftmaxUpdateRowsFor<false>(S, lds, rows, cols, m, l, alpha);

@@ -391,18 +391,20 @@ TEST(Targets, BackwardMatchesFloat64Reference) {
   });
 }
 
-// The float32 forward and backward give the same bits on every target when each query block has
-// more than kDotRows rows: each score, probability and output element is the same chain of
-// operations on every target (Gemm's per-element order does not depend on the register tile, e^x is
-// one polynomial, the column softmax sums down a column) and kernels.cc is compiled without
-// contracting a multiply and an add into an FMA. Blocks of at most kDotRows rows (decode, the last
-// rows of a call) sum across SIMD lanes, whose number differs between targets, and are left out;
-// so is soft-capping on the scalar target (its tanh rounds each multiply and add apart).
+// The float32 forward and backward give the same bits on every target for every call the tile path
+// takes: each score, probability and output element is the same chain of operations on every target
+// (Gemm's per-element order does not depend on the register tile, e^x is one polynomial, the sums
+// across lanes of few-row blocks run in fixed chains and trees, DotSum and Sums4), and kernels.cc is
+// compiled without contracting a multiply and an add into an FMA. Shapes: blocks of 64 rows with
+// 5, 2 or no rows left over, and 3 rows alone with an explicit mask (without one, so few rows take
+// the cache decode, kv_kernels.cc, whose sums across lanes depend on the lane count). Soft-capping
+// is left out on the scalar target (its tanh rounds each multiply and add apart).
 TEST(Targets, FloatForwardAndBackwardSameBitsOnEveryTarget) {
   struct Shape {
     std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
   };
-  const std::vector<Shape> shapes = {{2, 4, 2, 69, 131, 16, 24}, {1, 3, 1, 133, 70, 33, 5}, {1, 2, 2, 64, 1, 80, 80}};
+  const std::vector<Shape> shapes = {{2, 4, 2, 69, 131, 16, 24}, {1, 3, 1, 133, 70, 33, 5}, {1, 2, 2, 64, 1, 80, 80},
+                                     {2, 4, 2, 66, 131, 37, 24}, {1, 3, 3, 3, 100, 61, 19}};
   const auto bits = [](const Tensor& t) {
     return std::vector<unsigned char>(t.as<unsigned char>(), t.as<unsigned char>() + t.numel() * sizeof(float));
   };
@@ -410,6 +412,8 @@ TEST(Targets, FloatForwardAndBackwardSameBitsOnEveryTarget) {
     for (MaskKind m : {MaskKind::none, MaskKind::causal_br, MaskKind::window, MaskKind::keep, MaskKind::additive,
                        MaskKind::all})
       for (double cap : {0.0, 5.0}) {
+        const bool explicit_mask = m == MaskKind::keep || m == MaskKind::additive || m == MaskKind::all;
+        if (s.Nq <= 4 && !explicit_mask) continue;  // the cache decode's
         Inputs in = make_inputs(s.B, s.Hq, s.Hkv, s.Nq, s.Nkv, s.dk, s.dv, m, 1300 + s.Nq);
         in.opt.softcap = cap;
         const Tensor dout = random_tensor(DType::f32, {s.B, s.Hq, s.Nq, s.dv}, 1300 + s.Nq, 5);
