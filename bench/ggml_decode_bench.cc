@@ -83,12 +83,9 @@ static void ref64(const Shape& s, const float* q, const float* k, const float* v
   t.join();
 }
 
-static double max_abs_diff(const float* a, const double* ref, int64_t n) {
-  double m = 0;
-  for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - ref[i]));
-  return m;
-}
-static double max_abs_diff_ff(const float* a, const float* b, int64_t n) {
+// The largest |a[i] - b[i]| (float outputs against a float64 reference or another float output).
+template <class A, class B>
+static double max_abs_diff(const A* a, const B* b, int64_t n) {
   double m = 0;
   for (int64_t i = 0; i < n; ++i) m = std::max(m, std::fabs(double(a[i]) - double(b[i])));
   return m;
@@ -318,9 +315,9 @@ int main(int argc, char** argv) {
     }
     check(g[2].dequant(g[2].k), g[2].dequant(g[2].v), "ggml-q8_0 dequant", {G_Q8});
     std::printf("direct: ggml-f16 vs ours-bf16 %.3e; ggml-f16 vs ours-f16 %.3e; ggml-f32 vs ours-f32 %.3e\n",
-                max_abs_diff_ff(outs[G_F16].data(), outs[O_BF16].data(), nq),
-                max_abs_diff_ff(outs[G_F16].data(), outs[O_F16].data(), nq),
-                max_abs_diff_ff(outs[G_F32].data(), outs[O_F32].data(), nq));
+                max_abs_diff(outs[G_F16].data(), outs[O_BF16].data(), nq),
+                max_abs_diff(outs[G_F16].data(), outs[O_F16].data(), nq),
+                max_abs_diff(outs[G_F32].data(), outs[O_F32].data(), nq));
     std::fflush(stdout);
 
     for (auto& x : g) x.free_();

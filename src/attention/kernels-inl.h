@@ -358,17 +358,20 @@ HWY_INLINE float HalvingLaneSum(D d, hn::Vec<D> v) {
 #endif
 }
 
-constexpr size_t kDotChains = 32;
-constexpr size_t kDotVectors = kDotChains / HWY_LANES(float) > 0 ? kDotChains / HWY_LANES(float) : 1;
-// acc[v] lane i holds chain v·L + i.
-HWY_INLINE float DotSum(DF d, VF (&acc)[kDotVectors]) {
-  constexpr size_t H = kDotVectors / 2;
-  VF s[H];
-  for (size_t v = 0; v < H; ++v) s[v] = hn::Add(acc[v], acc[v + H]);  // chain k + chain k + 16
-  for (size_t n = H; n > 1; n /= 2)
-    for (size_t v = 0; v < n / 2; ++v) s[v] = hn::Add(s[v], s[v + n / 2]);
-  return HalvingLaneSum(d, s[0]);
+// The halving sum of N vectors, lane by lane, in place: x[v] + x[v + N/2], and so on down to x[0].
+template <size_t N>
+HWY_INLINE VF HalvingVectorSum(VF (&x)[N]) {
+  for (size_t n = N; n > 1; n /= 2)
+    for (size_t v = 0; v < n / 2; ++v) x[v] = hn::Add(x[v], x[v + n / 2]);
+  return x[0];
 }
+
+static_assert(HWY_LANES(float) <= 16, "the chains below take whole vectors");
+constexpr size_t kDotChains = 32;
+constexpr size_t kDotVectors = kDotChains / HWY_LANES(float);
+// acc[v] lane i holds chain v·L + i: halving over the vectors (chain k + chain k + 16, then
+// + 8 while more than one vector is left), then over the last one's lanes.
+HWY_INLINE float DotSum(DF d, VF (&acc)[kDotVectors]) { return HalvingLaneSum(d, HalvingVectorSum(acc)); }
 
 // Scores of few query rows, GEMV-style: S[r][j] = Σ_c K[j·ldk + c] · Q[r·ldq + c] for keys
 // j < nk and rows r < rows (Q row-major). Each key row is read once with whole-vector loads and
@@ -562,7 +565,7 @@ void SoftmaxGradRows(const float* P, float* dP, size_t ld, size_t rows, size_t c
 
 // Row sums in kRowChains chains (key c in chain c mod 16): kRowVectors vectors a row.
 constexpr size_t kRowChains = 16;
-constexpr size_t kRowVectors = kRowChains / HWY_LANES(float) > 0 ? kRowChains / HWY_LANES(float) : 1;
+constexpr size_t kRowVectors = kRowChains / HWY_LANES(float);
 
 #if HWY_TARGET != HWY_SCALAR
 // The first n (<= 4) floats of p in a 4-lane vector (0 past them), and back.
@@ -583,9 +586,7 @@ HWY_INLINE void StoreFirst(hn::Vec<hn::Full128<float>> v, float* p, size_t n) {
 HWY_INLINE hn::Vec<hn::Full128<float>> Sums4(DF d, const VF (&sum)[4][kRowVectors]) {
   VF x[kRowVectors];
   for (size_t v = 0; v < kRowVectors; ++v) x[v] = Across4(d, sum[0][v], sum[1][v], sum[2][v], sum[3][v], AddOp());
-  for (size_t n = kRowVectors; n > 1; n /= 2)
-    for (size_t v = 0; v < n / 2; ++v) x[v] = hn::Add(x[v], x[v + n / 2]);
-  return BlockReduce(d, x[0], AddOp());
+  return BlockReduce(d, HalvingVectorSum(x), AddOp());
 }
 #else
 // The scalar target: sum[0][c] is chain c of the one row; Sums4's tree written out.

@@ -95,8 +95,8 @@ TEST(Targets, GemmMatchesDoubleLoop) {
 }
 
 // tile_gemm (the forward's products, their running sums in registers) gives gemm's bits in every
-// mode, on every target, for sizes around the register tiles (rows 1..7, 64, 67), inner dimensions across the
-// blocks and the L1 spans of TileGemm (1, 17, 64, 129, 300) and every mode, A transposed or not.
+// mode, on every target, for sizes around the register tiles (rows 1..7, 64, 67), inner dimensions
+// across the blocks and the L1 spans of TileGemm (1, 17, 64, 129, 300), A transposed or not.
 TEST(Targets, TileGemmGivesGemmsBits) {
   const std::vector<std::size_t> rows = {1, 2, 3, 4, 5, 7, 64, 67}, cols = {1, 9, 16, 33, 64, 80, 128};
   for_each_target([&](const std::string&) {
@@ -406,7 +406,7 @@ TEST(Targets, FloatForwardAndBackwardSameBitsOnEveryTarget) {
   const std::vector<Shape> shapes = {{2, 4, 2, 69, 131, 16, 24}, {1, 3, 1, 133, 70, 33, 5}, {1, 2, 2, 64, 1, 80, 80},
                                      {2, 4, 2, 66, 131, 37, 24}, {1, 3, 3, 3, 100, 61, 19}};
   const auto bits = [](const Tensor& t) {
-    return std::vector<unsigned char>(t.as<unsigned char>(), t.as<unsigned char>() + t.numel() * sizeof(float));
+    return std::vector<unsigned char>(t.as<unsigned char>(), t.as<unsigned char>() + t.nbytes());
   };
   for (const Shape& s : shapes)
     for (MaskKind m : {MaskKind::none, MaskKind::causal_br, MaskKind::window, MaskKind::keep, MaskKind::additive,
