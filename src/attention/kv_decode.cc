@@ -310,9 +310,12 @@ struct Scratch {
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
   static bool whole_chunk(const Layout& L) { return L.rows() == 1 && !L.together; }
-  // Whether it was built for a layout of L's sizes (then it serves L as well).
+  // Whether it was built for a layout of L's sizes (then it serves L as well): its rows (m; s, l
+  // and alpha follow), dk and dv. (Sizes that only match in product do not do: 16 rows of dk = 64
+  // fill q, o and qp as 8 rows of 128 do, and once ran past m.)
   bool fits(const Layout& L) const {
-    return q.size() == static_cast<std::size_t>(L.rows() * L.dk) && qp.size() == kv::quads_size(L.rows(), L.dk) &&
+    return m.size() == static_cast<std::size_t>(L.rows()) && q.size() == static_cast<std::size_t>(L.rows() * L.dk) &&
+           qp.size() == kv::quads_size(L.rows(), L.dk) &&
            o.size() == static_cast<std::size_t>(L.rows() * L.dv) &&
            kf.size() == static_cast<std::size_t>(widens(L) ? kTile * L.dk : 0);
   }

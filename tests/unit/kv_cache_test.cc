@@ -477,6 +477,35 @@ TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
   });
 }
 
+// Calls whose shapes differ but whose scratch sizes match in part (16 query rows a KV head of
+// dk = dv = 64 and 8 rows of 128 fill the same q, o and packed Q) alternate, on two threads: each
+// gives the bits of its first call and the reference's accuracy. The scratch kept between calls
+// was once taken by such a call and written past its 8 rows' running maxima.
+TEST(KVCache, CallsOfOtherShapesDoNotShareScratch) {
+  const Case a{16, 2, 128, 128, 16, -1, {1537, 70}}, b{8, 2, 64, 64, 16, -1, {3, 1200}};
+  const Queries qb{4, false};
+  const Caches ca = make_caches(Kind::f32, 2, a.Hkv, a.lens, a.dk, a.dv, a.block, 1700);
+  const Caches cb = make_caches(Kind::f32, 2, b.Hkv, b.lens, b.dk, b.dv, b.block, 1701);
+  const Tensor q_a = random_tensor(DType::f32, {2, a.Hq, a.dk}, 1702, 3);
+  const Tensor q_b = random_tensor(DType::f32, {2, b.Hq, qb.Nq, b.dk}, 1703, 3);
+  DecodeOptions oa, ob;
+  oa.threads = ob.threads = 2;
+  ob.causal = false;
+  Tensor first_a(DType::f32, {2, a.Hq, a.dv}), first_b(DType::f32, {2, b.Hq, qb.Nq, b.dv});
+  decode(q_a.view(), ca.contiguous(), first_a.view(), {}, oa);
+  decode(q_b.view(), cb.contiguous(), first_b.view(), {}, ob);
+  const double scale_a = 1 / std::sqrt(double(a.dk)), scale_b = 1 / std::sqrt(double(b.dk));
+  EXPECT_LE(rel(values(first_a), attend<double>(ca, q_a, a.Hq, -1, scale_a)), 1e-6);
+  EXPECT_LE(rel(values(first_b), attend<double>(cb, q_b, b.Hq, -1, scale_b, nullptr, {}, qb)), 1e-6);
+  for (int round = 0; round < 20; ++round) {
+    Tensor out_a(DType::f32, {2, a.Hq, a.dv}), out_b(DType::f32, {2, b.Hq, qb.Nq, b.dv});
+    decode(q_a.view(), ca.contiguous(), out_a.view(), {}, oa);
+    decode(q_b.view(), cb.contiguous(), out_b.view(), {}, ob);
+    ASSERT_EQ(std::memcmp(out_a.data(), first_a.data(), first_a.nbytes()), 0) << "round " << round;
+    ASSERT_EQ(std::memcmp(out_b.data(), first_b.data(), first_b.nbytes()), 0) << "round " << round;
+  }
+}
+
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   const Tensor x = random_tensor(DType::f32, {3, 64}, 5, 1, 10.0);
   Tensor q(DType::i8, {3, 64}), s(DType::f32, {3, 2});
