@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/kv_bf16_dot.h"
+#include "attention/kv_kernels.h"
 #include "attnscale/error.h"
 #include "attnscale/kv_cache.h"
 #include "random_tensors.h"
@@ -265,8 +267,18 @@ const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 ne
   return c;
 }
 
+// Whether a call takes the bf16 products (kv_decode.cc's Chunk::dot_) on the dispatched target.
+bool takes_bf16_products(Kind kind, const Case& cs, const Queries& qs) {
+  return kind == Kind::bf16 && cs.Hq / cs.Hkv * qs.Nq >= 2 && cs.dk % 8 == 0 && cs.dv % 32 == 0 &&
+         detail::kv::quads_available() && detail::kv::rows_in_place() && detail::kv::bf16dot::available();
+}
+
+// compute = bf16: the bf16 products' rule, error vs float64 <= 1e-2 (the bf16 forward's), lse
+// within 2e-2·(1 + |lse|); and the output differs from native's where the products take bf16
+// operands (the path ran), else it has native's bits.
 void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms& tf = {},
-                const std::vector<std::int32_t>& starts = {}, const Queries& qs = {}) {
+                const std::vector<std::int32_t>& starts = {}, const Queries& qs = {},
+                Compute compute = Compute::native) {
   const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
   Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
   if (!starts.empty()) {
@@ -285,6 +297,7 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   o.window_right = qs.right;
   o.threads = 2;
   o.softcap = tf.softcap;
+  o.compute = compute;
   Tensor slopes(DType::f64, {B, cs.Hq});
   if (!tf.slopes.empty()) {
     std::copy(tf.slopes.begin(), tf.slopes.end(), slopes.as<double>());
@@ -314,10 +327,19 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale, &ref_lse, tf, qs);
   const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale, nullptr, tf, qs);
   const double ours = rel(values(out), ref), theirs = rel(naive, ref);
-  EXPECT_LE(ours, std::max(2 * theirs, 4e-7)) << what;
+  const bool bf16 = compute == Compute::bf16;
+  EXPECT_LE(ours, bf16 ? 1e-2 : std::max(2 * theirs, 4e-7)) << what;
   for (std::int64_t i = 0; i < lse.numel(); ++i) {
     if (std::isinf(ref_lse[i])) EXPECT_EQ(lse.as<double>()[i], ref_lse[i]) << what;
-    else EXPECT_NEAR(lse.as<double>()[i], ref_lse[i], 1e-5 * (1 + std::fabs(ref_lse[i]))) << what;
+    else EXPECT_NEAR(lse.as<double>()[i], ref_lse[i], (bf16 ? 2e-2 : 1e-5) * (1 + std::fabs(ref_lse[i]))) << what;
+  }
+  if (bf16) {
+    o.compute = Compute::native;
+    o.threads = 2;
+    Tensor native = rows(cs.dv);
+    decode(q.view(), c.contiguous(), native.view(), {}, o);
+    const bool same = std::memcmp(out.data(), native.data(), out.nbytes()) == 0;
+    EXPECT_EQ(same, !takes_bf16_products(kind, cs, qs)) << what << (same ? ": native's bits" : ": not native's bits");
   }
 }
 
@@ -474,6 +496,36 @@ TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
                    turn % 3 ? starts : std::vector<std::int32_t>{}, qs);
       }
     }
+  });
+}
+
+// compute = bf16 (GQA's products on bf16 operands over a bf16 cache, where the CPU has AVX-512
+// BF16): every case, odd sizes, transforms, left padding and several new tokens, in every layout
+// (paged == contiguous == interleaved and any thread count bit for bit) on every target, within
+// the bf16 rule; and native's bits for the other caches and where the path does not apply
+// (check_case).
+TEST(KVCache, Bfloat16ProductsMatchReferenceInEveryLayoutOnEveryTarget) {
+  for_each_target([] {
+    std::uint64_t seed = 1600;
+    for (const Case& cs : cases()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
+    for (const Case& cs : odd_dims()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
+    Transforms both;
+    both.softcap = 1.5;
+    for (const std::size_t i : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{5}}) {
+      const Case& cs = cases()[i];
+      std::mt19937 rng(static_cast<unsigned>(seed));
+      both.slopes.resize(cs.lens.size() * static_cast<std::size_t>(cs.Hq));
+      for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
+      std::vector<std::int32_t> starts(cs.lens.size());
+      for (std::size_t b = 0; b < starts.size(); ++b) starts[b] = cs.lens[b] / 3;
+      check_case(Kind::bf16, cs, ++seed, both, starts, {}, Compute::bf16);
+      check_case(Kind::bf16, cs, ++seed, {}, {}, Queries{3, true}, Compute::bf16);
+      check_case(Kind::bf16, cs, ++seed, both, starts, Queries{5, false, 2}, Compute::bf16);
+    }
+    // Other caches ignore it: native's bits.
+    check_case(Kind::f32, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
+    check_case(Kind::f16, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
+    check_case(Kind::i8, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
   });
 }
 
