@@ -21,6 +21,7 @@ bool available() {
 
 #if defined(__x86_64__)
 #define ATTNSCALE_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+#define HWY_ATTR_BF16 ATTNSCALE_BF16_DOT __attribute__((always_inline))
 
 namespace {
 
@@ -47,20 +48,31 @@ ATTNSCALE_BF16_DOT void Keys8(std::size_t chunks, const std::uint16_t* const* kr
 #pragma GCC unroll 8
   for (std::size_t x = 0; x < kKeys; ++x)
     for (int h = 0; h < H; ++h) a[x][h] = _mm512_setzero_ps();
-  for (std::size_t c = 0; c < chunks; ++c) {
-    feed.next();
+  // Two chunks (16 columns) a step, one row pointer read for both: the feed's step and the
+  // pointers' loads once per 32 products.
+  const auto chunk = [&](const std::uint16_t* const* rows, std::size_t c) HWY_ATTR_BF16 {
     const __m512bh q0 = (__m512bh)_mm512_loadu_si512(pq + c * 128);
     const __m512bh q1 = H == 2 ? (__m512bh)_mm512_loadu_si512(pq + c * 128 + 64) : q0;
-    // The row pointers read from memory each step, as kv_kernels.cc's QuadKeys reads them (GCC
-    // otherwise parks them in vector registers and moves each back before its load).
-    const std::uint16_t* const* rows = krow;
-    asm("" : "+r"(rows));
 #pragma GCC unroll 8
     for (std::size_t x = 0; x < kKeys; ++x) {
       const __m512bh k = (__m512bh)_mm512_maskz_broadcast_i32x4(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[x] + 8 * c)));
       a[x][0] = _mm512_dpbf16_ps(a[x][0], q0, k);
       if constexpr (H == 2) a[x][1] = _mm512_dpbf16_ps(a[x][1], q1, k);
     }
+  };
+  std::size_t c = 0;
+  for (; c + 2 <= chunks; c += 2) {
+    feed.next();
+    // The row pointers read from memory each step, as kv_kernels.cc's QuadKeys reads them (GCC
+    // otherwise parks them in vector registers and moves each back before its load).
+    const std::uint16_t* const* rows = krow;
+    asm("" : "+r"(rows));
+    chunk(rows, c);
+    chunk(rows, c + 1);
+  }
+  if (c < chunks) {
+    feed.next();
+    chunk(krow, c);
   }
   // (Every loop over the accumulators unrolled: one left as a loop makes GCC keep them in memory,
   // stored at every step.)
@@ -77,7 +89,7 @@ ATTNSCALE_BF16_DOT void Keys8(std::size_t chunks, const std::uint16_t* const* kr
 ATTNSCALE_BF16_DOT void ScoresAvx512(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
                                      const std::uint16_t* packed, float* S, std::size_t lds, LineFeed& feed) {
   const std::size_t chunks = dk / 8, groups = (nk + kKeys - 1) / kKeys;
-  feed.pace(static_cast<std::int64_t>((rows + 7) / 8 * groups * chunks));
+  feed.pace(static_cast<std::int64_t>((rows + 7) / 8 * groups * ((chunks + 1) / 2)));
   for (std::size_t r0 = 0; r0 < rows; r0 += 8) {
     const std::size_t nr = std::min<std::size_t>(8, rows - r0);
     const std::uint16_t* pq = packed + r0 / 8 * chunks * 128;
@@ -114,10 +126,8 @@ ATTNSCALE_BF16_DOT void Columns(std::size_t nk, std::size_t c0, const void* cons
 #pragma GCC unroll 16
   for (int r = 0; r < NR; ++r)
     for (int b = 0; b < CB; ++b) acc[r][b][0] = acc[r][b][1] = _mm512_setzero_ps();
-  for (std::size_t j = 0; j < nk; j += 2) {
-    feed.next();
-    const auto* v0 = static_cast<const std::uint16_t*>(vrow[j]);
-    const auto* v1 = static_cast<const std::uint16_t*>(vrow[j + 1 < nk ? j + 1 : j]);  // P's pad is 0
+  // A pair of keys: their V rows interleaved, against each row's two P (one 32-bit broadcast).
+  const auto pair = [&](std::size_t j, const std::uint16_t* v0, const std::uint16_t* v1) HWY_ATTR_BF16 {
     __m512bh lo[CB], hi[CB];
 #pragma GCC unroll 4
     for (int b = 0; b < CB; ++b) {
@@ -134,6 +144,17 @@ ATTNSCALE_BF16_DOT void Columns(std::size_t nk, std::size_t c0, const void* cons
         acc[r][b][1] = _mm512_dpbf16_ps(acc[r][b][1], p, hi[b]);
       }
     }
+  };
+  const auto row = [&](std::size_t j) { return static_cast<const std::uint16_t*>(vrow[j]); };
+  std::size_t j = 0;
+#pragma GCC unroll 2
+  for (; j + 2 <= nk; j += 2) {
+    feed.next();
+    pair(j, row(j), row(j + 1));
+  }
+  if (j < nk) {  // an odd tile's last key, paired with itself against P's zero pad
+    feed.next();
+    pair(j, row(j), row(j));
   }
   const __m512i place0 = _mm512_load_si512(kPlace[0]), place1 = _mm512_load_si512(kPlace[1]);
 #pragma GCC unroll 8
