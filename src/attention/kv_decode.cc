@@ -504,12 +504,59 @@ class Chunk {
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
     LineFeed feed = !quads_ ? LineFeed() : v_first ? LineFeed(f.k, f.n, fk) : LineFeed(f.v, f.n, fv);
-    if (dot_)  // P rounded to bf16 there; l above summed it in float32
-      kv::bf16dot::accumulate(nk, g, L_.dv, s.vrow.data() + x, s.s.data(), s.alpha.data(), s.o.data(), L_.dv, feed);
+    if (L_.Nq > 1 && hidden_value_not_finite(t0, nk, x))
+      accumulate_visible(t0, nk, x);
     else
-      kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(),
-                     s.alpha.data(), s.o.data(), L_.dv, feed);
+      accumulate(0, nk, 0, g, x, feed);
     feed.rest();
+  }
+
+  // O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j over the tile's keys [x0, x0 + nk) for rows [r0, r0 + rows).
+  void accumulate(std::int64_t x0, std::int64_t nk, std::int64_t r0, std::int64_t rows, std::int64_t x,
+                  LineFeed& feed) {
+    Scratch& s = s_;
+    const void* const* v = s.vrow.data() + x + x0;
+    const float* p = s.s.data() + r0 * kTile + x0;
+    if (dot_)  // P rounded to bf16 there; l summed it in float32 (softmax_update_rows)
+      kv::bf16dot::accumulate(nk, rows, L_.dv, v, p, s.alpha.data() + r0, s.o.data() + r0 * L_.dv, L_.dv, feed);
+    else
+      kv::accumulate(L_.type, nk, rows, L_.dv, v, int8_ ? s.vsc.data() + x + x0 : nullptr, p, s.alpha.data() + r0,
+                     s.o.data() + r0 * L_.dv, L_.dv, feed);
+  }
+
+  // Several new tokens: a key of the tile that some rows see and others do not (the last tokens'
+  // own keys under a causal mask, a window's first keys), whose V row holds an Inf or NaN, would
+  // reach the rows that do not see it as 0·Inf = NaN through the tile's P·V. Such a tile goes row
+  // by row, each over the keys it sees (docs/numerics.md, "Visible keys").
+  bool hidden_value_not_finite(std::int64_t t0, std::int64_t nk, std::int64_t x) const {
+    const std::int64_t all_lo = L_.lo(b_, L_.Nq - 1) - t0, all_hi = L_.hi(b_, 0) - t0;  // keys every row sees
+    if (all_lo <= 0 && nk <= all_hi) return false;  // most tiles
+    for (std::int64_t j = 0; j < nk; ++j)
+      if ((j < all_lo || j >= all_hi) && !finite_row(s_.vrow[x + j], int8_ ? s_.vsc[x + j] : nullptr)) return true;
+    return false;
+  }
+  bool finite_row(const void* row, const float* scales) const {
+    const auto all = [&](auto finite) {
+      for (std::int64_t c = 0; c < L_.dv; ++c)
+        if (!finite(c)) return false;
+      return true;
+    };
+    const auto* half = static_cast<const std::uint16_t*>(row);
+    switch (L_.type) {
+      case kv::kF32: return all([&](std::int64_t c) { return std::isfinite(static_cast<const float*>(row)[c]); });
+      case kv::kBF16: return all([&](std::int64_t c) { return (half[c] & 0x7f80) != 0x7f80; });
+      case kv::kF16: return all([&](std::int64_t c) { return (half[c] & 0x7c00) != 0x7c00; });
+      default: return all([&](std::int64_t c) { return c % 32 || std::isfinite(scales[c / 32]); });  // int8: its scales
+    }
+  }
+  void accumulate_visible(std::int64_t t0, std::int64_t nk, std::int64_t x) {
+    LineFeed none;
+    for (std::int64_t r = 0; r < g_; ++r) {
+      const std::int64_t i = r % L_.Nq;
+      const std::int64_t lo = std::clamp<std::int64_t>(L_.lo(b_, i) - t0, 0, nk);
+      const std::int64_t hi = std::clamp<std::int64_t>(L_.hi(b_, i) - t0, lo, nk);
+      accumulate(lo, hi - lo, r, 1, x, none);  // no key: O[r] rescaled only
+    }
   }
 
   // One query row for each KV head of a chunk taken side by side (Layout::together): this is head

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -101,14 +102,18 @@ Tensor convert(const Tensor& f, Kind kind, Tensor& scales) {
   return t;
 }
 
+// edit (optional) changes the contiguous cache's values (k, v, and int8's scales ks, vs) before the
+// other layouts and the reference's values are made from them.
+using CacheEdit = std::function<void(Tensor& k, Tensor& v, Tensor& ks, Tensor& vs)>;
 Caches make_caches(Kind kind, std::int64_t B, std::int64_t Hkv, const std::vector<std::int32_t>& lens, std::int64_t dk,
-                   std::int64_t dv, std::int64_t block, std::uint64_t seed) {
+                   std::int64_t dv, std::int64_t block, std::uint64_t seed, const CacheEdit& edit = {}) {
   Caches c{B, Hkv, 0, dk, dv, block, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   c.Nmax = std::max<std::int64_t>(1, *std::max_element(lens.begin(), lens.end()));
   const Tensor kf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dk}, seed, 1, 1.0, testing::Draw::bulk);
   const Tensor vf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dv}, seed, 2, 1.0, testing::Draw::bulk);
   c.k = convert(kf, kind, c.ks);
   c.v = convert(vf, kind, c.vs);
+  if (edit) edit(c.k, c.v, c.ks, c.vs);
   c.kd.resize(kf.numel());
   c.vd.resize(vf.numel());
   for (std::int64_t i = 0; i < kf.numel(); ++i) c.kd[i] = as_double(c.k, c.ks, i);
@@ -558,6 +563,100 @@ TEST(KVCache, CallsOfOtherShapesDoNotShareScratch) {
   }
 }
 
+// Several new tokens a sequence: a key that some rows of a call see and others do not (the last
+// tokens' own keys under a causal mask, a window's first keys, a right window's last) holds NaN
+// in K and Inf in V (int8: an infinite scale). The rows that do not see it give what the same
+// cache gives with finite values there (native: the same bits; compute = bf16 within 1e-3), the
+// rows that see it are not finite; every type, layout and target.
+TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThem) {
+  static const std::vector<Case> shapes = {
+      {8, 2, 64, 64, 16, -1, {1030, 70}},  // causal, 3 tokens: key len-1 row 2 alone, len-2 rows 1-2
+      {6, 2, 96, 64, 7, 10, {1025, 40}},   // window of 10, 4 tokens: key len-14 row 0 alone
+      {8, 2, 32, 32, 16, -1, {300, 9}},    // right window of 1, 3 tokens: key len-1 rows 1-2
+      {2, 2, 64, 96, 16, -1, {700, 5}},    // one head a KV head, 2 tokens: key len-1 row 1
+  };
+  struct Poisoned {
+    std::size_t shape;
+    Queries qs;
+    std::int64_t back[2];  // poisoned keys, counted back from each sequence's end (1: the last; 0: none)
+  };
+  const Poisoned cases[] = {{0, {3, true}, {1, 2}}, {1, {4, true}, {14, 0}}, {2, {3, false, 1}, {1, 0}},
+                            {3, {2, true}, {1, 0}}};
+  for_each_target([&] {
+    std::uint64_t seed = 1800;
+    for (const Poisoned& pc : cases)
+      for (const Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8})
+        for (const Compute compute : {Compute::native, Compute::bf16}) {
+          const Case& cs = shapes[pc.shape];
+          if (kind == Kind::i8 && (cs.dk % 32 || cs.dv % 32)) continue;
+          const std::int64_t B = static_cast<std::int64_t>(cs.lens.size()), Nq = pc.qs.Nq;
+          const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " Nq " +
+                                   std::to_string(Nq) + (compute == Compute::bf16 ? " bf16" : " native");
+          ++seed;
+          const Caches clean = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
+          const CacheEdit poison = [&](Tensor& k, Tensor& v, Tensor& ks, Tensor& vs) {
+            const std::int64_t N = k.view().shape[2];
+            for (std::int64_t b = 0; b < B; ++b)
+              for (std::int64_t h = 0; h < cs.Hkv; ++h)
+                for (const std::int64_t back : pc.back) {
+                  if (!back) continue;
+                  const std::int64_t j = cs.lens[b] - back, row = (b * cs.Hkv + h) * N + j;
+                  for (std::int64_t e = 0; e < cs.dk; ++e) {
+                    if (kind == Kind::f32) k.as<float>()[row * cs.dk + e] = NAN;
+                    else if (kind == Kind::bf16) k.as<bf16>()[row * cs.dk + e] = to_bf16(NAN);
+                    else if (kind == Kind::f16) k.as<f16>()[row * cs.dk + e] = to_f16(NAN);
+                    else if (e % 32 == 0) ks.as<float>()[(row * cs.dk + e) / 32] = NAN;
+                  }
+                  for (std::int64_t e = 0; e < cs.dv; ++e) {
+                    if (kind == Kind::f32) v.as<float>()[row * cs.dv + e] = INFINITY;
+                    else if (kind == Kind::bf16) v.as<bf16>()[row * cs.dv + e] = to_bf16(INFINITY);
+                    else if (kind == Kind::f16) v.as<f16>()[row * cs.dv + e] = to_f16(INFINITY);
+                    else if (e % 32 == 0) vs.as<float>()[(row * cs.dv + e) / 32] = INFINITY;
+                  }
+                }
+          };
+          const Caches bad = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed, poison);
+          const Tensor q = random_tensor(DType::f32, {B, cs.Hq, Nq, cs.dk}, seed, 3);
+          DecodeOptions o;
+          o.window_left = cs.window;
+          o.causal = pc.qs.causal;
+          o.window_right = pc.qs.right;
+          o.compute = compute;
+          o.threads = 2;
+          Tensor want(DType::f32, {B, cs.Hq, Nq, cs.dv});
+          decode(q.view(), clean.contiguous(), want.view(), {}, o);
+          const KVCache layouts[] = {bad.contiguous(), bad.paged(), bad.interleaved()};
+          for (int layout = 0; layout < 3; ++layout) {
+            const KVCache& cache = layouts[layout];
+            Tensor out(DType::f32, {B, cs.Hq, Nq, cs.dv});
+            decode(q.view(), cache, out.view(), {}, o);
+            for (std::int64_t b = 0; b < B; ++b)
+              for (std::int64_t h = 0; h < cs.Hq; ++h)
+                for (std::int64_t i = 0; i < Nq; ++i) {
+                  // Layout's visible range of token i: [lo, hi).
+                  const std::int64_t len = cs.lens[b], pos = len - Nq + i;
+                  const std::int64_t lo = std::max<std::int64_t>(0, cs.window >= 0 ? pos - cs.window : 0);
+                  const std::int64_t hi = pc.qs.causal ? pos + 1 : pc.qs.right >= 0 ? std::min(len, pos + 1 + pc.qs.right) : len;
+                  bool sees = false;
+                  for (const std::int64_t back : pc.back) sees |= back && len - back >= lo && len - back < hi;
+                  const float* got = out.as<float>() + ((b * cs.Hq + h) * Nq + i) * cs.dv;
+                  const float* ref = want.as<float>() + ((b * cs.Hq + h) * Nq + i) * cs.dv;
+                  const std::string at = what + (layout == 0 ? " contiguous" : layout == 1 ? " paged" : " interleaved") +
+                                         " b " + std::to_string(b) + " h " + std::to_string(h) + " token " +
+                                         std::to_string(i);
+                  if (sees) {
+                    ASSERT_FALSE(std::all_of(got, got + cs.dv, [](float x) { return std::isfinite(x); })) << at;
+                  } else if (compute == Compute::native || kind != Kind::bf16) {
+                    ASSERT_EQ(std::memcmp(got, ref, cs.dv * sizeof(float)), 0) << at;
+                  } else {
+                    for (std::int64_t e = 0; e < cs.dv; ++e) ASSERT_NEAR(got[e], ref[e], 1e-3) << at;
+                  }
+                }
+          }
+        }
+  });
+}
+
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   const Tensor x = random_tensor(DType::f32, {3, 64}, 5, 1, 10.0);
   Tensor q(DType::i8, {3, 64}), s(DType::f32, {3, 2});
@@ -657,6 +756,40 @@ TEST(KVCache, BadArgumentsThrowNamingThem) {
 
 namespace attnscale {
 namespace {
+
+// forward() with a few new tokens at the bottom right of a causal mask takes the cache decode: a
+// key only the last token sees (its own) holding Inf in V and NaN in K leaves the earlier tokens'
+// rows as they are with finite values there, bit for bit, and makes the last token's not finite,
+// on every target.
+TEST(KVCache, ForwardDecodeRouteKeepsHiddenValuesFromEarlierTokens) {
+  for_each_target([&] {
+    for (const std::int64_t Nkv : {std::int64_t{2100}, std::int64_t{300}}) {
+      const std::int64_t B = 1, Hq = 8, Hkv = 2, Nq = 3, d = 64;
+      const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, d}, 41, 1);
+      const Tensor k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 41, 2), v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 41, 3);
+      Tensor kb = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 41, 2), vb = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 41, 3);
+      for (std::int64_t h = 0; h < Hkv; ++h)
+        for (std::int64_t e = 0; e < d; ++e) {
+          kb.as<float>()[(h * Nkv + Nkv - 1) * d + e] = NAN;
+          vb.as<float>()[(h * Nkv + Nkv - 1) * d + e] = INFINITY;
+        }
+      Options o;
+      o.mask.causal = true;
+      o.mask.align = Align::bottom_right;
+      Tensor clean(DType::f32, {B, Hq, Nq, d}), out(DType::f32, {B, Hq, Nq, d});
+      forward(q.view(), k.view(), v.view(), {clean.view()}, o);
+      forward(q.view(), kb.view(), vb.view(), {out.view()}, o);
+      for (std::int64_t h = 0; h < Hq; ++h)
+        for (std::int64_t i = 0; i < Nq; ++i) {
+          const float* got = out.as<float>() + (h * Nq + i) * d;
+          const float* want = clean.as<float>() + (h * Nq + i) * d;
+          const std::string at = "Nkv " + std::to_string(Nkv) + " head " + std::to_string(h) + " token " + std::to_string(i);
+          if (i == Nq - 1) ASSERT_FALSE(std::all_of(got, got + d, [](float x) { return std::isfinite(x); })) << at;
+          else ASSERT_EQ(std::memcmp(got, want, d * sizeof(float)), 0) << at;
+        }
+    }
+  });
+}
 
 // forward() with a few query rows and no explicit mask runs the cache decode (decode.cc): every
 // causal / window combination that leaves a range of keys, including none, against float64, with
