@@ -36,29 +36,22 @@ double cpu_seconds() {
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-// The FMA peak of one thread in flop/s, measured once (CPU time).
+// A peak loop's best rate on one thread in flop/s over 5 rounds (CPU time).
+double best_rate(double (*loop)(int threads, std::int64_t steps)) {
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    const double t0 = cpu_seconds(), flops = loop(1, std::int64_t(1) << 22);
+    best = std::max(best, flops / (cpu_seconds() - t0));
+  }
+  return best;
+}
+// The FMA peak of one thread, measured once; the bf16 dot peak (vdpbf16ps where the CPU has it).
 double peak() {
-  static const double value = [] {
-    double best = 0;
-    for (int round = 0; round < 5; ++round) {
-      const double t0 = cpu_seconds(), flops = peak::fp32_fma(1, std::int64_t(1) << 22);
-      best = std::max(best, flops / (cpu_seconds() - t0));
-    }
-    return best;
-  }();
+  static const double value = best_rate(peak::fp32_fma);
   return value;
 }
-
-// The bf16 dot peak of one thread (vdpbf16ps where the CPU has it), likewise.
 double bf16_peak() {
-  static const double value = [] {
-    double best = 0;
-    for (int round = 0; round < 5; ++round) {
-      const double t0 = cpu_seconds(), flops = peak::bf16_dot(1, std::int64_t(1) << 22);
-      best = std::max(best, flops / (cpu_seconds() - t0));
-    }
-    return best;
-  }();
+  static const double value = best_rate(peak::bf16_dot);
   return value;
 }
 
