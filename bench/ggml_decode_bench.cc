@@ -1,9 +1,10 @@
 // One new token's decode beside llama.cpp's ggml: `ggml_flash_attn_ext` (CPU backend) over f32,
 // f16 and q8_0 K/V against attnscale::decode over f32, bf16, int8 (q8: 32 values and a float32
-// scale) and f16 caches of the same values (docs/performance.md, "2026-12-05, 03:04").
+// scale) and f16 caches of the same values, and over the bf16 cache with compute = bf16 (GQA's
+// products on bf16 operands; docs/performance.md, "2026-12-05, 03:04" and "06:00").
 //
 // Per shape: K, V and q normal(0, 1) from a fixed seed; each round times one call of each of the
-// seven variants on two threads, the first variant moving on by one each round; 2 untimed rounds,
+// eight variants on two threads, the first variant moving on by one each round; 2 untimed rounds,
 // then ROUNDS (31). ggml runs on its own thread pool, resumed before and paused after each of its
 // calls (untimed), so that its spinning workers do not take the cores from our calls; build ggml
 // with -DGGML_OPENMP=OFF for that (with OpenMP the pause does nothing). Every buffer is 2 MiB
@@ -191,8 +192,9 @@ int main(int argc, char** argv) {
   tpp.paused = true;
   ggml_threadpool* tp = ggml_threadpool_new(&tpp);
 
-  enum { G_F32, G_F16, G_Q8, O_F32, O_BF16, O_I8, O_F16, NC };
-  const char* names[NC] = {"ggml-f32", "ggml-f16", "ggml-q8_0", "ours-f32", "ours-bf16", "ours-int8", "ours-f16"};
+  enum { G_F32, G_F16, G_Q8, O_F32, O_BF16, O_I8, O_F16, O_BF16P, NC };
+  const char* names[NC] = {"ggml-f32", "ggml-f16", "ggml-q8_0", "ours-f32", "ours-bf16", "ours-int8", "ours-f16",
+                           "ours-bf16p"};
 
   for (const Shape& s : shapes) {
     std::printf("\n=== Hq %lld Hkv %lld Nkv %lld d %lld ===\n", (long long)s.Hq, (long long)s.Hkv, (long long)s.Nkv,
@@ -242,11 +244,13 @@ int main(int argc, char** argv) {
     const KVCache c_f16{view4(kh, DType::f16), view4(kh + nkv_vals, DType::f16), {}, {}, {}, {}};
     const KVCache c_i8{k8, v8, ks, vs, {}, {}};
     std::vector<std::vector<float>> outs(NC, std::vector<float>(nq));
-    float* oo[4];
-    for (int i = 0; i < 4; ++i) oo[i] = (float*)huge_alloc(nq * 4, true);
+    float* oo[NC - O_F32];
+    for (float*& o : oo) o = (float*)huge_alloc(nq * 4, true);
     DecodeOptions opts;
     opts.threads = 2;
     opts.scale = Scale{};  // default 1/sqrt(dk)
+    DecodeOptions bf16_products = opts;
+    bf16_products.compute = Compute::bf16;
 
     auto call = [&](int c) -> double {
       if (c <= G_Q8) {
@@ -257,10 +261,10 @@ int main(int argc, char** argv) {
         ggml_threadpool_pause(tp);  // park them so they do not spin through our calls
         return std::chrono::duration<double>(t1 - t0).count();
       }
-      const KVCache* cc = c == O_F32 ? &c_f32 : c == O_BF16 ? &c_bf16 : c == O_I8 ? &c_i8 : &c_f16;
+      const KVCache* cc = c == O_F32 ? &c_f32 : c == O_BF16 || c == O_BF16P ? &c_bf16 : c == O_I8 ? &c_i8 : &c_f16;
       const TensorView o3 = TensorView::contiguous(oo[c - O_F32], DType::f32, {1, s.Hq, s.d});
       const auto t0 = clk::now();
-      decode(q3, *cc, o3, {}, opts);
+      decode(q3, *cc, o3, {}, c == O_BF16P ? bf16_products : opts);
       const auto t1 = clk::now();
       return std::chrono::duration<double>(t1 - t0).count();
     };
@@ -286,6 +290,7 @@ int main(int argc, char** argv) {
                   quantile(r, 0.75));
     };
     ratio(O_BF16, G_F16, "ours-bf16/ggml-f16");
+    ratio(O_BF16P, G_F16, "ours-bf16p/ggml-f16");
     ratio(O_I8, G_F16, "ours-int8/ggml-f16");
     ratio(O_I8, G_Q8, "ours-int8/ggml-q8_0");
     ratio(O_F32, G_F32, "ours-f32/ggml-f32");
@@ -293,7 +298,7 @@ int main(int argc, char** argv) {
 
     // correctness
     for (int c = 0; c < 3; ++c) std::memcpy(outs[c].data(), g[c].out->data, nq * 4);
-    for (int c = 0; c < 4; ++c) std::memcpy(outs[O_F32 + c].data(), oo[c], nq * 4);
+    for (int c = O_F32; c < NC; ++c) std::memcpy(outs[c].data(), oo[c - O_F32], nq * 4);
     std::vector<double> ref(nq);
     auto check = [&](const std::vector<float>& kk, const std::vector<float>& vv, const char* what,
                      std::initializer_list<int> who) {
@@ -307,7 +312,7 @@ int main(int argc, char** argv) {
     {
       std::vector<float> kb(nkv_vals), vb(nkv_vals);
       for (int64_t i = 0; i < nkv_vals; ++i) { kb[i] = from_bf16(bf16{kbf[i]}); vb[i] = from_bf16(bf16{kbf[nkv_vals + i]}); }
-      check(kb, vb, "bf16-rounded", {O_BF16});
+      check(kb, vb, "bf16-rounded", {O_BF16, O_BF16P});
       const int8_t* q8 = (const int8_t*)ki8;
       const float* sc = (const float*)(ki8 + 2 * nkv_vals);
       for (int64_t i = 0; i < nkv_vals; ++i) { kb[i] = sc[i / 32] * q8[i]; vb[i] = sc[nscales + i / 32] * q8[nkv_vals + i]; }

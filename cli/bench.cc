@@ -176,7 +176,7 @@ const std::vector<std::string>& case_names() {
   static const std::vector<std::string> names = {
       "fwd",         "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16", "bwd",
       "bwd-bf16",    "bwd-1thread",  "bwd-scaling", "decode",      "kv-f32",   "kv-bf16",
-      "kv-f16",      "kv-i8",        "kv-paged",    "kv-gqa-flops", "kv-i8-tok",  "small-call"};
+      "kv-f16",      "kv-i8",        "kv-paged",    "kv-bf16-dot", "kv-gqa-flops", "kv-i8-tok",  "small-call"};
   return names;
 }
 
@@ -356,7 +356,8 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
               "comparable with llama.cpp's; kv-gqa-flops: GQA decode (8 query heads a KV head, K/V in cache) against the FMA\n"
-              "peak; kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
+              "peak; kv-bf16-dot: the bf16 cache with compute = bf16 (GQA's products on bf16 operands, vdpbf16ps);\n"
+              "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
               threads);
 }
 
@@ -533,7 +534,8 @@ void run(const Bench& opt) {
       kv = {hold(filled(DType::f32, {1, Hkv, nkv, d}, 6)), hold(filled(DType::f32, {1, Hkv, nkv, d}, 7))};
     return kv;
   };
-  auto decode = [&](Cache kind, std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d) {
+  auto decode = [&](Cache kind, std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d,
+                    Compute compute = Compute::native) {
     const Tensor* q = hold(filled(DType::f32, {1, Hq, 1, d}, 5));
     Tensor* out = hold(Tensor(DType::f32, {1, Hq, 1, d}));
     const TensorView q3 = TensorView::contiguous(q->view().data, DType::f32, {1, Hq, d});
@@ -549,6 +551,7 @@ void run(const Bench& opt) {
     r.unit = "GB/s";
     DecodeOptions opts;
     opts.threads = threads;
+    opts.compute = compute;
     double element_bytes = 4;
     if (kind == Cache::forward || kind == Cache::f32 || kind == Cache::paged) {
       const auto [k, v] = f32_keys_values(Hkv, nkv, d);
@@ -624,11 +627,18 @@ void run(const Bench& opt) {
       for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::f16, Cache::i8})
         if (wanted(kind)) decode(kind, 8, 8, nkv, d);
   if (wanted(Cache::paged)) decode(Cache::paged, 8, 8, 65536, 128);
+  // kv-bf16-dot: the bf16 cache with compute = bf16 (GQA's products on bf16 operands).
+  const auto bf16_products = [&](std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv) {
+    if (want("kv-bf16-dot")) decode(Cache::bf16, Hq, Hkv, nkv, 128, Compute::bf16)->name = "kv-bf16-dot";
+  };
   for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::f16, Cache::i8})  // 8 query heads per KV head
     if (wanted(kind)) decode(kind, 32, 4, 65536, 128);
-  if (!opt.quick)
-    for (Cache kind : {Cache::forward, Cache::f32, Cache::i8})
+  bf16_products(32, 4, 65536);
+  if (!opt.quick) {
+    for (Cache kind : {Cache::forward, Cache::f32, Cache::bf16, Cache::i8})
       if (wanted(kind)) decode(kind, 8, 1, 262144, 128);
+    bf16_products(8, 1, 262144);
+  }
   // GQA decode's arithmetic against the FMA peak, its K/V cache-resident (Hq = 32 over Hkv = 4,
   // Nkv = 2048, d = 128: 8 MiB). A group of 8 query rows does 4·8·d flops a key for the key's 2·d
   // float32 values, 4 flops a byte: for the DRAM GQA row to read at a fraction f of the copy, the

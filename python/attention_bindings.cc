@@ -32,16 +32,6 @@ std::vector<std::int64_t> shape_of(const TensorView& t) {
 // lse rounded to bfloat16 (8 bits) would move every P of the row by up to |lse| * 2^-9.
 DType statistics_dtype(DType inputs) { return inputs == DType::bf16 ? DType::f32 : inputs; }
 
-Compute parse_compute(py::handle compute) {
-  if (compute.is_none()) return Compute::native;
-  if (!py::isinstance<py::str>(compute))
-    throw py::type_error(fmt::format("compute: expected None, 'native' or 'bf16', got {}", type_name(compute)));
-  const std::string c = compute.cast<std::string>();
-  if (c == "native") return Compute::native;
-  if (c == "bf16") return Compute::bf16;
-  throw py::value_error(fmt::format("compute: expected 'native' or 'bf16', got '{}'", c));
-}
-
 py::object attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle scale,
                      py::handle causal, py::handle window, py::handle align, py::handle mask,
                      bool return_lse, bool return_probs, int threads, bool reference, py::handle compute,

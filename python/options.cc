@@ -96,4 +96,14 @@ void add_extras(MaskedOptions& m, const Extras& e) {
                                        : "cu_seqlens_k: required with cu_seqlens_q");
 }
 
+Compute parse_compute(py::handle compute) {
+  if (compute.is_none()) return Compute::native;
+  if (!py::isinstance<py::str>(compute))
+    throw py::type_error(fmt::format("compute: expected None, 'native' or 'bf16', got {}", type_name(compute)));
+  const std::string c = compute.cast<std::string>();
+  if (c == "native") return Compute::native;
+  if (c == "bf16") return Compute::bf16;
+  throw py::value_error(fmt::format("compute: expected 'native' or 'bf16', got '{}'", c));
+}
+
 }  // namespace attnscale::python

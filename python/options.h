@@ -38,4 +38,7 @@ void add_extras(MaskedOptions& m, const Extras& e);
 MaskedOptions make_options(py::handle scale, py::handle causal, py::handle window, py::handle align,
                            py::handle mask, int threads);
 
+// compute: None or 'native' (Compute::native) | 'bf16'.
+Compute parse_compute(py::handle compute);
+
 }  // namespace attnscale::python

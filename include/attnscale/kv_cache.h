@@ -58,6 +58,14 @@ struct DecodeOptions {
   // (the last key when Nq = 1): the score of key j is t = c·tanh(s·q·k_j / c) − slope_bh·|p_i − j|.
   double softcap = 0.0;     // c > 0; 0: no capping
   TensorView alibi_slopes;  // [Hq] or [B, Hq], float32/float64; empty: no ALiBi
+  // Arithmetic of the products. native: float32 products and sums whatever the cache's type. bf16:
+  // over a bf16 cache, a GQA group's query rows (s folded in) and its probabilities may be rounded
+  // to bfloat16 for Q·Kᵀ and P·V (vdpbf16ps: bf16 pairs multiplied exactly, summed in float32; the
+  // softmax's normaliser sums the float32 probabilities), which halves the products' instructions.
+  // It is taken where it is faster: groups of 2 or more query rows per KV head, dk a multiple of 8
+  // and dv of 32, a CPU with AVX-512 BF16 (not when $ATTNSCALE_BF16 forces another bf16 path); other
+  // calls, and other caches, compute as native. Errors within about 1e-2 of float64's (docs/numerics.md).
+  Compute compute = Compute::native;
 };
 
 // q [B, Hq, dk] float32: the new token of each sequence, at its last key (the cache already holds

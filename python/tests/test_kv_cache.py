@@ -201,3 +201,41 @@ def test_several_new_tokens():
         attnscale.decode(np.zeros((B, Hq, 0, d), np.float32), k, v)
     with pytest.raises(ValueError, match="window_right"):
         attnscale.decode(q, k, v, seq_lens=lens, window_right=2)  # causal by default
+
+
+def test_bf16_products():
+    """compute='bf16' over a bfloat16 cache: GQA within the bf16 rule (1e-2 relative of float64 on the
+    cache's values), paged bits equal to contiguous; float32 caches and compute='native' keep the
+    float32 products' bits; a bad value is named."""
+    rng = np.random.default_rng(11)
+    B, Hq, Hkv, d, block = 2, 16, 2, 128, 16
+    lens = np.array([1537, 70], np.int32)
+    N = int(lens.max())
+    (k, kd), (v, vd) = (bf16(rng.standard_normal((B, Hkv, N, d), dtype=np.float32)) for _ in range(2))
+    q = rng.standard_normal((B, Hq, d), dtype=np.float32)
+    out = attnscale.decode(q, k, v, seq_lens=lens, compute="bf16")
+    ref = reference(q, kd, vd, lens)
+    assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-2
+    native = attnscale.decode(q, k, v, seq_lens=lens)
+    assert np.array_equal(native, attnscale.decode(q, k, v, seq_lens=lens, compute="native"))
+    per = -(-N // block)
+    table = np.arange(B * per, dtype=np.int32).reshape(B, per)[:, ::-1].copy()
+    pool = np.zeros((B * per, block, Hkv, d), np.uint16)
+    for b in range(B):
+        for i in range(per):
+            part = k.view(np.uint16)[b, :, i * block:(i + 1) * block]
+            pool[table[b, i], : part.shape[1]] = part.swapaxes(0, 1)
+    vpool = np.zeros_like(pool)
+    for b in range(B):
+        for i in range(per):
+            part = v.view(np.uint16)[b, :, i * block:(i + 1) * block]
+            vpool[table[b, i], : part.shape[1]] = part.swapaxes(0, 1)
+    paged = attnscale.decode(q, pool.view(attnscale.bfloat16), vpool.view(attnscale.bfloat16), block_table=table,
+                             seq_lens=lens, compute="bf16")
+    assert np.array_equal(paged.view(np.uint32), out.view(np.uint32))
+    f32 = attnscale.decode(q, kd, vd, seq_lens=lens)
+    assert np.array_equal(f32, attnscale.decode(q, kd, vd, seq_lens=lens, compute="bf16"))
+    with pytest.raises(ValueError, match="compute: expected 'native' or 'bf16', got 'fp8'"):
+        attnscale.decode(q, k, v, compute="fp8")
+    with pytest.raises(TypeError, match="compute"):
+        attnscale.decode(q, k, v, compute=1)

@@ -32,6 +32,7 @@
 #include "attention/kernels.h"
 #include "attention/lse_merge.h"
 #include "attention/params.h"
+#include "attention/kv_bf16_dot.h"
 #include "attention/kv_kernels.h"
 #include "attention/tiles.h"
 #include "attnscale/error.h"
@@ -114,6 +115,9 @@ struct Layout {
   // x of key j, p_i = position(b, i) its own key. slopes: B·Hq of them, or empty.
   double softcap = 0.0;
   std::vector<float> slopes;
+  // DecodeOptions::compute = bf16 over a bf16 cache: GQA's products may take bf16 operands
+  // (kv_bf16_dot.h; Chunk::dot_ says where they do).
+  bool bf16_products = false;
 
   std::int64_t group() const { return Hq / Hkv; }
   // The query rows of one KV head: row r = hl·Nq + i is new token i of query head kh·group + hl.
@@ -285,11 +289,13 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
   L.causal = o.causal;
   L.window_right = o.window_right;
   L.scale = o.scale.resolve(L.dk);
+  L.bf16_products = o.compute == Compute::bf16 && L.type == kv::kBF16;
   return L;
 }
 
 struct Scratch {
   std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: K rows widened to float32 (a call's worth)
+  std::vector<std::uint16_t> qb;                    // the rows packed for the bf16 scores (bf16_products)
   std::vector<const void*> krow, vrow, kfrow;
   std::vector<const float*> ksc, vsc;
   // Whether GQA's scores take K rows widened into kf (Chunk): int8 rows, and bf16 and float16 rows
@@ -300,7 +306,7 @@ struct Scratch {
   }
   explicit Scratch(const Layout& L)
       : q(L.rows() * L.dk), qp(kv::quads_size(L.rows(), L.dk)), s(L.rows() * kTile), o(L.rows() * L.dv),
-        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(widens(L) ? kTile * L.dk : 0),
+        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(widens(L) ? kTile * L.dk : 0), qb(qb_size(L)),
         krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
@@ -310,11 +316,17 @@ struct Scratch {
   // stride from the chunk's first (no pointers gathered), which prefetches ahead itself and
   // overlaps one tile's V rows with the next tile's K rows.
   static bool whole_chunk(const Layout& L) { return L.rows() == 1 && !L.together; }
-  // Whether it was built for a layout of L's sizes (then it serves L as well).
+  static std::size_t qb_size(const Layout& L) {
+    return L.bf16_products ? kv::bf16dot::packed_size(L.rows(), L.dk) : 0;
+  }
+  // Whether it was built for a layout of L's sizes (then it serves L as well): its rows (m; s, l
+  // and alpha follow), dk and dv. (Sizes that only match in product do not do: 16 rows of dk = 64
+  // fill q, o and qp as 8 rows of 128 do, and once ran past m.)
   bool fits(const Layout& L) const {
-    return q.size() == static_cast<std::size_t>(L.rows() * L.dk) && qp.size() == kv::quads_size(L.rows(), L.dk) &&
+    return m.size() == static_cast<std::size_t>(L.rows()) && q.size() == static_cast<std::size_t>(L.rows() * L.dk) &&
+           qp.size() == kv::quads_size(L.rows(), L.dk) &&
            o.size() == static_cast<std::size_t>(L.rows() * L.dv) &&
-           kf.size() == static_cast<std::size_t>(widens(L) ? kTile * L.dk : 0);
+           kf.size() == static_cast<std::size_t>(widens(L) ? kTile * L.dk : 0) && qb.size() == qb_size(L);
   }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
@@ -341,6 +353,9 @@ class Chunk {
     // float16 0.80 and 0.99 with Hkv = 8, 0.88 and 0.93 with Hkv = 4 (the same bits: its conversion
     // costs about what the widening did once the rows come from DRAM; docs/performance.md).
     in_place_ = quads_ && L.type != kv::kF32 && !Scratch::widens(L);
+    // compute = bf16 over a bf16 cache: scores and P·V by vdpbf16ps (kv_bf16_dot.h) on the rows in
+    // place, where the CPU has it and the rows split into its steps (8 columns of K, 32 of V).
+    dot_ = in_place_ && L.bf16_products && L.dk % 8 == 0 && L.dv % 32 == 0 && kv::bf16dot::available();
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
     // (docs/performance.md). GQA's rows of the next tile (quad scores) are fed, a line or two
@@ -370,7 +385,8 @@ class Chunk {
                          (kh * group_ + r / L_.Nq) * q.strides[1] + r % L_.Nq * q.strides[2];
       for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[3]] * f;
     }
-    if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data(), in_place_ && L_.type == kv::kBF16);
+    if (dot_) kv::bf16dot::pack(g_, L_.dk, s_.q.data(), L_.dk, s_.qb.data());
+    else if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data(), in_place_ && L_.type == kv::kBF16);
     std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(s_.l.begin(), s_.l.end(), 0.0f);
     std::fill(s_.o.begin(), s_.o.end(), 0.0f);
@@ -472,7 +488,8 @@ class Chunk {
           rows = s.kfrow.data();
         }
         LineFeed feed = v_first ? LineFeed(s.vrow.data() + x + a, n, vbytes_) : LineFeed(f.k + a, ahead, fk);
-        kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed, form);
+        if (dot_) kv::bf16dot::scores(n, g, L_.dk, rows, s.qb.data(), s.s.data() + a, kTile, feed);
+        else kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed, form);
         feed.rest();
       } else {
         if (prefetch_k_) prefetch_rows(f.k + a, ahead, fk);
@@ -487,9 +504,59 @@ class Chunk {
     // P·V in one call over the tile: each call loads, rescales and stores the group's output rows,
     // which per 8-key call cost more than it gained (Hq = 32, Hkv = 4, d = 128, Nkv = 65536).
     LineFeed feed = !quads_ ? LineFeed() : v_first ? LineFeed(f.k, f.n, fk) : LineFeed(f.v, f.n, fv);
-    kv::accumulate(L_.type, nk, g, L_.dv, s.vrow.data() + x, int8 ? s.vsc.data() + x : nullptr, s.s.data(),
-                   s.alpha.data(), s.o.data(), L_.dv, feed);
+    if (L_.Nq > 1 && hidden_value_not_finite(t0, nk, x))
+      accumulate_visible(t0, nk, x);
+    else
+      accumulate(0, nk, 0, g, x, feed);
     feed.rest();
+  }
+
+  // O[r] = alpha[r]·O[r] + Σ_j P[r][j]·V_j over the tile's keys [x0, x0 + nk) for rows [r0, r0 + rows).
+  void accumulate(std::int64_t x0, std::int64_t nk, std::int64_t r0, std::int64_t rows, std::int64_t x,
+                  LineFeed& feed) {
+    Scratch& s = s_;
+    const void* const* v = s.vrow.data() + x + x0;
+    const float* p = s.s.data() + r0 * kTile + x0;
+    if (dot_)  // P rounded to bf16 there; l summed it in float32 (softmax_update_rows)
+      kv::bf16dot::accumulate(nk, rows, L_.dv, v, p, s.alpha.data() + r0, s.o.data() + r0 * L_.dv, L_.dv, feed);
+    else
+      kv::accumulate(L_.type, nk, rows, L_.dv, v, int8_ ? s.vsc.data() + x + x0 : nullptr, p, s.alpha.data() + r0,
+                     s.o.data() + r0 * L_.dv, L_.dv, feed);
+  }
+
+  // Several new tokens: a key of the tile that some rows see and others do not (the last tokens'
+  // own keys under a causal mask, a window's first keys), whose V row holds an Inf or NaN, would
+  // reach the rows that do not see it as 0·Inf = NaN through the tile's P·V. Such a tile goes row
+  // by row, each over the keys it sees (docs/numerics.md, "Visible keys").
+  bool hidden_value_not_finite(std::int64_t t0, std::int64_t nk, std::int64_t x) const {
+    const std::int64_t all_lo = L_.lo(b_, L_.Nq - 1) - t0, all_hi = L_.hi(b_, 0) - t0;  // keys every row sees
+    if (all_lo <= 0 && nk <= all_hi) return false;  // most tiles
+    for (std::int64_t j = 0; j < nk; ++j)
+      if ((j < all_lo || j >= all_hi) && !finite_row(s_.vrow[x + j], int8_ ? s_.vsc[x + j] : nullptr)) return true;
+    return false;
+  }
+  bool finite_row(const void* row, const float* scales) const {
+    const auto all = [&](auto finite) {
+      for (std::int64_t c = 0; c < L_.dv; ++c)
+        if (!finite(c)) return false;
+      return true;
+    };
+    const auto* half = static_cast<const std::uint16_t*>(row);
+    switch (L_.type) {
+      case kv::kF32: return all([&](std::int64_t c) { return std::isfinite(static_cast<const float*>(row)[c]); });
+      case kv::kBF16: return all([&](std::int64_t c) { return (half[c] & 0x7f80) != 0x7f80; });
+      case kv::kF16: return all([&](std::int64_t c) { return (half[c] & 0x7c00) != 0x7c00; });
+      default: return all([&](std::int64_t c) { return c % 32 || std::isfinite(scales[c / 32]); });  // int8: its scales
+    }
+  }
+  void accumulate_visible(std::int64_t t0, std::int64_t nk, std::int64_t x) {
+    LineFeed none;
+    for (std::int64_t r = 0; r < g_; ++r) {
+      const std::int64_t i = r % L_.Nq;
+      const std::int64_t lo = std::clamp<std::int64_t>(L_.lo(b_, i) - t0, 0, nk);
+      const std::int64_t hi = std::clamp<std::int64_t>(L_.hi(b_, i) - t0, lo, nk);
+      accumulate(lo, hi - lo, r, 1, x, none);  // no key: O[r] rescaled only
+    }
   }
 
   // One query row for each KV head of a chunk taken side by side (Layout::together): this is head
@@ -633,7 +700,7 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, in_place_ = false, prefetch_k_ = true;
+  bool quads_ = false, in_place_ = false, dot_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row_strided prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).

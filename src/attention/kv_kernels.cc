@@ -80,8 +80,14 @@ HWY_INLINE VF LoadRaw(DF d, const void* row, size_t c) {
     const auto wide = hn::PromoteTo(du32, hn::LoadU(du16, static_cast<const uint16_t*>(row) + c));
     return hn::BitCast(d, hn::ShiftLeft<16>(wide));
   } else if constexpr (kType == kF16) {
+#if HWY_TARGET == HWY_SCALAR
+    // Highway's portable conversion (1.0) reads exponent 31 as a finite power of two, so an Inf or
+    // NaN in the cache became 65536 or more; tensor.h's from_f16 keeps them.
+    return hn::Set(d, from_f16(static_cast<const f16*>(row)[c]));
+#else
     const hn::Rebind<hwy::float16_t, DF> dh;
     return hn::PromoteTo(d, hn::LoadU(dh, static_cast<const hwy::float16_t*>(row) + c));
+#endif
   } else {
     const hn::RebindToSigned<DF> di32;
     const hn::Rebind<int8_t, DF> di8;

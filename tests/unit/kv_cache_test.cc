@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <string>
@@ -18,6 +19,8 @@
 #include <vector>
 
 #include "attention/kernels.h"
+#include "attention/kv_bf16_dot.h"
+#include "attention/kv_kernels.h"
 #include "attnscale/error.h"
 #include "attnscale/kv_cache.h"
 #include "random_tensors.h"
@@ -99,14 +102,18 @@ Tensor convert(const Tensor& f, Kind kind, Tensor& scales) {
   return t;
 }
 
+// edit (optional) changes the contiguous cache's values (k, v, and int8's scales ks, vs) before the
+// other layouts and the reference's values are made from them.
+using CacheEdit = std::function<void(Tensor& k, Tensor& v, Tensor& ks, Tensor& vs)>;
 Caches make_caches(Kind kind, std::int64_t B, std::int64_t Hkv, const std::vector<std::int32_t>& lens, std::int64_t dk,
-                   std::int64_t dv, std::int64_t block, std::uint64_t seed) {
+                   std::int64_t dv, std::int64_t block, std::uint64_t seed, const CacheEdit& edit = {}) {
   Caches c{B, Hkv, 0, dk, dv, block, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}, {}};
   c.Nmax = std::max<std::int64_t>(1, *std::max_element(lens.begin(), lens.end()));
   const Tensor kf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dk}, seed, 1, 1.0, testing::Draw::bulk);
   const Tensor vf = random_tensor(DType::f32, {B, Hkv, c.Nmax, dv}, seed, 2, 1.0, testing::Draw::bulk);
   c.k = convert(kf, kind, c.ks);
   c.v = convert(vf, kind, c.vs);
+  if (edit) edit(c.k, c.v, c.ks, c.vs);
   c.kd.resize(kf.numel());
   c.vd.resize(vf.numel());
   for (std::int64_t i = 0; i < kf.numel(); ++i) c.kd[i] = as_double(c.k, c.ks, i);
@@ -265,8 +272,18 @@ const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 ne
   return c;
 }
 
+// Whether a call takes the bf16 products (kv_decode.cc's Chunk::dot_) on the dispatched target.
+bool takes_bf16_products(Kind kind, const Case& cs, const Queries& qs) {
+  return kind == Kind::bf16 && cs.Hq / cs.Hkv * qs.Nq >= 2 && cs.dk % 8 == 0 && cs.dv % 32 == 0 &&
+         detail::kv::quads_available() && detail::kv::rows_in_place() && detail::kv::bf16dot::available();
+}
+
+// compute = bf16: the bf16 products' rule, error vs float64 <= 1e-2 (the bf16 forward's), lse
+// within 2e-2·(1 + |lse|); and the output differs from native's where the products take bf16
+// operands (the path ran), else it has native's bits.
 void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms& tf = {},
-                const std::vector<std::int32_t>& starts = {}, const Queries& qs = {}) {
+                const std::vector<std::int32_t>& starts = {}, const Queries& qs = {},
+                Compute compute = Compute::native) {
   const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
   Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
   if (!starts.empty()) {
@@ -285,6 +302,7 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   o.window_right = qs.right;
   o.threads = 2;
   o.softcap = tf.softcap;
+  o.compute = compute;
   Tensor slopes(DType::f64, {B, cs.Hq});
   if (!tf.slopes.empty()) {
     std::copy(tf.slopes.begin(), tf.slopes.end(), slopes.as<double>());
@@ -314,10 +332,19 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale, &ref_lse, tf, qs);
   const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale, nullptr, tf, qs);
   const double ours = rel(values(out), ref), theirs = rel(naive, ref);
-  EXPECT_LE(ours, std::max(2 * theirs, 4e-7)) << what;
+  const bool bf16 = compute == Compute::bf16;
+  EXPECT_LE(ours, bf16 ? 1e-2 : std::max(2 * theirs, 4e-7)) << what;
   for (std::int64_t i = 0; i < lse.numel(); ++i) {
     if (std::isinf(ref_lse[i])) EXPECT_EQ(lse.as<double>()[i], ref_lse[i]) << what;
-    else EXPECT_NEAR(lse.as<double>()[i], ref_lse[i], 1e-5 * (1 + std::fabs(ref_lse[i]))) << what;
+    else EXPECT_NEAR(lse.as<double>()[i], ref_lse[i], (bf16 ? 2e-2 : 1e-5) * (1 + std::fabs(ref_lse[i]))) << what;
+  }
+  if (bf16) {
+    o.compute = Compute::native;
+    o.threads = 2;
+    Tensor native = rows(cs.dv);
+    decode(q.view(), c.contiguous(), native.view(), {}, o);
+    const bool same = std::memcmp(out.data(), native.data(), out.nbytes()) == 0;
+    EXPECT_EQ(same, !takes_bf16_products(kind, cs, qs)) << what << (same ? ": native's bits" : ": not native's bits");
   }
 }
 
@@ -477,6 +504,159 @@ TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
   });
 }
 
+// compute = bf16 (GQA's products on bf16 operands over a bf16 cache, where the CPU has AVX-512
+// BF16): every case, odd sizes, transforms, left padding and several new tokens, in every layout
+// (paged == contiguous == interleaved and any thread count bit for bit) on every target, within
+// the bf16 rule; and native's bits for the other caches and where the path does not apply
+// (check_case).
+TEST(KVCache, Bfloat16ProductsMatchReferenceInEveryLayoutOnEveryTarget) {
+  for_each_target([] {
+    std::uint64_t seed = 1600;
+    for (const Case& cs : cases()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
+    for (const Case& cs : odd_dims()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
+    Transforms both;
+    both.softcap = 1.5;
+    for (const std::size_t i : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{5}}) {
+      const Case& cs = cases()[i];
+      std::mt19937 rng(static_cast<unsigned>(seed));
+      both.slopes.resize(cs.lens.size() * static_cast<std::size_t>(cs.Hq));
+      for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
+      std::vector<std::int32_t> starts(cs.lens.size());
+      for (std::size_t b = 0; b < starts.size(); ++b) starts[b] = cs.lens[b] / 3;
+      check_case(Kind::bf16, cs, ++seed, both, starts, {}, Compute::bf16);
+      check_case(Kind::bf16, cs, ++seed, {}, {}, Queries{3, true}, Compute::bf16);
+      check_case(Kind::bf16, cs, ++seed, both, starts, Queries{5, false, 2}, Compute::bf16);
+    }
+    // Other caches ignore it: native's bits.
+    check_case(Kind::f32, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
+    check_case(Kind::f16, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
+    check_case(Kind::i8, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
+  });
+}
+
+// Calls whose shapes differ but whose scratch sizes match in part (16 query rows a KV head of
+// dk = dv = 64 and 8 rows of 128 fill the same q, o and packed Q) alternate, on two threads: each
+// gives the bits of its first call and the reference's accuracy. The scratch kept between calls
+// was once taken by such a call and written past its 8 rows' running maxima.
+TEST(KVCache, CallsOfOtherShapesDoNotShareScratch) {
+  const Case a{16, 2, 128, 128, 16, -1, {1537, 70}}, b{8, 2, 64, 64, 16, -1, {3, 1200}};
+  const Queries qb{4, false};
+  const Caches ca = make_caches(Kind::f32, 2, a.Hkv, a.lens, a.dk, a.dv, a.block, 1700);
+  const Caches cb = make_caches(Kind::f32, 2, b.Hkv, b.lens, b.dk, b.dv, b.block, 1701);
+  const Tensor q_a = random_tensor(DType::f32, {2, a.Hq, a.dk}, 1702, 3);
+  const Tensor q_b = random_tensor(DType::f32, {2, b.Hq, qb.Nq, b.dk}, 1703, 3);
+  DecodeOptions oa, ob;
+  oa.threads = ob.threads = 2;
+  ob.causal = false;
+  Tensor first_a(DType::f32, {2, a.Hq, a.dv}), first_b(DType::f32, {2, b.Hq, qb.Nq, b.dv});
+  decode(q_a.view(), ca.contiguous(), first_a.view(), {}, oa);
+  decode(q_b.view(), cb.contiguous(), first_b.view(), {}, ob);
+  const double scale_a = 1 / std::sqrt(double(a.dk)), scale_b = 1 / std::sqrt(double(b.dk));
+  EXPECT_LE(rel(values(first_a), attend<double>(ca, q_a, a.Hq, -1, scale_a)), 1e-6);
+  EXPECT_LE(rel(values(first_b), attend<double>(cb, q_b, b.Hq, -1, scale_b, nullptr, {}, qb)), 1e-6);
+  for (int round = 0; round < 20; ++round) {
+    Tensor out_a(DType::f32, {2, a.Hq, a.dv}), out_b(DType::f32, {2, b.Hq, qb.Nq, b.dv});
+    decode(q_a.view(), ca.contiguous(), out_a.view(), {}, oa);
+    decode(q_b.view(), cb.contiguous(), out_b.view(), {}, ob);
+    ASSERT_EQ(std::memcmp(out_a.data(), first_a.data(), first_a.nbytes()), 0) << "round " << round;
+    ASSERT_EQ(std::memcmp(out_b.data(), first_b.data(), first_b.nbytes()), 0) << "round " << round;
+  }
+}
+
+// Several new tokens a sequence: a key that some rows of a call see and others do not (the last
+// tokens' own keys under a causal mask, a window's first keys, a right window's last) holds NaN
+// in K and Inf in V (int8: an infinite scale). The rows that do not see it give what the same
+// cache gives with finite values there (native: the same bits; compute = bf16 within 1e-3), the
+// rows that see it are not finite; every type, layout and target.
+TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThem) {
+  static const std::vector<Case> shapes = {
+      {8, 2, 64, 64, 16, -1, {1030, 70}},  // causal, 3 tokens: key len-1 row 2 alone, len-2 rows 1-2
+      {6, 2, 96, 64, 7, 10, {1025, 40}},   // window of 10, 4 tokens: key len-14 row 0 alone
+      {8, 2, 32, 32, 16, -1, {300, 9}},    // right window of 1, 3 tokens: key len-1 rows 1-2
+      {2, 2, 64, 96, 16, -1, {700, 5}},    // one head a KV head, 2 tokens: key len-1 row 1
+  };
+  struct Poisoned {
+    std::size_t shape;
+    Queries qs;
+    std::int64_t back[2];  // poisoned keys, counted back from each sequence's end (1: the last; 0: none)
+  };
+  const Poisoned cases[] = {{0, {3, true}, {1, 2}}, {1, {4, true}, {14, 0}}, {2, {3, false, 1}, {1, 0}},
+                            {3, {2, true}, {1, 0}}};
+  for_each_target([&] {
+    std::uint64_t seed = 1800;
+    for (const Poisoned& pc : cases)
+      for (const Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8})
+        for (const Compute compute : {Compute::native, Compute::bf16}) {
+          const Case& cs = shapes[pc.shape];
+          if (kind == Kind::i8 && (cs.dk % 32 || cs.dv % 32)) continue;
+          const std::int64_t B = static_cast<std::int64_t>(cs.lens.size()), Nq = pc.qs.Nq;
+          const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " Nq " +
+                                   std::to_string(Nq) + (compute == Compute::bf16 ? " bf16" : " native");
+          ++seed;
+          const Caches clean = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
+          const CacheEdit poison = [&](Tensor& k, Tensor& v, Tensor& ks, Tensor& vs) {
+            const std::int64_t N = k.view().shape[2];
+            for (std::int64_t b = 0; b < B; ++b)
+              for (std::int64_t h = 0; h < cs.Hkv; ++h)
+                for (const std::int64_t back : pc.back) {
+                  if (!back) continue;
+                  const std::int64_t j = cs.lens[b] - back, row = (b * cs.Hkv + h) * N + j;
+                  for (std::int64_t e = 0; e < cs.dk; ++e) {
+                    if (kind == Kind::f32) k.as<float>()[row * cs.dk + e] = NAN;
+                    else if (kind == Kind::bf16) k.as<bf16>()[row * cs.dk + e] = to_bf16(NAN);
+                    else if (kind == Kind::f16) k.as<f16>()[row * cs.dk + e] = to_f16(NAN);
+                    else if (e % 32 == 0) ks.as<float>()[(row * cs.dk + e) / 32] = NAN;
+                  }
+                  for (std::int64_t e = 0; e < cs.dv; ++e) {
+                    if (kind == Kind::f32) v.as<float>()[row * cs.dv + e] = INFINITY;
+                    else if (kind == Kind::bf16) v.as<bf16>()[row * cs.dv + e] = to_bf16(INFINITY);
+                    else if (kind == Kind::f16) v.as<f16>()[row * cs.dv + e] = to_f16(INFINITY);
+                    else if (e % 32 == 0) vs.as<float>()[(row * cs.dv + e) / 32] = INFINITY;
+                  }
+                }
+          };
+          const Caches bad = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed, poison);
+          const Tensor q = random_tensor(DType::f32, {B, cs.Hq, Nq, cs.dk}, seed, 3);
+          DecodeOptions o;
+          o.window_left = cs.window;
+          o.causal = pc.qs.causal;
+          o.window_right = pc.qs.right;
+          o.compute = compute;
+          o.threads = 2;
+          Tensor want(DType::f32, {B, cs.Hq, Nq, cs.dv});
+          decode(q.view(), clean.contiguous(), want.view(), {}, o);
+          const KVCache layouts[] = {bad.contiguous(), bad.paged(), bad.interleaved()};
+          for (int layout = 0; layout < 3; ++layout) {
+            const KVCache& cache = layouts[layout];
+            Tensor out(DType::f32, {B, cs.Hq, Nq, cs.dv});
+            decode(q.view(), cache, out.view(), {}, o);
+            for (std::int64_t b = 0; b < B; ++b)
+              for (std::int64_t h = 0; h < cs.Hq; ++h)
+                for (std::int64_t i = 0; i < Nq; ++i) {
+                  // Layout's visible range of token i: [lo, hi).
+                  const std::int64_t len = cs.lens[b], pos = len - Nq + i;
+                  const std::int64_t lo = std::max<std::int64_t>(0, cs.window >= 0 ? pos - cs.window : 0);
+                  const std::int64_t hi = pc.qs.causal ? pos + 1 : pc.qs.right >= 0 ? std::min(len, pos + 1 + pc.qs.right) : len;
+                  bool sees = false;
+                  for (const std::int64_t back : pc.back) sees |= back && len - back >= lo && len - back < hi;
+                  const float* got = out.as<float>() + ((b * cs.Hq + h) * Nq + i) * cs.dv;
+                  const float* ref = want.as<float>() + ((b * cs.Hq + h) * Nq + i) * cs.dv;
+                  const std::string at = what + (layout == 0 ? " contiguous" : layout == 1 ? " paged" : " interleaved") +
+                                         " b " + std::to_string(b) + " h " + std::to_string(h) + " token " +
+                                         std::to_string(i);
+                  if (sees) {
+                    ASSERT_FALSE(std::all_of(got, got + cs.dv, [](float x) { return std::isfinite(x); })) << at;
+                  } else if (compute == Compute::native || kind != Kind::bf16) {
+                    ASSERT_EQ(std::memcmp(got, ref, cs.dv * sizeof(float)), 0) << at;
+                  } else {
+                    for (std::int64_t e = 0; e < cs.dv; ++e) ASSERT_NEAR(got[e], ref[e], 1e-3) << at;
+                  }
+                }
+          }
+        }
+  });
+}
+
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   const Tensor x = random_tensor(DType::f32, {3, 64}, 5, 1, 10.0);
   Tensor q(DType::i8, {3, 64}), s(DType::f32, {3, 2});
@@ -576,6 +756,40 @@ TEST(KVCache, BadArgumentsThrowNamingThem) {
 
 namespace attnscale {
 namespace {
+
+// forward() with a few new tokens at the bottom right of a causal mask takes the cache decode: a
+// key only the last token sees (its own) holding Inf in V and NaN in K leaves the earlier tokens'
+// rows as they are with finite values there, bit for bit, and makes the last token's not finite,
+// on every target.
+TEST(KVCache, ForwardDecodeRouteKeepsHiddenValuesFromEarlierTokens) {
+  for_each_target([&] {
+    for (const std::int64_t Nkv : {std::int64_t{2100}, std::int64_t{300}}) {
+      const std::int64_t B = 1, Hq = 8, Hkv = 2, Nq = 3, d = 64;
+      const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, d}, 41, 1);
+      const Tensor k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 41, 2), v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 41, 3);
+      Tensor kb = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 41, 2), vb = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 41, 3);
+      for (std::int64_t h = 0; h < Hkv; ++h)
+        for (std::int64_t e = 0; e < d; ++e) {
+          kb.as<float>()[(h * Nkv + Nkv - 1) * d + e] = NAN;
+          vb.as<float>()[(h * Nkv + Nkv - 1) * d + e] = INFINITY;
+        }
+      Options o;
+      o.mask.causal = true;
+      o.mask.align = Align::bottom_right;
+      Tensor clean(DType::f32, {B, Hq, Nq, d}), out(DType::f32, {B, Hq, Nq, d});
+      forward(q.view(), k.view(), v.view(), {clean.view()}, o);
+      forward(q.view(), kb.view(), vb.view(), {out.view()}, o);
+      for (std::int64_t h = 0; h < Hq; ++h)
+        for (std::int64_t i = 0; i < Nq; ++i) {
+          const float* got = out.as<float>() + (h * Nq + i) * d;
+          const float* want = clean.as<float>() + (h * Nq + i) * d;
+          const std::string at = "Nkv " + std::to_string(Nkv) + " head " + std::to_string(h) + " token " + std::to_string(i);
+          if (i == Nq - 1) ASSERT_FALSE(std::all_of(got, got + d, [](float x) { return std::isfinite(x); })) << at;
+          else ASSERT_EQ(std::memcmp(got, want, d * sizeof(float)), 0) << at;
+        }
+    }
+  });
+}
 
 // forward() with a few query rows and no explicit mask runs the cache decode (decode.cc): every
 // causal / window combination that leaves a range of keys, including none, against float64, with
