@@ -4,9 +4,15 @@
 // sums in registers; same bits) and as the forward runs them (forward_gemm, forward_pv: P·V in one
 // chain per tile; kernels.cc), and the bf16 forward's (bfdot::gemm on the CPU's bf16 path: AMX,
 // vdpbf16ps or pairs widened to float32; bf16_kernels.h); and the float32 forward's whole tile step
-// (TileStep). Times are CPU time, so that another process on the core does not count:
+// (TileStep); and GQA decode's tile kernels, one 64-key tile of a group of 8 query rows in L1 (the
+// float32 quads and P·V, and the opt-in bf16 products, kv_bf16_dot.h) against the peaks of their
+// arithmetic (GqaTile). Times are CPU time, so that another process on the core does not count:
 // build/bin/tile_products_bench.
 #include <benchmark/benchmark.h>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #include <algorithm>
 #include <cstdlib>
@@ -17,6 +23,8 @@
 
 #include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
+#include "attention/kv_bf16_dot.h"
+#include "attention/kv_kernels.h"
 #include "attention/peak_loops.h"
 
 namespace {
@@ -28,16 +36,22 @@ double cpu_seconds() {
   return t.tv_sec + 1e-9 * t.tv_nsec;
 }
 
-// The FMA peak of one thread in flop/s, measured once (CPU time).
+// A peak loop's best rate on one thread in flop/s over 5 rounds (CPU time).
+double best_rate(double (*loop)(int threads, std::int64_t steps)) {
+  double best = 0;
+  for (int round = 0; round < 5; ++round) {
+    const double t0 = cpu_seconds(), flops = loop(1, std::int64_t(1) << 22);
+    best = std::max(best, flops / (cpu_seconds() - t0));
+  }
+  return best;
+}
+// The FMA peak of one thread, measured once; the bf16 dot peak (vdpbf16ps where the CPU has it).
 double peak() {
-  static const double value = [] {
-    double best = 0;
-    for (int round = 0; round < 5; ++round) {
-      const double t0 = cpu_seconds(), flops = peak::fp32_fma(1, std::int64_t(1) << 22);
-      best = std::max(best, flops / (cpu_seconds() - t0));
-    }
-    return best;
-  }();
+  static const double value = best_rate(peak::fp32_fma);
+  return value;
+}
+double bf16_peak() {
+  static const double value = best_rate(peak::bf16_dot);
   return value;
 }
 
@@ -115,6 +129,100 @@ void TileStep(benchmark::State& state) {
   state.counters["of_fma_peak"] = rate / peak();
 }
 BENCHMARK(TileStep)->ArgsProduct({{64, 128}, {0, 1}, {0, 1}})->MinTime(0.3);
+
+// GQA decode's kernels on one tile of 64 keys (d = 128) against a group of 8 query rows, the K and V
+// rows in L1, as kv_decode.cc calls them (no prefetch feed): kernel 0 the float32 quad scores
+// (kv::scores_quads) and 1 its P·V (kv::accumulate), against the FMA peak; 2 the bf16 scores and
+// 3 the bf16 P·V (kv::bf16dot), against the bf16 dot peak (skipped without AVX-512 BF16). Each
+// product is 2·8·64·128 flops.
+void GqaTile(benchmark::State& state) {
+  const int kernel = state.range(0);
+  const std::size_t rows = 8, d = 128, n = kv::kTileKeys;
+  const bool bf16 = kernel >= 2;
+  if (bf16 && !kv::bf16dot::available()) return state.SkipWithError("no AVX-512 BF16 on this CPU");
+  if (!bf16 && !kv::quads_available()) return state.SkipWithError("no quad scores on this target");
+  const Array K = filled(n * d, 0.01f), V = filled(n * d, 0.1f), Q = filled(rows * d, 0.02f),
+              packed = filled(kv::quads_size(rows, d), 0.0f), P = filled(rows * n, 0.5f), S = filled(rows * n, 0.0f),
+              O = filled(rows * d, 0.0f), alpha = filled(rows, 1.0f);
+  const std::vector<std::uint16_t> k16(n * d, 0x3c00), v16(n * d, 0x3c00);  // bf16 bits of 1/128
+  std::vector<std::uint16_t> qb(kv::bf16dot::packed_size(rows, d));
+  std::vector<const void*> krow(n), vrow(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    krow[j] = bf16 ? static_cast<const void*>(k16.data() + j * d) : K.get() + j * d;
+    vrow[j] = bf16 ? static_cast<const void*>(v16.data() + j * d) : V.get() + j * d;
+  }
+  kv::pack_quads(rows, d, Q.get(), d, packed.get());
+  if (bf16) kv::bf16dot::pack(rows, d, Q.get(), d, qb.data());
+  const double limit = bf16 ? bf16_peak() : peak();
+  const double t0 = cpu_seconds();
+  for (auto _ : state) {
+    LineFeed none;
+    if (kernel == 0) kv::scores_quads(n, rows, d, krow.data(), packed.get(), S.get(), n, none);
+    else if (kernel == 1) kv::accumulate(kv::kF32, n, rows, d, vrow.data(), nullptr, P.get(), alpha.get(), O.get(), d, none);
+    else if (kernel == 2) kv::bf16dot::scores(n, rows, d, krow.data(), qb.data(), S.get(), n, none);
+    else kv::bf16dot::accumulate(n, rows, d, vrow.data(), P.get(), alpha.get(), O.get(), d, none);
+    benchmark::ClobberMemory();
+  }
+  const double rate = 2.0 * rows * n * d * state.iterations() / (cpu_seconds() - t0);
+  state.counters[bf16 ? "of_bf16_peak" : "of_fma_peak"] = rate / limit;
+  state.counters["ns_per_key"] = (cpu_seconds() - t0) / state.iterations() / n * 1e9;
+  state.SetLabel(kernel == 0 ? "f32 scores" : kernel == 1 ? "f32 P.V" : kernel == 2 ? "bf16 scores" : "bf16 P.V");
+}
+BENCHMARK(GqaTile)->DenseRange(0, 3)->MinTime(0.3);
+
+#if defined(__x86_64__)
+// What an operand load costs beside vdpbf16ps: steps of 16 independent vdpbf16ps (16 accumulators,
+// two vectors of Q) whose 8 other operands are (mode) 0 registers, 1 a 128-bit row chunk broadcast
+// to the 4 blocks (vbroadcasti32x4, the bf16 scores' K), 2 whole 512-bit rows, 3 a 32-bit broadcast
+// (the bf16 P·V's P), all from L1. ns_per_step against mode 0 says what the loads take from the
+// products' issue (GqaTile's bf16 scores load one broadcast per 2 products).
+template <int kMode>
+__attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"), noinline)) void dot_steps(const std::uint16_t* rows,
+                                                                                           std::int64_t steps,
+                                                                                           float* sink) {
+  __m512 a[16];
+#pragma GCC unroll 16
+  for (int i = 0; i < 16; ++i) a[i] = _mm512_setzero_ps();
+  const __m512bh q0 = (__m512bh)_mm512_set1_epi32(0x3c003c00), q1 = (__m512bh)_mm512_set1_epi32(0x3c013c01);
+  for (std::int64_t i = 0; i < steps; ++i) {
+    const std::uint16_t* at = rows + (i & 63) * 32;
+#pragma GCC unroll 8
+    for (int x = 0; x < 8; ++x) {
+      const std::uint16_t* row = at + x * 4096;
+      __m512bh k = q1;
+      if constexpr (kMode == 1) k = (__m512bh)_mm512_maskz_broadcast_i32x4(0xffff, _mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+      if constexpr (kMode == 2) k = (__m512bh)_mm512_loadu_si512(row);
+      if constexpr (kMode == 3) k = (__m512bh)_mm512_set1_epi32(*reinterpret_cast<const int*>(row));
+      a[2 * x] = _mm512_dpbf16_ps(a[2 * x], q0, k);
+      a[2 * x + 1] = _mm512_dpbf16_ps(a[2 * x + 1], q1, k);
+    }
+    asm volatile("" ::: "memory");
+  }
+  __m512 s = a[0];
+#pragma GCC unroll 16
+  for (int i = 1; i < 16; ++i) s = _mm512_add_ps(s, a[i]);
+  _mm512_storeu_ps(sink, s);
+}
+
+void Bf16DotOperands(benchmark::State& state) {
+  if (!bfdot::avx512_bf16_usable()) return state.SkipWithError("no AVX-512 BF16 on this CPU");
+  const int mode = state.range(0);
+  const std::vector<std::uint16_t> rows(8 * 4096, 0x3c00);
+  alignas(64) float sink[16];
+  constexpr std::int64_t kSteps = 1 << 16;
+  const double t0 = cpu_seconds();
+  for (auto _ : state) {
+    if (mode == 0) dot_steps<0>(rows.data(), kSteps, sink);
+    else if (mode == 1) dot_steps<1>(rows.data(), kSteps, sink);
+    else if (mode == 2) dot_steps<2>(rows.data(), kSteps, sink);
+    else dot_steps<3>(rows.data(), kSteps, sink);
+    benchmark::DoNotOptimize(sink);
+  }
+  state.counters["ns_per_step"] = (cpu_seconds() - t0) / state.iterations() / kSteps * 1e9;
+  state.SetLabel(mode == 0 ? "registers" : mode == 1 ? "vbroadcasti32x4" : mode == 2 ? "512-bit loads" : "32-bit broadcasts");
+}
+BENCHMARK(Bf16DotOperands)->DenseRange(0, 3)->MinTime(0.3);
+#endif
 
 }  // namespace
 

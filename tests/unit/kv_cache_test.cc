@@ -426,6 +426,23 @@ TEST(KVCache, Bfloat16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(K
 TEST(KVCache, Float16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::f16, 1100); }
 TEST(KVCache, Int8MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::i8, 1200); }
 
+// Soft-capping at 1.5 (scores of these inputs are of order 1: the cap bends them) and ALiBi slopes
+// in [0, 0.05) per (sequence, head), drawn from seed.
+Transforms capped_alibi(const Case& cs, std::uint64_t seed) {
+  Transforms both;
+  both.softcap = 1.5;
+  std::mt19937 rng(static_cast<unsigned>(seed));
+  both.slopes.resize(cs.lens.size() * static_cast<std::size_t>(cs.Hq));
+  for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
+  return both;
+}
+// Left padding: each sequence's first third (seq_starts).
+std::vector<std::int32_t> third_padded(const Case& cs) {
+  std::vector<std::int32_t> starts(cs.lens.size());
+  for (std::size_t b = 0; b < starts.size(); ++b) starts[b] = cs.lens[b] / 3;
+  return starts;
+}
+
 // Soft-capping and ALiBi (slopes per sequence and head) on every type and layout, one row per KV
 // head and GQA groups, windows, on every target: against the reference with the same transforms,
 // paged == contiguous == interleaved and 1 thread == 2 bit for bit (check_case).
@@ -436,11 +453,7 @@ TEST(KVCache, SoftcapAndAlibiMatchReferenceInEveryLayoutOnEveryTarget) {
     // one row with dk = dv (key by key), with and without a window.
     for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{11}, std::size_t{12}}) {
       const Case& cs = cases()[i];
-      Transforms both;
-      both.softcap = 1.5;  // scores of these inputs are of order 1: the cap bends them
-      std::mt19937 rng(static_cast<unsigned>(seed));
-      both.slopes.resize(cs.lens.size() * static_cast<std::size_t>(cs.Hq));
-      for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
+      const Transforms both = capped_alibi(cs, seed);
       // The transforms act on float32 scores whatever the element type: both on float32 and int8
       // (their own score kernels), one each on the 16-bit types.
       Transforms cap_only = both, alibi_only = both;
@@ -482,15 +495,10 @@ TEST(KVCache, LeftPaddingMatchesReferenceInEveryLayoutOnEveryTarget) {
 TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
   for_each_target([] {
     std::uint64_t seed = 1500;
-    Transforms both;
-    both.softcap = 1.5;
     for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{6}, std::size_t{7}}) {
       const Case& cs = cases()[i];
-      std::mt19937 rng(static_cast<unsigned>(seed));
-      both.slopes.resize(cs.lens.size() * static_cast<std::size_t>(cs.Hq));
-      for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
-      std::vector<std::int32_t> starts(cs.lens.size());
-      for (std::size_t b = 0; b < starts.size(); ++b) starts[b] = cs.lens[b] / 3;
+      const Transforms both = capped_alibi(cs, seed);
+      const std::vector<std::int32_t> starts = third_padded(cs);
       // Three (Nq, causal, right window) a case, the element type, transforms and padding turning
       // with them; a right window of 2 over 5 rows: the first three rows stop short of the end.
       const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
@@ -514,15 +522,10 @@ TEST(KVCache, Bfloat16ProductsMatchReferenceInEveryLayoutOnEveryTarget) {
     std::uint64_t seed = 1600;
     for (const Case& cs : cases()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
     for (const Case& cs : odd_dims()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
-    Transforms both;
-    both.softcap = 1.5;
     for (const std::size_t i : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{5}}) {
       const Case& cs = cases()[i];
-      std::mt19937 rng(static_cast<unsigned>(seed));
-      both.slopes.resize(cs.lens.size() * static_cast<std::size_t>(cs.Hq));
-      for (double& x : both.slopes) x = std::uniform_real_distribution<double>(0.0, 0.05)(rng);
-      std::vector<std::int32_t> starts(cs.lens.size());
-      for (std::size_t b = 0; b < starts.size(); ++b) starts[b] = cs.lens[b] / 3;
+      const Transforms both = capped_alibi(cs, seed);
+      const std::vector<std::int32_t> starts = third_padded(cs);
       check_case(Kind::bf16, cs, ++seed, both, starts, {}, Compute::bf16);
       check_case(Kind::bf16, cs, ++seed, {}, {}, Queries{3, true}, Compute::bf16);
       check_case(Kind::bf16, cs, ++seed, both, starts, Queries{5, false, 2}, Compute::bf16);
