@@ -34,6 +34,23 @@ def bf16(x):
     return rounded.view(attnscale.bfloat16), (rounded.astype(np.uint32) << 16).view(np.float32)
 
 
+def cache_of(kind, kf, vf):
+    """K and V float32 values as a cache of `kind`: (k, v, the values it holds as float32, the keyword
+    arguments its scales need)."""
+    if kind == "f32":
+        return kf, vf, kf, vf, {}
+    if kind == "bf16":
+        (k, kd), (v, vd) = bf16(kf), bf16(vf)
+        return k, v, kd, vd, {}
+    if kind == "f16":  # numpy's float16, read as stored
+        k, v = kf.astype(np.float16), vf.astype(np.float16)
+        return k, v, k.astype(np.float32), v.astype(np.float32), {}
+    (k, ks), (v, vs) = attnscale.quantize_q8(kf), attnscale.quantize_q8(vf)
+    kd = k.astype(np.float32) * np.repeat(ks, 32, axis=-1)
+    vd = v.astype(np.float32) * np.repeat(vs, 32, axis=-1)
+    return k, v, kd, vd, dict(k_scales=ks, v_scales=vs)
+
+
 @pytest.mark.parametrize("kind", ["f32", "bf16", "f16", "i8"])
 def test_paged_equals_contiguous_and_matches_reference(kind):
     rng = np.random.default_rng(3)
@@ -43,19 +60,7 @@ def test_paged_equals_contiguous_and_matches_reference(kind):
     kf = rng.standard_normal((B, Hkv, N, d), dtype=np.float32)
     vf = rng.standard_normal((B, Hkv, N, d), dtype=np.float32)
     q = rng.standard_normal((B, Hq, d), dtype=np.float32)
-    extra = {}
-    if kind == "f32":
-        k, v, kd, vd = kf, vf, kf, vf
-    elif kind == "bf16":
-        (k, kd), (v, vd) = bf16(kf), bf16(vf)
-    elif kind == "f16":  # numpy's float16, read as stored
-        k, v = kf.astype(np.float16), vf.astype(np.float16)
-        kd, vd = k.astype(np.float32), v.astype(np.float32)
-    else:
-        (k, ks), (v, vs) = attnscale.quantize_q8(kf), attnscale.quantize_q8(vf)
-        kd = k.astype(np.float32) * np.repeat(ks, 32, axis=-1)
-        vd = v.astype(np.float32) * np.repeat(vs, 32, axis=-1)
-        extra = dict(k_scales=ks, v_scales=vs)
+    k, v, kd, vd, extra = cache_of(kind, kf, vf)
     out = attnscale.decode(q, k, v, seq_lens=lens, **extra)
     ref = reference(q, kd, vd, lens)
     assert np.linalg.norm(out - ref) / np.linalg.norm(ref) < 1e-5
@@ -287,19 +292,7 @@ def test_random_option_combinations_match_reference():
         compute, threads = str(rng.choice(["native", "bf16"])), int(rng.choice([0, 1, 2]))
         kf = rng.standard_normal((B, Hkv, Nmax, dk), dtype=np.float32)
         vf = rng.standard_normal((B, Hkv, Nmax, dv), dtype=np.float32)
-        extra = {}
-        if kind == "f32":
-            k, v, kd, vd = kf, vf, kf, vf
-        elif kind == "bf16":
-            (k, kd), (v, vd) = bf16(kf), bf16(vf)
-        elif kind == "f16":
-            k, v = kf.astype(np.float16), vf.astype(np.float16)
-            kd, vd = k.astype(np.float32), v.astype(np.float32)
-        else:
-            (k, ks), (v, vs) = attnscale.quantize_q8(kf), attnscale.quantize_q8(vf)
-            kd = k.astype(np.float32) * np.repeat(ks, 32, axis=-1)
-            vd = v.astype(np.float32) * np.repeat(vs, 32, axis=-1)
-            extra = dict(k_scales=ks, v_scales=vs)
+        k, v, kd, vd, extra = cache_of(kind, kf, vf)
         q = rng.standard_normal((B, Hkv * g, Nq, dk), dtype=np.float32)
         if slopes is not None:
             extra["alibi_slopes"] = slopes
