@@ -6,25 +6,35 @@ import pytest
 import attnscale
 
 
-def reference(q, k, v, lens, window=-1, softcap=0.0, slopes=None, starts=None):
-    """float64: out[b, h] = softmax(t over the visible keys) · V, t = q·Kᵀ/√d (softcap c:
-    c·tanh(t / c); ALiBi slopes [B, Hq]: minus slope·|len − 1 − j|); k, v [B, Hkv, N, d]; keys from
-    starts[b] (left padding)."""
-    B, Hq, d = q.shape
+def reference(q, k, v, lens, window=-1, softcap=0.0, slopes=None, starts=None, causal=True, right=-1,
+              return_lse=False):
+    """float64: out = softmax(t over the visible keys) · V, t = q·Kᵀ/√d (softcap c: c·tanh(t / c);
+    ALiBi slopes [B, Hq]: minus slope·|p − j|); k, v [B, Hkv, N, d]. q [B, Hq, d]: one token a
+    sequence at its last key; or [B, Hq, Nq, d]: token i of sequence b at key p = len_b − Nq + i.
+    A token sees keys from max(starts[b], p − window) (left padding; window −1: none) to its own
+    (causal) or `right` past it (−1: to the end). With return_lse, (out, lse)."""
+    q4 = q[:, :, None] if q.ndim == 3 else q
+    B, Hq, Nq, d = q4.shape
     g = Hq // k.shape[1]
-    out = np.zeros((B, Hq, v.shape[3]))
+    out = np.zeros((B, Hq, Nq, v.shape[3]))
+    lse = np.full((B, Hq, Nq), -np.inf)
     for b in range(B):
-        lo = max(0 if starts is None else starts[b], lens[b] - 1 - window if window >= 0 else 0)
-        for h in range(Hq):
-            s = k[b, h // g, lo:lens[b]].astype(np.float64) @ q[b, h].astype(np.float64) / np.sqrt(d)
-            if softcap:
-                s = softcap * np.tanh(s / softcap)
-            if slopes is not None:
-                s = s - slopes[b, h] * np.abs(lens[b] - 1 - np.arange(lo, lens[b]))
-            if s.size:
+        for i in range(Nq):
+            pos = lens[b] - Nq + i
+            lo = max(0 if starts is None else starts[b], pos - window if window >= 0 else 0)
+            hi = pos + 1 if causal else (min(lens[b], pos + 1 + right) if right >= 0 else lens[b])
+            for h in range(Hq if hi > lo else 0):
+                s = k[b, h // g, lo:hi].astype(np.float64) @ q4[b, h, i].astype(np.float64) / np.sqrt(d)
+                if softcap:
+                    s = softcap * np.tanh(s / softcap)
+                if slopes is not None:
+                    s = s - slopes[b, h] * np.abs(pos - np.arange(lo, hi))
                 p = np.exp(s - s.max())
-                out[b, h] = p @ v[b, h // g, lo:lens[b]].astype(np.float64) / p.sum()
-    return out
+                out[b, h, i] = p @ v[b, h // g, lo:hi].astype(np.float64) / p.sum()
+                lse[b, h, i] = s.max() + np.log(p.sum())
+    if q.ndim == 3:
+        out, lse = out[:, :, 0], lse[:, :, 0]
+    return (out, lse) if return_lse else out
 
 
 def bf16(x):
@@ -246,30 +256,6 @@ def test_bf16_products():
         attnscale.decode(q, k, v, compute=1)
 
 
-def _reference_tokens(q, kd, vd, lens, starts, causal, left, right, cap, slopes):
-    """float64: q [B, Hq, Nq, dk]; token i of sequence b at key len_b − Nq + i sees keys from
-    max(start_b, its key − left) to its own (causal) or `right` past it (−1: all)."""
-    B, Hq, Nq, dk = q.shape
-    g = Hq // kd.shape[1]
-    out = np.zeros((B, Hq, Nq, vd.shape[3]))
-    lse = np.full((B, Hq, Nq), -np.inf)
-    for b in range(B):
-        for i in range(Nq):
-            pos = lens[b] - Nq + i
-            lo = max(starts[b], pos - left if left >= 0 else 0)
-            hi = pos + 1 if causal else (min(lens[b], pos + 1 + right) if right >= 0 else lens[b])
-            for h in range(Hq if hi > lo else 0):
-                s = kd[b, h // g, lo:hi] @ q[b, h, i].astype(np.float64) / np.sqrt(dk)
-                if cap:
-                    s = cap * np.tanh(s / cap)
-                if slopes is not None:
-                    s = s - slopes[b, h] * np.abs(pos - np.arange(lo, hi))
-                p = np.exp(s - s.max())
-                out[b, h, i] = p @ vd[b, h // g, lo:hi] / p.sum()
-                lse[b, h, i] = s.max() + np.log(p.sum())
-    return out, lse
-
-
 def test_random_option_combinations_match_reference():
     """200 calls drawn from a fixed seed over every cache type, GQA groups 1-16, awkward dims, one or
     several new tokens, windows on both sides, left padding, softcap, ALiBi, both compute modes and
@@ -299,8 +285,8 @@ def test_random_option_combinations_match_reference():
         out, lse = attnscale.decode(q, k, v, seq_lens=lens, seq_starts=starts, causal=causal, window_left=left,
                                     window_right=right, softcap=cap, threads=threads, compute=compute,
                                     return_lse=True, **extra)
-        ref, ref_lse = _reference_tokens(q, kd.astype(np.float64), vd.astype(np.float64), lens, starts, causal, left,
-                                         right, cap, slopes)
+        ref, ref_lse = reference(q, kd, vd, lens, window=left, softcap=cap, slopes=slopes, starts=starts,
+                                 causal=causal, right=right, return_lse=True)
         tol = 2e-2 if compute == "bf16" and kind == "bf16" else 2e-5
         what = (case, kind, B, Hkv, g, dk, dv, Nq, lens.tolist(), starts.tolist(), causal, left, right, cap, compute)
         assert np.abs(out - ref).max() <= tol * max(1.0, np.abs(ref).max()), what

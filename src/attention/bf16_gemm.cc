@@ -258,10 +258,9 @@ void detect() {
   });
 }
 
-// The paths whose CPUs convert by vcvtneps2bf16.
-bool vdpbf16ps_path(Path p) { return (p == Path::amx || p == Path::avx512_bf16) && avx512_bf16_usable(); }
-
 }  // namespace
+
+bool vdpbf16ps_path(Path p) { return (p == Path::amx || p == Path::avx512_bf16) && avx512_bf16_usable(); }
 
 const char* path_name(Path p) {
   return p == Path::amx ? "amx" : p == Path::avx512_bf16 ? "avx512-bf16" : p == Path::widened ? "widened" : "portable";

@@ -26,6 +26,9 @@ bool amx_usable();
 bool avx512_bf16_usable();
 Path best_path();  // amx, else avx512_bf16, else widened; $ATTNSCALE_BF16 may force one
 Path path();       // the path forward() uses now
+// Whether path p multiplies by vdpbf16ps (and converts by vcvtneps2bf16) on this CPU: amx or
+// avx512_bf16, with AVX-512 BF16 usable.
+bool vdpbf16ps_path(Path p);
 void force_path(const char* name);  // a path_name() or "" (best); throws if unusable
 
 // Bytes a product asks into the second-level cache while it runs, a few lines before each of its

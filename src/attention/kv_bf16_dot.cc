@@ -14,14 +14,11 @@
 
 namespace attnscale::detail::kv::bf16dot {
 
-bool available() {
-  const bfdot::Path p = bfdot::path();
-  return (p == bfdot::Path::amx || p == bfdot::Path::avx512_bf16) && bfdot::avx512_bf16_usable();
-}
+bool available() { return bfdot::vdpbf16ps_path(bfdot::path()); }
 
 #if defined(__x86_64__)
 #define ATTNSCALE_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-#define HWY_ATTR_BF16 ATTNSCALE_BF16_DOT __attribute__((always_inline))
+#define ATTNSCALE_BF16_DOT_INLINE ATTNSCALE_BF16_DOT __attribute__((always_inline))
 
 namespace {
 
@@ -50,7 +47,7 @@ ATTNSCALE_BF16_DOT void Keys8(std::size_t chunks, const std::uint16_t* const* kr
     for (int h = 0; h < H; ++h) a[x][h] = _mm512_setzero_ps();
   // Two chunks (16 columns) a step, one row pointer read for both: the feed's step and the
   // pointers' loads once per 32 products.
-  const auto chunk = [&](const std::uint16_t* const* rows, std::size_t c) HWY_ATTR_BF16 {
+  const auto chunk = [&](const std::uint16_t* const* rows, std::size_t c) ATTNSCALE_BF16_DOT_INLINE {
     const __m512bh q0 = (__m512bh)_mm512_loadu_si512(pq + c * 128);
     const __m512bh q1 = H == 2 ? (__m512bh)_mm512_loadu_si512(pq + c * 128 + 64) : q0;
 #pragma GCC unroll 8
@@ -127,7 +124,7 @@ ATTNSCALE_BF16_DOT void Columns(std::size_t nk, std::size_t c0, const void* cons
   for (int r = 0; r < NR; ++r)
     for (int b = 0; b < CB; ++b) acc[r][b][0] = acc[r][b][1] = _mm512_setzero_ps();
   // A pair of keys: their V rows interleaved, against each row's two P (one 32-bit broadcast).
-  const auto pair = [&](std::size_t j, const std::uint16_t* v0, const std::uint16_t* v1) HWY_ATTR_BF16 {
+  const auto pair = [&](std::size_t j, const std::uint16_t* v0, const std::uint16_t* v1) ATTNSCALE_BF16_DOT_INLINE {
     __m512bh lo[CB], hi[CB];
 #pragma GCC unroll 4
     for (int b = 0; b < CB; ++b) {
@@ -171,14 +168,13 @@ ATTNSCALE_BF16_DOT void Columns(std::size_t nk, std::size_t c0, const void* cons
   }
 }
 
-// Groups of 32 columns a pass per row block of NR rows: as many as NR·CB·2 <= 16 accumulators allow.
-template <int NR>
-constexpr int kGroups = NR >= 5 ? 1 : NR >= 3 ? 2 : 4;
+// Groups of 32 columns a pass for a block of nr rows: as many as nr·groups·2 <= 16 accumulators allow.
+constexpr std::size_t GroupsPerPass(std::size_t nr) { return nr >= 5 ? 1 : nr >= 3 ? 2 : 4; }
 
 template <int NR>
 ATTNSCALE_BF16_DOT void Rows(std::size_t nk, std::size_t dv, const void* const* vrow, const std::uint32_t* Pw,
                              const float* alpha, float* O, std::size_t ldo, LineFeed& feed) {
-  constexpr int CB = kGroups<NR>;
+  constexpr int CB = static_cast<int>(GroupsPerPass(NR));
   std::size_t c = 0;
   for (; c + 32 * CB <= dv; c += 32 * CB) Columns<NR, CB>(nk, c, vrow, Pw, alpha, O, ldo, feed);
   for (; c < dv; c += 32) Columns<NR, 1>(nk, c, vrow, Pw, alpha, O, ldo, feed);
@@ -186,7 +182,7 @@ ATTNSCALE_BF16_DOT void Rows(std::size_t nk, std::size_t dv, const void* const* 
 
 // Passes over the keys for a block of nr rows (Rows).
 std::size_t Passes(std::size_t nr, std::size_t dv) {
-  const std::size_t groups = dv / 32, cb = nr >= 5 ? 1 : nr >= 3 ? 2 : 4;
+  const std::size_t groups = dv / 32, cb = GroupsPerPass(nr);
   return groups / cb + groups % cb;
 }
 
@@ -198,6 +194,10 @@ ATTNSCALE_BF16_DOT void AccumulateAvx512(std::size_t nk, std::size_t rows, std::
   for (std::size_t r0 = 0; r0 < rows; r0 += 8) passes += Passes(std::min<std::size_t>(8, rows - r0), dv);
   feed.pace(static_cast<std::int64_t>(passes * ((nk + 1) / 2)));
   alignas(64) std::uint32_t Pw[8 * kWords];
+  // The lanes of 16 keys from key j that lie before nk.
+  const auto before_nk = [nk](std::size_t j) -> __mmask16 {
+    return j >= nk ? 0 : nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
+  };
   for (std::size_t r0 = 0; r0 < rows; r0 += 8) {
     const std::size_t nr = std::min<std::size_t>(8, rows - r0);
     // P's rows as bf16 pair words, zero past key nk - 1 (an odd tile's last pair).
@@ -205,9 +205,7 @@ ATTNSCALE_BF16_DOT void AccumulateAvx512(std::size_t nk, std::size_t rows, std::
       const float* p = P + (r0 + r) * kTileKeys;
       for (std::size_t w = 0; w < kWords; w += 16) {
         const std::size_t j = 2 * w;
-        const __mmask16 m0 = j >= nk ? 0 : nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
-        const __mmask16 m1 = j + 16 >= nk ? 0 : nk - j - 16 >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j - 16)) - 1);
-        const __m512 a = _mm512_maskz_loadu_ps(m0, p + j), b = _mm512_maskz_loadu_ps(m1, p + j + 16);
+        const __m512 a = _mm512_maskz_loadu_ps(before_nk(j), p + j), b = _mm512_maskz_loadu_ps(before_nk(j + 16), p + j + 16);
         _mm512_store_si512(Pw + r * kWords + w, (__m512i)_mm512_cvtne2ps_pbh(b, a));
       }
     }

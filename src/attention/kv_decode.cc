@@ -536,17 +536,14 @@ class Chunk {
     return false;
   }
   bool finite_row(const void* row, const float* scales) const {
-    const auto all = [&](auto finite) {
-      for (std::int64_t c = 0; c < L_.dv; ++c)
-        if (!finite(c)) return false;
-      return true;
-    };
-    const auto* half = static_cast<const std::uint16_t*>(row);
     switch (L_.type) {
-      case kv::kF32: return all([&](std::int64_t c) { return std::isfinite(static_cast<const float*>(row)[c]); });
-      case kv::kBF16: return all([&](std::int64_t c) { return (half[c] & 0x7f80) != 0x7f80; });
-      case kv::kF16: return all([&](std::int64_t c) { return (half[c] & 0x7c00) != 0x7c00; });
-      default: return all([&](std::int64_t c) { return c % 32 || std::isfinite(scales[c / 32]); });  // int8: its scales
+      case kv::kF32: return !any_nonfinite_bits(static_cast<const FloatBits*>(row), L_.dv);  // tiles.h
+      case kv::kBF16: return !any_nonfinite_bits(static_cast<const std::uint16_t*>(row), L_.dv);
+      case kv::kF16: {  // exponent field 0x7c00
+        const auto* half = static_cast<const std::uint16_t*>(row);
+        return std::none_of(half, half + L_.dv, [](std::uint16_t h) { return (h & 0x7c00) == 0x7c00; });
+      }
+      default: return all_finite(scales, 0, 1, L_.dv / 32);  // int8: its values are finite, its scales may not be
     }
   }
   void accumulate_visible(std::int64_t t0, std::int64_t nk, std::int64_t x) {
