@@ -34,14 +34,14 @@ using DF = hn::ScalableTag<float>;
 using VF = hn::Vec<DF>;
 
 // Register blocking of the GEMM micro-kernel: MR rows of C by NR vectors of columns, all kept in
-// registers while the whole inner dimension streams through (AVX-512: 6 x 4 zmm = 24
-// accumulators + 4 B vectors + 1 broadcast of 32 registers; AVX2: 6 x 2 ymm = 12 + 2 of 16). On an
-// Intel Xeon (two 512-bit FMA ports) 6 x 4 ran the whole forward 2-4% faster than 4 x 4 (H = 8,
-// N = 4096, d = 64 and 128, 2 threads, processes alternated, 2026-12-05).
+// registers while the whole inner dimension streams through (AVX-512: 4 x 4 zmm = 16
+// accumulators + 4 B vectors of 32 registers; AVX2: 6 x 2 ymm = 12 + 2 of 16). 6 x 4 ran the
+// forward 2-4% faster on an Intel Xeon (2026-12-05) but 7-8% slower on Zen 5 (2026-12-04), which
+// shares this target (docs/performance-tried.md).
 #if HWY_TARGET == HWY_AVX2
 constexpr size_t kMR = 6, kNR = 2;
 #elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-constexpr size_t kMR = 6, kNR = 4;
+constexpr size_t kMR = 4, kNR = 4;
 #else
 constexpr size_t kMR = 4, kNR = 2;
 #endif

@@ -117,8 +117,8 @@ void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std:
     return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, mode, row_scale);
   HWY_DYNAMIC_DISPATCH(TileGemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale, 0);
 }
-// TileGemm's 2 x 4 tile keeps 8 FMA chains going (its other 8 registers hold the sums), Gemm's 6 x 4
-// keeps 24 but loads and stores C once per inner block. Where two 512-bit FMAs issue a cycle and
+// TileGemm's 2 x 4 tile keeps 8 FMA chains going (its other 8 registers hold the sums), Gemm's 4 x 4
+// keeps 16 but loads and stores C once per inner block. Where two 512-bit FMAs issue a cycle and
 // each takes 4 cycles, 8 chains are just enough in theory and fall short in practice: on AMD Zen 5
 // (family 1Ah, full-width AVX-512) the forward ran at 0.56-0.63 of the fp32 FMA peak with
 // TileGemm against 0.62-0.74 with Gemm (d = 64 and 128, N = 4096, H = 8, 1 and 2 threads, three
