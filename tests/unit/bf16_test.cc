@@ -12,6 +12,7 @@
 
 #include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
+#include "attention/peak_loops.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
 #include "bf16_paths.h"
@@ -243,6 +244,13 @@ TEST(Bf16, DetectionFollowsCpuid) {
                                         : detail::bfdot::avx512_bf16_usable() ? Path::avx512_bf16
                                                                               : Path::widened);
   EXPECT_THROW(detail::bfdot::force_path("tpu"), Error);
+}
+
+// The AMX peak loop runs where the bf16 products may use AMX (16384 flops a tdpbf16ps, 4 a step, on
+// each thread) and does nothing elsewhere.
+TEST(Bf16, AmxPeakLoopWhereAmxIsUsable) {
+  EXPECT_EQ(detail::peak::amx_available(), detail::bfdot::amx_usable());
+  EXPECT_EQ(detail::peak::amx_bf16(2, 10), detail::bfdot::amx_usable() ? 2 * 10 * 4 * 16384.0 : 0.0);
 }
 
 TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
