@@ -190,6 +190,17 @@ ATTNSCALE_AMX_TARGET void release_tiles() {
   tiles_configured = false;
 }
 
+// C's tile at c (rows x cols of it, the rest zero) into a 16 x 16 scratch tile.
+ATTNSCALE_AMX_TARGET void load_tile(const float* c, std::size_t ldc, std::size_t rows, std::size_t cols, float* tile) {
+  const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  for (std::size_t i = 0; i < 16; ++i)
+    _mm512_store_ps(tile + 16 * i, i < rows ? _mm512_maskz_loadu_ps(mask, c + i * ldc) : _mm512_setzero_ps());
+}
+
+// Blocks of 32 x 32 in row-major order over C. Where C's new value is the tiles' sum as it stands
+// (mode 1 with out_scale 1: the accumulator starts from C; mode 0 with out_scale 1: from zero), the
+// tiles load and store C in place, through a scratch block only at a ragged edge; otherwise the
+// tiles start from zero and merge_tile() finishes each element with the mode.
 ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
                                    std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
                                    std::size_t ldc, int mode, const float* row_scale, float out_scale, Ahead ahead) {
@@ -200,19 +211,39 @@ ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, 
   const std::size_t lines = (ahead.bytes + 63) / 64, blocks = (N + 31) / 32 * ((M + 31) / 32);
   std::size_t block = 0, fed = 0;
   alignas(64) float out[4][16 * 16];
-  const std::size_t sa = lda * 2, sb = ldb * 4;  // row strides in bytes
+  const std::size_t sa = lda * 2, sb = ldb * 4, sc = ldc * 4;  // row strides in bytes
+  const bool in_place = out_scale == 1.0f && (mode == 0 || mode == 1), from_c = in_place && mode == 1;
   for (std::size_t m0 = 0; m0 < M; m0 += 32) {
     const std::size_t rows = std::min<std::size_t>(32, M - m0);
     const bool two_m = rows > 16;
     const std::uint16_t* a = A + m0 * lda;
     for (std::size_t n0 = 0; n0 < N; n0 += 32) {
       const std::size_t cols = std::min<std::size_t>(32, N - n0);
-      const bool two_n = cols > 16;
+      const bool two_n = cols > 16, whole = rows == 32 && cols == 32;
       const std::uint16_t* b = Bp + n0 * 2;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      float* c = C + m0 * ldc + n0;
+      // Tile t covers rows r(t) and columns q(t) of the block, at c + off(t).
+      const std::size_t r0 = std::min<std::size_t>(16, rows), q0 = std::min<std::size_t>(16, cols);
+      const std::size_t r[4] = {r0, r0, rows - r0, rows - r0}, q[4] = {q0, cols - q0, q0, cols - q0};
+      const std::size_t off[4] = {0, 16, 16 * ldc, 16 * ldc + 16};
+      if (from_c && whole) {
+        _tile_loadd(0, c, sc);
+        _tile_loadd(1, c + 16, sc);
+        _tile_loadd(2, c + 16 * ldc, sc);
+        _tile_loadd(3, c + 16 * ldc + 16, sc);
+      } else if (from_c) {
+        for (int t = 0; t < 4; ++t)
+          if (r[t] && q[t]) load_tile(c + off[t], ldc, r[t], q[t], out[t]);
+        _tile_loadd(0, out[0], 64);
+        if (two_n) _tile_loadd(1, out[1], 64);
+        if (two_m) _tile_loadd(2, out[2], 64);
+        if (two_m && two_n) _tile_loadd(3, out[3], 64);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
       for (std::size_t k0 = 0; k0 < K; k0 += 32) {
         const std::uint16_t* bk = b + (k0 / 2) * ldb * 2;
         _tile_loadd(4, a + k0, sa);
@@ -232,18 +263,21 @@ ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, 
         const std::size_t to = lines * ++block / blocks;
         for (; fed < to; ++fed) prefetch_line(static_cast<const char*>(ahead.p) + 64 * fed, CacheLevel::far);
       }
+      if (in_place && whole) {
+        _tile_stored(0, c, sc);
+        _tile_stored(1, c + 16, sc);
+        _tile_stored(2, c + 16 * ldc, sc);
+        _tile_stored(3, c + 16 * ldc + 16, sc);
+        continue;
+      }
       _tile_stored(0, out[0], 64);
       if (two_n) _tile_stored(1, out[1], 64);
       if (two_m) _tile_stored(2, out[2], 64);
       if (two_m && two_n) _tile_stored(3, out[3], 64);
-      float* c = C + m0 * ldc + n0;
-      const float* rs = row_scale ? row_scale + m0 : nullptr;
-      const std::size_t r0 = std::min<std::size_t>(16, rows), c0 = std::min<std::size_t>(16, cols);
-      merge_tile(out[0], r0, c0, c, ldc, mode, rs, out_scale);
-      if (two_n) merge_tile(out[1], r0, cols - 16, c + 16, ldc, mode, rs, out_scale);
-      if (two_m) merge_tile(out[2], rows - 16, c0, c + 16 * ldc, ldc, mode, rs ? rs + 16 : nullptr, out_scale);
-      if (two_m && two_n)
-        merge_tile(out[3], rows - 16, cols - 16, c + 16 * ldc + 16, ldc, mode, rs ? rs + 16 : nullptr, out_scale);
+      for (int t = 0; t < 4; ++t)  // in place: copied (mode 0, out_scale 1)
+        if (r[t] && q[t])
+          merge_tile(out[t], r[t], q[t], c + off[t], ldc, in_place ? 0 : mode,
+                     row_scale ? row_scale + m0 + (t >= 2 ? 16 : 0) : nullptr, out_scale);
     }
   }
   if (tile_scopes == 0) release_tiles();
