@@ -143,8 +143,8 @@ ATTNSCALE_BF16_TARGET void gemm_avx512(std::size_t M, std::size_t N, std::size_t
 // columns each, its two column halves): each tile loaded serves two tdpbf16ps. Every tile is
 // configured 16 x 64 bytes, and the block's edge rows and columns past M and N are computed from the
 // operands' padding (bf16_kernels.h) and not written: a block's tiles are stored to a scratch and
-// merged into C by AVX-512 vectors with the mode (masked at a ragged edge), so one configuration
-// serves every shape.
+// merged into C by AVX-512 vectors with the mode (masked at a ragged edge), or loaded from and
+// stored to C in place (gemm_amx), so one configuration serves every shape.
 #define ATTNSCALE_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
 
 struct alignas(64) TileConfig {
@@ -165,8 +165,8 @@ ATTNSCALE_AMX_TARGET void configure_tiles() {
 // C[i][0, cols) (i < rows) merged with out_scale · tile (16 x 16, rows 64 bytes apart) as finish()
 // merges one element: a multiply and an add rounded one after the other (-ffp-contract=off), the
 // same operations in a whole tile (unmasked, unrolled) as at a ragged edge. One instantiation per
-// mode and scaling: with the branches inside the row loop, P·V's merge (mode 2) took 1.12-1.15x
-// the time of the whole 128 x 128 x 128 product (docs/performance.md).
+// mode and scaling: with the mode tested inside the row loop, the forward's 128 x 128 x 128 P·V
+// (mode 2) took 1.14-1.16x its time now (docs/performance.md, the Intel AMX machine).
 template <int kMode, bool kScaled>
 ATTNSCALE_AMX_TARGET inline __m512 merged(const float* tile_row, __m512 old, __m512 s, float rs) {
   __m512 v = _mm512_load_ps(tile_row);
