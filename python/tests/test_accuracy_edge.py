@@ -3,8 +3,12 @@
 For every scaling and d_k up to 4096, the error of attnscale's float32 forward and backward against
 the float64 reference must be at most twice the error of matmul, softmax, matmul in float32 PyTorch
 (and its autograd) on the same inputs; where d_k <= 256 it must also stay within 1e-5 relative.
-Errors are norm-wise, ||x - ref|| / ||ref||, pooled over a few random inputs so that one lucky
-draw of the float32 baseline does not decide.
+Errors are norm-wise, ||x - ref|| / ||ref||, pooled over eight random inputs so that one lucky
+draw of the float32 baseline does not decide: the baseline's error depends on the BLAS kernel the
+CPU gets (OpenBLAS's AVX-512 kernels on an Intel Xeon err less than its AVX2 ones on AMD), and with
+three inputs a ratio that pools to 1.2-1.6 on this size came out at 2.06 on one case there
+(dq, d_k = 256, unscaled, causal). Over 108 other seeded cases with eight inputs the largest ratio
+was 1.93 (dv with linear scaling, 1.65-1.9 throughout: the backward's P = e^(t - lse)).
 """
 import numpy as np
 import pytest
@@ -36,7 +40,7 @@ def float64_reference(q, k, v, dout, scale, causal):
     return out.detach().numpy(), (tq.grad.numpy(), tk.grad.numpy(), tv.grad.numpy())
 
 
-def errors(rng, dk, scale, causal, trials=3, nq=24, nkv=40, heads=2):
+def errors(rng, dk, scale, causal, trials=8, nq=24, nkv=40, heads=2):
     """Pooled relative errors {name: (ours, torch float32)} for out, dq, dk, dv."""
     num = {}
     den = {}

@@ -35,7 +35,9 @@ using VF = hn::Vec<DF>;
 
 // Register blocking of the GEMM micro-kernel: MR rows of C by NR vectors of columns, all kept in
 // registers while the whole inner dimension streams through (AVX-512: 4 x 4 zmm = 16
-// accumulators + 4 B vectors of 32 registers; AVX2: 6 x 2 ymm = 12 + 2 of 16).
+// accumulators + 4 B vectors of 32 registers; AVX2: 6 x 2 ymm = 12 + 2 of 16). 6 x 4 ran the
+// forward 2-4% faster on an Intel Xeon (2026-12-05) but 7-8% slower on Zen 5 (2026-12-04), which
+// shares this target (docs/performance-tried.md).
 #if HWY_TARGET == HWY_AVX2
 constexpr size_t kMR = 6, kNR = 2;
 #elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
@@ -44,33 +46,78 @@ constexpr size_t kMR = 4, kNR = 4;
 constexpr size_t kMR = 4, kNR = 2;
 #endif
 
+// An empty asm that takes the vector in a register and may change it: the compiler must keep it
+// in a register rather than re-read its memory at every use.
+template <class Raw>
+HWY_INLINE void Pin(Raw& v) {
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  asm("" : "+v"(v));
+#else
+  (void)v;
+#endif
+}
+
+// One inner-dimension block [k0, k1) of a tile: acc[i][r] += A(i, k)·B(k, r-th vector), one
+// chain per element (NR <= 4). The tile's vectors are held as raw registers (RawF, raw_vectors-inl.h; arrays of Highway's
+// vector structs GCC keeps on the stack here), and B's vectors are loaded once per k and pinned
+// to registers (Pin): left to itself GCC (generic tuning) folds the loads into the FMAs as memory
+// operands, MR loads of each vector, and the loads then bound the loop (Zen 4 loads one zmm a
+// cycle, the rate of its FMAs): 0.74 of the peak instead of 0.95 on the tile products.
+template <size_t MR, size_t NR, bool kTail>
+HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT A, size_t ars, size_t acs,
+                           const float* HWY_RESTRICT B, size_t ldb, size_t tail, RawF (&acc)[MR][NR]) {
+  const size_t L = hn::Lanes(d);
+  const auto last = hn::FirstN(d, kTail ? tail : L);
+  for (size_t k = k0; k < k1; ++k) {
+    const auto load = [&](size_t r) {
+      return ToRaw((kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, B + k * ldb + r * L) : hn::LoadU(d, B + k * ldb + r * L));
+    };
+    // Named, not an array: with an asm operand on an array element GCC keeps the array in memory
+    // and stores every B vector to the stack each step.
+    RawF b0 = load(0), b1 = b0, b2 = b0, b3 = b0;
+    if constexpr (NR > 1) b1 = load(1);
+    if constexpr (NR > 2) b2 = load(2);
+    if constexpr (NR > 3) b3 = load(3);
+    Pin(b0);
+    if constexpr (NR > 1) Pin(b1);
+    if constexpr (NR > 2) Pin(b2);
+    if constexpr (NR > 3) Pin(b3);
+#pragma GCC unroll 8
+    for (size_t i = 0; i < MR; ++i) {
+      const VF a = hn::Set(d, A[i * ars + k * acs]);
+      acc[i][0] = ToRaw(FusedMulAdd(a, FromRaw(b0), FromRaw(acc[i][0])));
+      if constexpr (NR > 1) acc[i][1] = ToRaw(FusedMulAdd(a, FromRaw(b1), FromRaw(acc[i][1])));
+      if constexpr (NR > 2) acc[i][2] = ToRaw(FusedMulAdd(a, FromRaw(b2), FromRaw(acc[i][2])));
+      if constexpr (NR > 3) acc[i][3] = ToRaw(FusedMulAdd(a, FromRaw(b3), FromRaw(acc[i][3])));
+    }
+  }
+}
+
 // C tile of MR rows x NR*L columns (the last vector holding `tail` valid lanes when kTail):
 //   C = init + Σ_k A[m·ars + k·acs] · B[k·ldb + n]
-// with init = 0 (mode 0), C (mode 1) or row_scale[m]·C (mode 2).
+// with init = 0 (mode 0), C (mode 1) or row_scale[m]·C (mode 2). The chains run in BlockChain,
+// B's vectors pinned to registers: with them folded into the FMAs as memory operands (MR loads of
+// each vector a step) an Intel Xeon's two 512-bit loads a cycle bounded the loop, the tile products
+// at 0.69-0.75 of the FMA peak against 0.73-0.79 pinned (tile_products_bench, 2026-12-05).
 template <size_t MR, size_t NR, bool kTail>
 HWY_INLINE void MicroTile(DF d, size_t K, const float* HWY_RESTRICT A, size_t ars, size_t acs,
                           const float* HWY_RESTRICT B, size_t ldb, float* HWY_RESTRICT C, size_t ldc,
                           int mode, const float* HWY_RESTRICT row_scale, size_t tail) {
   const size_t L = hn::Lanes(d);
   const auto last = hn::FirstN(d, kTail ? tail : L);
-  VF acc[MR][NR];
+  RawF acc[MR][NR];
+#pragma GCC unroll 8
   for (size_t i = 0; i < MR; ++i)
-    for (size_t r = 0; r < NR; ++r) acc[i][r] = hn::Zero(d);
-  for (size_t k = 0; k < K; ++k) {
-    VF b[NR];
-    for (size_t r = 0; r < NR; ++r)
-      b[r] = (kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, B + k * ldb + r * L)
-                                     : hn::LoadU(d, B + k * ldb + r * L);
-    for (size_t i = 0; i < MR; ++i) {
-      const VF a = hn::Set(d, A[i * ars + k * acs]);
-      for (size_t r = 0; r < NR; ++r) acc[i][r] = FusedMulAdd(a, b[r], acc[i][r]);
-    }
-  }
+#pragma GCC unroll 4
+    for (size_t r = 0; r < NR; ++r) acc[i][r] = ToRaw(hn::Zero(d));
+  BlockChain<MR, NR, kTail>(d, 0, K, A, ars, acs, B, ldb, tail, acc);
+#pragma GCC unroll 8
   for (size_t i = 0; i < MR; ++i)
+#pragma GCC unroll 4
     for (size_t r = 0; r < NR; ++r) {
       float* c = C + i * ldc + r * L;
       const bool partial = kTail && r + 1 == NR;
-      VF v = acc[i][r];
+      VF v = FromRaw(acc[i][r]);
       if (mode != 0) {
         VF old = partial ? hn::MaskedLoad(last, d, c) : hn::LoadU(d, c);
         if (mode == 2) old = hn::Mul(old, hn::Set(d, row_scale[i]));
@@ -173,53 +220,6 @@ constexpr size_t kSumMR = 2, kSumNR = 4;  // kSumNR <= 4 (BlockChain)
 constexpr bool kTileSums = false;  // TileGemm runs Gemm
 constexpr size_t kSumMR = 2, kSumNR = 2;
 #endif
-
-// An empty asm that takes the vector in a register and may change it: the compiler must keep it
-// in a register rather than re-read its memory at every use.
-template <class Raw>
-HWY_INLINE void Pin(Raw& v) {
-#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
-  asm("" : "+v"(v));
-#else
-  (void)v;
-#endif
-}
-
-// One inner-dimension block [k0, k1) of a tile: acc[i][r] += A(i, k)·B(k, r-th vector), one
-// chain per element (NR <= 4). The tile's vectors are held as raw registers (RawF, raw_vectors-inl.h; arrays of Highway's
-// vector structs GCC keeps on the stack here), and B's vectors are loaded once per k and pinned
-// to registers (Pin): left to itself GCC (generic tuning) folds the loads into the FMAs as memory
-// operands, MR loads of each vector, and the loads then bound the loop (Zen 4 loads one zmm a
-// cycle, the rate of its FMAs): 0.74 of the peak instead of 0.95 on the tile products.
-template <size_t MR, size_t NR, bool kTail>
-HWY_INLINE void BlockChain(DF d, size_t k0, size_t k1, const float* HWY_RESTRICT A, size_t ars, size_t acs,
-                           const float* HWY_RESTRICT B, size_t ldb, size_t tail, RawF (&acc)[MR][NR]) {
-  const size_t L = hn::Lanes(d);
-  const auto last = hn::FirstN(d, kTail ? tail : L);
-  for (size_t k = k0; k < k1; ++k) {
-    const auto load = [&](size_t r) {
-      return ToRaw((kTail && r + 1 == NR) ? hn::MaskedLoad(last, d, B + k * ldb + r * L) : hn::LoadU(d, B + k * ldb + r * L));
-    };
-    // Named, not an array: with an asm operand on an array element GCC keeps the array in memory
-    // and stores every B vector to the stack each step.
-    RawF b0 = load(0), b1 = b0, b2 = b0, b3 = b0;
-    if constexpr (NR > 1) b1 = load(1);
-    if constexpr (NR > 2) b2 = load(2);
-    if constexpr (NR > 3) b3 = load(3);
-    Pin(b0);
-    if constexpr (NR > 1) Pin(b1);
-    if constexpr (NR > 2) Pin(b2);
-    if constexpr (NR > 3) Pin(b3);
-#pragma GCC unroll 8
-    for (size_t i = 0; i < MR; ++i) {
-      const VF a = hn::Set(d, A[i * ars + k * acs]);
-      acc[i][0] = ToRaw(FusedMulAdd(a, FromRaw(b0), FromRaw(acc[i][0])));
-      if constexpr (NR > 1) acc[i][1] = ToRaw(FusedMulAdd(a, FromRaw(b1), FromRaw(acc[i][1])));
-      if constexpr (NR > 2) acc[i][2] = ToRaw(FusedMulAdd(a, FromRaw(b2), FromRaw(acc[i][2])));
-      if constexpr (NR > 3) acc[i][3] = ToRaw(FusedMulAdd(a, FromRaw(b3), FromRaw(acc[i][3])));
-    }
-  }
-}
 
 // A tile of MR rows x NR vectors over the whole K (mode a template argument, so that each
 // instantiation is straight-line code and its 2·MR·NR vectors stay in registers).

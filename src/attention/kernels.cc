@@ -122,19 +122,22 @@ void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std:
 // each takes 4 cycles, 8 chains are just enough in theory and fall short in practice: on AMD Zen 5
 // (family 1Ah, full-width AVX-512) the forward ran at 0.56-0.63 of the fp32 FMA peak with
 // TileGemm against 0.62-0.74 with Gemm (d = 64 and 128, N = 4096, H = 8, 1 and 2 threads, three
-// interleaved rounds). On Zen 4 (double-pumped AVX-512) and Sapphire Rapids TileGemm was the faster.
+// interleaved rounds), and on an Intel Xeon with AMX (2026-12-05) at 224-252 GFLOP/s against 280-293
+// (H = 8, N = 4096, d = 128, 2 threads, processes alternated; docs/performance.md). TileGemm was the
+// faster on Zen 4 (family 19h, double-pumped AVX-512), measured against a Gemm whose B vectors
+// were not yet pinned to registers; it stays there.
 namespace {
 bool forward_uses_tile_gemm() {
   static const bool uses = [] {
 #if HWY_ARCH_X86
     unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return true;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
     const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
     __get_cpuid(1, &a, &b, &c, &d);
     const unsigned base = (a >> 8) & 0xf, family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
-    return !(amd && family >= 0x1a);
+    return amd && family == 0x19;
 #else
-    return true;
+    return false;
 #endif
   }();
   return uses;
