@@ -15,6 +15,12 @@
 namespace attnscale::detail::kv::bf16dot {
 
 bool available() { return bfdot::vdpbf16ps_path(bfdot::path()); }
+bool amx() { return bfdot::path() == bfdot::Path::amx; }
+
+AmxOperands::AmxOperands(std::size_t rows, std::size_t dk, std::size_t dv)
+    : rows_(rows), dk_(dk), dv_(dv), dkp_((dk + 31) / 32 * 32), ldq_((rows + 15) / 16 * 16),
+      qt_(dkp_ / 2 * ldq_ * 2), k_(kTileKeys * dkp_), st_(kTileKeys * rows), p_(ldq_ * kTileKeys),
+      v_(kTileKeys * dv) {}
 
 #if defined(__x86_64__)
 #define ATTNSCALE_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -239,6 +245,80 @@ ATTNSCALE_BF16_DOT void pack(std::size_t rows, std::size_t dk, const float* Q, s
   }
 }
 
+// The AMX form (AmxOperands): the operands copied and rounded here, the products by bfdot::gemm.
+
+ATTNSCALE_BF16_DOT void AmxOperands::pack(const float* Q, std::size_t ldq) {
+  std::fill(qt_.begin(), qt_.end(), std::uint16_t{0});
+  alignas(64) std::uint16_t row[16];
+  for (std::size_t r = 0; r < rows_; ++r)
+    for (std::size_t c = 0; c < dk_; c += 16) {
+      const std::size_t n = std::min<std::size_t>(16, dk_ - c);
+      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(row), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, Q + r * ldq + c)));
+      for (std::size_t e = 0; e < n; ++e) qt_[((c + e) / 2 * ldq_ + r) * 2 + (c + e) % 2] = row[e];
+    }
+}
+
+ATTNSCALE_BF16_DOT void AmxOperands::scores(std::size_t nk, const void* const* krow, float* S, std::size_t lds,
+                                            LineFeed& feed) {
+  // The K rows into the block, whole 64-byte vectors (zero past dk: the block's padding).
+  feed.pace(static_cast<std::int64_t>(nk));
+  for (std::size_t j = 0; j < nk; ++j) {
+    feed.next();
+    const auto* src = static_cast<const std::uint16_t*>(krow[j]);
+    std::uint16_t* dst = k_.data() + j * dkp_;
+    for (std::size_t c = 0; c < dk_; c += 32) {
+      const std::size_t n = std::min<std::size_t>(32, dk_ - c);
+      const __mmask32 m = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+      _mm512_storeu_si512(dst + c, _mm512_maskz_loadu_epi16(m, src + c));
+    }
+  }
+  bfdot::gemm(bfdot::Path::amx, nk, rows_, dkp_, k_.data(), dkp_, qt_.data(), ldq_, st_.data(), rows_, 0, nullptr,
+              1.0f);
+  for (std::size_t r = 0; r < rows_; ++r)
+    for (std::size_t j = 0; j < nk; ++j) S[r * lds + j] = st_[j * rows_ + r];
+}
+
+ATTNSCALE_BF16_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows, const void* const* vrow,
+                                                const float* P, const float* alpha, float* O, std::size_t ldo,
+                                                LineFeed& feed) {
+  const std::size_t kp = (nk + 31) / 32 * 32, pairs = (nk + 1) / 2;
+  // P's rows rounded to bf16, zero from key nk to kp.
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < kp; j += 16) {
+      const __mmask16 m = j >= nk ? 0 : nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_.data() + r * kTileKeys + j),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, P + r * kTileKeys + j)));
+    }
+  // V's rows in key pairs: an odd tile's last key with zeros, zero pairs up to kp (a stale pair
+  // there could hold an Inf, and 0·Inf is NaN).
+  feed.pace(static_cast<std::int64_t>(pairs));
+  for (std::size_t p = 0; p < pairs; ++p) {
+    feed.next();
+    const auto* v0 = static_cast<const std::uint16_t*>(vrow[2 * p]);
+    const auto* v1 = 2 * p + 1 < nk ? static_cast<const std::uint16_t*>(vrow[2 * p + 1]) : nullptr;
+    std::uint16_t* dst = v_.data() + p * dv_ * 2;
+    for (std::size_t c = 0; c < dv_; c += 32) {
+      const __m512i x0 = _mm512_loadu_si512(v0 + c), x1 = v1 ? _mm512_loadu_si512(v1 + c) : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + 2 * c, _mm512_unpacklo_epi16(x0, x1));
+      _mm512_storeu_si512(dst + 2 * c + 32, _mm512_unpackhi_epi16(x0, x1));
+    }
+  }
+  std::fill(v_.begin() + pairs * dv_ * 2, v_.begin() + kp / 2 * dv_ * 2, std::uint16_t{0});
+  bfdot::gemm(bfdot::Path::amx, rows, dv_, kp, p_.data(), kTileKeys, v_.data(), dv_, O, ldo, 2, alpha, 1.0f);
+}
+
+ATTNSCALE_BF16_DOT void AmxOperands::unpermute(std::size_t rows, float* O, std::size_t ldo) const {
+  const __m512i place0 = _mm512_load_si512(kPlace[0]), place1 = _mm512_load_si512(kPlace[1]);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < dv_; c += 32) {
+      float* o = O + r * ldo + c;
+      const __m512 lo = _mm512_loadu_ps(o), hi = _mm512_loadu_ps(o + 16);
+      _mm512_storeu_ps(o, _mm512_permutex2var_ps(lo, place0, hi));
+      _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(lo, place1, hi));
+    }
+}
+
 void scores(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const std::uint16_t* packed,
             float* S, std::size_t lds, LineFeed& feed) {
   ScoresAvx512(nk, rows, dk, krow, packed, S, lds, feed);
@@ -251,6 +331,11 @@ void accumulate(std::size_t nk, std::size_t rows, std::size_t dv, const void* co
 #else  // not x86-64: available() is false there, and these are never called
 
 void pack(std::size_t, std::size_t, const float*, std::size_t, std::uint16_t*) {}
+void AmxOperands::pack(const float*, std::size_t) {}
+void AmxOperands::scores(std::size_t, const void* const*, float*, std::size_t, LineFeed&) {}
+void AmxOperands::accumulate(std::size_t, std::size_t, const void* const*, const float*, const float*, float*,
+                             std::size_t, LineFeed&) {}
+void AmxOperands::unpermute(std::size_t, float*, std::size_t) const {}
 
 void scores(std::size_t, std::size_t, std::size_t, const void* const*, const std::uint16_t*, float*, std::size_t,
             LineFeed&) {}

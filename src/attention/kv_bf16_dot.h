@@ -11,11 +11,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <vector>
+
 #include "common/prefetch.h"
 
 namespace attnscale::detail::kv::bf16dot {
 
 bool available();
+// Whether the products run on AMX tiles (AmxOperands) rather than by vdpbf16ps: the bf16 product
+// path is Path::amx (bf16_kernels.h: AMX usable and not forced off by $ATTNSCALE_BF16).
+bool amx();
 
 // The scores' Q layout, per block of 8 rows and 8 columns c: 128 bf16, row h's Q[h][8c .. 8c + 7]
 // at 8h (rows 0-3) and 64 + 8(h − 4) (rows 4-7), so that a 512-bit load holds four rows' column
@@ -35,5 +40,43 @@ void scores(std::size_t nk, std::size_t rows, std::size_t dk, const void* const*
 // interleave's order until the end, where they are put back in place.
 void accumulate(std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow, const float* P,
                 const float* alpha, float* O, std::size_t ldo, LineFeed& feed);
+
+// The same products on AMX tiles (tdpbf16ps through bfdot::gemm on Path::amx), with the same
+// roundings (Q·s and P to bf16 by vcvtneps2bf16, float32 sums): per tile of keys, the K rows are
+// copied by pointer into a contiguous block (so that any layout gives the same bits) and
+// Sᵀ = K·Qᵀ is one product against Qᵀ packed once a chunk; P·V is one product of P rounded to bf16
+// against the tile's V rows repacked in key pairs (two rows' values interleaved by vpunpck{l,h}wd,
+// as accumulate() does), O = alpha·O + P·V. The interleave leaves O's columns permuted within each
+// group of 32 (column c + i, i < 16, holds column 8⌊i/4⌋ + i % 4 and c + 16 + i column
+// 8⌊i/4⌋ + 4 + i % 4), for the whole of a chunk, until unpermute() puts them in place. The
+// caller holds a bfdot::TileScope on the thread around the calls, so that the tiles are
+// configured once. One per group of `rows` query rows (kv_decode.cc's Scratch).
+class AmxOperands {
+ public:
+  AmxOperands() = default;
+  AmxOperands(std::size_t rows, std::size_t dk, std::size_t dv);
+  bool fits(std::size_t rows, std::size_t dk, std::size_t dv) const {
+    return rows == rows_ && dk == dk_ && dv == dv_;
+  }
+  // Q's rows (scaled by s) rounded to bf16, as Qᵀ in gemm's VNNI B layout.
+  void pack(const float* Q, std::size_t ldq);
+  // S[r][j] = Σ_c bf16(Q[r][c])·K_j[c] for rows r < rows, keys j < nk <= kTileKeys; the feed steps
+  // once per key copied.
+  void scores(std::size_t nk, const void* const* krow, float* S, std::size_t lds, LineFeed& feed);
+  // O[r] = alpha[r]·O[r] + Σ_j bf16(P[r][j])·V_j for r < rows (<= the group's; P's rows kTileKeys
+  // apart), nk <= kTileKeys, O's columns permuted as above; the feed steps once per key pair.
+  void accumulate(std::size_t nk, std::size_t rows, const void* const* vrow, const float* P, const float* alpha,
+                  float* O, std::size_t ldo, LineFeed& feed);
+  // O's rows (dv columns, ldo apart) from the permuted order into place.
+  void unpermute(std::size_t rows, float* O, std::size_t ldo) const;
+
+ private:
+  std::size_t rows_ = 0, dk_ = 0, dv_ = 0, dkp_ = 0, ldq_ = 0;  // dkp_: dk rounded up to 32
+  std::vector<std::uint16_t> qt_;  // Qᵀ [dkp_/2][ldq_][2]
+  std::vector<std::uint16_t> k_;   // the tile's K rows [kTileKeys][dkp_], zero past dk
+  std::vector<float> st_;          // Sᵀ [kTileKeys][rows_]
+  std::vector<std::uint16_t> p_;   // P [rows_ rounded up to 16][kTileKeys]
+  std::vector<std::uint16_t> v_;   // V in key pairs [kTileKeys/2][dv_][2]
+};
 
 }  // namespace attnscale::detail::kv::bf16dot
