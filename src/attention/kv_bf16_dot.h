@@ -41,16 +41,18 @@ void scores(std::size_t nk, std::size_t rows, std::size_t dk, const void* const*
 void accumulate(std::size_t nk, std::size_t rows, std::size_t dv, const void* const* vrow, const float* P,
                 const float* alpha, float* O, std::size_t ldo, LineFeed& feed);
 
-// The same products on AMX tiles (tdpbf16ps through bfdot::gemm on Path::amx), with the same
-// roundings (Q·s and P to bf16 by vcvtneps2bf16, float32 sums): per tile of keys, the K rows are
-// copied by pointer into a contiguous block (so that any layout gives the same bits) and
-// Sᵀ = K·Qᵀ is one product against Qᵀ packed once a chunk; P·V is one product of P rounded to bf16
-// against the tile's V rows repacked in key pairs (two rows' values interleaved by vpunpck{l,h}wd,
-// as accumulate() does), O = alpha·O + P·V. The interleave leaves O's columns permuted within each
+// The same products on AMX tiles (tdpbf16ps), with the same roundings (Q·s and P to bf16 by
+// vcvtneps2bf16, float32 sums): per tile of keys, Sᵀ = K·Qᵀ against Qᵀ packed once a chunk, four
+// blocks of 16 keys in four accumulator tiles, each block's K rows read where they lie when they
+// are one stride apart (a contiguous cache, a paged block) and else copied by pointer into a
+// contiguous block (the same values: any layout gives the same bits); P·V is P rounded to bf16
+// against the tile's V rows repacked in key pairs (two rows' values interleaved by
+// vpunpck{l,h}wd, as accumulate() does), 64 columns of O in four tiles a pass, merged as
+// O = alpha·O + P·V by a multiply-add. The interleave leaves O's columns permuted within each
 // group of 32 (column c + i, i < 16, holds column 8⌊i/4⌋ + i % 4 and c + 16 + i column
-// 8⌊i/4⌋ + 4 + i % 4), for the whole of a chunk, until unpermute() puts them in place. The
-// caller holds a bfdot::TileScope on the thread around the calls, so that the tiles are
-// configured once. One per group of `rows` query rows (kv_decode.cc's Scratch).
+// 8⌊i/4⌋ + 4 + i % 4), for the whole of a chunk, until unpermute() puts them in place. Calls
+// only while an AmxTiles is open on the thread. One per group of `rows` query rows (kv_decode.cc's
+// Scratch).
 class AmxOperands {
  public:
   AmxOperands() = default;
@@ -74,9 +76,24 @@ class AmxOperands {
   std::size_t rows_ = 0, dk_ = 0, dv_ = 0, dkp_ = 0, ldq_ = 0;  // dkp_: dk rounded up to 32
   std::vector<std::uint16_t> qt_;  // Qᵀ [dkp_/2][ldq_][2]
   std::vector<std::uint16_t> k_;   // the tile's K rows [kTileKeys][dkp_], zero past dk
-  std::vector<float> st_;          // Sᵀ [kTileKeys][rows_]
+  std::vector<float> st_;          // Sᵀ's tiles [kTileKeys][16]
   std::vector<std::uint16_t> p_;   // P [rows_ rounded up to 16][kTileKeys]
   std::vector<std::uint16_t> v_;   // V in key pairs [kTileKeys/2][dv_][2]
+};
+
+// The tile configuration of AmxOperands' products on this thread while it lives (on: AMX used):
+// every tile 16 rows of 64 bytes, loaded by the constructor (ldtilecfg, about 55 ns) and released
+// by the destructor. No other configuration may be live on the thread meanwhile: no bfdot::gemm
+// on Path::amx and no bfdot::TileScope inside it, none open around it.
+class AmxTiles {
+ public:
+  explicit AmxTiles(bool on);
+  ~AmxTiles();
+  AmxTiles(const AmxTiles&) = delete;
+  AmxTiles& operator=(const AmxTiles&) = delete;
+
+ private:
+  bool on_;
 };
 
 }  // namespace attnscale::detail::kv::bf16dot

@@ -560,7 +560,8 @@ TEST(KVCache, Bfloat16ProductsMatchReferenceOnEveryProductPath) {
     for (const Case& cs : shapes) {
       check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
       check_case(Kind::bf16, cs, ++seed, {}, third_padded(cs), Queries{3, true}, Compute::bf16);
-      check_case(Kind::bf16, cs, ++seed, capped_alibi(cs, seed), {}, Queries{2, false, 1}, Compute::bf16);
+      ++seed;
+      check_case(Kind::bf16, cs, seed, capped_alibi(cs, seed), {}, Queries{2, false, 1}, Compute::bf16);
     }
   });
 }
