@@ -247,7 +247,7 @@ ATTNSCALE_BF16_DOT void pack(std::size_t rows, std::size_t dk, const float* Q, s
 
 // The AMX form (AmxOperands): the operands copied and rounded here, the products by tdpbf16ps on
 // the tiles AmxTiles configured: every tile 16 rows of 64 bytes, tiles 0-3 four accumulators,
-// tile 4 the operand they share in a step and tiles 5-7 the others in turn.
+// tiles 4 and 5 the operand they share in a step (in turn) and tiles 6 and 7 the others.
 #define ATTNSCALE_AMX_DOT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 namespace {
@@ -288,25 +288,32 @@ ATTNSCALE_BF16_DOT void AmxOperands::pack(const float* Q, std::size_t ldq) {
     }
 }
 
-// Up to four accumulator tiles (nt) against one shared operand tile 4, their own operands at
-// a[t] + off (stride sa[t] bytes) in tiles 5, 6, 7, 5: tile t += a_t · tile 4 (b_shared: the
-// shared tile is B, as in the scores, Sᵀ = K·Qᵀ) or tile 4 · a_t (the shared tile is A: P·V).
-template <bool kSharedB>
-ATTNSCALE_AMX_DOT inline void TileStep(std::size_t nt, const std::uint16_t* const* a, const std::size_t* sa,
-                                       std::size_t off, LineFeed& feed) {
-#define ATTNSCALE_TILE_STEP(T, AT)                       \
+// Up to four accumulator tiles (nt) against one shared operand in tile kS (4 or 5, in turn from
+// step to step: a tile's load waits for the products still reading it, the tiles are not
+// renamed), their own operands at a[t] + off (stride sa[t] bytes) in tiles 6, 7, 6, 7: tile t +=
+// a_t · tile kS (kSharedB: the shared tile is B, as in the scores, Sᵀ = K·Qᵀ) or tile kS · a_t (the
+// shared tile is A: P·V).
+// (One function per shared tile: the intrinsics take the tile's number as written.)
+#define ATTNSCALE_TILE_STEP(KS, T, AT)                   \
   if (nt > T) {                                          \
     feed.next();                                         \
     _tile_loadd(AT, a[T] + off, sa[T]);                  \
-    if constexpr (kSharedB) _tile_dpbf16ps(T, AT, 4);    \
-    else _tile_dpbf16ps(T, 4, AT);                       \
+    if constexpr (kSharedB) _tile_dpbf16ps(T, AT, KS);   \
+    else _tile_dpbf16ps(T, KS, AT);                      \
   }
-  ATTNSCALE_TILE_STEP(0, 5)
-  ATTNSCALE_TILE_STEP(1, 6)
-  ATTNSCALE_TILE_STEP(2, 7)
-  ATTNSCALE_TILE_STEP(3, 5)
+#define ATTNSCALE_TILE_STEPS(NAME, KS)                                                                         \
+  template <bool kSharedB>                                                                                     \
+  ATTNSCALE_AMX_DOT inline void NAME(std::size_t nt, const std::uint16_t* const* a, const std::size_t* sa,     \
+                                     std::size_t off, LineFeed& feed) {                                        \
+    ATTNSCALE_TILE_STEP(KS, 0, 6)                                                                              \
+    ATTNSCALE_TILE_STEP(KS, 1, 7)                                                                              \
+    ATTNSCALE_TILE_STEP(KS, 2, 6)                                                                              \
+    ATTNSCALE_TILE_STEP(KS, 3, 7)                                                                              \
+  }
+ATTNSCALE_TILE_STEPS(TileStep4, 4)
+ATTNSCALE_TILE_STEPS(TileStep5, 5)
+#undef ATTNSCALE_TILE_STEPS
 #undef ATTNSCALE_TILE_STEP
-}
 
 ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* krow, float* S, std::size_t lds,
                                            LineFeed& feed) {
@@ -351,8 +358,14 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
     _tile_zero(2);
     _tile_zero(3);
     for (std::size_t k = 0; k < ks; ++k) {
-      _tile_loadd(4, qt_.data() + (16 * k * ldq_ + 16 * b) * 2, ldq_ * 4);
-      TileStep<true>(mt, a, sa, 32 * k, feed);
+      const std::uint16_t* q = qt_.data() + (16 * k * ldq_ + 16 * b) * 2;
+      if (k % 2 == 0) {
+        _tile_loadd(4, q, ldq_ * 4);
+        TileStep4<true>(mt, a, sa, 32 * k, feed);
+      } else {
+        _tile_loadd(5, q, ldq_ * 4);
+        TileStep5<true>(mt, a, sa, 32 * k, feed);
+      }
     }
     // Sᵀ's tiles (keys x 16 rows), then each row's keys gathered 16 at a time.
     _tile_stored(0, st_.data(), 64);
@@ -379,9 +392,9 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_.data() + r * kTileKeys + j),
                           (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, P + r * kTileKeys + j)));
     }
+  const std::size_t blocks = (rows + 15) / 16, passes = (dv_ + 63) / 64;
   // V's rows in key pairs: an odd tile's last key with zeros, zero pairs up to kp (a stale pair
   // there could hold an Inf, and 0·Inf is NaN).
-  const std::size_t blocks = (rows + 15) / 16, passes = (dv_ + 63) / 64;
   feed.pace(static_cast<std::int64_t>(pairs + blocks * passes * (kp / 32) * 4));
   for (std::size_t p = 0; p < pairs; ++p) {
     feed.next();
@@ -408,8 +421,14 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
       _tile_zero(2);
       _tile_zero(3);
       for (std::size_t k = 0; k < kp / 32; ++k) {
-        _tile_loadd(4, p_.data() + 16 * b * kTileKeys + 32 * k, kTileKeys * 2);
-        TileStep<false>(nt, a, sa, 16 * k * dv_ * 2, feed);
+        const std::uint16_t* pk = p_.data() + 16 * b * kTileKeys + 32 * k;
+        if (k % 2 == 0) {
+          _tile_loadd(4, pk, kTileKeys * 2);
+          TileStep4<false>(nt, a, sa, 16 * k * dv_ * 2, feed);
+        } else {
+          _tile_loadd(5, pk, kTileKeys * 2);
+          TileStep5<false>(nt, a, sa, 16 * k * dv_ * 2, feed);
+        }
       }
       _tile_stored(0, acc[0], 64);
       _tile_stored(1, acc[1], 64);
