@@ -335,7 +335,9 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
       staged += std::min<std::size_t>(16, nk - 16 * t);
     }
   }
-  feed.pace(static_cast<std::int64_t>(staged + blocks * ks * mt));
+  // The feed steps once per row copied, per product step and per 16 scores gathered: spread over
+  // the whole call (the products alone are a short part of it).
+  feed.pace(static_cast<std::int64_t>(staged + blocks * ks * mt + rows_ * mt));
   for (std::size_t t = 0; t < mt; ++t) {
     if (a[t]) continue;
     for (std::size_t j = 16 * t; j < std::min(nk, 16 * t + 16); ++j) {
@@ -374,6 +376,7 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
     if (mt > 3) _tile_stored(3, st_.data() + 768, 64);
     for (std::size_t r = 16 * b; r < std::min(rows_, 16 * b + 16); ++r)
       for (std::size_t j = 0; j < nk; j += 16) {
+        feed.next();
         const __mmask16 m = nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
         _mm512_mask_storeu_ps(S + r * lds + j, m,
                               _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, st_.data() + j * 16 + r % 16, 4));
@@ -385,17 +388,20 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
                                                const float* P, const float* alpha, float* O, std::size_t ldo,
                                                LineFeed& feed) {
   const std::size_t kp = (nk + 31) / 32 * 32, pairs = (nk + 1) / 2;
+  const std::size_t blocks = (rows + 15) / 16, passes = (dv_ + 63) / 64;
+  // The feed steps once per 16 P rounded, per key pair repacked, per product step and per row
+  // merged: spread over the whole call.
+  feed.pace(static_cast<std::int64_t>(pairs + blocks * passes * (kp / 32) * 4 + rows * (kp / 16 + passes)));
   // P's rows rounded to bf16, zero from key nk to kp.
   for (std::size_t r = 0; r < rows; ++r)
     for (std::size_t j = 0; j < kp; j += 16) {
+      feed.next();
       const __mmask16 m = j >= nk ? 0 : nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_.data() + r * kTileKeys + j),
                           (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, P + r * kTileKeys + j)));
     }
-  const std::size_t blocks = (rows + 15) / 16, passes = (dv_ + 63) / 64;
   // V's rows in key pairs: an odd tile's last key with zeros, zero pairs up to kp (a stale pair
   // there could hold an Inf, and 0·Inf is NaN).
-  feed.pace(static_cast<std::int64_t>(pairs + blocks * passes * (kp / 32) * 4));
   for (std::size_t p = 0; p < pairs; ++p) {
     feed.next();
     const auto* v0 = static_cast<const std::uint16_t*>(vrow[2 * p]);
@@ -437,6 +443,7 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
         _tile_stored(3, acc[3], 64);
       }
       for (std::size_t r = 0; r < nr; ++r) {
+        feed.next();
         const __m512 s = _mm512_set1_ps(alpha[16 * b + r]);
         float* o = O + (16 * b + r) * ldo + c0;
         for (std::size_t t = 0; t < nt; ++t)

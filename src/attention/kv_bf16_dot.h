@@ -60,13 +60,14 @@ class AmxOperands {
   bool fits(std::size_t rows, std::size_t dk, std::size_t dv) const {
     return rows == rows_ && dk == dk_ && dv == dv_;
   }
-  // Q's rows (scaled by s) rounded to bf16, as Qᵀ in gemm's VNNI B layout.
+  // Q's rows (scaled by s) rounded to bf16, as Qᵀ in bf16_kernels.h's VNNI B layout.
   void pack(const float* Q, std::size_t ldq);
   // S[r][j] = Σ_c bf16(Q[r][c])·K_j[c] for rows r < rows, keys j < nk <= kTileKeys; the feed steps
-  // once per key copied.
+  // through the whole call (rows copied, product steps, scores gathered).
   void scores(std::size_t nk, const void* const* krow, float* S, std::size_t lds, LineFeed& feed);
   // O[r] = alpha[r]·O[r] + Σ_j bf16(P[r][j])·V_j for r < rows (<= the group's; P's rows kTileKeys
-  // apart), nk <= kTileKeys, O's columns permuted as above; the feed steps once per key pair.
+  // apart), nk <= kTileKeys, O's columns permuted as above; the feed steps
+  // through the whole call (P rounded, key pairs repacked, product steps, rows merged).
   void accumulate(std::size_t nk, std::size_t rows, const void* const* vrow, const float* P, const float* alpha,
                   float* O, std::size_t ldo, LineFeed& feed);
   // O's rows (dv columns, ldo apart) from the permuted order into place.
