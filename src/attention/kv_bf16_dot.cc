@@ -19,8 +19,8 @@ bool amx() { return bfdot::path() == bfdot::Path::amx; }
 
 AmxOperands::AmxOperands(std::size_t rows, std::size_t dk, std::size_t dv)
     : rows_(rows), dk_(dk), dv_(dv), dkp_((dk + 31) / 32 * 32), ldq_((rows + 15) / 16 * 16),
-      qt_(dkp_ / 2 * ldq_ * 2), k_(kTileKeys * dkp_), st_(rows ? kTileKeys * 16 : 0), p_(ldq_ * kTileKeys),
-      v_(kTileKeys * dv) {}
+      qt_(dkp_ / 2 * ldq_ * 2 + 32), k_(kTileKeys * dkp_ + 32), st_(rows ? kTileKeys * 16 + 16 : 0),
+      p_(ldq_ * kTileKeys + 32), v_(kTileKeys * dv + 32) {}
 
 #if defined(__x86_64__)
 #define ATTNSCALE_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -316,7 +316,8 @@ ATTNSCALE_TILE_STEPS(TileStep5, 5)
 #undef ATTNSCALE_TILE_STEP
 
 ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* krow, float* S, std::size_t lds,
-                                           LineFeed& feed) {
+                                           LineFeed& fed) {
+  LineFeed feed = fed;  // in registers (stores to S would otherwise reload it), handed back at the end
   // Each block of 16 keys read where it lies when its rows are one stride apart and fill whole
   // tile rows (dk % 32 == 0, 16 keys), else copied into k_ (zero past dk): the same values either way.
   const std::size_t mt = (nk + 15) / 16, ks = dkp_ / 32, blocks = ldq_ / 16;
@@ -343,14 +344,14 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
     for (std::size_t j = 16 * t; j < std::min(nk, 16 * t + 16); ++j) {
       feed.next();
       const auto* src = static_cast<const std::uint16_t*>(krow[j]);
-      std::uint16_t* dst = k_.data() + j * dkp_;
+      std::uint16_t* dst = Line(k_) + j * dkp_;
       for (std::size_t c = 0; c < dk_; c += 32) {
         const std::size_t n = std::min<std::size_t>(32, dk_ - c);
         const __mmask32 m = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
         _mm512_storeu_si512(dst + c, _mm512_maskz_loadu_epi16(m, src + c));
       }
     }
-    a[t] = k_.data() + 16 * t * dkp_;
+    a[t] = Line(k_) + 16 * t * dkp_;
   }
   const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                          _mm512_set1_epi32(16));
@@ -360,7 +361,7 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
     _tile_zero(2);
     _tile_zero(3);
     for (std::size_t k = 0; k < ks; ++k) {
-      const std::uint16_t* q = qt_.data() + (16 * k * ldq_ + 16 * b) * 2;
+      const std::uint16_t* q = Line(qt_) + (16 * k * ldq_ + 16 * b) * 2;
       if (k % 2 == 0) {
         _tile_loadd(4, q, ldq_ * 4);
         TileStep4<true>(mt, a, sa, 32 * k, feed);
@@ -370,23 +371,25 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
       }
     }
     // Sᵀ's tiles (keys x 16 rows), then each row's keys gathered 16 at a time.
-    _tile_stored(0, st_.data(), 64);
-    if (mt > 1) _tile_stored(1, st_.data() + 256, 64);
-    if (mt > 2) _tile_stored(2, st_.data() + 512, 64);
-    if (mt > 3) _tile_stored(3, st_.data() + 768, 64);
+    _tile_stored(0, Line(st_), 64);
+    if (mt > 1) _tile_stored(1, Line(st_) + 256, 64);
+    if (mt > 2) _tile_stored(2, Line(st_) + 512, 64);
+    if (mt > 3) _tile_stored(3, Line(st_) + 768, 64);
     for (std::size_t r = 16 * b; r < std::min(rows_, 16 * b + 16); ++r)
       for (std::size_t j = 0; j < nk; j += 16) {
         feed.next();
         const __mmask16 m = nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
         _mm512_mask_storeu_ps(S + r * lds + j, m,
-                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, st_.data() + j * 16 + r % 16, 4));
+                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, Line(st_) + j * 16 + r % 16, 4));
       }
   }
+  fed = feed;
 }
 
 ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows, const void* const* vrow,
                                                const float* P, const float* alpha, float* O, std::size_t ldo,
-                                               LineFeed& feed) {
+                                               LineFeed& fed) {
+  LineFeed feed = fed;  // in registers, handed back at the end
   const std::size_t kp = (nk + 31) / 32 * 32, pairs = (nk + 1) / 2;
   const std::size_t blocks = (rows + 15) / 16, passes = (dv_ + 63) / 64;
   // The feed steps once per 16 P rounded, per key pair repacked, per product step and per row
@@ -397,7 +400,7 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
     for (std::size_t j = 0; j < kp; j += 16) {
       feed.next();
       const __mmask16 m = j >= nk ? 0 : nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_.data() + r * kTileKeys + j),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(Line(p_) + r * kTileKeys + j),
                           (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, P + r * kTileKeys + j)));
     }
   // V's rows in key pairs: an odd tile's last key with zeros, zero pairs up to kp (a stale pair
@@ -406,14 +409,14 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
     feed.next();
     const auto* v0 = static_cast<const std::uint16_t*>(vrow[2 * p]);
     const auto* v1 = 2 * p + 1 < nk ? static_cast<const std::uint16_t*>(vrow[2 * p + 1]) : nullptr;
-    std::uint16_t* dst = v_.data() + p * dv_ * 2;
+    std::uint16_t* dst = Line(v_) + p * dv_ * 2;
     for (std::size_t c = 0; c < dv_; c += 32) {
       const __m512i x0 = _mm512_loadu_si512(v0 + c), x1 = v1 ? _mm512_loadu_si512(v1 + c) : _mm512_setzero_si512();
       _mm512_storeu_si512(dst + 2 * c, _mm512_unpacklo_epi16(x0, x1));
       _mm512_storeu_si512(dst + 2 * c + 32, _mm512_unpackhi_epi16(x0, x1));
     }
   }
-  std::fill(v_.begin() + pairs * dv_ * 2, v_.begin() + kp / 2 * dv_ * 2, std::uint16_t{0});
+  std::fill(Line(v_) + pairs * dv_ * 2, Line(v_) + kp / 2 * dv_ * 2, std::uint16_t{0});
   alignas(64) float acc[4][256];
   for (std::size_t b = 0; b < blocks; ++b) {  // rows 16b .. 16b + 15
     const std::size_t nr = std::min<std::size_t>(16, rows - 16 * b);
@@ -421,13 +424,13 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
       const std::size_t nt = std::min<std::size_t>(4, (dv_ - c0) / 16);
       const std::uint16_t* a[4];
       std::size_t sa[4];
-      for (std::size_t t = 0; t < 4; ++t) a[t] = v_.data() + (c0 + 16 * t) * 2, sa[t] = dv_ * 4;
+      for (std::size_t t = 0; t < 4; ++t) a[t] = Line(v_) + (c0 + 16 * t) * 2, sa[t] = dv_ * 4;
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
       for (std::size_t k = 0; k < kp / 32; ++k) {
-        const std::uint16_t* pk = p_.data() + 16 * b * kTileKeys + 32 * k;
+        const std::uint16_t* pk = Line(p_) + 16 * b * kTileKeys + 32 * k;
         if (k % 2 == 0) {
           _tile_loadd(4, pk, kTileKeys * 2);
           TileStep4<false>(nt, a, sa, 16 * k * dv_ * 2, feed);
@@ -451,6 +454,7 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
       }
     }
   }
+  fed = feed;
 }
 
 ATTNSCALE_BF16_DOT void AmxOperands::unpermute(std::size_t rows, float* O, std::size_t ldo) const {

@@ -74,6 +74,11 @@ class AmxOperands {
   void unpermute(std::size_t rows, float* O, std::size_t ldo) const;
 
  private:
+  // A buffer's first 64-byte line (each has 64 bytes to spare): tile rows and vectors whole lines.
+  template <class T>
+  static T* Line(std::vector<T>& v) {
+    return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(v.data()) + 63) & ~std::uintptr_t{63});
+  }
   std::size_t rows_ = 0, dk_ = 0, dv_ = 0, dkp_ = 0, ldq_ = 0;  // dkp_: dk rounded up to 32
   std::vector<std::uint16_t> qt_;  // Qᵀ [dkp_/2][ldq_][2]
   std::vector<std::uint16_t> k_;   // the tile's K rows [kTileKeys][dkp_], zero past dk
