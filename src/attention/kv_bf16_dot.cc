@@ -284,7 +284,7 @@ ATTNSCALE_BF16_DOT void AmxOperands::pack(const float* Q, std::size_t ldq) {
       const std::size_t n = std::min<std::size_t>(16, dk_ - c);
       const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
       _mm256_store_si256(reinterpret_cast<__m256i*>(row), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, Q + r * ldq + c)));
-      for (std::size_t e = 0; e < n; ++e) qt_[((c + e) / 2 * ldq_ + r) * 2 + (c + e) % 2] = row[e];
+      for (std::size_t e = 0; e < n; ++e) Line(qt_)[((c + e) / 2 * ldq_ + r) * 2 + (c + e) % 2] = row[e];
     }
 }
 
