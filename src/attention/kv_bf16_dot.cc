@@ -316,8 +316,9 @@ ATTNSCALE_TILE_STEPS(TileStep5, 5)
 #undef ATTNSCALE_TILE_STEP
 
 ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* krow, float* S, std::size_t lds,
-                                           LineFeed& fed) {
-  LineFeed feed = fed;  // in registers (stores to S would otherwise reload it), handed back at the end
+                                           LineFeed& feed) {
+  // (The feed is used where it lies: copied into a local, kept in registers, the AMX products took
+  // 1.08x the time from DRAM, docs/performance.md.)
   // Each block of 16 keys read where it lies when its rows are one stride apart and fill whole
   // tile rows (dk % 32 == 0, 16 keys), else copied into k_ (zero past dk): the same values either way.
   const std::size_t mt = (nk + 15) / 16, ks = dkp_ / 32, blocks = ldq_ / 16;
@@ -383,13 +384,11 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
                               _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, Line(st_) + j * 16 + r % 16, 4));
       }
   }
-  fed = feed;
 }
 
 ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows, const void* const* vrow,
                                                const float* P, const float* alpha, float* O, std::size_t ldo,
-                                               LineFeed& fed) {
-  LineFeed feed = fed;  // in registers, handed back at the end
+                                               LineFeed& feed) {
   const std::size_t kp = (nk + 31) / 32 * 32, pairs = (nk + 1) / 2;
   const std::size_t blocks = (rows + 15) / 16, passes = (dv_ + 63) / 64;
   // The feed steps once per 16 P rounded, per key pair repacked, per product step and per row
@@ -454,7 +453,6 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
       }
     }
   }
-  fed = feed;
 }
 
 ATTNSCALE_BF16_DOT void AmxOperands::unpermute(std::size_t rows, float* O, std::size_t ldo) const {
