@@ -3,7 +3,9 @@
 // into float32 lanes, two products an instruction per lane where the float32 path's multiply-add
 // does one. A group's query rows (s folded in) and its probabilities P are rounded to bf16 (round to
 // nearest even) for the products; the running sums stay float32, and the softmax's normaliser sums
-// the float32 P (kv_decode.cc). vdpbf16ps flushes subnormal inputs and results to zero.
+// the float32 P (kv_decode.cc). vdpbf16ps flushes subnormal inputs and results to zero. Where the
+// bf16 product path is AMX (amx()), the same products run on AMX tiles instead (AmxOperands, below;
+// tdpbf16ps flushes as vdpbf16ps does).
 // Run only where available() (AVX-512 BF16 usable and the bf16 product path not forced off by
 // $ATTNSCALE_BF16); kv_decode.cc takes them for groups of 2 or more query rows with dk % 8 == 0 and
 // dv % 32 == 0, else the float32 kernels (kv_kernels.h).

@@ -357,7 +357,8 @@ class Chunk {
     // costs about what the widening did once the rows come from DRAM; docs/performance.md).
     in_place_ = quads_ && L.type != kv::kF32 && !Scratch::widens(L);
     // compute = bf16 over a bf16 cache: scores and P·V by vdpbf16ps (kv_bf16_dot.h) on the rows in
-    // place, where the CPU has it and the rows split into its steps (8 columns of K, 32 of V).
+    // place, where the CPU has it and the rows split into its steps (8 columns of K, 32 of V); on
+    // AMX tiles where the bf16 product path is AMX (below).
     dot_ = in_place_ && L.bf16_products && L.dk % 8 == 0 && L.dv % 32 == 0 && kv::bf16dot::available();
     // Where the bf16 products' path is AMX, on its tiles (kv::bf16dot::AmxOperands; decode() holds
     // a kv::bf16dot::AmxTiles on each thread), O's columns permuted until finish().
