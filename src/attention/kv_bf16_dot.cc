@@ -256,9 +256,7 @@ struct alignas(64) TileConfig {
   std::uint16_t colsb[16] = {};
   std::uint8_t rows[16] = {};
 };
-}  // namespace
 
-namespace {
 ATTNSCALE_AMX_DOT void ConfigureTiles() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
