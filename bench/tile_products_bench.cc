@@ -170,7 +170,7 @@ void GqaTile(benchmark::State& state) {
   kv::bf16dot::AmxOperands tiles(amx ? rows : 0, d, d);
   if (amx) tiles.pack(Q.get(), d);
   const double limit = amx ? amx_peak() : bf16 ? bf16_peak() : peak();
-  const kv::bf16dot::AmxTiles configured(amx);
+  const bfdot::TileScope configured(amx ? bfdot::Path::amx : bfdot::Path::portable);
   const double t0 = cpu_seconds();
   for (auto _ : state) {
     LineFeed none;

@@ -246,33 +246,9 @@ ATTNSCALE_BF16_DOT void pack(std::size_t rows, std::size_t dk, const float* Q, s
 }
 
 // The AMX form (AmxOperands): the operands copied and rounded here, the products by tdpbf16ps on
-// the tiles AmxTiles configured: every tile 16 rows of 64 bytes, tiles 0-3 four accumulators,
+// the tiles bfdot::TileScope configured (bf16_kernels.h): every tile 16 rows of 64 bytes, tiles 0-3 four accumulators,
 // tiles 4 and 5 the operand they share in a step (in turn) and tiles 6 and 7 the others.
 #define ATTNSCALE_AMX_DOT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
-
-namespace {
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-
-ATTNSCALE_AMX_DOT void ConfigureTiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) cfg.rows[t] = 16, cfg.colsb[t] = 64;
-  // ldtilecfg by hand, its operand the whole configuration: GCC 12's _tile_loadconfig names only
-  // its first 8 bytes as read, and the stores of the rows and widths above were dropped as dead.
-  asm volatile("ldtilecfg %0" : : "m"(cfg));
-}
-ATTNSCALE_AMX_DOT void ReleaseTiles() { _tile_release(); }
-}  // namespace
-
-AmxTiles::AmxTiles(bool on) : on_(on) {
-  if (on_) ConfigureTiles();
-}
-AmxTiles::~AmxTiles() {
-  if (on_) ReleaseTiles();
-}
 
 ATTNSCALE_BF16_DOT void AmxOperands::pack(const float* Q, std::size_t ldq) {
   std::fill(qt_.begin(), qt_.end(), std::uint16_t{0});
@@ -481,8 +457,6 @@ void AmxOperands::scores(std::size_t, const void* const*, float*, std::size_t, L
 void AmxOperands::accumulate(std::size_t, std::size_t, const void* const*, const float*, const float*, float*,
                              std::size_t, LineFeed&) {}
 void AmxOperands::unpermute(std::size_t, float*, std::size_t) const {}
-AmxTiles::AmxTiles(bool) : on_(false) {}
-AmxTiles::~AmxTiles() {}
 
 void scores(std::size_t, std::size_t, std::size_t, const void* const*, const std::uint16_t*, float*, std::size_t,
             LineFeed&) {}

@@ -53,7 +53,7 @@ void accumulate(std::size_t nk, std::size_t rows, std::size_t dv, const void* co
 // O = alpha·O + P·V by a multiply-add. The interleave leaves O's columns permuted within each
 // group of 32 (column c + i, i < 16, holds column 8⌊i/4⌋ + i % 4 and c + 16 + i column
 // 8⌊i/4⌋ + 4 + i % 4), for the whole of a chunk, until unpermute() puts them in place. Calls
-// only while an AmxTiles is open on the thread. One per group of `rows` query rows (kv_decode.cc's
+// only while a bfdot::TileScope on Path::amx is open on the thread (bf16_kernels.h). One per group of `rows` query rows (kv_decode.cc's
 // Scratch).
 class AmxOperands {
  public:
@@ -87,21 +87,6 @@ class AmxOperands {
   std::vector<float> st_;          // Sᵀ's tiles [kTileKeys][16]
   std::vector<std::uint16_t> p_;   // P [rows_ rounded up to 16][kTileKeys]
   std::vector<std::uint16_t> v_;   // V in key pairs [kTileKeys/2][dv_][2]
-};
-
-// The tile configuration of AmxOperands' products on this thread while it lives (on: AMX used):
-// every tile 16 rows of 64 bytes, loaded by the constructor (ldtilecfg, about 55 ns) and released
-// by the destructor. No other configuration may be live on the thread meanwhile: no bfdot::gemm
-// on Path::amx and no bfdot::TileScope inside it, none open around it.
-class AmxTiles {
- public:
-  explicit AmxTiles(bool on);
-  ~AmxTiles();
-  AmxTiles(const AmxTiles&) = delete;
-  AmxTiles& operator=(const AmxTiles&) = delete;
-
- private:
-  bool on_;
 };
 
 }  // namespace attnscale::detail::kv::bf16dot

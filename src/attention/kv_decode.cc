@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "attention/alibi.h"
+#include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
 #include "attention/lse_merge.h"
 #include "attention/params.h"
@@ -361,7 +362,7 @@ class Chunk {
     // AMX tiles where the bf16 product path is AMX (below).
     dot_ = in_place_ && L.bf16_products && L.dk % 8 == 0 && L.dv % 32 == 0 && kv::bf16dot::available();
     // Where the bf16 products' path is AMX, on its tiles (kv::bf16dot::AmxOperands; decode() holds
-    // a kv::bf16dot::AmxTiles on each thread), O's columns permuted until finish().
+    // a bfdot::TileScope on each thread), O's columns permuted until finish().
     amx_ = dot_ && kv::bf16dot::amx();
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
@@ -811,7 +812,7 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   // The bf16 products on AMX: the tiles configured once on each thread for all its units.
   const bool tiles = L.bf16_products && kv::bf16dot::amx();
   parallel_for(units, 1, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
-    const kv::bf16dot::AmxTiles configured(tiles);
+    const bfdot::TileScope configured(tiles ? bfdot::Path::amx : bfdot::Path::portable);
     HeadScratch& hs = scratch.get(t, L, lockstep);
     hs.bind(L, call);
     for (std::int64_t u = u0; u < u1; ++u) {
