@@ -3,7 +3,8 @@
 // by Gemm (the shared kernel, C through memory once per inner block), by TileGemm (the running
 // sums in registers; same bits) and as the forward runs them (forward_gemm, forward_pv: P·V in one
 // chain per tile; kernels.cc), and the bf16 forward's (bfdot::gemm on the CPU's bf16 path: AMX,
-// vdpbf16ps or pairs widened to float32; bf16_kernels.h); and the float32 forward's whole tile step
+// vdpbf16ps or pairs widened to float32; bf16_kernels.h; on AMX also against the AMX tdpbf16ps
+// peak, of_amx_peak, inside a TileScope as the forward runs them); and the float32 forward's whole tile step
 // (TileStep); and GQA decode's tile kernels, one 64-key tile of a group of 8 query rows in L1 (the
 // float32 quads and P·V, and the opt-in bf16 products, kv_bf16_dot.h) against the peaks of their
 // arithmetic (GqaTile). Times are CPU time, so that another process on the core does not count:
@@ -54,6 +55,11 @@ double bf16_peak() {
   static const double value = best_rate(peak::bf16_dot);
   return value;
 }
+// The AMX tdpbf16ps loop's (2^18 steps a round, about 5 ms), where AMX is usable.
+double amx_peak() {
+  static const double value = best_rate([](int threads, std::int64_t) { return peak::amx_bf16(threads, 1 << 18); });
+  return value;
+}
 
 struct Free {
   void operator()(float* p) const { std::free(p); }
@@ -78,15 +84,20 @@ void TileProduct(benchmark::State& state) {
               O = filled(n * d, 0.0f), alpha = filled(n, 1.0f);
   const auto product = kernel == 2 ? simd::forward_gemm : kernel == 1 ? simd::tile_gemm : simd::gemm;
   // bf16 operands (the bits of 1.0, any finite value times the same work): A rows n x max(n, d),
-  // B pairs max(n, d)/2 x max(n, d) x 2.
+  // B pairs max(n, d)/2 x max(n, d) x 2; 64-byte aligned as the forward's packed operands are (AMX
+  // tile loads of rows that straddle two lines, std::vector's alignment, took twice the time).
   const std::size_t w = std::max(n, d);
-  const std::vector<std::uint16_t> a16(n * w, 0x3f80), b16(w * w, 0x3f80);
+  const Array ab = filled(n * w / 2 + w * w / 2, 0.0f);
+  std::uint16_t* const a16 = reinterpret_cast<std::uint16_t*>(ab.get());
+  std::uint16_t* const b16 = a16 + n * w;
+  std::fill(a16, a16 + n * w + w * w, std::uint16_t{0x3f80});
   const bfdot::Path path = bfdot::path();
   peak();
+  const bfdot::TileScope tiles(path);  // AMX: configured once, as in the bf16 forward's work
   const double t0 = cpu_seconds();
   for (auto _ : state) {
-    if (kernel == 3 && pv) bfdot::gemm(path, n, d, n, a16.data(), n, b16.data(), d, O.get(), d, 2, alpha.get(), 1.0f);
-    else if (kernel == 3) bfdot::gemm(path, n, n, d, a16.data(), d, b16.data(), n, St.get(), n, 0, nullptr, 1.0f);
+    if (kernel == 3 && pv) bfdot::gemm(path, n, d, n, a16, n, b16, d, O.get(), d, 2, alpha.get(), 1.0f);
+    else if (kernel == 3) bfdot::gemm(path, n, n, d, a16, d, b16, n, St.get(), n, 0, nullptr, 1.0f);
     else if (pv && kernel == 2) simd::forward_pv(n, d, n, St.get(), 1, n, V.get(), d, O.get(), d, alpha.get());
     else if (pv) product(n, d, n, St.get(), 1, n, V.get(), d, O.get(), d, simd::kRescaleAccumulate, alpha.get());
     else product(n, n, d, K.get(), d, 1, Qt.get(), n, St.get(), n, simd::kOverwrite, nullptr);
@@ -94,6 +105,7 @@ void TileProduct(benchmark::State& state) {
   }
   const double rate = 2.0 * n * n * d * state.iterations() / (cpu_seconds() - t0);
   state.counters["of_fma_peak"] = rate / peak();
+  if (kernel == 3 && path == bfdot::Path::amx) state.counters["of_amx_peak"] = rate / amx_peak();
   state.SetLabel(std::string(pv ? "P.V" : "scores") +
                  (kernel == 3   ? std::string(" bf16 ") + bfdot::path_name(path)
                   : kernel == 2 ? " forward"

@@ -3,13 +3,16 @@
 //   fp32-peak   independent FMA chains per thread on the dispatched SIMD target (16; 12 on AVX2)
 //   bf16-peak   16 independent vdpbf16ps chains (AVX-512 BF16), else Highway's bf16 dot, which
 //               without such an instruction is two float32 FMAs: there the FMA peak
+//   amx-peak    tdpbf16ps into 4 independent accumulator tiles (AMX), only where the bf16 products
+//               run on AMX
 //   copy        a 256 MiB memcpy split across the threads (bytes read + written per second)
 //   copy-cache  the same over a quarter of the measured last-level cache, repeated: cache-resident
 //   read        256 MiB read split across the threads, two streams a thread side by side (bytes
 //               read per second): what decode does (K and V), so that the copy, which also writes,
 //               can be judged as its yardstick
 //   sgemm       OpenBLAS sgemm 2048^3, for comparison with a tuned GEMM library
-// Flop-bound rows are divided by the peak of their dtype, decode rows (bound by reading K and V)
+// Flop-bound rows are divided by the peak of the instructions their products run on (bf16 rows
+// by amx-peak where the bf16 products run on AMX, else by bf16-peak), decode rows (bound by reading K and V)
 // by the copy: the cache-resident copy when K and V fit in half the last-level cache, else the
 // DRAM copy, and the row says which. Every round runs every row once, each right after one run of its
 // limit, so a row and its limit see the same load, every other round in reverse order (a row's
@@ -357,7 +360,10 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
               "comparable with llama.cpp's; kv-gqa-flops: GQA decode (8 query heads a KV head, K/V in cache) against the FMA\n"
               "peak; kv-bf16-dot: the bf16 cache with compute = bf16 (GQA's products on bf16 operands, vdpbf16ps);\n"
-              "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n",
+              "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n"
+              "Flop-bound rows go against the peak of the instructions their products run on: f32 rows fp32-peak;\n"
+              "fwd-bf16 and bwd-bf16 amx-peak where their products run on AMX (the header's \"bf16 products amx\"),\n"
+              "else bf16-peak.\n",
               threads);
 }
 
@@ -395,6 +401,14 @@ void run(const Bench& opt) {
                                                         detail::peak::bf16_instruction(),
                            {[=] { detail::peak::bf16_dot(threads, steps / 2); }, 0});
   bf16_peak->timed.work = detail::peak::bf16_dot(1, 1) * threads * double(steps / 2);
+  // Where the bf16 products run on AMX, the bf16 attention rows go against the AMX loop (29x the
+  // vdpbf16ps loop on the Intel AMX test machine; 4 tdpbf16ps a step, 2^20 steps, about 20 ms there).
+  Limit* amx_peak = nullptr;
+  if (detail::bfdot::path() == detail::bfdot::Path::amx) {
+    amx_peak = limit("amx-peak", "GFLOP/s", "AMX tdpbf16ps, 4 independent accumulator tiles on each thread",
+                     {[=] { detail::peak::amx_bf16(threads, steps / 8); }, 0});
+    amx_peak->timed.work = detail::peak::amx_bf16(1, 1) * threads * double(steps / 8);
+  }
   std::vector<std::shared_ptr<void>> keep;  // tensors the limits' and rows' closures use
   auto hold = [&](Tensor t) {
     auto p = std::make_shared<Tensor>(std::move(t));
@@ -451,7 +465,7 @@ void run(const Bench& opt) {
     r.dtype = dtype == DType::bf16 ? "bf16" : "f32";
     r.threads = thr;
     r.unit = "GFLOP/s";
-    r.limit = dtype == DType::bf16 ? bf16_peak : fp32_peak;
+    r.limit = dtype != DType::bf16 ? fp32_peak : amx_peak ? amx_peak : bf16_peak;  // the peak of the products' path
     if (!backward_too) {
       r.timed = {[=] { forward(q->view(), k->view(), v->view(), {out->view(), lse->view()}, o); }, flops};
     } else {

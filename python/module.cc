@@ -8,6 +8,7 @@
 #include "attention_bindings.h"
 #include "convert_bindings.h"
 #include "kv_cache_bindings.h"
+#include "attention/bf16_kernels.h"
 #include "attention/peak_loops.h"
 #include "attnscale/version.h"
 
@@ -41,6 +42,11 @@ PYBIND11_MODULE(_attnscale, m) {
         "_fp32_peak_loop(threads, steps) -> float: run the fp32 FMA peak loop; returns the flops done.");
   m.def("_bf16_peak_loop", &attnscale::detail::peak::bf16_dot, py::call_guard<py::gil_scoped_release>(),
         "_bf16_peak_loop(threads, steps) -> float: run the bf16 dot peak loop; returns the flops done.");
+  m.def("_amx_peak_loop", &attnscale::detail::peak::amx_bf16, py::call_guard<py::gil_scoped_release>(),
+        "_amx_peak_loop(threads, steps) -> float: run the AMX tdpbf16ps peak loop; returns the flops done "
+        "(0, nothing run, where AMX is not usable).");
+  m.def("_bf16_path", [] { return std::string(attnscale::detail::bfdot::path_name(attnscale::detail::bfdot::path())); },
+        "_bf16_path() -> str: the path of the bf16 products now (amx, avx512-bf16, widened, portable).");
   m.attr("__version__") = attnscale::version();
   m.attr("bfloat16") = attnscale::python::bfloat16_dtype();
 }

@@ -284,6 +284,7 @@ void backward(const BackwardParams& p) {
   });
   PerThread<Scratch> scratch(threads);
   parallel_for(heads * groups, 1, threads, [&](std::int64_t t0, std::int64_t t1, int t) {
+    const TileScope tiles(bfdot::path());  // AMX: the tiles configured once for the chunk
     for (std::int64_t item = t0; item < t1; ++item) {
       const std::int64_t g = item % groups, head = item / groups;  // under a causal mask, early keys cost most
       key_blocks(p, qp, nqb, head / p.Hkv, head % p.Hkv, g * per, std::min(nkb, (g + 1) * per),

@@ -305,6 +305,7 @@ void forward(const Params& p) {
   PerThread<Scratch> scratch(threads);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     Scratch& s = scratch.get(t, p);
+    const TileScope tiles(path);  // AMX: the tiles configured once for the chunk
     for (std::int64_t item = i0; item < i1; ++item) {
       const WideBlock wb = wide_block(p, item, nqb, npairs);
       attend(p, kv, wb, path, s);

@@ -137,41 +137,175 @@ ATTNSCALE_BF16_TARGET void gemm_avx512(std::size_t M, std::size_t N, std::size_t
   }
 }
 
-// AMX: C tiles of 16 x 16 float32 (tile 0) accumulate tdpbf16ps of A tiles 16 rows x 32 bf16
-// (tile 1) and B tiles of 16 pair-rows x 16 columns (tile 2). Each C tile is stored to a scratch
-// tile and merged into C with the mode, so ragged M and N need no second configuration.
+// AMX: a block of C of up to 32 x 32 float32 accumulates in tiles 0-3 (2 x 2 tiles of 16 x 16:
+// tile 0 rows 0-15 columns 0-15, 1 rows 0-15 columns 16-31, 2 and 3 the rows 16-31), from A tiles 4
+// and 5 (16 rows x 32 bf16 each, the block's two row halves) and B tiles 6 and 7 (16 pair-rows x 16
+// columns each, its two column halves): each tile loaded serves two tdpbf16ps. Every tile is
+// configured 16 x 64 bytes, and the block's edge rows and columns past M and N are computed from the
+// operands' padding (bf16_kernels.h) and not written: a block's tiles are stored to a scratch and
+// merged into C by AVX-512 vectors with the mode (masked at a ragged edge), or loaded from and
+// stored to C in place (gemm_amx), so one configuration serves every shape.
+#define ATTNSCALE_AMX_TARGET __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16")))
+
 struct alignas(64) TileConfig {
   std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
   std::uint16_t colsb[16] = {};
   std::uint8_t rows[16] = {};
 };
 
-__attribute__((target("amx-tile,amx-bf16"))) void gemm_amx(std::size_t M, std::size_t N, std::size_t K,
-                                                          const std::uint16_t* A, std::size_t lda,
-                                                          const std::uint16_t* Bp, std::size_t ldb, float* C,
-                                                          std::size_t ldc, int mode, const float* row_scale,
-                                                          float out_scale) {
+ATTNSCALE_AMX_TARGET void configure_tiles() {
   TileConfig cfg;
-  for (int t = 0; t < 3; ++t) {
+  for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
   _tile_loadconfig(&cfg);
-  alignas(64) float out[16 * 16];
-  for (std::size_t m0 = 0; m0 < M; m0 += 16)
-    for (std::size_t n0 = 0; n0 < N; n0 += 16) {
-      _tile_zero(0);
-      for (std::size_t k0 = 0; k0 < K; k0 += 32) {
-        _tile_loadd(1, A + m0 * lda + k0, lda * 2);
-        _tile_loadd(2, Bp + ((k0 / 2) * ldb + n0) * 2, ldb * 4);
-        _tile_dpbf16ps(0, 1, 2);
-      }
-      _tile_stored(0, out, 64);
-      for (std::size_t i = 0; i < 16 && m0 + i < M; ++i)
-        for (std::size_t j = 0; j < 16 && n0 + j < N; ++j)
-          finish(C + (m0 + i) * ldc + n0 + j, out[i * 16 + j], mode, row_scale ? row_scale[m0 + i] : 1.0f, out_scale);
+}
+
+// C[i][0, cols) (i < rows) merged with out_scale · tile (16 x 16, rows 64 bytes apart) as finish()
+// merges one element: a multiply and an add rounded one after the other (-ffp-contract=off), the
+// same operations in a whole tile (unmasked, unrolled) as at a ragged edge. One instantiation per
+// mode and scaling: with the mode tested inside the row loop, the forward's 128 x 128 x 128 P·V
+// (mode 2) took 1.14-1.16x its time now (docs/performance.md, the Intel AMX machine).
+template <int kMode, bool kScaled>
+ATTNSCALE_AMX_TARGET inline __m512 merged(const float* tile_row, __m512 old, __m512 s, float rs) {
+  __m512 v = _mm512_load_ps(tile_row);
+  if (kScaled) v = _mm512_mul_ps(v, s);
+  if (kMode == 0) return v;
+  if (kMode == 2) old = _mm512_mul_ps(old, _mm512_set1_ps(rs));
+  return _mm512_add_ps(old, v);
+}
+
+template <int kMode, bool kScaled>
+ATTNSCALE_AMX_TARGET void merge_tile(const float* tile, std::size_t rows, std::size_t cols, float* C,
+                                     std::size_t ldc, const float* row_scale, float out_scale) {
+  const __m512 s = _mm512_set1_ps(out_scale);
+  if (rows == 16 && cols == 16) {
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < 16; ++i) {
+      const __m512 old = kMode == 0 ? _mm512_setzero_ps() : _mm512_loadu_ps(C + i * ldc);
+      _mm512_storeu_ps(C + i * ldc, merged<kMode, kScaled>(tile + 16 * i, old, s, kMode == 2 ? row_scale[i] : 0.0f));
     }
+    return;
+  }
+  const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  for (std::size_t i = 0; i < rows; ++i) {
+    const __m512 old = kMode == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, C + i * ldc);
+    _mm512_mask_storeu_ps(C + i * ldc, mask,
+                          merged<kMode, kScaled>(tile + 16 * i, old, s, kMode == 2 ? row_scale[i] : 0.0f));
+  }
+}
+
+ATTNSCALE_AMX_TARGET void merge_tile(const float* tile, std::size_t rows, std::size_t cols, float* C, std::size_t ldc,
+                                     int mode, const float* row_scale, float out_scale) {
+  const bool scaled = out_scale != 1.0f;  // a multiply by 1 changes nothing
+  if (mode == 0 && !scaled) merge_tile<0, false>(tile, rows, cols, C, ldc, row_scale, out_scale);
+  else if (mode == 0) merge_tile<0, true>(tile, rows, cols, C, ldc, row_scale, out_scale);
+  else if (mode == 1) merge_tile<1, true>(tile, rows, cols, C, ldc, row_scale, out_scale);
+  else if (!scaled) merge_tile<2, false>(tile, rows, cols, C, ldc, row_scale, out_scale);
+  else merge_tile<2, true>(tile, rows, cols, C, ldc, row_scale, out_scale);
+}
+
+// The tile configuration of this thread: whether it is loaded, and how many TileScopes are open.
+thread_local bool tiles_configured = false;
+thread_local int tile_scopes = 0;
+
+ATTNSCALE_AMX_TARGET void release_tiles() {
   _tile_release();
+  tiles_configured = false;
+}
+
+// C's tile at c (rows x cols of it, the rest zero) into a 16 x 16 scratch tile.
+ATTNSCALE_AMX_TARGET void load_tile(const float* c, std::size_t ldc, std::size_t rows, std::size_t cols, float* tile) {
+  const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  for (std::size_t i = 0; i < 16; ++i)
+    _mm512_store_ps(tile + 16 * i, i < rows ? _mm512_maskz_loadu_ps(mask, c + i * ldc) : _mm512_setzero_ps());
+}
+
+// Blocks of 32 x 32 in row-major order over C. Where C's new value is the tiles' sum as it stands
+// (mode 1 with out_scale 1: the accumulator starts from C; mode 0 with out_scale 1: from zero), the
+// tiles load and store C in place, through a scratch block only at a ragged edge; otherwise the
+// tiles start from zero and merge_tile() finishes each element with the mode.
+ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
+                                   std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
+                                   std::size_t ldc, int mode, const float* row_scale, float out_scale, Ahead ahead) {
+  if (!tiles_configured) {
+    configure_tiles();
+    tiles_configured = true;
+  }
+  const std::size_t lines = (ahead.bytes + 63) / 64, blocks = (N + 31) / 32 * ((M + 31) / 32);
+  std::size_t block = 0, fed = 0;
+  alignas(64) float out[4][16 * 16];
+  const std::size_t sa = lda * 2, sb = ldb * 4, sc = ldc * 4;  // row strides in bytes
+  const bool in_place = out_scale == 1.0f && (mode == 0 || mode == 1), from_c = in_place && mode == 1;
+  for (std::size_t m0 = 0; m0 < M; m0 += 32) {
+    const std::size_t rows = std::min<std::size_t>(32, M - m0);
+    const bool two_m = rows > 16;
+    const std::uint16_t* a = A + m0 * lda;
+    for (std::size_t n0 = 0; n0 < N; n0 += 32) {
+      const std::size_t cols = std::min<std::size_t>(32, N - n0);
+      const bool two_n = cols > 16, whole = rows == 32 && cols == 32;
+      const std::uint16_t* b = Bp + n0 * 2;
+      float* c = C + m0 * ldc + n0;
+      // Tile t covers rows r(t) and columns q(t) of the block, at c + off(t).
+      const std::size_t r0 = std::min<std::size_t>(16, rows), q0 = std::min<std::size_t>(16, cols);
+      const std::size_t r[4] = {r0, r0, rows - r0, rows - r0}, q[4] = {q0, cols - q0, q0, cols - q0};
+      const std::size_t off[4] = {0, 16, 16 * ldc, 16 * ldc + 16};
+      if (from_c && whole) {
+        _tile_loadd(0, c, sc);
+        _tile_loadd(1, c + 16, sc);
+        _tile_loadd(2, c + 16 * ldc, sc);
+        _tile_loadd(3, c + 16 * ldc + 16, sc);
+      } else if (from_c) {
+        for (int t = 0; t < 4; ++t)
+          if (r[t] && q[t]) load_tile(c + off[t], ldc, r[t], q[t], out[t]);
+        _tile_loadd(0, out[0], 64);
+        if (two_n) _tile_loadd(1, out[1], 64);
+        if (two_m) _tile_loadd(2, out[2], 64);
+        if (two_m && two_n) _tile_loadd(3, out[3], 64);
+      } else {
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+      }
+      for (std::size_t k0 = 0; k0 < K; k0 += 32) {
+        const std::uint16_t* bk = b + (k0 / 2) * ldb * 2;
+        _tile_loadd(4, a + k0, sa);
+        _tile_loadd(6, bk, sb);
+        _tile_dpbf16ps(0, 4, 6);
+        if (two_n) {
+          _tile_loadd(7, bk + 32, sb);
+          _tile_dpbf16ps(1, 4, 7);
+        }
+        if (two_m) {
+          _tile_loadd(5, a + 16 * lda + k0, sa);
+          _tile_dpbf16ps(2, 5, 6);
+          if (two_n) _tile_dpbf16ps(3, 5, 7);
+        }
+      }
+      if (lines) {  // lines [fed, lines·(block + 1) / blocks) after block `block`
+        const std::size_t to = lines * ++block / blocks;
+        for (; fed < to; ++fed) prefetch_line(static_cast<const char*>(ahead.p) + 64 * fed, CacheLevel::far);
+      }
+      if (in_place && whole) {
+        _tile_stored(0, c, sc);
+        _tile_stored(1, c + 16, sc);
+        _tile_stored(2, c + 16 * ldc, sc);
+        _tile_stored(3, c + 16 * ldc + 16, sc);
+        continue;
+      }
+      _tile_stored(0, out[0], 64);
+      if (two_n) _tile_stored(1, out[1], 64);
+      if (two_m) _tile_stored(2, out[2], 64);
+      if (two_m && two_n) _tile_stored(3, out[3], 64);
+      for (int t = 0; t < 4; ++t)  // in place: copied (mode 0, out_scale 1)
+        if (r[t] && q[t])
+          merge_tile(out[t], r[t], q[t], c + off[t], ldc, in_place ? 0 : mode,
+                     row_scale ? row_scale + m0 + (t >= 2 ? 16 : 0) : nullptr, out_scale);
+    }
+  }
+  if (tile_scopes == 0) release_tiles();
 }
 
 ATTNSCALE_BF16_TARGET void to_bf16_avx512(const float* src, std::size_t lds, std::size_t rows, std::size_t cols,
@@ -211,6 +345,17 @@ bool osxsave() {
 }
 #endif  // __x86_64__
 
+bool detect_avx512_bf16() {
+#if defined(__x86_64__)
+  unsigned a, b, c, d;
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 16)) || !(b & (1u << 30))) return false;  // F, BW
+  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return false;  // AVX512_BF16
+  return osxsave() && (xgetbv0() & 0xE6) == 0xE6;  // SSE, AVX and the three AVX-512 states
+#else
+  return false;
+#endif
+}
+
 bool detect_amx() {
 #if defined(__x86_64__)
   unsigned a, b, c, d;
@@ -219,19 +364,9 @@ bool detect_amx() {
   if (!tile || !bf16 || !osxsave()) return false;
   const std::uint64_t xcr0 = xgetbv0();
   if ((xcr0 & (3u << 17)) != (3u << 17)) return false;  // XTILECFG and XTILEDATA state enabled
+  if (!detect_avx512_bf16()) return false;  // the products' merge into C, the conversions
   constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
   return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-#else
-  return false;
-#endif
-}
-
-bool detect_avx512_bf16() {
-#if defined(__x86_64__)
-  unsigned a, b, c, d;
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 16)) || !(b & (1u << 30))) return false;  // F, BW
-  if (!__get_cpuid_count(7, 1, &a, &b, &c, &d) || !(a & (1u << 5))) return false;  // AVX512_BF16
-  return osxsave() && (xgetbv0() & 0xE6) == 0xE6;  // SSE, AVX and the three AVX-512 states
 #else
   return false;
 #endif
@@ -292,6 +427,18 @@ void force_path(const char* name) {
   else throw Error("ATTNSCALE_BF16: '" + n + "' is not a bf16 path this CPU supports (amx, avx512-bf16, widened, portable)");
 }
 
+TileScope::TileScope(Path path) : amx_(path == Path::amx) {
+#if defined(__x86_64__)
+  if (amx_) ++tile_scopes;
+#endif
+}
+
+TileScope::~TileScope() {
+#if defined(__x86_64__)
+  if (amx_ && --tile_scopes == 0 && tiles_configured) release_tiles();
+#endif
+}
+
 void round_bits(const float* src, std::size_t n, std::uint16_t* dst) {
   bf16_row(src, static_cast<std::int64_t>(n), dst);
 }
@@ -328,7 +475,7 @@ void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uin
           float out_scale, Ahead ahead) {
   if (M == 0 || N == 0) return;
 #if defined(__x86_64__)
-  if (path == Path::amx) return gemm_amx(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);
+  if (path == Path::amx) return gemm_amx(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale, ahead);
   if (path == Path::avx512_bf16) return gemm_avx512(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale, ahead);
 #endif
   if (path == Path::widened) return gemm_widened(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale);

@@ -35,15 +35,16 @@ using VF = hn::Vec<DF>;
 
 // Register blocking of the GEMM micro-kernel: MR rows of C by NR vectors of columns, all kept in
 // registers while the whole inner dimension streams through (AVX-512: 4 x 4 zmm = 16
-// accumulators + 4 B vectors of 32 registers; AVX2: 6 x 2 ymm = 12 + 2 of 16). 6 x 4 ran the
-// forward 2-4% faster on an Intel Xeon (2026-12-05) but 7-8% slower on Zen 5 (2026-12-04), which
-// shares this target (docs/performance-tried.md).
+// accumulators + 4 B vectors of 32 registers; AVX2: 6 x 2 ymm = 12 + 2 of 16). Where the caller
+// asks for wide tiles (Gemm's `wide`: Intel's cores, kernels.cc) AVX-512 takes 6 x 4 (24
+// accumulators + 4 + 1 broadcast): on an Intel Xeon the forward ran 2-4% faster and the backward
+// 5-7% (2026-12-05), on Zen 5, which shares this target, 7-8% slower (2026-12-04).
 #if HWY_TARGET == HWY_AVX2
-constexpr size_t kMR = 6, kNR = 2;
+constexpr size_t kMR = 6, kNR = 2, kWideMR = 6;
 #elif HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-constexpr size_t kMR = 4, kNR = 4;
+constexpr size_t kMR = 4, kNR = 4, kWideMR = 6;
 #else
-constexpr size_t kMR = 4, kNR = 2;
+constexpr size_t kMR = 4, kNR = 2, kWideMR = 4;
 #endif
 
 // An empty asm that takes the vector in a register and may change it: the compiler must keep it
@@ -157,19 +158,19 @@ HWY_INLINE void BlockedTile(DF d, size_t K, size_t kb, const float* A, size_t ar
 }
 
 // Rows [0, M) in blocks of MR (the remainder with a smaller instantiation) for one column block.
-template <size_t NR, bool kTail>
+template <size_t MR, size_t NR, bool kTail>
 HWY_INLINE void ColumnBlock(DF d, size_t M, size_t K, size_t kb, const float* A, size_t ars, size_t acs,
                             const float* B, size_t ldb, float* C, size_t ldc, int mode,
                             const float* row_scale, size_t tail) {
   size_t m = 0;
-  for (; m + kMR <= M; m += kMR)
-    BlockedTile<kMR, NR, kTail>(d, K, kb, A + m * ars, ars, acs, B, ldb, C + m * ldc, ldc, mode,
-                                row_scale ? row_scale + m : nullptr, tail);
+  for (; m + MR <= M; m += MR)
+    BlockedTile<MR, NR, kTail>(d, K, kb, A + m * ars, ars, acs, B, ldb, C + m * ldc, ldc, mode,
+                               row_scale ? row_scale + m : nullptr, tail);
   const size_t rest = M - m;
   const float* a = A + m * ars;
   float* c = C + m * ldc;
   const float* rs = row_scale ? row_scale + m : nullptr;
-  switch (rest) {  // kMR <= 6
+  switch (rest) {  // MR <= 6
     case 1: BlockedTile<1, NR, kTail>(d, K, kb, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
     case 2: BlockedTile<2, NR, kTail>(d, K, kb, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
     case 3: BlockedTile<3, NR, kTail>(d, K, kb, a, ars, acs, B, ldb, c, ldc, mode, rs, tail); break;
@@ -182,18 +183,20 @@ HWY_INLINE void ColumnBlock(DF d, size_t M, size_t K, size_t kb, const float* A,
 // C[M x N] (ldc) = init + A·B, A read element-wise through (ars, acs) so that transposed and
 // strided operands need no copy, B row-major with unit column stride (ldb). See MicroTile.
 // Each element's operations and their order depend only on K and the inner block kb (0 for
-// InnerBlock(K)), not on the loop order over tiles.
+// InnerBlock(K)), not on the loop order over tiles nor on `wide` (kWideMR rows a tile).
 void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, const float* B,
-          size_t ldb, float* C, size_t ldc, int mode, const float* row_scale, size_t kb) {
+          size_t ldb, float* C, size_t ldc, int mode, const float* row_scale, size_t kb, bool wide) {
   const DF d;
   const size_t L = hn::Lanes(d);
   if (kb == 0) kb = InnerBlock(K);
   size_t n = 0;
-  for (; n + kNR * L <= N; n += kNR * L)
-    ColumnBlock<kNR, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
+  for (; n + kNR * L <= N; n += kNR * L) {
+    if (wide) ColumnBlock<kWideMR, kNR, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
+    else ColumnBlock<kMR, kNR, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
+  }
   for (; n + L <= N; n += L)
-    ColumnBlock<1, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
-  if (n < N) ColumnBlock<1, true>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, N - n);
+    ColumnBlock<kMR, 1, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
+  if (n < N) ColumnBlock<kMR, 1, true>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, N - n);
 }
 
 // The forward's products (TileGemm): Gemm's result, bit for bit in modes 0 and 1 (see SumTile),
@@ -309,7 +312,7 @@ void TileGemmMode(size_t M, size_t N, size_t K, size_t kb, const float* A, size_
 
 void TileGemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, const float* B, size_t ldb,
               float* C, size_t ldc, int mode, const float* row_scale, size_t kb) {
-  if constexpr (!kTileSums) return Gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale, kb);
+  if constexpr (!kTileSums) return Gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale, kb, false);
   const size_t L = hn::Lanes(DF());
   if (kb == 0) kb = InnerBlock(K);
   // Every row tile of a column block reads the block's B panel (K x kSumNR·L); panels over

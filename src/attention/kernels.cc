@@ -103,12 +103,28 @@ const char* target_name() {
   return HWY_DYNAMIC_DISPATCH(TargetName)();
 }
 
+namespace {
+// Whether Gemm takes its wide tiles (kernels-inl.h, kWideMR): on Intel's cores, whose two 512-bit
+// FMA ports want more than 16 chains to stay busy (docs/performance.md, "The Intel AMX machine").
+bool wide_tiles() {
+  static const bool wide = [] {
+#if HWY_ARCH_X86
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
+#else
+    return false;
+#endif
+  }();
+  return wide;
+}
+}  // namespace
+
 void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
           const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale) {
   if (M == 0 || N == 0) return;
   if (N == 1 && ars == 1 && ldc == 1)  // one column, rows contiguous in A and C: same bits, lanes over rows
     return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, mode, row_scale);
-  HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale, 0);
+  HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale, 0, wide_tiles());
 }
 void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale) {
@@ -164,7 +180,8 @@ void forward_pv(std::size_t M, std::size_t N, std::size_t K, const float* A, std
   if (forward_uses_tile_gemm())
     HWY_DYNAMIC_DISPATCH(TileGemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, kRescaleAccumulate, row_scale, chain);
   else
-    HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, kRescaleAccumulate, row_scale, chain);
+    HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, kRescaleAccumulate, row_scale, chain,
+                               wide_tiles());
 }
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                     float* alpha) {

@@ -7,6 +7,9 @@
 // bf16: vdpbf16ps (AVX-512 BF16) where the CPU has it — the instruction the bf16 forward uses —
 // 4 flops per 32-bit lane (two bf16 products and their two additions); elsewhere Highway's
 // ReorderWidenMulAccumulate on the dispatched target, counted the same way.
+// amx: tdpbf16ps (AMX-BF16) where the bf16 products may use it (bfdot::amx_usable): each 16 x 16
+// float32 tile += a 16 x 32 bf16 tile times a 32 x 16 one, 8192 products and as many additions,
+// 16384 flops an instruction.
 #pragma once
 #include <cstdint>
 
@@ -16,6 +19,9 @@ namespace attnscale::detail::peak {
 // returns the number of floating-point operations done.
 double fp32_fma(int threads, std::int64_t steps);
 double bf16_dot(int threads, std::int64_t steps);
+// The AMX loop (4 tdpbf16ps a step); 0 flops, nothing run, where AMX is not usable.
+double amx_bf16(int threads, std::int64_t steps);
+bool amx_available();
 
 // What the bf16 loop runs: "vdpbf16ps" or "hwy:<target>".
 const char* bf16_instruction();

@@ -12,6 +12,7 @@
 
 #include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
+#include "attention/peak_loops.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
 #include "bf16_paths.h"
@@ -96,7 +97,7 @@ TEST(Bf16, EveryElementFinishedAlike) {
   const Tensor pool = random_tensor(DType::bf16, {96}, 43, 0, 1.0, testing::Draw::bulk);
   const auto* bits = reinterpret_cast<const std::uint16_t*>(pool.as<bf16>());
   const std::size_t M = 7, N = 70, K = 96, lda = K, ldb = 80, ldc = N;
-  std::vector<std::uint16_t> A(M * lda), B(K / 2 * ldb * 2);
+  std::vector<std::uint16_t> A(16 * lda), B(K / 2 * ldb * 2);  // round_up(M, 16) rows (bf16_kernels.h)
   for (std::size_t m = 0; m < M; ++m)
     for (std::size_t k = 0; k < K; ++k) A[m * lda + k] = bits[k];
   for (std::size_t kk = 0; kk < K / 2; ++kk)
@@ -114,6 +115,94 @@ TEST(Bf16, EveryElementFinishedAlike) {
           ASSERT_EQ(C[0], C[i]) << "mode " << mode << " scale " << out_scale << " row " << i / ldc << " column "
                                 << i % ldc;
       }
+  });
+}
+
+// Every path's GEMM against the float64 products of the same bf16 operands, in every mode, with
+// output scales of 1 and not: each element within (K + 2)·2^-23 of the sum of its terms' magnitudes
+// (float32 sums of exact products, in any order). Sizes cross the AMX kernel's 16 x 16 tiles and
+// 32 x 32 blocks (ragged M and N, N < 16, one row, K = 32) and the other paths' tiles, with strides
+// larger than the operands; A has round_up(M, 16) rows and B's columns run to ldb, as bf16_kernels.h
+// allows every path to read. Elements past N in a row and rows past M are never written.
+TEST(Bf16, GemmMatchesFloat64OnEveryPath) {
+  const Tensor pool = random_tensor(DType::bf16, {1 << 16}, 44, 0, 1.0, testing::Draw::bulk);
+  const Tensor scales = random_tensor(DType::f32, {256}, 45, 0, 1.0, testing::Draw::one);
+  const auto* bits = reinterpret_cast<const std::uint16_t*>(pool.as<bf16>());
+  const auto widen = [](std::uint16_t b) {
+    const std::uint32_t u = std::uint32_t(b) << 16;
+    float f;
+    std::memcpy(&f, &u, 4);
+    return double(f);
+  };
+  testing::for_each_bf16_path([&] {
+    for (std::size_t M : {1, 5, 16, 17, 31, 32, 33, 64, 100})
+      for (std::size_t N : {1, 7, 15, 16, 17, 32, 33, 48, 130})
+        for (std::size_t K : {32, 64, 160})
+          for (int mode : {0, 1, 2}) {
+            SCOPED_TRACE("M " + std::to_string(M) + " N " + std::to_string(N) + " K " + std::to_string(K) + " mode " +
+                         std::to_string(mode));
+            const std::size_t rows = (M + 15) / 16 * 16, lda = K + 32, ldb = (N + 15) / 16 * 16 + 16, ldc = N + 5;
+            std::vector<std::uint16_t> A(rows * lda), B(K / 2 * ldb * 2);
+            for (std::size_t i = 0; i < A.size(); ++i) A[i] = bits[(7 * i + M) % pool.numel()];
+            for (std::size_t i = 0; i < B.size(); ++i) B[i] = bits[(11 * i + N + K) % pool.numel()];
+            const std::size_t c_rows = (M + 31) / 32 * 32 + 1;
+            std::vector<float> C(c_rows * ldc);
+            for (std::size_t i = 0; i < C.size(); ++i) C[i] = scales.as<float>()[i % 256];
+            const std::vector<float> C0 = C;
+            const float out_scale = (M + N + K) % 2 ? 0.3062f : 1.0f;
+            const float* rs = mode == 2 ? scales.as<float>() + 7 : nullptr;
+            detail::bfdot::gemm(detail::bfdot::path(), M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, mode, rs,
+                                out_scale);
+            for (std::size_t m = 0; m < c_rows; ++m)
+              for (std::size_t n = 0; n < ldc; ++n) {
+                const std::size_t e = m * ldc + n;
+                if (m >= M || n >= N) {
+                  ASSERT_EQ(C[e], C0[e]) << "written at " << m << ", " << n;
+                  continue;
+                }
+                double sum = 0, mag = 0;
+                for (std::size_t k = 0; k < K; ++k) {
+                  const double t = widen(A[m * lda + k]) * widen(B[((k / 2) * ldb + n) * 2 + k % 2]);
+                  sum += t;
+                  mag += std::fabs(t);
+                }
+                const double init = mode == 0 ? 0.0 : mode == 1 ? C0[e] : double(rs[m]) * C0[e];
+                const double want = init + double(out_scale) * sum;
+                const double bound = (K + 2) * 0x1p-23 * (std::fabs(out_scale) * mag + std::fabs(init));
+                ASSERT_LE(std::fabs(C[e] - want), bound) << m << ", " << n << ": " << C[e] << " against " << want;
+              }
+          }
+  });
+}
+
+// A TileScope keeps the AMX tiles configured between products (and nests); the products give the
+// same bits inside one as outside, on every path, and after it closes.
+TEST(Bf16, GemmInsideTileScopeGivesTheSameBits) {
+  const Tensor pool = random_tensor(DType::bf16, {1 << 14}, 46, 0, 1.0, testing::Draw::bulk);
+  const auto* bits = reinterpret_cast<const std::uint16_t*>(pool.as<bf16>());
+  const std::size_t M = 40, N = 50, K = 96, lda = K, ldb = 64, ldc = N;
+  std::vector<std::uint16_t> A(48 * lda), B(K / 2 * ldb * 2);
+  for (std::size_t i = 0; i < A.size(); ++i) A[i] = bits[(3 * i) % pool.numel()];
+  for (std::size_t i = 0; i < B.size(); ++i) B[i] = bits[(5 * i + 1) % pool.numel()];
+  testing::for_each_bf16_path([&] {
+    const Path path = detail::bfdot::path();
+    const auto product = [&](int mode) {
+      std::vector<float> C(M * ldc, 0.5f), row_scale(M, 0.75f);
+      detail::bfdot::gemm(path, M, N, K, A.data(), lda, B.data(), ldb, C.data(), ldc, mode, row_scale.data(), 0.125f);
+      return C;
+    };
+    const std::vector<float> outside = product(2);
+    {
+      const detail::bfdot::TileScope scope(path);
+      EXPECT_EQ(product(2), outside);
+      {
+        const detail::bfdot::TileScope inner(path);
+        EXPECT_EQ(product(2), outside);
+      }
+      EXPECT_EQ(product(2), outside);
+      EXPECT_EQ(product(1), product(1));
+    }
+    EXPECT_EQ(product(2), outside);
   });
 }
 
@@ -155,6 +244,13 @@ TEST(Bf16, DetectionFollowsCpuid) {
                                         : detail::bfdot::avx512_bf16_usable() ? Path::avx512_bf16
                                                                               : Path::widened);
   EXPECT_THROW(detail::bfdot::force_path("tpu"), Error);
+}
+
+// The AMX peak loop runs where the bf16 products may use AMX (16384 flops a tdpbf16ps, 4 a step, on
+// each thread) and does nothing elsewhere.
+TEST(Bf16, AmxPeakLoopWhereAmxIsUsable) {
+  EXPECT_EQ(detail::peak::amx_available(), detail::bfdot::amx_usable());
+  EXPECT_EQ(detail::peak::amx_bf16(2, 10), detail::bfdot::amx_usable() ? 2 * 10 * 4 * 16384.0 : 0.0);
 }
 
 TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
