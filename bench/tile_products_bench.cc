@@ -6,8 +6,9 @@
 // vdpbf16ps or pairs widened to float32; bf16_kernels.h; on AMX also against the AMX tdpbf16ps
 // peak, of_amx_peak, inside a TileScope as the forward runs them); and the float32 forward's whole tile step
 // (TileStep); and GQA decode's tile kernels, one 64-key tile of a group of 8 query rows in L1 (the
-// float32 quads and P·V, and the opt-in bf16 products, kv_bf16_dot.h) against the peaks of their
-// arithmetic (GqaTile). Times are CPU time, so that another process on the core does not count:
+// float32 quads and P·V, and the opt-in bf16 products, kv_bf16_dot.h, by vdpbf16ps and, where
+// AMX is usable, on its tiles: AmxOperands, its copies of K and V included) against the peaks of
+// their arithmetic (GqaTile). Times are CPU time, so that another process on the core does not count:
 // build/bin/tile_products_bench.
 #include <benchmark/benchmark.h>
 
@@ -150,8 +151,9 @@ BENCHMARK(TileStep)->ArgsProduct({{64, 128}, {0, 1}, {0, 1}})->MinTime(0.3);
 void GqaTile(benchmark::State& state) {
   const int kernel = state.range(0);
   const std::size_t rows = 8, d = 128, n = kv::kTileKeys;
-  const bool bf16 = kernel >= 2;
+  const bool bf16 = kernel >= 2, amx = kernel >= 4;
   if (bf16 && !kv::bf16dot::available()) return state.SkipWithError("no AVX-512 BF16 on this CPU");
+  if (amx && !bfdot::amx_usable()) return state.SkipWithError("no AMX on this CPU");
   if (!bf16 && !kv::quads_available()) return state.SkipWithError("no quad scores on this target");
   const Array K = filled(n * d, 0.01f), V = filled(n * d, 0.1f), Q = filled(rows * d, 0.02f),
               packed = filled(kv::quads_size(rows, d), 0.0f), P = filled(rows * n, 0.5f), S = filled(rows * n, 0.0f),
@@ -165,22 +167,32 @@ void GqaTile(benchmark::State& state) {
   }
   kv::pack_quads(rows, d, Q.get(), d, packed.get());
   if (bf16) kv::bf16dot::pack(rows, d, Q.get(), d, qb.data());
-  const double limit = bf16 ? bf16_peak() : peak();
+  kv::bf16dot::AmxOperands tiles(amx ? rows : 0, d, d);
+  if (amx) tiles.pack(Q.get(), d);
+  const double limit = amx ? amx_peak() : bf16 ? bf16_peak() : peak();
+  const bfdot::TileScope configured(amx ? bfdot::Path::amx : bfdot::Path::portable);
   const double t0 = cpu_seconds();
   for (auto _ : state) {
     LineFeed none;
     if (kernel == 0) kv::scores_quads(n, rows, d, krow.data(), packed.get(), S.get(), n, none);
     else if (kernel == 1) kv::accumulate(kv::kF32, n, rows, d, vrow.data(), nullptr, P.get(), alpha.get(), O.get(), d, none);
     else if (kernel == 2) kv::bf16dot::scores(n, rows, d, krow.data(), qb.data(), S.get(), n, none);
-    else kv::bf16dot::accumulate(n, rows, d, vrow.data(), P.get(), alpha.get(), O.get(), d, none);
+    else if (kernel == 3) kv::bf16dot::accumulate(n, rows, d, vrow.data(), P.get(), alpha.get(), O.get(), d, none);
+    else if (kernel == 4) tiles.scores(n, krow.data(), S.get(), n, none);
+    else tiles.accumulate(n, rows, vrow.data(), P.get(), alpha.get(), O.get(), d, none);
     benchmark::ClobberMemory();
   }
   const double rate = 2.0 * rows * n * d * state.iterations() / (cpu_seconds() - t0);
-  state.counters[bf16 ? "of_bf16_peak" : "of_fma_peak"] = rate / limit;
+  state.counters[amx ? "of_amx_peak" : bf16 ? "of_bf16_peak" : "of_fma_peak"] = rate / limit;
   state.counters["ns_per_key"] = (cpu_seconds() - t0) / state.iterations() / n * 1e9;
-  state.SetLabel(kernel == 0 ? "f32 scores" : kernel == 1 ? "f32 P.V" : kernel == 2 ? "bf16 scores" : "bf16 P.V");
+  state.SetLabel(kernel == 0   ? "f32 scores"
+                 : kernel == 1 ? "f32 P.V"
+                 : kernel == 2 ? "bf16 scores"
+                 : kernel == 3 ? "bf16 P.V"
+                 : kernel == 4 ? "bf16 scores, AMX"
+                               : "bf16 P.V, AMX");
 }
-BENCHMARK(GqaTile)->DenseRange(0, 3)->MinTime(0.3);
+BENCHMARK(GqaTile)->DenseRange(0, 5)->MinTime(0.3);
 
 #if defined(__x86_64__)
 // What an operand load costs beside vdpbf16ps: steps of 16 independent vdpbf16ps (16 accumulators,

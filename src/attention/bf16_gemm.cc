@@ -159,7 +159,10 @@ ATTNSCALE_AMX_TARGET void configure_tiles() {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
-  _tile_loadconfig(&cfg);
+  // ldtilecfg by hand, its operand the whole configuration: GCC 12's _tile_loadconfig names only
+  // its first 8 bytes as read, and where it was inlined into a caller the stores of the rows and
+  // widths above were dropped as dead (the tiles then unconfigured: SIGILL at the first tile op).
+  asm volatile("ldtilecfg %0" : : "m"(cfg));
 }
 
 // C[i][0, cols) (i < rows) merged with out_scale · tile (16 x 16, rows 64 bytes apart) as finish()
@@ -210,6 +213,12 @@ ATTNSCALE_AMX_TARGET void merge_tile(const float* tile, std::size_t rows, std::s
 thread_local bool tiles_configured = false;
 thread_local int tile_scopes = 0;
 
+ATTNSCALE_AMX_TARGET void ensure_tiles() {
+  if (tiles_configured) return;
+  configure_tiles();
+  tiles_configured = true;
+}
+
 ATTNSCALE_AMX_TARGET void release_tiles() {
   _tile_release();
   tiles_configured = false;
@@ -229,10 +238,7 @@ ATTNSCALE_AMX_TARGET void load_tile(const float* c, std::size_t ldc, std::size_t
 ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
                                    std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
                                    std::size_t ldc, int mode, const float* row_scale, float out_scale, Ahead ahead) {
-  if (!tiles_configured) {
-    configure_tiles();
-    tiles_configured = true;
-  }
+  ensure_tiles();
   const std::size_t lines = (ahead.bytes + 63) / 64, blocks = (N + 31) / 32 * ((M + 31) / 32);
   std::size_t block = 0, fed = 0;
   alignas(64) float out[4][16 * 16];
@@ -429,7 +435,9 @@ void force_path(const char* name) {
 
 TileScope::TileScope(Path path) : amx_(path == Path::amx) {
 #if defined(__x86_64__)
-  if (amx_) ++tile_scopes;
+  if (!amx_) return;
+  ++tile_scopes;
+  ensure_tiles();
 #endif
 }
 

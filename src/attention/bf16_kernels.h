@@ -47,11 +47,12 @@ void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uin
 
 // The AMX tile configuration kept between the products of one thread's work: loading it costs
 // about 55 ns (ldtilecfg; the forward's 128 x 128 x 128 products take about 3.5 µs, 1.25 µs of it
-// tdpbf16ps), releasing it 4 ns. While a TileScope on the AMX path is open on a thread, gemm()
-// there configures the tiles at its first AMX call and leaves them so; closing the last scope
-// releases them, so no configuration outlives the work. Without a scope every AMX gemm() configures
-// and releases. Nothing else may configure or release tiles on the thread while a scope is open.
-// Other paths: no effect.
+// tdpbf16ps), releasing it 4 ns. Every tile is configured 16 rows of 64 bytes, for gemm() and for
+// cache decode's bf16 products alike (kv_bf16_dot.h). Opening a TileScope on the AMX path
+// configures the tiles on the thread (if no open scope has); they stay so while it is open, and
+// closing the last scope releases them, so no configuration outlives the work. Without a scope
+// every AMX gemm() configures and releases. Nothing else may configure or release tiles on the
+// thread while a scope is open. Other paths: no effect.
 class TileScope {
  public:
   explicit TileScope(Path path);

@@ -15,6 +15,12 @@
 namespace attnscale::detail::kv::bf16dot {
 
 bool available() { return bfdot::vdpbf16ps_path(bfdot::path()); }
+bool amx() { return bfdot::path() == bfdot::Path::amx; }
+
+AmxOperands::AmxOperands(std::size_t rows, std::size_t dk, std::size_t dv)
+    : rows_(rows), dk_(dk), dv_(dv), dkp_((dk + 31) / 32 * 32), ldq_((rows + 15) / 16 * 16),
+      qt_(dkp_ / 2 * ldq_ * 2 + 32), k_(kTileKeys * dkp_ + 32), st_(rows ? kTileKeys * 16 + 16 : 0),
+      p_(ldq_ * kTileKeys + 32), v_(kTileKeys * dv + 32) {}
 
 #if defined(__x86_64__)
 #define ATTNSCALE_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -239,6 +245,201 @@ ATTNSCALE_BF16_DOT void pack(std::size_t rows, std::size_t dk, const float* Q, s
   }
 }
 
+// The AMX form (AmxOperands): the operands copied and rounded here, the products by tdpbf16ps on
+// the tiles bfdot::TileScope configured (bf16_kernels.h): every tile 16 rows of 64 bytes, tiles 0-3 four accumulators,
+// tiles 4 and 5 the operand they share in a step (in turn) and tiles 6 and 7 the others.
+#define ATTNSCALE_AMX_DOT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
+
+ATTNSCALE_BF16_DOT void AmxOperands::pack(const float* Q, std::size_t ldq) {
+  std::fill(qt_.begin(), qt_.end(), std::uint16_t{0});
+  alignas(64) std::uint16_t row[16];
+  for (std::size_t r = 0; r < rows_; ++r)
+    for (std::size_t c = 0; c < dk_; c += 16) {
+      const std::size_t n = std::min<std::size_t>(16, dk_ - c);
+      const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(row), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, Q + r * ldq + c)));
+      for (std::size_t e = 0; e < n; ++e) Line(qt_)[((c + e) / 2 * ldq_ + r) * 2 + (c + e) % 2] = row[e];
+    }
+}
+
+// Up to four accumulator tiles (nt) against one shared operand in tile kS (4 or 5, in turn from
+// step to step: a tile's load waits for the products still reading it, the tiles are not
+// renamed), their own operands at a[t] + off (stride sa[t] bytes) in tiles 6, 7, 6, 7: tile t +=
+// a_t · tile kS (kSharedB: the shared tile is B, as in the scores, Sᵀ = K·Qᵀ) or tile kS · a_t (the
+// shared tile is A: P·V).
+// (One function per shared tile: the intrinsics take the tile's number as written.)
+#define ATTNSCALE_TILE_STEP(KS, T, AT)                   \
+  if (nt > T) {                                          \
+    feed.next();                                         \
+    _tile_loadd(AT, a[T] + off, sa[T]);                  \
+    if constexpr (kSharedB) _tile_dpbf16ps(T, AT, KS);   \
+    else _tile_dpbf16ps(T, KS, AT);                      \
+  }
+#define ATTNSCALE_TILE_STEPS(NAME, KS)                                                                         \
+  template <bool kSharedB>                                                                                     \
+  ATTNSCALE_AMX_DOT inline void NAME(std::size_t nt, const std::uint16_t* const* a, const std::size_t* sa,     \
+                                     std::size_t off, LineFeed& feed) {                                        \
+    ATTNSCALE_TILE_STEP(KS, 0, 6)                                                                              \
+    ATTNSCALE_TILE_STEP(KS, 1, 7)                                                                              \
+    ATTNSCALE_TILE_STEP(KS, 2, 6)                                                                              \
+    ATTNSCALE_TILE_STEP(KS, 3, 7)                                                                              \
+  }
+ATTNSCALE_TILE_STEPS(TileStep4, 4)
+ATTNSCALE_TILE_STEPS(TileStep5, 5)
+#undef ATTNSCALE_TILE_STEPS
+#undef ATTNSCALE_TILE_STEP
+
+ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* krow, float* S, std::size_t lds,
+                                           LineFeed& feed) {
+  // (The feed is used where it lies: copied into a local, kept in registers, the AMX products took
+  // 1.08x the time from DRAM, docs/performance.md.)
+  // Each block of 16 keys read where it lies when its rows are one stride apart and fill whole
+  // tile rows (dk % 32 == 0, 16 keys), else copied into k_ (zero past dk): the same values either way.
+  const std::size_t mt = (nk + 15) / 16, ks = dkp_ / 32, blocks = ldq_ / 16;
+  const std::uint16_t* a[4];
+  std::size_t sa[4], staged = 0;
+  for (std::size_t t = 0; t < mt; ++t) {
+    const char* r0 = static_cast<const char*>(krow[16 * t]);
+    bool direct = dk_ % 32 == 0 && nk - 16 * t >= 16;
+    const std::ptrdiff_t stride = direct ? static_cast<const char*>(krow[16 * t + 1]) - r0 : 0;
+    for (std::size_t i = 2; i < 16 && direct; ++i)
+      direct = static_cast<const char*>(krow[16 * t + i]) == r0 + static_cast<std::ptrdiff_t>(i) * stride;
+    if (direct && stride > 0) {
+      a[t] = reinterpret_cast<const std::uint16_t*>(r0), sa[t] = static_cast<std::size_t>(stride);
+    } else {
+      a[t] = nullptr, sa[t] = dkp_ * 2;
+      staged += std::min<std::size_t>(16, nk - 16 * t);
+    }
+  }
+  // The feed steps once per row copied, per product step and per 16 scores gathered: spread over
+  // the whole call (the products alone are a short part of it).
+  feed.pace(static_cast<std::int64_t>(staged + blocks * ks * mt + rows_ * mt));
+  for (std::size_t t = 0; t < mt; ++t) {
+    if (a[t]) continue;
+    for (std::size_t j = 16 * t; j < std::min(nk, 16 * t + 16); ++j) {
+      feed.next();
+      const auto* src = static_cast<const std::uint16_t*>(krow[j]);
+      std::uint16_t* dst = Line(k_) + j * dkp_;
+      for (std::size_t c = 0; c < dk_; c += 32) {
+        const std::size_t n = std::min<std::size_t>(32, dk_ - c);
+        const __mmask32 m = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
+        _mm512_storeu_si512(dst + c, _mm512_maskz_loadu_epi16(m, src + c));
+      }
+    }
+    a[t] = Line(k_) + 16 * t * dkp_;
+  }
+  const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                         _mm512_set1_epi32(16));
+  for (std::size_t b = 0; b < blocks; ++b) {  // query rows 16b .. 16b + 15
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (std::size_t k = 0; k < ks; ++k) {
+      const std::uint16_t* q = Line(qt_) + (16 * k * ldq_ + 16 * b) * 2;
+      if (k % 2 == 0) {
+        _tile_loadd(4, q, ldq_ * 4);
+        TileStep4<true>(mt, a, sa, 32 * k, feed);
+      } else {
+        _tile_loadd(5, q, ldq_ * 4);
+        TileStep5<true>(mt, a, sa, 32 * k, feed);
+      }
+    }
+    // Sᵀ's tiles (keys x 16 rows), then each row's keys gathered 16 at a time.
+    _tile_stored(0, Line(st_), 64);
+    if (mt > 1) _tile_stored(1, Line(st_) + 256, 64);
+    if (mt > 2) _tile_stored(2, Line(st_) + 512, 64);
+    if (mt > 3) _tile_stored(3, Line(st_) + 768, 64);
+    for (std::size_t r = 16 * b; r < std::min(rows_, 16 * b + 16); ++r)
+      for (std::size_t j = 0; j < nk; j += 16) {
+        feed.next();
+        const __mmask16 m = nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
+        _mm512_mask_storeu_ps(S + r * lds + j, m,
+                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, Line(st_) + j * 16 + r % 16, 4));
+      }
+  }
+}
+
+ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows, const void* const* vrow,
+                                               const float* P, const float* alpha, float* O, std::size_t ldo,
+                                               LineFeed& feed) {
+  const std::size_t kp = (nk + 31) / 32 * 32, pairs = (nk + 1) / 2;
+  const std::size_t blocks = (rows + 15) / 16, passes = (dv_ + 63) / 64;
+  // The feed steps once per 16 P rounded, per key pair repacked, per product step and per row
+  // merged: spread over the whole call.
+  feed.pace(static_cast<std::int64_t>(pairs + blocks * passes * (kp / 32) * 4 + rows * (kp / 16 + passes)));
+  // P's rows rounded to bf16, zero from key nk to kp.
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t j = 0; j < kp; j += 16) {
+      feed.next();
+      const __mmask16 m = j >= nk ? 0 : nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(Line(p_) + r * kTileKeys + j),
+                          (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, P + r * kTileKeys + j)));
+    }
+  // V's rows in key pairs: an odd tile's last key with zeros, zero pairs up to kp (a stale pair
+  // there could hold an Inf, and 0·Inf is NaN).
+  for (std::size_t p = 0; p < pairs; ++p) {
+    feed.next();
+    const auto* v0 = static_cast<const std::uint16_t*>(vrow[2 * p]);
+    const auto* v1 = 2 * p + 1 < nk ? static_cast<const std::uint16_t*>(vrow[2 * p + 1]) : nullptr;
+    std::uint16_t* dst = Line(v_) + p * dv_ * 2;
+    for (std::size_t c = 0; c < dv_; c += 32) {
+      const __m512i x0 = _mm512_loadu_si512(v0 + c), x1 = v1 ? _mm512_loadu_si512(v1 + c) : _mm512_setzero_si512();
+      _mm512_storeu_si512(dst + 2 * c, _mm512_unpacklo_epi16(x0, x1));
+      _mm512_storeu_si512(dst + 2 * c + 32, _mm512_unpackhi_epi16(x0, x1));
+    }
+  }
+  std::fill(Line(v_) + pairs * dv_ * 2, Line(v_) + kp / 2 * dv_ * 2, std::uint16_t{0});
+  alignas(64) float acc[4][256];
+  for (std::size_t b = 0; b < blocks; ++b) {  // rows 16b .. 16b + 15
+    const std::size_t nr = std::min<std::size_t>(16, rows - 16 * b);
+    for (std::size_t c0 = 0; c0 < dv_; c0 += 64) {  // columns c0 .. c0 + 63: up to four tiles of 16
+      const std::size_t nt = std::min<std::size_t>(4, (dv_ - c0) / 16);
+      const std::uint16_t* a[4];
+      std::size_t sa[4];
+      for (std::size_t t = 0; t < 4; ++t) a[t] = Line(v_) + (c0 + 16 * t) * 2, sa[t] = dv_ * 4;
+      _tile_zero(0);
+      _tile_zero(1);
+      _tile_zero(2);
+      _tile_zero(3);
+      for (std::size_t k = 0; k < kp / 32; ++k) {
+        const std::uint16_t* pk = Line(p_) + 16 * b * kTileKeys + 32 * k;
+        if (k % 2 == 0) {
+          _tile_loadd(4, pk, kTileKeys * 2);
+          TileStep4<false>(nt, a, sa, 16 * k * dv_ * 2, feed);
+        } else {
+          _tile_loadd(5, pk, kTileKeys * 2);
+          TileStep5<false>(nt, a, sa, 16 * k * dv_ * 2, feed);
+        }
+      }
+      _tile_stored(0, acc[0], 64);
+      _tile_stored(1, acc[1], 64);
+      if (nt > 2) {
+        _tile_stored(2, acc[2], 64);
+        _tile_stored(3, acc[3], 64);
+      }
+      for (std::size_t r = 0; r < nr; ++r) {
+        feed.next();
+        const __m512 s = _mm512_set1_ps(alpha[16 * b + r]);
+        float* o = O + (16 * b + r) * ldo + c0;
+        for (std::size_t t = 0; t < nt; ++t)
+          _mm512_storeu_ps(o + 16 * t, _mm512_fmadd_ps(s, _mm512_loadu_ps(o + 16 * t), _mm512_load_ps(acc[t] + 16 * r)));
+      }
+    }
+  }
+}
+
+ATTNSCALE_BF16_DOT void AmxOperands::unpermute(std::size_t rows, float* O, std::size_t ldo) const {
+  const __m512i place0 = _mm512_load_si512(kPlace[0]), place1 = _mm512_load_si512(kPlace[1]);
+  for (std::size_t r = 0; r < rows; ++r)
+    for (std::size_t c = 0; c < dv_; c += 32) {
+      float* o = O + r * ldo + c;
+      const __m512 lo = _mm512_loadu_ps(o), hi = _mm512_loadu_ps(o + 16);
+      _mm512_storeu_ps(o, _mm512_permutex2var_ps(lo, place0, hi));
+      _mm512_storeu_ps(o + 16, _mm512_permutex2var_ps(lo, place1, hi));
+    }
+}
+
 void scores(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const std::uint16_t* packed,
             float* S, std::size_t lds, LineFeed& feed) {
   ScoresAvx512(nk, rows, dk, krow, packed, S, lds, feed);
@@ -251,6 +452,11 @@ void accumulate(std::size_t nk, std::size_t rows, std::size_t dv, const void* co
 #else  // not x86-64: available() is false there, and these are never called
 
 void pack(std::size_t, std::size_t, const float*, std::size_t, std::uint16_t*) {}
+void AmxOperands::pack(const float*, std::size_t) {}
+void AmxOperands::scores(std::size_t, const void* const*, float*, std::size_t, LineFeed&) {}
+void AmxOperands::accumulate(std::size_t, std::size_t, const void* const*, const float*, const float*, float*,
+                             std::size_t, LineFeed&) {}
+void AmxOperands::unpermute(std::size_t, float*, std::size_t) const {}
 
 void scores(std::size_t, std::size_t, std::size_t, const void* const*, const std::uint16_t*, float*, std::size_t,
             LineFeed&) {}

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "attention/alibi.h"
+#include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
 #include "attention/lse_merge.h"
 #include "attention/params.h"
@@ -296,6 +297,7 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
 struct Scratch {
   std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: K rows widened to float32 (a call's worth)
   std::vector<std::uint16_t> qb;                    // the rows packed for the bf16 scores (bf16_products)
+  kv::bf16dot::AmxOperands amx;                     // the bf16 products' operands on AMX (bf16_products)
   std::vector<const void*> krow, vrow, kfrow;
   std::vector<const float*> ksc, vsc;
   // Whether GQA's scores take K rows widened into kf (Chunk): int8 rows, and bf16 and float16 rows
@@ -307,6 +309,7 @@ struct Scratch {
   explicit Scratch(const Layout& L)
       : q(L.rows() * L.dk), qp(kv::quads_size(L.rows(), L.dk)), s(L.rows() * kTile), o(L.rows() * L.dv),
         m(L.rows()), l(L.rows()), alpha(L.rows()), kf(widens(L) ? kTile * L.dk : 0), qb(qb_size(L)),
+        amx(L.bf16_products ? kv::bf16dot::AmxOperands(L.rows(), L.dk, L.dv) : kv::bf16dot::AmxOperands()),
         krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
@@ -326,7 +329,8 @@ struct Scratch {
     return m.size() == static_cast<std::size_t>(L.rows()) && q.size() == static_cast<std::size_t>(L.rows() * L.dk) &&
            qp.size() == kv::quads_size(L.rows(), L.dk) &&
            o.size() == static_cast<std::size_t>(L.rows() * L.dv) &&
-           kf.size() == static_cast<std::size_t>(widens(L) ? kTile * L.dk : 0) && qb.size() == qb_size(L);
+           kf.size() == static_cast<std::size_t>(widens(L) ? kTile * L.dk : 0) && qb.size() == qb_size(L) &&
+           (L.bf16_products ? amx.fits(L.rows(), L.dk, L.dv) : amx.fits(0, 0, 0));
   }
 
   Scratch(const Scratch&) = delete;  // kfrow points into kf
@@ -354,8 +358,12 @@ class Chunk {
     // costs about what the widening did once the rows come from DRAM; docs/performance.md).
     in_place_ = quads_ && L.type != kv::kF32 && !Scratch::widens(L);
     // compute = bf16 over a bf16 cache: scores and P·V by vdpbf16ps (kv_bf16_dot.h) on the rows in
-    // place, where the CPU has it and the rows split into its steps (8 columns of K, 32 of V).
+    // place, where the CPU has it and the rows split into its steps (8 columns of K, 32 of V); on
+    // AMX tiles where the bf16 product path is AMX (below).
     dot_ = in_place_ && L.bf16_products && L.dk % 8 == 0 && L.dv % 32 == 0 && kv::bf16dot::available();
+    // Where the bf16 products' path is AMX, on its tiles (kv::bf16dot::AmxOperands; decode() holds
+    // a bfdot::TileScope on each thread), O's columns permuted until finish().
+    amx_ = dot_ && kv::bf16dot::amx();
     // Float32 rows of more than 64 values: the hardware prefetcher keeps up with K rows read in
     // order by one query row, and a software prefetch of them slowed the one-row stream by 10-15%
     // (docs/performance.md). GQA's rows of the next tile (quad scores) are fed, a line or two
@@ -385,7 +393,8 @@ class Chunk {
                          (kh * group_ + r / L_.Nq) * q.strides[1] + r % L_.Nq * q.strides[2];
       for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[3]] * f;
     }
-    if (dot_) kv::bf16dot::pack(g_, L_.dk, s_.q.data(), L_.dk, s_.qb.data());
+    if (amx_) s_.amx.pack(s_.q.data(), L_.dk);
+    else if (dot_) kv::bf16dot::pack(g_, L_.dk, s_.q.data(), L_.dk, s_.qb.data());
     else if (quads_) kv::pack_quads(g_, L_.dk, s_.q.data(), L_.dk, s_.qp.data(), in_place_ && L_.type == kv::kBF16);
     std::fill(s_.m.begin(), s_.m.end(), -std::numeric_limits<float>::infinity());
     std::fill(s_.l.begin(), s_.l.end(), 0.0f);
@@ -402,6 +411,10 @@ class Chunk {
     }
   }
   bool done() const { return i_ >= tiles_; }
+  // The chunk's o in place once done (the AMX products leave its columns permuted).
+  void finish() {
+    if (amx_) s_.amx.unpermute(static_cast<std::size_t>(g_), s_.o.data(), static_cast<std::size_t>(L_.dv));
+  }
 
   // The K and V row pointers of the tile this chunk's next step() computes, and its keys (0 when
   // done); GQA's tiles (a ring of pointer sets) only.
@@ -488,7 +501,8 @@ class Chunk {
           rows = s.kfrow.data();
         }
         LineFeed feed = v_first ? LineFeed(s.vrow.data() + x + a, n, vbytes_) : LineFeed(f.k + a, ahead, fk);
-        if (dot_) kv::bf16dot::scores(n, g, L_.dk, rows, s.qb.data(), s.s.data() + a, kTile, feed);
+        if (amx_) s.amx.scores(n, rows, s.s.data() + a, kTile, feed);
+        else if (dot_) kv::bf16dot::scores(n, g, L_.dk, rows, s.qb.data(), s.s.data() + a, kTile, feed);
         else kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed, form);
         feed.rest();
       } else {
@@ -517,7 +531,9 @@ class Chunk {
     Scratch& s = s_;
     const void* const* v = s.vrow.data() + x + x0;
     const float* p = s.s.data() + r0 * kTile + x0;
-    if (dot_)  // P rounded to bf16 there; l summed it in float32 (softmax_update_rows)
+    if (amx_)  // the same on AMX tiles, O's columns permuted
+      s.amx.accumulate(nk, rows, v, p, s.alpha.data() + r0, s.o.data() + r0 * L_.dv, L_.dv, feed);
+    else if (dot_)  // P rounded to bf16 there; l summed it in float32 (softmax_update_rows)
       kv::bf16dot::accumulate(nk, rows, L_.dv, v, p, s.alpha.data() + r0, s.o.data() + r0 * L_.dv, L_.dv, feed);
     else
       kv::accumulate(L_.type, nk, rows, L_.dv, v, int8_ ? s.vsc.data() + x + x0 : nullptr, p, s.alpha.data() + r0,
@@ -697,7 +713,7 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, in_place_ = false, dot_ = false, prefetch_k_ = true;
+  bool quads_ = false, in_place_ = false, dot_ = false, amx_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row_strided prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).
@@ -793,7 +809,10 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   PerThread<HeadScratch> scratch(threads);
   static std::atomic<std::uint64_t> calls{0};
   const std::uint64_t call = ++calls;
+  // The bf16 products on AMX: the tiles configured once on each thread for all its units.
+  const bool tiles = L.bf16_products && kv::bf16dot::amx();
   parallel_for(units, 1, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
+    const bfdot::TileScope configured(tiles ? bfdot::Path::amx : bfdot::Path::portable);
     HeadScratch& hs = scratch.get(t, L, lockstep);
     hs.bind(L, call);
     for (std::int64_t u = u0; u < u1; ++u) {
@@ -817,6 +836,7 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
             hs.chunk[x].step(&hs.chunk[0], x, lockstep);
       }
       for (std::int64_t x = 0; x < lockstep; ++x) {
+        hs.chunk[x].finish();
         const Scratch& s = hs.scratch[x];
         const std::int64_t item = (h0 + x) * chunks + c;
         std::copy(s.o.begin(), s.o.end(), po + item * g * L.dv);

@@ -120,23 +120,13 @@ __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16"))) float bf16_dot_a
 // tdpbf16ps into 4 independent accumulator tiles (0-3) from 2 A tiles (4, 5) and 2 B tiles (6, 7)
 // loaded once before the loop, so the loop touches no memory: each A and B tile serves two
 // products, as in the AMX kernel's 2 x 2 blocks (bf16_gemm.cc). The operands are the bits of about
-// 1e-3: the sums stay finite. The tiles are configured and released here, on the thread that runs it.
-struct alignas(64) TileConfig {
-  std::uint8_t palette = 1, start_row = 0, reserved[14] = {};
-  std::uint16_t colsb[16] = {};
-  std::uint8_t rows[16] = {};
-};
-
+// 1e-3: the sums stay finite. The tiles are configured (bfdot::TileScope, every tile 16 rows of 64
+// bytes) and released here, on the thread that runs it.
 __attribute__((target("amx-tile,amx-bf16"))) float amx_loop(std::int64_t steps) {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
+  const bfdot::TileScope tiles(bfdot::Path::amx);
   alignas(64) std::uint16_t operand[16 * 32];
   for (std::uint16_t& x : operand) x = 0x3a83;
   alignas(64) float out[16 * 16];
-  _tile_loadconfig(&cfg);
   _tile_loadd(4, operand, 64);
   _tile_loadd(5, operand, 64);
   _tile_loadd(6, operand, 64);
@@ -152,7 +142,6 @@ __attribute__((target("amx-tile,amx-bf16"))) float amx_loop(std::int64_t steps) 
     _tile_dpbf16ps(3, 5, 7);
   }
   _tile_stored(3, out, 64);
-  _tile_release();
   return out[0];
 }
 #endif

@@ -23,6 +23,7 @@
 #include "attention/kv_kernels.h"
 #include "attnscale/error.h"
 #include "attnscale/kv_cache.h"
+#include "bf16_paths.h"
 #include "random_tensors.h"
 
 namespace attnscale {
@@ -537,6 +538,34 @@ TEST(KVCache, Bfloat16ProductsMatchReferenceInEveryLayoutOnEveryTarget) {
   });
 }
 
+// compute = bf16 on each bf16 product path this CPU runs, forced in turn (AMX tiles, vdpbf16ps;
+// portable and widened take native's bits), on awkward sizes: tiles of 1, 17, 63 and 65 keys and
+// a thousand and more, groups of 2 to 8 and 16 rows, dk and dv 32 to 256 (dk 40 and 96 not
+// multiples of 32: the AMX scores pad them), blocks of 16 and of 5 and 7 keys, left padding,
+// several new tokens; in every layout and thread count bit for bit, within the bf16 rule.
+TEST(KVCache, Bfloat16ProductsMatchReferenceOnEveryProductPath) {
+  static const std::vector<Case> shapes = {
+      {2, 1, 32, 32, 16, -1, {1, 17, 63, 65}},       // group 2: one tile of each length
+      {3, 1, 64, 64, 7, -1, {1031, 2, 64}},          // group 3, blocks of 7
+      {4, 1, 128, 128, 16, -1, {1000, 1, 129}},      // group 4, d = 128
+      {5, 1, 256, 256, 5, -1, {65, 300}},            // group 5, d = 256, blocks of 5
+      {12, 2, 96, 64, 7, 100, {1030, 63}},           // group 6, dk = 96, a window
+      {7, 1, 40, 32, 16, -1, {17, 1025}},            // group 7, dk = 40
+      {16, 2, 128, 256, 16, -1, {1031, 17}},         // group 8, dv = 256
+      {16, 1, 64, 128, 16, -1, {1001, 65}},          // group 16
+      {32, 2, 256, 32, 7, -1, {300, 1}},             // group 16, dk = 256, dv = 32
+  };
+  testing::for_each_bf16_path([] {
+    std::uint64_t seed = 1650;
+    for (const Case& cs : shapes) {
+      check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
+      check_case(Kind::bf16, cs, ++seed, {}, third_padded(cs), Queries{3, true}, Compute::bf16);
+      ++seed;
+      check_case(Kind::bf16, cs, seed, capped_alibi(cs, seed), {}, Queries{2, false, 1}, Compute::bf16);
+    }
+  });
+}
+
 // Calls whose shapes differ but whose scratch sizes match in part (16 query rows a KV head of
 // dk = dv = 64 and 8 rows of 128 fill the same q, o and packed Q) alternate, on two threads: each
 // gives the bits of its first call and the reference's accuracy. The scratch kept between calls
@@ -571,7 +600,7 @@ TEST(KVCache, CallsOfOtherShapesDoNotShareScratch) {
 // in K and Inf in V (int8: an infinite scale). The rows that do not see it give what the same
 // cache gives with finite values there (native: the same bits; compute = bf16 within 1e-3), the
 // rows that see it are not finite; every type, layout and target.
-TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThem) {
+void check_hidden_values(const std::vector<Compute>& computes) {
   static const std::vector<Case> shapes = {
       {8, 2, 64, 64, 16, -1, {1030, 70}},  // causal, 3 tokens: key len-1 row 2 alone, len-2 rows 1-2
       {6, 2, 96, 64, 7, 10, {1025, 40}},   // window of 10, 4 tokens: key len-14 row 0 alone
@@ -585,11 +614,11 @@ TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThem) {
   };
   const Poisoned cases[] = {{0, {3, true}, {1, 2}}, {1, {4, true}, {14, 0}}, {2, {3, false, 1}, {1, 0}},
                             {3, {2, true}, {1, 0}}};
-  for_each_target([&] {
+  {
     std::uint64_t seed = 1800;
     for (const Poisoned& pc : cases)
       for (const Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8})
-        for (const Compute compute : {Compute::native, Compute::bf16}) {
+        for (const Compute compute : computes) {
           const Case& cs = shapes[pc.shape];
           if (kind == Kind::i8 && (cs.dk % 32 || cs.dv % 32)) continue;
           const std::int64_t B = static_cast<std::int64_t>(cs.lens.size()), Nq = pc.qs.Nq;
@@ -657,7 +686,15 @@ TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThem) {
                 }
           }
         }
-  });
+  }
+}
+
+TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThem) {
+  for_each_target([] { check_hidden_values({Compute::native, Compute::bf16}); });
+}
+// The same with compute = bf16 on each bf16 product path (AMX tiles, vdpbf16ps).
+TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThemOnEveryProductPath) {
+  testing::for_each_bf16_path([] { check_hidden_values({Compute::bf16}); });
 }
 
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
