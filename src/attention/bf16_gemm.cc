@@ -23,12 +23,7 @@
 namespace attnscale::detail::bfdot {
 namespace {
 
-float widen(std::uint16_t x) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(x) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float widen(std::uint16_t x) { return from_bf16(bf16{x}); }  // exact (tensor.h)
 
 void finish(float* c, float acc, int mode, float rs, float out_scale) {
   acc *= out_scale;
