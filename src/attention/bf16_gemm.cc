@@ -23,12 +23,7 @@
 namespace attnscale::detail::bfdot {
 namespace {
 
-float widen(std::uint16_t x) {
-  const std::uint32_t bits = static_cast<std::uint32_t>(x) << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
+float widen(std::uint16_t x) { return from_bf16(bf16{x}); }  // exact (tensor.h)
 
 void finish(float* c, float acc, int mode, float rs, float out_scale) {
   acc *= out_scale;
@@ -112,25 +107,37 @@ ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, st
     }
 }
 
+// Ahead's lines asked for over a product's `steps` steps (its tiles or blocks): step i (from 0)
+// asks for lines [lines·i / steps, lines·(i + 1) / steps).
+class AheadFeed {
+ public:
+  AheadFeed(Ahead ahead, std::size_t steps)
+      : p_(static_cast<const char*>(ahead.p)), lines_((ahead.bytes + 63) / 64), steps_(steps) {}
+  void step() {
+    if (lines_ == 0) return;
+    const std::size_t to = lines_ * ++step_ / steps_;
+    for (; fed_ < to; ++fed_) prefetch_line(p_ + 64 * fed_, CacheLevel::far);
+  }
+
+ private:
+  const char* p_;
+  std::size_t lines_, steps_, step_ = 0, fed_ = 0;
+};
+
 ATTNSCALE_BF16_TARGET void gemm_avx512(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
                                        std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
                                        std::size_t ldc, int mode, const float* row_scale, float out_scale,
                                        Ahead ahead) {
-  const std::size_t lines = (ahead.bytes + 63) / 64, tiles = (N + 63) / 64 * ((M + 3) / 4);
-  std::size_t tile = 0, fed = 0;
-  const auto feed = [&] {  // lines [fed, lines·(tile + 1) / tiles) before tile `tile`
-    const std::size_t to = lines * ++tile / tiles;
-    for (; fed < to; ++fed) prefetch_line(static_cast<const char*>(ahead.p) + 64 * fed, CacheLevel::far);
-  };
+  AheadFeed feed(ahead, (N + 63) / 64 * ((M + 3) / 4));  // a step before each tile
   for (std::size_t n0 = 0; n0 < N; n0 += 64) {
     const std::size_t cols = std::min<std::size_t>(64, N - n0);
     std::size_t m = 0;
     for (; m + 4 <= M; m += 4) {
-      if (lines) feed();
+      feed.step();
       tile_avx512<4>(K, A + m * lda, lda, Bp + n0 * 2, ldb, C + m * ldc + n0, ldc, cols, mode,
                      row_scale ? row_scale + m : nullptr, out_scale);
     }
-    if (m < M && lines) feed();
+    if (m < M) feed.step();
     for (; m < M; ++m)
       tile_avx512<1>(K, A + m * lda, lda, Bp + n0 * 2, ldb, C + m * ldc + n0, ldc, cols, mode,
                      row_scale ? row_scale + m : nullptr, out_scale);
@@ -239,8 +246,7 @@ ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, 
                                    std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
                                    std::size_t ldc, int mode, const float* row_scale, float out_scale, Ahead ahead) {
   ensure_tiles();
-  const std::size_t lines = (ahead.bytes + 63) / 64, blocks = (N + 31) / 32 * ((M + 31) / 32);
-  std::size_t block = 0, fed = 0;
+  AheadFeed feed(ahead, (N + 31) / 32 * ((M + 31) / 32));  // a step after each block
   alignas(64) float out[4][16 * 16];
   const std::size_t sa = lda * 2, sb = ldb * 4, sc = ldc * 4;  // row strides in bytes
   const bool in_place = out_scale == 1.0f && (mode == 0 || mode == 1), from_c = in_place && mode == 1;
@@ -290,10 +296,7 @@ ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, 
           if (two_n) _tile_dpbf16ps(3, 5, 7);
         }
       }
-      if (lines) {  // lines [fed, lines·(block + 1) / blocks) after block `block`
-        const std::size_t to = lines * ++block / blocks;
-        for (; fed < to; ++fed) prefetch_line(static_cast<const char*>(ahead.p) + 64 * fed, CacheLevel::far);
-      }
+      feed.step();
       if (in_place && whole) {
         _tile_stored(0, c, sc);
         _tile_stored(1, c + 16, sc);

@@ -104,19 +104,31 @@ const char* target_name() {
 }
 
 namespace {
-// Whether Gemm takes its wide tiles (kernels-inl.h, kWideMR): on Intel's cores, whose two 512-bit
-// FMA ports want more than 16 chains to stay busy (docs/performance.md, "The Intel AMX machine").
-bool wide_tiles() {
-  static const bool wide = [] {
+// The CPU's vendor and family (CPUID leaves 0 and 1), read once: the products' shapes below follow them.
+struct CpuModel {
+  bool intel = false, amd = false;
+  unsigned family = 0;
+};
+const CpuModel& cpu_model() {
+  static const CpuModel model = [] {
+    CpuModel m;
 #if HWY_ARCH_X86
     unsigned a = 0, b = 0, c = 0, d = 0;
-    return __get_cpuid(0, &a, &b, &c, &d) && b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
-#else
-    return false;
+    if (!__get_cpuid(0, &a, &b, &c, &d)) return m;
+    m.intel = b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
+    m.amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;    // "AuthenticAMD"
+    __get_cpuid(1, &a, &b, &c, &d);
+    const unsigned base = (a >> 8) & 0xf;
+    m.family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
 #endif
+    return m;
   }();
-  return wide;
+  return model;
 }
+
+// Whether Gemm takes its wide tiles (kernels-inl.h, kWideMR): on Intel's cores, whose two 512-bit
+// FMA ports want more than 16 chains to stay busy (docs/performance.md, "The Intel AMX machine").
+bool wide_tiles() { return cpu_model().intel; }
 }  // namespace
 
 void gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
@@ -143,21 +155,7 @@ void tile_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std:
 // faster on Zen 4 (family 19h, double-pumped AVX-512), measured against a Gemm whose B vectors
 // were not yet pinned to registers; it stays there.
 namespace {
-bool forward_uses_tile_gemm() {
-  static const bool uses = [] {
-#if HWY_ARCH_X86
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
-    const bool amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;  // "AuthenticAMD"
-    __get_cpuid(1, &a, &b, &c, &d);
-    const unsigned base = (a >> 8) & 0xf, family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
-    return amd && family == 0x19;
-#else
-    return false;
-#endif
-  }();
-  return uses;
-}
+bool forward_uses_tile_gemm() { return cpu_model().amd && cpu_model().family == 0x19; }
 }  // namespace
 void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                   const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale) {

@@ -19,8 +19,9 @@ bool amx() { return bfdot::path() == bfdot::Path::amx; }
 
 AmxOperands::AmxOperands(std::size_t rows, std::size_t dk, std::size_t dv)
     : rows_(rows), dk_(dk), dv_(dv), dkp_((dk + 31) / 32 * 32), ldq_((rows + 15) / 16 * 16),
-      qt_(dkp_ / 2 * ldq_ * 2 + 32), k_(kTileKeys * dkp_ + 32), st_(rows ? kTileKeys * 16 + 16 : 0),
-      p_(ldq_ * kTileKeys + 32), v_(kTileKeys * dv + 32) {}
+      qt_(static_cast<std::int64_t>(dkp_ / 2 * ldq_ * 2)), k_(static_cast<std::int64_t>(kTileKeys * dkp_)),
+      st_(static_cast<std::int64_t>(rows ? kTileKeys * 16 : 0)), p_(static_cast<std::int64_t>(ldq_ * kTileKeys)),
+      v_(static_cast<std::int64_t>(kTileKeys * dv)) {}
 
 #if defined(__x86_64__)
 #define ATTNSCALE_BF16_DOT __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
@@ -251,14 +252,14 @@ ATTNSCALE_BF16_DOT void pack(std::size_t rows, std::size_t dk, const float* Q, s
 #define ATTNSCALE_AMX_DOT __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512dq,avx512bf16")))
 
 ATTNSCALE_BF16_DOT void AmxOperands::pack(const float* Q, std::size_t ldq) {
-  std::fill(qt_.begin(), qt_.end(), std::uint16_t{0});
+  qt_.fill(std::uint16_t{0});
   alignas(64) std::uint16_t row[16];
   for (std::size_t r = 0; r < rows_; ++r)
     for (std::size_t c = 0; c < dk_; c += 16) {
       const std::size_t n = std::min<std::size_t>(16, dk_ - c);
       const __mmask16 m = static_cast<__mmask16>((1u << n) - 1);
       _mm256_store_si256(reinterpret_cast<__m256i*>(row), (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, Q + r * ldq + c)));
-      for (std::size_t e = 0; e < n; ++e) Line(qt_)[((c + e) / 2 * ldq_ + r) * 2 + (c + e) % 2] = row[e];
+      for (std::size_t e = 0; e < n; ++e) qt_.get()[((c + e) / 2 * ldq_ + r) * 2 + (c + e) % 2] = row[e];
     }
 }
 
@@ -319,14 +320,14 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
     for (std::size_t j = 16 * t; j < std::min(nk, 16 * t + 16); ++j) {
       feed.next();
       const auto* src = static_cast<const std::uint16_t*>(krow[j]);
-      std::uint16_t* dst = Line(k_) + j * dkp_;
+      std::uint16_t* dst = k_.get() + j * dkp_;
       for (std::size_t c = 0; c < dk_; c += 32) {
         const std::size_t n = std::min<std::size_t>(32, dk_ - c);
         const __mmask32 m = n == 32 ? ~__mmask32{0} : static_cast<__mmask32>((1u << n) - 1);
         _mm512_storeu_si512(dst + c, _mm512_maskz_loadu_epi16(m, src + c));
       }
     }
-    a[t] = Line(k_) + 16 * t * dkp_;
+    a[t] = k_.get() + 16 * t * dkp_;
   }
   const __m512i idx = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                          _mm512_set1_epi32(16));
@@ -336,7 +337,7 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
     _tile_zero(2);
     _tile_zero(3);
     for (std::size_t k = 0; k < ks; ++k) {
-      const std::uint16_t* q = Line(qt_) + (16 * k * ldq_ + 16 * b) * 2;
+      const std::uint16_t* q = qt_.get() + (16 * k * ldq_ + 16 * b) * 2;
       if (k % 2 == 0) {
         _tile_loadd(4, q, ldq_ * 4);
         TileStep4<true>(mt, a, sa, 32 * k, feed);
@@ -346,16 +347,16 @@ ATTNSCALE_AMX_DOT void AmxOperands::scores(std::size_t nk, const void* const* kr
       }
     }
     // Sᵀ's tiles (keys x 16 rows), then each row's keys gathered 16 at a time.
-    _tile_stored(0, Line(st_), 64);
-    if (mt > 1) _tile_stored(1, Line(st_) + 256, 64);
-    if (mt > 2) _tile_stored(2, Line(st_) + 512, 64);
-    if (mt > 3) _tile_stored(3, Line(st_) + 768, 64);
+    _tile_stored(0, st_.get(), 64);
+    if (mt > 1) _tile_stored(1, st_.get() + 256, 64);
+    if (mt > 2) _tile_stored(2, st_.get() + 512, 64);
+    if (mt > 3) _tile_stored(3, st_.get() + 768, 64);
     for (std::size_t r = 16 * b; r < std::min(rows_, 16 * b + 16); ++r)
       for (std::size_t j = 0; j < nk; j += 16) {
         feed.next();
         const __mmask16 m = nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
         _mm512_mask_storeu_ps(S + r * lds + j, m,
-                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, Line(st_) + j * 16 + r % 16, 4));
+                              _mm512_mask_i32gather_ps(_mm512_setzero_ps(), m, idx, st_.get() + j * 16 + r % 16, 4));
       }
   }
 }
@@ -373,7 +374,7 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
     for (std::size_t j = 0; j < kp; j += 16) {
       feed.next();
       const __mmask16 m = j >= nk ? 0 : nk - j >= 16 ? 0xffff : static_cast<__mmask16>((1u << (nk - j)) - 1);
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(Line(p_) + r * kTileKeys + j),
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(p_.get() + r * kTileKeys + j),
                           (__m256i)_mm512_cvtneps_pbh(_mm512_maskz_loadu_ps(m, P + r * kTileKeys + j)));
     }
   // V's rows in key pairs: an odd tile's last key with zeros, zero pairs up to kp (a stale pair
@@ -382,14 +383,14 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
     feed.next();
     const auto* v0 = static_cast<const std::uint16_t*>(vrow[2 * p]);
     const auto* v1 = 2 * p + 1 < nk ? static_cast<const std::uint16_t*>(vrow[2 * p + 1]) : nullptr;
-    std::uint16_t* dst = Line(v_) + p * dv_ * 2;
+    std::uint16_t* dst = v_.get() + p * dv_ * 2;
     for (std::size_t c = 0; c < dv_; c += 32) {
       const __m512i x0 = _mm512_loadu_si512(v0 + c), x1 = v1 ? _mm512_loadu_si512(v1 + c) : _mm512_setzero_si512();
       _mm512_storeu_si512(dst + 2 * c, _mm512_unpacklo_epi16(x0, x1));
       _mm512_storeu_si512(dst + 2 * c + 32, _mm512_unpackhi_epi16(x0, x1));
     }
   }
-  std::fill(Line(v_) + pairs * dv_ * 2, Line(v_) + kp / 2 * dv_ * 2, std::uint16_t{0});
+  std::fill(v_.get() + pairs * dv_ * 2, v_.get() + kp / 2 * dv_ * 2, std::uint16_t{0});
   alignas(64) float acc[4][256];
   for (std::size_t b = 0; b < blocks; ++b) {  // rows 16b .. 16b + 15
     const std::size_t nr = std::min<std::size_t>(16, rows - 16 * b);
@@ -397,13 +398,13 @@ ATTNSCALE_AMX_DOT void AmxOperands::accumulate(std::size_t nk, std::size_t rows,
       const std::size_t nt = std::min<std::size_t>(4, (dv_ - c0) / 16);
       const std::uint16_t* a[4];
       std::size_t sa[4];
-      for (std::size_t t = 0; t < 4; ++t) a[t] = Line(v_) + (c0 + 16 * t) * 2, sa[t] = dv_ * 4;
+      for (std::size_t t = 0; t < 4; ++t) a[t] = v_.get() + (c0 + 16 * t) * 2, sa[t] = dv_ * 4;
       _tile_zero(0);
       _tile_zero(1);
       _tile_zero(2);
       _tile_zero(3);
       for (std::size_t k = 0; k < kp / 32; ++k) {
-        const std::uint16_t* pk = Line(p_) + 16 * b * kTileKeys + 32 * k;
+        const std::uint16_t* pk = p_.get() + 16 * b * kTileKeys + 32 * k;
         if (k % 2 == 0) {
           _tile_loadd(4, pk, kTileKeys * 2);
           TileStep4<false>(nt, a, sa, 16 * k * dv_ * 2, feed);

@@ -13,8 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include <vector>
-
+#include "attention/tiles.h"
 #include "common/prefetch.h"
 
 namespace attnscale::detail::kv::bf16dot {
@@ -76,17 +75,13 @@ class AmxOperands {
   void unpermute(std::size_t rows, float* O, std::size_t ldo) const;
 
  private:
-  // A buffer's first 64-byte line (each has 64 bytes to spare): tile rows and vectors whole lines.
-  template <class T>
-  static T* Line(std::vector<T>& v) {
-    return reinterpret_cast<T*>((reinterpret_cast<std::uintptr_t>(v.data()) + 63) & ~std::uintptr_t{63});
-  }
+  // Every buffer on 64-byte lines (Buffer, tiles.h): tile rows and vectors whole lines.
   std::size_t rows_ = 0, dk_ = 0, dv_ = 0, dkp_ = 0, ldq_ = 0;  // dkp_: dk rounded up to 32
-  std::vector<std::uint16_t> qt_;  // Qᵀ [dkp_/2][ldq_][2]
-  std::vector<std::uint16_t> k_;   // the tile's K rows [kTileKeys][dkp_], zero past dk
-  std::vector<float> st_;          // Sᵀ's tiles [kTileKeys][16]
-  std::vector<std::uint16_t> p_;   // P [rows_ rounded up to 16][kTileKeys]
-  std::vector<std::uint16_t> v_;   // V in key pairs [kTileKeys/2][dv_][2]
+  Buffer<std::uint16_t> qt_;  // Qᵀ [dkp_/2][ldq_][2]
+  Buffer<std::uint16_t> k_;   // the tile's K rows [kTileKeys][dkp_], zero past dk
+  Buffer<float> st_;          // Sᵀ's tiles [kTileKeys][16]
+  Buffer<std::uint16_t> p_;   // P [rows_ rounded up to 16][kTileKeys]
+  Buffer<std::uint16_t> v_;   // V in key pairs [kTileKeys/2][dv_][2]
 };
 
 }  // namespace attnscale::detail::kv::bf16dot

@@ -128,12 +128,7 @@ TEST(Bf16, GemmMatchesFloat64OnEveryPath) {
   const Tensor pool = random_tensor(DType::bf16, {1 << 16}, 44, 0, 1.0, testing::Draw::bulk);
   const Tensor scales = random_tensor(DType::f32, {256}, 45, 0, 1.0, testing::Draw::one);
   const auto* bits = reinterpret_cast<const std::uint16_t*>(pool.as<bf16>());
-  const auto widen = [](std::uint16_t b) {
-    const std::uint32_t u = std::uint32_t(b) << 16;
-    float f;
-    std::memcpy(&f, &u, 4);
-    return double(f);
-  };
+  const auto widen = [](std::uint16_t b) { return double(from_bf16(bf16{b})); };  // exact
   testing::for_each_bf16_path([&] {
     for (std::size_t M : {1, 5, 16, 17, 31, 32, 33, 64, 100})
       for (std::size_t N : {1, 7, 15, 16, 17, 32, 33, 48, 130})
