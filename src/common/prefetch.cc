@@ -1,0 +1,22 @@
+// Where LineFeed's lines go, by CPU.
+//
+// On Intel's cores the second-level cache: GQA decode's feeds ask for a whole tile of K and V
+// (32 KiB each at float32, d = 128) one phase of arithmetic ahead, and into L1 (prefetcht0) they
+// ran at 0.74-0.81 of a copy from DRAM (Hq = 32, Hkv = 4, Nkv = 65536, two threads) where into L2
+// (prefetcht1) they ran at 0.95-0.99, the L1 fetch of each line then left to the core's own
+// prefetchers and loads (a 2-core Xeon with AMX; bf16 0.74-0.75 -> 0.80, the bf16 products on AMX
+// 0.68 -> 0.75, float16 and int8 within the noise; docs/performance.md, "The Intel AMX machine,
+// 2026-12-05, 11:20"). Elsewhere the first: on Zen 5 into L2 took 5.52 ms against 5.18 (float32,
+// the same case), on Zen 3 0.99-1.05 of the time.
+#include "common/prefetch.h"
+
+#include "common/cpu_model.h"
+
+namespace attnscale::detail {
+
+CacheLevel feed_level() {
+  static const CacheLevel level = cpu_model().intel ? CacheLevel::far : CacheLevel::near;
+  return level;
+}
+
+}  // namespace attnscale::detail
