@@ -139,16 +139,17 @@ struct Scratch {
   Buffer<u16> kr, vr, ktr, pb, dsb, dsv;
   Scratch(const BackwardParams& p, const QueryPacks& qp)
       : st(kKeys * kBr), dpt(kKeys * kBr), dcap(kKeys * kBr), dk_acc(kKeys * p.dk), dv_acc(kKeys * p.dv),
-        kr(kKeys * qp.dkp), vr(kKeys * qp.dvp), ktr(p.dk * kKeys), pb(kKeys * 2 * kBr), dsb(kKeys * 2 * kBr),
+        kr(kKeys * qp.dkp), vr(kKeys * qp.dvp), ktr(round_up(p.dk, 16) * kKeys), pb(kKeys * 2 * kBr), dsb(kKeys * 2 * kBr),
         dsv(kKeys * kBr) {}
 };
 
 // Rows [j0, j0 + nk) of a [B, H, N, d] view at (b, h) as bf16 rows of ld columns (zero past d and
-// past nk, up to kKeys rows); with Xt, also transposed, Xt[c][j] (kKeys columns).
+// past nk, up to kKeys rows); with Xt, also transposed, Xt[c][j] (kKeys columns, round_up(d, 16)
+// rows: an A operand of gemm, bf16_kernels.h).
 void pack_key_rows(Path path, const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
                    std::int64_t d, u16* X, std::int64_t ld, u16* Xt) {
   std::fill(X, X + kKeys * ld, u16(0));
-  if (Xt) std::fill(Xt, Xt + d * kKeys, u16(0));
+  if (Xt) std::fill(Xt, Xt + round_up(d, 16) * kKeys, u16(0));  // rows past d: an A operand's padding
   for (std::int64_t j = 0; j < nk; ++j) {
     bf16_row(path, t, b, h, j0 + j, d, X + j * ld);
     if (Xt)

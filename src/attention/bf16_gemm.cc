@@ -6,13 +6,19 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <tuple>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#endif
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
 #endif
 
 #include "attention/bf16_kernels.h"
@@ -481,10 +487,36 @@ void to_bf16_pairs(Path path, const float* src, std::size_t lds, std::size_t row
       dst[((r / 2) * ldd + c) * 2 + r % 2] = r < rows ? round_to_bf16(src[r * lds + c]) : std::uint16_t(0);
 }
 
+// Under AddressSanitizer every call checks the operands' layout (bf16_kernels.h) against their
+// allocations: AMX tile loads are not instrumented, and a tile read past the end of a buffer was
+// seen only where it crossed into an unmapped page (once in a while, by the heap's layout).
+static void check_operands(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
+                    const std::uint16_t* Bp, std::size_t ldb) {
+#if defined(__SANITIZE_ADDRESS__)
+  if (K == 0) return;
+  const auto up16 = [](std::size_t x) { return (x + 15) / 16 * 16; };
+  const std::size_t a_elems = (up16(M) - 1) * lda + K, b_elems = ((K / 2 - 1) * ldb + up16(N)) * 2;
+  for (auto [ptr, elems, name] : {std::tuple{A, a_elems, "A"}, std::tuple{Bp, b_elems, "Bp"}})
+    if (void* bad = __asan_region_is_poisoned(const_cast<std::uint16_t*>(ptr), elems * 2)) {
+      std::fprintf(stderr, "bfdot::gemm(M=%zu, N=%zu, K=%zu): operand %s's padded layout ends past its allocation\n",
+                   M, N, K, name);
+      __asan_describe_address(bad);
+      std::abort();
+    }
+  if (K % 32 != 0 || ldb % 16 != 0) {
+    std::fprintf(stderr, "bfdot::gemm: K = %zu (a multiple of 32) and ldb = %zu (of 16)\n", K, ldb);
+    std::abort();
+  }
+#else
+  (void)M, (void)N, (void)K, (void)A, (void)lda, (void)Bp, (void)ldb;
+#endif
+}
+
 void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
           const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
           float out_scale, Ahead ahead) {
   if (M == 0 || N == 0) return;
+  check_operands(M, N, K, A, lda, Bp, ldb);
 #if defined(__x86_64__)
   if (path == Path::amx) return gemm_amx(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale, ahead);
   if (path == Path::avx512_bf16) return gemm_avx512(M, N, K, A, lda, Bp, ldb, C, ldc, mode, row_scale, out_scale, ahead);

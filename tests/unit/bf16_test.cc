@@ -64,7 +64,7 @@ TEST(Bf16, WidenedGemmMatchesPortableLoop) {
         for (std::size_t K : {32, 64, 160})
           for (int mode : {0, 1, 2}) {
             const std::size_t lda = K + 32, ldb = (N + 15) / 16 * 16 + 16, ldc = N + 3;
-            std::vector<std::uint16_t> A(M * lda), B(K / 2 * ldb * 2);
+            std::vector<std::uint16_t> A((M + 15) / 16 * 16 * lda), B(K / 2 * ldb * 2);  // A padded to 16 rows
             for (std::size_t i = 0; i < A.size(); ++i) A[i] = bits[(7 * i + M) % pool.numel()];
             for (std::size_t i = 0; i < B.size(); ++i) B[i] = bits[(11 * i + N + K) % pool.numel()];
             std::vector<float> c0(M * ldc), c1;
