@@ -12,13 +12,11 @@
 
 #if HWY_ONCE
 #include <cstdlib>
-#if HWY_ARCH_X86
-#include <cpuid.h>
-#endif
 #include <algorithm>
 #include <mutex>
 
 #include "attention/kernels.h"
+#include "common/cpu_model.h"
 #include "attnscale/error.h"
 
 namespace attnscale::detail {
@@ -104,28 +102,6 @@ const char* target_name() {
 }
 
 namespace {
-// The CPU's vendor and family (CPUID leaves 0 and 1), read once: the products' shapes below follow them.
-struct CpuModel {
-  bool intel = false, amd = false;
-  unsigned family = 0;
-};
-const CpuModel& cpu_model() {
-  static const CpuModel model = [] {
-    CpuModel m;
-#if HWY_ARCH_X86
-    unsigned a = 0, b = 0, c = 0, d = 0;
-    if (!__get_cpuid(0, &a, &b, &c, &d)) return m;
-    m.intel = b == 0x756e6547 && d == 0x49656e69 && c == 0x6c65746e;  // "GenuineIntel"
-    m.amd = b == 0x68747541 && d == 0x69746e65 && c == 0x444d4163;    // "AuthenticAMD"
-    __get_cpuid(1, &a, &b, &c, &d);
-    const unsigned base = (a >> 8) & 0xf;
-    m.family = base == 0xf ? base + ((a >> 20) & 0xff) : base;
-#endif
-    return m;
-  }();
-  return model;
-}
-
 // Whether Gemm takes its wide tiles (kernels-inl.h, kWideMR): on Intel's cores, whose two 512-bit
 // FMA ports want more than 16 chains to stay busy (docs/performance.md, "The Intel AMX machine").
 bool wide_tiles() { return cpu_model().intel; }

@@ -1299,10 +1299,11 @@ HWY_INLINE void StreamHeadsT(size_t nk, size_t heads, size_t dk, size_t dv, cons
   const size_t esize = kType == kF32 ? 4 : kType == kI8 ? 1 : 2;
   const std::int64_t k_run = static_cast<std::int64_t>((heads - 1) * static_cast<size_t>(K.head) + dk * esize);
   const std::int64_t v_run = static_cast<std::int64_t>((heads - 1) * static_cast<size_t>(V.head) + dv * esize);
+  const CacheLevel level = feed_level();  // L2 on Intel's cores (prefetch.cc)
   const auto prefetch = [&](size_t j) {
     if (j >= known) return;
-    prefetch_bytes(K.row[j], k_run, CacheLevel::near);
-    prefetch_bytes(V.row[j], v_run, CacheLevel::near);
+    prefetch_bytes(K.row[j], k_run, level);
+    prefetch_bytes(V.row[j], v_run, level);
     if constexpr (kType == kI8) {
       prefetch_line(K.scales[j], CacheLevel::near);
       prefetch_line(V.scales[j], CacheLevel::near);

@@ -32,18 +32,21 @@ inline void prefetch_bytes(const void* p, std::int64_t bytes, CacheLevel level) 
   for (std::int64_t c = 0; c < bytes; c += 64) prefetch_line(static_cast<const char*>(p) + c, level);
 }
 
-// The lines of rows [0, n) of `bytes` each, prefetched into the first-level cache a few at a time:
+// The lines of rows [0, n) of `bytes` each, prefetched a few at a time (into the cache level
+// feed_level() names for this CPU, prefetch.cc):
 // a kernel given a feed calls pace() with the number of steps of its inner loop and next() once
 // a step, so that a tile's prefetches are spread over the arithmetic instead of asked for in one
 // burst, which fills the queue of outstanding misses and stalls the core until it drains (the
 // arithmetic and the memory traffic then add up rather than overlap; docs/performance.md); the
 // caller ends with rest() for what the steps left. A kernel copies the feed into a local, so that
 // its position lives in registers. A default feed has nothing to fetch.
+CacheLevel feed_level();
+
 class LineFeed {
  public:
   LineFeed() = default;
   LineFeed(const void* const* rows, std::int64_t n, std::int64_t bytes)
-      : rows_(rows), n_(n), bytes_(bytes), row_lines_((bytes + 63) / 64) {
+      : rows_(rows), n_(n), bytes_(bytes), row_lines_((bytes + 63) / 64), level_(feed_level()) {
     // Rows that follow each other in memory (a contiguous cache, whatever the tile) are walked as
     // one run by a pointer: a line's prefetch then costs an add and a test, not a row lookup.
     // GQA 32/4, d = 128, two threads, calls alternated in one process: 0.717-0.730 of a copy
@@ -68,10 +71,13 @@ class LineFeed {
   // d = 128, both kernels' feeds, calls alternated in one process): Nkv = 65536, two threads,
   // float32 0.938-0.956 of the time, bf16 0.946-0.970, int8 0.967-0.969; Nkv = 2048, one thread,
   // 0.958-0.975 (docs/performance.md).
+  // (The level is tested once a step, each loop with its own instruction.)
   void next() {
     if (p_ < end_) {
-      for (std::int64_t i = 0; i < per_; ++i)
-        prefetch_line(line(64 * static_cast<std::uintptr_t>(i)), CacheLevel::near);
+      if (level_ == CacheLevel::near)
+        for (std::int64_t i = 0; i < per_; ++i) prefetch_line(line(64 * static_cast<std::uintptr_t>(i)), CacheLevel::near);
+      else
+        for (std::int64_t i = 0; i < per_; ++i) prefetch_line(line(64 * static_cast<std::uintptr_t>(i)), CacheLevel::far);
       p_ += 64 * static_cast<std::uintptr_t>(per_);
       return;
     }
@@ -79,7 +85,7 @@ class LineFeed {
       for (std::int64_t i = 0; i < per_; ++i) one();
   }
   void rest() {
-    for (; p_ < end_; p_ += 64) prefetch_line(line(0), CacheLevel::near);
+    for (; p_ < end_; p_ += 64) prefetch_line(line(0), level_);
     while (row_ < n_) one();
   }
 
@@ -87,7 +93,7 @@ class LineFeed {
   const void* line(std::uintptr_t off) const { return reinterpret_cast<const void*>(p_ + off); }
   void one() {
     if (row_ >= n_) return;
-    prefetch_line(static_cast<const char*>(rows_[row_]) + off_, CacheLevel::near);
+    prefetch_line(static_cast<const char*>(rows_[row_]) + off_, level_);
     if ((off_ += 64) >= bytes_) off_ = 0, ++row_;
   }
 
@@ -95,6 +101,7 @@ class LineFeed {
   std::int64_t n_ = 0, bytes_ = 0, row_lines_ = 0, row_ = 0, off_ = 0, per_ = 0;
   // Rows one run of memory: the address of the next line, and of the run's end (0 and 0 otherwise).
   std::uintptr_t p_ = 0, end_ = 0;
+  CacheLevel level_ = CacheLevel::near;
 };
 
 }  // namespace attnscale::detail
