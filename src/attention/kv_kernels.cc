@@ -1940,15 +1940,19 @@ bool rows_in_place() { return HWY_DYNAMIC_DISPATCH(RowsInPlace)(); }
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs) {
   const std::size_t block = quads_block(dk), full = dk / 4 * 4, full8 = dk / 8 * 8, full16 = dk / 16 * 16;
   std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));
-  for (std::size_t r = 0; r < rows; ++r)
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* const qr = Q + r * ldq;
+    float* const b = packed + r / 8 * block + (r % 8) / 4 * 16 + 4 * (r % 4);  // row r's lanes of its block
+    if (pairs) {  // per 8 columns the even ones, then the odd ones; or a last column alone
+      for (std::size_t c = 0; c < dk; ++c)
+        b[(c < full8 ? c / 8 * 2 + c % 2 : full8 / 4 + (c - full8)) * 32 + (c < full8 ? c % 8 / 2 : c % 4)] = qr[c];
+    } else {  // quad u (columns 4u to 4u + 3) four lanes at b + 32u, then each last column alone
+      for (std::size_t u = 0; u < full / 4; ++u) std::memcpy(b + 32 * u, qr + 4 * u, 4 * sizeof(float));
+      for (std::size_t c = full; c < dk; ++c) b[(full / 4 + (c - full)) * 32 + c % 4] = qr[c];
+    }
+    if (rows > 4) continue;
     for (std::size_t c = 0; c < dk; ++c) {
-      const float q = Q[r * ldq + c];
-      float* b = packed + r / 8 * block + (r % 8) / 4 * 16 + 4 * (r % 4);  // row r's lanes of its block
-      if (pairs)  // per 8 columns the even ones, then the odd ones; or a last column alone
-        b[(c < full8 ? c / 8 * 2 + c % 2 : full8 / 4 + (c - full8)) * 32 + (c < full8 ? c % 8 / 2 : c % 4)] = q;
-      else  // a quad, or a last column alone
-        b[(c < full ? c / 4 : full / 4 + (c - full)) * 32 + c % 4] = q;
-      if (rows > 4) continue;
+      const float q = qr[c];
       if (pairs) {  // the pair layout after the block: per 16 columns the even ones, then the odd ones
         const std::size_t at = c < full16 ? c / 16 * 2 + c % 2 : full16 / 8 + (c - full16);
         packed[block + at * 32 + 8 * r + (c < full16 ? c % 16 / 2 : c % 8)] = q;
@@ -1957,6 +1961,7 @@ void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ld
         packed[block + oct * 32 + 8 * r + c % 8] = q;
       }
     }
+  }
 }
 void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow, const float* packed,
                   float* S, std::size_t lds, LineFeed& feed, QuadRows form) {
