@@ -14,6 +14,7 @@ Submodules:
 from . import _attnscale
 from ._attnscale import __version__, bfloat16, cpu_target, git_hash, version  # noqa: F401
 from .arrays import attention, attention_backward  # noqa: F401
+from .bfloat16_arrays import from_bfloat16, to_bfloat16  # noqa: F401
 from .keywords import short_errors
 
 merge_partials = short_errors(_attnscale.merge_partials)
@@ -34,6 +35,8 @@ __all__ = [
     "git_hash",
     "cpu_target",
     "bfloat16",
+    "to_bfloat16",
+    "from_bfloat16",
     "lab",
     "torch",
 ]
