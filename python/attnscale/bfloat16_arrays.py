@@ -13,7 +13,12 @@ from . import _attnscale
 def to_bfloat16(x):
     """x rounded to bfloat16 (nearest even) as an attnscale.bfloat16 array of x's shape. float64 and
     float16 values go through float32 first (float64: rounded twice, as torch's x.float().bfloat16())."""
-    src = np.asarray(x, dtype=np.float32, order="C")
+    if isinstance(x, np.ndarray) and (x.dtype.metadata or {}).get("attnscale") == "bfloat16":
+        raise TypeError("x: already an attnscale.bfloat16 array (its int16 storage is not its values)")
+    try:
+        src = np.asarray(x, dtype=np.float32, order="C")
+    except (TypeError, ValueError) as e:
+        raise TypeError(f"x: expected real numbers, got {type(x).__name__} ({e})") from None
     out = np.empty(src.shape, dtype=_attnscale.bfloat16)
     if src.size:
         _attnscale._convert(src.reshape(-1), out.reshape(-1))

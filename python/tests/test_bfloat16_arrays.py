@@ -53,6 +53,13 @@ def test_a_bfloat16_cache_from_to_bfloat16_decodes_as_its_values():
     np.testing.assert_allclose(out, ref, rtol=0, atol=2e-6)
 
 
+def test_to_bfloat16_names_its_argument():
+    with pytest.raises(TypeError, match="x: expected real numbers, got str"):
+        attnscale.to_bfloat16("abc")
+    with pytest.raises(TypeError, match="x: already an attnscale.bfloat16 array"):
+        attnscale.to_bfloat16(attnscale.to_bfloat16(np.ones(2, np.float32)))
+
+
 def test_from_bfloat16_names_its_argument():
     with pytest.raises(TypeError, match="x: expected an attnscale.bfloat16 array"):
         attnscale.from_bfloat16(np.zeros(3, np.int16))
