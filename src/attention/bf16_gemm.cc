@@ -52,6 +52,9 @@ void gemm_portable(std::size_t M, std::size_t N, std::size_t K, const std::uint1
 #if defined(__x86_64__)
 #define ATTNSCALE_BF16_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16")))
 
+// The first min(n, 16) of 16 float32 lanes (a row's columns at a ragged edge).
+inline __mmask16 first_lanes(std::size_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
+
 // One MR x (4 x 16) tile: acc[i][r] += A(m0+i, 2kk..2kk+1) · Bp[kk][n0 + 16r .. +16][0..1].
 template <int MR>
 ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, std::size_t lda, const std::uint16_t* Bp,
@@ -64,7 +67,7 @@ ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, st
 #pragma GCC unroll 4
   for (int r = 0; r < 4; ++r) {
     const std::size_t left = cols > 16u * r ? cols - 16u * r : 0;
-    mask[r] = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+    mask[r] = first_lanes(left);
   }
 #pragma GCC unroll 16
   for (int i = 0; i < MR; ++i)
@@ -204,7 +207,7 @@ ATTNSCALE_AMX_TARGET void merge_tile(const float* tile, std::size_t rows, std::s
     }
     return;
   }
-  const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  const __mmask16 mask = first_lanes(cols);
   for (std::size_t i = 0; i < rows; ++i) {
     const __m512 old = kMode == 0 ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, C + i * ldc);
     _mm512_mask_storeu_ps(C + i * ldc, mask,
@@ -239,7 +242,7 @@ ATTNSCALE_AMX_TARGET void release_tiles() {
 
 // C's tile at c (rows x cols of it, the rest zero) into a 16 x 16 scratch tile.
 ATTNSCALE_AMX_TARGET void load_tile(const float* c, std::size_t ldc, std::size_t rows, std::size_t cols, float* tile) {
-  const __mmask16 mask = cols >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << cols) - 1);
+  const __mmask16 mask = first_lanes(cols);
   for (std::size_t i = 0; i < 16; ++i)
     _mm512_store_ps(tile + 16 * i, i < rows ? _mm512_maskz_loadu_ps(mask, c + i * ldc) : _mm512_setzero_ps());
 }
