@@ -306,11 +306,15 @@ struct Scratch {
     return L.rows() >= kQuadRows && kv::quads_available() && L.type != kv::kF32 &&
            (L.type == kv::kI8 || !kv::rows_in_place());
   }
+  // Floats of kf: kv::widened_keys() rows of dk where the scores take widened rows.
+  static std::size_t kf_size(const Layout& L) {
+    return widens(L) ? kv::widened_keys() * static_cast<std::size_t>(L.dk) : 0;
+  }
   explicit Scratch(const Layout& L)
       : q(L.rows() * L.dk), qp(kv::quads_size(L.rows(), L.dk)), s(L.rows() * kTile), o(L.rows() * L.dv),
-        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(widens(L) ? kTile * L.dk : 0), qb(qb_size(L)),
+        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(kf_size(L)), qb(qb_size(L)),
         amx(L.bf16_products ? kv::bf16dot::AmxOperands(L.rows(), L.dk, L.dv) : kv::bf16dot::AmxOperands()),
-        krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
+        krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kv::widened_keys()), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
   // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none).
@@ -329,7 +333,7 @@ struct Scratch {
     return m.size() == static_cast<std::size_t>(L.rows()) && q.size() == static_cast<std::size_t>(L.rows() * L.dk) &&
            qp.size() == kv::quads_size(L.rows(), L.dk) &&
            o.size() == static_cast<std::size_t>(L.rows() * L.dv) &&
-           kf.size() == static_cast<std::size_t>(widens(L) ? kTile * L.dk : 0) && qb.size() == qb_size(L) &&
+           kf.size() == kf_size(L) && qb.size() == qb_size(L) &&
            (L.bf16_products ? amx.fits(L.rows(), L.dk, L.dv) : amx.fits(0, 0, 0));
   }
 
@@ -357,6 +361,7 @@ class Chunk {
     // float16 0.80 and 0.99 with Hkv = 8, 0.88 and 0.93 with Hkv = 4 (the same bits: its conversion
     // costs about what the widening did once the rows come from DRAM; docs/performance.md).
     in_place_ = quads_ && L.type != kv::kF32 && !Scratch::widens(L);
+    widened_ = quads_ && Scratch::widens(L);
     // compute = bf16 over a bf16 cache: scores and P·V by vdpbf16ps (kv_bf16_dot.h) on the rows in
     // place, where the CPU has it and the rows split into its steps (8 columns of K, 32 of V); on
     // AMX tiles where the bf16 product path is AMX (below).
@@ -484,9 +489,10 @@ class Chunk {
       fk *= heads, fv *= heads;
     }
     // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
-    // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), others
-    // a sub-tile of kSub keys a call, their prefetch bursts between the calls.
-    const std::int64_t sub = quads_ ? kTile : kSub;
+    // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), rows
+    // widened first kv::widened_keys() keys a call, others a sub-tile of kSub keys a call, their
+    // prefetch bursts between the calls.
+    const std::int64_t sub = !quads_ ? kSub : widened_ ? static_cast<std::int64_t>(kv::widened_keys()) : kTile;
     for (std::int64_t a = 0; a < nk; a += sub) {
       const std::int64_t n = std::min(sub, nk - a);
       const std::int64_t ahead = a < f.n ? std::min(sub, f.n - a) : 0;  // rows of the tile computed next
@@ -713,7 +719,7 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, in_place_ = false, dot_ = false, amx_ = false, prefetch_k_ = true;
+  bool quads_ = false, in_place_ = false, widened_ = false, dot_ = false, amx_ = false, prefetch_k_ = true;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row_strided prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).

@@ -1937,6 +1937,7 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
 }
 bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
 bool rows_in_place() { return HWY_DYNAMIC_DISPATCH(RowsInPlace)(); }
+std::size_t widened_keys() { return rows_in_place() ? 16 : kTileKeys; }
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs) {
   const std::size_t block = quads_block(dk), full = dk / 4 * 4, full8 = dk / 8 * 8, full16 = dk / 16 * 16;
   std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));
