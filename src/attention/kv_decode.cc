@@ -380,6 +380,13 @@ class Chunk {
     const bool wide_f32 = L.type == kv::kF32 && L.dk + L.dv > 128;
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
+    // The quad paths' scores feed their own tile's V rows (step(), v_first) unless the KV heads go
+    // side by side over runs; begin() then leaves tile 0's V rows to that feed. Asked for in one
+    // burst there as well, they stalled a short call (an Intel Xeon, GQA 32/8, d = 128, one
+    // thread, processes alternated: Nkv = 64 float32 22.2-22.7 against 23.8-24.3 µs, bf16
+    // 21.3-22.3 against 23.0-23.4; from DRAM, 32/4 over 65536 keys, the same within 2%;
+    // docs/performance.md, "2026-12-05, 13:32").
+    v_fed_ = quads_ && !(L.together && L.Hkv > 1 && L.runs);
     // One query row: kv::stream_row_strided prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: counting their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
@@ -412,7 +419,7 @@ class Chunk {
     for (std::int64_t i = 0; i < std::min(kAhead, tiles_); ++i) {
       gather(j0 + i * kTile, tile_keys(i), (i % kSets) * kTile);
       if (prefetch_k_) prefetch_rows(s_.krow.data() + (i % kSets) * kTile, tile_keys(i), kbytes_);
-      prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_, v_level_);
+      if (!v_fed_) prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_, v_level_);
     }
   }
   bool done() const { return i_ >= tiles_; }
@@ -719,7 +726,8 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, in_place_ = false, widened_ = false, dot_ = false, amx_ = false, prefetch_k_ = true;
+  bool quads_ = false, in_place_ = false, widened_ = false, dot_ = false, amx_ = false, prefetch_k_ = true,
+       v_fed_ = false;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row_strided prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).
