@@ -859,21 +859,31 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
       }
     }
   });
-  // Merge in chunk order, then out = o / l and lse = M + ln l.
-  std::vector<float> o(L.dv);
+  // Merge in chunk order, then out = o / l and lse = M + ln l. A head of one chunk is its partial
+  // as it is (merge_row would give M = m, l = 1·l and o = 0 + 1·o: the same values, but for the
+  // sign of a zero in o), read in place.
+  std::vector<float> merged(L.dv), zeros(L.dv);
   for (std::int64_t head = 0; head < heads; ++head) {
     const std::int64_t b = head / L.Hkv, kh = head % L.Hkv;
     for (std::int64_t r = 0; r < g; ++r) {
       const auto slot = [&](std::int64_t c) { return (head * chunks + c) * g + r; };
-      float M, l;
-      detail::merge_row<float>(
-          chunks, L.dv, [](float x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
-          [&](std::int64_t c) { return pl[slot(c)]; },
-          [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, o.data());
+      float M = pm[slot(0)], l = pl[slot(0)];
+      const float* o = po + slot(0) * L.dv;
+      if (chunks > 1) {
+        detail::merge_row<float>(
+            chunks, L.dv, [](float x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
+            [&](std::int64_t c) { return pl[slot(c)]; },
+            [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, merged.data());
+        o = merged.data();
+      }
       const std::int64_t h = kh * L.group() + r / L.Nq, i = r % L.Nq;
       float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-      for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;
+      if (l == 0.0f) o = zeros.data();  // no key seen: out = 0 (an empty chunk's o is not written)
+      if (out.strides[3] == 1)
+        for (std::int64_t d = 0; d < L.dv; ++d) dst[d] = o[d] * inv;
+      else
+        for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;
       if (!lse.empty()) {
         const double v = l == 0.0f ? -INFINITY : static_cast<double>(M) + std::log(static_cast<double>(l));
         void* p = static_cast<char*>(lse.data) + (b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]) *
