@@ -296,14 +296,14 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedK
             visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, kb.dv, p.dv, false);
             visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, Q, q.ld, p.dk, kb.dk, p.dk, false);
           } else {
-            Ops<T>::gemm(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, kb.dv, p.dv, simd::kAccumulate);
-            Ops<T>::gemm(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, kb.dk, p.dk, simd::kAccumulate);
+            Ops<T>::accumulate_tile(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, kb.dv, p.dv);
+            Ops<T>::accumulate_tile(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, kb.dk, p.dk);
           }
           if (!dq.dq) continue;
           if (guarded)
             visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, K, kb.kr.ld, p.dk, dq.rows(p, b, h, i0), p.dk, true);
           else
-            Ops<T>::gemm(n, p.dk, nk, s.dpt.get(), ld, 1, K, kb.kr.ld, dq.rows(p, b, h, i0), p.dk, simd::kAccumulate);
+            Ops<T>::accumulate_tile(n, p.dk, nk, s.dpt.get(), ld, 1, K, kb.kr.ld, dq.rows(p, b, h, i0), p.dk);
         }
       }
     for (std::int64_t x = 0; x < nb; ++x) {
@@ -355,8 +355,8 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, const Packed
       visible_product(p, rb, j0, nk, s.dpt.get(), 1, s.ld, K, kr.ld, p.dk, s.dq_acc.get(), p.dk, true);
       continue;
     }
-    Ops<T>::gemm(rb.n, p.dk, nk, s.dpt.get(), 1, s.ld, static_cast<const T*>(kr.ptr), kr.ld, s.dq_acc.get(), p.dk,
-                 simd::kAccumulate);
+    Ops<T>::accumulate_tile(rb.n, p.dk, nk, s.dpt.get(), 1, s.ld, static_cast<const T*>(kr.ptr), kr.ld,
+                            s.dq_acc.get(), p.dk);
   }
   write_rows(p.dQ, b, h, i0, rb.n, p.dk, s.dq_acc.get());
 }

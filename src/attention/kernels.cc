@@ -157,6 +157,20 @@ void forward_pv(std::size_t M, std::size_t N, std::size_t K, const float* A, std
     HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, kRescaleAccumulate, row_scale, chain,
                                wide_tiles());
 }
+// The backward's dV, dK and dQ products in one chain per tile: each is a sum over all the query
+// blocks (dV, dK) or key tiles (dQ) of a head, added tile by tile, so forward_pv's error argument
+// holds: u·(64 + N/64)/√2 against u·(32 + N/32)/√2 with Gemm's blocks of 32, less from N = 2048 on.
+// On the Intel Xeon of 2026-12-05 (H = 8, N = 4096, d = 128, two threads, processes alternated) the
+// backward ran at 0.742-0.765 of the FMA peak against 0.709-0.740 (docs/performance.md, "13:32");
+// on Zen 5 the same change was 0.997 of the time (2026-12-05, 00:34).
+void accumulate_tile(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+                     const float* B, std::size_t ldb, float* C, std::size_t ldc) {
+  if (M == 0 || N == 0) return;
+  if (N == 1 && ars == 1 && ldc == 1)  // gemm's one-column case, with its blocks
+    return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, kAccumulate, nullptr);
+  HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, kAccumulate, nullptr, std::max<std::size_t>(K, 1),
+                             wide_tiles());
+}
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                     float* alpha) {
   HWY_DYNAMIC_DISPATCH(SoftmaxUpdate)(St, lds, rows, cols, m, l, alpha);

@@ -31,6 +31,11 @@ void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, s
 // (kernels.cc).
 void forward_pv(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                 const float* B, std::size_t ldb, float* C, std::size_t ldc, const float* row_scale);
+// The backward's accumulating products over one tile (dV += Pᵀ·dO, dK += dSᵀ·Q, dQ += dS·K; K is
+// a tile's keys or a block's rows, <= 64): C += A·B (gemm's mode 1), each element's K products
+// summed in one chain, as forward_pv (kernels.cc).
+void accumulate_tile(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+                     const float* B, std::size_t ldb, float* C, std::size_t ldc);
 
 // The accuracy of e^x in the row-layout softmax kernels: f32 to float32's rounding; bf16 for
 // probabilities rounded to bfloat16 next (the bf16 forward), relative error at most 1.01e-4, 1/19

@@ -306,11 +306,15 @@ struct Scratch {
     return L.rows() >= kQuadRows && kv::quads_available() && L.type != kv::kF32 &&
            (L.type == kv::kI8 || !kv::rows_in_place());
   }
+  // Floats of kf: kv::widened_keys() rows of dk where the scores take widened rows.
+  static std::size_t kf_size(const Layout& L) {
+    return widens(L) ? kv::widened_keys() * static_cast<std::size_t>(L.dk) : 0;
+  }
   explicit Scratch(const Layout& L)
       : q(L.rows() * L.dk), qp(kv::quads_size(L.rows(), L.dk)), s(L.rows() * kTile), o(L.rows() * L.dv),
-        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(widens(L) ? kTile * L.dk : 0), qb(qb_size(L)),
+        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(kf_size(L)), qb(qb_size(L)),
         amx(L.bf16_products ? kv::bf16dot::AmxOperands(L.rows(), L.dk, L.dv) : kv::bf16dot::AmxOperands()),
-        krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
+        krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kv::widened_keys()), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
   }
   // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none).
@@ -329,7 +333,7 @@ struct Scratch {
     return m.size() == static_cast<std::size_t>(L.rows()) && q.size() == static_cast<std::size_t>(L.rows() * L.dk) &&
            qp.size() == kv::quads_size(L.rows(), L.dk) &&
            o.size() == static_cast<std::size_t>(L.rows() * L.dv) &&
-           kf.size() == static_cast<std::size_t>(widens(L) ? kTile * L.dk : 0) && qb.size() == qb_size(L) &&
+           kf.size() == kf_size(L) && qb.size() == qb_size(L) &&
            (L.bf16_products ? amx.fits(L.rows(), L.dk, L.dv) : amx.fits(0, 0, 0));
   }
 
@@ -357,6 +361,7 @@ class Chunk {
     // float16 0.80 and 0.99 with Hkv = 8, 0.88 and 0.93 with Hkv = 4 (the same bits: its conversion
     // costs about what the widening did once the rows come from DRAM; docs/performance.md).
     in_place_ = quads_ && L.type != kv::kF32 && !Scratch::widens(L);
+    widened_ = quads_ && Scratch::widens(L);
     // compute = bf16 over a bf16 cache: scores and P·V by vdpbf16ps (kv_bf16_dot.h) on the rows in
     // place, where the CPU has it and the rows split into its steps (8 columns of K, 32 of V); on
     // AMX tiles where the bf16 product path is AMX (below).
@@ -375,6 +380,13 @@ class Chunk {
     const bool wide_f32 = L.type == kv::kF32 && L.dk + L.dv > 128;
     prefetch_k_ = !wide_f32;
     v_level_ = wide_f32 ? CacheLevel::near : CacheLevel::far;
+    // The quad paths' scores feed their own tile's V rows (step(), v_first) unless the KV heads go
+    // side by side over runs; begin() then leaves tile 0's V rows to that feed. Asked for in one
+    // burst there as well, they stalled a short call (an Intel Xeon, GQA 32/8, d = 128, one
+    // thread, processes alternated: Nkv = 64 float32 22.2-22.7 against 23.8-24.3 µs, bf16
+    // 21.3-22.3 against 23.0-23.4; from DRAM, 32/4 over 65536 keys, the same within 2%;
+    // docs/performance.md, "2026-12-05, 13:32").
+    v_fed_ = quads_ && !(L.together && L.Hkv > 1 && L.runs);
     // One query row: kv::stream_row_strided prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: counting their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
@@ -407,7 +419,7 @@ class Chunk {
     for (std::int64_t i = 0; i < std::min(kAhead, tiles_); ++i) {
       gather(j0 + i * kTile, tile_keys(i), (i % kSets) * kTile);
       if (prefetch_k_) prefetch_rows(s_.krow.data() + (i % kSets) * kTile, tile_keys(i), kbytes_);
-      prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_, v_level_);
+      if (!v_fed_) prefetch_rows(s_.vrow.data() + (i % kSets) * kTile, tile_keys(i), vbytes_, v_level_);
     }
   }
   bool done() const { return i_ >= tiles_; }
@@ -484,9 +496,10 @@ class Chunk {
       fk *= heads, fv *= heads;
     }
     // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
-    // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), others
-    // a sub-tile of kSub keys a call, their prefetch bursts between the calls.
-    const std::int64_t sub = quads_ ? kTile : kSub;
+    // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), rows
+    // widened first kv::widened_keys() keys a call, others a sub-tile of kSub keys a call, their
+    // prefetch bursts between the calls.
+    const std::int64_t sub = !quads_ ? kSub : widened_ ? static_cast<std::int64_t>(kv::widened_keys()) : kTile;
     for (std::int64_t a = 0; a < nk; a += sub) {
       const std::int64_t n = std::min(sub, nk - a);
       const std::int64_t ahead = a < f.n ? std::min(sub, f.n - a) : 0;  // rows of the tile computed next
@@ -713,7 +726,8 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, in_place_ = false, dot_ = false, amx_ = false, prefetch_k_ = true;
+  bool quads_ = false, in_place_ = false, widened_ = false, dot_ = false, amx_ = false, prefetch_k_ = true,
+       v_fed_ = false;
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row_strided prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).
@@ -845,21 +859,31 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
       }
     }
   });
-  // Merge in chunk order, then out = o / l and lse = M + ln l.
-  std::vector<float> o(L.dv);
+  // Merge in chunk order, then out = o / l and lse = M + ln l. A head of one chunk is its partial
+  // as it is (merge_row would give M = m, l = 1·l and o = 0 + 1·o: the same values, but for the
+  // sign of a zero in o), read in place.
+  std::vector<float> merged(L.dv), zeros(L.dv);
   for (std::int64_t head = 0; head < heads; ++head) {
     const std::int64_t b = head / L.Hkv, kh = head % L.Hkv;
     for (std::int64_t r = 0; r < g; ++r) {
       const auto slot = [&](std::int64_t c) { return (head * chunks + c) * g + r; };
-      float M, l;
-      detail::merge_row<float>(
-          chunks, L.dv, [](float x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
-          [&](std::int64_t c) { return pl[slot(c)]; },
-          [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, o.data());
+      float M = pm[slot(0)], l = pl[slot(0)];
+      const float* o = po + slot(0) * L.dv;
+      if (chunks > 1) {
+        detail::merge_row<float>(
+            chunks, L.dv, [](float x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
+            [&](std::int64_t c) { return pl[slot(c)]; },
+            [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, merged.data());
+        o = merged.data();
+      }
       const std::int64_t h = kh * L.group() + r / L.Nq, i = r % L.Nq;
       float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-      for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;
+      if (l == 0.0f) o = zeros.data();  // no key seen: out = 0 (an empty chunk's o is not written)
+      if (out.strides[3] == 1)
+        for (std::int64_t d = 0; d < L.dv; ++d) dst[d] = o[d] * inv;
+      else
+        for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;
       if (!lse.empty()) {
         const double v = l == 0.0f ? -INFINITY : static_cast<double>(M) + std::log(static_cast<double>(l));
         void* p = static_cast<char*>(lse.data) + (b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]) *

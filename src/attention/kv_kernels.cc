@@ -1937,29 +1937,36 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
 }
 bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
 bool rows_in_place() { return HWY_DYNAMIC_DISPATCH(RowsInPlace)(); }
+std::size_t widened_keys() { return rows_in_place() ? 16 : kTileKeys; }
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs) {
   const std::size_t block = quads_block(dk), full = dk / 4 * 4, full8 = dk / 8 * 8, full16 = dk / 16 * 16;
   std::memset(packed, 0, quads_size(rows, dk) * sizeof(float));
   for (std::size_t r = 0; r < rows; ++r) {
     const float* const qr = Q + r * ldq;
     float* const b = packed + r / 8 * block + (r % 8) / 4 * 16 + 4 * (r % 4);  // row r's lanes of its block
-    if (pairs) {  // per 8 columns the even ones, then the odd ones; or a last column alone
-      for (std::size_t c = 0; c < dk; ++c)
-        b[(c < full8 ? c / 8 * 2 + c % 2 : full8 / 4 + (c - full8)) * 32 + (c < full8 ? c % 8 / 2 : c % 4)] = qr[c];
+    if (pairs) {  // per 8 columns 8w.. the even ones four lanes at slot 2w, the odd ones at 2w + 1
+      for (std::size_t w = 0; w < full8 / 8; ++w)
+        for (std::size_t i = 0; i < 4; ++i) {
+          b[64 * w + i] = qr[8 * w + 2 * i];
+          b[64 * w + 32 + i] = qr[8 * w + 2 * i + 1];
+        }
+      for (std::size_t c = full8; c < dk; ++c) b[(full8 / 4 + (c - full8)) * 32 + c % 4] = qr[c];
     } else {  // quad u (columns 4u to 4u + 3) four lanes at b + 32u, then each last column alone
       for (std::size_t u = 0; u < full / 4; ++u) std::memcpy(b + 32 * u, qr + 4 * u, 4 * sizeof(float));
       for (std::size_t c = full; c < dk; ++c) b[(full / 4 + (c - full)) * 32 + c % 4] = qr[c];
     }
     if (rows > 4) continue;
-    for (std::size_t c = 0; c < dk; ++c) {
-      const float q = qr[c];
-      if (pairs) {  // the pair layout after the block: per 16 columns the even ones, then the odd ones
-        const std::size_t at = c < full16 ? c / 16 * 2 + c % 2 : full16 / 8 + (c - full16);
-        packed[block + at * 32 + 8 * r + (c < full16 ? c % 16 / 2 : c % 8)] = q;
-      } else {  // the oct layout after the block
-        const std::size_t oct = c < full8 ? c / 8 : full8 / 8 + (c - full8);
-        packed[block + oct * 32 + 8 * r + c % 8] = q;
-      }
+    float* const after = packed + block + 8 * r;  // row r's eight lanes of each slot after the block
+    if (pairs) {  // the pair layout: per 16 columns 16w.. the even ones at slot 2w, the odd ones at 2w + 1
+      for (std::size_t w = 0; w < full16 / 16; ++w)
+        for (std::size_t i = 0; i < 8; ++i) {
+          after[64 * w + i] = qr[16 * w + 2 * i];
+          after[64 * w + 32 + i] = qr[16 * w + 2 * i + 1];
+        }
+      for (std::size_t c = full16; c < dk; ++c) after[(full16 / 8 + (c - full16)) * 32 + c % 8] = qr[c];
+    } else {  // the oct layout: columns 8w to 8w + 7 at slot w, then each last column alone
+      for (std::size_t w = 0; w < full8 / 8; ++w) std::memcpy(after + 32 * w, qr + 8 * w, 8 * sizeof(float));
+      for (std::size_t c = full8; c < dk; ++c) after[(full8 / 8 + (c - full8)) * 32 + c % 8] = qr[c];
     }
   }
 }

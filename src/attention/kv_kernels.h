@@ -73,6 +73,15 @@ void scores_quads(std::size_t nk, std::size_t rows, std::size_t dk, const void* 
 // Rows j < nk as float32 (bf16 widened, int8 times its block scales) into out[j·ldo + c], c < d.
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
            std::size_t ldo);
+// Keys a call of widen() and scores_quads() over the widened rows takes in GQA decode (kv_decode.cc):
+// 16 where rows_in_place() (AVX-512: int8 rows only), else kTileKeys. A widened tile of 64 keys is
+// 32 KiB of float32 at d = 128; written whole before the scores read it, its lines left L1 between
+// tiles and every store waited on its line (an Intel Xeon, int8 rows, Hq/Hkv = 32/4, d = 128:
+// the widening 25% of the time, 68% of its samples on the instruction after the store). 16 keys,
+// 8 KiB, stay in L1 (docs/performance.md, "2026-12-05, 13:32"). The AVX2 target (forced on that
+// Xeon; bf16 and float16 rows are widened there too, groups of 5-8 rows 3 keys a call) ran 3-8%
+// slower with 16. Each key's score is its own sums: the same bits either way.
+std::size_t widened_keys();
 
 // Keys per tile of GQA decode: the rows of P (accumulate) lie kTileKeys apart, a stride the
 // kernel knows at compile time (a run-time stride cost it 5-7%: eight row pointers, some spilled).

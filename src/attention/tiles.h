@@ -370,6 +370,10 @@ struct Ops<float> {
                          const float* row_scale) {
     simd::forward_pv(M, N, K, A, ars, acs, B, ldb, C, ldc, row_scale);
   }
+  static void accumulate_tile(std::int64_t M, std::int64_t N, std::int64_t K, const float* A, std::int64_t ars,
+                              std::int64_t acs, const float* B, std::int64_t ldb, float* C, std::int64_t ldc) {
+    simd::accumulate_tile(M, N, K, A, ars, acs, B, ldb, C, ldc);
+  }
   static void softmax_update(float* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, float* m,
                              float* l, float* alpha) {
     simd::softmax_update(St, lds, rows, cols, m, l, alpha);
@@ -425,6 +429,10 @@ struct Ops<double> {
                          std::int64_t acs, const double* B, std::int64_t ldb, double* C, std::int64_t ldc,
                          const double* row_scale) {
     gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, simd::kRescaleAccumulate, row_scale);
+  }
+  static void accumulate_tile(std::int64_t M, std::int64_t N, std::int64_t K, const double* A, std::int64_t ars,
+                              std::int64_t acs, const double* B, std::int64_t ldb, double* C, std::int64_t ldc) {
+    gemm(M, N, K, A, ars, acs, B, ldb, C, ldc, simd::kAccumulate);
   }
   static void softmax_update(double* St, std::int64_t lds, std::int64_t rows, std::int64_t cols, double* m,
                              double* l, double* alpha) {
