@@ -876,10 +876,10 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
             [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, merged.data());
         o = merged.data();
       }
+      if (l == 0.0f) o = zeros.data();  // no key seen: out = 0 (an empty chunk's o is not written)
       const std::int64_t h = kh * L.group() + r / L.Nq, i = r % L.Nq;
       float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-      if (l == 0.0f) o = zeros.data();  // no key seen: out = 0 (an empty chunk's o is not written)
       if (out.strides[3] == 1)
         for (std::int64_t d = 0; d < L.dv; ++d) dst[d] = o[d] * inv;
       else

@@ -79,8 +79,9 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
 // tiles and every store waited on its line (an Intel Xeon, int8 rows, Hq/Hkv = 32/4, d = 128:
 // the widening 25% of the time, 68% of its samples on the instruction after the store). 16 keys,
 // 8 KiB, stay in L1 (docs/performance.md, "2026-12-05, 13:32"). The AVX2 target (forced on that
-// Xeon; bf16 and float16 rows are widened there too, groups of 5-8 rows 3 keys a call) ran 3-8%
-// slower with 16. Each key's score is its own sums: the same bits either way.
+// Xeon; bf16 and float16 rows are widened there too, groups of 5-8 rows 3 keys a call) ran 3-9%
+// slower with 16 (40.1 / 40.2 against 38.8 / 36.8 ns a key-head). Each key's score is its own
+// sums: the same bits either way.
 std::size_t widened_keys();
 
 // Keys per tile of GQA decode: the rows of P (accumulate) lie kTileKeys apart, a stride the

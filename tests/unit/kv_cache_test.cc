@@ -595,6 +595,34 @@ TEST(KVCache, CallsOfOtherShapesDoNotShareScratch) {
   }
 }
 
+// A sequence with no keys gives out = 0 and lse = -inf whatever an earlier call of the same shape
+// left in the chunks' partials (kept between calls): here NaN, from a call whose V rows were all
+// NaN. A short cache (one chunk a KV head) writes its heads from their partial in place, so the
+// empty one must not read its never-written o.
+TEST(KVCache, AnEmptySequenceGivesZerosWhateverAnEarlierCallLeft) {
+  for_each_target([] {
+    const std::int64_t B = 2, Hq = 8, Hkv = 2, d = 64;
+    const std::vector<std::int32_t> lens = {40, 40}, none = {0, 40};
+    const CacheEdit nan_values = [&](Tensor&, Tensor& v, Tensor&, Tensor&) {
+      std::fill(v.as<float>(), v.as<float>() + v.numel(), NAN);
+    };
+    const Caches bad = make_caches(Kind::f32, B, Hkv, lens, d, d, 16, 1900, nan_values);
+    const Caches empty_first = make_caches(Kind::f32, B, Hkv, none, d, d, 16, 1901);
+    const Tensor q = random_tensor(DType::f32, {B, Hq, d}, 1902, 3);
+    for (const int threads : {1, 2}) {
+      DecodeOptions o;
+      o.threads = threads;
+      Tensor out(DType::f32, {B, Hq, d}), lse(DType::f32, {B, Hq});
+      decode(q.view(), bad.contiguous(), out.view(), lse.view(), o);
+      ASSERT_TRUE(std::isnan(out.as<float>()[0]));
+      decode(q.view(), empty_first.contiguous(), out.view(), lse.view(), o);
+      for (std::int64_t i = 0; i < Hq * d; ++i) ASSERT_EQ(out.as<float>()[i], 0.0f) << "element " << i;
+      for (std::int64_t h = 0; h < Hq; ++h) ASSERT_EQ(lse.as<float>()[h], -INFINITY) << "head " << h;
+      for (std::int64_t i = Hq * d; i < B * Hq * d; ++i) ASSERT_TRUE(std::isfinite(out.as<float>()[i]));
+    }
+  });
+}
+
 // Several new tokens a sequence: a key that some rows of a call see and others do not (the last
 // tokens' own keys under a causal mask, a window's first keys, a right window's last) holds NaN
 // in K and Inf in V (int8: an infinite scale). The rows that do not see it give what the same
