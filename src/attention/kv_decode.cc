@@ -361,7 +361,11 @@ class Chunk {
     // float16 0.80 and 0.99 with Hkv = 8, 0.88 and 0.93 with Hkv = 4 (the same bits: its conversion
     // costs about what the widening did once the rows come from DRAM; docs/performance.md).
     in_place_ = quads_ && L.type != kv::kF32 && !Scratch::widens(L);
-    widened_ = quads_ && Scratch::widens(L);
+    // Keys a call of the scores (step()): fed rows a whole tile (the call's setup and epilogue paid
+    // once: float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster),
+    // rows widened first kv::widened_keys() (the widened rows stay in L1), others a sub-tile of
+    // kSub keys, their prefetch bursts between the calls.
+    scores_keys_ = !quads_ ? kSub : Scratch::widens(L) ? static_cast<std::int64_t>(kv::widened_keys()) : kTile;
     // compute = bf16 over a bf16 cache: scores and P·V by vdpbf16ps (kv_bf16_dot.h) on the rows in
     // place, where the CPU has it and the rows split into its steps (8 columns of K, 32 of V); on
     // AMX tiles where the bf16 product path is AMX (below).
@@ -495,11 +499,7 @@ class Chunk {
       f = {all.k + from, all.v + from, std::min(part, all.n - from)};
       fk *= heads, fv *= heads;
     }
-    // Fed rows go a whole tile a call of the scores (the call's setup and epilogue paid once:
-    // float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster), rows
-    // widened first kv::widened_keys() keys a call, others a sub-tile of kSub keys a call, their
-    // prefetch bursts between the calls.
-    const std::int64_t sub = !quads_ ? kSub : widened_ ? static_cast<std::int64_t>(kv::widened_keys()) : kTile;
+    const std::int64_t sub = scores_keys_;  // keys a call (the constructor)
     for (std::int64_t a = 0; a < nk; a += sub) {
       const std::int64_t n = std::min(sub, nk - a);
       const std::int64_t ahead = a < f.n ? std::min(sub, f.n - a) : 0;  // rows of the tile computed next
@@ -726,8 +726,8 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, in_place_ = false, widened_ = false, dot_ = false, amx_ = false, prefetch_k_ = true,
-       v_fed_ = false;
+  bool quads_ = false, in_place_ = false, dot_ = false, amx_ = false, prefetch_k_ = true, v_fed_ = false;
+  std::int64_t scores_keys_ = kSub;  // keys a call of the scores (the constructor)
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row_strided prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
   // The chunk's (begin).
