@@ -179,7 +179,8 @@ const std::vector<std::string>& case_names() {
   static const std::vector<std::string> names = {
       "fwd",         "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16", "bwd",
       "bwd-bf16",    "bwd-1thread",  "bwd-scaling", "decode",      "kv-f32",   "kv-bf16",
-      "kv-f16",      "kv-i8",        "kv-paged",    "kv-bf16-dot", "kv-gqa-flops", "kv-i8-tok",  "small-call"};
+      "kv-f16",      "kv-i8",        "kv-paged",    "kv-bf16-dot", "kv-short",  "kv-gqa-flops", "kv-i8-tok",
+      "small-call"};
   return names;
 }
 
@@ -358,7 +359,8 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread); peak-scaling: the FMA loop's own\n"
               "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
-              "comparable with llama.cpp's; kv-gqa-flops: GQA decode (8 query heads a KV head, K/V in cache) against the FMA\n"
+              "comparable with llama.cpp's; kv-short: short decode (Hq 32 over Hkv 8, 64 and 512 keys, in cache,\n"
+              "the library's thread count), where a call's fixed costs stand beside its reads; kv-gqa-flops: GQA decode (8 query heads a KV head, K/V in cache) against the FMA\n"
               "peak; kv-bf16-dot: the bf16 cache with compute = bf16 (GQA's products on bf16 operands: AMX tdpbf16ps\n"
               "where the header says \"bf16 products amx\", else vdpbf16ps);\n"
               "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n"
@@ -549,8 +551,9 @@ void run(const Bench& opt) {
       kv = {hold(filled(DType::f32, {1, Hkv, nkv, d}, 6)), hold(filled(DType::f32, {1, Hkv, nkv, d}, 7))};
     return kv;
   };
+  // call_threads: the threads the call asks the library for (-1: the bench's count).
   auto decode = [&](Cache kind, std::int64_t Hq, std::int64_t Hkv, std::int64_t nkv, std::int64_t d,
-                    Compute compute = Compute::native) {
+                    Compute compute = Compute::native, int call_threads = -1) {
     const Tensor* q = hold(filled(DType::f32, {1, Hq, 1, d}, 5));
     Tensor* out = hold(Tensor(DType::f32, {1, Hq, 1, d}));
     const TensorView q3 = TensorView::contiguous(q->view().data, DType::f32, {1, Hq, d});
@@ -565,7 +568,7 @@ void run(const Bench& opt) {
     r.threads = threads;
     r.unit = "GB/s";
     DecodeOptions opts;
-    opts.threads = threads;
+    opts.threads = call_threads >= 0 ? call_threads : threads;
     opts.compute = compute;
     double element_bytes = 4;
     if (kind == Cache::forward || kind == Cache::f32 || kind == Cache::paged) {
@@ -654,6 +657,19 @@ void run(const Bench& opt) {
       if (wanted(kind)) decode(kind, 8, 1, 262144, 128);
     bf16_products(8, 1, 262144);
   }
+  // Short decode: Llama 3's groups (32 query heads over 8 KV heads), d = 128, over 64 and 512 keys,
+  // in cache, where a call's fixed costs (Q's packing, the merge, a hand-off to a thread) stand
+  // beside its reads; the thread count left to the library unless --threads names one, as
+  // small-call's (under 1 MiB of K and V it takes one).
+  if (want("kv-short"))
+    for (std::int64_t nkv : {std::int64_t{64}, std::int64_t{512}})
+      for (Cache kind : {Cache::f32, Cache::bf16}) {
+        Row* r = decode(kind, 32, 8, nkv, 128, Compute::native, opt.threads);
+        r->name = "kv-short";
+        r->timed.calls = 8;  // in cache whatever decode() judged from the L3 measured
+        r->timed.warm = true;
+        r->limit = copy_cache;
+      }
   // GQA decode's arithmetic against the FMA peak, its K/V cache-resident (Hq = 32 over Hkv = 4,
   // Nkv = 2048, d = 128: 8 MiB). A group of 8 query rows does 4·8·d flops a key for the key's 2·d
   // float32 values, 4 flops a byte: for the DRAM GQA row to read at a fraction f of the copy, the
