@@ -137,6 +137,23 @@ void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, s
                   const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale) {
   (forward_uses_tile_gemm() ? tile_gemm : gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale);
 }
+namespace {
+// C = init + A·B (gemm's modes) with each element's K products summed in one chain (forward_pv,
+// accumulate_tile): by TileGemm where the forward takes it (tile), else Gemm; gemm's one-column
+// case as gemm runs it, with its blocks.
+void one_chain(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
+               const float* B, std::size_t ldb, float* C, std::size_t ldc, GemmMode mode, const float* row_scale,
+               bool tile) {
+  if (M == 0 || N == 0) return;
+  if (N == 1 && ars == 1 && ldc == 1)
+    return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, mode, row_scale);
+  const std::size_t chain = std::max<std::size_t>(K, 1);
+  if (tile)
+    HWY_DYNAMIC_DISPATCH(TileGemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale, chain);
+  else
+    HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, mode, row_scale, chain, wide_tiles());
+}
+}  // namespace
 // P·V in one chain per key tile: Gemm's InnerBlock(64) = 32 would sum a 64-key tile as two chains,
 // each added to O through memory; one chain loads, rescales and stores the output tile once per
 // tile instead of twice. Error (see InnerBlock): a row of N keys, tiles of 64 added to O in turn,
@@ -147,15 +164,7 @@ void forward_gemm(std::size_t M, std::size_t N, std::size_t K, const float* A, s
 // N = 4096 0.994-1.005, two threads 0.992; d = 64, two threads 0.979, one thread 0.982.
 void forward_pv(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                 const float* B, std::size_t ldb, float* C, std::size_t ldc, const float* row_scale) {
-  if (M == 0 || N == 0) return;
-  if (N == 1 && ars == 1 && ldc == 1)  // gemm's one-column case, with its blocks
-    return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, kRescaleAccumulate, row_scale);
-  const std::size_t chain = std::max<std::size_t>(K, 1);
-  if (forward_uses_tile_gemm())
-    HWY_DYNAMIC_DISPATCH(TileGemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, kRescaleAccumulate, row_scale, chain);
-  else
-    HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, kRescaleAccumulate, row_scale, chain,
-                               wide_tiles());
+  one_chain(M, N, K, A, ars, acs, B, ldb, C, ldc, kRescaleAccumulate, row_scale, forward_uses_tile_gemm());
 }
 // The backward's dV, dK and dQ products in one chain per tile: each is a sum over all the query
 // blocks (dV, dK) or key tiles (dQ) of a head, added tile by tile, so forward_pv's error argument
@@ -167,11 +176,7 @@ void forward_pv(std::size_t M, std::size_t N, std::size_t K, const float* A, std
 // change was 0.997 of the time (2026-12-05, 00:34).
 void accumulate_tile(std::size_t M, std::size_t N, std::size_t K, const float* A, std::size_t ars, std::size_t acs,
                      const float* B, std::size_t ldb, float* C, std::size_t ldc) {
-  if (M == 0 || N == 0) return;
-  if (N == 1 && ars == 1 && ldc == 1)  // gemm's one-column case, with its blocks
-    return HWY_DYNAMIC_DISPATCH(GemvColumns)(M, K, A, acs, B, ldb, C, kAccumulate, nullptr);
-  HWY_DYNAMIC_DISPATCH(Gemm)(M, N, K, A, ars, acs, B, ldb, C, ldc, kAccumulate, nullptr, std::max<std::size_t>(K, 1),
-                             wide_tiles());
+  one_chain(M, N, K, A, ars, acs, B, ldb, C, ldc, kAccumulate, nullptr, false);
 }
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                     float* alpha) {

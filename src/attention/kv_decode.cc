@@ -121,6 +121,11 @@ struct Layout {
   bool bf16_products = false;
 
   std::int64_t group() const { return Hq / Hkv; }
+  // KV heads a work unit takes side by side (decode()): all of a sequence's where together.
+  std::int64_t lockstep() const { return together ? Hkv : 1; }
+  // Whether the heads of a unit feed the next tile's runs between them (Chunk::step) rather than
+  // each its own rows.
+  bool split_runs() const { return lockstep() > 1 && runs; }
   // The query rows of one KV head: row r = hl·Nq + i is new token i of query head kh·group + hl.
   std::int64_t rows() const { return group() * Nq; }
   bool transforms() const { return softcap > 0.0 || !slopes.empty(); }
@@ -390,7 +395,7 @@ class Chunk {
     // thread, processes alternated: Nkv = 64 float32 22.2-22.7 against 23.8-24.3 µs, bf16
     // 21.3-22.3 against 23.0-23.4; from DRAM, 32/4 over 65536 keys, the same within 2%;
     // docs/performance.md, "2026-12-05, 13:32").
-    v_fed_ = quads_ && !(L.together && L.Hkv > 1 && L.runs);
+    v_fed_ = quads_ && !L.split_runs();
     // One query row: kv::stream_row_strided prefetches, into the first-level cache, the rows of the keys
     // that lie kStreamAheadBytes of K and V (int8: counting their scales) past those it computes, in
     // whole groups of four keys; wide float32 rows go without (neither K nor V rows gained from it,
@@ -492,7 +497,7 @@ class Chunk {
     // Hq = 8, Hkv = 1, Nkv = 262144: 0.944; Hkv = 8: 0.979. int8 (its K rows widened first), a
     // paged cache and K and V in cache: 0.98-1.02 (docs/performance.md). Runs of all heads side by
     // side keep the old order: their feed is a part of the next tile's runs.
-    const bool v_first = !(first && heads > 1 && L_.runs);
+    const bool v_first = !(first && L_.split_runs());
     if (!v_first) {
       const TileRows all = first->upcoming();
       const std::int64_t part = (all.n + heads - 1) / heads, from = std::min(all.n, head * part);
@@ -812,7 +817,7 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   // A work unit is one KV head's chunk, or, where the heads' rows of a key lie together (a paged
   // cache's blocks [block, Hkv, d], a contiguous [B, Nkv, Hkv, d] cache), one chunk of all KV heads
   // taken tile by tile side by side, which reads those rows as one run instead of Hkv strided passes.
-  const std::int64_t lockstep = L.together ? L.Hkv : 1, units = items / lockstep;
+  const std::int64_t lockstep = L.lockstep(), units = items / lockstep;
   // Threads: unless the caller names a count, a call that reads less than kOneThreadBytes of K and
   // V runs on one, since handing work to a second thread costs more than it saves there (H = 8,
   // d = 128, 32 keys: 7.4 µs on one thread, 16.4 on two; docs/performance.md). The units'
@@ -862,7 +867,7 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   // Merge in chunk order, then out = o / l and lse = M + ln l. A head of one chunk is its partial
   // as it is (merge_row would give M = m, l = 1·l and o = 0 + 1·o: the same values, but for the
   // sign of a zero in o), read in place.
-  std::vector<float> merged(L.dv), zeros(L.dv);
+  std::vector<float> merged(L.dv);
   for (std::int64_t head = 0; head < heads; ++head) {
     const std::int64_t b = head / L.Hkv, kh = head % L.Hkv;
     for (std::int64_t r = 0; r < g; ++r) {
@@ -876,7 +881,10 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
             [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, merged.data());
         o = merged.data();
       }
-      if (l == 0.0f) o = zeros.data();  // no key seen: out = 0 (an empty chunk's o is not written)
+      if (l == 0.0f) {  // no key seen: out = 0 (an empty chunk's o is not written)
+        std::fill(merged.begin(), merged.end(), 0.0f);
+        o = merged.data();
+      }
       const std::int64_t h = kh * L.group() + r / L.Nq, i = r % L.Nq;
       float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;
