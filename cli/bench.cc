@@ -660,7 +660,7 @@ void run(const Bench& opt) {
   // Short decode: Llama 3's groups (32 query heads over 8 KV heads), d = 128, over 64 and 512 keys,
   // in cache, where a call's fixed costs (Q's packing, the merge, a hand-off to a thread) stand
   // beside its reads; the thread count left to the library unless --threads names one, as
-  // small-call's (under 1 MiB of K and V it takes one).
+  // small-call's (under 256 KiB of K and V it takes one).
   if (want("kv-short"))
     for (std::int64_t nkv : {std::int64_t{64}, std::int64_t{512}})
       for (Cache kind : {Cache::f32, Cache::bf16}) {
