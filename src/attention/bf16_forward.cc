@@ -196,6 +196,11 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
   const std::uint16_t* K = kv.k(first.b * p.Hkv + first.kh);
   const std::uint16_t* V = kv.v(first.b * p.Hkv + first.kh);
   const float scale = static_cast<float>(p.scale);
+  // The scale applied where the softmax reads the scores (softmax_update_rows_bf16_scaled: the same
+  // t = x·s, one rounded multiply), so that the score product's tiles are stored in place rather
+  // than through a scratch and a scaling pass (gemm_amx). Where scores are transformed or the scale
+  // is not positive (a mask's -inf times it), the product scales them as before.
+  const bool fold = scale > 0.0f && scale != 1.0f && !p.transforms_scores();
   const std::int64_t jb = wb.lo(), je = wb.hi();
   for (std::int64_t j0 = jb; j0 < je; j0 += kKeys) {
     const std::int64_t j1 = std::min(j0 + kKeys, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
@@ -210,7 +215,8 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     // j0 need not be even (a window's first key): the pair layouts are indexed from key 0, so a
     // tile starting at an odd key begins one key earlier with that key's probability zero.
     const std::int64_t j0e = j0 & ~std::int64_t{1}, shift = j0 - j0e;
-    gemm(path, M, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr, scale);
+    gemm(path, M, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr,
+         fold ? 1.0f : scale);
     for (std::int64_t h = 0; h < wb.halves; ++h) {
       const RowBlock& rb = wb.half[h];
       float* S = s.s.get() + h * kBr * s.lds;
@@ -221,7 +227,10 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
       if (p.transforms_scores()) transform_scores(p, rb, j0, nk, S, s.lds, 1);
       if (kind[h] == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, s.lds);
     }
-    simd::softmax_update_rows(s.s.get(), s.lds, M, nk, s.m.get(), s.l.get(), s.alpha.get(), simd::ExpFor::bf16);
+    if (fold)
+      simd::softmax_update_rows_bf16_scaled(s.s.get(), s.lds, M, nk, s.m.get(), s.l.get(), s.alpha.get(), scale);
+    else
+      simd::softmax_update_rows(s.s.get(), s.lds, M, nk, s.m.get(), s.l.get(), s.alpha.get(), simd::ExpFor::bf16);
     if (p.has_dropout())  // l keeps every P
       for (std::int64_t h = 0; h < wb.halves; ++h)
         if (kind[h] != TileKind::skip) apply_dropout(p, wb.half[h], j0, nk, s.s.get() + h * kBr * s.lds, s.lds, 1);

@@ -32,6 +32,7 @@ HWY_EXPORT(Exp2RowsBf16);
 HWY_EXPORT(DotTile);
 HWY_EXPORT(SoftmaxUpdateRows);
 HWY_EXPORT(SoftmaxUpdateRowsBf16);
+HWY_EXPORT(SoftmaxUpdateRowsBf16Scaled);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(Softcap);
 HWY_EXPORT(ScaledCopy);
@@ -191,6 +192,10 @@ void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale) {
   HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(Pt, dPt, ld, rows, cols, D, scale);
+}
+void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
+                                     float* l, float* alpha, float scale) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsBf16Scaled)(S, lds, rows, cols, m, l, alpha, scale);
 }
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                          float* alpha, ExpFor e) {
