@@ -488,14 +488,20 @@ void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, fl
 // St[j][c] = e^(St[j][c] − sub[c]) · mul[c]: probabilities from final statistics (sub = m and
 // mul = 1/l for the probs output; sub = lse, mul = 1/σ for the backward). A caller passes
 // sub = +inf for a fully masked query, so every entry becomes e^(-inf) = 0.
-template <bool kForBf16>
-HWY_INLINE void Exp2ColumnsFor(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
+// kScaled: St holds unscaled scores x, each read as t = x·scale (one rounded multiply: the same t
+// as a product that wrote x·scale).
+template <bool kForBf16, bool kScaled = false>
+HWY_INLINE void Exp2ColumnsFor(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul,
+                               float scale = 1.0f) {
   const DF d;
   const size_t L = hn::Lanes(d);
+  const VF sv = hn::Set(d, scale);
   for (size_t c = 0; c < cols; c += L) {
     const VF s = hn::LoadU(d, sub + c), f = hn::LoadU(d, mul + c);
-    for (size_t j = 0; j < rows; ++j)
-      hn::StoreU(hn::Mul(ExpDiff<DF, kForBf16>(d, hn::LoadU(d, St + j * lds + c), s), f), d, St + j * lds + c);
+    for (size_t j = 0; j < rows; ++j) {
+      const VF x = hn::LoadU(d, St + j * lds + c);
+      hn::StoreU(hn::Mul(ExpDiff<DF, kForBf16>(d, kScaled ? hn::Mul(x, sv) : x, s), f), d, St + j * lds + c);
+    }
   }
 }
 void Exp2Columns(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
@@ -504,6 +510,12 @@ void Exp2Columns(float* St, size_t lds, size_t rows, size_t cols, const float* s
 // The bf16 backward's P, rounded to bfloat16 next (as is dS = P∘(dP − D)): the bf16 forward's e^x.
 void Exp2ColumnsBf16(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
   Exp2ColumnsFor<true>(St, lds, rows, cols, sub, mul);
+}
+// The same over unscaled scores x, read as x·scale (the bf16 backward's score products then store
+// their tiles in place: bf16_backward.cc).
+void Exp2ColumnsBf16Scaled(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul,
+                           float scale) {
+  Exp2ColumnsFor<true, true>(St, lds, rows, cols, sub, mul, scale);
 }
 
 // dS = P ∘ (dP − D) · s, in place over dPt (transposed tiles like St; D per query column).

@@ -26,6 +26,7 @@ HWY_EXPORT(TileGemm);
 HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
 HWY_EXPORT(Exp2ColumnsBf16);
+HWY_EXPORT(Exp2ColumnsBf16Scaled);
 HWY_EXPORT(SoftmaxGrad);
 HWY_EXPORT(Exp2Rows);
 HWY_EXPORT(Exp2RowsBf16);
@@ -183,6 +184,10 @@ void accumulate_tile(std::size_t M, std::size_t N, std::size_t K, const float* A
 void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                     float* alpha) {
   HWY_DYNAMIC_DISPATCH(SoftmaxUpdate)(St, lds, rows, cols, m, l, alpha);
+}
+void exp2_columns_bf16_scaled(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+                              const float* mul, float scale) {
+  HWY_DYNAMIC_DISPATCH(Exp2ColumnsBf16Scaled)(St, lds, rows, cols, sub, mul, scale);
 }
 void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                   const float* mul, ExpFor e) {

@@ -48,6 +48,10 @@ void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t co
 // St[j][c] = e^(St[j][c] − sub[c]) · mul[c] (the exp2 kernels take natural-unit scores; see ExpDiff).
 void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                   const float* mul, ExpFor e = ExpFor::f32);
+// exp2_columns(ExpFor::bf16) over unscaled scores x (scale > 0), each read as t = x·scale: the same
+// P as over scores x·scale written first.
+void exp2_columns_bf16_scaled(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+                              const float* mul, float scale);
 // dPt[j][c] = Pt[j][c] · (dPt[j][c] − D[c]) · scale.
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale);
