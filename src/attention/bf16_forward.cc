@@ -34,6 +34,11 @@ constexpr std::int64_t kKeys = 128;
 // Row stride of Pb: a tile that starts at an odd key (a window's first key) spans kKeys + 1 key
 // slots from the even key before it, rounded up to 32 for the products.
 constexpr std::int64_t kPbLd = kKeys + 32;
+// Rows of the score tile a softmax call takes before they are rounded to bfloat16 (attend). On an
+// Intel Xeon with AMX (N = 4096, d = 128, B·H = 8, two threads, six runs alternated, 16:24 UTC,
+// 2026-12-05): 0.201-0.206 of the AMX peak against 0.187-0.199 with the whole tile's softmax first;
+// 4 and 32 rows no better than 16 (docs/performance.md).
+constexpr std::int64_t kSoftmaxRows = 16;
 
 // Element (a, b, c, d) of a float32 or bfloat16 view as bfloat16 bits.
 inline std::uint16_t bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
@@ -227,10 +232,25 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
       if (p.transforms_scores()) transform_scores(p, rb, j0, nk, S, s.lds, 1);
       if (kind[h] == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, s.lds);
     }
-    if (fold)
-      simd::softmax_update_rows_bf16_scaled(s.s.get(), s.lds, M, nk, s.m.get(), s.l.get(), s.alpha.get(), scale);
-    else
-      simd::softmax_update_rows(s.s.get(), s.lds, M, nk, s.m.get(), s.l.get(), s.alpha.get(), simd::ExpFor::bf16);
+    // The online softmax over rows [r0, r0 + n) of the tile (each row's statistics its own).
+    const auto softmax = [&](std::int64_t r0, std::int64_t n) {
+      float* S = s.s.get() + r0 * s.lds;
+      if (fold) simd::softmax_update_rows_bf16_scaled(S, s.lds, n, nk, s.m.get() + r0, s.l.get() + r0, s.alpha.get() + r0, scale);
+      else simd::softmax_update_rows(S, s.lds, n, nk, s.m.get() + r0, s.l.get() + r0, s.alpha.get() + r0, simd::ExpFor::bf16);
+    };
+    // Where P goes straight to P·V (whole tiles, no dropout, an even first key), each kSoftmaxRows
+    // rows are rounded to bfloat16 right after their softmax, while their scores (8 KiB) are in L1;
+    // the whole tile's (64 KiB at 128 x 128) had left it by then (the same bits).
+    const bool direct = shift == 0 && all_full && !p.has_dropout();
+    if (direct) {
+      for (std::int64_t r0 = 0; r0 < M; r0 += kSoftmaxRows) {
+        const std::int64_t n = std::min(kSoftmaxRows, M - r0);
+        softmax(r0, n);
+        to_bf16(path, s.s.get() + r0 * s.lds, s.lds, n, nk16, s.pb.get() + r0 * kPbLd, kPbLd);
+      }
+    } else {
+      softmax(0, M);
+    }
     if (p.has_dropout())  // l keeps every P
       for (std::int64_t h = 0; h < wb.halves; ++h)
         if (kind[h] != TileKind::skip) apply_dropout(p, wb.half[h], j0, nk, s.s.get() + h * kBr * s.lds, s.lds, 1);
@@ -250,7 +270,7 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
       }
     }
     if (shift == 0) {
-      to_bf16(path, s.s.get(), s.lds, M, nk16, s.pb.get(), kPbLd);
+      if (!direct) to_bf16(path, s.s.get(), s.lds, M, nk16, s.pb.get(), kPbLd);
       for (std::int64_t r = 0; r < M; ++r) std::fill(s.pb.get() + r * kPbLd + nk16, s.pb.get() + r * kPbLd + nk32, 0);
       gemm(path, M, p.dv, nk32, s.pb.get(), kPbLd, value_span(p, kv, V, j0, nk32, j0, j1, s), kv.ldv, s.o.get(), p.dv,
            2, s.alpha.get(), 1.0f);
