@@ -177,10 +177,10 @@ std::vector<std::string> list_items(const std::string& list) {
 // The cases `attnscale bench` times, in its table's order (--rows picks some of them).
 const std::vector<std::string>& case_names() {
   static const std::vector<std::string> names = {
-      "fwd",         "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16", "bwd",
-      "bwd-bf16",    "bwd-1thread",  "bwd-scaling", "decode",      "kv-f32",   "kv-bf16",
-      "kv-f16",      "kv-i8",        "kv-paged",    "kv-bf16-dot", "kv-short",  "kv-gqa-flops", "kv-i8-tok",
-      "small-call"};
+      "fwd",           "peak-scaling", "fwd-1thread", "fwd-scaling", "fwd-bf16",     "bwd",
+      "bwd-bf16",      "bwd-1thread",  "bwd-scaling", "decode",      "kv-f32",       "kv-bf16",
+      "kv-f16",        "kv-i8",        "kv-paged",    "kv-bf16-dot", "kv-short",     "kv-short-dram",
+      "kv-gqa-flops",  "kv-i8-tok",    "small-call"};
   return names;
 }
 
@@ -332,7 +332,7 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
     std::printf("%-11s %9.2f %9.2f %9.2f  %-7s %s\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str(),
                 l->what.c_str());
   }
-  std::printf("\n%-12s %2s %3s %3s %5s %6s %4s %-6s %-4s %3s %9s %9s %15s %-7s %-10s %6s %13s\n", "case", "B", "Hq", "Hkv",
+  std::printf("\n%-13s %2s %3s %3s %5s %6s %4s %-6s %-4s %3s %9s %9s %15s %-7s %-10s %6s %13s\n", "case", "B", "Hq", "Hkv",
               "Nq", "Nkv", "d", "mask", "dt", "thr", "ms", "rate", "[min - max]", "unit", "of limit", "ratio",
               "[min - max]");
   for (const Row& r : rows) {
@@ -340,7 +340,7 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
     std::vector<double> rates;
     for (double s : r.seconds) rates.push_back(rate_of(r.timed, s));
     const Stats rt = stats(rates);
-    std::printf("%-12s %2lld %3lld %3lld %5lld %6lld %4lld %-6s %-4s %3d %9.3f %9.2f %7.2f-%-7.2f %-7s", r.name.c_str(),
+    std::printf("%-13s %2lld %3lld %3lld %5lld %6lld %4lld %-6s %-4s %3d %9.3f %9.2f %7.2f-%-7.2f %-7s", r.name.c_str(),
                 (long long)r.B, (long long)r.Hq, (long long)r.Hkv, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
                 r.causal ? "causal" : "none", r.dtype.c_str(), r.threads, t.median * 1e3, rt.median, rt.lo, rt.hi,
                 r.unit.c_str());
@@ -360,7 +360,9 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
               "comparable with llama.cpp's; kv-short: short decode (Hq 32 over Hkv 8, 64 and 512 keys, in cache,\n"
-              "the library's thread count), where a call's fixed costs stand beside its reads; kv-gqa-flops: GQA decode (8 query heads a KV head, K/V in cache) against the FMA\n"
+              "the library's thread count), where a call's fixed costs stand beside its reads; kv-short-dram: the same\n"
+              "calls, each over the next of many copies of the cache (twice the L3 the kernel reports), from memory as\n"
+              "in inference; kv-gqa-flops: GQA decode (8 query heads a KV head, K/V in cache) against the FMA\n"
               "peak; kv-bf16-dot: the bf16 cache with compute = bf16 (GQA's products on bf16 operands: AMX tdpbf16ps\n"
               "where the header says \"bf16 products amx\", else vdpbf16ps);\n"
               "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n"
@@ -660,7 +662,7 @@ void run(const Bench& opt) {
   // Short decode: Llama 3's groups (32 query heads over 8 KV heads), d = 128, over 64 and 512 keys,
   // in cache, where a call's fixed costs (Q's packing, the merge, a hand-off to a thread) stand
   // beside its reads; the thread count left to the library unless --threads names one, as
-  // small-call's (under 1 MiB of K and V it takes one).
+  // small-call's (under 256 KiB of K and V it takes one).
   if (want("kv-short"))
     for (std::int64_t nkv : {std::int64_t{64}, std::int64_t{512}})
       for (Cache kind : {Cache::f32, Cache::bf16}) {
@@ -670,6 +672,41 @@ void run(const Bench& opt) {
         r->timed.warm = true;
         r->limit = copy_cache;
       }
+  // The same short calls with K and V from memory, as in inference, where the other layers (their
+  // caches and weights) evict a layer's cache between its calls: each call reads the next of many
+  // copies of the cache laid side by side over twice the last-level cache the kernel reports (at
+  // least 256 MiB), so that none is in cache when it is read; against the DRAM copy. The copies'
+  // values are one byte pattern, a small normal number in float32 and in bf16 alike, so that all
+  // four rows share one allocation.
+  if (want("kv-short-dram")) {
+    const std::size_t span = std::max(std::size_t(256) << 20, 2 * reported_l3_bytes());
+    char* pool = static_cast<char*>(hold(Tensor(DType::u8, {std::int64_t(span)}))->data());
+    std::memset(pool, 0x3c, span);  // 0x3c3c3c3c: 0.0115 as float32; 0x3c3c: 0.0115 as bf16
+    for (std::int64_t nkv : {std::int64_t{64}, std::int64_t{512}})
+      for (Cache kind : {Cache::f32, Cache::bf16}) {
+        const std::int64_t Hq = 32, Hkv = 8, d = 128;
+        Row* r = decode(kind, Hq, Hkv, nkv, d, Compute::native, opt.threads);  // its shape and rate
+        r->name = "kv-short-dram";
+        const DType t = kind == Cache::bf16 ? DType::bf16 : DType::f32;
+        const std::size_t half = static_cast<std::size_t>(Hkv * nkv * d) * dtype_size(t);
+        auto caches = std::make_shared<std::vector<KVCache>>();
+        for (std::size_t at = 0; at + 2 * half <= span; at += 2 * half)
+          caches->push_back({TensorView::contiguous(pool + at, t, {1, Hkv, nkv, d}),
+                             TensorView::contiguous(pool + at + half, t, {1, Hkv, nkv, d}), {}, {}, {}, {}});
+        const Tensor* q = hold(filled(DType::f32, {1, Hq, d}, 5));
+        Tensor* out = hold(Tensor(DType::f32, {1, Hq, d}));
+        DecodeOptions o;
+        o.threads = opt.threads;
+        auto next = std::make_shared<std::size_t>(0);
+        r->timed.fn = [=] {
+          attnscale::decode(q->view(), (*caches)[*next], out->view(), {}, o);
+          *next = (*next + 1) % caches->size();
+        };
+        r->timed.calls = 64;
+        r->timed.warm = false;
+        r->limit = copy;
+      }
+  }
   // GQA decode's arithmetic against the FMA peak, its K/V cache-resident (Hq = 32 over Hkv = 4,
   // Nkv = 2048, d = 128: 8 MiB). A group of 8 query rows does 4·8·d flops a key for the key's 2·d
   // float32 values, 4 flops a byte: for the DRAM GQA row to read at a fraction f of the copy, the

@@ -710,6 +710,20 @@ void Softcap(float* x, size_t n, float c, float* dcap) {
   }
 }
 
+// dst[i] = src[i] · f for i < n (an output row divided by its softmax sum): whole vectors, the
+// tail masked. Each element one multiply, so the bits do not depend on the target.
+void ScaledCopy(const float* src, float f, float* dst, size_t n) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF s = hn::Set(d, f);
+  size_t i = 0;
+  for (; i + L <= n; i += L) hn::StoreU(hn::Mul(hn::LoadU(d, src + i), s), d, dst + i);
+  if (i < n) {
+    const auto m = hn::FirstN(d, n - i);
+    hn::BlendedStore(hn::Mul(hn::MaskedLoad(m, d, src + i), s), m, d, dst + i);
+  }
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace attnscale::detail::HWY_NAMESPACE

@@ -34,6 +34,7 @@ HWY_EXPORT(SoftmaxUpdateRows);
 HWY_EXPORT(SoftmaxUpdateRowsBf16);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(Softcap);
+HWY_EXPORT(ScaledCopy);
 HWY_EXPORT(TargetName);
 
 namespace simd {
@@ -210,6 +211,9 @@ void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t ro
   HWY_DYNAMIC_DISPATCH(SoftmaxGradRows)(P, dP, ld, rows, cols, D, scale);
 }
 void softcap(float* x, std::size_t n, float c, float* dcap) { HWY_DYNAMIC_DISPATCH(Softcap)(x, n, c, dcap); }
+void scaled_copy(const float* src, float f, float* dst, std::size_t n) {
+  HWY_DYNAMIC_DISPATCH(ScaledCopy)(src, f, dst, n);
+}
 
 }  // namespace simd
 }  // namespace attnscale::detail

@@ -68,7 +68,9 @@ constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (se
 constexpr std::int64_t kStreamAheadBytes = 16384, kPagedAheadBytes = 131072;
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
-constexpr double kOneThreadBytes = 1 << 20;  // K and V bytes below which a call runs on one thread
+constexpr double kOneThreadBytes = 256 << 10;  // K and V bytes below which a call runs on one thread
+// K and V bytes up to which a call's rows count as cache-resident (Chunk's near_f32_).
+constexpr double kNearBytes = 16 << 20;
 
 // One of k / v: where row (b, h, j) lives, and its scales for int8.
 struct Rows {
@@ -129,6 +131,11 @@ struct Layout {
   // The query rows of one KV head: row r = hl·Nq + i is new token i of query head kh·group + hl.
   std::int64_t rows() const { return group() * Nq; }
   bool transforms() const { return softcap > 0.0 || !slopes.empty(); }
+  // Bytes of K and V a call reads at most (every sequence as long as the longest).
+  double bytes() const {
+    return static_cast<double>(B * Hkv) * static_cast<double>(max_len) *
+           static_cast<double>(dk * k.esize + dv * v.esize);
+  }
   std::int64_t length(std::int64_t b) const { return lens ? lens[b * lens_stride] : max_len; }
   std::int64_t start(std::int64_t b) const { return starts ? starts[b * starts_stride] : 0; }
   // New token i's key position, and the keys it sees: [lo, hi), from its start (or its window's
@@ -366,6 +373,16 @@ class Chunk {
     // float16 0.80 and 0.99 with Hkv = 8, 0.88 and 0.93 with Hkv = 4 (the same bits: its conversion
     // costs about what the widening did once the rows come from DRAM; docs/performance.md).
     in_place_ = quads_ && L.type != kv::kF32 && !Scratch::widens(L);
+    // Float32 rows of a call whose K and V lie in cache (up to kNearBytes) are scored as widened
+    // rows are, in the oct layout for groups of up to 4 rows (kv::QuadRows::f32_near): one
+    // broadcast of a key's 8 columns feeds two multiply-adds where a quad feeds one. From DRAM
+    // that was 3-5% slower than the quads (an Intel Xeon, GQA 32/8, d = 128, Nkv = 65536, two
+    // threads, processes alternated: 17.4-17.9 against 17.0-17.3 ms; on Zen 5 3-4%), in cache
+    // faster: Nkv = 64, one thread 12.9-13.1 against 14.5-14.8 µs, 512 keys (two threads)
+    // 61.3-61.7 against 64.7-65.4 µs, 2048 keys 317-319 against 323-325 µs
+    // (docs/performance.md, "2026-12-05, 15:48"). The rule follows from the call's sizes alone, so
+    // every layout and thread count gives the same bits.
+    near_f32_ = quads_ && L.type == kv::kF32 && L.bytes() <= kNearBytes;
     // Keys a call of the scores (step()): fed rows a whole tile (the call's setup and epilogue paid
     // once: float32 in L1 54 -> 46 cycles a key, Hq/Hkv = 8, d = 128; bf16 from DRAM 2-3% faster),
     // rows widened first kv::widened_keys() (the widened rows stay in L1), others a sub-tile of
@@ -510,7 +527,7 @@ class Chunk {
       const std::int64_t ahead = a < f.n ? std::min(sub, f.n - a) : 0;  // rows of the tile computed next
       if (quads_) {  // float32 rows, and bf16 and float16 rows in_place_, as they are; others widened into kf
         const void* const* rows = s.krow.data() + x + a;
-        const kv::QuadRows form = L_.type == kv::kF32     ? kv::QuadRows::f32
+        const kv::QuadRows form = L_.type == kv::kF32     ? (near_f32_ ? kv::QuadRows::f32_near : kv::QuadRows::f32)
                                   : !in_place_              ? kv::QuadRows::widened
                                   : L_.type == kv::kBF16    ? kv::QuadRows::bf16
                                                             : kv::QuadRows::f16;
@@ -731,7 +748,8 @@ class Chunk {
   // Set once, from the layout (the constructor).
   const std::int64_t g_, group_, kbytes_, vbytes_;  // g_: the query rows (Layout::rows), group_: heads
   const bool int8_, whole_;
-  bool quads_ = false, in_place_ = false, dot_ = false, amx_ = false, prefetch_k_ = true, v_fed_ = false;
+  bool quads_ = false, in_place_ = false, near_f32_ = false, dot_ = false, amx_ = false, prefetch_k_ = true,
+       v_fed_ = false;
   std::int64_t scores_keys_ = kSub;  // keys a call of the scores (the constructor)
   std::int64_t stream_ahead_ = 0;  // keys kv::stream_row_strided prefetches ahead (0: none)
   CacheLevel v_level_ = CacheLevel::far;  // where GQA's V rows are prefetched to
@@ -819,12 +837,17 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   // taken tile by tile side by side, which reads those rows as one run instead of Hkv strided passes.
   const std::int64_t lockstep = L.lockstep(), units = items / lockstep;
   // Threads: unless the caller names a count, a call that reads less than kOneThreadBytes of K and
-  // V runs on one, since handing work to a second thread costs more than it saves there (H = 8,
-  // d = 128, 32 keys: 7.4 µs on one thread, 16.4 on two; docs/performance.md). The units'
-  // arithmetic does not depend on it.
-  const double bytes = static_cast<double>(L.B * L.Hkv) * static_cast<double>(L.max_len) *
-                       static_cast<double>(L.dk * L.k.esize + L.dv * L.v.esize);
-  const int threads = options.threads == 0 && bytes < kOneThreadBytes ? 1 : resolve_threads(options.threads, units);
+  // V runs on one, since handing work to a second thread costs more than it saves there. The bound
+  // is set for K and V that come from memory, as in inference, where the other layers evict a
+  // layer's cache between its calls: there one core's stream falls short of the memory's rate.
+  // An Intel Xeon, GQA 32/8, d = 128, float32, µs a call on one / two threads, the caches of 1024
+  // layers in turn (cold) and one cache called again and again (warm): 16 keys (128 KiB) cold
+  // 13.7 / 11.6, warm 5.5 / 8.0; 32 keys 22.6 / 16.7, 7.6 / 8.9; 64 keys 43.5 / 28.2, 12.2 / 12.1;
+  // 128 keys 88 / 51, 22 / 18; bf16 16 keys (64 KiB) cold 6.3 / 8.2, 32 keys 13.2 / 12.0, 64 keys
+  // 29.1 / 18.8 (docs/performance.md, "2026-12-05, 15:48"). The units' arithmetic does not depend
+  // on it.
+  const int threads =
+      options.threads == 0 && L.bytes() < kOneThreadBytes ? 1 : resolve_threads(options.threads, units);
   PerThread<HeadScratch> scratch(threads);
   static std::atomic<std::uint64_t> calls{0};
   const std::uint64_t call = ++calls;
@@ -889,7 +912,7 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
       float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;
       if (out.strides[3] == 1)
-        for (std::int64_t d = 0; d < L.dv; ++d) dst[d] = o[d] * inv;
+        simd::scaled_copy(o, inv, dst, static_cast<std::size_t>(L.dv));
       else
         for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;
       if (!lse.empty()) {

@@ -1782,9 +1782,10 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
     constexpr size_t kKeys = kQuadCallKeys<D>;
     const size_t block = quads_block(dk);
     LineFeed feed = shared;  // in registers while the keys stream
-    // Up to 4 rows on AVX-512, widened rows (in L1): OctKeys, its layout after the quad block
-    // (QuadCall). Float32 rows read from DRAM were 3-4% slower that way (Hq = 32, Hkv = 8 and
-    // Hq = 8, Hkv = 2, d = 128, two threads, calls alternated in one process; docs/performance.md).
+    // Up to 4 rows on AVX-512, widened rows (in L1) and float32 rows in cache (f32_near):
+    // OctKeys, its layout after the quad block (QuadCall). Float32 rows read from DRAM were 3-4%
+    // slower that way (Hq = 32, Hkv = 8 and Hq = 8, Hkv = 2, d = 128, two threads, calls
+    // alternated in one process; docs/performance.md), so they keep the quads (QuadRows::f32).
     // bf16 rows in place (the caller checked rows_in_place()): PairKeys, by 16 columns on the pair
     // layout there, or by 8 on the pair layout of blocks of 8 rows;
     // float16 rows in place: OctKeys, converting each key's 8 columns as it reads them.

@@ -25,12 +25,12 @@ void scores(int type, std::size_t nk, std::size_t rows, std::size_t dk, const vo
 // each of the four sums over u one chain in column order.
 bool quads_available();
 // Groups of up to 4 rows are also packed in the "oct" layout, after their quad block, which
-// AVX-512 targets use for widened rows (QuadRows::widened): per 8 columns w 32 floats,
-// lane 8h + i = Q[h][8w + i] (rows 0-3); the dk % 8 last columns c one at a time, Q[h][c] in
-// lanes 8h + c % 8. There a key's 8 columns, broadcast to both halves of a vector, feed two
-// multiply-adds (rows 0-1 and 2-3) where a quad feeds one, and each row's 8 lanes (8 chains in
-// column order) are added at the end: lane i with lane 4 + i, then the four as the quad layout
-// adds its lanes.
+// AVX-512 targets use for widened rows and float32 rows in cache (QuadRows::widened, f32_near):
+// per 8 columns w 32 floats, lane 8h + i = Q[h][8w + i] (rows 0-3); the dk % 8 last columns c
+// one at a time, Q[h][c] in lanes 8h + c % 8. There a key's 8 columns, broadcast to both halves
+// of a vector, feed two multiply-adds (rows 0-1 and 2-3) where a quad feeds one, and each row's 8
+// lanes (8 chains in column order) are added at the end: lane i with lane 4 + i, then the four as
+// the quad layout adds its lanes.
 // For bf16 rows read in place (QuadRows::bf16, where rows_in_place()) they take the "pair" layout
 // there instead: per 16 columns w two slots of 32 floats, lane 8h + i = Q[h][16w + 2i] in the first
 // and Q[h][16w + 2i + 1] in the second (a bf16 row's 32-bit lane i holds its columns 2i and 2i + 1);
@@ -59,10 +59,11 @@ inline std::size_t quads_size(std::size_t rows, std::size_t dk) {
 void pack_quads(std::size_t rows, std::size_t dk, const float* Q, std::size_t ldq, float* packed, bool pairs = false);
 // Whether the target reads bf16 and float16 rows in place (AVX-512).
 bool rows_in_place();
-// How scores_quads reads its key rows: float32 rows as they are; a float32 tile the caller widened
-// from bf16, float16 or int8 rows (in L1; the oct layout for up to 4 rows on AVX-512); bf16 rows in
-// place (rows_in_place(), the pair layouts); float16 rows in place (the quad and oct layouts).
-enum class QuadRows : int { f32, widened, bf16, f16 };
+// How scores_quads reads its key rows: float32 rows as they are, streamed from memory (the quad
+// layout); float32 rows as they are, in cache (the oct layout for up to 4 rows on AVX-512); a
+// float32 tile the caller widened from bf16, float16 or int8 rows (in L1; as f32_near); bf16 rows
+// in place (rows_in_place(), the pair layouts); float16 rows in place (the quad and oct layouts).
+enum class QuadRows : int { f32, f32_near, widened, bf16, f16 };
 // S[r][j] for rows r < rows and keys j < nk, as scores() with float32 rows (other rows widened
 // first, widen(), as kv_decode.cc does, but bf16 and float16 rows where rows_in_place()).
 // feed (here and in accumulate): rows of a later tile to prefetch a few lines per step of the

@@ -24,3 +24,12 @@ def test_short_decode_rows_time_grouped_decode_in_cache(run):
     shapes = [(row["H"], row["Hkv"], row["Nkv"], row["d"], row["dtype"]) for row in rows]
     assert shapes == [("32", "8", n, "128", t) for n in ("64", "512") for t in ("f32", "bf16")], shapes
     assert all(row["limit"] == "copy-cache" and float(row["ratio"]) > 0 for row in rows), rows
+
+
+def test_short_decode_rows_from_memory_time_the_same_calls_against_the_copy(run):
+    r = run("bench", "--rows", "kv-short-dram", "--rounds", "1", "--format", "csv")
+    assert r.returncode == 0, r.stderr
+    rows = [row for row in csv.DictReader(io.StringIO(r.stdout)) if row["case"] == "kv-short-dram"]
+    shapes = [(row["H"], row["Hkv"], row["Nkv"], row["d"], row["dtype"]) for row in rows]
+    assert shapes == [("32", "8", n, "128", t) for n in ("64", "512") for t in ("f32", "bf16")], shapes
+    assert all(row["limit"] == "copy" and float(row["ratio"]) > 0 for row in rows), rows

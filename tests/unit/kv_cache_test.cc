@@ -316,7 +316,7 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   decode(q.view(), c.interleaved(), inter.view(), {}, o);
   o.threads = 1;
   decode(q.view(), c.contiguous(), one.view(), {}, o);
-  o.threads = 0;  // the library's choice (one thread under 1 MiB of K and V)
+  o.threads = 0;  // the library's choice (one thread under 256 KiB of K and V)
   decode(q.view(), c.contiguous(), any.view(), {}, o);
   const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " Hkv " +
                            std::to_string(cs.Hkv) + " dk " + std::to_string(cs.dk) + " dv " + std::to_string(cs.dv) +
@@ -426,6 +426,15 @@ TEST(KVCache, Float32MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Ki
 TEST(KVCache, Bfloat16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::bf16, 1000); }
 TEST(KVCache, Float16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::f16, 1100); }
 TEST(KVCache, Int8MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::i8, 1200); }
+// Float32 groups of up to 4 rows take the oct layout where the call's K and V lie in cache (up to
+// 16 MiB, every case above) and the quads beyond (kv_decode.cc, Chunk's near_f32_): these calls
+// read more, so the quads are checked too (group 4 at d = 128; group 3 with ragged dk and dv).
+TEST(KVCache, Float32GroupsOverLargeCachesMatchReferenceInEveryLayoutOnEveryTarget) {
+  for_each_target([] {
+    check_case(Kind::f32, {8, 2, 128, 128, 16, -1, {16500}}, 1250);
+    check_case(Kind::f32, {6, 2, 37, 29, 5, -1, {32000, 7}}, 1251);
+  });
+}
 
 // Soft-capping at 1.5 (scores of these inputs are of order 1: the cap bends them) and ALiBi slopes
 // in [0, 0.05) per (sequence, head), drawn from seed.
