@@ -162,6 +162,9 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
                 std::int64_t kb0, std::int64_t kb1, float* dqt, Scratch& s) {
   const Path path = bfdot::path();
   const float scale = static_cast<float>(p.scale);
+  // As the forward (bf16_forward.cc): the scale applied where e^(t − lse) reads the scores, the same
+  // bits, so that the score product's tiles are stored in place.
+  const bool fold = scale > 0.0f && scale != 1.0f && !p.transforms_scores() && p.mask_only_hides();
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t j0 = kb * kKeys, j1 = std::min(p.Nkv, j0 + kKeys), nk = j1 - j0;
     pack_key_rows(path, p.k, b, kh, j0, nk, p.dk, s.kr.get(), qp.dkp, s.ktr.get());
@@ -194,11 +197,14 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
           // St = s·K·Qᵀ, the score transforms, the mask; Pt = e^(St − lse)·mul.
           // Each product asks for the operands of one after it (into L2, a few lines a tile): St this
           // block's dOᵀ pairs, dPt its dQᵀ partial, dQᵀ the next block's Qᵀ pairs or the pair's dO.
-          gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr, scale,
-               Ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)});
+          gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr,
+               fold ? 1.0f : scale, Ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)});
           if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
           if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
-          simd::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
+          if (fold)
+            simd::exp2_columns_bf16_scaled(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), scale);
+          else
+            simd::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
           // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
           gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
                Ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)});

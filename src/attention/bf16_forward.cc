@@ -34,6 +34,11 @@ constexpr std::int64_t kKeys = 128;
 // Row stride of Pb: a tile that starts at an odd key (a window's first key) spans kKeys + 1 key
 // slots from the even key before it, rounded up to 32 for the products.
 constexpr std::int64_t kPbLd = kKeys + 32;
+// Rows of the score tile a softmax call takes before they are rounded to bfloat16 (attend). On an
+// Intel Xeon with AMX (N = 4096, d = 128, B·H = 8, two threads, six runs alternated, 16:24 UTC,
+// 2026-12-05): 0.201-0.206 of the AMX peak against 0.187-0.199 with the whole tile's softmax first;
+// 4 and 32 rows no better than 16 (docs/performance.md).
+constexpr std::int64_t kSoftmaxRows = 16;
 
 // Element (a, b, c, d) of a float32 or bfloat16 view as bfloat16 bits.
 inline std::uint16_t bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
@@ -196,6 +201,12 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
   const std::uint16_t* K = kv.k(first.b * p.Hkv + first.kh);
   const std::uint16_t* V = kv.v(first.b * p.Hkv + first.kh);
   const float scale = static_cast<float>(p.scale);
+  // The scale applied where the softmax reads the scores (softmax_update_rows_bf16_scaled: the same
+  // t = x·s, one rounded multiply), so that the score product's tiles are stored in place rather
+  // than through a scratch and a scaling pass (gemm_amx). Where scores are transformed, a float mask
+  // adds to them or the scale is not positive (a mask's -inf times it), the product scales them as
+  // before.
+  const bool fold = scale > 0.0f && scale != 1.0f && !p.transforms_scores() && p.mask_only_hides();
   const std::int64_t jb = wb.lo(), je = wb.hi();
   for (std::int64_t j0 = jb; j0 < je; j0 += kKeys) {
     const std::int64_t j1 = std::min(j0 + kKeys, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
@@ -210,7 +221,8 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     // j0 need not be even (a window's first key): the pair layouts are indexed from key 0, so a
     // tile starting at an odd key begins one key earlier with that key's probability zero.
     const std::int64_t j0e = j0 & ~std::int64_t{1}, shift = j0 - j0e;
-    gemm(path, M, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr, scale);
+    gemm(path, M, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr,
+         fold ? 1.0f : scale);
     for (std::int64_t h = 0; h < wb.halves; ++h) {
       const RowBlock& rb = wb.half[h];
       float* S = s.s.get() + h * kBr * s.lds;
@@ -221,7 +233,25 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
       if (p.transforms_scores()) transform_scores(p, rb, j0, nk, S, s.lds, 1);
       if (kind[h] == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, s.lds);
     }
-    simd::softmax_update_rows(s.s.get(), s.lds, M, nk, s.m.get(), s.l.get(), s.alpha.get(), simd::ExpFor::bf16);
+    // The online softmax over rows [r0, r0 + n) of the tile (each row's statistics its own).
+    const auto softmax = [&](std::int64_t r0, std::int64_t n) {
+      float* S = s.s.get() + r0 * s.lds;
+      if (fold) simd::softmax_update_rows_bf16_scaled(S, s.lds, n, nk, s.m.get() + r0, s.l.get() + r0, s.alpha.get() + r0, scale);
+      else simd::softmax_update_rows(S, s.lds, n, nk, s.m.get() + r0, s.l.get() + r0, s.alpha.get() + r0, simd::ExpFor::bf16);
+    };
+    // Where P goes straight to P·V (whole tiles, no dropout, an even first key), each kSoftmaxRows
+    // rows are rounded to bfloat16 right after their softmax, while their scores (8 KiB) are in L1;
+    // the whole tile's (64 KiB at 128 x 128) had left it by then (the same bits).
+    const bool direct = shift == 0 && all_full && !p.has_dropout();
+    if (direct) {
+      for (std::int64_t r0 = 0; r0 < M; r0 += kSoftmaxRows) {
+        const std::int64_t n = std::min(kSoftmaxRows, M - r0);
+        softmax(r0, n);
+        to_bf16(path, s.s.get() + r0 * s.lds, s.lds, n, nk16, s.pb.get() + r0 * kPbLd, kPbLd);
+      }
+    } else {
+      softmax(0, M);
+    }
     if (p.has_dropout())  // l keeps every P
       for (std::int64_t h = 0; h < wb.halves; ++h)
         if (kind[h] != TileKind::skip) apply_dropout(p, wb.half[h], j0, nk, s.s.get() + h * kBr * s.lds, s.lds, 1);
@@ -241,7 +271,7 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
       }
     }
     if (shift == 0) {
-      to_bf16(path, s.s.get(), s.lds, M, nk16, s.pb.get(), kPbLd);
+      if (!direct) to_bf16(path, s.s.get(), s.lds, M, nk16, s.pb.get(), kPbLd);
       for (std::int64_t r = 0; r < M; ++r) std::fill(s.pb.get() + r * kPbLd + nk16, s.pb.get() + r * kPbLd + nk32, 0);
       gemm(path, M, p.dv, nk32, s.pb.get(), kPbLd, value_span(p, kv, V, j0, nk32, j0, j1, s), kv.ldv, s.o.get(), p.dv,
            2, s.alpha.get(), 1.0f);

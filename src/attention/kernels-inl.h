@@ -488,14 +488,20 @@ void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, fl
 // St[j][c] = e^(St[j][c] − sub[c]) · mul[c]: probabilities from final statistics (sub = m and
 // mul = 1/l for the probs output; sub = lse, mul = 1/σ for the backward). A caller passes
 // sub = +inf for a fully masked query, so every entry becomes e^(-inf) = 0.
-template <bool kForBf16>
-HWY_INLINE void Exp2ColumnsFor(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
+// kScaled: St holds unscaled scores x, each read as t = x·scale (one rounded multiply: the same t
+// as a product that wrote x·scale).
+template <bool kForBf16, bool kScaled = false>
+HWY_INLINE void Exp2ColumnsFor(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul,
+                               float scale = 1.0f) {
   const DF d;
   const size_t L = hn::Lanes(d);
+  const VF sv = hn::Set(d, scale);
   for (size_t c = 0; c < cols; c += L) {
     const VF s = hn::LoadU(d, sub + c), f = hn::LoadU(d, mul + c);
-    for (size_t j = 0; j < rows; ++j)
-      hn::StoreU(hn::Mul(ExpDiff<DF, kForBf16>(d, hn::LoadU(d, St + j * lds + c), s), f), d, St + j * lds + c);
+    for (size_t j = 0; j < rows; ++j) {
+      const VF x = hn::LoadU(d, St + j * lds + c);
+      hn::StoreU(hn::Mul(ExpDiff<DF, kForBf16>(d, kScaled ? hn::Mul(x, sv) : x, s), f), d, St + j * lds + c);
+    }
   }
 }
 void Exp2Columns(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
@@ -504,6 +510,12 @@ void Exp2Columns(float* St, size_t lds, size_t rows, size_t cols, const float* s
 // The bf16 backward's P, rounded to bfloat16 next (as is dS = P∘(dP − D)): the bf16 forward's e^x.
 void Exp2ColumnsBf16(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul) {
   Exp2ColumnsFor<true>(St, lds, rows, cols, sub, mul);
+}
+// The same over unscaled scores x, read as x·scale (the bf16 backward's score products then store
+// their tiles in place: bf16_backward.cc).
+void Exp2ColumnsBf16Scaled(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul,
+                           float scale) {
+  Exp2ColumnsFor<true, true>(St, lds, rows, cols, sub, mul, scale);
 }
 
 // dS = P ∘ (dP − D) · s, in place over dPt (transposed tiles like St; D per query column).
@@ -608,14 +620,22 @@ HWY_INLINE float ChainsSum(const VF (&chains)[kRowVectors]) {
 // lanes together (Reduce4, Sums4), and m, alpha and l updated as one 4-lane vector, where a row at
 // a time pays a lane reduction, a scalar e^x and their latencies per row (the decode's 8-row GQA
 // tiles of 64 keys are much of that work). The sums are Sums4's, so the same bits on every target.
-template <size_t R, bool kForBf16>
-HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha) {
+// kScaled: S holds unscaled scores x, and each is read as t = x·s (one rounded multiply, where it
+// is read, both times: the same t as a product that wrote x·s).
+template <size_t R, bool kForBf16, bool kScaled = false>
+HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha,
+                                    float s = 1.0f) {
   const size_t L = hn::Lanes(d);
+  const VF sv = hn::Set(d, s);
+  const auto score = [&](const float* at) HWY_ATTR {
+    const VF x = hn::LoadU(d, at);
+    return kScaled ? hn::Mul(x, sv) : x;
+  };
   VF mx[R], mu[R], sum[4][kRowVectors];
   HWY_ALIGN float m_new[4], m_use[4];
   for (size_t r = 0; r < R; ++r) mx[r] = hn::Set(d, -INFINITY);
   for (size_t c = 0; c < padded; c += L)
-    for (size_t r = 0; r < R; ++r) mx[r] = hn::Max(mx[r], hn::LoadU(d, S + r * lds + c));
+    for (size_t r = 0; r < R; ++r) mx[r] = hn::Max(mx[r], score(S + r * lds + c));
 #if HWY_TARGET != HWY_SCALAR
   const hn::Full128<float> d4;
   const auto old_m = LoadFirst(m, R);
@@ -634,7 +654,7 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
   for (size_t r = 0; r < R; ++r) mu[r] = hn::Set(d, m_use[r]);
   for (size_t c = 0, v = 0; c < padded; c += L, v = (v + 1) % kRowVectors)
     for (size_t r = 0; r < R; ++r) {
-      const VF p = ExpBelowMax<DF, kForBf16>(d, hn::LoadU(d, S + r * lds + c), mu[r]);
+      const VF p = ExpBelowMax<DF, kForBf16>(d, score(S + r * lds + c), mu[r]);
       hn::StoreU(p, d, S + r * lds + c);
       sum[r][v] = hn::Add(sum[r][v], p);
     }
@@ -656,8 +676,9 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
 // the row; the bf16 forward's layout): the same update as SoftmaxUpdate per row, with the max
 // and sum reduced across lanes. Columns [cols, round_up(cols, 16)) are treated as -inf and come
 // out as P = 0, so a ragged tile is padded to whole sets of the 16 chains (lds holds them).
-template <bool kForBf16>
-HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
+template <bool kForBf16, bool kScaled = false>
+HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha,
+                                     float s = 1.0f) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const size_t full = cols / L * L, padded = (cols + kRowChains - 1) / kRowChains * kRowChains;
@@ -669,15 +690,17 @@ HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t c
   }
   size_t r = 0;
 #if HWY_TARGET != HWY_SCALAR
-  for (; r + 4 <= rows; r += 4) SoftmaxRowsTogether<4, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+  for (; r + 4 <= rows; r += 4)
+    SoftmaxRowsTogether<4, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s);
   switch (rows - r) {
-    case 1: SoftmaxRowsTogether<1, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r); break;
-    case 2: SoftmaxRowsTogether<2, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r); break;
-    case 3: SoftmaxRowsTogether<3, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r); break;
+    case 1: SoftmaxRowsTogether<1, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s); break;
+    case 2: SoftmaxRowsTogether<2, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s); break;
+    case 3: SoftmaxRowsTogether<3, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s); break;
     default: break;
   }
 #else
-  for (; r < rows; ++r) SoftmaxRowsTogether<1, kForBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r);
+  for (; r < rows; ++r)
+    SoftmaxRowsTogether<1, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s);
 #endif
 }
 void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
@@ -686,6 +709,12 @@ void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m,
 // P rounded to bfloat16 next (the bf16 forward): e^x by Exp2Fraction's degree-3 polynomial.
 void SoftmaxUpdateRowsBf16(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
   SoftmaxUpdateRowsFor<true>(S, lds, rows, cols, m, l, alpha);
+}
+// The same over unscaled scores x, read as x·s (the bf16 forward's products then store their tiles
+// in place: bf16_forward.cc).
+void SoftmaxUpdateRowsBf16Scaled(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha,
+                                 float s) {
+  SoftmaxUpdateRowsFor<true, true>(S, lds, rows, cols, m, l, alpha, s);
 }
 
 // Soft-capping of a run of n scores, x → c·tanh(x / c) (softcap-inl.h), and when dcap is given its

@@ -26,12 +26,14 @@ HWY_EXPORT(TileGemm);
 HWY_EXPORT(SoftmaxUpdate);
 HWY_EXPORT(Exp2Columns);
 HWY_EXPORT(Exp2ColumnsBf16);
+HWY_EXPORT(Exp2ColumnsBf16Scaled);
 HWY_EXPORT(SoftmaxGrad);
 HWY_EXPORT(Exp2Rows);
 HWY_EXPORT(Exp2RowsBf16);
 HWY_EXPORT(DotTile);
 HWY_EXPORT(SoftmaxUpdateRows);
 HWY_EXPORT(SoftmaxUpdateRowsBf16);
+HWY_EXPORT(SoftmaxUpdateRowsBf16Scaled);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(Softcap);
 HWY_EXPORT(ScaledCopy);
@@ -183,6 +185,10 @@ void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t co
                     float* alpha) {
   HWY_DYNAMIC_DISPATCH(SoftmaxUpdate)(St, lds, rows, cols, m, l, alpha);
 }
+void exp2_columns_bf16_scaled(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+                              const float* mul, float scale) {
+  HWY_DYNAMIC_DISPATCH(Exp2ColumnsBf16Scaled)(St, lds, rows, cols, sub, mul, scale);
+}
 void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                   const float* mul, ExpFor e) {
   if (e == ExpFor::bf16) return HWY_DYNAMIC_DISPATCH(Exp2ColumnsBf16)(St, lds, rows, cols, sub, mul);
@@ -191,6 +197,10 @@ void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale) {
   HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(Pt, dPt, ld, rows, cols, D, scale);
+}
+void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
+                                     float* l, float* alpha, float scale) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsBf16Scaled)(S, lds, rows, cols, m, l, alpha, scale);
 }
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                          float* alpha, ExpFor e) {

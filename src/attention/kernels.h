@@ -48,6 +48,10 @@ void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t co
 // St[j][c] = e^(St[j][c] − sub[c]) · mul[c] (the exp2 kernels take natural-unit scores; see ExpDiff).
 void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                   const float* mul, ExpFor e = ExpFor::f32);
+// exp2_columns(ExpFor::bf16) over unscaled scores x (scale > 0), each read as t = x·scale: the same
+// P as over scores x·scale written first.
+void exp2_columns_bf16_scaled(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+                              const float* mul, float scale);
 // dPt[j][c] = Pt[j][c] · (dPt[j][c] − D[c]) · scale.
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale);
@@ -60,6 +64,10 @@ void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, 
 // with P = 0 up to whole vectors (lds >= round_up(cols, 16)).
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                          float* alpha, ExpFor e = ExpFor::f32);
+// softmax_update_rows(ExpFor::bf16) over unscaled scores x (scale > 0), each read as t = x·scale:
+// the same t, m, l and P as over scores x·scale written first.
+void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
+                                     float* l, float* alpha, float scale);
 void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                const float* mul = nullptr, ExpFor e = ExpFor::f32);  // then S[r][c] ·= mul[r]
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,

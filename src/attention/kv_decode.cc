@@ -911,7 +911,7 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
       const std::int64_t h = kh * L.group() + r / L.Nq, i = r % L.Nq;
       float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
       const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-      if (out.strides[3] == 1)
+      if (out.strides[3] == 1 && !std::isnan(inv))  // a NaN inv: as write_row_vectors (flash_forward.h)
         simd::scaled_copy(o, inv, dst, static_cast<std::size_t>(L.dv));
       else
         for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;

@@ -35,6 +35,8 @@ struct Params {
   std::int64_t batch_base = 0;  // packed sequences: the sequence index of batch entry 0
 
   bool transforms_scores() const { return softcap > 0.0 || !alibi.empty(); }
+  // Whether the explicit mask only keeps or hides pairs (none, or bool), adding nothing to a score.
+  bool mask_only_hides() const { return mask.empty() || mask.dtype == DType::u8; }
   bool has_dropout() const { return dropout_p > 0.0; }
 
   std::int64_t group() const { return Hq / Hkv; }
