@@ -235,9 +235,9 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     }
     // The online softmax over rows [r0, r0 + n) of the tile (each row's statistics its own).
     const auto softmax = [&](std::int64_t r0, std::int64_t n) {
-      float* S = s.s.get() + r0 * s.lds;
-      if (fold) simd::softmax_update_rows_bf16_scaled(S, s.lds, n, nk, s.m.get() + r0, s.l.get() + r0, s.alpha.get() + r0, scale);
-      else simd::softmax_update_rows(S, s.lds, n, nk, s.m.get() + r0, s.l.get() + r0, s.alpha.get() + r0, simd::ExpFor::bf16);
+      float *S = s.s.get() + r0 * s.lds, *m = s.m.get() + r0, *l = s.l.get() + r0, *alpha = s.alpha.get() + r0;
+      if (fold) simd::softmax_update_rows_bf16_scaled(S, s.lds, n, nk, m, l, alpha, scale);
+      else simd::softmax_update_rows(S, s.lds, n, nk, m, l, alpha, simd::ExpFor::bf16);
     };
     // Where P goes straight to P·V (whole tiles, no dropout, an even first key), each kSoftmaxRows
     // rows are rounded to bfloat16 right after their softmax, while their scores (8 KiB) are in L1;

@@ -377,7 +377,7 @@ class Chunk {
     // rows are, in the oct layout for groups of up to 4 rows (kv::QuadRows::f32_near): one
     // broadcast of a key's 8 columns feeds two multiply-adds where a quad feeds one. From DRAM
     // that was 3-5% slower than the quads (an Intel Xeon, GQA 32/8, d = 128, Nkv = 65536, two
-    // threads, processes alternated: 17.4-17.9 against 17.0-17.3 ms; on Zen 5 3-4%), in cache
+    // threads, processes alternated: 17.5-17.8 against 16.8-17.0 ms; on Zen 5 3-4%), in cache
     // faster: Nkv = 64, one thread 12.9-13.1 against 14.5-14.8 µs, 512 keys (two threads)
     // 61.3-61.7 against 64.7-65.4 µs, 2048 keys 317-319 against 323-325 µs
     // (docs/performance.md, "2026-12-05, 15:48"). The rule follows from the call's sizes alone, so
@@ -527,10 +527,10 @@ class Chunk {
       const std::int64_t ahead = a < f.n ? std::min(sub, f.n - a) : 0;  // rows of the tile computed next
       if (quads_) {  // float32 rows, and bf16 and float16 rows in_place_, as they are; others widened into kf
         const void* const* rows = s.krow.data() + x + a;
-        const kv::QuadRows form = L_.type == kv::kF32     ? (near_f32_ ? kv::QuadRows::f32_near : kv::QuadRows::f32)
-                                  : !in_place_              ? kv::QuadRows::widened
-                                  : L_.type == kv::kBF16    ? kv::QuadRows::bf16
-                                                            : kv::QuadRows::f16;
+        const kv::QuadRows form = L_.type == kv::kF32  ? (near_f32_ ? kv::QuadRows::f32_near : kv::QuadRows::f32)
+                                  : !in_place_           ? kv::QuadRows::widened
+                                  : L_.type == kv::kBF16 ? kv::QuadRows::bf16
+                                                         : kv::QuadRows::f16;
         if (form == kv::QuadRows::widened) {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();

@@ -2,6 +2,8 @@
 import csv
 import io
 
+import pytest
+
 
 def test_rows_picks_cases_and_their_limits(run):
     r = run("bench", "--rows", "small-call,peak-scaling", "--rounds", "1", "--format", "csv")
@@ -17,19 +19,12 @@ def test_rows_picks_cases_and_their_limits(run):
     assert scaling["limit"] == "fma-1thread" and float(scaling["ratio"]) > 0
 
 
-def test_short_decode_rows_time_grouped_decode_in_cache(run):
-    r = run("bench", "--rows", "kv-short", "--rounds", "1", "--format", "csv")
+@pytest.mark.parametrize("case, limit", [("kv-short", "copy-cache"), ("kv-short-dram", "copy")])
+def test_short_decode_rows_time_grouped_decode_against_their_copy(run, case, limit):
+    # kv-short: K and V in cache; kv-short-dram: each call over the next of many copies, from memory.
+    r = run("bench", "--rows", case, "--rounds", "1", "--format", "csv")
     assert r.returncode == 0, r.stderr
-    rows = [row for row in csv.DictReader(io.StringIO(r.stdout)) if row["case"] == "kv-short"]
+    rows = [row for row in csv.DictReader(io.StringIO(r.stdout)) if row["case"] == case]
     shapes = [(row["H"], row["Hkv"], row["Nkv"], row["d"], row["dtype"]) for row in rows]
     assert shapes == [("32", "8", n, "128", t) for n in ("64", "512") for t in ("f32", "bf16")], shapes
-    assert all(row["limit"] == "copy-cache" and float(row["ratio"]) > 0 for row in rows), rows
-
-
-def test_short_decode_rows_from_memory_time_the_same_calls_against_the_copy(run):
-    r = run("bench", "--rows", "kv-short-dram", "--rounds", "1", "--format", "csv")
-    assert r.returncode == 0, r.stderr
-    rows = [row for row in csv.DictReader(io.StringIO(r.stdout)) if row["case"] == "kv-short-dram"]
-    shapes = [(row["H"], row["Hkv"], row["Nkv"], row["d"], row["dtype"]) for row in rows]
-    assert shapes == [("32", "8", n, "128", t) for n in ("64", "512") for t in ("f32", "bf16")], shapes
-    assert all(row["limit"] == "copy" and float(row["ratio"]) > 0 for row in rows), rows
+    assert all(row["limit"] == limit and float(row["ratio"]) > 0 for row in rows), rows
