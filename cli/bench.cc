@@ -361,10 +361,11 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
               "comparable with llama.cpp's; kv-short: short decode (Hq 32 over Hkv 8, 64 and 512 keys, in cache,\n"
               "the library's thread count), where a call's fixed costs stand beside its reads; kv-short-dram: the same\n"
-              "calls, each over the next of many copies of the cache (twice the L3 the kernel reports), from memory as\n"
-              "in inference; kv-gqa-flops: GQA decode (8 query heads a KV head, K/V in cache) against the FMA\n"
-              "peak; kv-bf16-dot: the bf16 cache with compute = bf16 (GQA's products on bf16 operands: AMX tdpbf16ps\n"
-              "where the header says \"bf16 products amx\", else vdpbf16ps);\n"
+              "calls, each over the next of many copies of the cache (twice the L3 the kernel reports, within\n"
+              "256 MiB-1 GiB), from memory as in inference; kv-gqa-flops: GQA decode (8 query heads a KV head,\n"
+              "K/V in cache) against the FMA peak; kv-bf16-dot: the bf16 cache with compute = bf16 (GQA's\n"
+              "products on bf16 operands: AMX tdpbf16ps where the header says \"bf16 products amx\", else\n"
+              "vdpbf16ps);\n"
               "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n"
               "Flop-bound rows go against the peak of the instructions their products run on: f32 rows fp32-peak;\n"
               "fwd-bf16 and bwd-bf16 amx-peak where their products run on AMX (the header's \"bf16 products amx\"),\n"
@@ -675,11 +676,11 @@ void run(const Bench& opt) {
   // The same short calls with K and V from memory, as in inference, where the other layers (their
   // caches and weights) evict a layer's cache between its calls: each call reads the next of many
   // copies of the cache laid side by side over twice the last-level cache the kernel reports (at
-  // least 256 MiB), so that none is in cache when it is read; against the DRAM copy. The copies'
-  // values are one byte pattern, a small normal number in float32 and in bf16 alike, so that all
-  // four rows share one allocation.
+  // least 256 MiB, at most 1 GiB), so that none is in cache when it is read; against the DRAM copy.
+  // The copies' values are one byte pattern, a small normal number in float32 and in bf16 alike, so
+  // that all four rows share one allocation.
   if (want("kv-short-dram")) {
-    const std::size_t span = std::max(std::size_t(256) << 20, 2 * reported_l3_bytes());
+    const std::size_t span = std::clamp(2 * reported_l3_bytes(), std::size_t(256) << 20, std::size_t(1) << 30);
     char* pool = static_cast<char*>(hold(Tensor(DType::u8, {std::int64_t(span)}))->data());
     std::memset(pool, 0x3c, span);  // 0x3c3c3c3c: 0.0115 as float32; 0x3c3c: 0.0115 as bf16
     for (std::int64_t nkv : {std::int64_t{64}, std::int64_t{512}})
