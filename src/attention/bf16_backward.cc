@@ -164,7 +164,7 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
   const float scale = static_cast<float>(p.scale);
   // As the forward (bf16_forward.cc): the scale applied where e^(t − lse) reads the scores, the same
   // bits, so that the score product's tiles are stored in place.
-  const bool fold = scale > 0.0f && scale != 1.0f && !p.transforms_scores() && p.mask_only_hides();
+  const bool fold = p.scale_when_exp_reads();
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t j0 = kb * kKeys, j1 = std::min(p.Nkv, j0 + kKeys), nk = j1 - j0;
     pack_key_rows(path, p.k, b, kh, j0, nk, p.dk, s.kr.get(), qp.dkp, s.ktr.get());

@@ -203,10 +203,8 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
   const float scale = static_cast<float>(p.scale);
   // The scale applied where the softmax reads the scores (softmax_update_rows_bf16_scaled: the same
   // t = x·s, one rounded multiply), so that the score product's tiles are stored in place rather
-  // than through a scratch and a scaling pass (gemm_amx). Where scores are transformed, a float mask
-  // adds to them or the scale is not positive (a mask's -inf times it), the product scales them as
-  // before.
-  const bool fold = scale > 0.0f && scale != 1.0f && !p.transforms_scores() && p.mask_only_hides();
+  // than through a scratch and a scaling pass (gemm_amx); else the product scales them.
+  const bool fold = p.scale_when_exp_reads();
   const std::int64_t jb = wb.lo(), je = wb.hi();
   for (std::int64_t j0 = jb; j0 < je; j0 += kKeys) {
     const std::int64_t j1 = std::min(j0 + kKeys, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);

@@ -37,6 +37,14 @@ struct Params {
   bool transforms_scores() const { return softcap > 0.0 || !alibi.empty(); }
   // Whether the explicit mask only keeps or hides pairs (none, or bool), adding nothing to a score.
   bool mask_only_hides() const { return mask.empty() || mask.dtype == DType::u8; }
+  // Whether a score's float32 multiply by the scale may wait until e^x reads it, after the mask:
+  // no score transforms, a mask that adds nothing, and a positive scale other than 1 (a hidden
+  // pair's -inf times it stays -inf). The bf16 forward and backward then have their score products
+  // store tiles in place, not through a scaling pass (bf16_forward.cc): the same t = x·s.
+  bool scale_when_exp_reads() const {
+    const float s = static_cast<float>(scale);
+    return s > 0.0f && s != 1.0f && !transforms_scores() && mask_only_hides();
+  }
   bool has_dropout() const { return dropout_p > 0.0; }
 
   std::int64_t group() const { return Hq / Hkv; }
