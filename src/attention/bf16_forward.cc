@@ -31,9 +31,14 @@ namespace {
 // and per output element for one load, rescale and store of O in P·V; the products grow with the
 // tile.
 constexpr std::int64_t kKeys = 128;
-// Row stride of Pb: a tile that starts at an odd key (a window's first key) spans kKeys + 1 key
+// Keys per tile where every row of the block sees all of them (wide_span): O passes through
+// memory and each row's softmax statistics are updated once per kWideKeys keys. Tiles that
+// reach a causal diagonal, a window's edge or a mask stay kKeys wide: 256-key tiles there had
+// made the causal forward 2-5% slower while the full one gained 3-8% (docs/performance.md).
+constexpr std::int64_t kWideKeys = 2 * kKeys;
+// Row stride of Pb: a tile that starts at an odd key (a window's first key) spans its keys + 1 key
 // slots from the even key before it, rounded up to 32 for the products.
-constexpr std::int64_t kPbLd = kKeys + 32;
+constexpr std::int64_t kPbLd = kWideKeys + 32;
 // Rows of the score tile a softmax call takes before they are rounded to bfloat16 (attend). On an
 // Intel Xeon with AMX (N = 4096, d = 128, B·H = 8, two threads, six runs alternated, 16:24 UTC,
 // 2026-12-05): 0.201-0.206 of the AMX peak against 0.187-0.199 with the whole tile's softmax first;
@@ -155,7 +160,7 @@ WideBlock wide_block(const Params& p, std::int64_t item, std::int64_t nqb, std::
 }
 
 struct Scratch {
-  static constexpr std::int64_t lds = kKeys;  // columns of the row-layout score tile (keys)
+  static constexpr std::int64_t lds = kWideKeys;  // columns of the row-layout score tile (keys)
   std::int64_t dk32;
   Buffer<std::uint16_t> qb, pb, vt;
   Buffer<float> s, o, m, l, alpha;
@@ -186,6 +191,14 @@ const std::uint16_t* value_span(const Params& p, const PackedKV& kv, const std::
   return dst;
 }
 
+// Whether every row of the block sees all of the keys [j0, j0 + kWideKeys) (within [.., je)).
+bool wide_span(const Params& p, const WideBlock& wb, std::int64_t j0, std::int64_t je) {
+  if (j0 + kWideKeys > je) return false;
+  for (std::int64_t h = 0; h < wb.halves; ++h)
+    if (wb.half[h].empty() || classify(p, wb.half[h], j0, j0 + kWideKeys) != TileKind::full) return false;
+  return true;
+}
+
 void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path, Scratch& s) {
   const std::int64_t M = wb.rows();
   s.m.fill(-INFINITY);
@@ -206,8 +219,9 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
   // than through a scratch and a scaling pass (gemm_amx); else the product scales them.
   const bool fold = p.scale_when_exp_reads();
   const std::int64_t jb = wb.lo(), je = wb.hi();
-  for (std::int64_t j0 = jb; j0 < je; j0 += kKeys) {
-    const std::int64_t j1 = std::min(j0 + kKeys, je), nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
+  for (std::int64_t j0 = jb, j1 = jb; j0 < je; j0 = j1) {
+    j1 = std::min(j0 + (wide_span(p, wb, j0, je) ? kWideKeys : kKeys), je);
+    const std::int64_t nk = j1 - j0, nk16 = round_up(nk, 16), nk32 = round_up(nk, 32);
     TileKind kind[kHalves];
     bool any = false, all_full = true;
     for (std::int64_t h = 0; h < wb.halves; ++h) {

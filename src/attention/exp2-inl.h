@@ -49,8 +49,8 @@ HWY_INLINE V FusedMulAdd(V a, V b, V c) {
 // 2^x = 2^n · 2^f, 2^f by the degree-6 minimax polynomial of Cephes' exp2f (relative error
 // < 2e-7). NaN passes through; exp2(-inf) = 0, the value masked scores must give.
 //
-// AVX-512 (ScaleByPow2 below): x is clamped above at 127 and 2^f · 2^n is one vscalefps,
-// correctly rounded; where n <= -127 the result is 0 (n is made -inf there, Exp2). Min returns
+// AVX-512 (ScaleByPow2OrZero below): x is clamped above at 127 and 2^f · 2^n is one vscalefps,
+// correctly rounded; where n <= -127 the result is 0 (its lanes zeroed by the scaling's mask, Exp2). Min returns
 // its second operand when one is NaN, so with x second a NaN survives the clamp and every later
 // step.
 // Elsewhere: x is clamped to [-127, 127] and 2^n built from the exponent bits (n + 127) << 23;
@@ -58,9 +58,17 @@ HWY_INLINE V FusedMulAdd(V a, V b, V c) {
 // back by a select.
 // Both agree bit for bit (the product p·2^n is exact or rounded the same; both 0 from n = -127).
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
-HWY_INLINE __m512 ScaleByPow2(__m512 p, __m512 n) { return _mm512_scalef_ps(p, n); }
-HWY_INLINE __m256 ScaleByPow2(__m256 p, __m256 n) { return _mm256_scalef_ps(p, n); }
-HWY_INLINE __m128 ScaleByPow2(__m128 p, __m128 n) { return _mm_scalef_ps(p, n); }
+// p·2^n where n >= -126.5 or n is NaN, else 0: vscalefps with its lanes zeroed by a mask (one
+// compare; the same bits as scaling by n = -inf there, as p > 0).
+HWY_INLINE __m512 ScaleByPow2OrZero(__m512 p, __m512 n) {
+  return _mm512_maskz_scalef_ps(_mm512_cmp_ps_mask(n, _mm512_set1_ps(-126.5f), _CMP_NLT_UQ), p, n);
+}
+HWY_INLINE __m256 ScaleByPow2OrZero(__m256 p, __m256 n) {
+  return _mm256_maskz_scalef_ps(_mm256_cmp_ps_mask(n, _mm256_set1_ps(-126.5f), _CMP_NLT_UQ), p, n);
+}
+HWY_INLINE __m128 ScaleByPow2OrZero(__m128 p, __m128 n) {
+  return _mm_maskz_scalef_ps(_mm_cmp_ps_mask(n, _mm_set1_ps(-126.5f), _CMP_NLT_UQ), p, n);
+}
 #endif
 
 // kNonPositive: the caller guarantees x <= 0 or NaN (a score minus its row's maximum), so the
@@ -108,9 +116,9 @@ HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
   using V = hn::Vec<D>;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   // On AVX-512 f = x − round(x) comes from vreduceps (0 for ±inf) and n = x − f is round(x)
-  // exactly. From n = -127 down, n is made -inf and the result is 0, as on the other targets
-  // (2^-127·2^f and below would be subnormal): a vscalefps whose result is subnormal or underflows
-  // takes a microcode assist on Intel's cores, where n = -inf gives its 0 at full speed. A 64 x 64
+  // exactly. From n = -127 down the result is 0, as on the other targets (2^-127·2^f and below
+  // would be subnormal): a vscalefps whose result is subnormal or underflows takes a microcode
+  // assist on Intel's cores, where a lane its mask zeroes (or n = -inf) gives 0 at full speed. A 64 x 64
   // tile (an Intel Xeon, 2026-12-05; docs/performance.md): e^(x − lse) of masked scores (-inf,
   // clamped to -160 before) 18.0 µs against 0.8 for finite ones, now 0.8; the softmax of scores
   // 200 below their row's maximum 18.6 µs, now 2.6-2.8 as any. Results below 2^-126 (probabilities
@@ -119,8 +127,7 @@ HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
   const V xc = kNonPositive ? x : hn::Min(hn::Set(d, 127.0f), x);
   const V f{Fraction(xc.raw)};
   const V n = hn::Sub(xc, f);
-  const V n_or_zero = hn::IfThenElse(hn::Lt(n, hn::Set(d, -126.5f)), hn::Set(d, -INFINITY), n);
-  return V{ScaleByPow2(Exp2Fraction<D, kForBf16>(d, f).raw, n_or_zero.raw)};
+  return V{ScaleByPow2OrZero(Exp2Fraction<D, kForBf16>(d, f).raw, n.raw)};
 #else
   const V lo = hn::Max(x, hn::Set(d, -127.0f));
   const V xc = kNonPositive ? lo : hn::Min(lo, hn::Set(d, 127.0f));

@@ -634,8 +634,12 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
   VF mx[R], mu[R], sum[4][kRowVectors];
   HWY_ALIGN float m_new[4], m_use[4];
   for (size_t r = 0; r < R; ++r) mx[r] = hn::Set(d, -INFINITY);
+  // kScaled: the maximum of the x, then scaled: x -> x·s rounded is monotone for s > 0, so the
+  // largest x·s is the largest x times s, bit for bit (NaN, kept by Max as the largest x, too).
   for (size_t c = 0; c < padded; c += L)
-    for (size_t r = 0; r < R; ++r) mx[r] = hn::Max(mx[r], score(S + r * lds + c));
+    for (size_t r = 0; r < R; ++r) mx[r] = hn::Max(mx[r], hn::LoadU(d, S + r * lds + c));
+  if constexpr (kScaled)
+    for (size_t r = 0; r < R; ++r) mx[r] = hn::Mul(mx[r], sv);
 #if HWY_TARGET != HWY_SCALAR
   const hn::Full128<float> d4;
   const auto old_m = LoadFirst(m, R);
