@@ -44,6 +44,9 @@ constexpr std::int64_t kPbLd = kWideKeys + 32;
 // 2026-12-05): 0.201-0.206 of the AMX peak against 0.187-0.199 with the whole tile's softmax first;
 // 4 and 32 rows no better than 16 (docs/performance.md).
 constexpr std::int64_t kSoftmaxRows = 16;
+// Rows of the score product per call where the softmax follows it directly (attend): AMX's blocks
+// are 32 rows, so the panels compute the same blocks as one call over the whole tile.
+constexpr std::int64_t kPanelRows = 32;
 
 // Element (a, b, c, d) of a float32 or bfloat16 view as bfloat16 bits.
 inline std::uint16_t bits(const TensorView& t, std::int64_t a, std::int64_t b, std::int64_t c, std::int64_t d) {
@@ -233,21 +236,10 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     // j0 need not be even (a window's first key): the pair layouts are indexed from key 0, so a
     // tile starting at an odd key begins one key earlier with that key's probability zero.
     const std::int64_t j0e = j0 & ~std::int64_t{1}, shift = j0 - j0e;
-    gemm(path, M, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr,
-         fold ? 1.0f : scale);
-    for (std::int64_t h = 0; h < wb.halves; ++h) {
-      const RowBlock& rb = wb.half[h];
-      float* S = s.s.get() + h * kBr * s.lds;
-      if (kind[h] == TileKind::skip) {  // a half that sees none of the tile: its rows' P = 0
-        for (std::int64_t r = 0; r < rb.n; ++r) std::fill(S + r * s.lds, S + r * s.lds + nk, -INFINITY);
-        continue;
-      }
-      if (p.transforms_scores()) transform_scores(p, rb, j0, nk, S, s.lds, 1);
-      if (kind[h] == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, s.lds);
-    }
-    // The online softmax over rows [r0, r0 + n) of the tile (each row's statistics its own).
-    const auto softmax = [&](std::int64_t r0, std::int64_t n) {
-      float *S = s.s.get() + r0 * s.lds, *m = s.m.get() + r0, *l = s.l.get() + r0, *alpha = s.alpha.get() + r0;
+    // The online softmax over rows [r0, r0 + n) of the tile, their scores at S (each row's
+    // statistics its own).
+    const auto softmax = [&](float* S, std::int64_t r0, std::int64_t n) {
+      float *m = s.m.get() + r0, *l = s.l.get() + r0, *alpha = s.alpha.get() + r0;
       if (fold) simd::softmax_update_rows_bf16_scaled(S, s.lds, n, nk, m, l, alpha, scale);
       else simd::softmax_update_rows(S, s.lds, n, nk, m, l, alpha, simd::ExpFor::bf16);
     };
@@ -255,14 +247,39 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     // rows are rounded to bfloat16 right after their softmax, while their scores (8 KiB) are in L1;
     // the whole tile's (64 KiB at 128 x 128) had left it by then (the same bits).
     const bool direct = shift == 0 && all_full && !p.has_dropout();
-    if (direct) {
-      for (std::int64_t r0 = 0; r0 < M; r0 += kSoftmaxRows) {
-        const std::int64_t n = std::min(kSoftmaxRows, M - r0);
-        softmax(r0, n);
-        to_bf16(path, s.s.get() + r0 * s.lds, s.lds, n, nk16, s.pb.get() + r0 * kPbLd, kPbLd);
+    const auto softmax_to_bf16 = [&](float* S, std::int64_t r0, std::int64_t n) {
+      for (std::int64_t q = 0; q < n; q += kSoftmaxRows) {
+        const std::int64_t nq = std::min(kSoftmaxRows, n - q);
+        softmax(S + q * s.lds, r0 + q, nq);
+        to_bf16(path, S + q * s.lds, s.lds, nq, nk16, s.pb.get() + (r0 + q) * kPbLd, kPbLd);
+      }
+    };
+    if (direct && !p.transforms_scores() && nk > kKeys) {
+      // A wide tile by panels of kPanelRows rows, each panel's scores into the start of the score
+      // tile, so that their stores and the softmax's reads stay in L1 rather than pass through L2
+      // (128 KiB at 128 x 256; the same bits). Over tiles of kKeys the four calls cost more than
+      // they saved (N = 333, d = 80: 2-3% slower).
+      for (std::int64_t r0 = 0; r0 < M; r0 += kPanelRows) {
+        const std::int64_t n = std::min(kPanelRows, M - r0);
+        gemm(path, n, nk, s.dk32, s.qb.get() + r0 * s.dk32, s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr,
+             fold ? 1.0f : scale);
+        softmax_to_bf16(s.s.get(), r0, n);
       }
     } else {
-      softmax(0, M);
+      gemm(path, M, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr,
+           fold ? 1.0f : scale);
+      for (std::int64_t h = 0; h < wb.halves; ++h) {
+        const RowBlock& rb = wb.half[h];
+        float* S = s.s.get() + h * kBr * s.lds;
+        if (kind[h] == TileKind::skip) {  // a half that sees none of the tile: its rows' P = 0
+          for (std::int64_t r = 0; r < rb.n; ++r) std::fill(S + r * s.lds, S + r * s.lds + nk, -INFINITY);
+          continue;
+        }
+        if (p.transforms_scores()) transform_scores(p, rb, j0, nk, S, s.lds, 1);
+        if (kind[h] == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, s.lds);
+      }
+      if (direct) softmax_to_bf16(s.s.get(), 0, M);
+      else softmax(s.s.get(), 0, M);
     }
     if (p.has_dropout())  // l keeps every P
       for (std::int64_t h = 0; h < wb.halves; ++h)

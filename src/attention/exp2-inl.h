@@ -50,9 +50,9 @@ HWY_INLINE V FusedMulAdd(V a, V b, V c) {
 // < 2e-7). NaN passes through; exp2(-inf) = 0, the value masked scores must give.
 //
 // AVX-512 (ScaleByPow2OrZero below): x is clamped above at 127 and 2^f · 2^n is one vscalefps,
-// correctly rounded; where n <= -127 the result is 0 (its lanes zeroed by the scaling's mask, Exp2). Min returns
-// its second operand when one is NaN, so with x second a NaN survives the clamp and every later
-// step.
+// correctly rounded; where n <= -127 the result is 0 (the scaling's mask zeroes those lanes,
+// Exp2). Min returns its second operand when one is NaN, so with x second a NaN survives the
+// clamp and every later step.
 // Elsewhere: x is clamped to [-127, 127] and 2^n built from the exponent bits (n + 127) << 23;
 // at -127 the exponent field is 0 and the result exactly 0, and NaN, which the clamp hides, is put
 // back by a select.
@@ -118,11 +118,12 @@ HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
   // On AVX-512 f = x − round(x) comes from vreduceps (0 for ±inf) and n = x − f is round(x)
   // exactly. From n = -127 down the result is 0, as on the other targets (2^-127·2^f and below
   // would be subnormal): a vscalefps whose result is subnormal or underflows takes a microcode
-  // assist on Intel's cores, where a lane its mask zeroes (or n = -inf) gives 0 at full speed. A 64 x 64
-  // tile (an Intel Xeon, 2026-12-05; docs/performance.md): e^(x − lse) of masked scores (-inf,
-  // clamped to -160 before) 18.0 µs against 0.8 for finite ones, now 0.8; the softmax of scores
-  // 200 below their row's maximum 18.6 µs, now 2.6-2.8 as any. Results below 2^-126 (probabilities
-  // 87 or more below the row's largest, weights of no weight beside it) were subnormal here before.
+  // assist on Intel's cores, where a lane its mask zeroes (or n = -inf) gives 0 at full speed.
+  // A 64 x 64 tile (an Intel Xeon, 2026-12-05; docs/performance.md): e^(x − lse) of masked scores
+  // (-inf, clamped to -160 before) 18.0 µs against 0.8 for finite ones, now 0.8; the softmax of
+  // scores 200 below their row's maximum 18.6 µs, now 2.6-2.8 as any. Results below 2^-126
+  // (probabilities 87 or more below the row's largest, weights of no weight beside it) were
+  // subnormal here before.
   // x is clamped above at 127 (2^127 rather than infinity), unless x <= 0 (kNonPositive).
   const V xc = kNonPositive ? x : hn::Min(hn::Set(d, 127.0f), x);
   const V f{Fraction(xc.raw)};

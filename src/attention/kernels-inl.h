@@ -635,7 +635,9 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
   HWY_ALIGN float m_new[4], m_use[4];
   for (size_t r = 0; r < R; ++r) mx[r] = hn::Set(d, -INFINITY);
   // kScaled: the maximum of the x, then scaled: x -> x·s rounded is monotone for s > 0, so the
-  // largest x·s is the largest x times s, bit for bit (NaN, kept by Max as the largest x, too).
+  // largest x·s is the largest x times s (NaN, kept by Max as the largest x, too). Only a maximum
+  // of zero can differ, in its sign (x of both signs that underflow to ±0), and e^(t − m) and
+  // m + log l are the same for m = ±0.
   for (size_t c = 0; c < padded; c += L)
     for (size_t r = 0; r < R; ++r) mx[r] = hn::Max(mx[r], hn::LoadU(d, S + r * lds + c));
   if constexpr (kScaled)
