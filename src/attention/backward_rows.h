@@ -2,6 +2,7 @@
 // per backward (lse, D = dO·o, the normaliser factor), and the writes of gradient rows and of the
 // sinks' gradient.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -11,6 +12,7 @@
 
 #include "attention/params.h"
 #include "attention/score_transforms.h"
+#include "common/bfloat_rows.h"
 #include "common/parallel.h"
 
 namespace attnscale::detail {
@@ -47,6 +49,24 @@ inline void row_doubles(const TensorView& t, std::int64_t b, std::int64_t h, std
   }
 }
 
+// Whether each of x[0, n) is finite as a T: NaN, ±inf and (float64 inputs) values that round to
+// ±inf as a T are not. A float64 rounds to a finite float iff |x| < 2^128 − 2^103 (halfway from
+// FLT_MAX = 2^128 − 2^104 to 2^128, where the tie goes to the even 2^128), i.e. iff |x| is at most
+// the double just below that, 0x1.fffffefffffffp+127. One compare a value, which GCC vectorizes,
+// where std::isfinite(static_cast<T>(x)) went value by value.
+template <class T>
+bool all_finite_as(const double* x, std::int64_t n) {
+  const double limit = std::is_same_v<T, float> ? 0x1.fffffefffffffp+127 : std::numeric_limits<double>::max();
+  bool ok = true;
+  for (std::int64_t c = 0; c < n; ++c) ok &= std::fabs(x[c]) <= limit;
+  return ok;
+}
+
+// Rows whose D = dO·o chains row_stats runs side by side: each row's float64 sum stays one chain
+// in column order (the same bits), but one chain's dependent adds (dv of them, 4 cycles each)
+// had made the statistics 3-4% of the bf16 backward (N = 4096, d = 128; docs/performance.md).
+inline constexpr std::int64_t kStatRows = 8;
+
 template <class T>
 RowStats<T> row_stats(const BackwardParams& p, int threads) {
   RowStats<T> st;
@@ -55,24 +75,26 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
   st.mul.assign(p.B * p.Hq * p.Nq, T(1));
   st.finite.resize(p.B * p.Hq * p.Nq);
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
-    std::vector<double> q(p.dk), dO(p.dv), o(p.dv);
+    std::vector<double> q(p.dk), dO(kStatRows * p.dv, 0.0), o(kStatRows * p.dv, 0.0);
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
-      for (std::int64_t i = 0; i < p.Nq; ++i) {
-        row_doubles(p.q, b, h, i, p.dk, q.data());
-        row_doubles(p.dO, b, h, i, p.dv, dO.data());
-        row_doubles(p.out, b, h, i, p.dv, o.data());
-        const double lse = value<double>(p.lse, b, h, i, 0);
-        st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
-        // In float64: one chain of dv products, whose float32 error would grow with dv (4096 at the
-        // edge) and enter every dS of the row.
-        double d = 0;
-        for (std::int64_t c = 0; c < p.dv; ++c) d += dO[c] * o[c];
-        st.D[bh * p.Nq + i] = static_cast<T>(d);
-        bool finite = true;
-        for (std::int64_t c = 0; c < p.dk; ++c) finite = finite && std::isfinite(static_cast<T>(q[c]));
-        for (std::int64_t c = 0; c < p.dv; ++c) finite = finite && std::isfinite(static_cast<T>(dO[c]));
-        st.finite[bh * p.Nq + i] = finite;
+      for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kStatRows) {
+        const std::int64_t n = std::min(kStatRows, p.Nq - i0);
+        for (std::int64_t r = 0; r < n; ++r) {
+          const std::int64_t i = i0 + r;
+          row_doubles(p.q, b, h, i, p.dk, q.data());
+          row_doubles(p.dO, b, h, i, p.dv, dO.data() + r * p.dv);
+          row_doubles(p.out, b, h, i, p.dv, o.data() + r * p.dv);
+          const double lse = value<double>(p.lse, b, h, i, 0);
+          st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
+          st.finite[bh * p.Nq + i] = all_finite_as<T>(q.data(), p.dk) && all_finite_as<T>(dO.data() + r * p.dv, p.dv);
+        }
+        // In float64: one chain of dv products per row, whose float32 error would grow with dv
+        // (4096 at the edge) and enter every dS of the row. Rows past n (a last block) go unused.
+        double d[kStatRows] = {};
+        for (std::int64_t c = 0; c < p.dv; ++c)
+          for (std::int64_t r = 0; r < kStatRows; ++r) d[r] += dO[r * p.dv + c] * o[r * p.dv + c];
+        for (std::int64_t r = 0; r < n; ++r) st.D[bh * p.Nq + i0 + r] = static_cast<T>(d[r]);
       }
     }
   });
@@ -88,8 +110,9 @@ void write_rows(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_
       float* out = at<float>(t, b, h, i0 + r, 0);
       for (std::int64_t c = 0; c < d; ++c) out[c] = static_cast<float>(row[c]);
     } else if (t.strides[3] == 1 && t.dtype == DType::bf16 && std::is_same_v<T, float>) {
-      std::uint16_t* out = at<std::uint16_t>(t, b, h, i0 + r, 0);
-      for (std::int64_t c = 0; c < d; ++c) out[c] = to_bf16(static_cast<float>(row[c])).bits;
+      // to_bf16's bits by vectors (bf16_row): element by element this loop was 2% of the bf16
+      // backward (N = 4096, d = 128; docs/performance.md).
+      if constexpr (std::is_same_v<T, float>) bf16_row(row, d, at<std::uint16_t>(t, b, h, i0 + r, 0));
     } else {
       for (std::int64_t c = 0; c < d; ++c) put(t, b, h, i0 + r, c, row[c]);
     }
