@@ -50,6 +50,16 @@ using u16 = std::uint16_t;
 // operands asked ahead (Ahead, below), N = 4096, d = 128, B·H = 8, two threads, calls alternated in
 // one process: time 0.92 of 64-key tiles without (docs/performance.md).
 constexpr std::int64_t kKeys = 128;
+// Keys per panel of a whole tile (key_blocks): St and dPt of 32 keys x kBr queries (8 KiB each)
+// stay in L1 from their products through e^x, the softmax's gradient and the roundings; AMX's
+// blocks are 32 rows, so the panels compute the blocks one call over the tile would.
+constexpr std::int64_t kPanelKeys = 32;
+
+// Part `part` of `parts` of a range asked ahead, for a product split into that many calls.
+Ahead share(const Ahead& a, std::int64_t part, std::int64_t parts) {
+  const std::size_t each = (a.bytes / parts + 63) / 64 * 64, from = std::min(a.bytes, each * part);
+  return Ahead{a.p ? static_cast<const char*>(a.p) + from : nullptr, std::min(each, a.bytes - from)};
+}
 
 // Per query block (b, h, qb), packed once: the four B operands above and the rows' lse, D and
 // normaliser factor padded to kBr (padding: lse = +inf and mul = 0, so P = 0; D = 0).
@@ -197,24 +207,46 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
           // St = s·K·Qᵀ, the score transforms, the mask; Pt = e^(St − lse)·mul.
           // Each product asks for the operands of one after it (into L2, a few lines a tile): St this
           // block's dOᵀ pairs, dPt its dQᵀ partial, dQᵀ the next block's Qᵀ pairs or the pair's dO.
-          gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr,
-               fold ? 1.0f : scale, Ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)});
-          if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
-          if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
-          if (fold)
-            simd::exp2_columns_bf16_scaled(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), scale);
-          else
-            simd::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
-          // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
-          gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
-               Ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)});
-          if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, kBr);
-          Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, nk, kBr, qp.D(blk), scale);
-          if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, kBr);
-          if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), 1, kBr);  // dV takes Z∘P/(1 − p)
-          to_bf16(path, s.st.get(), kBr, nk, kBr, pb, 2 * kBr);
-          to_bf16(path, s.dpt.get(), kBr, nk, kBr, dsb, 2 * kBr);
-          to_bf16_pairs(path, s.dpt.get(), kBr, nk, kKeys, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
+          const Ahead st_ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)};
+          const Ahead dpt_ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)};
+          if (nk == kKeys && kind == TileKind::full && !p.transforms_scores() && !p.has_dropout()) {
+            // By panels of kPanelKeys keys, each panel's St and dPt at the start of their tiles, so
+            // that the products' stores and the passes over them stay in L1 (the same bits).
+            for (std::int64_t r0 = 0; r0 < kKeys; r0 += kPanelKeys) {
+              const std::int64_t part = r0 / kPanelKeys, parts = kKeys / kPanelKeys;
+              gemm(path, kPanelKeys, kBr, qp.dkp, s.kr.get() + r0 * qp.dkp, qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr,
+                   0, nullptr, fold ? 1.0f : scale, share(st_ahead, part, parts));
+              if (fold)
+                simd::exp2_columns_bf16_scaled(s.st.get(), kBr, kPanelKeys, kBr, qp.lse(blk), qp.mul(blk), scale);
+              else
+                simd::exp2_columns(s.st.get(), kBr, kPanelKeys, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
+              gemm(path, kPanelKeys, kBr, qp.dvp, s.vr.get() + r0 * qp.dvp, qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr,
+                   0, nullptr, 1.0f, share(dpt_ahead, part, parts));
+              Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, kPanelKeys, kBr, qp.D(blk), scale);
+              to_bf16(path, s.st.get(), kBr, kPanelKeys, kBr, pb + r0 * 2 * kBr, 2 * kBr);
+              to_bf16(path, s.dpt.get(), kBr, kPanelKeys, kBr, dsb + r0 * 2 * kBr, 2 * kBr);
+              to_bf16_pairs(path, s.dpt.get(), kBr, kPanelKeys, kPanelKeys, kBr, s.dsv.get() + r0 * kBr, kBr);
+            }
+          } else {
+            gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr,
+                 fold ? 1.0f : scale, st_ahead);
+            if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
+            if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
+            if (fold)
+              simd::exp2_columns_bf16_scaled(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), scale);
+            else
+              simd::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
+            // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
+            gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
+                 dpt_ahead);
+            if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, kBr);
+            Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, nk, kBr, qp.D(blk), scale);
+            if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, kBr);
+            if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), 1, kBr);  // dV takes Z∘P/(1 − p)
+            to_bf16(path, s.st.get(), kBr, nk, kBr, pb, 2 * kBr);
+            to_bf16(path, s.dpt.get(), kBr, nk, kBr, dsb, 2 * kBr);
+            to_bf16_pairs(path, s.dpt.get(), kBr, nk, kKeys, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
+          }
           const bool next = qb + 1 < qp1;
           gemm(path, p.dk, kBr, kKeys, s.ktr.get(), kKeys, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr,
                1.0f,
