@@ -204,48 +204,53 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
           u16* const pb = s.pb.get() + used * kBr;
           u16* const dsb = s.dsb.get() + used * kBr;
           ++used;
-          // St = s·K·Qᵀ, the score transforms, the mask; Pt = e^(St − lse)·mul.
           // Each product asks for the operands of one after it (into L2, a few lines a tile): St this
           // block's dOᵀ pairs, dPt its dQᵀ partial, dQᵀ the next block's Qᵀ pairs or the pair's dO.
           const Ahead st_ahead{qp.dot(blk), std::size_t(qp.dvp * kBr * 2)};
           const Ahead dpt_ahead{dqt + blk * p.dk * kBr, std::size_t(p.dk * kBr * 4)};
+          // The steps over keys [r0, r0 + n) of the tile, their St and dPt at the start of s.st and
+          // s.dpt: St = s·K·Qᵀ; Pt = e^(St − lse)·mul; dPt = V·dOᵀ; Pt, dSt and dSt's pairs (the B of
+          // dQᵀ += Kᵀ·dS, zero up to r0 + pad) rounded to bfloat16 into their operands' rows r0 on.
+          const auto scores = [&](std::int64_t r0, std::int64_t n, Ahead ahead) {
+            gemm(path, n, kBr, qp.dkp, s.kr.get() + r0 * qp.dkp, qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr,
+                 fold ? 1.0f : scale, ahead);
+          };
+          const auto probabilities = [&](std::int64_t n) {
+            if (fold) simd::exp2_columns_bf16_scaled(s.st.get(), kBr, n, kBr, qp.lse(blk), qp.mul(blk), scale);
+            else simd::exp2_columns(s.st.get(), kBr, n, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
+          };
+          const auto output_grads = [&](std::int64_t r0, std::int64_t n, Ahead ahead) {
+            gemm(path, n, kBr, qp.dvp, s.vr.get() + r0 * qp.dvp, qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr,
+                 1.0f, ahead);
+          };
+          const auto round_rows = [&](std::int64_t r0, std::int64_t n, std::int64_t pad) {
+            to_bf16(path, s.st.get(), kBr, n, kBr, pb + r0 * 2 * kBr, 2 * kBr);
+            to_bf16(path, s.dpt.get(), kBr, n, kBr, dsb + r0 * 2 * kBr, 2 * kBr);
+            to_bf16_pairs(path, s.dpt.get(), kBr, n, pad, kBr, s.dsv.get() + r0 * kBr, kBr);
+          };
           if (nk == kKeys && kind == TileKind::full && !p.transforms_scores() && !p.has_dropout()) {
-            // By panels of kPanelKeys keys, each panel's St and dPt at the start of their tiles, so
-            // that the products' stores and the passes over them stay in L1 (the same bits).
+            // By panels of kPanelKeys keys, so that the products' stores and the passes over them
+            // stay in L1 (the same bits).
             for (std::int64_t r0 = 0; r0 < kKeys; r0 += kPanelKeys) {
               const std::int64_t part = r0 / kPanelKeys, parts = kKeys / kPanelKeys;
-              gemm(path, kPanelKeys, kBr, qp.dkp, s.kr.get() + r0 * qp.dkp, qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr,
-                   0, nullptr, fold ? 1.0f : scale, share(st_ahead, part, parts));
-              if (fold)
-                simd::exp2_columns_bf16_scaled(s.st.get(), kBr, kPanelKeys, kBr, qp.lse(blk), qp.mul(blk), scale);
-              else
-                simd::exp2_columns(s.st.get(), kBr, kPanelKeys, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
-              gemm(path, kPanelKeys, kBr, qp.dvp, s.vr.get() + r0 * qp.dvp, qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr,
-                   0, nullptr, 1.0f, share(dpt_ahead, part, parts));
+              scores(r0, kPanelKeys, share(st_ahead, part, parts));
+              probabilities(kPanelKeys);
+              output_grads(r0, kPanelKeys, share(dpt_ahead, part, parts));
               Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, kPanelKeys, kBr, qp.D(blk), scale);
-              to_bf16(path, s.st.get(), kBr, kPanelKeys, kBr, pb + r0 * 2 * kBr, 2 * kBr);
-              to_bf16(path, s.dpt.get(), kBr, kPanelKeys, kBr, dsb + r0 * 2 * kBr, 2 * kBr);
-              to_bf16_pairs(path, s.dpt.get(), kBr, kPanelKeys, kPanelKeys, kBr, s.dsv.get() + r0 * kBr, kBr);
+              round_rows(r0, kPanelKeys, kPanelKeys);
             }
           } else {
-            gemm(path, nk, kBr, qp.dkp, s.kr.get(), qp.dkp, qp.qt(blk), kBr, s.st.get(), kBr, 0, nullptr,
-                 fold ? 1.0f : scale, st_ahead);
+            scores(0, nk, st_ahead);  // then the score transforms and the mask
             if (p.transforms_scores()) transform_scores(p, rb, j0, nk, s.st.get(), 1, kBr, s.dcap.get());
             if (kind == TileKind::partial) apply_mask(p, rb, j0, j1, s.st.get(), kBr);
-            if (fold)
-              simd::exp2_columns_bf16_scaled(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), scale);
-            else
-              simd::exp2_columns(s.st.get(), kBr, nk, kBr, qp.lse(blk), qp.mul(blk), simd::ExpFor::bf16);
-            // dPt = V·dOᵀ (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
-            gemm(path, nk, kBr, qp.dvp, s.vr.get(), qp.dvp, qp.dot(blk), kBr, s.dpt.get(), kBr, 0, nullptr, 1.0f,
-                 dpt_ahead);
+            probabilities(nk);
+            // dPt (dropout: Z∘dPt/(1 − p)), dSt = s·Pt∘(dPt − D) (soft-cap: ∘ dcap).
+            output_grads(0, nk, dpt_ahead);
             if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, kBr);
             Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, nk, kBr, qp.D(blk), scale);
             if (p.softcap > 0) scale_by_cap(rb, nk, s.dpt.get(), s.dcap.get(), 1, kBr);
             if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.st.get(), 1, kBr);  // dV takes Z∘P/(1 − p)
-            to_bf16(path, s.st.get(), kBr, nk, kBr, pb, 2 * kBr);
-            to_bf16(path, s.dpt.get(), kBr, nk, kBr, dsb, 2 * kBr);
-            to_bf16_pairs(path, s.dpt.get(), kBr, nk, kKeys, kBr, s.dsv.get(), kBr);  // B of dQᵀ += Kᵀ·dS
+            round_rows(0, nk, kKeys);
           }
           const bool next = qb + 1 < qp1;
           gemm(path, p.dk, kBr, kKeys, s.ktr.get(), kKeys, s.dsv.get(), kBr, dqt + blk * p.dk * kBr, kBr, 1, nullptr,
