@@ -67,13 +67,15 @@ bool all_finite_as(const double* x, std::int64_t n) {
 // had made the statistics 3-4% of the bf16 backward (N = 4096, d = 128; docs/performance.md).
 inline constexpr std::int64_t kStatRows = 8;
 
+// rows_finite: whether to test each row's q and dO (RowStats::finite); a caller that has tested
+// every input already passes false, and every row is marked finite.
 template <class T>
-RowStats<T> row_stats(const BackwardParams& p, int threads) {
+RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = true) {
   RowStats<T> st;
   st.lse.resize(p.B * p.Hq * p.Nq);
   st.D.resize(p.B * p.Hq * p.Nq);
   st.mul.assign(p.B * p.Hq * p.Nq, T(1));
-  st.finite.resize(p.B * p.Hq * p.Nq);
+  st.finite.assign(p.B * p.Hq * p.Nq, 1);
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     std::vector<double> q(p.dk), dO(kStatRows * p.dv, 0.0), o(kStatRows * p.dv, 0.0);
     for (std::int64_t bh = t0; bh < t1; ++bh) {
@@ -82,12 +84,14 @@ RowStats<T> row_stats(const BackwardParams& p, int threads) {
         const std::int64_t n = std::min(kStatRows, p.Nq - i0);
         for (std::int64_t r = 0; r < n; ++r) {
           const std::int64_t i = i0 + r;
-          row_doubles(p.q, b, h, i, p.dk, q.data());
           row_doubles(p.dO, b, h, i, p.dv, dO.data() + r * p.dv);
           row_doubles(p.out, b, h, i, p.dv, o.data() + r * p.dv);
           const double lse = value<double>(p.lse, b, h, i, 0);
           st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
-          st.finite[bh * p.Nq + i] = all_finite_as<T>(q.data(), p.dk) && all_finite_as<T>(dO.data() + r * p.dv, p.dv);
+          if (rows_finite) {
+            row_doubles(p.q, b, h, i, p.dk, q.data());
+            st.finite[bh * p.Nq + i] = all_finite_as<T>(q.data(), p.dk) && all_finite_as<T>(dO.data() + r * p.dv, p.dv);
+          }
         }
         // In float64: one chain of dv products per row, whose float32 error would grow with dv
         // (4096 at the edge) and enter every dS of the row. Rows past n (a last block) go unused.

@@ -318,7 +318,7 @@ void backward(const BackwardParams& p) {
   if (groups * dq_size * std::int64_t(sizeof(float)) > kMaxPartialBytes) groups = 1;
   const std::int64_t per = (nkb + groups - 1) / groups;
   const int threads = resolve_threads(p.threads, std::max(heads * groups, p.B * p.Hq * nqb));
-  const RowStats<float> stats = row_stats<float>(p, threads);
+  const RowStats<float> stats = row_stats<float>(p, threads, /*rows_finite=*/false);  // inputs_finite() held
   if (!p.dSinks.empty()) write_sink_grads(p, stats);
   const QueryPacks qp = pack_queries(p, stats, nqb, threads);
   Buffer<float> partials(groups * dq_size);  // dQᵀ per (group, b, h, query block): [dk][kBr]
