@@ -236,6 +236,11 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     // j0 need not be even (a window's first key): the pair layouts are indexed from key 0, so a
     // tile starting at an odd key begins one key earlier with that key's probability zero.
     const std::int64_t j0e = j0 & ~std::int64_t{1}, shift = j0 - j0e;
+    // The scores of rows [r0, r0 + n) of the block, at the start of the score tile.
+    const auto scores = [&](std::int64_t r0, std::int64_t n) {
+      gemm(path, n, nk, s.dk32, s.qb.get() + r0 * s.dk32, s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr,
+           fold ? 1.0f : scale);
+    };
     // The online softmax over rows [r0, r0 + n) of the tile, their scores at S (each row's
     // statistics its own).
     const auto softmax = [&](float* S, std::int64_t r0, std::int64_t n) {
@@ -261,13 +266,11 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
       // they saved (N = 333, d = 80: 2-3% slower).
       for (std::int64_t r0 = 0; r0 < M; r0 += kPanelRows) {
         const std::int64_t n = std::min(kPanelRows, M - r0);
-        gemm(path, n, nk, s.dk32, s.qb.get() + r0 * s.dk32, s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr,
-             fold ? 1.0f : scale);
+        scores(r0, n);
         softmax_to_bf16(s.s.get(), r0, n);
       }
     } else {
-      gemm(path, M, nk, s.dk32, s.qb.get(), s.dk32, K + j0 * 2, kv.ldk, s.s.get(), s.lds, 0, nullptr,
-           fold ? 1.0f : scale);
+      scores(0, M);
       for (std::int64_t h = 0; h < wb.halves; ++h) {
         const RowBlock& rb = wb.half[h];
         float* S = s.s.get() + h * kBr * s.lds;
