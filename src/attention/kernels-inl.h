@@ -18,6 +18,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include <hwy/highway.h>
 
@@ -614,6 +615,29 @@ HWY_INLINE float ChainsSum(const VF (&chains)[kRowVectors]) {
 }
 #endif
 
+// The 16 (8, 4) probabilities p rounded to bfloat16 into dst. On AVX-512 by vcvtneps2bf16 (to
+// nearest even; its callers run only where AVX-512 BF16 is usable, bf16_kernels.h, so the
+// instruction is written as asm rather than asked of the whole target): the bits of to_bf16
+// (tensor.h) for every p the softmax makes, 0 and the normal numbers up to 1 (e^x flushes what
+// falls below 2^-126 to 0, ScaleByPow2OrZero) and NaN. Elsewhere to_bf16 lane by lane.
+HWY_INLINE void StoreBf16(VF p, std::uint16_t* dst) {
+#if HWY_TARGET == HWY_AVX3
+  __m256i h;
+  asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(p.raw));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h);
+#else
+  const DF d;
+  HWY_ALIGN float x[hn::MaxLanes(d)];
+  hn::Store(p, d, x);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<std::uint16_t>((u >> 16) | 0x40)
+                                             : static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+#endif
+}
+
 // R rows of SoftmaxUpdateRows side by side: R independent chains keep the units busy where one
 // row waits on each step's latency. On vector targets the per-row statistics go four rows at a
 // time (a row left over takes three empty rows beside it): the row maxima and sums reduced across
@@ -622,9 +646,10 @@ HWY_INLINE float ChainsSum(const VF (&chains)[kRowVectors]) {
 // tiles of 64 keys are much of that work). The sums are Sums4's, so the same bits on every target.
 // kScaled: S holds unscaled scores x, and each is read as t = x·s (one rounded multiply, where it
 // is read, both times: the same t as a product that wrote x·s).
-template <size_t R, bool kForBf16, bool kScaled = false>
+// kToBf16 (AVX-512 only): P goes to Pb[r][c] rounded to bfloat16 (StoreBf16) instead of back to S.
+template <size_t R, bool kForBf16, bool kScaled = false, bool kToBf16 = false>
 HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha,
-                                    float s = 1.0f) {
+                                    float s = 1.0f, std::uint16_t* Pb = nullptr, size_t ldp = 0) {
   const size_t L = hn::Lanes(d);
   const VF sv = hn::Set(d, s);
   const auto score = [&](const float* at) HWY_ATTR {
@@ -661,7 +686,8 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
   for (size_t c = 0, v = 0; c < padded; c += L, v = (v + 1) % kRowVectors)
     for (size_t r = 0; r < R; ++r) {
       const VF p = ExpBelowMax<DF, kForBf16>(d, score(S + r * lds + c), mu[r]);
-      hn::StoreU(p, d, S + r * lds + c);
+      if constexpr (kToBf16) StoreBf16(p, Pb + r * ldp + c);
+      else hn::StoreU(p, d, S + r * lds + c);
       sum[r][v] = hn::Add(sum[r][v], p);
     }
 #if HWY_TARGET != HWY_SCALAR
@@ -682,9 +708,9 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
 // the row; the bf16 forward's layout): the same update as SoftmaxUpdate per row, with the max
 // and sum reduced across lanes. Columns [cols, round_up(cols, 16)) are treated as -inf and come
 // out as P = 0, so a ragged tile is padded to whole sets of the 16 chains (lds holds them).
-template <bool kForBf16, bool kScaled = false>
+template <bool kForBf16, bool kScaled = false, bool kToBf16 = false>
 HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha,
-                                     float s = 1.0f) {
+                                     float s = 1.0f, std::uint16_t* Pb = nullptr, size_t ldp = 0) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const size_t full = cols / L * L, padded = (cols + kRowChains - 1) / kRowChains * kRowChains;
@@ -694,17 +720,20 @@ HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t c
       hn::StoreU(hn::IfThenElse(tail, hn::LoadU(d, S + r * lds + full), hn::Set(d, -INFINITY)), d, S + r * lds + full);
     for (size_t c = full < cols ? full + L : full; c < padded; c += L) hn::StoreU(hn::Set(d, -INFINITY), d, S + r * lds + c);
   }
+  const auto pb = [&](size_t r) { return kToBf16 ? Pb + r * ldp : nullptr; };
   size_t r = 0;
 #if HWY_TARGET != HWY_SCALAR
   for (; r + 4 <= rows; r += 4)
-    SoftmaxRowsTogether<4, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s);
+    SoftmaxRowsTogether<4, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s,
+                                                       pb(r), ldp);
   switch (rows - r) {
-    case 1: SoftmaxRowsTogether<1, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s); break;
-    case 2: SoftmaxRowsTogether<2, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s); break;
-    case 3: SoftmaxRowsTogether<3, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s); break;
+    case 1: SoftmaxRowsTogether<1, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp); break;
+    case 2: SoftmaxRowsTogether<2, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp); break;
+    case 3: SoftmaxRowsTogether<3, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp); break;
     default: break;
   }
 #else
+  (void)pb;
   for (; r < rows; ++r)
     SoftmaxRowsTogether<1, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s);
 #endif
@@ -721,6 +750,23 @@ void SoftmaxUpdateRowsBf16(float* S, size_t lds, size_t rows, size_t cols, float
 void SoftmaxUpdateRowsBf16Scaled(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha,
                                  float s) {
   SoftmaxUpdateRowsFor<true, true>(S, lds, rows, cols, m, l, alpha, s);
+}
+
+// The same, P rounded to bfloat16 into Pb[r][c] for c < round_up(cols, 16) (ldp) instead of left in
+// S (the bf16 forward's whole tiles, whose P goes straight to P·V): the bits of softmax_update_rows
+// then to_bf16, without P's float32 store and reload. scaled: S holds x, read as x·s.
+void SoftmaxUpdateRowsToBf16(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha,
+                             float s, bool scaled, std::uint16_t* Pb, size_t ldp) {
+#if HWY_TARGET == HWY_AVX3
+  if (scaled) return SoftmaxUpdateRowsFor<true, true, true>(S, lds, rows, cols, m, l, alpha, s, Pb, ldp);
+  SoftmaxUpdateRowsFor<true, false, true>(S, lds, rows, cols, m, l, alpha, 1.0f, Pb, ldp);
+#else  // (not reached: AVX-512 BF16 implies this target) the two steps
+  if (scaled) SoftmaxUpdateRowsFor<true, true>(S, lds, rows, cols, m, l, alpha, s);
+  else SoftmaxUpdateRowsFor<true>(S, lds, rows, cols, m, l, alpha);
+  const size_t padded = (cols + kRowChains - 1) / kRowChains * kRowChains;
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t c = 0; c < padded; c += hn::Lanes(DF())) StoreBf16(hn::LoadU(DF(), S + r * lds + c), Pb + r * ldp + c);
+#endif
 }
 
 // Soft-capping of a run of n scores, x → c·tanh(x / c) (softcap-inl.h), and when dcap is given its

@@ -34,6 +34,7 @@ HWY_EXPORT(DotTile);
 HWY_EXPORT(SoftmaxUpdateRows);
 HWY_EXPORT(SoftmaxUpdateRowsBf16);
 HWY_EXPORT(SoftmaxUpdateRowsBf16Scaled);
+HWY_EXPORT(SoftmaxUpdateRowsToBf16);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(Softcap);
 HWY_EXPORT(ScaledCopy);
@@ -201,6 +202,10 @@ void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows,
 void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
                                      float* l, float* alpha, float scale) {
   HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsBf16Scaled)(S, lds, rows, cols, m, l, alpha, scale);
+}
+void softmax_update_rows_to_bf16(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
+                                 float* alpha, float scale, bool scaled, std::uint16_t* Pb, std::size_t ldp) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsToBf16)(S, lds, rows, cols, m, l, alpha, scale, scaled, Pb, ldp);
 }
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                          float* alpha, ExpFor e) {

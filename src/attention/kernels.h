@@ -68,6 +68,11 @@ void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_
 // the same t, m, l and P as over scores x·scale written first.
 void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
                                      float* l, float* alpha, float scale);
+// softmax_update_rows(ExpFor::bf16) (scaled: softmax_update_rows_bf16_scaled), P rounded to bfloat16
+// into Pb[r][c] (ldp) for c < round_up(cols, 16) rather than left in S: the bits of to_bf16 on
+// the P those leave. Only where AVX-512 BF16 is usable (bf16_kernels.h's vdpbf16ps_path).
+void softmax_update_rows_to_bf16(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
+                                 float* alpha, float scale, bool scaled, std::uint16_t* Pb, std::size_t ldp);
 void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                const float* mul = nullptr, ExpFor e = ExpFor::f32);  // then S[r][c] ·= mul[r]
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
@@ -210,6 +211,49 @@ TEST(Targets, Exp2RowsAtBothAccuracies) {
       EXPECT_NEAR(exact, l[r], 1.1e-4 * exact);
       EXPECT_NEAR(sum, l[r], 1e-5 * l[r]);
     }
+  });
+}
+
+// softmax_update_rows_to_bf16 (the bf16 forward's whole tiles: P rounded as it is made) against
+// the two steps it replaces, softmax_update_rows(ExpFor::bf16) or its scaled form, then to_bf16:
+// the same m, l and alpha, and P's bits, on awkward row counts and widths, over states of earlier
+// tiles; on AVX-512 only where AVX-512 BF16 is usable (its vcvtneps2bf16).
+TEST(Targets, SoftmaxToBf16GivesTheTwoStepsBits) {
+  for_each_target([&](const std::string& t) {
+    if (t == "avx512" && !detail::bfdot::avx512_bf16_usable()) return;
+    for (const bool scaled : {false, true})
+      for (const std::size_t rows : {1, 3, 4, 7, 32})
+        for (const std::size_t cols : {1, 37, 128, 256}) {
+          SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + (scaled ? " scaled" : ""));
+          const std::size_t lds = (cols + 15) / 16 * 16 + 16, ldp = lds + 8;
+          const float scale = scaled ? 0.125f : 1.0f;
+          std::vector<float> S(rows * lds), m(rows), l(rows), alpha(rows);
+          for (std::size_t r = 0; r < rows; ++r) {
+            m[r] = r % 3 == 0 ? -INFINITY : static_cast<float>(r % 5);  // a first tile, or later ones
+            l[r] = r % 3 == 0 ? 0.0f : 1.5f + static_cast<float>(r);
+            for (std::size_t c = 0; c < cols; ++c)
+              S[r * lds + c] = static_cast<float>(std::sin(1.3 * static_cast<double>(r * cols + c) + 0.2) * 30.0);
+          }
+          std::vector<float> S2 = S, m2 = m, l2 = l, alpha2(rows);
+          std::vector<std::uint16_t> P(rows * ldp, 0xdead);
+          detail::simd::softmax_update_rows_to_bf16(S.data(), lds, rows, cols, m.data(), l.data(), alpha.data(), scale,
+                                                    scaled, P.data(), ldp);
+          if (scaled)
+            detail::simd::softmax_update_rows_bf16_scaled(S2.data(), lds, rows, cols, m2.data(), l2.data(),
+                                                          alpha2.data(), scale);
+          else
+            detail::simd::softmax_update_rows(S2.data(), lds, rows, cols, m2.data(), l2.data(), alpha2.data(),
+                                              detail::simd::ExpFor::bf16);
+          const std::size_t padded = (cols + 15) / 16 * 16;
+          for (std::size_t r = 0; r < rows; ++r) {
+            EXPECT_EQ(m2[r], m[r]);
+            EXPECT_EQ(l2[r], l[r]);
+            EXPECT_EQ(alpha2[r], alpha[r]);
+            for (std::size_t c = 0; c < padded; ++c)
+              ASSERT_EQ(to_bf16(S2[r * lds + c]).bits, P[r * ldp + c]) << "row " << r << " column " << c;
+            EXPECT_EQ(0xdead, P[r * ldp + padded]);  // nothing past the padded row
+          }
+        }
   });
 }
 
