@@ -29,6 +29,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -99,6 +100,22 @@ void bf16_row(Path path, const TensorView& t, std::int64_t b, std::int64_t h, st
 // Element (k, n) of a VNNI B operand with ldb columns (bf16_kernels.h).
 inline std::int64_t pair_at(std::int64_t k, std::int64_t n, std::int64_t ldb) { return ((k / 2) * ldb + n) * 2 + k % 2; }
 
+// Rows r and r + 1 of a query block (x0, x1: d values each, zero up to an even count) into both
+// pair layouts: Xᵀ's (element (c, r) at pair_at(c, r, kBr)), where row r's columns c and c + 1
+// are one 32-bit word, so the transpose moves words, and X's (element (r, c) at pair_at(r, c,
+// ld)), where column c of the two rows is one word, written in column order.
+void put_pairs(const u16* x0, const u16* x1, std::int64_t r, std::int64_t d, u16* xt, u16* x, std::int64_t ld) {
+  for (std::int64_t c = 0; c < d; c += 2) {
+    std::memcpy(xt + pair_at(c, r, kBr), x0 + c, 4);
+    std::memcpy(xt + pair_at(c, r + 1, kBr), x1 + c, 4);
+  }
+  u16* const row = x + pair_at(r, 0, ld);
+  for (std::int64_t c = 0; c < d; ++c) {
+    row[2 * c] = x0[c];
+    row[2 * c + 1] = x1[c];
+  }
+}
+
 QueryPacks pack_queries(const BackwardParams& p, const RowStats<float>& stats, std::int64_t nqb, int threads) {
   const Path path = bfdot::path();
   QueryPacks qp;
@@ -119,18 +136,20 @@ QueryPacks pack_queries(const BackwardParams& p, const RowStats<float>& stats, s
       std::fill(qp.qt(blk), qp.qt(blk) + qp.per_block, u16(0));
       std::fill(qp.qv(blk), qp.qv(blk) + kBr * qp.ldk, u16(0));
       std::fill(qp.dov(blk), qp.dov(blk) + kBr * qp.ldv, u16(0));
-      std::vector<u16> bits(std::max(p.dk, p.dv));
-      for (std::int64_t r = 0; r < n; ++r) {
-        bf16_row(path, p.q, b, h, i0 + r, p.dk, bits.data());
-        for (std::int64_t c = 0; c < p.dk; ++c) {
-          qp.qt(blk)[pair_at(c, r, kBr)] = bits[c];
-          qp.qv(blk)[pair_at(r, c, qp.ldk)] = bits[c];
+      // Two rows at a time (the second zero past n), each zero past its d.
+      std::vector<u16> q0(qp.dkp, 0), q1(qp.dkp, 0), o0(qp.dvp, 0), o1(qp.dvp, 0);
+      for (std::int64_t r = 0; r < n; r += 2) {
+        bf16_row(path, p.q, b, h, i0 + r, p.dk, q0.data());
+        bf16_row(path, p.dO, b, h, i0 + r, p.dv, o0.data());
+        if (r + 1 < n) {
+          bf16_row(path, p.q, b, h, i0 + r + 1, p.dk, q1.data());
+          bf16_row(path, p.dO, b, h, i0 + r + 1, p.dv, o1.data());
+        } else {
+          std::fill(q1.begin(), q1.end(), u16(0));
+          std::fill(o1.begin(), o1.end(), u16(0));
         }
-        bf16_row(path, p.dO, b, h, i0 + r, p.dv, bits.data());
-        for (std::int64_t c = 0; c < p.dv; ++c) {
-          qp.dot(blk)[pair_at(c, r, kBr)] = bits[c];
-          qp.dov(blk)[pair_at(r, c, qp.ldv)] = bits[c];
-        }
+        put_pairs(q0.data(), q1.data(), r, p.dk, qp.qt(blk), qp.qv(blk), qp.ldk);
+        put_pairs(o0.data(), o1.data(), r, p.dv, qp.dot(blk), qp.dov(blk), qp.ldv);
       }
       const std::int64_t row = stats.at(p, b, h, i0);
       for (std::int64_t r = 0; r < kBr; ++r) {
