@@ -294,18 +294,21 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
 }
 
 // Whether every value of a [B, H, N, d] view is finite, (b, h) slices in parallel. Contiguous
-// float32 and bfloat16 rows are tested by their exponent bits (any_nonfinite_bits); other layouts
-// value by value.
+// float32 and bfloat16 rows are tested by their exponent bits (any_nonfinite_bits), a slice's rows
+// in one run where they follow each other; other layouts value by value.
 bool all_finite_view(const TensorView& t, std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, int threads) {
   std::atomic<bool> finite{true};
+  const bool bits = t.strides[3] == 1 && (t.dtype == DType::f32 || t.dtype == DType::bf16);
+  const bool run = bits && t.strides[2] == d;  // a slice's N rows as one run of N·d values
   parallel_for(B * H, 1, resolve_threads(threads, B * H), [&](std::int64_t s0, std::int64_t s1, int) {
     for (std::int64_t s = s0; s < s1 && finite.load(std::memory_order_relaxed); ++s)
-      for (std::int64_t i = 0; i < N; ++i) {
+      for (std::int64_t i = 0; i < (run ? 1 : N); ++i) {
         bool bad = false;
-        if (t.strides[3] == 1 && t.dtype == DType::f32) {
-          bad = any_nonfinite_bits(at<const FloatBits>(t, s / H, s % H, i, 0), d);
-        } else if (t.strides[3] == 1 && t.dtype == DType::bf16) {
-          bad = any_nonfinite_bits(at<const std::uint16_t>(t, s / H, s % H, i, 0), d);
+        const std::int64_t n = run ? N * d : d;
+        if (bits && t.dtype == DType::f32) {
+          bad = any_nonfinite_bits(at<const FloatBits>(t, s / H, s % H, i, 0), n);
+        } else if (bits) {
+          bad = any_nonfinite_bits(at<const std::uint16_t>(t, s / H, s % H, i, 0), n);
         } else {
           for (std::int64_t c = 0; c < d; ++c) bad |= !std::isfinite(value<float>(t, s / H, s % H, i, c));
         }

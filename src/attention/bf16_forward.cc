@@ -221,6 +221,9 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
   // t = x·s, one rounded multiply), so that the score product's tiles are stored in place rather
   // than through a scratch and a scaling pass (gemm_amx); else the product scales them.
   const bool fold = p.scale_when_exp_reads();
+  // e^(x·s − m) by one multiply-add from x (kernels.h), unless the probabilities are written: those
+  // are e^(x·s − m) / l by the three operations, which keeps each of them in [0, 1] with l their sum.
+  const bool fold_exp = p.probs.empty();
   // P rounded to bfloat16 by the softmax itself where the path has vcvtneps2bf16.
   const bool fused = bfdot::vdpbf16ps_path(path);
   const std::int64_t jb = wb.lo(), je = wb.hi();
@@ -247,7 +250,7 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     // statistics its own).
     const auto softmax = [&](float* S, std::int64_t r0, std::int64_t n) {
       float *m = s.m.get() + r0, *l = s.l.get() + r0, *alpha = s.alpha.get() + r0;
-      if (fold) simd::softmax_update_rows_bf16_scaled(S, s.lds, n, nk, m, l, alpha, scale);
+      if (fold) simd::softmax_update_rows_bf16_scaled(S, s.lds, n, nk, m, l, alpha, scale, fold_exp);
       else simd::softmax_update_rows(S, s.lds, n, nk, m, l, alpha, simd::ExpFor::bf16);
     };
     // Where P goes straight to P·V (whole tiles, no dropout, an even first key) it is rounded to
@@ -259,7 +262,8 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
     const auto softmax_to_bf16 = [&](float* S, std::int64_t r0, std::int64_t n) {
       if (fused)
         return simd::softmax_update_rows_to_bf16(S, s.lds, n, nk, s.m.get() + r0, s.l.get() + r0,
-                                                 s.alpha.get() + r0, scale, fold, s.pb.get() + r0 * kPbLd, kPbLd);
+                                                 s.alpha.get() + r0, scale, fold, fold_exp, s.pb.get() + r0 * kPbLd,
+                                                 kPbLd);
       for (std::int64_t q = 0; q < n; q += kSoftmaxRows) {
         const std::int64_t nq = std::min(kSoftmaxRows, n - q);
         softmax(S + q * s.lds, r0 + q, nq);

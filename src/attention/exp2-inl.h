@@ -92,7 +92,10 @@ HWY_INLINE __m128 Fraction(__m128 x) { return _mm_reduce_ps(x, _MM_FROUND_TO_NEA
 // running sums l, the rescale factors and the probs output use the same polynomial as P, so
 // O = Σ P·V / l stays consistent; the lse differs from float32's by at most 1.01e-4. The bf16
 // backward's recomputed P (Exp2ColumnsBf16), rounded to bfloat16 for dV as dS = P∘(dP − D) is for
-// dK and dQ, takes it too: 0.990-0.996 of that backward's time (docs/performance.md).
+// dK and dQ, takes it too: 0.990-0.996 of that backward's time (docs/performance.md). Both also
+// take the polynomial's argument x·s − m by one multiply-add from the unscaled score where
+// |m| <= 4096 (kernels-inl.h's fold; the forward's only where no probabilities are written, whose
+// l then sums those P): at most 7.2e-4 more on P and l, so on the lse 8.2e-4 in all.
 template <class D, bool kForBf16 = false>
 HWY_INLINE hn::Vec<D> Exp2Fraction(D d, hn::Vec<D> f) {
   using V = hn::Vec<D>;

@@ -486,6 +486,10 @@ void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, fl
   for (; c < cols; c += L) SoftmaxColumnsTogether<1>(d, St + c, lds, rows, m + c, l + c, alpha + c);
 }
 
+// The largest |m| (forward) or |lse| (backward) for which the bf16 paths' e^x takes its argument
+// x·s − m by one multiply-add from the unscaled score (SoftmaxRowsTogether's fold).
+constexpr float kFoldLimit = 4096.0f;
+
 // St[j][c] = e^(St[j][c] − sub[c]) · mul[c]: probabilities from final statistics (sub = m and
 // mul = 1/l for the probs output; sub = lse, mul = 1/σ for the backward). A caller passes
 // sub = +inf for a fully masked query, so every entry becomes e^(-inf) = 0.
@@ -496,9 +500,18 @@ HWY_INLINE void Exp2ColumnsFor(float* St, size_t lds, size_t rows, size_t cols, 
                                float scale = 1.0f) {
   const DF d;
   const size_t L = hn::Lanes(d);
-  const VF sv = hn::Set(d, scale);
+  const VF sv = hn::Set(d, scale), c1 = hn::Set(d, scale * 1.4426950408889634f);
   for (size_t c = 0; c < cols; c += L) {
     const VF s = hn::LoadU(d, sub + c), f = hn::LoadU(d, mul + c);
+    // As SoftmaxRowsTogether's fold: 2^(x·(s·log2 e) − sub·log2 e) by one multiply-add where every
+    // |sub| of the columns is at most kFoldLimit (the padding's sub = +inf is not).
+    if (kForBf16 && kScaled && hn::AllTrue(d, hn::Le(hn::Abs(s), hn::Set(d, kFoldLimit)))) {
+      const VF c0 = hn::Mul(hn::Neg(s), hn::Set(d, 1.4426950408889634f));
+      for (size_t j = 0; j < rows; ++j)
+        hn::StoreU(hn::Mul(Exp2<DF, false, true>(d, FusedMulAdd(hn::LoadU(d, St + j * lds + c), c1, c0)), f), d,
+                   St + j * lds + c);
+      continue;
+    }
     for (size_t j = 0; j < rows; ++j) {
       const VF x = hn::LoadU(d, St + j * lds + c);
       hn::StoreU(hn::Mul(ExpDiff<DF, kForBf16>(d, kScaled ? hn::Mul(x, sv) : x, s), f), d, St + j * lds + c);
@@ -649,7 +662,7 @@ HWY_INLINE void StoreBf16(VF p, std::uint16_t* dst) {
 // kToBf16 (AVX-512 only): P goes to Pb[r][c] rounded to bfloat16 (StoreBf16) instead of back to S.
 template <size_t R, bool kForBf16, bool kScaled = false, bool kToBf16 = false>
 HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, float* m, float* l, float* alpha,
-                                    float s = 1.0f, std::uint16_t* Pb = nullptr, size_t ldp = 0) {
+                                    float s = 1.0f, std::uint16_t* Pb = nullptr, size_t ldp = 0, bool fold = false) {
   const size_t L = hn::Lanes(d);
   const VF sv = hn::Set(d, s);
   const auto score = [&](const float* at) HWY_ATTR {
@@ -682,14 +695,29 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
 #endif
   for (size_t r = 0; r < 4; ++r)
     for (size_t v = 0; v < kRowVectors; ++v) sum[r][v] = hn::Zero(d);
-  for (size_t r = 0; r < R; ++r) mu[r] = hn::Set(d, m_use[r]);
-  for (size_t c = 0, v = 0; c < padded; c += L, v = (v + 1) % kRowVectors)
-    for (size_t r = 0; r < R; ++r) {
-      const VF p = ExpBelowMax<DF, kForBf16>(d, score(S + r * lds + c), mu[r]);
-      if constexpr (kToBf16) StoreBf16(p, Pb + r * ldp + c);
-      else hn::StoreU(p, d, S + r * lds + c);
-      sum[r][v] = hn::Add(sum[r][v], p);
-    }
+  // fold (bf16, scaled, where the caller allows it): 2^(x·(s·log2 e) − m·log2 e), one multiply-add
+  // from x where e^(x·s − m) takes three operations, each rounded. It errs by about
+  // u·(|x·s| + |m|)·log2 e more in the exponent (u = 2^-24), where the three keep x·s − m exact
+  // near the maximum (Sterbenz): for every row of the call |m| <= kFoldLimit, so that for the P
+  // that count (x·s within 104 of m) that is at most 2^-24·(2·4096 + 104)·1.45 = 7.2e-4 relative,
+  // under bfloat16's rounding of P that follows (2^-9 = 1.95e-3); beyond it the three operations.
+  bool folding = kForBf16 && kScaled && fold;
+  for (size_t r = 0; r < R; ++r) folding = folding && std::fabs(m_use[r]) <= kFoldLimit;
+  const auto exp_pass = [&](auto folded) HWY_ATTR {
+    constexpr bool kFold = decltype(folded)::value;
+    const VF c1 = hn::Set(d, s * 1.4426950408889634f);
+    for (size_t r = 0; r < R; ++r) mu[r] = hn::Set(d, kFold ? -m_use[r] * 1.4426950408889634f : m_use[r]);
+    for (size_t c = 0, v = 0; c < padded; c += L, v = (v + 1) % kRowVectors)
+      for (size_t r = 0; r < R; ++r) {
+        const VF p = kFold ? Exp2<DF, true, true>(d, FusedMulAdd(hn::LoadU(d, S + r * lds + c), c1, mu[r]))
+                           : ExpBelowMax<DF, kForBf16>(d, score(S + r * lds + c), mu[r]);
+        if constexpr (kToBf16) StoreBf16(p, Pb + r * ldp + c);
+        else hn::StoreU(p, d, S + r * lds + c);
+        sum[r][v] = hn::Add(sum[r][v], p);
+      }
+  };
+  if (folding) exp_pass(std::true_type{});
+  else exp_pass(std::false_type{});
 #if HWY_TARGET != HWY_SCALAR
   const auto a = ExpBelowMax<decltype(d4), kForBf16>(d4, old_m, hn::Load(d4, m_use));
   const auto l_new = FusedMulAdd(a, LoadFirst(l, R), Sums4(d, sum));
@@ -710,7 +738,7 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
 // out as P = 0, so a ragged tile is padded to whole sets of the 16 chains (lds holds them).
 template <bool kForBf16, bool kScaled = false, bool kToBf16 = false>
 HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha,
-                                     float s = 1.0f, std::uint16_t* Pb = nullptr, size_t ldp = 0) {
+                                     float s = 1.0f, std::uint16_t* Pb = nullptr, size_t ldp = 0, bool fold = false) {
   const DF d;
   const size_t L = hn::Lanes(d);
   const size_t full = cols / L * L, padded = (cols + kRowChains - 1) / kRowChains * kRowChains;
@@ -725,17 +753,18 @@ HWY_INLINE void SoftmaxUpdateRowsFor(float* S, size_t lds, size_t rows, size_t c
 #if HWY_TARGET != HWY_SCALAR
   for (; r + 4 <= rows; r += 4)
     SoftmaxRowsTogether<4, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s,
-                                                       pb(r), ldp);
+                                                       pb(r), ldp, fold);
   switch (rows - r) {
-    case 1: SoftmaxRowsTogether<1, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp); break;
-    case 2: SoftmaxRowsTogether<2, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp); break;
-    case 3: SoftmaxRowsTogether<3, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp); break;
+    case 1: SoftmaxRowsTogether<1, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp, fold); break;
+    case 2: SoftmaxRowsTogether<2, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp, fold); break;
+    case 3: SoftmaxRowsTogether<3, kForBf16, kScaled, kToBf16>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, pb(r), ldp, fold); break;
     default: break;
   }
 #else
   (void)pb;
   for (; r < rows; ++r)
-    SoftmaxRowsTogether<1, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s);
+    SoftmaxRowsTogether<1, kForBf16, kScaled>(d, S + r * lds, lds, padded, m + r, l + r, alpha + r, s, nullptr, 0,
+                                              fold);
 #endif
 }
 void SoftmaxUpdateRows(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha) {
@@ -748,20 +777,20 @@ void SoftmaxUpdateRowsBf16(float* S, size_t lds, size_t rows, size_t cols, float
 // The same over unscaled scores x, read as x·s (the bf16 forward's products then store their tiles
 // in place: bf16_forward.cc).
 void SoftmaxUpdateRowsBf16Scaled(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha,
-                                 float s) {
-  SoftmaxUpdateRowsFor<true, true>(S, lds, rows, cols, m, l, alpha, s);
+                                 float s, bool fold) {
+  SoftmaxUpdateRowsFor<true, true>(S, lds, rows, cols, m, l, alpha, s, nullptr, 0, fold);
 }
 
 // The same, P rounded to bfloat16 into Pb[r][c] for c < round_up(cols, 16) (ldp) instead of left in
 // S (the bf16 forward's whole tiles, whose P goes straight to P·V): the bits of softmax_update_rows
 // then to_bf16, without P's float32 store and reload. scaled: S holds x, read as x·s.
 void SoftmaxUpdateRowsToBf16(float* S, size_t lds, size_t rows, size_t cols, float* m, float* l, float* alpha,
-                             float s, bool scaled, std::uint16_t* Pb, size_t ldp) {
+                             float s, bool scaled, bool fold, std::uint16_t* Pb, size_t ldp) {
 #if HWY_TARGET == HWY_AVX3
-  if (scaled) return SoftmaxUpdateRowsFor<true, true, true>(S, lds, rows, cols, m, l, alpha, s, Pb, ldp);
+  if (scaled) return SoftmaxUpdateRowsFor<true, true, true>(S, lds, rows, cols, m, l, alpha, s, Pb, ldp, fold);
   SoftmaxUpdateRowsFor<true, false, true>(S, lds, rows, cols, m, l, alpha, 1.0f, Pb, ldp);
 #else  // (not reached: AVX-512 BF16 implies this target) the two steps
-  if (scaled) SoftmaxUpdateRowsFor<true, true>(S, lds, rows, cols, m, l, alpha, s);
+  if (scaled) SoftmaxUpdateRowsFor<true, true>(S, lds, rows, cols, m, l, alpha, s, nullptr, 0, fold);
   else SoftmaxUpdateRowsFor<true>(S, lds, rows, cols, m, l, alpha);
   const size_t padded = (cols + kRowChains - 1) / kRowChains * kRowChains;
   for (size_t r = 0; r < rows; ++r)

@@ -200,12 +200,13 @@ void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows,
   HWY_DYNAMIC_DISPATCH(SoftmaxGrad)(Pt, dPt, ld, rows, cols, D, scale);
 }
 void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
-                                     float* l, float* alpha, float scale) {
-  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsBf16Scaled)(S, lds, rows, cols, m, l, alpha, scale);
+                                     float* l, float* alpha, float scale, bool fold) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsBf16Scaled)(S, lds, rows, cols, m, l, alpha, scale, fold);
 }
 void softmax_update_rows_to_bf16(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
-                                 float* alpha, float scale, bool scaled, std::uint16_t* Pb, std::size_t ldp) {
-  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsToBf16)(S, lds, rows, cols, m, l, alpha, scale, scaled, Pb, ldp);
+                                 float* alpha, float scale, bool scaled, bool fold, std::uint16_t* Pb,
+                                 std::size_t ldp) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsToBf16)(S, lds, rows, cols, m, l, alpha, scale, scaled, fold, Pb, ldp);
 }
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                          float* alpha, ExpFor e) {

@@ -48,8 +48,9 @@ void softmax_update(float* St, std::size_t lds, std::size_t rows, std::size_t co
 // St[j][c] = e^(St[j][c] − sub[c]) · mul[c] (the exp2 kernels take natural-unit scores; see ExpDiff).
 void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                   const float* mul, ExpFor e = ExpFor::f32);
-// exp2_columns(ExpFor::bf16) over unscaled scores x (scale > 0), each read as t = x·scale: the same
-// P as over scores x·scale written first.
+// exp2_columns(ExpFor::bf16) over unscaled scores x (scale > 0), each read as t = x·scale; where
+// every |sub| of a vector of columns is at most 4096, e^(t − sub) as 2^(x·(scale·log2 e) − sub·log2 e)
+// by one multiply-add (softmax_update_rows_bf16_scaled's fold).
 void exp2_columns_bf16_scaled(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                               const float* mul, float scale);
 // dPt[j][c] = Pt[j][c] · (dPt[j][c] − D[c]) · scale.
@@ -65,14 +66,17 @@ void dot_tile(std::size_t nk, std::size_t rows, std::size_t dk, const float* K, 
 void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                          float* alpha, ExpFor e = ExpFor::f32);
 // softmax_update_rows(ExpFor::bf16) over unscaled scores x (scale > 0), each read as t = x·scale:
-// the same t, m, l and P as over scores x·scale written first.
+// the same t, m, l and P as over scores x·scale written first. fold: e^(t − m) as
+// 2^(x·(scale·log2 e) − m·log2 e) by one multiply-add where |m| <= 4096 (kernels-inl.h's
+// kFoldLimit; P within 7.2e-4 of the other, below bfloat16's rounding of it), so not the same bits.
 void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
-                                     float* l, float* alpha, float scale);
+                                     float* l, float* alpha, float scale, bool fold = false);
 // softmax_update_rows(ExpFor::bf16) (scaled: softmax_update_rows_bf16_scaled), P rounded to bfloat16
 // into Pb[r][c] (ldp) for c < round_up(cols, 16) rather than left in S: the bits of to_bf16 on
 // the P those leave. Only where AVX-512 BF16 is usable (bf16_kernels.h's vdpbf16ps_path).
 void softmax_update_rows_to_bf16(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
-                                 float* alpha, float scale, bool scaled, std::uint16_t* Pb, std::size_t ldp);
+                                 float* alpha, float scale, bool scaled, bool fold, std::uint16_t* Pb,
+                                 std::size_t ldp);
 void exp2_rows(float* S, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                const float* mul = nullptr, ExpFor e = ExpFor::f32);  // then S[r][c] ·= mul[r]
 void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t rows, std::size_t cols,

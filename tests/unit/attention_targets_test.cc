@@ -221,10 +221,12 @@ TEST(Targets, Exp2RowsAtBothAccuracies) {
 TEST(Targets, SoftmaxToBf16GivesTheTwoStepsBits) {
   for_each_target([&](const std::string& t) {
     if (t == "avx512" && !detail::bfdot::avx512_bf16_usable()) return;
+    for (const bool fold : {false, true})
     for (const bool scaled : {false, true})
       for (const std::size_t rows : {1, 3, 4, 7, 32})
         for (const std::size_t cols : {1, 37, 128, 256}) {
-          SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + (scaled ? " scaled" : ""));
+          SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols) + (scaled ? " scaled" : "") +
+                       (fold ? " fold" : ""));
           const std::size_t lds = (cols + 15) / 16 * 16 + 16, ldp = lds + 8;
           const float scale = scaled ? 0.125f : 1.0f;
           std::vector<float> S(rows * lds), m(rows), l(rows), alpha(rows);
@@ -237,10 +239,10 @@ TEST(Targets, SoftmaxToBf16GivesTheTwoStepsBits) {
           std::vector<float> S2 = S, m2 = m, l2 = l, alpha2(rows);
           std::vector<std::uint16_t> P(rows * ldp, 0xdead);
           detail::simd::softmax_update_rows_to_bf16(S.data(), lds, rows, cols, m.data(), l.data(), alpha.data(), scale,
-                                                    scaled, P.data(), ldp);
+                                                    scaled, fold, P.data(), ldp);
           if (scaled)
             detail::simd::softmax_update_rows_bf16_scaled(S2.data(), lds, rows, cols, m2.data(), l2.data(),
-                                                          alpha2.data(), scale);
+                                                          alpha2.data(), scale, fold);
           else
             detail::simd::softmax_update_rows(S2.data(), lds, rows, cols, m2.data(), l2.data(), alpha2.data(),
                                               detail::simd::ExpFor::bf16);
@@ -254,6 +256,55 @@ TEST(Targets, SoftmaxToBf16GivesTheTwoStepsBits) {
             EXPECT_EQ(0xdead, P[r * ldp + padded]);  // nothing past the padded row
           }
         }
+  });
+}
+
+// The bf16 softmax's fold (kernels.h): e^(x·s − m) by one multiply-add from x stays within
+// 7.2e-4 of the three operations' P where |m| <= 4096 (rows of scores up to ±4000 here), and past
+// that limit (rows whose maximum is 10^6) gives their bits; likewise the backward's exp2_columns.
+// Score x of row r, column c in Bf16SoftmaxFoldWithinItsBound.
+float S0(float top, float scale, std::size_t r, std::size_t c, std::size_t cols) {
+  return (top / static_cast<float>(r + 1) - 90.0f * static_cast<float>((c * 7 + r) % cols) / cols) / scale;
+}
+
+TEST(Targets, Bf16SoftmaxFoldWithinItsBound) {
+  for_each_target([&](const std::string&) {
+    const std::size_t rows = 9, cols = 300, lds = 304;
+    for (const float top : {4000.0f, 1e6f}) {
+      SCOPED_TRACE("largest score " + std::to_string(top));
+      const float scale = 0.37f;
+      std::vector<float> S(rows * lds, -INFINITY);
+      for (std::size_t r = 0; r < rows; ++r)
+        for (std::size_t c = 0; c < cols; ++c)  // within 90 of the row's largest x·s, which is top / (r + 1)
+          S[r * lds + c] = S0(top, scale, r, c, cols);
+      std::vector<float> Sf = S, m(rows, -INFINITY), l(rows, 0.0f), a(rows), mf = m, lf = l, af(rows);
+      detail::simd::softmax_update_rows_bf16_scaled(S.data(), lds, rows, cols, m.data(), l.data(), a.data(), scale, false);
+      detail::simd::softmax_update_rows_bf16_scaled(Sf.data(), lds, rows, cols, mf.data(), lf.data(), af.data(), scale, true);
+      for (std::size_t r = 0; r < rows; ++r) {
+        EXPECT_EQ(m[r], mf[r]);
+        const bool folds = std::fabs(m[r]) <= 4096.0f;
+        for (std::size_t c = 0; c < cols; ++c) {
+          const float p = S[r * lds + c], pf = Sf[r * lds + c];
+          if (folds) ASSERT_LE(std::fabs(pf - p), 7.2e-4 * p) << "row " << r << " column " << c;
+          else ASSERT_EQ(p, pf) << "row " << r << " column " << c;
+        }
+        EXPECT_LE(std::fabs(lf[r] - l[r]), 7.2e-4 * l[r]);
+      }
+      // The backward's P from final statistics: sub = lse = m + log l per column (one query a column).
+      std::vector<float> St(cols * 16), sub(16), mul(16, 1.0f);
+      for (std::size_t q = 0; q < 16; ++q) sub[q] = m[q % rows] + std::log(l[q % rows]);
+      for (std::size_t j = 0; j < cols; ++j)
+        for (std::size_t q = 0; q < 16; ++q) St[j * 16 + q] = S0(top, scale, q % rows, j, cols);
+      std::vector<float> Pu = St, Pf = St;
+      for (std::size_t j = 0; j < cols; ++j)
+        for (std::size_t q = 0; q < 16; ++q) Pu[j * 16 + q] *= scale;  // scaled first: the plain form
+      detail::simd::exp2_columns(Pu.data(), 16, cols, 16, sub.data(), mul.data(), detail::simd::ExpFor::bf16);
+      detail::simd::exp2_columns_bf16_scaled(Pf.data(), 16, cols, 16, sub.data(), mul.data(), scale);
+      for (std::size_t i = 0; i < Pu.size(); ++i) {
+        if (top <= 4096.0f) ASSERT_LE(std::fabs(Pf[i] - Pu[i]), 7.2e-4 * Pu[i]) << i;
+        else ASSERT_LE(std::fabs(Pf[i] - Pu[i]), 1e-6 * Pu[i]) << i;  // no fold: x·s rounded once either way
+      }
+    }
   });
 }
 
