@@ -194,6 +194,9 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
   // As the forward (bf16_forward.cc): the scale applied where e^(t − lse) reads the scores, the same
   // bits, so that the score product's tiles are stored in place.
   const bool fold = p.scale_when_exp_reads();
+  // Where the path has vcvtneps2bf16 and the scores are read scaled, a panel's Pt and dSt are
+  // rounded to bfloat16 by the passes that make them.
+  const bool fused = fold && bfdot::vdpbf16ps_path(path);
   for (std::int64_t kb = kb0; kb < kb1; ++kb) {
     const std::int64_t j0 = kb * kKeys, j1 = std::min(p.Nkv, j0 + kKeys), nk = j1 - j0;
     pack_key_rows(path, p.k, b, kh, j0, nk, p.dk, s.kr.get(), qp.dkp, s.ktr.get());
@@ -253,6 +256,14 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
             for (std::int64_t r0 = 0; r0 < kKeys; r0 += kPanelKeys) {
               const std::int64_t part = r0 / kPanelKeys, parts = kKeys / kPanelKeys;
               scores(r0, kPanelKeys, share(st_ahead, part, parts));
+              if (fused) {
+                simd::exp2_columns_bf16_scaled_to(s.st.get(), kBr, kPanelKeys, kBr, qp.lse(blk), qp.mul(blk), scale,
+                                                  pb + r0 * 2 * kBr, 2 * kBr);
+                output_grads(r0, kPanelKeys, share(dpt_ahead, part, parts));
+                simd::softmax_grad_to_bf16(s.st.get(), s.dpt.get(), kBr, kPanelKeys, kBr, qp.D(blk), scale,
+                                           dsb + r0 * 2 * kBr, 2 * kBr, s.dsv.get() + r0 * kBr, kBr);
+                continue;
+              }
               probabilities(kPanelKeys);
               output_grads(r0, kPanelKeys, share(dpt_ahead, part, parts));
               Ops<float>::softmax_grad(s.st.get(), s.dpt.get(), kBr, kPanelKeys, kBr, qp.D(blk), scale);

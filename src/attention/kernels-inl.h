@@ -48,6 +48,34 @@ constexpr size_t kMR = 4, kNR = 4, kWideMR = 6;
 constexpr size_t kMR = 4, kNR = 2, kWideMR = 4;
 #endif
 
+// The 16 (8, 4) probabilities p rounded to bfloat16 into dst. On AVX-512 by vcvtneps2bf16 (to
+// nearest even; its callers run only where AVX-512 BF16 is usable, bf16_kernels.h, so the
+// instruction is written as asm rather than asked of the whole target): the bits of to_bf16
+// (tensor.h) for every p the softmax makes, 0 and the normal numbers up to 1 (e^x flushes what
+// falls below 2^-126 to 0, ScaleByPow2OrZero) and NaN. Elsewhere to_bf16 lane by lane.
+#if HWY_TARGET == HWY_AVX3
+HWY_INLINE __m256i RoundToBf16(VF p) {
+  __m256i h;
+  asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(p.raw));
+  return h;
+}
+#endif
+HWY_INLINE void StoreBf16(VF p, std::uint16_t* dst) {
+#if HWY_TARGET == HWY_AVX3
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), RoundToBf16(p));
+#else
+  const DF d;
+  HWY_ALIGN float x[hn::MaxLanes(d)];
+  hn::Store(p, d, x);
+  for (size_t i = 0; i < hn::Lanes(d); ++i) {
+    std::uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<std::uint16_t>((u >> 16) | 0x40)
+                                             : static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+  }
+#endif
+}
+
 // An empty asm that takes the vector in a register and may change it: the compiler must keep it
 // in a register rather than re-read its memory at every use.
 template <class Raw>
@@ -495,9 +523,13 @@ constexpr float kFoldLimit = 4096.0f;
 // sub = +inf for a fully masked query, so every entry becomes e^(-inf) = 0.
 // kScaled: St holds unscaled scores x, each read as t = x·scale (one rounded multiply: the same t
 // as a product that wrote x·scale).
-template <bool kForBf16, bool kScaled = false>
+template <bool kForBf16, bool kScaled = false, bool kToBf16 = false>
 HWY_INLINE void Exp2ColumnsFor(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul,
-                               float scale = 1.0f) {
+                               float scale = 1.0f, std::uint16_t* Pb = nullptr, size_t ldp = 0) {
+  const auto put = [&](VF p, size_t j, size_t c) HWY_ATTR {
+    hn::StoreU(p, DF(), St + j * lds + c);
+    if constexpr (kToBf16) StoreBf16(p, Pb + j * ldp + c);
+  };
   const DF d;
   const size_t L = hn::Lanes(d);
   const VF sv = hn::Set(d, scale), c1 = hn::Set(d, scale * 1.4426950408889634f);
@@ -508,13 +540,12 @@ HWY_INLINE void Exp2ColumnsFor(float* St, size_t lds, size_t rows, size_t cols, 
     if (kForBf16 && kScaled && hn::AllTrue(d, hn::Le(hn::Abs(s), hn::Set(d, kFoldLimit)))) {
       const VF c0 = hn::Mul(hn::Neg(s), hn::Set(d, 1.4426950408889634f));
       for (size_t j = 0; j < rows; ++j)
-        hn::StoreU(hn::Mul(Exp2<DF, false, true>(d, FusedMulAdd(hn::LoadU(d, St + j * lds + c), c1, c0)), f), d,
-                   St + j * lds + c);
+        put(hn::Mul(Exp2<DF, false, true>(d, FusedMulAdd(hn::LoadU(d, St + j * lds + c), c1, c0)), f), j, c);
       continue;
     }
     for (size_t j = 0; j < rows; ++j) {
       const VF x = hn::LoadU(d, St + j * lds + c);
-      hn::StoreU(hn::Mul(ExpDiff<DF, kForBf16>(d, kScaled ? hn::Mul(x, sv) : x, s), f), d, St + j * lds + c);
+      put(hn::Mul(ExpDiff<DF, kForBf16>(d, kScaled ? hn::Mul(x, sv) : x, s), f), j, c);
     }
   }
 }
@@ -532,7 +563,47 @@ void Exp2ColumnsBf16Scaled(float* St, size_t lds, size_t rows, size_t cols, cons
   Exp2ColumnsFor<true, true>(St, lds, rows, cols, sub, mul, scale);
 }
 
+// Exp2ColumnsBf16Scaled, each P also rounded to bfloat16 into Pb (ldp).
+void Exp2ColumnsBf16ScaledTo(float* St, size_t lds, size_t rows, size_t cols, const float* sub, const float* mul,
+                             float scale, std::uint16_t* Pb, size_t ldp) {
+  Exp2ColumnsFor<true, true, true>(St, lds, rows, cols, sub, mul, scale, Pb, ldp);
+}
+
 // dS = P ∘ (dP − D) · s, in place over dPt (transposed tiles like St; D per query column).
+HWY_INLINE VF GradOfScores(VF p, VF dp, VF dd, VF s) { return hn::Mul(hn::Mul(p, hn::Sub(dp, dd)), s); }
+
+// The same dS, not stored: rounded to bfloat16 into its rows dSb (ldp) and into pairs of rows dSv
+// (element [j/2][c][0] row j's, [1] row j + 1's; ldv pairs a pair of rows). rows even.
+void SoftmaxGradToBf16(const float* Pt, const float* dPt, size_t ld, size_t rows, size_t cols, const float* D,
+                       float scale, std::uint16_t* dSb, size_t ldp, std::uint16_t* dSv, size_t ldv) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  const VF s = hn::Set(d, scale);
+  for (size_t c = 0; c < cols; c += L) {
+    const VF dd = hn::LoadU(d, D + c);
+    for (size_t j = 0; j < rows; j += 2) {
+#if HWY_TARGET == HWY_AVX3
+      __m512i word = _mm512_setzero_si512();
+      for (size_t k = 0; k < 2; ++k) {
+        const __m256i ds =
+            RoundToBf16(GradOfScores(hn::LoadU(d, Pt + (j + k) * ld + c), hn::LoadU(d, dPt + (j + k) * ld + c), dd, s));
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(dSb + (j + k) * ldp + c), ds);
+        word = _mm512_or_si512(word, _mm512_slli_epi32(_mm512_cvtepu16_epi32(ds), static_cast<unsigned>(16 * k)));
+      }
+      _mm512_storeu_si512(dSv + ((j / 2) * ldv + c) * 2, word);
+#else  // (not reached: AVX-512 BF16 implies that target)
+      for (size_t k = 0; k < 2; ++k)
+        StoreBf16(GradOfScores(hn::LoadU(d, Pt + (j + k) * ld + c), hn::LoadU(d, dPt + (j + k) * ld + c), dd, s),
+                  dSb + (j + k) * ldp + c);
+      for (size_t i = 0; i < L; ++i) {
+        dSv[((j / 2) * ldv + c + i) * 2] = dSb[j * ldp + c + i];
+        dSv[((j / 2) * ldv + c + i) * 2 + 1] = dSb[(j + 1) * ldp + c + i];
+      }
+#endif
+    }
+  }
+}
+
 void SoftmaxGrad(const float* Pt, float* dPt, size_t ld, size_t rows, size_t cols, const float* D,
                  float scale) {
   const DF d;
@@ -543,7 +614,7 @@ void SoftmaxGrad(const float* Pt, float* dPt, size_t ld, size_t rows, size_t col
     for (size_t j = 0; j < rows; ++j) {
       const VF p = hn::LoadU(d, Pt + j * ld + c);
       const VF dp = hn::LoadU(d, dPt + j * ld + c);
-      hn::StoreU(hn::Mul(hn::Mul(p, hn::Sub(dp, dd)), s), d, dPt + j * ld + c);
+      hn::StoreU(GradOfScores(p, dp, dd, s), d, dPt + j * ld + c);
     }
   }
 }
@@ -627,29 +698,6 @@ HWY_INLINE float ChainsSum(const VF (&chains)[kRowVectors]) {
   return (b[0] + b[2]) + (b[1] + b[3]);
 }
 #endif
-
-// The 16 (8, 4) probabilities p rounded to bfloat16 into dst. On AVX-512 by vcvtneps2bf16 (to
-// nearest even; its callers run only where AVX-512 BF16 is usable, bf16_kernels.h, so the
-// instruction is written as asm rather than asked of the whole target): the bits of to_bf16
-// (tensor.h) for every p the softmax makes, 0 and the normal numbers up to 1 (e^x flushes what
-// falls below 2^-126 to 0, ScaleByPow2OrZero) and NaN. Elsewhere to_bf16 lane by lane.
-HWY_INLINE void StoreBf16(VF p, std::uint16_t* dst) {
-#if HWY_TARGET == HWY_AVX3
-  __m256i h;
-  asm("vcvtneps2bf16 %1, %0" : "=v"(h) : "v"(p.raw));
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst), h);
-#else
-  const DF d;
-  HWY_ALIGN float x[hn::MaxLanes(d)];
-  hn::Store(p, d, x);
-  for (size_t i = 0; i < hn::Lanes(d); ++i) {
-    std::uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<std::uint16_t>((u >> 16) | 0x40)
-                                             : static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
-#endif
-}
 
 // R rows of SoftmaxUpdateRows side by side: R independent chains keep the units busy where one
 // row waits on each step's latency. On vector targets the per-row statistics go four rows at a

@@ -35,6 +35,8 @@ HWY_EXPORT(SoftmaxUpdateRows);
 HWY_EXPORT(SoftmaxUpdateRowsBf16);
 HWY_EXPORT(SoftmaxUpdateRowsBf16Scaled);
 HWY_EXPORT(SoftmaxUpdateRowsToBf16);
+HWY_EXPORT(Exp2ColumnsBf16ScaledTo);
+HWY_EXPORT(SoftmaxGradToBf16);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(Softcap);
 HWY_EXPORT(ScaledCopy);
@@ -202,6 +204,15 @@ void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows,
 void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
                                      float* l, float* alpha, float scale, bool fold) {
   HWY_DYNAMIC_DISPATCH(SoftmaxUpdateRowsBf16Scaled)(S, lds, rows, cols, m, l, alpha, scale, fold);
+}
+void exp2_columns_bf16_scaled_to(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+                                 const float* mul, float scale, std::uint16_t* Pb, std::size_t ldp) {
+  HWY_DYNAMIC_DISPATCH(Exp2ColumnsBf16ScaledTo)(St, lds, rows, cols, sub, mul, scale, Pb, ldp);
+}
+void softmax_grad_to_bf16(const float* Pt, const float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
+                          const float* D, float scale, std::uint16_t* dSb, std::size_t ldp, std::uint16_t* dSv,
+                          std::size_t ldv) {
+  HWY_DYNAMIC_DISPATCH(SoftmaxGradToBf16)(Pt, dPt, ld, rows, cols, D, scale, dSb, ldp, dSv, ldv);
 }
 void softmax_update_rows_to_bf16(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m, float* l,
                                  float* alpha, float scale, bool scaled, bool fold, std::uint16_t* Pb,

@@ -53,6 +53,17 @@ void exp2_columns(float* St, std::size_t lds, std::size_t rows, std::size_t cols
 // by one multiply-add (softmax_update_rows_bf16_scaled's fold).
 void exp2_columns_bf16_scaled(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
                               const float* mul, float scale);
+// exp2_columns_bf16_scaled, each P also rounded to bfloat16 into Pb (ldp): to_bf16's bits. Only
+// where AVX-512 BF16 is usable (bf16_kernels.h's vdpbf16ps_path).
+void exp2_columns_bf16_scaled_to(float* St, std::size_t lds, std::size_t rows, std::size_t cols, const float* sub,
+                                 const float* mul, float scale, std::uint16_t* Pb, std::size_t ldp);
+// softmax_grad's dSt, rounded to bfloat16 into dSb (ldp) and into pairs of rows dSv (element
+// [j/2][c][0] row j's, [1] row j + 1's; ldv pairs a pair of rows), not stored in float32: the bits
+// of softmax_grad, to_bf16 and to_bf16_pairs. rows even, cols a multiple of 16. Only where
+// AVX-512 BF16 is usable.
+void softmax_grad_to_bf16(const float* Pt, const float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
+                          const float* D, float scale, std::uint16_t* dSb, std::size_t ldp, std::uint16_t* dSv,
+                          std::size_t ldv);
 // dPt[j][c] = Pt[j][c] · (dPt[j][c] − D[c]) · scale.
 void softmax_grad(const float* Pt, float* dPt, std::size_t ld, std::size_t rows, std::size_t cols,
                   const float* D, float scale);

@@ -259,6 +259,47 @@ TEST(Targets, SoftmaxToBf16GivesTheTwoStepsBits) {
   });
 }
 
+// The bf16 backward's panel passes that round as they make (exp2_columns_bf16_scaled_to,
+// softmax_grad_to_bf16) against the passes that store float32 and to_bf16 after them: the same
+// Pt, the same bits of Pt, dSt and dSt's row pairs.
+TEST(Targets, BackwardRoundingPassesGiveTheStepsBits) {
+  for_each_target([&](const std::string& t) {
+    if (t == "avx512" && !detail::bfdot::avx512_bf16_usable()) return;
+    for (const std::size_t rows : {2, 6, 32})
+      for (const std::size_t cols : {16, 64}) {
+        SCOPED_TRACE("rows " + std::to_string(rows) + " cols " + std::to_string(cols));
+        const std::size_t ld = cols + 16, ldp = 2 * cols + 8;
+        const float scale = 0.09f;
+        std::vector<float> St(rows * ld), dPt(rows * ld), sub(cols), mul(cols), D(cols);
+        for (std::size_t c = 0; c < cols; ++c) {
+          sub[c] = c % 7 == 6 ? INFINITY : static_cast<float>(std::cos(0.3 * c) * 3.0 + 4.0);  // +inf: a padded query
+          mul[c] = c % 7 == 6 ? 0.0f : 1.0f / static_cast<float>(1 + c % 3);
+          D[c] = static_cast<float>(std::sin(0.7 * c));
+        }
+        for (std::size_t i = 0; i < St.size(); ++i) {
+          St[i] = static_cast<float>(std::sin(1.1 * static_cast<double>(i)) * 40.0);
+          dPt[i] = static_cast<float>(std::cos(0.9 * static_cast<double>(i)) * 2.0);
+        }
+        std::vector<float> St2 = St, dPt2 = dPt;
+        std::vector<std::uint16_t> Pb(rows * ldp, 1), dSb(rows * ldp, 2), dSv(rows * cols, 3);
+        detail::simd::exp2_columns_bf16_scaled_to(St.data(), ld, rows, cols, sub.data(), mul.data(), scale, Pb.data(),
+                                                  ldp);
+        detail::simd::softmax_grad_to_bf16(St.data(), dPt.data(), ld, rows, cols, D.data(), scale, dSb.data(), ldp,
+                                           dSv.data(), cols);
+        detail::simd::exp2_columns_bf16_scaled(St2.data(), ld, rows, cols, sub.data(), mul.data(), scale);
+        detail::simd::softmax_grad(St2.data(), dPt2.data(), ld, rows, cols, D.data(), scale);
+        for (std::size_t j = 0; j < rows; ++j)
+          for (std::size_t c = 0; c < cols; ++c) {
+            ASSERT_EQ(St2[j * ld + c], St[j * ld + c]) << "P row " << j << " column " << c;
+            ASSERT_EQ(to_bf16(St2[j * ld + c]).bits, Pb[j * ldp + c]) << "Pb row " << j << " column " << c;
+            const std::uint16_t ds = to_bf16(dPt2[j * ld + c]).bits;
+            ASSERT_EQ(ds, dSb[j * ldp + c]) << "dSb row " << j << " column " << c;
+            ASSERT_EQ(ds, dSv[((j / 2) * cols + c) * 2 + j % 2]) << "dSv row " << j << " column " << c;
+          }
+      }
+  });
+}
+
 // The bf16 softmax's fold (kernels.h): e^(x·s − m) by one multiply-add from x stays within
 // 7.2e-4 of the three operations' P where |m| <= 4096 (rows of scores up to ±4000 here), and past
 // that limit (rows whose maximum is 10^6) gives their bits; likewise the backward's exp2_columns.
