@@ -109,11 +109,7 @@ void put_pairs(const u16* x0, const u16* x1, std::int64_t r, std::int64_t d, u16
     std::memcpy(xt + pair_at(c, r, kBr), x0 + c, 4);
     std::memcpy(xt + pair_at(c, r + 1, kBr), x1 + c, 4);
   }
-  u16* const row = x + pair_at(r, 0, ld);
-  for (std::int64_t c = 0; c < d; ++c) {
-    row[2 * c] = x0[c];
-    row[2 * c + 1] = x1[c];
-  }
+  interleave_rows(x0, x1, d, x + pair_at(r, 0, ld));
 }
 
 QueryPacks pack_queries(const BackwardParams& p, const RowStats<float>& stats, std::int64_t nqb, int threads) {

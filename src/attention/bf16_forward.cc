@@ -99,7 +99,7 @@ struct PackedKV {
         // K in blocks of 16 keys: their rows staged, then each pair of columns (one 32-bit word per
         // key) written as one 64-byte run. Written key by key, the 64 words of a key went to 64
         // lines ldk·4 bytes apart, which fall in a few L1 sets and evicted each other.
-        std::vector<std::uint16_t> stage(16 * dk32, 0), vr(p.dv);
+        std::vector<std::uint16_t> stage(16 * dk32, 0), v0(p.dv), v1(p.dv);
         std::uint32_t* K32 = reinterpret_cast<std::uint32_t*>(K);
         const std::uint32_t* S32 = reinterpret_cast<const std::uint32_t*>(stage.data());
         for (std::int64_t j0 = 0; j0 < p.Nkv; j0 += 16) {
@@ -111,9 +111,11 @@ struct PackedKV {
           for (std::int64_t w = 0; w < (p.dk + 1) / 2; ++w)
             for (std::int64_t x = 0; x < 16; ++x) K32[w * ldk + j0 + x] = S32[x * (dk32 / 2) + w];
         }
-        for (std::int64_t j = 0; j < p.Nkv; ++j) {
-          row_bits(p.v, b, kh, j, p.dv, vr.data());
-          for (std::int64_t c = 0; c < p.dv; ++c) V[((j / 2) * ldv + c) * 2 + j % 2] = vr[c];
+        for (std::int64_t j = 0; j < p.Nkv; j += 2) {  // V's pairs: rows j and j + 1 (zero past Nkv)
+          row_bits(p.v, b, kh, j, p.dv, v0.data());
+          if (j + 1 < p.Nkv) row_bits(p.v, b, kh, j + 1, p.dv, v1.data());
+          else std::fill(v1.begin(), v1.end(), std::uint16_t{0});
+          interleave_rows(v0.data(), v1.data(), p.dv, V + (j / 2) * ldv * 2);
         }
       }
     });

@@ -75,6 +75,15 @@ void pair_row(const float* even, const float* odd, std::size_t cols, std::uint32
 
 // Round to nearest even (NaN kept, quiet): the bits of the library's one rounding, to_bf16().
 inline std::uint16_t round_to_bf16(float x) { return to_bf16(x).bits; }
+// Rows k and k + 1 of a B operand (x0, x1: n values each) as its pairs' row k / 2: out[2c] = x0[c],
+// out[2c + 1] = x1[c] (a loop the compiler vectorises; element by element into the pairs it was 2%
+// of the bf16 backward's samples).
+inline void interleave_rows(const std::uint16_t* x0, const std::uint16_t* x1, std::int64_t n, std::uint16_t* out) {
+  for (std::int64_t c = 0; c < n; ++c) {
+    out[2 * c] = x0[c];
+    out[2 * c + 1] = x1[c];
+  }
+}
 // dst[e] = round_to_bf16(src[e]) for e < n, the same bits on every CPU (bfloat_rows.h's bf16_row):
 // float32 inputs packed for the bf16 products.
 void round_bits(const float* src, std::size_t n, std::uint16_t* dst);
