@@ -18,9 +18,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
+#include <type_traits>
 
 #include <hwy/highway.h>
+
+#include "attnscale/tensor.h"
 
 #include "attention/exp2-inl.h"
 #include "attention/lane_reduce-inl.h"
@@ -67,12 +69,7 @@ HWY_INLINE void StoreBf16(VF p, std::uint16_t* dst) {
   const DF d;
   HWY_ALIGN float x[hn::MaxLanes(d)];
   hn::Store(p, d, x);
-  for (size_t i = 0; i < hn::Lanes(d); ++i) {
-    std::uint32_t u;
-    std::memcpy(&u, &x[i], 4);
-    dst[i] = (u & 0x7fffffffu) > 0x7f800000u ? static_cast<std::uint16_t>((u >> 16) | 0x40)
-                                             : static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
-  }
+  for (size_t i = 0; i < hn::Lanes(d); ++i) dst[i] = to_bf16(x[i]).bits;
 #endif
 }
 
