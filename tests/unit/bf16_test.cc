@@ -294,6 +294,47 @@ TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {
 }
 
 
+// A NaN or infinity in V at a key only the last rows see (causal): those rows' output in its column
+// comes out non-finite, every other row finite (its weight there is 0, and 0 · NaN must not reach it) and as without it,
+// on every path: bit for bit where no tile of its holds the key, within bfloat16's rounding where
+// one does (that tile takes the visible pairs in float32); the clean head beside it is bit for bit
+// untouched. The forward skips its per-tile test of V where the packed head is finite
+// (bf16_forward.cc), so both kinds of head run here.
+TEST(Bf16, NonFiniteValueReachesOnlyTheRowsThatSeeIt) {
+  const std::int64_t B = 1, H = 2, N = 300, d = 64, j = N - 5;  // key j: rows j.. see it
+  testing::for_each_bf16_path([&] {
+    for (DType dtype : {DType::bf16, DType::f32})
+      for (const float bad : {NAN, INFINITY}) {
+        SCOPED_TRACE(std::string(dtype == DType::bf16 ? "bf16" : "f32") + (std::isnan(bad) ? " NaN" : " inf"));
+        const Tensor q = random_tensor(dtype, {B, H, N, d}, 95, 0), k = random_tensor(dtype, {B, H, N, d}, 95, 1);
+        const Tensor v0 = random_tensor(dtype, {B, H, N, d}, 95, 2);
+        Tensor v = random_tensor(dtype, {B, H, N, d}, 95, 2);
+        const std::int64_t at = ((1 * N) + j) * d + 3;  // head 1, key j, column 3
+        if (dtype == DType::bf16) v.as<bf16>()[at] = to_bf16(bad);
+        else v.as<float>()[at] = bad;
+        Options opt;
+        opt.compute = Compute::bf16;
+        opt.mask.causal = true;
+        Tensor clean(dtype, {B, H, N, d}), out(dtype, {B, H, N, d});
+        forward(q.view(), k.view(), v0.view(), {clean.view()}, opt);
+        forward(q.view(), k.view(), v.view(), {out.view()}, opt);
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t i = 0; i < N; ++i)
+            for (std::int64_t c = 0; c < d; ++c) {
+              const std::int64_t e = (h * N + i) * d + c;
+              const double o = value_at(out.view(), e), o0 = value_at(clean.view(), e);
+              if (h == 1 && i >= j && c == 3) {  // each output column sums its own column of V
+                ASSERT_FALSE(std::isfinite(o)) << "head " << h << " row " << i << " column " << c;
+              } else if (h == 0 || i < j / 128 * 128) {  // no tile of these rows holds key j
+                ASSERT_EQ(o, o0) << "head " << h << " row " << i << " column " << c;
+              } else if (i < j) {
+                ASSERT_LE(std::fabs(o - o0), 1e-2 * (std::fabs(o0) + 0.1)) << "head " << h << " row " << i << " column " << c;
+              }
+            }
+      }
+  });
+}
+
 // Logits far beyond bfloat16's resolution (scale ±1e30, huge inputs): probs must still be
 // probabilities — every entry in [0, 1], each row summing to 1 (0 for a row with no visible key),
 // never NaN — because they come from the same scores as the statistics m and l. out and lse are
