@@ -306,21 +306,25 @@ void attend(const Params& p, const PackedKV& kv, const WideBlock& wb, Path path,
       for (std::int64_t h = 0; h < wb.halves; ++h)
         if (kind[h] != TileKind::skip) apply_dropout(p, wb.half[h], j0, nk, s.s.get() + h * kBr * s.lds, s.lds, 1);
     // A hidden key's non-finite value must not reach a row through its zero weight (0 · NaN = NaN):
-    // such a tile reads only the visible pairs, in float32, as flash_forward.h does. Where every
-    // packed V value of the head is finite (PackedKV), no tile's V is looked at again: converting
-    // each partial tile's V rows to float32 to test them had taken 10-12% of a causal forward.
-    if (!all_full && !kv.v_finite[first.b * p.Hkv + first.kh]) {
+    // such a tile reads only the visible pairs, in float32, as flash_forward.h does. The test reads
+    // the packed values (bfloat16, as the product would take them: a float32 above bfloat16's
+    // largest value is infinite there), the tile's pairs of rows, and only in a head that holds a
+    // non-finite one (PackedKV); converting each partial tile's V rows to float32 to test them had
+    // taken 10-12% of a causal forward.
+    const auto packed_finite = [&] {
+      const std::uint16_t* from = V + (j0 / 2) * kv.ldv * 2;
+      return !any_nonfinite_bits(from, ((j1 + 1) / 2 - j0 / 2) * kv.ldv * 2);
+    };
+    if (!all_full && !kv.v_finite[first.b * p.Hkv + first.kh] && !packed_finite()) {
       const Operand vo = rows_operand<float>(p.v, first.b, first.kh, j0, nk, p.dv, s.vp.get());
       const float* Vf = static_cast<const float*>(vo.ptr);
-      if (!all_finite(Vf, vo.ld, nk, p.dv)) {
-        for (std::int64_t r = 0; r < M; ++r)
-          for (std::int64_t c = 0; c < p.dv; ++c) s.o[r * p.dv + c] *= s.alpha[r];
-        for (std::int64_t h = 0; h < wb.halves; ++h)
-          if (kind[h] != TileKind::skip)
-            visible_product(p, wb.half[h], j0, nk, s.s.get() + h * kBr * s.lds, s.lds, 1, Vf, vo.ld, p.dv,
-                            s.o.get() + h * kBr * p.dv, p.dv, /*into_rows=*/true);
-        continue;
-      }
+      for (std::int64_t r = 0; r < M; ++r)
+        for (std::int64_t c = 0; c < p.dv; ++c) s.o[r * p.dv + c] *= s.alpha[r];
+      for (std::int64_t h = 0; h < wb.halves; ++h)
+        if (kind[h] != TileKind::skip)
+          visible_product(p, wb.half[h], j0, nk, s.s.get() + h * kBr * s.lds, s.lds, 1, Vf, vo.ld, p.dv,
+                          s.o.get() + h * kBr * p.dv, p.dv, /*into_rows=*/true);
+      continue;
     }
     if (shift == 0) {
       if (!direct) to_bf16(path, s.s.get(), s.lds, M, nk16, s.pb.get(), kPbLd);
