@@ -74,3 +74,19 @@ def test_bf16_compute_within_one_percent(rng, shape, options):
         assert np.linalg.norm(got - w) <= 1e-2 * max(np.linalg.norm(w), 1.0), f"d{name}"
     with pytest.raises(ValueError, match=r"^compute: expected 'native' or 'bf16', got 'int8'$"):
         attnscale.attention_backward(q, k, v, out, lse, dout, compute="int8", **options)
+
+
+def test_bf16_compute_keeps_a_value_beyond_bfloat16_from_hidden_pairs(rng):
+    """A float32 value of V finite in float32 but infinite once rounded to bfloat16 (3.4e38), at a key
+    that only the last rows see: with compute="bf16" the backward must not let 0 * inf reach the
+    rows and keys a causal mask keeps apart from it (it takes such inputs in float32), and the
+    forward's rows that do not see it stay finite."""
+    n, d, j = 300, 64, 295
+    q, k, v, do = (rng.standard_normal((1, 1, n, d), dtype=np.float32) for _ in range(4))
+    v[0, 0, j, 3] = 3.4e38
+    do *= 0.1  # dO·V stays finite in float32
+    o, lse = attnscale.attention(q, k, v, causal=True, compute="bf16", return_lse=True)
+    assert np.isfinite(np.asarray(o)[0, 0, :j]).all()
+    dq, dk, dv = attnscale.attention_backward(q, k, v, o, lse, do, causal=True, compute="bf16")
+    for name, g in (("dq", dq), ("dk", dk), ("dv", dv)):
+        assert np.isfinite(np.asarray(g)).all(), name

@@ -300,9 +300,21 @@ void key_blocks(const BackwardParams& p, const QueryPacks& qp, std::int64_t nqb,
   }
 }
 
-// Whether every value of a [B, H, N, d] view is finite, (b, h) slices in parallel. Contiguous
-// float32 and bfloat16 rows are tested by their exponent bits (any_nonfinite_bits), a slice's rows
-// in one run where they follow each other; other layouts value by value.
+// Whether some float32 value of x[0, n) is not finite once rounded to bfloat16: NaN, ±inf, or a
+// magnitude that rounds up to infinity (bits 0x7f7f8000 and above with the sign cleared: halfway
+// past bfloat16's largest value, 0x7f7f, whose last bit is odd). A largest magnitude over the row,
+// tested once (a loop that vectorises).
+bool any_nonfinite_as_bf16(const FloatBits* x, std::int64_t n) {
+  std::uint32_t largest = 0;
+  for (std::int64_t c = 0; c < n; ++c) largest = std::max<std::uint32_t>(largest, x[c] & 0x7fffffffu);
+  return largest >= 0x7f7f8000u;
+}
+
+// Whether every value of a [B, H, N, d] view is finite as the bf16 backward takes it (float32
+// rounded to bfloat16: a finite float32 above bfloat16's range is not; 0 · inf would then reach
+// pairs a mask hides), (b, h) slices in parallel. Contiguous float32 and bfloat16 rows are tested
+// by their bits (any_nonfinite_as_bf16, any_nonfinite_bits), a slice's rows in one run where they
+// follow each other; other layouts value by value, rounded.
 bool all_finite_view(const TensorView& t, std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t d, int threads) {
   std::atomic<bool> finite{true};
   const bool bits = t.strides[3] == 1 && (t.dtype == DType::f32 || t.dtype == DType::bf16);
@@ -313,11 +325,12 @@ bool all_finite_view(const TensorView& t, std::int64_t B, std::int64_t H, std::i
         bool bad = false;
         const std::int64_t n = run ? N * d : d;
         if (bits && t.dtype == DType::f32) {
-          bad = any_nonfinite_bits(at<const FloatBits>(t, s / H, s % H, i, 0), n);
+          bad = any_nonfinite_as_bf16(at<const FloatBits>(t, s / H, s % H, i, 0), n);
         } else if (bits) {
           bad = any_nonfinite_bits(at<const std::uint16_t>(t, s / H, s % H, i, 0), n);
         } else {
-          for (std::int64_t c = 0; c < d; ++c) bad |= !std::isfinite(value<float>(t, s / H, s % H, i, c));
+          for (std::int64_t c = 0; c < d; ++c)
+            bad |= !std::isfinite(attnscale::from_bf16(attnscale::to_bf16(value<float>(t, s / H, s % H, i, c))));
         }
         if (bad) {
           finite = false;
