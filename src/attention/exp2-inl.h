@@ -94,7 +94,7 @@ HWY_INLINE __m128 Fraction(__m128 x) { return _mm_reduce_ps(x, _MM_FROUND_TO_NEA
 // backward's recomputed P (Exp2ColumnsBf16), rounded to bfloat16 for dV as dS = P∘(dP − D) is for
 // dK and dQ, takes it too: 0.990-0.996 of that backward's time (docs/performance.md). Both also
 // take the polynomial's argument x·s − m by one multiply-add from the unscaled score where
-// |m| <= 4096 (kernels-inl.h's fold; the forward's only where no probabilities are written, whose
+// |m| <= 4096 (ExpFolded below; the forward's only where no probabilities are written, whose
 // l then sums those P): at most 7.2e-4 more on P and l, so on the lse 8.2e-4 in all.
 template <class D, bool kForBf16 = false>
 HWY_INLINE hn::Vec<D> Exp2Fraction(D d, hn::Vec<D> f) {
@@ -145,6 +145,9 @@ HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
 #endif
 }
 
+// log2 e, the change of base of every e^x here.
+inline constexpr float kLog2E = 1.4426950408889634f;
+
 // e^(x − m) as 2^((x − m)·log2 e), for scores x in natural units. Derivation of the order: the
 // difference first, then the change of base. x − m is exact when x is within a factor of 2 of m
 // (Sterbenz) and otherwise rounds relative to the small result, so the multiply by log2(e) adds
@@ -154,12 +157,25 @@ HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
 // softmax, which computes exp(x − m) directly.
 template <class D, bool kForBf16 = false>
 HWY_INLINE hn::Vec<D> ExpDiff(D d, hn::Vec<D> x, hn::Vec<D> m) {
-  return Exp2<D, false, kForBf16>(d, hn::Mul(hn::Sub(x, m), hn::Set(d, 1.4426950408889634f)));
+  return Exp2<D, false, kForBf16>(d, hn::Mul(hn::Sub(x, m), hn::Set(d, kLog2E)));
 }
 // ExpDiff where x <= m (m the running maximum of the x, or 0 with every x = -inf).
 template <class D, bool kForBf16 = false>
 HWY_INLINE hn::Vec<D> ExpBelowMax(D d, hn::Vec<D> x, hn::Vec<D> m) {
-  return Exp2<D, true, kForBf16>(d, hn::Mul(hn::Sub(x, m), hn::Set(d, 1.4426950408889634f)));
+  return Exp2<D, true, kForBf16>(d, hn::Mul(hn::Sub(x, m), hn::Set(d, kLog2E)));
+}
+
+// The bf16 paths' e^(x·s − m) from an unscaled score x by one multiply-add: 2^(x·c1 + c0) with
+// c1 = s·log2 e and c0 = −m·log2 e (each rounded once), where ExpDiff's order takes three
+// operations, each rounded. It gives up what that order keeps, x·s − m exact near the maximum
+// (Sterbenz): it errs by about u·(|x·s| + |m|)·log2 e more in the exponent (u = 2^-24). Its
+// callers take it only where every |m| is at most kFoldLimit, so that for the P that weigh (x·s
+// within 104 of m) that is at most 2^-24·(2·4096 + 104)·1.45 = 7.2e-4 relative, under the bfloat16
+// rounding of P that follows (2^-9 = 1.95e-3); beyond it ExpDiff's order. Degree 3 (kForBf16).
+inline constexpr float kFoldLimit = 4096.0f;
+template <class D, bool kNonPositive>
+HWY_INLINE hn::Vec<D> ExpFolded(D d, hn::Vec<D> x, hn::Vec<D> c1, hn::Vec<D> c0) {
+  return Exp2<D, kNonPositive, true>(d, FusedMulAdd(x, c1, c0));
 }
 
 }  // namespace attnscale::detail::HWY_NAMESPACE

@@ -511,10 +511,6 @@ void SoftmaxUpdate(float* St, size_t lds, size_t rows, size_t cols, float* m, fl
   for (; c < cols; c += L) SoftmaxColumnsTogether<1>(d, St + c, lds, rows, m + c, l + c, alpha + c);
 }
 
-// The largest |m| (forward) or |lse| (backward) for which the bf16 paths' e^x takes its argument
-// x·s − m by one multiply-add from the unscaled score (SoftmaxRowsTogether's fold).
-constexpr float kFoldLimit = 4096.0f;
-
 // St[j][c] = e^(St[j][c] − sub[c]) · mul[c]: probabilities from final statistics (sub = m and
 // mul = 1/l for the probs output; sub = lse, mul = 1/σ for the backward). A caller passes
 // sub = +inf for a fully masked query, so every entry becomes e^(-inf) = 0.
@@ -529,15 +525,15 @@ HWY_INLINE void Exp2ColumnsFor(float* St, size_t lds, size_t rows, size_t cols, 
   };
   const DF d;
   const size_t L = hn::Lanes(d);
-  const VF sv = hn::Set(d, scale), c1 = hn::Set(d, scale * 1.4426950408889634f);
+  const VF sv = hn::Set(d, scale), c1 = hn::Set(d, scale * kLog2E);
   for (size_t c = 0; c < cols; c += L) {
     const VF s = hn::LoadU(d, sub + c), f = hn::LoadU(d, mul + c);
-    // As SoftmaxRowsTogether's fold: 2^(x·(s·log2 e) − sub·log2 e) by one multiply-add where every
-    // |sub| of the columns is at most kFoldLimit (the padding's sub = +inf is not).
+    // bf16, scaled: ExpFolded where every |sub| of the columns is at most kFoldLimit (the
+    // padding's sub = +inf is not).
     if (kForBf16 && kScaled && hn::AllTrue(d, hn::Le(hn::Abs(s), hn::Set(d, kFoldLimit)))) {
-      const VF c0 = hn::Mul(hn::Neg(s), hn::Set(d, 1.4426950408889634f));
+      const VF c0 = hn::Mul(hn::Neg(s), hn::Set(d, kLog2E));
       for (size_t j = 0; j < rows; ++j)
-        put(hn::Mul(Exp2<DF, false, true>(d, FusedMulAdd(hn::LoadU(d, St + j * lds + c), c1, c0)), f), j, c);
+        put(hn::Mul(ExpFolded<DF, false>(d, hn::LoadU(d, St + j * lds + c), c1, c0), f), j, c);
       continue;
     }
     for (size_t j = 0; j < rows; ++j) {
@@ -740,21 +736,17 @@ HWY_INLINE void SoftmaxRowsTogether(DF d, float* S, size_t lds, size_t padded, f
 #endif
   for (size_t r = 0; r < 4; ++r)
     for (size_t v = 0; v < kRowVectors; ++v) sum[r][v] = hn::Zero(d);
-  // fold (bf16, scaled, where the caller allows it): 2^(x·(s·log2 e) − m·log2 e), one multiply-add
-  // from x where e^(x·s − m) takes three operations, each rounded. It errs by about
-  // u·(|x·s| + |m|)·log2 e more in the exponent (u = 2^-24), where the three keep x·s − m exact
-  // near the maximum (Sterbenz): for every row of the call |m| <= kFoldLimit, so that for the P
-  // that count (x·s within 104 of m) that is at most 2^-24·(2·4096 + 104)·1.45 = 7.2e-4 relative,
-  // under bfloat16's rounding of P that follows (2^-9 = 1.95e-3); beyond it the three operations.
+  // fold (bf16, scaled, where the caller allows it): ExpFolded (exp2-inl.h) where every row of the
+  // call has |m| <= kFoldLimit; beyond it ExpBelowMax's three operations.
   bool folding = kForBf16 && kScaled && fold;
   for (size_t r = 0; r < R; ++r) folding = folding && std::fabs(m_use[r]) <= kFoldLimit;
   const auto exp_pass = [&](auto folded) HWY_ATTR {
     constexpr bool kFold = decltype(folded)::value;
-    const VF c1 = hn::Set(d, s * 1.4426950408889634f);
-    for (size_t r = 0; r < R; ++r) mu[r] = hn::Set(d, kFold ? -m_use[r] * 1.4426950408889634f : m_use[r]);
+    const VF c1 = hn::Set(d, s * kLog2E);
+    for (size_t r = 0; r < R; ++r) mu[r] = hn::Set(d, kFold ? -m_use[r] * kLog2E : m_use[r]);
     for (size_t c = 0, v = 0; c < padded; c += L, v = (v + 1) % kRowVectors)
       for (size_t r = 0; r < R; ++r) {
-        const VF p = kFold ? Exp2<DF, true, true>(d, FusedMulAdd(hn::LoadU(d, S + r * lds + c), c1, mu[r]))
+        const VF p = kFold ? ExpFolded<DF, true>(d, hn::LoadU(d, S + r * lds + c), c1, mu[r])
                            : ExpBelowMax<DF, kForBf16>(d, score(S + r * lds + c), mu[r]);
         if constexpr (kToBf16) StoreBf16(p, Pb + r * ldp + c);
         else hn::StoreU(p, d, S + r * lds + c);

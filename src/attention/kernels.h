@@ -78,8 +78,9 @@ void softmax_update_rows(float* S, std::size_t lds, std::size_t rows, std::size_
                          float* alpha, ExpFor e = ExpFor::f32);
 // softmax_update_rows(ExpFor::bf16) over unscaled scores x (scale > 0), each read as t = x·scale:
 // the same t, m, l and P as over scores x·scale written first. fold: e^(t − m) as
-// 2^(x·(scale·log2 e) − m·log2 e) by one multiply-add where |m| <= 4096 (kernels-inl.h's
-// kFoldLimit; P within 7.2e-4 of the other, below bfloat16's rounding of it), so not the same bits.
+// 2^(x·(scale·log2 e) − m·log2 e) by one multiply-add where |m| <= 4096 (exp2-inl.h's ExpFolded
+// and kFoldLimit; P within 7.2e-4 of the other, below bfloat16's rounding of it), so not the same
+// bits.
 void softmax_update_rows_bf16_scaled(float* S, std::size_t lds, std::size_t rows, std::size_t cols, float* m,
                                      float* l, float* alpha, float scale, bool fold = false);
 // softmax_update_rows(ExpFor::bf16) (scaled: softmax_update_rows_bf16_scaled), P rounded to bfloat16
