@@ -96,30 +96,54 @@ struct PackedKV {
         const std::int64_t b = bh / p.Hkv, kh = bh % p.Hkv;
         std::uint16_t* K = ks.get() + bh * kn;
         std::uint16_t* V = vs.get() + bh * vn;
-        std::fill(K, K + kn, std::uint16_t{0});
-        std::fill(V, V + vn, std::uint16_t{0});
-        // K in blocks of 16 keys: their rows staged, then each pair of columns (one 32-bit word per
-        // key) written as one 64-byte run. Written key by key, the 64 words of a key went to 64
-        // lines ldk·4 bytes apart, which fall in a few L1 sets and evicted each other.
-        std::vector<std::uint16_t> stage(16 * dk32, 0), v0(p.dv), v1(p.dv);
+        // Zeros only where the packing below writes nothing (keys past the last block of 16, the
+        // pair rows past Nkv, the columns past dk and dv): a fill of the whole head first had it
+        // all written twice.
+        const std::int64_t words = (p.dk + 1) / 2, keys16 = round_up(p.Nkv, 16), pairs = (p.Nkv + 1) / 2;
         std::uint32_t* K32 = reinterpret_cast<std::uint32_t*>(K);
-        const std::uint32_t* S32 = reinterpret_cast<const std::uint32_t*>(stage.data());
+        for (std::int64_t w = 0; w < words; ++w) std::fill(K32 + w * ldk + keys16, K32 + (w + 1) * ldk, 0u);
+        std::fill(K32 + words * ldk, K32 + (dk32 / 2) * ldk, 0u);
+        if (ldv > p.dv)
+          for (std::int64_t j = 0; j < pairs; ++j) std::fill(V + j * ldv * 2 + 2 * p.dv, V + (j + 1) * ldv * 2, std::uint16_t{0});
+        std::fill(V + pairs * ldv * 2, V + vn, std::uint16_t{0});
+        // K in blocks of 16 keys, each pair of columns (one 32-bit word per key) written as one
+        // 64-byte run (transpose_words16). Written key by key, the 64 words of a key went to 64
+        // lines ldk·4 bytes apart, which fall in a few L1 sets and evicted each other. The rows are
+        // read in place where they are contiguous bfloat16 of even length, else staged (rounded
+        // from float32, or an odd dk's last word completed by a zero).
+        std::vector<std::uint16_t> stage(16 * dk32, 0), v0(p.dv), v1(p.dv), zeros(std::max(p.dv, dk32), 0);
+        const bool k_in_place = p.k.dtype == DType::bf16 && p.k.strides[3] == 1 && p.dk % 2 == 0;
+        const std::uint16_t* rows[16];
         for (std::int64_t j0 = 0; j0 < p.Nkv; j0 += 16) {
           const std::int64_t n = std::min<std::int64_t>(16, p.Nkv - j0);
           for (std::int64_t x = 0; x < 16; ++x) {
-            if (x < n) row_bits(p.k, b, kh, j0 + x, p.dk, stage.data() + x * dk32);
-            else std::fill(stage.data() + x * dk32, stage.data() + (x + 1) * dk32, std::uint16_t{0});
+            if (x >= n) {
+              rows[x] = zeros.data();
+            } else if (k_in_place) {
+              rows[x] = at<const std::uint16_t>(p.k, b, kh, j0 + x, 0);
+            } else {
+              row_bits(p.k, b, kh, j0 + x, p.dk, stage.data() + x * dk32);
+              rows[x] = stage.data() + x * dk32;
+            }
           }
-          for (std::int64_t w = 0; w < (p.dk + 1) / 2; ++w)
-            for (std::int64_t x = 0; x < 16; ++x) K32[w * ldk + j0 + x] = S32[x * (dk32 / 2) + w];
+          transpose_words16(rows, static_cast<std::size_t>(words), K32 + j0, static_cast<std::size_t>(ldk));
         }
+        // V's pairs: rows j and j + 1 (zero past Nkv), read in place where they are contiguous
+        // bfloat16.
+        const bool in_place = p.v.dtype == DType::bf16 && p.v.strides[3] == 1;
         bool finite = true;
-        for (std::int64_t j = 0; j < p.Nkv; j += 2) {  // V's pairs: rows j and j + 1 (zero past Nkv)
-          row_bits(p.v, b, kh, j, p.dv, v0.data());
-          if (j + 1 < p.Nkv) row_bits(p.v, b, kh, j + 1, p.dv, v1.data());
-          else std::fill(v1.begin(), v1.end(), std::uint16_t{0});
-          finite = finite && !any_nonfinite_bits(v0.data(), p.dv) && !any_nonfinite_bits(v1.data(), p.dv);
-          interleave_rows(v0.data(), v1.data(), p.dv, V + (j / 2) * ldv * 2);
+        for (std::int64_t j = 0; j < p.Nkv; j += 2) {
+          const std::uint16_t *r0 = v0.data(), *r1 = v1.data();
+          if (in_place) {
+            r0 = at<const std::uint16_t>(p.v, b, kh, j, 0);
+            if (j + 1 < p.Nkv) r1 = at<const std::uint16_t>(p.v, b, kh, j + 1, 0);
+          } else {
+            row_bits(p.v, b, kh, j, p.dv, v0.data());
+            if (j + 1 < p.Nkv) row_bits(p.v, b, kh, j + 1, p.dv, v1.data());
+          }
+          if (j + 1 >= p.Nkv) r1 = zeros.data();
+          finite = finite && !any_nonfinite_bits(r0, p.dv) && !any_nonfinite_bits(r1, p.dv);
+          interleave_rows(r0, r1, p.dv, V + (j / 2) * ldv * 2);
         }
         v_finite[bh] = finite;
       }

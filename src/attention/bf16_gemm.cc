@@ -352,6 +352,35 @@ ATTNSCALE_BF16_TARGET void to_bf16_pairs_avx512(const float* src, std::size_t ld
     }
 }
 
+// 16 x 16 32-bit words: out[w·ldo + x] = rows[x][w0 + w] (w, x < 16). Pairs of rows interleaved
+// word by word, then pairs of words, then the 128-bit lanes of four such blocks: after the first
+// two steps lane L of u[4g + c] holds word 4L + c of rows 4g..4g+3, and the two lane shuffles
+// gather the four row groups' lane L into one vector, word 4L + c of all 16 rows. (The zero-masked
+// forms of the unpacks with every lane kept, as in to_bf16_pairs_avx512.)
+ATTNSCALE_BF16_TARGET void transpose_words16_avx512(const std::uint16_t* const* rows, std::size_t w0,
+                                                    std::uint32_t* out, std::size_t ldo) {
+  __m512i r[16], t[16], u[16];
+  for (int x = 0; x < 16; ++x) r[x] = _mm512_loadu_si512(rows[x] + 2 * w0);
+  for (int x = 0; x < 16; x += 2) {
+    t[x] = _mm512_maskz_unpacklo_epi32(0xFFFF, r[x], r[x + 1]);
+    t[x + 1] = _mm512_maskz_unpackhi_epi32(0xFFFF, r[x], r[x + 1]);
+  }
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_maskz_unpacklo_epi64(0xFF, t[g], t[g + 2]);
+    u[g + 1] = _mm512_maskz_unpackhi_epi64(0xFF, t[g], t[g + 2]);
+    u[g + 2] = _mm512_maskz_unpacklo_epi64(0xFF, t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_maskz_unpackhi_epi64(0xFF, t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i x02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0x88), x13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0xDD);
+    const __m512i y02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0x88), y13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0xDD);
+    _mm512_storeu_si512(out + c * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0x88));
+    _mm512_storeu_si512(out + (4 + c) * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0x88));
+    _mm512_storeu_si512(out + (8 + c) * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0xDD));
+    _mm512_storeu_si512(out + (12 + c) * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0xDD));
+  }
+}
+
 std::uint64_t xgetbv0() {
   std::uint32_t lo, hi;
   __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -461,6 +490,16 @@ TileScope::~TileScope() {
 
 void round_bits(const float* src, std::size_t n, std::uint16_t* dst) {
   bf16_row(src, static_cast<std::int64_t>(n), dst);
+}
+
+void transpose_words16(const std::uint16_t* const* rows, std::size_t words, std::uint32_t* out, std::size_t ldo) {
+  std::size_t w = 0;
+#if defined(__x86_64__)
+  if (avx512_bf16_usable())
+    for (; w + 16 <= words; w += 16) transpose_words16_avx512(rows, w, out + w * ldo, ldo);
+#endif
+  for (; w < words; ++w)
+    for (std::size_t x = 0; x < 16; ++x) std::memcpy(out + w * ldo + x, rows[x] + 2 * w, 4);
 }
 
 void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,

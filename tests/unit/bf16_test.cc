@@ -224,6 +224,26 @@ TEST(Bf16, WidenedPairsMatchPortableLoop) {
   detail::simd::force_target("");
 }
 
+// transpose_words16 (the forward's K packing) against its definition: 16 rows of random bits, each
+// at an odd 16-bit offset (rows read in place are aligned to their element only), word counts
+// below, at and past the blocks of 16, an output row stride longer than 16.
+TEST(Bf16, TransposedWordsMatchTheirDefinition) {
+  for (std::size_t words : {1, 15, 16, 17, 64, 67}) {
+    std::vector<std::uint16_t> data(16 * (2 * words + 3));
+    std::uint32_t x = 777u + static_cast<std::uint32_t>(words);
+    for (std::uint16_t& e : data) e = static_cast<std::uint16_t>((x = x * 1664525u + 1013904223u) >> 16);
+    const std::uint16_t* rows[16];
+    for (std::size_t r = 0; r < 16; ++r) rows[r] = data.data() + r * (2 * words + 3) + 1;
+    const std::size_t ldo = 21;
+    std::vector<std::uint32_t> got(words * ldo, 0xdeadbeefu), want = got;
+    for (std::size_t w = 0; w < words; ++w)
+      for (std::size_t r = 0; r < 16; ++r)
+        want[w * ldo + r] = rows[r][2 * w] | static_cast<std::uint32_t>(rows[r][2 * w + 1]) << 16;
+    detail::bfdot::transpose_words16(rows, words, got.data(), ldo);
+    EXPECT_EQ(got, want) << words << " words";
+  }
+}
+
 TEST(Bf16, DetectionFollowsCpuid) {
   unsigned a, b, c, d;
   const bool cpuid_amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 22));
