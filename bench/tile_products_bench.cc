@@ -4,11 +4,12 @@
 // sums in registers; same bits) and as the forward runs them (forward_gemm, forward_pv: P·V in one
 // chain per tile; kernels.cc), and the bf16 forward's (bfdot::gemm on the CPU's bf16 path: AMX,
 // vdpbf16ps or pairs widened to float32; bf16_kernels.h; on AMX also against the AMX tdpbf16ps
-// peak, of_amx_peak, inside a TileScope as the forward runs them); and the float32 forward's whole tile step
-// (TileStep); and GQA decode's tile kernels, one 64-key tile of a group of 8 query rows in L1 (the
-// float32 quads and P·V, and the opt-in bf16 products, kv_bf16_dot.h, by vdpbf16ps and, where
-// AMX is usable, on its tiles: AmxOperands, its copies of K and V included) against the peaks of
-// their arithmetic (GqaTile). Times are CPU time, so that another process on the core does not count:
+// peak, of_amx_peak, inside a TileScope as the forward runs them); the float32 forward's whole
+// tile step (TileStep); what Gemm's inner-dimension blocks cost against one chain (InnerBlocks);
+// and GQA decode's tile kernels, one 64-key tile of a group of 8 query rows in L1 (the float32
+// quads and P·V, and the opt-in bf16 products, kv_bf16_dot.h, by vdpbf16ps and, where AMX is
+// usable, on its tiles: AmxOperands, its copies of K and V included) against the peaks of their
+// arithmetic (GqaTile). Times are CPU time, so that another process on the core does not count:
 // build/bin/tile_products_bench.
 #include <benchmark/benchmark.h>
 
@@ -142,6 +143,27 @@ void TileStep(benchmark::State& state) {
   state.counters["of_fma_peak"] = rate / peak();
 }
 BENCHMARK(TileStep)->ArgsProduct({{64, 128}, {0, 1}, {0, 1}})->MinTime(0.3);
+
+// What the error bound's inner-dimension blocks cost the float32 products: C (60 x 64: ten tiles of
+// 6 rows on Intel's cores, else fifteen of 4) = A·B over K, by gemm (blocks of InnerBlock(K), 32 up
+// to K = 1024, each block's sums added to C through memory) and in one chain per element
+// (forward_pv's form: mode 2, factors of 1), operands 64-byte aligned and in L1/L2. Args: K, form
+// (0: blocks, 1: one chain).
+void InnerBlocks(benchmark::State& state) {
+  const std::size_t M = 60, N = 64, K = state.range(0);
+  const bool chain = state.range(1);
+  const Array A = filled(M * K, 0.01f), B = filled(K * N, 0.02f), C = filled(M * N, 0.0f), ones = filled(M, 1.0f);
+  peak();
+  const double t0 = cpu_seconds();
+  for (auto _ : state) {
+    if (chain) simd::forward_pv(M, N, K, A.get(), K, 1, B.get(), N, C.get(), N, ones.get());
+    else simd::gemm(M, N, K, A.get(), K, 1, B.get(), N, C.get(), N, simd::kOverwrite);
+    benchmark::ClobberMemory();
+  }
+  state.counters["of_fma_peak"] = 2.0 * M * N * K * state.iterations() / (cpu_seconds() - t0) / peak();
+  state.SetLabel(chain ? "one chain" : "blocks");
+}
+BENCHMARK(InnerBlocks)->ArgsProduct({{32, 64, 128, 512}, {0, 1}})->MinTime(0.2);
 
 // GQA decode's kernels on one tile of 64 keys (d = 128) against a group of 8 query rows, the K and V
 // rows in L1, as kv_decode.cc calls them (no prefetch feed): kernel 0 the float32 quad scores

@@ -120,7 +120,7 @@ ATTNSCALE_BF16_TARGET void tile_avx512(std::size_t K, const std::uint16_t* A, st
 // asks for lines [lines·i / steps, lines·(i + 1) / steps).
 class AheadFeed {
  public:
-  AheadFeed(Ahead ahead, std::size_t steps)
+  AheadFeed(const Ahead& ahead, std::size_t steps)
       : p_(static_cast<const char*>(ahead.p)), lines_((ahead.bytes + 63) / 64), steps_(steps) {}
   void step() {
     if (lines_ == 0) return;
@@ -136,7 +136,7 @@ class AheadFeed {
 ATTNSCALE_BF16_TARGET void gemm_avx512(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
                                        std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
                                        std::size_t ldc, int mode, const float* row_scale, float out_scale,
-                                       Ahead ahead) {
+                                       const Ahead& ahead) {
   AheadFeed feed(ahead, (N + 63) / 64 * ((M + 3) / 4));  // a step before each tile
   for (std::size_t n0 = 0; n0 < N; n0 += 64) {
     const std::size_t cols = std::min<std::size_t>(64, N - n0);
@@ -253,7 +253,7 @@ ATTNSCALE_AMX_TARGET void load_tile(const float* c, std::size_t ldc, std::size_t
 // tiles start from zero and merge_tile() finishes each element with the mode.
 ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
                                    std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
-                                   std::size_t ldc, int mode, const float* row_scale, float out_scale, Ahead ahead) {
+                                   std::size_t ldc, int mode, const float* row_scale, float out_scale, const Ahead& ahead) {
   ensure_tiles();
   AheadFeed feed(ahead, (N + 31) / 32 * ((M + 31) / 32));  // a step after each block
   alignas(64) float out[4][16 * 16];
@@ -556,7 +556,7 @@ static void check_operands(std::size_t M, std::size_t N, std::size_t K, const st
 
 void gemm(Path path, std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A, std::size_t lda,
           const std::uint16_t* Bp, std::size_t ldb, float* C, std::size_t ldc, int mode, const float* row_scale,
-          float out_scale, Ahead ahead) {
+          float out_scale, const Ahead& ahead) {
   if (M == 0 || N == 0) return;
   check_operands(M, N, K, A, lda, Bp, ldb);
 #if defined(__x86_64__)
