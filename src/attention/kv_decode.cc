@@ -429,7 +429,10 @@ class Chunk {
     for (std::int64_t r = 0; r < g_; ++r) {  // q: [B, Hq, Nq, dk] (decode())
       const float* src = static_cast<const float*>(q.data) + b * q.strides[0] +
                          (kh * group_ + r / L_.Nq) * q.strides[1] + r % L_.Nq * q.strides[2];
-      for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[3]] * f;
+      // By vectors where the row is contiguous (the same products): element by element the rows
+      // took about 2% of a short call (GQA 32/8, 64 keys, bf16 in cache, one thread).
+      if (q.strides[3] == 1) simd::scaled_copy(src, f, s_.q.data() + r * L_.dk, static_cast<std::size_t>(L_.dk));
+      else for (std::int64_t c = 0; c < L_.dk; ++c) s_.q[r * L_.dk + c] = src[c * q.strides[3]] * f;
     }
     if (amx_) s_.amx.pack(s_.q.data(), L_.dk);
     else if (dot_) kv::bf16dot::pack(g_, L_.dk, s_.q.data(), L_.dk, s_.qb.data());
