@@ -104,7 +104,8 @@ struct PackedKV {
         for (std::int64_t w = 0; w < words; ++w) std::fill(K32 + w * ldk + keys16, K32 + (w + 1) * ldk, 0u);
         std::fill(K32 + words * ldk, K32 + (dk32 / 2) * ldk, 0u);
         if (ldv > p.dv)
-          for (std::int64_t j = 0; j < pairs; ++j) std::fill(V + j * ldv * 2 + 2 * p.dv, V + (j + 1) * ldv * 2, std::uint16_t{0});
+          for (std::int64_t j = 0; j < pairs; ++j)
+            std::fill(V + j * ldv * 2 + 2 * p.dv, V + (j + 1) * ldv * 2, std::uint16_t{0});
         std::fill(V + pairs * ldv * 2, V + vn, std::uint16_t{0});
         // K in blocks of 16 keys, each pair of columns (one 32-bit word per key) written as one
         // 64-byte run (transpose_words16). Written key by key, the 64 words of a key went to 64

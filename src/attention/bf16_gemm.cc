@@ -253,7 +253,8 @@ ATTNSCALE_AMX_TARGET void load_tile(const float* c, std::size_t ldc, std::size_t
 // tiles start from zero and merge_tile() finishes each element with the mode.
 ATTNSCALE_AMX_TARGET void gemm_amx(std::size_t M, std::size_t N, std::size_t K, const std::uint16_t* A,
                                    std::size_t lda, const std::uint16_t* Bp, std::size_t ldb, float* C,
-                                   std::size_t ldc, int mode, const float* row_scale, float out_scale, const Ahead& ahead) {
+                                   std::size_t ldc, int mode, const float* row_scale, float out_scale,
+                                   const Ahead& ahead) {
   ensure_tiles();
   AheadFeed feed(ahead, (N + 31) / 32 * ((M + 31) / 32));  // a step after each block
   alignas(64) float out[4][16 * 16];
@@ -372,8 +373,10 @@ ATTNSCALE_BF16_TARGET void transpose_words16_avx512(const std::uint16_t* const* 
     u[g + 3] = _mm512_maskz_unpackhi_epi64(0xFF, t[g + 1], t[g + 3]);
   }
   for (int c = 0; c < 4; ++c) {
-    const __m512i x02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0x88), x13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0xDD);
-    const __m512i y02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0x88), y13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0xDD);
+    const __m512i x02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0x88);
+    const __m512i x13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0xDD);
+    const __m512i y02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0x88);
+    const __m512i y13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0xDD);
     _mm512_storeu_si512(out + c * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0x88));
     _mm512_storeu_si512(out + (4 + c) * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0x88));
     _mm512_storeu_si512(out + (8 + c) * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0xDD));
