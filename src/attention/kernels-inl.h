@@ -24,6 +24,7 @@
 
 #include "attnscale/tensor.h"
 
+#include "attention/bf16_kernels.h"
 #include "attention/exp2-inl.h"
 #include "attention/lane_reduce-inl.h"
 #include "attention/raw_vectors-inl.h"
@@ -588,10 +589,8 @@ void SoftmaxGradToBf16(const float* Pt, const float* dPt, size_t ld, size_t rows
       for (size_t k = 0; k < 2; ++k)
         StoreBf16(GradOfScores(hn::LoadU(d, Pt + (j + k) * ld + c), hn::LoadU(d, dPt + (j + k) * ld + c), dd, s),
                   dSb + (j + k) * ldp + c);
-      for (size_t i = 0; i < L; ++i) {
-        dSv[((j / 2) * ldv + c + i) * 2] = dSb[j * ldp + c + i];
-        dSv[((j / 2) * ldv + c + i) * 2 + 1] = dSb[(j + 1) * ldp + c + i];
-      }
+      bfdot::interleave_rows(dSb + j * ldp + c, dSb + (j + 1) * ldp + c, static_cast<std::int64_t>(L),
+                             dSv + ((j / 2) * ldv + c) * 2);
 #endif
     }
   }
