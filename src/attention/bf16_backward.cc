@@ -174,11 +174,18 @@ struct Scratch {
 void pack_key_rows(Path path, const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t nk,
                    std::int64_t d, u16* X, std::int64_t ld, u16* Xt) {
   std::fill(X, X + kKeys * ld, u16(0));
-  if (Xt) std::fill(Xt, Xt + round_up(d, 16) * kKeys, u16(0));  // rows past d: an A operand's padding
-  for (std::int64_t j = 0; j < nk; ++j) {
-    bf16_row(path, t, b, h, j0 + j, d, X + j * ld);
-    if (Xt)
-      for (std::int64_t c = 0; c < d; ++c) Xt[c * kKeys + j] = X[j * ld + c];
+  for (std::int64_t j = 0; j < nk; ++j) bf16_row(path, t, b, h, j0 + j, d, X + j * ld);
+  if (!Xt) return;
+  // Xt by blocks of 16 keys (X's rows past nk are zero), in registers (transpose_halves16): value
+  // by value, the column writes went to d lines kKeys·2 bytes apart for every key. Zero where no
+  // block writes: the columns past the last block, the rows past d (an A operand's padding).
+  const std::int64_t keys16 = round_up(nk, 16);
+  for (std::int64_t c = 0; c < d; ++c) std::fill(Xt + c * kKeys + keys16, Xt + (c + 1) * kKeys, u16(0));
+  std::fill(Xt + d * kKeys, Xt + round_up(d, 16) * kKeys, u16(0));
+  const u16* rows[16];
+  for (std::int64_t x0 = 0; x0 < keys16; x0 += 16) {
+    for (std::int64_t x = 0; x < 16; ++x) rows[x] = X + (x0 + x) * ld;
+    transpose_halves16(rows, static_cast<std::size_t>(d), Xt + x0, kKeys);
   }
 }
 

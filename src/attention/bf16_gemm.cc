@@ -353,13 +353,12 @@ ATTNSCALE_BF16_TARGET void to_bf16_pairs_avx512(const float* src, std::size_t ld
     }
 }
 
-// 16 x 16 32-bit words: out[w·ldo + x] = rows[x][w0 + w] (w, x < 16). Pairs of rows interleaved
-// word by word, then pairs of words, then the 128-bit lanes of four such blocks: after the first
-// two steps lane L of u[4g + c] holds word 4L + c of rows 4g..4g+3, and the two lane shuffles
-// gather the four row groups' lane L into one vector, word 4L + c of all 16 rows. (The zero-masked
-// forms of the unpacks with every lane kept, as in to_bf16_pairs_avx512.)
-ATTNSCALE_BF16_TARGET void transpose_words16_avx512(const std::uint16_t* const* rows, std::size_t w0,
-                                                    std::uint32_t* out, std::size_t ldo) {
+// 16 x 16 32-bit words in registers: w[i] = word w0 + i of rows[x] at lane x (i, x < 16). Pairs
+// of rows interleaved word by word, then pairs of words, then the 128-bit lanes of four such
+// blocks: after the first two steps lane L of u[4g + c] holds word 4L + c of rows 4g..4g+3, and
+// the two lane shuffles gather the four row groups' lane L into one vector, word 4L + c of all 16
+// rows. (The zero-masked forms of the unpacks with every lane kept, as in to_bf16_pairs_avx512.)
+ATTNSCALE_BF16_TARGET inline void words16_transposed(const std::uint16_t* const* rows, std::size_t w0, __m512i* w) {
   __m512i r[16], t[16], u[16];
   for (int x = 0; x < 16; ++x) r[x] = _mm512_loadu_si512(rows[x] + 2 * w0);
   for (int x = 0; x < 16; x += 2) {
@@ -377,10 +376,36 @@ ATTNSCALE_BF16_TARGET void transpose_words16_avx512(const std::uint16_t* const* 
     const __m512i x13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0xDD);
     const __m512i y02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0x88);
     const __m512i y13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0xDD);
-    _mm512_storeu_si512(out + c * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0x88));
-    _mm512_storeu_si512(out + (4 + c) * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0x88));
-    _mm512_storeu_si512(out + (8 + c) * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0xDD));
-    _mm512_storeu_si512(out + (12 + c) * ldo, _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0xDD));
+    w[c] = _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0x88);
+    w[4 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0x88);
+    w[8 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0xDD);
+    w[12 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0xDD);
+  }
+}
+
+// out[w·ldo + x] = rows[x][w0 + w] (w, x < 16), 32-bit words.
+ATTNSCALE_BF16_TARGET void transpose_words16_avx512(const std::uint16_t* const* rows, std::size_t w0,
+                                                    std::uint32_t* out, std::size_t ldo) {
+  __m512i w[16];
+  words16_transposed(rows, w0, w);
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(out + i * ldo, w[i]);
+}
+
+// out[c·ldo + x] = rows[x][c0 + c] (c < 32, x < 16), 16-bit values: word i of the 16 rows holds
+// their columns 2i and 2i + 1 side by side in each 32-bit lane, which one vpermw sorts into
+// column 2i's 16 values (the low half) and column 2i + 1's (the high half).
+ATTNSCALE_BF16_TARGET void transpose_halves16_avx512(const std::uint16_t* const* rows, std::size_t c0,
+                                                     std::uint16_t* out, std::size_t ldo) {
+  alignas(64) static constexpr std::uint16_t kSort[32] = {0, 2,  4,  6,  8,  10, 12, 14, 16, 18, 20,
+                                                          22, 24, 26, 28, 30, 1,  3,  5,  7,  9,  11,
+                                                          13, 15, 17, 19, 21, 23, 25, 27, 29, 31};
+  const __m512i sort = _mm512_load_si512(kSort);
+  __m512i w[16];
+  words16_transposed(rows, c0 / 2, w);
+  for (int i = 0; i < 16; ++i) {
+    const __m512i two = _mm512_maskz_permutexvar_epi16(0xFFFFFFFFu, sort, w[i]);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (2 * i) * ldo), _mm512_maskz_extracti64x4_epi64(0xF, two, 0));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + (2 * i + 1) * ldo), _mm512_maskz_extracti64x4_epi64(0xF, two, 1));
   }
 }
 
@@ -503,6 +528,16 @@ void transpose_words16(const std::uint16_t* const* rows, std::size_t words, std:
 #endif
   for (; w < words; ++w)
     for (std::size_t x = 0; x < 16; ++x) std::memcpy(out + w * ldo + x, rows[x] + 2 * w, 4);
+}
+
+void transpose_halves16(const std::uint16_t* const* rows, std::size_t n, std::uint16_t* out, std::size_t ldo) {
+  std::size_t c = 0;
+#if defined(__x86_64__)
+  if (avx512_bf16_usable())
+    for (; c + 32 <= n; c += 32) transpose_halves16_avx512(rows, c, out + c * ldo, ldo);
+#endif
+  for (; c < n; ++c)
+    for (std::size_t x = 0; x < 16; ++x) out[c * ldo + x] = rows[x][c];
 }
 
 void to_bf16(Path path, const float* src, std::size_t lds, std::size_t rows, std::size_t cols, std::uint16_t* dst,

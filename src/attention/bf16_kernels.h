@@ -92,6 +92,9 @@ inline void interleave_rows(const std::uint16_t* x0, const std::uint16_t* x1, st
 // registers on a CPU with AVX-512 BF16 (this file's AVX-512 code is compiled for it), whatever the
 // path, else word by word.
 void transpose_words16(const std::uint16_t* const* rows, std::size_t words, std::uint32_t* out, std::size_t ldo);
+// 16 rows of n bf16 values, transposed: out[c·ldo + x] = rows[x][c] for c < n, x < 16; by 16 x 32
+// blocks in AVX-512 registers on a CPU with AVX-512 BF16, else value by value.
+void transpose_halves16(const std::uint16_t* const* rows, std::size_t n, std::uint16_t* out, std::size_t ldo);
 // dst[e] = round_to_bf16(src[e]) for e < n, the same bits on every CPU (bfloat_rows.h's bf16_row):
 // float32 inputs packed for the bf16 products.
 void round_bits(const float* src, std::size_t n, std::uint16_t* dst);

@@ -832,9 +832,38 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   const std::int64_t g = L.rows(), heads = L.B * L.Hkv, chunk_len = chunk_keys(L.B, L.Hkv, L.max_len);
   const std::int64_t chunks = std::max<std::int64_t>(1, (L.max_len + chunk_len - 1) / chunk_len);
   const std::int64_t items = heads * chunks;
-  PerThread<Partials> partials(1);
-  Partials& part = partials.get(0, items * g, L.dv);
-  float *po = part.o.data(), *pm = part.m.data(), *pl = part.l.data();
+  PerThread<Partials> partials(1);  // several chunks: each unit's partial, merged after
+  float *po = nullptr, *pm = nullptr, *pl = nullptr;
+  if (chunks > 1) {
+    Partials& part = partials.get(0, items * g, L.dv);
+    po = part.o.data(), pm = part.m.data(), pl = part.l.data();
+  }
+  // out = o / l and lse = M + ln l for row r of KV head `head` (b·Hkv + kh); out = 0 and lse = -inf
+  // where no key was seen (l = 0; o is not read then). With one chunk (most calls of a few
+  // thousand keys) each unit writes its heads' rows from its partial as it is (merge_row would give
+  // M = m, l = 1·l and o = 0 + 1·o: the same values, but for the sign of a zero in o) on the thread
+  // that computed them: collected by the calling thread, a unit's partial crossed from the other
+  // core's cache each call, and its lines back again at the next (a short decode call on two
+  // threads; docs/performance.md).
+  const auto write_row = [&](std::int64_t head, std::int64_t r, float M, float l, const float* o) {
+    const std::int64_t b = head / L.Hkv, kh = head % L.Hkv;
+    const std::int64_t h = kh * L.group() + r / L.Nq, i = r % L.Nq;
+    float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
+    const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+    if (l == 0.0f)
+      for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = 0.0f;
+    else if (out.strides[3] == 1 && !std::isnan(inv))  // a NaN inv: as write_row_vectors (flash_forward.h)
+      simd::scaled_copy(o, inv, dst, static_cast<std::size_t>(L.dv));
+    else
+      for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;
+    if (!lse.empty()) {
+      const double v = l == 0.0f ? -INFINITY : static_cast<double>(M) + std::log(static_cast<double>(l));
+      void* p = static_cast<char*>(lse.data) +
+                (b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]) * static_cast<std::int64_t>(dtype_size(lse.dtype));
+      if (lse.dtype == DType::f32) *static_cast<float*>(p) = static_cast<float>(v);
+      else *static_cast<double*>(p) = v;
+    }
+  };
   // A work unit is one KV head's chunk, or, where the heads' rows of a key lie together (a paged
   // cache's blocks [block, Hkv, d], a contiguous [B, Nkv, Hkv, d] cache), one chunk of all KV heads
   // taken tile by tile side by side, which reads those rows as one run instead of Hkv strided passes.
@@ -856,7 +885,13 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   const std::uint64_t call = ++calls;
   // The bf16 products on AMX: the tiles configured once on each thread for all its units.
   const bool tiles = L.bf16_products && kv::bf16dot::amx();
-  parallel_for(units, 1, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
+  // Units in contiguous runs, one a thread, where they are all alike (one chunk, every sequence of
+  // the full length): the caller takes the first run and each worker its own, so a thread meets
+  // the heads (K, V, and their scratch) it had at the call before, in its own core's cache; a
+  // counter handing out single units gave them to whichever thread came first. Short decode, GQA
+  // 32/8, 64 keys, bf16, two threads, warm: 9.2-9.5 -> 8.5-9.1 µs a call (docs/performance.md).
+  const std::int64_t grain = chunks == 1 && !L.lens ? (units + threads - 1) / threads : 1;
+  parallel_for(units, grain, threads, [&](std::int64_t u0, std::int64_t u1, int t) {
     const bfdot::TileScope configured(tiles ? bfdot::Path::amx : bfdot::Path::portable);
     HeadScratch& hs = scratch.get(t, L, lockstep);
     hs.bind(L, call);
@@ -867,6 +902,10 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
       const std::int64_t j0 = std::max(c * chunk_len, L.lo(b, 0)), j1 = std::min((c + 1) * chunk_len, L.hi(b, L.Nq - 1));
       if (j0 >= j1) {  // a chunk the sequence does not reach, or before its window
         for (std::int64_t h = h0; h < h0 + lockstep; ++h) {
+          if (chunks == 1) {
+            for (std::int64_t r = 0; r < g; ++r) write_row(h, r, -std::numeric_limits<float>::infinity(), 0.0f, nullptr);
+            continue;
+          }
           std::fill_n(pm + (h * chunks + c) * g, g, -std::numeric_limits<float>::infinity());
           std::fill_n(pl + (h * chunks + c) * g, g, 0.0f);
         }
@@ -883,6 +922,10 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
       for (std::int64_t x = 0; x < lockstep; ++x) {
         hs.chunk[x].finish();
         const Scratch& s = hs.scratch[x];
+        if (chunks == 1) {
+          for (std::int64_t r = 0; r < g; ++r) write_row(h0 + x, r, s.m[r], s.l[r], s.o.data() + r * L.dv);
+          continue;
+        }
         const std::int64_t item = (h0 + x) * chunks + c;
         std::copy(s.o.begin(), s.o.end(), po + item * g * L.dv);
         std::copy(s.m.begin(), s.m.end(), pm + item * g);
@@ -890,43 +933,19 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
       }
     }
   });
-  // Merge in chunk order, then out = o / l and lse = M + ln l. A head of one chunk is its partial
-  // as it is (merge_row would give M = m, l = 1·l and o = 0 + 1·o: the same values, but for the
-  // sign of a zero in o), read in place.
+  // Merge in chunk order, then write (write_row). With one chunk the units wrote their rows.
+  if (chunks == 1) return;
   std::vector<float> merged(L.dv);
-  for (std::int64_t head = 0; head < heads; ++head) {
-    const std::int64_t b = head / L.Hkv, kh = head % L.Hkv;
+  for (std::int64_t head = 0; head < heads; ++head)
     for (std::int64_t r = 0; r < g; ++r) {
       const auto slot = [&](std::int64_t c) { return (head * chunks + c) * g + r; };
       float M = pm[slot(0)], l = pl[slot(0)];
-      const float* o = po + slot(0) * L.dv;
-      if (chunks > 1) {
-        detail::merge_row<float>(
-            chunks, L.dv, [](float x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
-            [&](std::int64_t c) { return pl[slot(c)]; },
-            [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, merged.data());
-        o = merged.data();
-      }
-      if (l == 0.0f) {  // no key seen: out = 0 (an empty chunk's o is not written)
-        std::fill(merged.begin(), merged.end(), 0.0f);
-        o = merged.data();
-      }
-      const std::int64_t h = kh * L.group() + r / L.Nq, i = r % L.Nq;
-      float* dst = static_cast<float*>(out.data) + b * out.strides[0] + h * out.strides[1] + i * out.strides[2];
-      const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-      if (out.strides[3] == 1 && !std::isnan(inv))  // a NaN inv: as write_row_vectors (flash_forward.h)
-        simd::scaled_copy(o, inv, dst, static_cast<std::size_t>(L.dv));
-      else
-        for (std::int64_t d = 0; d < L.dv; ++d) dst[d * out.strides[3]] = o[d] * inv;
-      if (!lse.empty()) {
-        const double v = l == 0.0f ? -INFINITY : static_cast<double>(M) + std::log(static_cast<double>(l));
-        void* p = static_cast<char*>(lse.data) + (b * lse.strides[0] + h * lse.strides[1] + i * lse.strides[2]) *
-                                                     static_cast<std::int64_t>(dtype_size(lse.dtype));
-        if (lse.dtype == DType::f32) *static_cast<float*>(p) = static_cast<float>(v);
-        else *static_cast<double*>(p) = v;
-      }
+      detail::merge_row<float>(
+          chunks, L.dv, [](float x) { return std::exp(x); }, [&](std::int64_t c) { return pm[slot(c)]; },
+          [&](std::int64_t c) { return pl[slot(c)]; },
+          [&](std::int64_t c, std::int64_t d) { return po[slot(c) * L.dv + d]; }, M, l, merged.data());
+      write_row(head, r, M, l, merged.data());
     }
-  }
 }
 
 }  // namespace attnscale

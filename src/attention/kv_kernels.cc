@@ -288,14 +288,62 @@ constexpr bool TakeThree(size_t nr, size_t vectors) {
   return nr == kThreeVectorRows && vectors >= 3 && vectors != 4;
 }
 
+// bfloat16 rows a 32-bit word at a time. A bfloat16 is the upper half of a float32, so a word
+// holding elements 2i (low half) and 2i + 1 (high half) gives both as float32 with one operation
+// each: the word shifted left by 16 (PairLow) and the word with its low half cleared (PairHigh).
+// LoadRow's widening takes two (a cross-lane PromoteTo and a shift) for 16 values, where these
+// take two for 32. The lanes then hold a chunk of 2L elements as two vectors, its even elements
+// and its odd ones (the "pair order"): Q and the output row are put in that order once per call
+// (PairOrder) and back (RowOrder), and a dot product takes its terms in any order. One query row
+// a KV head, one thread, K and V in L2, calls alternated in one process: 0.85-0.95 of the time
+// (d = 64 and 128); from L3 and DRAM, where the reads bound it, no change (docs/performance.md).
+using VU = hn::Vec<hn::RebindToUnsigned<DF>>;
+HWY_INLINE VF PairLow(DF d, VU w) { return hn::BitCast(d, hn::ShiftLeft<16>(w)); }
+HWY_INLINE VF PairHigh(DF d, VU w) {
+  return hn::BitCast(d, hn::And(w, hn::Set(hn::RebindToUnsigned<DF>(), 0xFFFF0000u)));
+}
+// Words [c / 2, c / 2 + L) of a bfloat16 row: its elements [c, c + 2L).
+HWY_INLINE VU LoadPairs(const void* row, size_t c) {
+  return hn::LoadU(hn::RebindToUnsigned<DF>(), reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(row) + c));
+}
+// AVX-512, bfloat16 V and whole pairs of vectors: each pair of vectors (2L columns) read as L
+// words, split into its even and odd columns (PairLow, PairHigh: two operations for 2L values,
+// where LoadRow's widening takes two for L), the sums kept in that order, the output's columns
+// put in it as the block loads them and back as it stores them (a permute a vector each way, once
+// a block of keys). Each output element sums the same products in the same order: the same bits.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+template <int kType, size_t CB>
+constexpr bool kAccumulatePairs = kType == kBF16 && CB % 2 == 0;
+HWY_INLINE void ToPairOrder(DF d, VF& lo, VF& hi) {
+  const VF even = hn::ConcatEven(d, hi, lo), odd = hn::ConcatOdd(d, hi, lo);
+  lo = even, hi = odd;
+}
+HWY_INLINE void ToRowOrder(VF& even, VF& odd) {
+  const __m512i low = _mm512_set_epi32(23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+  const __m512i high = _mm512_add_epi32(low, _mm512_set1_epi32(8));
+  const __m512 lo = _mm512_permutex2var_ps(even.raw, low, odd.raw), hi = _mm512_permutex2var_ps(even.raw, high, odd.raw);
+  even = VF{lo}, odd = VF{hi};
+}
+#else
+template <int kType, size_t CB>
+constexpr bool kAccumulatePairs = false;
+HWY_INLINE void ToPairOrder(DF, VF&, VF&) {}
+HWY_INLINE void ToRowOrder(VF&, VF&) {}
+#endif
+
 template <int kType, size_t NR, size_t CB>
 HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, const float* const* vsc, const float* P,
                                 const float* alpha, float* O, size_t ldo, LineFeed& feed) {
   const DF d;
   const size_t L = hn::Lanes(d);
+  constexpr bool kPairs = kAccumulatePairs<kType, CB>;
   VF acc[NR][CB];
-  for (size_t r = 0; r < NR; ++r)
-    for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(hn::LoadU(d, O + r * ldo + c0 + b * L), hn::Set(d, alpha[r]));
+  for (size_t r = 0; r < NR; ++r) {
+    for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::LoadU(d, O + r * ldo + c0 + b * L);
+    if constexpr (kPairs)
+      for (size_t b = 0; b < CB; b += 2) ToPairOrder(d, acc[r][b], acc[r][b + 1]);
+    for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::Mul(acc[r][b], hn::Set(d, alpha[r]));
+  }
   for (size_t j = 0; j < nk; ++j) {
     feed.next();
     if constexpr (CB >= NR || CB == 3) {  // 4 rows x 3: 12 sums, 3 V and 1 P in AVX2's 16 registers
@@ -305,7 +353,14 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
       // (one 64-key tile in L1, float32, d = 128: 2 rows 7.6-8.4 -> 5.6 ns a key, 3 rows
       // 11.6 -> 6.8-7.0; docs/performance.md).
       VF v[CB];
-      for (size_t b = 0; b < CB; ++b) v[b] = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+      if constexpr (kPairs) {
+        for (size_t b = 0; b < CB; b += 2) {
+          const VU w = LoadPairs(vrow[j], c0 + b * L);
+          v[b] = PairLow(d, w), v[b + 1] = PairHigh(d, w);
+        }
+      } else {
+        for (size_t b = 0; b < CB; ++b) v[b] = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+      }
       for (size_t r = 0; r < NR; ++r) {
         const VF p = hn::Set(d, P[r * kTileKeys + j]);
         for (size_t b = 0; b < CB; ++b) acc[r][b] = hn::MulAdd(p, v[b], acc[r][b]);
@@ -314,14 +369,27 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
               // key in L1, 13.7 in the order above)
       VF p[NR];
       for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * kTileKeys + j]);
-      for (size_t b = 0; b < CB; ++b) {
-        const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
-        for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], v, acc[r][b]);
+      if constexpr (kPairs) {
+        for (size_t b = 0; b < CB; b += 2) {
+          const VU w = LoadPairs(vrow[j], c0 + b * L);
+          const VF even = PairLow(d, w);
+          for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], even, acc[r][b]);
+          const VF odd = PairHigh(d, w);
+          for (size_t r = 0; r < NR; ++r) acc[r][b + 1] = hn::MulAdd(p[r], odd, acc[r][b + 1]);
+        }
+      } else {
+        for (size_t b = 0; b < CB; ++b) {
+          const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+          for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], v, acc[r][b]);
+        }
       }
     }
   }
-  for (size_t r = 0; r < NR; ++r)
+  for (size_t r = 0; r < NR; ++r) {
+    if constexpr (kPairs)
+      for (size_t b = 0; b < CB; b += 2) ToRowOrder(acc[r][b], acc[r][b + 1]);
     for (size_t b = 0; b < CB; ++b) hn::StoreU(acc[r][b], d, O + r * ldo + c0 + b * L);
+  }
 }
 
 // The passes AccumulateRows makes over the keys for a block of nr rows and `vectors` full vectors
@@ -684,24 +752,6 @@ struct RowCursor {
   void operator++() { p += stride; }
 };
 
-// bfloat16 rows a 32-bit word at a time. A bfloat16 is the upper half of a float32, so a word
-// holding elements 2i (low half) and 2i + 1 (high half) gives both as float32 with one operation
-// each: the word shifted left by 16 (PairLow) and the word with its low half cleared (PairHigh).
-// LoadRow's widening takes two (a cross-lane PromoteTo and a shift) for 16 values, where these
-// take two for 32. The lanes then hold a chunk of 2L elements as two vectors, its even elements
-// and its odd ones (the "pair order"): Q and the output row are put in that order once per call
-// (PairOrder) and back (RowOrder), and a dot product takes its terms in any order. One query row
-// a KV head, one thread, K and V in L2, calls alternated in one process: 0.85-0.95 of the time
-// (d = 64 and 128); from L3 and DRAM, where the reads bound it, no change (docs/performance.md).
-using VU = hn::Vec<hn::RebindToUnsigned<DF>>;
-HWY_INLINE VF PairLow(DF d, VU w) { return hn::BitCast(d, hn::ShiftLeft<16>(w)); }
-HWY_INLINE VF PairHigh(DF d, VU w) {
-  return hn::BitCast(d, hn::And(w, hn::Set(hn::RebindToUnsigned<DF>(), 0xFFFF0000u)));
-}
-// Words [c / 2, c / 2 + L) of a bfloat16 row: its elements [c, c + 2L).
-HWY_INLINE VU LoadPairs(const void* row, size_t c) {
-  return hn::LoadU(hn::RebindToUnsigned<DF>(), reinterpret_cast<const uint32_t*>(static_cast<const uint16_t*>(row) + c));
-}
 // out = x (n elements, a multiple of 2L) in pair order: out[c + i] = x[c + 2i], out[c + L + i] =
 // x[c + 2i + 1] for each chunk c; RowOrder undoes it.
 HWY_INLINE void PairOrder(size_t L, const float* x, size_t n, float* out) {

@@ -46,27 +46,37 @@ void parallel_for(std::int64_t n, std::int64_t chunk, int threads, ChunkFn fn);
 
 namespace detail {
 // Scratch objects kept between calls (see PerThread): a type S that says which construction
-// arguments it can serve (`bool fits(args...) const`) is reused instead of reallocated.
+// arguments it can serve (`bool fits(args...) const`) is reused instead of reallocated. Each is
+// kept with the thread index that last used it and goes back to that index first: thread t of
+// the next call then writes memory its own core's cache still holds, where an object of thread
+// t' would have its lines fetched from the other core (a short decode call on two threads, warm,
+// GQA 32/8, 64 keys: docs/performance.md).
 template <class S>
 class ScratchCache {
  public:
   template <class... Args>
-  static std::unique_ptr<S> take(const Args&... args) {
+  static std::unique_ptr<S> take(int t, const Args&... args) {
     std::lock_guard<std::mutex> lock(mutex());
     auto& v = items();
+    std::size_t found = v.size();
     for (std::size_t i = v.size(); i-- > 0;)
-      if (v[i]->fits(args...)) {
-        std::unique_ptr<S> s = std::move(v[i]);
-        v.erase(v.begin() + static_cast<std::ptrdiff_t>(i));
-        return s;
+      if (v[i].second->fits(args...)) {
+        if (found == v.size()) found = i;  // the newest that fits, unless one of thread t's does
+        if (v[i].first == t) {
+          found = i;
+          break;
+        }
       }
-    return nullptr;
+    if (found == v.size()) return nullptr;
+    std::unique_ptr<S> s = std::move(v[found].second);
+    v.erase(v.begin() + static_cast<std::ptrdiff_t>(found));
+    return s;
   }
-  static void put(std::unique_ptr<S> s) {
+  static void put(int t, std::unique_ptr<S> s) {
     std::lock_guard<std::mutex> lock(mutex());
     auto& v = items();
     if (v.size() >= kKeep) v.erase(v.begin());  // the oldest goes
-    v.push_back(std::move(s));
+    v.emplace_back(t, std::move(s));
   }
 
  private:
@@ -75,8 +85,8 @@ class ScratchCache {
     static std::mutex m;
     return m;
   }
-  static std::vector<std::unique_ptr<S>>& items() {
-    static std::vector<std::unique_ptr<S>> v;
+  static std::vector<std::pair<int, std::unique_ptr<S>>>& items() {
+    static std::vector<std::pair<int, std::unique_ptr<S>>> v;
     return v;
   }
 };
@@ -96,17 +106,17 @@ class PerThread {
   PerThread& operator=(const PerThread&) = delete;
   ~PerThread() {
     if constexpr (kRecycled) {
-      for (auto& s : inline_)
-        if (s) detail::ScratchCache<S>::put(std::move(s));
-      for (auto& s : extra_)
-        if (s) detail::ScratchCache<S>::put(std::move(s));
+      for (std::size_t t = 0; t < inline_.size(); ++t)
+        if (inline_[t]) detail::ScratchCache<S>::put(static_cast<int>(t), std::move(inline_[t]));
+      for (std::size_t t = 0; t < extra_.size(); ++t)
+        if (extra_[t]) detail::ScratchCache<S>::put(kInline + static_cast<int>(t), std::move(extra_[t]));
     }
   }
   template <class... Args>
   S& get(int t, Args&&... args) {
     auto& slot = t < kInline ? inline_[static_cast<std::size_t>(t)] : extra_[static_cast<std::size_t>(t - kInline)];
     if (!slot) {
-      if constexpr (kRecycled) slot = detail::ScratchCache<S>::take(args...);
+      if constexpr (kRecycled) slot = detail::ScratchCache<S>::take(t, args...);
       if (!slot) slot = std::make_unique<S>(std::forward<Args>(args)...);
     }
     return *slot;

@@ -244,6 +244,22 @@ TEST(Bf16, TransposedWordsMatchTheirDefinition) {
   }
 }
 
+TEST(Bf16, TransposedHalvesMatchTheirDefinition) {
+  for (std::size_t n : {1, 31, 32, 33, 64, 67, 128}) {
+    std::vector<std::uint16_t> data(16 * (n + 3));
+    std::uint32_t x = 555u + static_cast<std::uint32_t>(n);
+    for (std::uint16_t& e : data) e = static_cast<std::uint16_t>((x = x * 1664525u + 1013904223u) >> 16);
+    const std::uint16_t* rows[16];
+    for (std::size_t r = 0; r < 16; ++r) rows[r] = data.data() + r * (n + 3) + 1;  // odd 16-bit offsets
+    const std::size_t ldo = 37;
+    std::vector<std::uint16_t> got(n * ldo, 0xbeef), want = got;
+    for (std::size_t c = 0; c < n; ++c)
+      for (std::size_t r = 0; r < 16; ++r) want[c * ldo + r] = rows[r][c];
+    detail::bfdot::transpose_halves16(rows, n, got.data(), ldo);
+    EXPECT_EQ(got, want) << n << " columns";
+  }
+}
+
 TEST(Bf16, DetectionFollowsCpuid) {
   unsigned a, b, c, d;
   const bool cpuid_amx = __get_cpuid_count(7, 0, &a, &b, &c, &d) && (d & (1u << 24)) && (d & (1u << 22));
