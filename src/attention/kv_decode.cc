@@ -68,7 +68,7 @@ constexpr std::int64_t kSub = 8;       // keys per kernel call within a tile (se
 constexpr std::int64_t kStreamAheadBytes = 16384, kPagedAheadBytes = 131072;
 constexpr std::int64_t kQuadRows = 2;  // GQA groups from this size take kv::scores_quads
 constexpr std::int64_t kAhead = 1;     // tiles whose rows are prefetched ahead of the one computed
-constexpr double kOneThreadBytes = 256 << 10;  // K and V bytes below which a call runs on one thread
+constexpr double kOneThreadBytes = 32 << 10;  // K and V bytes below which a call runs on one thread
 // K and V bytes up to which a call's rows count as cache-resident (Chunk's near_f32_).
 constexpr double kNearBytes = 16 << 20;
 
@@ -869,15 +869,15 @@ void decode(const TensorView& q_in, const KVCache& cache, const TensorView& out_
   // taken tile by tile side by side, which reads those rows as one run instead of Hkv strided passes.
   const std::int64_t lockstep = L.lockstep(), units = items / lockstep;
   // Threads: unless the caller names a count, a call that reads less than kOneThreadBytes of K and
-  // V runs on one, since handing work to a second thread costs more than it saves there. The bound
-  // is set for K and V that come from memory, as in inference, where the other layers evict a
-  // layer's cache between its calls: there one core's stream falls short of the memory's rate.
-  // An Intel Xeon, GQA 32/8, d = 128, float32, µs a call on one / two threads, the caches of 1024
-  // layers in turn (cold) and one cache called again and again (warm): 16 keys (128 KiB) cold
-  // 13.7 / 11.6, warm 5.5 / 8.0; 32 keys 22.6 / 16.7, 7.6 / 8.9; 64 keys 43.5 / 28.2, 12.2 / 12.1;
-  // 128 keys 88 / 51, 22 / 18; bf16 16 keys (64 KiB) cold 6.3 / 8.2, 32 keys 13.2 / 12.0, 64 keys
-  // 29.1 / 18.8 (docs/performance.md, "2026-12-05, 15:48"). The units' arithmetic does not depend
-  // on it.
+  // V runs on one, since handing work to a second thread costs about as much as it saves there
+  // (about 1.3 µs a call for the hand-off and the wait on this pool). An Intel Xeon, GQA 32/8,
+  // d = 128, µs a call on one / two threads, one cache called again and again (warm) and the
+  // caches of 1024 layers in turn (cold, as in inference, where the other layers evict a layer's
+  // cache between its calls), float32: 1 key (8 KiB) warm 3.59 / 3.37, cold 3.50 / 3.43; 4 keys
+  // 3.66 / 3.53, 6.19 / 4.74; 16 keys 5.36 / 4.28, 15.3 / 9.98; 64 keys 14.2 / 9.27, 52.4 / 29.9;
+  // bf16 1 key 3.70 / 3.48, 3.75 / 3.35; 16 keys 5.64 / 4.53, 10.1 / 7.10 (docs/performance.md,
+  // "2026-12-06, 02:09"; before each unit wrote its own rows, two threads lost to one below 128
+  // KiB in cache). The units' arithmetic does not depend on it.
   const int threads =
       options.threads == 0 && L.bytes() < kOneThreadBytes ? 1 : resolve_threads(options.threads, units);
   PerThread<HeadScratch> scratch(threads);
