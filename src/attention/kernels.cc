@@ -40,6 +40,7 @@ HWY_EXPORT(SoftmaxGradToBf16);
 HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(Softcap);
 HWY_EXPORT(ScaledCopy);
+HWY_EXPORT(TransposeScaled);
 HWY_EXPORT(TargetName);
 
 namespace simd {
@@ -240,6 +241,9 @@ void softmax_grad_rows(const float* P, float* dP, std::size_t ld, std::size_t ro
 void softcap(float* x, std::size_t n, float c, float* dcap) { HWY_DYNAMIC_DISPATCH(Softcap)(x, n, c, dcap); }
 void scaled_copy(const float* src, float f, float* dst, std::size_t n) {
   HWY_DYNAMIC_DISPATCH(ScaledCopy)(src, f, dst, n);
+}
+void transpose_scaled(const float* const* rows, std::size_t n, std::size_t d, float f, float* out, std::size_t ld) {
+  HWY_DYNAMIC_DISPATCH(TransposeScaled)(rows, n, d, f, out, ld);
 }
 
 }  // namespace simd

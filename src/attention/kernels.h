@@ -98,6 +98,9 @@ void softcap(float* x, std::size_t n, float c, float* dcap = nullptr);
 // dst[i] = src[i] · f for i < n (rows of unit stride, apart). decode()'s output rows: written
 // element by element in place, they took 6% of a short GQA decode call (GCC left that loop scalar).
 void scaled_copy(const float* src, float f, float* dst, std::size_t n);
+// out[c·ld + r] = rows[r][c]·f for r < n, c < d (rows of unit stride): a block's Q transposed for
+// the scores' product (pack_transposed), by 16 × 16 blocks in registers on AVX-512.
+void transpose_scaled(const float* const* rows, std::size_t n, std::size_t d, float f, float* out, std::size_t ld);
 
 // Column padding every tile uses: a multiple of the widest target's lane count.
 inline constexpr std::size_t kColumnPad = 16;

@@ -105,8 +105,25 @@ inline TileKind classify(const Params& p, const RowBlock& rb, std::int64_t j0, s
 // Applies the mask to a score tile St[j - j0][r] (natural units, x = s·q·k): hidden pairs become
 // -inf (assigned, not added, so a NaN score of a hidden key never reaches the row), additive
 // biases are added.
+// Without an explicit mask a row sees one run of keys, [lo, hi): only the entries outside it are
+// written (visible_run), where a test of every pair took a 64 × 64 diagonal tile about 4 µs, 23%
+// of a small causal call's samples (N = 64, d = 64, H = 8, one thread; docs/performance.md).
+inline void visible_run(const RowBlock& rb, std::int64_t r, std::int64_t j0, std::int64_t j1, std::int64_t& a,
+                        std::int64_t& e) {
+  a = std::clamp(rb.lo[r], j0, j1);  // [a, e): the row's visible keys within [j0, j1)
+  e = std::clamp(rb.hi[r], a, j1);
+}
 template <class T>
 void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* St, std::int64_t lds) {
+  if (p.mask.empty()) {
+    for (std::int64_t r = 0; r < rb.n; ++r) {
+      std::int64_t a, e;
+      visible_run(rb, r, j0, j1, a, e);
+      for (std::int64_t j = j0; j < a; ++j) St[(j - j0) * lds + r] = -std::numeric_limits<T>::infinity();
+      for (std::int64_t j = e; j < j1; ++j) St[(j - j0) * lds + r] = -std::numeric_limits<T>::infinity();
+    }
+    return;
+  }
   for (std::int64_t j = j0; j < j1; ++j) {
     T* s = St + (j - j0) * lds;
     for (std::int64_t r = 0; r < rb.n; ++r) {
@@ -125,6 +142,16 @@ void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
 // apply_mask for a tile in row layout, S[r][j - j0] (one query per row).
 template <class T>
 void apply_mask_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* S, std::int64_t lds) {
+  if (p.mask.empty()) {
+    for (std::int64_t r = 0; r < rb.n; ++r) {
+      std::int64_t a, e;
+      visible_run(rb, r, j0, j1, a, e);
+      T* s = S + r * lds - j0;
+      std::fill(s + j0, s + a, -std::numeric_limits<T>::infinity());
+      std::fill(s + e, s + j1, -std::numeric_limits<T>::infinity());
+    }
+    return;
+  }
   for (std::int64_t r = 0; r < rb.n; ++r) {
     T* s = S + r * lds - j0;
     for (std::int64_t j = j0; j < j1; ++j) {
@@ -287,6 +314,14 @@ void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, do
       }
       return;
     }
+    // float32 rows of unit stride: by 16 × 16 blocks in registers (simd::transpose_scaled; one at a
+    // time, the 64 × 64 block of a small call took 10% of its samples: N = 64–128, d = 64, H = 8).
+    if constexpr (std::is_same_v<T, float>)
+      if (cs == 1) {
+        simd::transpose_scaled(rows, static_cast<std::size_t>(rb.n), static_cast<std::size_t>(d), f, Xt,
+                               static_cast<std::size_t>(ld));
+        return;
+      }
     // Row by row: each query row read front to back (a column at a time went across all rows for
     // every column: 1.2% of the forward's samples at d = 128, N = 4096, one thread).
     for (std::int64_t r = 0; r < rb.n; ++r) {

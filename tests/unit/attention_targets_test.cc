@@ -66,6 +66,27 @@ GemmOperands gemm_operands(std::size_t M, std::size_t N, std::size_t K) {
   return o;
 }
 
+// transpose_scaled against its definition on every target: rows at odd float offsets, row and
+// column counts around the 16 × 16 blocks, each value the one product rows[r][c]·f.
+TEST(Targets, TransposeScaledMatchesItsDefinition) {
+  for_each_target([&](const std::string&) {
+    for (std::size_t n : {1, 15, 16, 17, 33, 64})
+      for (std::size_t d : {1, 7, 16, 31, 64, 80}) {
+        std::vector<float> data(n * (d + 3));
+        for (std::size_t x = 0; x < data.size(); ++x) data[x] = std::sin(0.7 * x + n) * 3.0f;
+        std::vector<const float*> rows(n);
+        for (std::size_t r = 0; r < n; ++r) rows[r] = data.data() + r * (d + 3) + 1;
+        const std::size_t ld = n + 5;
+        const float f = 0.123f;
+        std::vector<float> got(d * ld, -7.0f), want = got;
+        for (std::size_t c = 0; c < d; ++c)
+          for (std::size_t r = 0; r < n; ++r) want[c * ld + r] = rows[r][c] * f;
+        detail::simd::transpose_scaled(rows.data(), n, d, f, got.data(), ld);
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), got.size() * sizeof(float))) << n << " x " << d;
+      }
+  });
+}
+
 // C = A·B against a double loop, for M, N, K in awkward sizes around the lane counts, with A
 // transposed or not and every pointer one float off a 64-byte boundary.
 TEST(Targets, GemmMatchesDoubleLoop) {
