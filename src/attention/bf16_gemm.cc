@@ -22,6 +22,7 @@
 #endif
 
 #include "attention/bf16_kernels.h"
+#include "attention/transpose16.h"
 #include "common/bfloat_rows.h"
 #include "common/prefetch.h"
 #include "attnscale/error.h"
@@ -353,34 +354,11 @@ ATTNSCALE_BF16_TARGET void to_bf16_pairs_avx512(const float* src, std::size_t ld
     }
 }
 
-// 16 x 16 32-bit words in registers: w[i] = word w0 + i of rows[x] at lane x (i, x < 16). Pairs
-// of rows interleaved word by word, then pairs of words, then the 128-bit lanes of four such
-// blocks: after the first two steps lane L of u[4g + c] holds word 4L + c of rows 4g..4g+3, and
-// the two lane shuffles gather the four row groups' lane L into one vector, word 4L + c of all 16
-// rows. (The zero-masked forms of the unpacks with every lane kept, as in to_bf16_pairs_avx512.)
+// w[i] = word w0 + i of rows[x] at lane x (i, x < 16): the rows loaded, then transpose16_words.
 ATTNSCALE_BF16_TARGET inline void words16_transposed(const std::uint16_t* const* rows, std::size_t w0, __m512i* w) {
-  __m512i r[16], t[16], u[16];
+  __m512i r[16];
   for (int x = 0; x < 16; ++x) r[x] = _mm512_loadu_si512(rows[x] + 2 * w0);
-  for (int x = 0; x < 16; x += 2) {
-    t[x] = _mm512_maskz_unpacklo_epi32(0xFFFF, r[x], r[x + 1]);
-    t[x + 1] = _mm512_maskz_unpackhi_epi32(0xFFFF, r[x], r[x + 1]);
-  }
-  for (int g = 0; g < 16; g += 4) {
-    u[g] = _mm512_maskz_unpacklo_epi64(0xFF, t[g], t[g + 2]);
-    u[g + 1] = _mm512_maskz_unpackhi_epi64(0xFF, t[g], t[g + 2]);
-    u[g + 2] = _mm512_maskz_unpacklo_epi64(0xFF, t[g + 1], t[g + 3]);
-    u[g + 3] = _mm512_maskz_unpackhi_epi64(0xFF, t[g + 1], t[g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i x02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0x88);
-    const __m512i x13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[c], u[4 + c], 0xDD);
-    const __m512i y02 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0x88);
-    const __m512i y13 = _mm512_maskz_shuffle_i32x4(0xFFFF, u[8 + c], u[12 + c], 0xDD);
-    w[c] = _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0x88);
-    w[4 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0x88);
-    w[8 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, x02, y02, 0xDD);
-    w[12 + c] = _mm512_maskz_shuffle_i32x4(0xFFFF, x13, y13, 0xDD);
-  }
+  transpose16_words(r, w);
 }
 
 // out[w·ldo + x] = rows[x][w0 + w] (w, x < 16), 32-bit words.

@@ -29,6 +29,7 @@
 #include "attention/lane_reduce-inl.h"
 #include "attention/raw_vectors-inl.h"
 #include "attention/softcap-inl.h"
+#include "attention/transpose16.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::HWY_NAMESPACE {
@@ -872,10 +873,7 @@ void ScaledCopy(const float* src, float f, float* dst, size_t n) {
 
 // out[c·ld + r] = rows[r][c]·f for r < n, c < d (rows of unit stride). On AVX-512 by 16 × 16
 // blocks in registers: each row's 16 values times f (the same products as one at a time), then
-// pairs of rows interleaved word by word, pairs of words, and the 128-bit lanes of four such
-// blocks (after the first two steps lane L of u[4g + c] holds column 4L + c of rows 4g..4g+3; the
-// two lane shuffles gather the four row groups' lane L: column 4L + c of all 16 rows); other rows
-// and columns one value at a time.
+// transpose16_words (transpose16.h); other rows and columns one value at a time.
 void TransposeScaled(const float* const* rows, size_t n, size_t d, float f, float* out, size_t ld) {
   size_t r0 = 0;
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
@@ -883,28 +881,10 @@ void TransposeScaled(const float* const* rows, size_t n, size_t d, float f, floa
   for (; r0 + 16 <= n; r0 += 16) {
     size_t c0 = 0;
     for (; c0 + 16 <= d; c0 += 16) {
-      __m512i r[16], t[16], u[16];
+      __m512i r[16], w[16];
       for (int x = 0; x < 16; ++x) r[x] = _mm512_castps_si512(_mm512_mul_ps(_mm512_loadu_ps(rows[r0 + x] + c0), s));
-      for (int x = 0; x < 16; x += 2) {
-        t[x] = _mm512_unpacklo_epi32(r[x], r[x + 1]);
-        t[x + 1] = _mm512_unpackhi_epi32(r[x], r[x + 1]);
-      }
-      for (int g = 0; g < 16; g += 4) {
-        u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-        u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-        u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-        u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-      }
-      float* o = out + c0 * ld + r0;
-      for (int c = 0; c < 4; ++c) {
-        const __m512i x02 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x88), x13 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xDD);
-        const __m512i y02 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x88);
-        const __m512i y13 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xDD);
-        _mm512_storeu_si512(o + c * ld, _mm512_shuffle_i32x4(x02, y02, 0x88));
-        _mm512_storeu_si512(o + (4 + c) * ld, _mm512_shuffle_i32x4(x13, y13, 0x88));
-        _mm512_storeu_si512(o + (8 + c) * ld, _mm512_shuffle_i32x4(x02, y02, 0xDD));
-        _mm512_storeu_si512(o + (12 + c) * ld, _mm512_shuffle_i32x4(x13, y13, 0xDD));
-      }
+      transpose16_words(r, w);
+      for (int c = 0; c < 16; ++c) _mm512_storeu_si512(out + (c0 + c) * ld + r0, w[c]);
     }
     for (; c0 < d; ++c0)
       for (size_t x = r0; x < r0 + 16; ++x) out[c0 * ld + x] = rows[x][c0] * f;
