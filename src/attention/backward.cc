@@ -85,6 +85,16 @@ void pack_keys_transposed(const TensorView& t, std::int64_t b, std::int64_t h, s
                           std::int64_t d, double mul, T* Xt, std::int64_t ld) {
   const T f = static_cast<T>(mul);
   for (std::int64_t c = 0; c < d; ++c) std::fill(Xt + c * ld + n, Xt + (c + 1) * ld, T(0));
+  if constexpr (std::is_same_v<T, float>)
+    if (t.dtype == DType::f32 && t.strides[3] == 1 && n <= kBc) {
+      // float32 rows of unit stride: by 16 × 16 blocks in registers (the same products; value by
+      // value, with a type switch each, 10% of a small backward's samples: N = 128, d = 64, H = 8).
+      const float* rows[kBc];
+      for (std::int64_t j = 0; j < n; ++j) rows[j] = at<const float>(t, b, h, j0 + j, 0);
+      simd::transpose_scaled(rows, static_cast<std::size_t>(n), static_cast<std::size_t>(d), f, Xt,
+                             static_cast<std::size_t>(ld));
+      return;
+    }
   for (std::int64_t j = 0; j < n; ++j)
     for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + j] = value<T>(t, b, h, j0 + j, c) * f;
 }

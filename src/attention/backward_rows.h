@@ -10,8 +10,10 @@
 #include <limits>
 #include <vector>
 
+#include "attention/kernels.h"
 #include "attention/params.h"
 #include "attention/score_transforms.h"
+#include "attention/tiles.h"
 #include "common/bfloat_rows.h"
 #include "common/parallel.h"
 
@@ -76,12 +78,38 @@ RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = t
   st.D.resize(p.B * p.Hq * p.Nq);
   st.mul.assign(p.B * p.Hq * p.Nq, T(1));
   st.finite.assign(p.B * p.Hq * p.Nq, 1);
+  // float32 rows of unit stride: D by simd::row_dots8 (the same chains, eight rows side by side
+  // in vectors of doubles) and the finiteness by the rows' bits, where the rows' copies into
+  // doubles and a scalar chain a row took 15% of a small backward's samples (N = 128, d = 64,
+  // H = 8, one thread; docs/performance.md).
+  const auto f32_rows = [](const TensorView& t) { return t.dtype == DType::f32 && t.strides[3] == 1; };
+  const bool fast = std::is_same_v<T, float> && kStatRows == 8 && f32_rows(p.dO) && f32_rows(p.out) &&
+                    (!rows_finite || f32_rows(p.q));
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     std::vector<double> q(p.dk), dO(kStatRows * p.dv, 0.0), o(kStatRows * p.dv, 0.0);
+    const std::vector<float> zeros(fast ? p.dv : 0, 0.0f);
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
       for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kStatRows) {
         const std::int64_t n = std::min(kStatRows, p.Nq - i0);
+        if (fast) {
+          const float *a[kStatRows], *c[kStatRows];
+          for (std::int64_t r = 0; r < kStatRows; ++r) {
+            a[r] = r < n ? at<const float>(p.dO, b, h, i0 + r, 0) : zeros.data();
+            c[r] = r < n ? at<const float>(p.out, b, h, i0 + r, 0) : zeros.data();
+          }
+          for (std::int64_t r = 0; r < n; ++r) {
+            const std::int64_t i = i0 + r;
+            const double lse = value<double>(p.lse, b, h, i, 0);
+            st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
+            if (rows_finite)
+              st.finite[bh * p.Nq + i] = all_finite(at<const float>(p.q, b, h, i, 0), 0, 1, p.dk) && all_finite(a[r], 0, 1, p.dv);
+          }
+          double d[kStatRows];
+          simd::row_dots8(a, c, static_cast<std::size_t>(p.dv), d);
+          for (std::int64_t r = 0; r < n; ++r) st.D[bh * p.Nq + i0 + r] = static_cast<T>(d[r]);
+          continue;
+        }
         for (std::int64_t r = 0; r < n; ++r) {
           const std::int64_t i = i0 + r;
           row_doubles(p.dO, b, h, i, p.dv, dO.data() + r * p.dv);

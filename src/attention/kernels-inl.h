@@ -894,6 +894,47 @@ void TransposeScaled(const float* const* rows, size_t n, size_t d, float f, floa
     for (size_t c = 0; c < d; ++c) out[c * ld + r0] = rows[r0][c] * f;
 }
 
+// d[r] = Σ_c a[r][c]·b[r][c] for r < 8, c < n, each row's sum one float64 chain in column order:
+// the product of two float32 values is exact in float64, then one rounding an add, as the scalar
+// loop below takes them. On AVX-512 the 8 rows side by side in one vector of doubles, each 8 × 8
+// block of a and b transposed in registers (unpacks, then 128-bit lane swaps) so that vector k
+// holds column c + k of the 8 rows.
+void RowDots8(const float* const* a, const float* const* b, size_t n, double* d) {
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  size_t c = 0;
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+  const auto columns = [](const float* const* rows, size_t c0, __m256* x) HWY_ATTR {
+    __m256 t[8], u[8];
+    for (int r = 0; r < 8; ++r) x[r] = _mm256_loadu_ps(rows[r] + c0);
+    for (int r = 0; r < 8; r += 2) {
+      t[r] = _mm256_unpacklo_ps(x[r], x[r + 1]);
+      t[r + 1] = _mm256_unpackhi_ps(x[r], x[r + 1]);
+    }
+    for (int g = 0; g < 8; g += 4) {
+      u[g] = _mm256_shuffle_ps(t[g], t[g + 2], 0x44);
+      u[g + 1] = _mm256_shuffle_ps(t[g], t[g + 2], 0xEE);
+      u[g + 2] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+      u[g + 3] = _mm256_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int k = 0; k < 4; ++k) {
+      x[k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x20);
+      x[4 + k] = _mm256_permute2f128_ps(u[k], u[4 + k], 0x31);
+    }
+  };
+  __m512d sum = _mm512_setzero_pd();
+  for (; c + 8 <= n; c += 8) {
+    __m256 x[8], y[8];
+    columns(a, c, x);
+    columns(b, c, y);
+    for (int k = 0; k < 8; ++k) sum = _mm512_add_pd(sum, _mm512_mul_pd(_mm512_cvtps_pd(x[k]), _mm512_cvtps_pd(y[k])));
+  }
+  _mm512_storeu_pd(acc, sum);
+#endif
+  for (; c < n; ++c)
+    for (size_t r = 0; r < 8; ++r) acc[r] += static_cast<double>(a[r][c]) * static_cast<double>(b[r][c]);
+  for (size_t r = 0; r < 8; ++r) d[r] = acc[r];
+}
+
 const char* TargetName() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace attnscale::detail::HWY_NAMESPACE

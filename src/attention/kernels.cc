@@ -41,6 +41,7 @@ HWY_EXPORT(SoftmaxGradRows);
 HWY_EXPORT(Softcap);
 HWY_EXPORT(ScaledCopy);
 HWY_EXPORT(TransposeScaled);
+HWY_EXPORT(RowDots8);
 HWY_EXPORT(TargetName);
 
 namespace simd {
@@ -244,6 +245,9 @@ void scaled_copy(const float* src, float f, float* dst, std::size_t n) {
 }
 void transpose_scaled(const float* const* rows, std::size_t n, std::size_t d, float f, float* out, std::size_t ld) {
   HWY_DYNAMIC_DISPATCH(TransposeScaled)(rows, n, d, f, out, ld);
+}
+void row_dots8(const float* const* a, const float* const* b, std::size_t n, double* d) {
+  HWY_DYNAMIC_DISPATCH(RowDots8)(a, b, n, d);
 }
 
 }  // namespace simd

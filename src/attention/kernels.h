@@ -101,6 +101,9 @@ void scaled_copy(const float* src, float f, float* dst, std::size_t n);
 // out[c·ld + r] = rows[r][c]·f for r < n, c < d (rows of unit stride): a block's Q transposed for
 // the scores' product (pack_transposed), by 16 × 16 blocks in registers on AVX-512.
 void transpose_scaled(const float* const* rows, std::size_t n, std::size_t d, float f, float* out, std::size_t ld);
+// d[r] = Σ_c a[r][c]·b[r][c] for r < 8, c < n (float32 rows of unit stride), each a float64 chain
+// in column order (the bits of the scalar loop on every target): the backward's D = dO·o.
+void row_dots8(const float* const* a, const float* const* b, std::size_t n, double* d);
 
 // Column padding every tile uses: a multiple of the widest target's lane count.
 inline constexpr std::size_t kColumnPad = 16;

@@ -7,7 +7,8 @@
 // and bf16 and float16 rows too where the target does not read them in place), runs the online
 // softmax (s folded into Q, scores in natural units) and updates its partial (o, m, l). Partials
 // are merged per (sequence, head) in chunk order:
-//   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l.
+//   M = max_c m_c;  o = Σ_c e^(m_c − M) o_c;  l = Σ_c e^(m_c − M) l_c;  out = o / l
+// (a call of one chunk: each item writes out = o / l itself, on its thread).
 // With one query row per KV head (no GQA group) the item instead streams its keys
 // (kv::stream_row_strided): tiles of 16 keys, each tile's scores, online-softmax step and output
 // update, the next tile's K rows read between the tile's V rows so that K and V stream side by

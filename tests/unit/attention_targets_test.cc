@@ -87,6 +87,27 @@ TEST(Targets, TransposeScaledMatchesItsDefinition) {
   });
 }
 
+// row_dots8 against its definition on every target: each row's float64 chain in column order,
+// bit for bit, for lengths around the 8-column blocks, rows at odd offsets and of mixed scales.
+TEST(Targets, RowDots8MatchesItsChains) {
+  for_each_target([&](const std::string&) {
+    for (std::size_t n : {0, 1, 7, 8, 9, 64, 131}) {
+      std::vector<float> a(8 * (n + 3)), b(8 * (n + 3));
+      for (std::size_t x = 0; x < a.size(); ++x) {
+        a[x] = std::sin(0.37 * x + n) * std::exp2(static_cast<int>(x % 23) - 11);
+        b[x] = std::cos(0.91 * x) * 3.0f;
+      }
+      const float *ra[8], *rb[8];
+      for (std::size_t r = 0; r < 8; ++r) ra[r] = a.data() + r * (n + 3) + 1, rb[r] = b.data() + r * (n + 3) + 2;
+      double got[8], want[8] = {};
+      for (std::size_t r = 0; r < 8; ++r)
+        for (std::size_t c = 0; c < n; ++c) want[r] += static_cast<double>(ra[r][c]) * static_cast<double>(rb[r][c]);
+      detail::simd::row_dots8(ra, rb, n, got);
+      ASSERT_EQ(0, std::memcmp(got, want, sizeof got)) << n << " columns";
+    }
+  });
+}
+
 // C = A·B against a double loop, for M, N, K in awkward sizes around the lane counts, with A
 // transposed or not and every pointer one float off a 64-byte boundary.
 TEST(Targets, GemmMatchesDoubleLoop) {
