@@ -83,49 +83,47 @@ RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = t
   // doubles and a scalar chain a row took 15% of a small backward's samples (N = 128, d = 64,
   // H = 8, one thread; docs/performance.md).
   const auto f32_rows = [](const TensorView& t) { return t.dtype == DType::f32 && t.strides[3] == 1; };
-  const bool fast = std::is_same_v<T, float> && kStatRows == 8 && f32_rows(p.dO) && f32_rows(p.out) &&
-                    (!rows_finite || f32_rows(p.q));
+  static_assert(kStatRows == 8, "simd::row_dots8 takes eight rows");
+  const bool fast = std::is_same_v<T, float> && f32_rows(p.dO) && f32_rows(p.out) && (!rows_finite || f32_rows(p.q));
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
-    std::vector<double> q(p.dk), dO(kStatRows * p.dv, 0.0), o(kStatRows * p.dv, 0.0);
+    // fast: a zero row for the rows past a last block; else the rows as doubles.
     const std::vector<float> zeros(fast ? p.dv : 0, 0.0f);
+    std::vector<double> q(fast ? 0 : p.dk), dO(fast ? 0 : kStatRows * p.dv, 0.0), o(fast ? 0 : kStatRows * p.dv, 0.0);
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
       for (std::int64_t i0 = 0; i0 < p.Nq; i0 += kStatRows) {
         const std::int64_t n = std::min(kStatRows, p.Nq - i0);
+        for (std::int64_t r = 0; r < n; ++r) {
+          const double lse = value<double>(p.lse, b, h, i0 + r, 0);
+          st.lse[bh * p.Nq + i0 + r] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
+        }
+        // In float64: one chain of dv products per row, whose float32 error would grow with dv
+        // (4096 at the edge) and enter every dS of the row. Rows past n (a last block) go unused.
+        double d[kStatRows] = {};
         if (fast) {
           const float *a[kStatRows], *c[kStatRows];
           for (std::int64_t r = 0; r < kStatRows; ++r) {
             a[r] = r < n ? at<const float>(p.dO, b, h, i0 + r, 0) : zeros.data();
             c[r] = r < n ? at<const float>(p.out, b, h, i0 + r, 0) : zeros.data();
           }
+          if (rows_finite)
+            for (std::int64_t r = 0; r < n; ++r)
+              st.finite[bh * p.Nq + i0 + r] =
+                  all_finite(at<const float>(p.q, b, h, i0 + r, 0), 0, 1, p.dk) && all_finite(a[r], 0, 1, p.dv);
+          simd::row_dots8(a, c, static_cast<std::size_t>(p.dv), d);
+        } else {
           for (std::int64_t r = 0; r < n; ++r) {
             const std::int64_t i = i0 + r;
-            const double lse = value<double>(p.lse, b, h, i, 0);
-            st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
-            if (rows_finite)
-              st.finite[bh * p.Nq + i] = all_finite(at<const float>(p.q, b, h, i, 0), 0, 1, p.dk) && all_finite(a[r], 0, 1, p.dv);
+            row_doubles(p.dO, b, h, i, p.dv, dO.data() + r * p.dv);
+            row_doubles(p.out, b, h, i, p.dv, o.data() + r * p.dv);
+            if (rows_finite) {
+              row_doubles(p.q, b, h, i, p.dk, q.data());
+              st.finite[bh * p.Nq + i] = all_finite_as<T>(q.data(), p.dk) && all_finite_as<T>(dO.data() + r * p.dv, p.dv);
+            }
           }
-          double d[kStatRows];
-          simd::row_dots8(a, c, static_cast<std::size_t>(p.dv), d);
-          for (std::int64_t r = 0; r < n; ++r) st.D[bh * p.Nq + i0 + r] = static_cast<T>(d[r]);
-          continue;
+          for (std::int64_t c = 0; c < p.dv; ++c)
+            for (std::int64_t r = 0; r < kStatRows; ++r) d[r] += dO[r * p.dv + c] * o[r * p.dv + c];
         }
-        for (std::int64_t r = 0; r < n; ++r) {
-          const std::int64_t i = i0 + r;
-          row_doubles(p.dO, b, h, i, p.dv, dO.data() + r * p.dv);
-          row_doubles(p.out, b, h, i, p.dv, o.data() + r * p.dv);
-          const double lse = value<double>(p.lse, b, h, i, 0);
-          st.lse[bh * p.Nq + i] = lse == -INFINITY ? std::numeric_limits<T>::infinity() : static_cast<T>(lse);
-          if (rows_finite) {
-            row_doubles(p.q, b, h, i, p.dk, q.data());
-            st.finite[bh * p.Nq + i] = all_finite_as<T>(q.data(), p.dk) && all_finite_as<T>(dO.data() + r * p.dv, p.dv);
-          }
-        }
-        // In float64: one chain of dv products per row, whose float32 error would grow with dv
-        // (4096 at the edge) and enter every dS of the row. Rows past n (a last block) go unused.
-        double d[kStatRows] = {};
-        for (std::int64_t c = 0; c < p.dv; ++c)
-          for (std::int64_t r = 0; r < kStatRows; ++r) d[r] += dO[r * p.dv + c] * o[r * p.dv + c];
         for (std::int64_t r = 0; r < n; ++r) st.D[bh * p.Nq + i0 + r] = static_cast<T>(d[r]);
       }
     }

@@ -102,17 +102,19 @@ inline TileKind classify(const Params& p, const RowBlock& rb, std::int64_t j0, s
   return !any ? TileKind::skip : all ? TileKind::full : TileKind::partial;
 }
 
+// Without an explicit mask a row sees one run of keys, [lo, hi): the masks below write only the
+// entries outside it, where a test of every pair took a 64 × 64 diagonal tile about 4 µs, 23% of
+// a small causal call's samples (N = 64, d = 64, H = 8, one thread; docs/performance.md).
+// [a, e): row r's visible keys within [j0, j1).
+inline void visible_run(const RowBlock& rb, std::int64_t r, std::int64_t j0, std::int64_t j1, std::int64_t& a,
+                        std::int64_t& e) {
+  a = std::clamp(rb.lo[r], j0, j1);
+  e = std::clamp(rb.hi[r], a, j1);
+}
+
 // Applies the mask to a score tile St[j - j0][r] (natural units, x = s·q·k): hidden pairs become
 // -inf (assigned, not added, so a NaN score of a hidden key never reaches the row), additive
 // biases are added.
-// Without an explicit mask a row sees one run of keys, [lo, hi): only the entries outside it are
-// written (visible_run), where a test of every pair took a 64 × 64 diagonal tile about 4 µs, 23%
-// of a small causal call's samples (N = 64, d = 64, H = 8, one thread; docs/performance.md).
-inline void visible_run(const RowBlock& rb, std::int64_t r, std::int64_t j0, std::int64_t j1, std::int64_t& a,
-                        std::int64_t& e) {
-  a = std::clamp(rb.lo[r], j0, j1);  // [a, e): the row's visible keys within [j0, j1)
-  e = std::clamp(rb.hi[r], a, j1);
-}
 template <class T>
 void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* St, std::int64_t lds) {
   if (p.mask.empty()) {
