@@ -20,6 +20,7 @@
 #include <cmath>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -129,10 +130,47 @@ PackedKeys<T> pack_keys(const BackwardParams& p, std::int64_t nkb, int threads) 
 // ALiBi; their factor for dS in dcap when given), masked pairs -inf: the one place where the
 // backward post-processes its row-layout scores, for the normaliser pass and the gradient pass
 // alike.
+//
+// A partial tile can be narrowed (`groups`, from narrowed() below): its products then cover only
+// the pairs some row sees (GroupRuns, tiles.h). The scores and dP go by groups of rows, each over
+// the columns that hold its keys (rounded out to kColumnPad), the rest of its rows zero (masked:
+// P = 0 there, dS = 0); dV and dK by strips of keys, each over the rows that see one of them; dQ
+// by groups over their keys. An element then sums the same terms but some 0·x, which leave a
+// float32 chain as it was (x finite, see partial_pv in flash_forward.h), so the same bits.
+// Not where dbias is written (a hidden pair's dS goes there, its zero's sign that of dP − D), nor
+// where a product of one column sums by gemm's inner blocks (dk or dv = 1), which a shorter range
+// would regroup, nor for float64 (its loops add into C).
+template <class T>
+bool narrowed(const BackwardParams& p, TileKind kind, bool guarded) {
+  return std::is_same_v<T, float> && kind == TileKind::partial && !guarded && p.dBias.empty() && p.dk > 1 && p.dv > 1;
+}
+
+// X[r][j − j0] for a tile's padded columns in row layout (row stride ld): product(r0, rows, c0,
+// columns) computes the rows' block; whole, or by groups when narrowed.
+template <class T, class Product>
+void by_row_groups(const RowBlock& rb, std::int64_t j0, std::int64_t j1, const GroupRuns* groups, T* X,
+                   std::int64_t ld, Product product) {
+  const std::int64_t cols = round_up(j1 - j0, simd::kColumnPad), pad = simd::kColumnPad;
+  if (!groups) return product(0, rb.n, 0, cols);
+  for (std::int64_t g = 0; g < groups->n; ++g) {
+    const std::int64_t r0 = g * GroupRuns::kRows, r1 = std::min(rb.n, r0 + GroupRuns::kRows);
+    std::int64_t a, e;
+    groups->keys(g, j0, j1, a, e);
+    const std::int64_t c0 = (a - j0) / pad * pad, c1 = a == e ? c0 : round_up(e - j0, pad);
+    if (c1 > c0) product(r0, r1 - r0, c0, c1 - c0);
+    for (std::int64_t r = r0; r < r1; ++r) {
+      std::fill(X + r * ld, X + r * ld + c0, T(0));
+      std::fill(X + r * ld + c1, X + r * ld + cols, T(0));
+    }
+  }
+}
+
 template <class T>
 void scores_rows(const BackwardParams& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
-                 const T* Q, std::int64_t ldq, const T* Kt, T* S, T* dcap = nullptr) {
-  Ops<T>::gemm(rb.n, round_up(j1 - j0, simd::kColumnPad), p.dk, Q, ldq, 1, Kt, kBc, S, kBc, simd::kOverwrite);
+                 const T* Q, std::int64_t ldq, const T* Kt, T* S, T* dcap = nullptr, const GroupRuns* groups = nullptr) {
+  by_row_groups(rb, j0, j1, groups, S, kBc, [&](std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t nc) {
+    Ops<T>::gemm(rows, nc, p.dk, Q + r0 * ldq, ldq, 1, Kt + c0, kBc, S + r0 * kBc + c0, kBc, simd::kOverwrite);
+  });
   if (p.transforms_scores()) transform_scores(p, rb, j0, j1 - j0, S, kBc, 1, dcap);
   if (kind == TileKind::partial) apply_mask_rows(p, rb, j0, j1, S, kBc);
 }
@@ -207,12 +245,15 @@ void write_bias_grad(const BackwardParams& p, const RowBlock& rb, std::int64_t j
 template <class T>
 void p_and_ds_rows(const BackwardParams& p, const RowStats<T>& stats, const RowBlock& rb, std::int64_t j0,
                    std::int64_t j1, TileKind kind, bool guarded, const T* Q, std::int64_t ldq, const T* Kt,
-                   const T* Vt, const T* dO, std::int64_t lddo, BackwardScratch<T>& s) {
+                   const T* Vt, const T* dO, std::int64_t lddo, BackwardScratch<T>& s, const GroupRuns* groups) {
   const std::int64_t nk = j1 - j0, cols = round_up(nk, simd::kColumnPad), ld = s.ldr, n = rb.n;
   const std::int64_t row = stats.at(p, rb.b, rb.h[0], rb.i[0]);
-  scores_rows(p, rb, j0, j1, kind, Q, ldq, Kt, s.st.get(), s.dcap.get());
+  scores_rows(p, rb, j0, j1, kind, Q, ldq, Kt, s.st.get(), s.dcap.get(), groups);
   Ops<T>::exp2_rows(s.st.get(), ld, n, cols, stats.lse.data() + row, stats.mul.data() + row);
-  Ops<T>::gemm(n, cols, p.dv, dO, lddo, 1, Vt, ld, s.dpt.get(), ld, simd::kOverwrite);
+  T* dP = s.dpt.get();
+  by_row_groups(rb, j0, j1, groups, dP, ld, [&](std::int64_t r0, std::int64_t rows, std::int64_t c0, std::int64_t nc) {
+    Ops<T>::gemm(rows, nc, p.dv, dO + r0 * lddo, lddo, 1, Vt + c0, ld, dP + r0 * ld + c0, ld, simd::kOverwrite);
+  });
   if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), ld, 1);  // dP = Z∘(dO·Vᵀ)/(1 − p)
   // With dbias wanted, dS = P∘(dP − D) comes unscaled first: it is the gradient of the additive mask.
   const bool bias = !p.dBias.empty();
@@ -300,20 +341,47 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedK
           // A hidden row's non-finite q or dO must not reach the keys through a zero weight, nor a
           // hidden key's non-finite k the rows' dQ (p_and_ds_rows clears the hidden dS).
           const bool guarded = kind == TileKind::partial && !(kb.keys_finite && rows_finite);
-          p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, kb.Kt, kb.Vt, dOr, dO.ld, s);
+          std::optional<GroupRuns> runs;
+          if (narrowed<T>(p, kind, guarded)) runs.emplace(rb);
+          const GroupRuns* groups = runs ? &*runs : nullptr;
+          p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, kb.Kt, kb.Vt, dOr, dO.ld, s, groups);
           const T* K = static_cast<const T*>(kb.kr.ptr);
+          const T *P = s.st.get(), *dS = s.dpt.get();
           if (guarded && !rows_finite) {
-            visible_product(p, rb, j0, nk, s.st.get(), ld, 1, dOr, dO.ld, p.dv, kb.dv, p.dv, false);
-            visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, Q, q.ld, p.dk, kb.dk, p.dk, false);
+            visible_product(p, rb, j0, nk, P, ld, 1, dOr, dO.ld, p.dv, kb.dv, p.dv, false);
+            visible_product(p, rb, j0, nk, dS, ld, 1, Q, q.ld, p.dk, kb.dk, p.dk, false);
+          } else if (groups) {  // by strips of keys, over the rows that see them
+            for (std::int64_t x0 = 0; x0 < nk; x0 += GroupRuns::kRows) {
+              const std::int64_t x1 = std::min(nk, x0 + GroupRuns::kRows);
+              std::int64_t ga, gb;
+              groups->meeting(j0 + x0, j0 + x1, ga, gb);
+              const std::int64_t r0 = ga * GroupRuns::kRows, r1 = std::min(n, gb * GroupRuns::kRows);
+              if (r1 <= r0) continue;
+              Ops<T>::accumulate_tile(x1 - x0, p.dv, r1 - r0, P + r0 * ld + x0, 1, ld, dOr + r0 * dO.ld, dO.ld,
+                                      kb.dv + x0 * p.dv, p.dv);
+              Ops<T>::accumulate_tile(x1 - x0, p.dk, r1 - r0, dS + r0 * ld + x0, 1, ld, Q + r0 * q.ld, q.ld,
+                                      kb.dk + x0 * p.dk, p.dk);
+            }
           } else {
-            Ops<T>::accumulate_tile(nk, p.dv, n, s.st.get(), 1, ld, dOr, dO.ld, kb.dv, p.dv);
-            Ops<T>::accumulate_tile(nk, p.dk, n, s.dpt.get(), 1, ld, Q, q.ld, kb.dk, p.dk);
+            Ops<T>::accumulate_tile(nk, p.dv, n, P, 1, ld, dOr, dO.ld, kb.dv, p.dv);
+            Ops<T>::accumulate_tile(nk, p.dk, n, dS, 1, ld, Q, q.ld, kb.dk, p.dk);
           }
           if (!dq.dq) continue;
-          if (guarded)
-            visible_product(p, rb, j0, nk, s.dpt.get(), ld, 1, K, kb.kr.ld, p.dk, dq.rows(p, b, h, i0), p.dk, true);
-          else
-            Ops<T>::accumulate_tile(n, p.dk, nk, s.dpt.get(), ld, 1, K, kb.kr.ld, dq.rows(p, b, h, i0), p.dk);
+          T* dQ = dq.rows(p, b, h, i0);
+          if (guarded) {
+            visible_product(p, rb, j0, nk, dS, ld, 1, K, kb.kr.ld, p.dk, dQ, p.dk, true);
+          } else if (groups) {  // by groups of rows, over their keys
+            for (std::int64_t g = 0; g < groups->n; ++g) {
+              const std::int64_t r0 = g * GroupRuns::kRows, r1 = std::min(n, r0 + GroupRuns::kRows);
+              std::int64_t a, e;
+              groups->keys(g, j0, j1, a, e);
+              if (e > a)
+                Ops<T>::accumulate_tile(r1 - r0, p.dk, e - a, dS + r0 * ld + (a - j0), ld, 1, K + (a - j0) * kb.kr.ld,
+                                        kb.kr.ld, dQ + r0 * p.dk, p.dk);
+            }
+          } else {
+            Ops<T>::accumulate_tile(n, p.dk, nk, dS, ld, 1, K, kb.kr.ld, dQ, p.dk);
+          }
         }
       }
     for (std::int64_t x = 0; x < nb; ++x) {

@@ -112,6 +112,36 @@ inline void visible_run(const RowBlock& rb, std::int64_t r, std::int64_t j0, std
   e = std::clamp(rb.hi[r], a, j1);
 }
 
+// The keys each group of kColumnPad rows of a block sees: [lo[g], hi[g]), the union of its rows'
+// runs (lo > hi where no row of the group sees a key). Outside it every pair of the group's rows
+// is masked (apply_mask writes -inf there, the softmax then P = 0), so a partial tile's products
+// need not compute those pairs (flash_forward.h).
+struct GroupRuns {
+  static constexpr std::int64_t kRows = static_cast<std::int64_t>(simd::kColumnPad);
+  std::int64_t n = 0, lo[kBr / kRows], hi[kBr / kRows];
+  explicit GroupRuns(const RowBlock& rb) {
+    n = (rb.n + kRows - 1) / kRows;
+    for (std::int64_t g = 0; g < n; ++g) {
+      lo[g] = std::numeric_limits<std::int64_t>::max(), hi[g] = std::numeric_limits<std::int64_t>::min();
+      for (std::int64_t r = g * kRows; r < std::min(rb.n, (g + 1) * kRows); ++r)
+        if (rb.lo[r] < rb.hi[r]) lo[g] = std::min(lo[g], rb.lo[r]), hi[g] = std::max(hi[g], rb.hi[r]);
+    }
+  }
+  // Whether some row of group g sees a key of [j0, j1).
+  bool meets(std::int64_t g, std::int64_t j0, std::int64_t j1) const { return lo[g] < j1 && hi[g] > j0 && lo[g] < hi[g]; }
+  // Groups [ga, gb): from the first that sees a key of [j0, j1) to the last (ga == gb: none).
+  void meeting(std::int64_t j0, std::int64_t j1, std::int64_t& ga, std::int64_t& gb) const {
+    ga = 0, gb = n;
+    while (ga < gb && !meets(ga, j0, j1)) ++ga;
+    while (gb > ga && !meets(gb - 1, j0, j1)) --gb;
+  }
+  // The keys of [j0, j1) group g sees: [a, e), a == e when none.
+  void keys(std::int64_t g, std::int64_t j0, std::int64_t j1, std::int64_t& a, std::int64_t& e) const {
+    a = std::clamp(lo[g], j0, j1);
+    e = std::clamp(hi[g], a, j1);
+  }
+};
+
 // Applies the mask to a score tile St[j - j0][r] (natural units, x = s·q·k): hidden pairs become
 // -inf (assigned, not added, so a NaN score of a hidden key never reaches the row), additive
 // biases are added.

@@ -159,6 +159,74 @@ TEST(Backward, BitwiseSameForAnyThreadCountOnBothPaths) {
   }
 }
 
+// Under causal and window masks a partial tile computes its products over only the pairs some of
+// its rows see (GroupRuns, tiles.h); the same pattern given as a keep-mask tensor tells no run, so
+// its tiles take every pair. Both must give the same bits, forward (out, lse) and backward, with
+// GQA, dk != dv, sizes that are not multiples of the tiles, rows that see no key, dropout, and
+// both backward paths. (A window's left edge would start the forward's key tiles past 0, which
+// the tensor does not know: other tiles, other sums.)
+TEST(Backward, NarrowedTilesGiveTheBitsOfTheirMaskTensor) {
+  struct Shape {
+    std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
+    bool causal;
+    Align align;
+    std::int64_t left, right;
+    double dropout;
+  };
+  const std::vector<Shape> shapes = {{1, 4, 2, 131, 131, 48, 48, true, Align::top_left, -1, -1, 0.0},
+                                     {2, 2, 1, 77, 200, 80, 40, true, Align::bottom_right, -1, -1, 0.0},
+                                     {1, 3, 3, 150, 97, 64, 96, false, Align::top_left, -1, 5, 0.0},
+                                     {1, 2, 1, 90, 70, 32, 32, true, Align::bottom_right, -1, -1, 0.0},
+                                     {1, 2, 2, 100, 100, 17, 33, true, Align::top_left, -1, -1, 0.25}};
+  for (std::int64_t budget : {std::int64_t{64} << 20, std::int64_t{0}}) {
+    const std::int64_t old = detail::set_backward_partial_budget(budget);
+    for (const Shape& sh : shapes) {
+      const std::uint64_t seed = 77 + sh.Nq;
+      const Tensor q = random_tensor(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.dk}, seed, 0),
+                   k = random_tensor(DType::f32, {sh.B, sh.Hkv, sh.Nkv, sh.dk}, seed, 1),
+                   v = random_tensor(DType::f32, {sh.B, sh.Hkv, sh.Nkv, sh.dv}, seed, 2),
+                   dout = random_tensor(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.dv}, seed, 3);
+      Options runs;
+      runs.mask.causal = sh.causal;
+      runs.mask.align = sh.align;
+      runs.mask.window_left = sh.left;
+      runs.mask.window_right = sh.right;
+      runs.dropout.p = sh.dropout;
+      runs.dropout.seed = 9;
+      // The same pattern as a tensor: key j visible from row i when diag - left <= j <= diag + right
+      // (causal: right = 0), diag = i, or i + Nkv - Nq bottom-right.
+      Tensor keep(DType::u8, {sh.Nq, sh.Nkv});
+      for (std::int64_t i = 0; i < sh.Nq; ++i)
+        for (std::int64_t j = 0; j < sh.Nkv; ++j) {
+          const std::int64_t diag = sh.align == Align::bottom_right ? i + sh.Nkv - sh.Nq : i;
+          const bool seen = (sh.left < 0 || j >= diag - sh.left) && (!sh.causal || j <= diag) &&
+                            (sh.right < 0 || j <= diag + sh.right);
+          keep.as<std::uint8_t>()[i * sh.Nkv + j] = seen ? 1 : 0;
+        }
+      Options tensor;
+      tensor.mask.explicit_mask = keep.view();
+      tensor.dropout = runs.dropout;
+      const std::string what = "Nq " + std::to_string(sh.Nq) + " budget " + std::to_string(budget);
+      Tensor o1(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.dv}), o2(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.dv});
+      Tensor l1(DType::f32, {sh.B, sh.Hq, sh.Nq}), l2(DType::f32, {sh.B, sh.Hq, sh.Nq});
+      forward(q.view(), k.view(), v.view(), {o1.view(), l1.view()}, runs);
+      forward(q.view(), k.view(), v.view(), {o2.view(), l2.view()}, tensor);
+      EXPECT_EQ(0, std::memcmp(o1.data(), o2.data(), o1.nbytes())) << what;
+      EXPECT_EQ(0, std::memcmp(l1.data(), l2.data(), l1.nbytes())) << what;
+      const Grads a = run_backward(DType::f32, q, k, v, dout, runs, false);
+      const Grads b = run_backward(DType::f32, q, k, v, dout, tensor, false);
+      EXPECT_EQ(0, std::memcmp(a.dq.data(), b.dq.data(), a.dq.nbytes())) << what;
+      EXPECT_EQ(0, std::memcmp(a.dk.data(), b.dk.data(), a.dk.nbytes())) << what;
+      EXPECT_EQ(0, std::memcmp(a.dv.data(), b.dv.data(), a.dv.nbytes())) << what;
+      const Grads ref = run_backward(DType::f64, q, k, v, dout, runs, true);
+      EXPECT_LE(rel_error(a.dq.view(), ref.dq.view()), 1e-5) << what;
+      EXPECT_LE(rel_error(a.dk.view(), ref.dk.view()), 1e-5) << what;
+      EXPECT_LE(rel_error(a.dv.view(), ref.dv.view()), 1e-5) << what;
+    }
+    detail::set_backward_partial_budget(old);
+  }
+}
+
 // Views 16 bytes past a cache line (numpy's alignment): the backward reads aligned copies of the
 // rows it uses as vectors and keeps dQ's sums in its own buffer; the same bits as aligned views,
 // on both paths (one pass, two passes).
