@@ -54,9 +54,11 @@ struct RowBlock {
   std::int64_t h[kBr], i[kBr], lo[kBr], hi[kBr];
   std::int64_t lo_min = 0, hi_max = 0;  // union of the rows' key ranges
   std::int64_t lo_max = 0, hi_min = 0;  // intersection of every row's key range, empty ones too
+  bool sorted = true;                   // lo and hi never decrease from a row to the next
 
   void add(const Params& p, std::int64_t head, std::int64_t row) {
     const KeyRange r = key_range(p, row);
+    if (n > 0 && (r.lo < lo[n - 1] || r.hi < hi[n - 1])) sorted = false;
     h[n] = head;
     i[n] = row;
     lo[n] = r.lo;
@@ -147,6 +149,21 @@ struct GroupRuns {
 // biases are added.
 template <class T>
 void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* St, std::int64_t lds) {
+  if (p.mask.empty() && rb.sorted) {
+    // Runs that never go back (one head's consecutive rows): the rows with hi <= j and those with
+    // lo <= j are prefixes, [0, a) and [0, b), so key j is seen by rows [a, b) and its line of the
+    // tile takes -inf over [0, a) and [max(a, b), n): runs of the line (vectors) instead of one
+    // column per row (a store a line; the same entries written).
+    std::int64_t a = 0, b = 0;
+    for (std::int64_t j = j0; j < j1; ++j) {
+      while (a < rb.n && rb.hi[a] <= j) ++a;
+      while (b < rb.n && rb.lo[b] <= j) ++b;
+      T* s = St + (j - j0) * lds;
+      std::fill(s, s + a, -std::numeric_limits<T>::infinity());
+      std::fill(s + std::max(a, b), s + rb.n, -std::numeric_limits<T>::infinity());
+    }
+    return;
+  }
   if (p.mask.empty()) {
     for (std::int64_t r = 0; r < rb.n; ++r) {
       std::int64_t a, e;
