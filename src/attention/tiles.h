@@ -7,6 +7,7 @@
 // Score tiles are transposed, St[key][query], so each query owns one SIMD lane (kernels-inl.h).
 #pragma once
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -144,6 +145,64 @@ struct GroupRuns {
   }
 };
 
+// The explicit mask's entries for a block's rows, of mask dtype M (uint8: keep or not; float or
+// double: added): row r's entry for key j at row[r] + j·step bytes. A pair's score s becomes, as
+// mask_bias (params.h) makes it, -inf where the entry hides the pair (or the pair lies outside
+// the row's run of keys), else s + bias in the scores' type (a kept uint8 pair adds 0, as a bias
+// of 0 does): the same operations. Looked up once a tile rather than per entry through
+// mask_bias (its dtype and four strides), and chosen by the bits rather than by a branch (a
+// mask's entries follow no pattern a predictor learns): a forward with a [N, N] boolean mask took
+// 3.7x the time of one without (docs/performance.md).
+template <class M>
+struct MaskRows {
+  const char* row[kBr];
+  std::int64_t step;
+  bool shared = true;  // every row reads the same entries (a padding mask [B, 1, 1, Nkv])
+  MaskRows(const Params& p, const RowBlock& rb) : step(p.mask.strides[3] * static_cast<std::int64_t>(sizeof(M))) {
+    for (std::int64_t r = 0; r < rb.n; ++r) {
+      row[r] = static_cast<const char*>(element(p.mask, rb.b, rb.h[r], rb.i[r], 0));
+      shared &= row[r] == row[0];
+    }
+  }
+  template <class T>
+  struct Entry {
+    bool hide;
+    T bias;
+  };
+  template <class T>
+  Entry<T> entry(std::int64_t r, std::int64_t j) const {
+    const M m = *reinterpret_cast<const M*>(row[r] + j * step);
+    if constexpr (std::is_same_v<M, std::uint8_t>) return {m == 0, T(0)};
+    else return {static_cast<double>(m) == -INFINITY, static_cast<T>(static_cast<double>(m))};
+  }
+  // -inf if hide, else x.
+  template <class T>
+  static T hide_or(bool hide, T x) {
+    using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+    const U keep = U(hide) - U(1);  // all ones to keep x, zero to hide it
+    return std::bit_cast<T>((std::bit_cast<U>(x) & keep) | (std::bit_cast<U>(-std::numeric_limits<T>::infinity()) & ~keep));
+  }
+  // Pair (r, j) of score s. A boolean mask by the bits; an additive one by a branch, whose -inf
+  // entries come in runs (a causal or padding pattern) and whose other entries cost an add either
+  // way (by the bits its backward took 1.10x the time).
+  template <class T>
+  T apply(const RowBlock& rb, T s, std::int64_t r, std::int64_t j) const {
+    const Entry<T> e = entry<T>(r, j);
+    const bool hide = j < rb.lo[r] || j >= rb.hi[r] || e.hide;
+    if constexpr (std::is_same_v<M, std::uint8_t>) return hide_or(hide, s + e.bias);
+    else return hide ? -std::numeric_limits<T>::infinity() : s + e.bias;
+  }
+};
+// fn(MaskRows<M>) for the mask's dtype (validate.cc admits uint8, float32 and float64).
+template <class Fn>
+void with_mask_rows(const Params& p, const RowBlock& rb, Fn fn) {
+  switch (p.mask.dtype) {
+    case DType::u8: return fn(MaskRows<std::uint8_t>(p, rb));
+    case DType::f32: return fn(MaskRows<float>(p, rb));
+    default: return fn(MaskRows<double>(p, rb));
+  }
+}
+
 // Applies the mask to a score tile St[j - j0][r] (natural units, x = s·q·k): hidden pairs become
 // -inf (assigned, not added, so a NaN score of a hidden key never reaches the row), additive
 // biases are added.
@@ -173,19 +232,19 @@ void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
     }
     return;
   }
-  for (std::int64_t j = j0; j < j1; ++j) {
-    T* s = St + (j - j0) * lds;
-    for (std::int64_t r = 0; r < rb.n; ++r) {
-      if (j < rb.lo[r] || j >= rb.hi[r]) {
-        s[r] = -std::numeric_limits<T>::infinity();
-        continue;
+  // Each row sees every key of the tile by its run, and reads the same entries: one entry a key.
+  const bool inside = rb.lo_max <= j0 && rb.hi_min >= j1;
+  with_mask_rows(p, rb, [&](const auto& mask) {
+    for (std::int64_t j = j0; j < j1; ++j) {
+      T* s = St + (j - j0) * lds;
+      if (inside && mask.shared) {
+        const auto e = mask.template entry<T>(0, j);
+        for (std::int64_t r = 0; r < rb.n; ++r) s[r] = mask.hide_or(e.hide, s[r] + e.bias);
+      } else {
+        for (std::int64_t r = 0; r < rb.n; ++r) s[r] = mask.apply(rb, s[r], r, j);
       }
-      if (p.mask.empty()) continue;
-      const double bias = mask_bias(p, rb.b, rb.h[r], rb.i[r], j);
-      s[r] = bias == -INFINITY ? -std::numeric_limits<T>::infinity()
-                               : s[r] + static_cast<T>(bias);
     }
-  }
+  });
 }
 
 // apply_mask for a tile in row layout, S[r][j - j0] (one query per row).
@@ -201,18 +260,12 @@ void apply_mask_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::
     }
     return;
   }
-  for (std::int64_t r = 0; r < rb.n; ++r) {
-    T* s = S + r * lds - j0;
-    for (std::int64_t j = j0; j < j1; ++j) {
-      if (j < rb.lo[r] || j >= rb.hi[r]) {
-        s[j] = -std::numeric_limits<T>::infinity();
-        continue;
-      }
-      if (p.mask.empty()) continue;
-      const double bias = mask_bias(p, rb.b, rb.h[r], rb.i[r], j);
-      s[j] = bias == -INFINITY ? -std::numeric_limits<T>::infinity() : s[j] + static_cast<T>(bias);
+  with_mask_rows(p, rb, [&](const auto& mask) {
+    for (std::int64_t r = 0; r < rb.n; ++r) {
+      T* s = S + r * lds - j0;
+      for (std::int64_t j = j0; j < j1; ++j) s[j] = mask.apply(rb, s[j], r, j);
     }
-  }
+  });
 }
 
 // True when query row r of the block may see key j: inside its causal/window range and not

@@ -36,6 +36,27 @@ Grads run_backward(DType dtype, const Tensor& q, const Tensor& k, const Tensor& 
   return g;
 }
 
+// q, k, v and dout of a shape, float32 normals from seed.
+struct Inputs {
+  Tensor q, k, v, dout;
+};
+Inputs random_inputs(std::int64_t B, std::int64_t Hq, std::int64_t Hkv, std::int64_t Nq, std::int64_t Nkv,
+                     std::int64_t dk, std::int64_t dv, std::uint64_t seed) {
+  return {random_tensor(DType::f32, {B, Hq, Nq, dk}, seed, 0), random_tensor(DType::f32, {B, Hkv, Nkv, dk}, seed, 1),
+          random_tensor(DType::f32, {B, Hkv, Nkv, dv}, seed, 2), random_tensor(DType::f32, {B, Hq, Nq, dv}, seed, 3)};
+}
+
+// fn(budget) on both backward paths: one pass (dQ partials within their memory budget) and the
+// two-pass fallback (forced by a zero budget).
+template <class F>
+void on_both_paths(F fn) {
+  for (std::int64_t budget : {std::int64_t{64} << 20, std::int64_t{0}}) {
+    const std::int64_t old = detail::set_backward_partial_budget(budget);
+    fn(budget);
+    detail::set_backward_partial_budget(old);
+  }
+}
+
 TEST(Backward, MatchesReferenceWithMasksAndGQA) {
   for (int variant = 0; variant < 4; ++variant) {
     const std::int64_t B = 2, Hq = 4, Hkv = variant % 2 ? 1 : 2, Nq = 23, Nkv = 31, dk = 13, dv = 9;
@@ -128,14 +149,9 @@ TEST(Backward, BitwiseSameForAnyThreadCountOnBothPaths) {
   };
   const std::vector<Shape> shapes = {{2, 8, 4, 17, 19, 8, false}, {1, 4, 2, 131, 257, 16, true},
                                      {1, 3, 1, 67, 541, 5, false}, {2, 4, 4, 70, 64, 33, true}};
-  for (std::int64_t budget : {std::int64_t{64} << 20, std::int64_t{0}}) {
-    const std::int64_t old = detail::set_backward_partial_budget(budget);
+  on_both_paths([&](std::int64_t budget) {
     for (const Shape& sh : shapes) {
-      const std::uint64_t seed = 5 + sh.Nkv;
-      const Tensor q = random_tensor(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.d}, seed, 0),
-                   k = random_tensor(DType::f32, {sh.B, sh.Hkv, sh.Nkv, sh.d}, seed, 1),
-                   v = random_tensor(DType::f32, {sh.B, sh.Hkv, sh.Nkv, sh.d}, seed, 2),
-                   dout = random_tensor(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.d}, seed, 3);
+      const auto [q, k, v, dout] = random_inputs(sh.B, sh.Hq, sh.Hkv, sh.Nq, sh.Nkv, sh.d, sh.d, 5 + sh.Nkv);
       Options opt;
       opt.mask.causal = sh.causal;
       opt.mask.align = Align::bottom_right;
@@ -155,8 +171,7 @@ TEST(Backward, BitwiseSameForAnyThreadCountOnBothPaths) {
         EXPECT_EQ(0, std::memcmp(a.dv.data(), b.dv.data(), a.dv.nbytes())) << what << " threads " << threads;
       }
     }
-    detail::set_backward_partial_budget(old);
-  }
+  });
 }
 
 // Under causal and window masks a partial tile computes its products over only the pairs some of
@@ -178,14 +193,9 @@ TEST(Backward, NarrowedTilesGiveTheBitsOfTheirMaskTensor) {
                                      {1, 3, 3, 150, 97, 64, 96, false, Align::top_left, -1, 5, 0.0},
                                      {1, 2, 1, 90, 70, 32, 32, true, Align::bottom_right, -1, -1, 0.0},
                                      {1, 2, 2, 100, 100, 17, 33, true, Align::top_left, -1, -1, 0.25}};
-  for (std::int64_t budget : {std::int64_t{64} << 20, std::int64_t{0}}) {
-    const std::int64_t old = detail::set_backward_partial_budget(budget);
+  on_both_paths([&](std::int64_t budget) {
     for (const Shape& sh : shapes) {
-      const std::uint64_t seed = 77 + sh.Nq;
-      const Tensor q = random_tensor(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.dk}, seed, 0),
-                   k = random_tensor(DType::f32, {sh.B, sh.Hkv, sh.Nkv, sh.dk}, seed, 1),
-                   v = random_tensor(DType::f32, {sh.B, sh.Hkv, sh.Nkv, sh.dv}, seed, 2),
-                   dout = random_tensor(DType::f32, {sh.B, sh.Hq, sh.Nq, sh.dv}, seed, 3);
+      const auto [q, k, v, dout] = random_inputs(sh.B, sh.Hq, sh.Hkv, sh.Nq, sh.Nkv, sh.dk, sh.dv, 77 + sh.Nq);
       Options runs;
       runs.mask.causal = sh.causal;
       runs.mask.align = sh.align;
@@ -223,8 +233,7 @@ TEST(Backward, NarrowedTilesGiveTheBitsOfTheirMaskTensor) {
       EXPECT_LE(rel_error(a.dk.view(), ref.dk.view()), 1e-5) << what;
       EXPECT_LE(rel_error(a.dv.view(), ref.dv.view()), 1e-5) << what;
     }
-    detail::set_backward_partial_budget(old);
-  }
+  });
 }
 
 // Views 16 bytes past a cache line (numpy's alignment): the backward reads aligned copies of the
@@ -232,8 +241,7 @@ TEST(Backward, NarrowedTilesGiveTheBitsOfTheirMaskTensor) {
 // on both paths (one pass, two passes).
 TEST(Backward, MisalignedViewsGiveTheAlignedBits) {
   const std::int64_t B = 1, Hq = 4, Hkv = 2, Nq = 131, Nkv = 150, d = 64;
-  const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, d}, 77, 0), k = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 77, 1),
-               v = random_tensor(DType::f32, {B, Hkv, Nkv, d}, 77, 2), dout = random_tensor(DType::f32, {B, Hq, Nq, d}, 77, 3);
+  const auto [q, k, v, dout] = random_inputs(B, Hq, Hkv, Nq, Nkv, d, d, 77);
   std::vector<std::vector<float>> buffers;
   // A copy of t (or room for one) starting 16 bytes past a 64-byte boundary.
   auto shifted = [&](const Tensor& t, bool copy) {
@@ -244,8 +252,7 @@ TEST(Backward, MisalignedViewsGiveTheAlignedBits) {
     return TensorView::contiguous(base, DType::f32, {t.dim(0), t.dim(1), t.dim(2), t.dim(3)});
   };
   buffers.reserve(16);
-  for (std::int64_t budget : {std::int64_t{64} << 20, std::int64_t{0}}) {
-    const std::int64_t old = detail::set_backward_partial_budget(budget);
+  on_both_paths([&](std::int64_t budget) {
     Options opt;
     opt.mask.causal = true;
     const Grads a = run_backward(DType::f32, q, k, v, dout, opt, false);
@@ -257,8 +264,7 @@ TEST(Backward, MisalignedViewsGiveTheAlignedBits) {
     EXPECT_EQ(0, std::memcmp(a.dq.data(), dq.data, a.dq.nbytes())) << budget;
     EXPECT_EQ(0, std::memcmp(a.dk.data(), dk.data, a.dk.nbytes())) << budget;
     EXPECT_EQ(0, std::memcmp(a.dv.data(), dv.data, a.dv.nbytes())) << budget;
-    detail::set_backward_partial_budget(old);
-  }
+  });
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "attention/tiles.h"
 #include "attnscale/attention.h"
 #include "random_tensors.h"
 
@@ -208,6 +209,45 @@ TEST(Forward, MisalignedValuesGiveTheAlignedBits) {
       EXPECT_LE(rel_error(o2.view(), ref.view()), 1e-5) << "dv " << dv << " causal " << causal;
     }
   }
+}
+
+// The mask tensor's entries as the tiles apply them (MaskRows, tiles.h: row pointers looked up once
+// a tile, a boolean entry chosen by the bits) against mask_bias, the reference's reading, score by
+// score: uint8, float32 and float64 masks with -inf and NaN entries, broadcast ([1, 1, 1, Nkv]) and
+// strided views, causal runs, and scores that are -0, inf and NaN. The same bits.
+TEST(Forward, MaskRowsApplyTheMaskAsMaskBiasDoes) {
+  const std::int64_t Nq = 37, Nkv = 53;
+  for (DType dt : {DType::u8, DType::f32, DType::f64})
+    for (int shape = 0; shape < 3; ++shape) {
+      // shape 0: [1, 1, Nq, Nkv]; 1: [1, 1, 1, Nkv] broadcast over rows; 2: a transposed [Nkv, Nq] buffer.
+      Tensor buffer = random_tensor(dt == DType::u8 ? DType::u8 : dt, {1, 1, Nkv, Nq}, 5 + shape, 0);
+      if (dt != DType::u8)
+        for (std::int64_t e = 0; e < Nkv * Nq; e += 7) {
+          if (dt == DType::f32) buffer.as<float>()[e] = e % 2 ? -INFINITY : NAN;
+          else buffer.as<double>()[e] = e % 2 ? -INFINITY : NAN;
+        }
+      detail::Params p;
+      p.Nq = Nq, p.Nkv = Nkv, p.causal = shape == 0;
+      p.mask = buffer.view();
+      if (shape == 0) p.mask.strides[2] = Nkv, p.mask.strides[3] = 1;
+      if (shape == 1) p.mask.strides[2] = 0, p.mask.strides[3] = 1;
+      if (shape == 2) p.mask.strides[2] = 1, p.mask.strides[3] = Nq;
+      p.mask.shape[2] = Nq, p.mask.shape[3] = Nkv;
+      detail::RowBlock rb;
+      for (std::int64_t i = 0; i < Nq; ++i) rb.add(p, 0, i);
+      const float scores[] = {1.5f, -0.0f, 0.0f, INFINITY, -INFINITY, NAN, -3.25e30f};
+      detail::with_mask_rows(p, rb, [&](const auto& mask) {
+        for (std::int64_t r = 0; r < rb.n; ++r)
+          for (std::int64_t j = 0; j < Nkv; ++j)
+            for (float s : scores) {
+              const double bias = detail::mask_bias(p, 0, 0, rb.i[r], j);
+              const float want = j < rb.lo[r] || j >= rb.hi[r] || bias == -INFINITY ? -INFINITY : s + static_cast<float>(bias);
+              const float got = mask.apply(rb, s, r, j);
+              EXPECT_EQ(0, std::memcmp(&want, &got, sizeof(float))) << dtype_name(dt) << " shape " << shape << " r " << r
+                                                                   << " j " << j << " s " << s;
+            }
+      });
+    }
 }
 
 TEST(Forward, ResultDoesNotDependOnThreads) {
