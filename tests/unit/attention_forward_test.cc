@@ -214,7 +214,8 @@ TEST(Forward, MisalignedValuesGiveTheAlignedBits) {
 // The mask tensor's entries as the tiles apply them (MaskRows, tiles.h: row pointers looked up once
 // a tile, a boolean entry chosen by the bits) against mask_bias, the reference's reading, score by
 // score: uint8, float32 and float64 masks with -inf and NaN entries, broadcast ([1, 1, 1, Nkv]) and
-// strided views, causal runs, and scores that are -0, inf and NaN. The same bits.
+// strided views, causal runs, and scores that are -0, inf and NaN, pair by pair and a row's run at
+// once. The same bits.
 TEST(Forward, MaskRowsApplyTheMaskAsMaskBiasDoes) {
   const std::int64_t Nq = 37, Nkv = 53;
   for (DType dt : {DType::u8, DType::f32, DType::f64})
@@ -246,6 +247,17 @@ TEST(Forward, MaskRowsApplyTheMaskAsMaskBiasDoes) {
               EXPECT_EQ(0, std::memcmp(&want, &got, sizeof(float))) << dtype_name(dt) << " shape " << shape << " r " << r
                                                                    << " j " << j << " s " << s;
             }
+        // A row's run at once (the row layout's loop): the same values.
+        for (std::int64_t r = 0; r < rb.n; ++r)
+          for (float s : scores) {
+            std::vector<float> row(static_cast<std::size_t>(Nkv), s);
+            mask.apply_run(row.data(), r, rb.lo[r], rb.hi[r]);
+            for (std::int64_t j = rb.lo[r]; j < rb.hi[r]; ++j) {
+              const float want = mask.apply(rb, s, r, j);
+              EXPECT_EQ(0, std::memcmp(&want, &row[static_cast<std::size_t>(j)], sizeof(float)))
+                  << dtype_name(dt) << " shape " << shape << " r " << r << " j " << j << " s " << s;
+            }
+          }
       });
     }
 }
