@@ -150,9 +150,9 @@ struct GroupRuns {
 // mask_bias (params.h) makes it, -inf where the entry hides the pair (or the pair lies outside
 // the row's run of keys), else s + bias in the scores' type (a kept uint8 pair adds 0, as a bias
 // of 0 does): the same operations. Looked up once a tile rather than per entry through
-// mask_bias (its dtype and four strides), and chosen by the bits rather than by a branch (a
-// mask's entries follow no pattern a predictor learns): a forward with a [N, N] boolean mask took
-// 3.7x the time of one without (docs/performance.md).
+// mask_bias (its dtype and four strides), a boolean entry chosen by the bits rather than by a
+// branch (a random mask's entries follow no pattern a predictor learns): a forward with a [N, N]
+// boolean mask took 3.7x the time of one without (docs/performance.md).
 template <class M>
 struct MaskRows {
   const char* row[kBr];
@@ -254,7 +254,7 @@ void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
   with_mask_rows(p, rb, [&](const auto& mask) {
     for (std::int64_t j = j0; j < j1; ++j) {
       T* s = St + (j - j0) * lds;
-      if (inside && mask.shared) {
+      if (inside && mask.shared && rb.n > 0) {
         const auto e = mask.template entry<T>(0, j);
         for (std::int64_t r = 0; r < rb.n; ++r) s[r] = mask.hide_or(e.hide, s[r] + e.bias);
       } else {
