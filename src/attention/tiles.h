@@ -267,26 +267,19 @@ void apply_mask(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
 // apply_mask for a tile in row layout, S[r][j - j0] (one query per row).
 template <class T>
 void apply_mask_rows(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, T* S, std::int64_t lds) {
-  if (p.mask.empty()) {
+  // Each row: -inf outside its run, then, with a mask tensor, its entries over the run.
+  const auto rows = [&](const auto* mask) {
     for (std::int64_t r = 0; r < rb.n; ++r) {
       std::int64_t a, e;
       visible_run(rb, r, j0, j1, a, e);
       T* s = S + r * lds - j0;
       std::fill(s + j0, s + a, -std::numeric_limits<T>::infinity());
       std::fill(s + e, s + j1, -std::numeric_limits<T>::infinity());
+      if (mask) mask->apply_run(s, r, a, e);
     }
-    return;
-  }
-  with_mask_rows(p, rb, [&](const auto& mask) {
-    for (std::int64_t r = 0; r < rb.n; ++r) {
-      std::int64_t a, e;
-      visible_run(rb, r, j0, j1, a, e);
-      T* s = S + r * lds - j0;
-      std::fill(s + j0, s + a, -std::numeric_limits<T>::infinity());
-      std::fill(s + e, s + j1, -std::numeric_limits<T>::infinity());
-      mask.apply_run(s, r, a, e);
-    }
-  });
+  };
+  if (p.mask.empty()) return rows(static_cast<const MaskRows<std::uint8_t>*>(nullptr));
+  with_mask_rows(p, rb, [&](const auto& mask) { rows(&mask); });
 }
 
 // True when query row r of the block may see key j: inside its causal/window range and not
