@@ -20,7 +20,6 @@
 #include <cmath>
 #include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -152,17 +151,14 @@ void by_row_groups(const RowBlock& rb, std::int64_t j0, std::int64_t j1, const G
                    std::int64_t ld, Product product) {
   const std::int64_t cols = round_up(j1 - j0, simd::kColumnPad), pad = simd::kColumnPad;
   if (!groups) return product(0, rb.n, 0, cols);
-  for (std::int64_t g = 0; g < groups->n; ++g) {
-    const std::int64_t r0 = g * GroupRuns::kRows, r1 = std::min(rb.n, r0 + GroupRuns::kRows);
-    std::int64_t a, e;
-    groups->keys(g, j0, j1, a, e);
+  groups->each_group(rb.n, j0, j1, [&](std::int64_t r0, std::int64_t r1, std::int64_t a, std::int64_t e) {
     const std::int64_t c0 = (a - j0) / pad * pad, c1 = a == e ? c0 : round_up(e - j0, pad);
     if (c1 > c0) product(r0, r1 - r0, c0, c1 - c0);
     for (std::int64_t r = r0; r < r1; ++r) {
       std::fill(X + r * ld, X + r * ld + c0, T(0));
       std::fill(X + r * ld + c1, X + r * ld + cols, T(0));
     }
-  }
+  });
 }
 
 template <class T>
@@ -341,9 +337,7 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedK
           // A hidden row's non-finite q or dO must not reach the keys through a zero weight, nor a
           // hidden key's non-finite k the rows' dQ (p_and_ds_rows clears the hidden dS).
           const bool guarded = kind == TileKind::partial && !(kb.keys_finite && rows_finite);
-          std::optional<GroupRuns> runs;
-          if (narrowed<T>(p, kind, guarded)) runs.emplace(rb);
-          const GroupRuns* groups = runs ? &*runs : nullptr;
+          const GroupRuns* groups = narrowed<T>(p, kind, guarded) ? &rb.groups : nullptr;
           p_and_ds_rows(p, stats, rb, j0, j1, kind, guarded, Q, q.ld, kb.Kt, kb.Vt, dOr, dO.ld, s, groups);
           const T* K = static_cast<const T*>(kb.kr.ptr);
           const T *P = s.st.get(), *dS = s.dpt.get();
@@ -351,17 +345,13 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedK
             visible_product(p, rb, j0, nk, P, ld, 1, dOr, dO.ld, p.dv, kb.dv, p.dv, false);
             visible_product(p, rb, j0, nk, dS, ld, 1, Q, q.ld, p.dk, kb.dk, p.dk, false);
           } else if (groups) {  // by strips of keys, over the rows that see them
-            for (std::int64_t x0 = 0; x0 < nk; x0 += GroupRuns::kRows) {
-              const std::int64_t x1 = std::min(nk, x0 + GroupRuns::kRows);
-              std::int64_t ga, gb;
-              groups->meeting(j0 + x0, j0 + x1, ga, gb);
-              const std::int64_t r0 = ga * GroupRuns::kRows, r1 = std::min(n, gb * GroupRuns::kRows);
-              if (r1 <= r0) continue;
-              Ops<T>::accumulate_tile(x1 - x0, p.dv, r1 - r0, P + r0 * ld + x0, 1, ld, dOr + r0 * dO.ld, dO.ld,
-                                      kb.dv + x0 * p.dv, p.dv);
-              Ops<T>::accumulate_tile(x1 - x0, p.dk, r1 - r0, dS + r0 * ld + x0, 1, ld, Q + r0 * q.ld, q.ld,
-                                      kb.dk + x0 * p.dk, p.dk);
-            }
+            groups->each_strip(j0, j1, [&](std::int64_t ja, std::int64_t jb, std::int64_t r0, std::int64_t r1) {
+              const std::int64_t x0 = ja - j0, m = jb - ja, rows = std::min(n, r1) - r0;
+              Ops<T>::accumulate_tile(m, p.dv, rows, P + r0 * ld + x0, 1, ld, dOr + r0 * dO.ld, dO.ld, kb.dv + x0 * p.dv,
+                                      p.dv);
+              Ops<T>::accumulate_tile(m, p.dk, rows, dS + r0 * ld + x0, 1, ld, Q + r0 * q.ld, q.ld, kb.dk + x0 * p.dk,
+                                      p.dk);
+            });
           } else {
             Ops<T>::accumulate_tile(nk, p.dv, n, P, 1, ld, dOr, dO.ld, kb.dv, p.dv);
             Ops<T>::accumulate_tile(nk, p.dk, n, dS, 1, ld, Q, q.ld, kb.dk, p.dk);
@@ -371,14 +361,11 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedK
           if (guarded) {
             visible_product(p, rb, j0, nk, dS, ld, 1, K, kb.kr.ld, p.dk, dQ, p.dk, true);
           } else if (groups) {  // by groups of rows, over their keys
-            for (std::int64_t g = 0; g < groups->n; ++g) {
-              const std::int64_t r0 = g * GroupRuns::kRows, r1 = std::min(n, r0 + GroupRuns::kRows);
-              std::int64_t a, e;
-              groups->keys(g, j0, j1, a, e);
+            groups->each_group(n, j0, j1, [&](std::int64_t r0, std::int64_t r1, std::int64_t a, std::int64_t e) {
               if (e > a)
                 Ops<T>::accumulate_tile(r1 - r0, p.dk, e - a, dS + r0 * ld + (a - j0), ld, 1, K + (a - j0) * kb.kr.ld,
                                         kb.kr.ld, dQ + r0 * p.dk, p.dk);
-            }
+            });
           } else {
             Ops<T>::accumulate_tile(n, p.dk, nk, dS, ld, 1, K, kb.kr.ld, dQ, p.dk);
           }

@@ -56,16 +56,10 @@ void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64
     // Strips of kColumnPad keys, each against the groups of query columns that see one of its keys
     // (a causal diagonal tile: 10 of its 16 strip-group products). The rest is masked below; a
     // score's operations do not depend on how the tile is cut (gemm), so the same bits.
-    const GroupRuns groups(rb);
-    for (std::int64_t ja = j0; ja < j1; ja += GroupRuns::kRows) {
-      const std::int64_t jb = std::min(ja + GroupRuns::kRows, j1);
-      std::int64_t ga, gb;
-      groups.meeting(ja, jb, ga, gb);
-      if (ga == gb) continue;
-      const std::int64_t c0 = ga * GroupRuns::kRows, c1 = std::min(gb * GroupRuns::kRows, columns(rb));
-      Ops<T>::forward_gemm(jb - ja, c1 - c0, p.dk, K + (ja - j0) * k.rs, k.rs, k.cs, s.qt.get() + c0, s.ld,
-                           s.st.get() + (ja - j0) * s.ld + c0, s.ld, simd::kOverwrite);
-    }
+    rb.groups.each_strip(j0, j1, [&](std::int64_t ja, std::int64_t jb, std::int64_t c0, std::int64_t c1) {
+      Ops<T>::forward_gemm(jb - ja, std::min(c1, columns(rb)) - c0, p.dk, K + (ja - j0) * k.rs, k.rs, k.cs,
+                           s.qt.get() + c0, s.ld, s.st.get() + (ja - j0) * s.ld + c0, s.ld, simd::kOverwrite);
+    });
   } else {
     Ops<T>::forward_gemm(nk, columns(rb), p.dk, K, k.rs, k.cs, s.qt.get(), s.ld, s.st.get(), s.ld, simd::kOverwrite);
   }
@@ -98,23 +92,16 @@ void accumulate_visible(const Params& p, const RowBlock& rb, std::int64_t j0, st
 
 // o = alpha·o + P·V for a partial tile (score layout, V finite): each group of kColumnPad rows
 // over only the keys it sees. The others' P is +0 (e^-inf): in a float32 chain that starts at +0
-// a term 0·v (v finite) leaves the sum as it was (the sum is never -0), so the same bits; the
-// float64 loops add into o, which alpha = 0 can leave -0, so they take every key. A float32 P·V of
-// one column (dv = 1) sums by gemm's inner blocks, which a shorter range would regroup.
+// a term 0·v (v finite) leaves the sum as it was (the sum is never -0), so the same bits. Not for
+// float64 (its loops add into o, which alpha = 0 can leave -0) nor for a float32 P·V of one column
+// (dv = 1: it sums by gemm's inner blocks, which a shorter range would regroup): see attend().
 template <class T>
 void partial_pv(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, const T* V, std::int64_t ldv,
                 ForwardScratch<T>& s) {
-  const std::int64_t nk = j1 - j0;
-  if (!std::is_same_v<T, float> || p.dv == 1)
-    return Ops<T>::forward_pv(rb.n, p.dv, nk, s.st.get(), 1, s.ld, V, ldv, s.o.get(), p.dv, s.alpha.get());
-  const GroupRuns groups(rb);
-  for (std::int64_t g = 0; g < groups.n; ++g) {
-    const std::int64_t r0 = g * GroupRuns::kRows, rows = std::min(GroupRuns::kRows, rb.n - r0);
-    std::int64_t a, e;
-    groups.keys(g, j0, j1, a, e);
-    Ops<T>::forward_pv(rows, p.dv, e - a, s.st.get() + (a - j0) * s.ld + r0, 1, s.ld, V + (a - j0) * ldv, ldv,
+  rb.groups.each_group(rb.n, j0, j1, [&](std::int64_t r0, std::int64_t r1, std::int64_t a, std::int64_t e) {
+    Ops<T>::forward_pv(r1 - r0, p.dv, e - a, s.st.get() + (a - j0) * s.ld + r0, 1, s.ld, V + (a - j0) * ldv, ldv,
                        s.o.get() + r0 * p.dv, p.dv, s.alpha.get() + r0);
-  }
+  });
 }
 
 // Asks for the V rows of a key tile while the scores are computed (decode is bound by memory:
@@ -157,7 +144,7 @@ void attend(const Params& p, const RowBlock& rb, std::int64_t k0, std::int64_t k
     const T* V = static_cast<const T*>(v.ptr);
     if (kind == TileKind::partial && !all_finite(V, v.ld, nk, p.dv))
       accumulate_visible(p, rb, j0, nk, s.st.get(), prs, pcs, V, v.ld, s);
-    else if (kind == TileKind::partial && !rows)
+    else if (kind == TileKind::partial && !rows && std::is_same_v<T, float> && p.dv > 1)
       partial_pv(p, rb, j0, j1, V, v.ld, s);
     else
       Ops<T>::forward_pv(rb.n, p.dv, nk, s.st.get(), prs, pcs, V, v.ld, s.o.get(), p.dv, s.alpha.get());

@@ -223,8 +223,9 @@ void Gemm(size_t M, size_t N, size_t K, const float* A, size_t ars, size_t acs, 
     else ColumnBlock<kMR, kNR, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);
   }
   // Two or three whole vectors left (AVX-512's kNR = 4: d = 96, a partial tile's 48 columns): one
-  // block that wide. Passes of one vector would run kMR = 4 chains, too few to keep two FMA ports
-  // busy (each FMA waits 4 cycles for its chain's last).
+  // block that wide (two vectors by kWideMR = 6 rows on every core: 12 chains). Passes of one
+  // vector would run kMR = 4 chains, too few to keep two FMA ports busy (each FMA waits 4 cycles
+  // for its chain's last).
   if constexpr (kNR == 4) {
     if (N - n >= 3 * L) {
       if (wide) ColumnBlock<kWideMR, 3, false>(d, M, K, kb, A, ars, acs, B + n, ldb, C + n, ldc, mode, row_scale, L);

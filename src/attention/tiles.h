@@ -49,6 +49,46 @@ class Buffer {
   std::int64_t n_ = 0;
 };
 
+// The keys each group of kColumnPad consecutive rows of a block sees: [lo[g], hi[g]), the union
+// of its rows' runs (lo > hi where no row of the group sees a key). Outside it every pair of the
+// group's rows is masked (apply_mask writes -inf there, the softmax then P = 0), so a partial
+// tile's products need not compute those pairs (flash_forward.h, backward.cc).
+struct GroupRuns {
+  static constexpr std::int64_t kRows = static_cast<std::int64_t>(simd::kColumnPad);
+  std::int64_t n = 0, lo[kBr / kRows], hi[kBr / kRows];
+
+  // Row `row` of the block (rows added in order) sees keys [rlo, rhi).
+  void add(std::int64_t row, std::int64_t rlo, std::int64_t rhi) {
+    const std::int64_t g = row / kRows;
+    if (g == n) lo[n] = std::numeric_limits<std::int64_t>::max(), hi[n] = std::numeric_limits<std::int64_t>::min(), ++n;
+    if (rlo < rhi) lo[g] = std::min(lo[g], rlo), hi[g] = std::max(hi[g], rhi);
+  }
+  // fn(r0, r1, a, e) for each group of a block of `rows` rows: its rows [r0, r1) and the keys of
+  // [j0, j1) it sees, [a, e) (a == e when none).
+  template <class Fn>
+  void each_group(std::int64_t rows, std::int64_t j0, std::int64_t j1, Fn fn) const {
+    for (std::int64_t g = 0; g < n; ++g) {
+      const std::int64_t a = std::clamp(lo[g], j0, j1);
+      fn(g * kRows, std::min(rows, (g + 1) * kRows), a, std::clamp(hi[g], a, j1));
+    }
+  }
+  // fn(ja, jb, r0, r1) for each strip [ja, jb) of kRows keys of [j0, j1) that some group sees, with
+  // the rows [r0, r1) of the groups from the first that sees one of its keys to the last.
+  template <class Fn>
+  void each_strip(std::int64_t j0, std::int64_t j1, Fn fn) const {
+    for (std::int64_t ja = j0; ja < j1; ja += kRows) {
+      const std::int64_t jb = std::min(ja + kRows, j1);
+      std::int64_t ga = 0, gb = n;
+      while (ga < gb && !meets(ga, ja, jb)) ++ga;
+      while (gb > ga && !meets(gb - 1, ja, jb)) --gb;
+      if (ga < gb) fn(ja, jb, ga * kRows, gb * kRows);
+    }
+  }
+
+ private:
+  bool meets(std::int64_t g, std::int64_t j0, std::int64_t j1) const { return lo[g] < j1 && hi[g] > j0 && lo[g] < hi[g]; }
+};
+
 // Query rows of one block and the keys their causal/window masks allow.
 struct RowBlock {
   std::int64_t b = 0, kh = 0, n = 0;
@@ -56,6 +96,7 @@ struct RowBlock {
   std::int64_t lo_min = 0, hi_max = 0;  // union of the rows' key ranges
   std::int64_t lo_max = 0, hi_min = 0;  // intersection of every row's key range, empty ones too
   bool sorted = true;                   // lo and hi never decrease from a row to the next
+  GroupRuns groups;                     // the union of the runs of each kColumnPad rows
 
   void add(const Params& p, std::int64_t head, std::int64_t row) {
     const KeyRange r = key_range(p, row);
@@ -64,6 +105,7 @@ struct RowBlock {
     i[n] = row;
     lo[n] = r.lo;
     hi[n] = r.hi;
+    groups.add(n, r.lo, r.hi);
     lo_max = n > 0 ? std::max(lo_max, r.lo) : r.lo;
     hi_min = n > 0 ? std::min(hi_min, r.hi) : r.hi;
     if (r.lo < r.hi) {
@@ -114,36 +156,6 @@ inline void visible_run(const RowBlock& rb, std::int64_t r, std::int64_t j0, std
   a = std::clamp(rb.lo[r], j0, j1);
   e = std::clamp(rb.hi[r], a, j1);
 }
-
-// The keys each group of kColumnPad rows of a block sees: [lo[g], hi[g]), the union of its rows'
-// runs (lo > hi where no row of the group sees a key). Outside it every pair of the group's rows
-// is masked (apply_mask writes -inf there, the softmax then P = 0), so a partial tile's products
-// need not compute those pairs (flash_forward.h).
-struct GroupRuns {
-  static constexpr std::int64_t kRows = static_cast<std::int64_t>(simd::kColumnPad);
-  std::int64_t n = 0, lo[kBr / kRows], hi[kBr / kRows];
-  explicit GroupRuns(const RowBlock& rb) {
-    n = (rb.n + kRows - 1) / kRows;
-    for (std::int64_t g = 0; g < n; ++g) {
-      lo[g] = std::numeric_limits<std::int64_t>::max(), hi[g] = std::numeric_limits<std::int64_t>::min();
-      for (std::int64_t r = g * kRows; r < std::min(rb.n, (g + 1) * kRows); ++r)
-        if (rb.lo[r] < rb.hi[r]) lo[g] = std::min(lo[g], rb.lo[r]), hi[g] = std::max(hi[g], rb.hi[r]);
-    }
-  }
-  // Whether some row of group g sees a key of [j0, j1).
-  bool meets(std::int64_t g, std::int64_t j0, std::int64_t j1) const { return lo[g] < j1 && hi[g] > j0 && lo[g] < hi[g]; }
-  // Groups [ga, gb): from the first that sees a key of [j0, j1) to the last (ga == gb: none).
-  void meeting(std::int64_t j0, std::int64_t j1, std::int64_t& ga, std::int64_t& gb) const {
-    ga = 0, gb = n;
-    while (ga < gb && !meets(ga, j0, j1)) ++ga;
-    while (gb > ga && !meets(gb - 1, j0, j1)) --gb;
-  }
-  // The keys of [j0, j1) group g sees: [a, e), a == e when none.
-  void keys(std::int64_t g, std::int64_t j0, std::int64_t j1, std::int64_t& a, std::int64_t& e) const {
-    a = std::clamp(lo[g], j0, j1);
-    e = std::clamp(hi[g], a, j1);
-  }
-};
 
 // The explicit mask's entries for a block's rows, of mask dtype M (uint8: keep or not; float or
 // double: added): row r's entry for key j at row[r] + j·step bytes. A pair's score s becomes, as
