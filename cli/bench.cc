@@ -292,28 +292,19 @@ void copy_slices(const char* src, char* dst, std::size_t bytes, int threads, int
 volatile std::uint64_t read_sink;  // where read_slices leaves its sums
 
 // Read `bytes` of src once, each thread its own slice, as two streams side by side (the slice's
-// halves, a line of each in turn) as decode reads K and V: eight independent 64-bit sums (8-byte
-// loads, two a cycle, are far above any DRAM stream), kept from being optimised away by a volatile
-// store. Counts the bytes read, as decode rows do. One stream a thread read less than two (three
-// runs of a test program, 2 threads, 256 MiB, 9 rounds alternated with a copy, load average
-// 1.9, medians in GB/s): one stream 53.5 / 47.8 / 48.8, two 61.3 / 51.3 / 52.0, four 61.4 / 53.0
-// / 53.2, the copy 61.9 / 52.6 / 56.0; one-row decode had read above this limit.
+// halves, a vector of each in turn) as decode reads K and V, by the dispatched target's vectors
+// (peak::read_two_streams), the sums kept from being optimised away by a volatile store. Counts
+// the bytes read, as decode rows do. One stream a thread read less than two (three runs of a test
+// program, 2 threads, 256 MiB, 9 rounds alternated with a copy, load average 1.9, medians in GB/s):
+// one stream 53.5 / 47.8 / 48.8, two 61.3 / 51.3 / 52.0, four 61.4 / 53.0 / 53.2, the copy 61.9 /
+// 52.6 / 56.0. Eight-byte loads, as this loop read before, held an Intel Xeon (Emerald Rapids) to
+// 24-25 GB/s over 1 GiB where vectors read 32-33 and one-row decode 30-31 (docs/performance.md).
 void read_slices(const char* src, std::size_t bytes, int threads) {
   const std::size_t slice = bytes / threads / 128 * 128;
   parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     for (std::int64_t t = t0; t < t1; ++t) {
-      const std::size_t begin = t * slice, half = slice / 2;
-      const char* a = src + begin;
-      const char* b = a + half;
-      std::uint64_t sum[8] = {};
-      for (std::size_t i = 0; i < half; i += 64)
-        for (int k = 0; k < 8; ++k) {
-          std::uint64_t x, y;
-          std::memcpy(&x, a + i + 8 * k, 8);
-          std::memcpy(&y, b + i + 8 * k, 8);
-          sum[k] += x ^ y;
-        }
-      read_sink = sum[0] + sum[1] + sum[2] + sum[3] + sum[4] + sum[5] + sum[6] + sum[7];
+      const char* a = src + t * slice;
+      read_sink = detail::peak::read_two_streams(a, a + slice / 2, slice / 2);
     }
   });
 }
