@@ -139,6 +139,7 @@ struct Row {
   Limit* limit = nullptr;        // null: no ratio
   std::vector<double> seconds;   // per round
   std::vector<double> ratios;    // per round: rate / the limit's rate timed just before
+  std::vector<double> of_read;   // DRAM decode rows, per round: rate / the read stream's rate timed beside
 };
 
 struct Stats {
@@ -341,13 +342,15 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
       std::printf(" %-10s %6.3f %6.3f-%-6.3f", r.limit->name.c_str(), q.median, q.lo, q.hi);
     }
     if (r.unit == "GB/s") std::printf(" %8.0f tok/s", double(r.B) / t.median);
+    if (!r.of_read.empty()) std::printf(" %6.3f of read", stats(r.of_read).median);
     std::printf("\n");
   }
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
               "just before the row in the same round (every other round runs the rows in reverse order). copy rates\n"
               "count bytes read + written, read bytes read; decode rows count the K and V bytes read, against\n"
               "copy-cache when K and V fit in half of L3 (timed over 8 calls after an untimed one, so that they\n"
-              "start in cache). fwd-scaling (bwd-scaling): rate on %d\n"
+              "start in cache); \"of read\": a DRAM decode row's rate over the read stream's, timed beside its copy.\n"
+              "fwd-scaling (bwd-scaling): rate on %d\n"
               "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread); peak-scaling: the FMA loop's own\n"
               "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
@@ -367,20 +370,23 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
 }
 
 void print_csv(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows) {
-  std::printf("case,B,H,Hkv,Nq,Nkv,d,causal,dtype,threads,ms,rate,rate_min,rate_max,unit,limit,ratio,ratio_min,ratio_max\n");
+  std::printf(
+      "case,B,H,Hkv,Nq,Nkv,d,causal,dtype,threads,ms,rate,rate_min,rate_max,unit,limit,ratio,ratio_min,ratio_max,"
+      "of_read\n");
   for (const auto& l : limits) {
     if (l->rates.empty()) continue;  // no row of this run uses it (--rows)
     const Stats s = stats(l->rates);
-    std::printf("%s,1,1,1,0,0,0,0,,0,,%.3f,%.3f,%.3f,%s,,,,\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str());
+    std::printf("%s,1,1,1,0,0,0,0,,0,,%.3f,%.3f,%.3f,%s,,,,,\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str());
   }
   for (const Row& r : rows) {
     std::vector<double> rates;
     for (double s : r.seconds) rates.push_back(rate_of(r.timed, s));
     const Stats rt = stats(rates), q = stats(r.ratios);
-    std::printf("%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%d,%.4f,%.3f,%.3f,%.3f,%s,%s,%.4f,%.4f,%.4f\n", r.name.c_str(),
+    const std::string of_read = r.of_read.empty() ? "" : fmt::format("{:.4f}", stats(r.of_read).median);
+    std::printf("%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%d,%.4f,%.3f,%.3f,%.3f,%s,%s,%.4f,%.4f,%.4f,%s\n", r.name.c_str(),
                 (long long)r.B, (long long)r.Hq, (long long)r.Hkv, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
                 r.causal, r.dtype.c_str(), r.threads, stats(r.seconds).median * 1e3, rt.median, rt.lo, rt.hi,
-                r.unit.c_str(), r.limit ? r.limit->name.c_str() : "", q.median, q.lo, q.hi);
+                r.unit.c_str(), r.limit ? r.limit->name.c_str() : "", q.median, q.lo, q.hi, of_read.c_str());
   }
 }
 
@@ -788,8 +794,14 @@ void run(const Bench& opt) {
       r.seconds.push_back(s);
       if (r.limit) r.ratios.push_back(rate_of(r.timed, s) / limit_rate);
       // The read stream beside every DRAM decode row's copy: how much of the copy's rate a pure
-      // reader reaches in the same moment (their ratio is the `read` line of the table).
-      if (r.limit == copy) read->rates.push_back(rate_of(read->timed, read->timed.best_seconds(3)));
+      // reader reaches in the same moment (their ratio is the `read` line of the table), and the
+      // row's rate against it ("of read": where a machine reads slower than it copies, the most a
+      // decode, which only reads, can approach).
+      if (r.limit == copy) {
+        const double read_rate = rate_of(read->timed, read->timed.best_seconds(3));
+        read->rates.push_back(read_rate);
+        r.of_read.push_back(rate_of(r.timed, s) / read_rate);
+      }
     }
   // sgemm is no row's limit: time it once per round on its own, after the rows.
   for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));
