@@ -110,12 +110,17 @@ def main():
     # Where the bf16 products run on AMX, the bf16 forward and backward are reported against the AMX
     # loop (tdpbf16ps, src/attention/peak_loops.h), timed beside them as the vdpbf16ps loop is; the
     # goals' targets for them were set against the vdpbf16ps loop and are not carried over.
+    # Where bf16 pairs are widened to float32 (the "widened" path: no bf16 dot instruction, or one no
+    # faster than two FMAs), against the FMA loop.
     amx = native._bf16_path() == "amx"
+    widened = native._bf16_path() in ("widened", "portable")
     bf16_peak = ((lambda: native._amx_peak_loop(T, peak_steps // 8)) if amx
+                 else (lambda: native._fp32_peak_loop(T, peak_steps)) if widened
                  else (lambda: native._bf16_peak_loop(T, peak_steps // 2)))
     bf16_peak_flops = (native._amx_peak_loop(1, 1) * T * (peak_steps // 8) if amx
+                       else native._fp32_peak_loop(1, 1) * T * peak_steps if widened
                        else native._bf16_peak_loop(1, 1) * T * (peak_steps // 2))
-    bf16_peak_name = "AMX peak" if amx else "bf16 peak"
+    bf16_peak_name = "AMX peak" if amx else "fp32 peak" if widened else "bf16 peak"
     fns = {  # in this order, so that the two sides of every ratio run next to each other
         "fwd-causal": lambda: attnscale.attention(q4, k4, v4, causal=True, threads=T),
         "torch-sdpa": sdpa,
@@ -187,6 +192,8 @@ def main():
           f"{T} threads, {a.rounds} interleaved rounds; load average {load0[0]:.2f} before, {load1[0]:.2f} after")
     if amx:
         print("bf16 products on AMX: bf16-peak and bf16-peak-2 are the AMX tdpbf16ps loop")
+    elif widened:
+        print("bf16 products widened to float32: bf16-peak and bf16-peak-2 are the FMA loop")
     print(f"{'measured':<15}{'best ms':>10}{'rate':>10}  unit (rate from the best time)")
     for name in fns:
         unit = ("GB/s" if name in ("decode", "copy", "copy-2", "decode-gqa")

@@ -12,7 +12,8 @@
 //               can be judged as its yardstick
 //   sgemm       OpenBLAS sgemm 2048^3, for comparison with a tuned GEMM library
 // Flop-bound rows are divided by the peak of the instructions their products run on (bf16 rows
-// by amx-peak where the bf16 products run on AMX, else by bf16-peak), decode rows (bound by reading K and V)
+// by amx-peak where the bf16 products run on AMX, by bf16-peak on vdpbf16ps, by fp32-peak where
+// they are widened to float32), decode rows (bound by reading K and V)
 // by the copy: the cache-resident copy when K and V fit in half the last-level cache, else the
 // DRAM copy, and the row says which. Every round runs every row once, each right after one run of its
 // limit, so a row and its limit see the same load, every other round in reverse order (a row's
@@ -366,11 +367,11 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "K/V in cache: 2048 keys, or fewer down to 256 where they would not fit in half of L3, a call's\n"
               "fixed costs then weighing more) against the FMA peak; kv-bf16-dot: the bf16 cache with\n"
               "compute = bf16 (GQA's products on bf16 operands: AMX tdpbf16ps where the header says\n"
-              "\"bf16 products amx\", else vdpbf16ps);\n"
+              "\"bf16 products amx\", vdpbf16ps where it says avx512-bf16, else the float32 products of kv-bf16);\n"
               "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n"
               "Flop-bound rows go against the peak of the instructions their products run on: f32 rows fp32-peak;\n"
               "fwd-bf16 and bwd-bf16 amx-peak where their products run on AMX (the header's \"bf16 products amx\"),\n"
-              "else bf16-peak.\n",
+              "bf16-peak on vdpbf16ps (\"avx512-bf16\"), fp32-peak where bf16 pairs are widened to float32 (\"widened\").\n",
               threads);
 }
 
@@ -472,7 +473,11 @@ void run(const Bench& opt) {
     r.dtype = dtype == DType::bf16 ? "bf16" : "f32";
     r.threads = thr;
     r.unit = "GFLOP/s";
-    r.limit = dtype != DType::bf16 ? fp32_peak : amx_peak ? amx_peak : bf16_peak;  // the peak of the products' path
+    // The peak of the instructions the products run on: bf16 pairs widened to float32 run on FMAs.
+    r.limit = dtype != DType::bf16                                                ? fp32_peak
+              : amx_peak                                                          ? amx_peak
+              : detail::bfdot::path() == detail::bfdot::Path::avx512_bf16 ? bf16_peak
+                                                                                  : fp32_peak;
     if (!backward_too) {
       r.timed = {[=] { forward(q->view(), k->view(), v->view(), {out->view(), lse->view()}, o); }, flops};
     } else {

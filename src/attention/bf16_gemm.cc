@@ -24,6 +24,7 @@
 #include "attention/bf16_kernels.h"
 #include "attention/transpose16.h"
 #include "common/bfloat_rows.h"
+#include "common/cpu_model.h"
 #include "common/prefetch.h"
 #include "attnscale/error.h"
 
@@ -429,13 +430,28 @@ std::once_flag detect_once, env_once;
 bool has_amx = false, has_avx512_bf16 = false;
 Path chosen = Path::widened;
 
+// The best path of a CPU: AMX where usable; vdpbf16ps only where one bf16 dot does at least the
+// work of the two float32 multiply-adds it replaces. On AMD's cores (Zen 4, Zen 5) it does: the
+// vdpbf16ps loop of peak_loops.h measures about twice the FMA loop there. On Intel's it does not:
+// an Emerald Rapids core issues one vdpbf16ps zmm every second cycle against two FMAs a cycle
+// (86 against 176 GFLOP/s on one thread), so that bf16 pairs widened in registers and multiplied
+// by FMAs (bf16_widened.cc) take 0.61 of the bf16 forward's time and 0.64 of the backward's
+// (N = 4096, d = 128, H = 8, two threads: 444.7 -> 271.3 ms, 1104.9 -> 702.6; docs/performance.md,
+// "Emerald Rapids without AMX"). The rule follows from the CPU alone, so a machine's bits do not
+// depend on a timing.
+Path best_of_cpu() {
+  if (has_amx) return Path::amx;
+  if (has_avx512_bf16 && !cpu_model().intel) return Path::avx512_bf16;
+  return Path::widened;
+}
+
 // The CPU's paths, detected once. force_path() needs only these: calling detect() from it would
 // enter env_once again from inside its own initialiser (with $ATTNSCALE_BF16 set), a deadlock.
 void detect_cpu() {
   std::call_once(detect_once, [] {
     has_amx = detect_amx();
     has_avx512_bf16 = detect_avx512_bf16();
-    chosen = has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::widened;
+    chosen = best_of_cpu();
   });
 }
 
@@ -463,7 +479,7 @@ bool avx512_bf16_usable() {
 }
 Path best_path() {
   detect_cpu();
-  return has_amx ? Path::amx : has_avx512_bf16 ? Path::avx512_bf16 : Path::widened;
+  return best_of_cpu();
 }
 Path path() {
   detect();

@@ -25,7 +25,8 @@ const char* path_name(Path p);  // "amx", "avx512-bf16", "widened", "portable"
 // the kernel's permission for tile data (arch_prctl ARCH_REQ_XCOMP_PERM) granted.
 bool amx_usable();
 bool avx512_bf16_usable();
-Path best_path();  // amx, else avx512_bf16, else widened; $ATTNSCALE_BF16 may force one
+Path best_path();  // amx, else avx512_bf16 (not on Intel's cores: see bf16_gemm.cc), else widened;
+                   // $ATTNSCALE_BF16 may force one
 Path path();       // the path forward() uses now
 // Whether path p multiplies by vdpbf16ps (and converts by vcvtneps2bf16) on this CPU: amx or
 // avx512_bf16, with AVX-512 BF16 usable.
