@@ -139,6 +139,7 @@ struct Row {
   Limit* limit = nullptr;        // null: no ratio
   std::vector<double> seconds;   // per round
   std::vector<double> ratios;    // per round: rate / the limit's rate timed just before
+  std::vector<double> of_read;   // DRAM decode rows, per round: rate / the read stream's rate timed beside
 };
 
 struct Stats {
@@ -292,28 +293,19 @@ void copy_slices(const char* src, char* dst, std::size_t bytes, int threads, int
 volatile std::uint64_t read_sink;  // where read_slices leaves its sums
 
 // Read `bytes` of src once, each thread its own slice, as two streams side by side (the slice's
-// halves, a line of each in turn) as decode reads K and V: eight independent 64-bit sums (8-byte
-// loads, two a cycle, are far above any DRAM stream), kept from being optimised away by a volatile
-// store. Counts the bytes read, as decode rows do. One stream a thread read less than two (three
-// runs of a test program, 2 threads, 256 MiB, 9 rounds alternated with a copy, load average
-// 1.9, medians in GB/s): one stream 53.5 / 47.8 / 48.8, two 61.3 / 51.3 / 52.0, four 61.4 / 53.0
-// / 53.2, the copy 61.9 / 52.6 / 56.0; one-row decode had read above this limit.
+// halves, a vector of each in turn) as decode reads K and V, by the dispatched target's vectors
+// (peak::read_two_streams), the sums kept from being optimised away by a volatile store. Counts
+// the bytes read, as decode rows do. One stream a thread read less than two (three runs of a test
+// program, 2 threads, 256 MiB, 9 rounds alternated with a copy, load average 1.9, medians in GB/s):
+// one stream 53.5 / 47.8 / 48.8, two 61.3 / 51.3 / 52.0, four 61.4 / 53.0 / 53.2, the copy 61.9 /
+// 52.6 / 56.0. Eight-byte loads, as this loop read before, held an Intel Xeon (Emerald Rapids) to
+// 24-25 GB/s over 1 GiB where vectors read 32-33 and one-row decode 30-31 (docs/performance.md).
 void read_slices(const char* src, std::size_t bytes, int threads) {
   const std::size_t slice = bytes / threads / 128 * 128;
   parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     for (std::int64_t t = t0; t < t1; ++t) {
-      const std::size_t begin = t * slice, half = slice / 2;
-      const char* a = src + begin;
-      const char* b = a + half;
-      std::uint64_t sum[8] = {};
-      for (std::size_t i = 0; i < half; i += 64)
-        for (int k = 0; k < 8; ++k) {
-          std::uint64_t x, y;
-          std::memcpy(&x, a + i + 8 * k, 8);
-          std::memcpy(&y, b + i + 8 * k, 8);
-          sum[k] += x ^ y;
-        }
-      read_sink = sum[0] + sum[1] + sum[2] + sum[3] + sum[4] + sum[5] + sum[6] + sum[7];
+      const char* a = src + t * slice;
+      read_sink = detail::peak::read_two_streams(a, a + slice / 2, slice / 2);
     }
   });
 }
@@ -350,13 +342,15 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
       std::printf(" %-10s %6.3f %6.3f-%-6.3f", r.limit->name.c_str(), q.median, q.lo, q.hi);
     }
     if (r.unit == "GB/s") std::printf(" %8.0f tok/s", double(r.B) / t.median);
+    if (!r.of_read.empty()) std::printf(" %6.3f of read", stats(r.of_read).median);
     std::printf("\n");
   }
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
               "just before the row in the same round (every other round runs the rows in reverse order). copy rates\n"
               "count bytes read + written, read bytes read; decode rows count the K and V bytes read, against\n"
               "copy-cache when K and V fit in half of L3 (timed over 8 calls after an untimed one, so that they\n"
-              "start in cache). fwd-scaling (bwd-scaling): rate on %d\n"
+              "start in cache); \"of read\": a DRAM decode row's rate over the read stream's, timed beside its copy.\n"
+              "fwd-scaling (bwd-scaling): rate on %d\n"
               "threads over the rate on 1 thread (its limit, fwd-1thread, bwd-1thread); peak-scaling: the FMA loop's own\n"
               "ratio, the most those can reach on this machine in that moment. small-call: microseconds per\n"
               "call. Decode rows: tok/s is new tokens per second (calls per second x B, every head of the token),\n"
@@ -376,20 +370,23 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
 }
 
 void print_csv(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows) {
-  std::printf("case,B,H,Hkv,Nq,Nkv,d,causal,dtype,threads,ms,rate,rate_min,rate_max,unit,limit,ratio,ratio_min,ratio_max\n");
+  std::printf(
+      "case,B,H,Hkv,Nq,Nkv,d,causal,dtype,threads,ms,rate,rate_min,rate_max,unit,limit,ratio,ratio_min,ratio_max,"
+      "of_read\n");
   for (const auto& l : limits) {
     if (l->rates.empty()) continue;  // no row of this run uses it (--rows)
     const Stats s = stats(l->rates);
-    std::printf("%s,1,1,1,0,0,0,0,,0,,%.3f,%.3f,%.3f,%s,,,,\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str());
+    std::printf("%s,1,1,1,0,0,0,0,,0,,%.3f,%.3f,%.3f,%s,,,,,\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str());
   }
   for (const Row& r : rows) {
     std::vector<double> rates;
     for (double s : r.seconds) rates.push_back(rate_of(r.timed, s));
     const Stats rt = stats(rates), q = stats(r.ratios);
-    std::printf("%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%d,%.4f,%.3f,%.3f,%.3f,%s,%s,%.4f,%.4f,%.4f\n", r.name.c_str(),
+    const std::string of_read = r.of_read.empty() ? "" : fmt::format("{:.4f}", stats(r.of_read).median);
+    std::printf("%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%d,%.4f,%.3f,%.3f,%.3f,%s,%s,%.4f,%.4f,%.4f,%s\n", r.name.c_str(),
                 (long long)r.B, (long long)r.Hq, (long long)r.Hkv, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
                 r.causal, r.dtype.c_str(), r.threads, stats(r.seconds).median * 1e3, rt.median, rt.lo, rt.hi,
-                r.unit.c_str(), r.limit ? r.limit->name.c_str() : "", q.median, q.lo, q.hi);
+                r.unit.c_str(), r.limit ? r.limit->name.c_str() : "", q.median, q.lo, q.hi, of_read.c_str());
   }
 }
 
@@ -797,8 +794,14 @@ void run(const Bench& opt) {
       r.seconds.push_back(s);
       if (r.limit) r.ratios.push_back(rate_of(r.timed, s) / limit_rate);
       // The read stream beside every DRAM decode row's copy: how much of the copy's rate a pure
-      // reader reaches in the same moment (their ratio is the `read` line of the table).
-      if (r.limit == copy) read->rates.push_back(rate_of(read->timed, read->timed.best_seconds(3)));
+      // reader reaches in the same moment (their ratio is the `read` line of the table), and the
+      // row's rate against it ("of read": where a machine reads slower than it copies, the most a
+      // decode, which only reads, can approach).
+      if (r.limit == copy) {
+        const double read_rate = rate_of(read->timed, read->timed.best_seconds(3));
+        read->rates.push_back(read_rate);
+        r.of_read.push_back(rate_of(r.timed, s) / read_rate);
+      }
     }
   // sgemm is no row's limit: time it once per round on its own, after the rows.
   for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));

@@ -87,7 +87,8 @@ at most window_right keys after its own. Returns out [B, Hq, dv] or [B, Hq, Nq, 
 (and lse [B, Hq] or [B, Hq, Nq] with return_lse=True). Paged and contiguous caches holding the
 same values give the same bits. compute='bf16' over a bfloat16 cache lets GQA groups (2 or more
 query heads a KV head, dk % 8 == 0, dv % 32 == 0) round q and the probabilities to bfloat16 for
-the products, summed in float32, on CPUs with AVX-512 BF16 (errors within about 1e-2 of float64's);
+the products, summed in float32, on CPUs with AMX, or AVX-512 BF16 on AMD's cores (errors within
+about 1e-2 of float64's);
 None or 'native': float32 products.
 
 Example:

@@ -63,8 +63,9 @@ struct DecodeOptions {
   // to bfloat16 for Q·Kᵀ and P·V (vdpbf16ps: bf16 pairs multiplied exactly, summed in float32; the
   // softmax's normaliser sums the float32 probabilities), which halves the products' instructions.
   // It is taken where it is faster: groups of 2 or more query rows per KV head, dk a multiple of 8
-  // and dv of 32, a CPU with AVX-512 BF16 (not when $ATTNSCALE_BF16 forces another bf16 path); other
-  // calls, and other caches, compute as native. Errors within about 1e-2 of float64's (docs/numerics.md).
+  // and dv of 32, where the library's bf16 products multiply bf16 pairs (AMX; AVX-512 BF16 on AMD's
+  // cores, not on Intel's, whose vdpbf16ps issues at half the FMAs' rate; $ATTNSCALE_BF16 may force
+  // a path); other calls, and other caches, compute as native. Errors within about 1e-2 of float64's (docs/numerics.md).
   Compute compute = Compute::native;
 };
 

@@ -69,6 +69,19 @@ double Bf16FlopsPerStep() { return 4.0 * kPairs * hn::Lanes(hn::ScalableTag<floa
 #endif
 
 double Fp32FlopsPerStep() { return 2.0 * kChains * hn::Lanes(hn::ScalableTag<float>()); }
+
+// Bytes [0, bytes) of a and of b read by whole vectors, a vector of each in turn, into two sums
+// (an addition a load: far above any memory stream); bytes a multiple of the vector size.
+uint64_t ReadTwoStreams(const char* a, const char* b, size_t bytes) {
+  const hn::ScalableTag<uint64_t> d;
+  const size_t step = hn::Lanes(d) * sizeof(uint64_t);
+  auto sa = hn::Zero(d), sb = hn::Zero(d);
+  for (size_t i = 0; i < bytes; i += step) {
+    sa = hn::Add(sa, hn::LoadU(d, reinterpret_cast<const uint64_t*>(a + i)));
+    sb = hn::Add(sb, hn::LoadU(d, reinterpret_cast<const uint64_t*>(b + i)));
+  }
+  return hn::GetLane(hn::SumOfLanes(d, hn::Add(sa, sb)));
+}
 const char* Target() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace attnscale::detail::peak::HWY_NAMESPACE
@@ -93,6 +106,7 @@ HWY_EXPORT(Bf16Dot);
 HWY_EXPORT(Fp32FlopsPerStep);
 HWY_EXPORT(Bf16FlopsPerStep);
 HWY_EXPORT(Target);
+HWY_EXPORT(ReadTwoStreams);
 
 namespace {
 
@@ -173,6 +187,12 @@ double bf16_dot(int threads, std::int64_t steps) {
 #endif
   on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Bf16Dot)(steps); });
   return threads * double(steps) * HWY_DYNAMIC_DISPATCH(Bf16FlopsPerStep)();
+}
+
+std::uint64_t read_two_streams(const char* a, const char* b, std::size_t bytes) {
+  simd::init_target_from_env();
+  const std::size_t whole = bytes / 64 * 64;  // a multiple of every target's vector
+  return HWY_DYNAMIC_DISPATCH(ReadTwoStreams)(a, b, whole);
 }
 
 bool amx_available() { return bfdot::amx_usable(); }

@@ -28,3 +28,6 @@ def test_short_decode_rows_time_grouped_decode_against_their_copy(run, case, lim
     shapes = [(row["H"], row["Hkv"], row["Nkv"], row["d"], row["dtype"]) for row in rows]
     assert shapes == [("32", "8", n, "128", t) for n in ("64", "512") for t in ("f32", "bf16")], shapes
     assert all(row["limit"] == limit and float(row["ratio"]) > 0 for row in rows), rows
+    # Rows against the DRAM copy carry their rate over the read stream timed beside it; others none.
+    assert all((row["of_read"] != "") == (limit == "copy") for row in rows), rows
+    assert all(float(row["of_read"]) > 0 for row in rows if limit == "copy"), rows

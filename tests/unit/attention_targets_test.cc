@@ -11,6 +11,7 @@
 
 #include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
+#include "attention/peak_loops.h"
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
 #include "attnscale/version.h"
@@ -33,6 +34,24 @@ void for_each_target(Fn fn) {
     fn(t);
   }
   detail::simd::force_target("");
+}
+
+// The bench's read ceiling (peak::read_two_streams) reads every whole 64 bytes of both streams, by
+// any target's vectors, and no byte past them: its sum is the words' sum.
+TEST(Targets, ReadLoopSumsEveryWordOfBothStreamsOnEveryTarget) {
+  const std::size_t bytes = 64 * 7 + 13, whole = 64 * 7;
+  std::vector<std::uint64_t> a(bytes / 8 + 1), b(bytes / 8 + 1);
+  std::uint64_t x = 0x9e3779b97f4a7c15u, expect = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    a[i] = x = x * 6364136223846793005u + 1442695040888963407u;
+    b[i] = x = x * 6364136223846793005u + 1442695040888963407u;
+    if (8 * i < whole) expect += a[i] + b[i];
+  }
+  for_each_target([&](const std::string&) {
+    EXPECT_EQ(detail::peak::read_two_streams(reinterpret_cast<const char*>(a.data()),
+                                             reinterpret_cast<const char*>(b.data()), bytes),
+              expect);
+  });
 }
 
 TEST(Targets, ScalarIsAlwaysAvailableAndNamesAreChecked) {
