@@ -80,7 +80,13 @@ uint64_t ReadTwoStreams(const char* a, const char* b, size_t bytes) {
     sa = hn::Add(sa, hn::LoadU(d, reinterpret_cast<const uint64_t*>(a + i)));
     sb = hn::Add(sb, hn::LoadU(d, reinterpret_cast<const uint64_t*>(b + i)));
   }
-  return hn::GetLane(hn::SumOfLanes(d, hn::Add(sa, sb)));
+  // The lanes summed in uint64_t (wrapping): SumOfLanes on AVX-512 adds them as signed 64-bit
+  // integers, whose overflow is undefined (the sanitizer build stops on it).
+  HWY_ALIGN uint64_t lanes[HWY_MAX_BYTES / sizeof(uint64_t)];
+  hn::Store(hn::Add(sa, sb), d, lanes);
+  uint64_t sum = 0;
+  for (size_t i = 0; i < hn::Lanes(d); ++i) sum += lanes[i];
+  return sum;
 }
 const char* Target() { return hwy::TargetName(HWY_TARGET); }
 
