@@ -168,13 +168,19 @@ BENCHMARK(InnerBlocks)->ArgsProduct({{32, 64, 128, 512}, {0, 1}})->MinTime(0.2);
 // GQA decode's kernels on one tile of 64 keys (d = 128) against a group of 8 query rows, the K and V
 // rows in L1, as kv_decode.cc calls them (no prefetch feed): kernel 0 the float32 quad scores
 // (kv::scores_quads) and 1 its P·V (kv::accumulate), against the FMA peak; 2 the bf16 scores and
-// 3 the bf16 P·V (kv::bf16dot), against the bf16 dot peak (skipped without AVX-512 BF16). Each
+// 3 the bf16 P·V (kv::bf16dot), against the bf16 dot peak (skipped where the bf16 products do not
+// run on vdpbf16ps or AMX: no AVX-512 BF16, or an Intel core without AMX; ATTNSCALE_BF16=avx512-bf16
+// times them there). Each
 // product is 2·8·64·128 flops.
 void GqaTile(benchmark::State& state) {
   const int kernel = state.range(0);
   const std::size_t rows = 8, d = 128, n = kv::kTileKeys;
   const bool bf16 = kernel >= 2, amx = kernel >= 4;
-  if (bf16 && !kv::bf16dot::available()) return state.SkipWithError("no AVX-512 BF16 on this CPU");
+  if (bf16 && !kv::bf16dot::available()) {
+    static const std::string why = std::string("the bf16 products' path here is ") +
+                                   bfdot::path_name(bfdot::path()) + " (ATTNSCALE_BF16=avx512-bf16 to time vdpbf16ps)";
+    return state.SkipWithError(why.c_str());
+  }
   if (amx && !bfdot::amx_usable()) return state.SkipWithError("no AMX on this CPU");
   if (!bf16 && !kv::quads_available()) return state.SkipWithError("no quad scores on this target");
   const Array K = filled(n * d, 0.01f), V = filled(n * d, 0.1f), Q = filled(rows * d, 0.02f),
