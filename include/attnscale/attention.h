@@ -63,10 +63,10 @@ struct Mask {
 
 // Arithmetic of the tile products. native: the inputs' dtype (float64 stays float64).
 // bf16: bfloat16 operands and float32 accumulation (AMX tiles where the CPU has them, AVX-512 BF16
-// on AMD's cores, else bf16 pairs widened to float32 in registers) for the forward's Q·Kᵀ and P·V and the backward's five products (gradients within about
-// 1e-2 of float64's); bfloat16 inputs always use it, float32 inputs are rounded on the fly. The
-// backward of a call that asks for dbias, or whose q, k, v or dout hold a non-finite value, runs in
-// float32 instead.
+// on AMD's cores, else bf16 pairs widened to float32 in registers) for the forward's Q·Kᵀ and P·V
+// and the backward's five products (gradients within about 1e-2 of float64's); bfloat16 inputs
+// always use it, float32 inputs are rounded on the fly. The backward of a call that asks for dbias,
+// or whose q, k, v or dout hold a non-finite value, runs in float32 instead.
 enum class Compute { native, bf16 };
 
 // Dropout on the attention probabilities, as FlashAttention applies it: P_ij is kept with

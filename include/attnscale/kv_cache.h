@@ -65,7 +65,8 @@ struct DecodeOptions {
   // It is taken where it is faster: groups of 2 or more query rows per KV head, dk a multiple of 8
   // and dv of 32, where the library's bf16 products multiply bf16 pairs (AMX; AVX-512 BF16 on AMD's
   // cores, not on Intel's, whose vdpbf16ps issues at half the FMAs' rate; $ATTNSCALE_BF16 may force
-  // a path); other calls, and other caches, compute as native. Errors within about 1e-2 of float64's (docs/numerics.md).
+  // a path); other calls, and other caches, compute as native. Errors within about 1e-2 of
+  // float64's (docs/numerics.md).
   Compute compute = Compute::native;
 };
 

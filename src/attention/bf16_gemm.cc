@@ -431,8 +431,8 @@ bool has_amx = false, has_avx512_bf16 = false;
 Path chosen = Path::widened;
 
 // The best path of a CPU: AMX where usable; vdpbf16ps only where one bf16 dot does at least the
-// work of the two float32 multiply-adds it replaces. On AMD's cores (Zen 4, Zen 5) it does: the
-// vdpbf16ps loop of peak_loops.h measures about twice the FMA loop there. On Intel's it does not:
+// work of the two float32 multiply-adds it replaces. On AMD's cores it does: on Zen 5 the
+// vdpbf16ps loop of peak_loops.h measures about twice the FMA loop. On Intel's it does not:
 // an Emerald Rapids core issues one vdpbf16ps zmm every second cycle against two FMAs a cycle
 // (86 against 176 GFLOP/s on one thread), so that bf16 pairs widened in registers and multiplied
 // by FMAs (bf16_widened.cc) take 0.61 of the bf16 forward's time and 0.64 of the backward's
