@@ -6,7 +6,8 @@
 //
 // fp32: FMA on the dispatched Highway target (the same one the kernels use), 2 flops per lane.
 // bf16: vdpbf16ps (AVX-512 BF16) where the CPU has it — the instruction of the bf16 products'
-// avx512-bf16 path (bf16_kernels.h) — 4 flops per 32-bit lane (two bf16 products and their two additions); elsewhere Highway's
+// avx512-bf16 path (bf16_kernels.h) — 4 flops per 32-bit lane (two bf16 products and their two
+// additions); elsewhere Highway's
 // ReorderWidenMulAccumulate on the dispatched target, counted the same way.
 // amx: tdpbf16ps (AMX-BF16) where the bf16 products may use it (bfdot::amx_usable): each 16 x 16
 // float32 tile += a 16 x 32 bf16 tile times a 32 x 16 one, 8192 products and as many additions,
