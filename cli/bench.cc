@@ -10,7 +10,8 @@
 //   read        256 MiB read split across the threads, two streams a thread side by side (bytes
 //               read per second): what decode does (K and V), so that the copy, which also writes,
 //               can be judged as its yardstick
-//   sgemm       OpenBLAS sgemm 2048^3, for comparison with a tuned GEMM library
+//   sgemm       OpenBLAS sgemm 2048^3, for comparison with a tuned GEMM library (its kernels of the
+//               library's SIMD width: openblas_core.h)
 // Flop-bound rows are divided by the peak of the instructions their products run on (bf16 rows
 // by amx-peak where the bf16 products run on AMX, by bf16-peak on vdpbf16ps, by fp32-peak where
 // they are widened to float32), decode rows (bound by reading K and V)
@@ -49,6 +50,7 @@
 #include "attnscale/kv_cache.h"
 #include "attnscale/version.h"
 #include "common/parallel.h"
+#include "openblas_core.h"
 #include "subcommands.h"
 
 // OpenBLAS is loaded when `attnscale bench` runs, not linked into the CLI: its pthread build starts
@@ -441,7 +443,7 @@ void run(const Bench& opt) {
   const int n = 2048;
   auto ga = std::make_shared<std::vector<float>>(n * n, 0.5f), gb = std::make_shared<std::vector<float>>(n * n, 0.25f),
        gc = std::make_shared<std::vector<float>>(n * n);
-  Limit* sgemm = limit("sgemm", "GFLOP/s", "OpenBLAS sgemm 2048^3",
+  Limit* sgemm = limit("sgemm", "GFLOP/s", "OpenBLAS sgemm 2048^3, " + openblas_core_note(),
                        {[=] {
                           openblas().sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, ga->data(), n,
                                            gb->data(), n, 0.0f, gc->data(), n);

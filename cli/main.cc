@@ -12,6 +12,7 @@
 #include "attnscale/version.h"
 #include "flag_suggestion.h"
 #include "mpi_job.h"
+#include "openblas_core.h"
 #ifdef ATTNSCALE_HAVE_MPI
 #include "attnscale/distributed.h"
 #endif
@@ -34,6 +35,7 @@ int fail(int code, const char* kind, const std::string& what, bool every_rank = 
 }  // namespace
 
 int main(int argc, char** argv) {
+  attnscale::cli::restart_bench_with_openblas_core(argv);
   attnscale::cli::mpi_job::start(&argc, &argv);
   CLI::App app{"attnscale: scaled dot-product attention, softmax(Q K^T * s) V, and a lab that measures\n"
                "why s = 1/sqrt(dk)."};

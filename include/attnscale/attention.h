@@ -66,7 +66,11 @@ struct Mask {
 // on AMD's cores, else bf16 pairs widened to float32 in registers) for the forward's Q·Kᵀ and P·V
 // and the backward's five products (gradients within about 1e-2 of float64's); bfloat16 inputs
 // always use it, float32 inputs are rounded on the fly. The backward of a call that asks for dbias,
-// or whose q, k, v or dout hold a non-finite value, runs in float32 instead.
+// or whose q, k, v or dout hold a non-finite value, runs in float32 instead. Where the products
+// would be widened to float32 (Intel's cores without AMX, AVX2 machines), calls of at least 64
+// query rows run the float32 kernels on float32 copies of the bfloat16 values of q, k, v (and
+// dout), made once a call: the products of the same values, with P and the backward's dS left
+// in float32 instead of rounded to bfloat16 (closer to float64), in about the float32 call's time.
 enum class Compute { native, bf16 };
 
 // Dropout on the attention probabilities, as FlashAttention applies it: P_ij is kept with

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "attention/backward_rows.h"
+#include "attention/bf16_as_float.h"
 #include "attention/bf16_kernels.h"
 #include "attention/params.h"
 #include "attention/score_transforms.h"
@@ -533,6 +534,10 @@ std::int64_t set_backward_partial_budget(std::int64_t bytes) {
 }  // namespace detail
 
 void detail::run_backward(const BackwardParams& p, Compute compute) {
+  if (runs_as_float(p, compute)) {  // bf16 products widened anyway: the float32 kernels (bf16_as_float.h)
+    std::vector<Tensor> copies;
+    return backward_all<float>(float_params(p, copies));
+  }
   switch (p.dtype) {
     case DType::f32:
     case DType::bf16:

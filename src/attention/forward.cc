@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "attention/bf16_as_float.h"
 #include "attention/bf16_kernels.h"
 #include "attention/flash_forward.h"
 #include "attention/kernels.h"
@@ -63,6 +64,10 @@ void forward_all(const Params& p) {
 }  // namespace detail
 
 void detail::run_forward(const Params& p, Compute compute) {
+  if (runs_as_float(p, compute)) {  // bf16 products widened anyway: the float32 kernels (bf16_as_float.h)
+    std::vector<Tensor> copies;
+    return forward_all<float>(float_params(p, copies));
+  }
   switch (p.dtype) {
     case DType::f32:
       if (compute == Compute::bf16) return bfdot::forward(p);

@@ -1,0 +1,61 @@
+#include "openblas_core.h"
+
+#include <dlfcn.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <initializer_list>
+
+#include "attention/kernels.h"
+
+namespace attnscale::cli {
+namespace {
+
+constexpr const char* kChoseVariable = "ATTNSCALE_OPENBLAS_CHOSE";  // what OpenBLAS took before the restart
+
+// The name of the kernels OpenBLAS runs ("Prescott", "Haswell", "SkylakeX", ...), or null where no
+// OpenBLAS is loaded.
+const char* openblas_core() {
+  using Name = char* (*)();
+  const auto name = reinterpret_cast<Name>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  return name ? name() : nullptr;
+}
+
+bool one_of(const char* core, std::initializer_list<const char*> names) {
+  for (const char* n : names)
+    if (strcasecmp(core, n) == 0) return true;
+  return false;
+}
+
+}  // namespace
+
+void restart_bench_with_openblas_core(char** argv) {
+  if (!argv[0] || !argv[1] || std::strcmp(argv[1], "bench") != 0 || std::getenv("OPENBLAS_CORETYPE")) return;
+  const char* core = openblas_core();
+  if (!core) return;
+  // OpenBLAS's kernels of the width of the library's target: AVX-512 (every AVX3 target) or AVX2.
+  detail::simd::init_target_from_env();
+  const std::string target = detail::simd::target_name();
+  const char* wanted = nullptr;
+  if (target.rfind("AVX3", 0) == 0 && !one_of(core, {"SkylakeX", "Cooperlake", "SapphireRapids"})) wanted = "SkylakeX";
+  if (target == "AVX2" && !one_of(core, {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids"}))
+    wanted = "Haswell";
+  if (!wanted) return;
+  setenv(kChoseVariable, core, 1);
+  setenv("OPENBLAS_CORETYPE", wanted, 1);
+  execv("/proc/self/exe", argv);
+  unsetenv("OPENBLAS_CORETYPE");  // no restart: the bench goes on with OpenBLAS's own choice
+  unsetenv(kChoseVariable);
+}
+
+std::string openblas_core_note() {
+  const char* core = openblas_core();
+  std::string note = std::string(core ? core : "unknown") + " kernels";
+  if (const char* chose = std::getenv(kChoseVariable))
+    note += std::string(" (OpenBLAS took ") + chose + "; OPENBLAS_CORETYPE set by the bench)";
+  return note;
+}
+
+}  // namespace attnscale::cli

@@ -1,0 +1,125 @@
+#include "attention/bf16_as_float.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+
+#include "attention/bf16_kernels.h"
+#include "attention/tiles.h"
+#include "common/bfloat_rows.h"
+#include "common/elements.h"
+#include "common/memory.h"
+#include "common/parallel.h"
+
+namespace attnscale::detail {
+namespace {
+
+// The copies take at most this share of the machine's memory (RAM + swap); beyond, the bf16
+// kernels read the inputs as they are.
+constexpr std::int64_t kMemoryShare = 8;
+
+std::int64_t numel(const TensorView& t) { return t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]; }
+
+// What the forward and the backward share: bfloat16 inputs or bf16 products asked of float32 ones,
+// on the widened path, a full block of query rows a head, and copies of `elements` values that fit.
+bool wanted(const Params& p, Compute compute, std::int64_t elements) {
+  if (p.dtype != DType::bf16 && !(p.dtype == DType::f32 && compute == Compute::bf16)) return false;
+  if (bfdot::path() != bfdot::Path::widened || p.Nq < kBr) return false;
+  return elements * std::int64_t{sizeof(float)} <= memory_limit_bytes() / kMemoryShare;
+}
+
+// A float32 value as the bf16 kernels take it: rounded to bfloat16, except a finite value beyond
+// bfloat16's range (above 3.39e38), which they take by its float32 value (a tile of V that holds
+// one is multiplied in float32, so that 0 · inf never reaches the pairs a mask hides).
+inline float as_bf16(float x) {
+  const float r = from_bf16(to_bf16(x));
+  return std::isfinite(r) || !std::isfinite(x) ? r : x;
+}
+
+// Row r of the rank-4 view t (bfloat16 or float32), d = t.shape[3] values, into dst as float32,
+// float32 values rounded as as_bf16 does when `round`.
+void float_row(const TensorView& t, std::int64_t r, bool round, float* dst) {
+  const std::int64_t d = t.shape[3], c = r % t.shape[2], b = r / t.shape[2] % t.shape[1], a = r / t.shape[2] / t.shape[1];
+  const void* src = element(t, a, b, c, 0);
+  if (t.strides[3] == 1 && t.dtype == DType::bf16) {
+    f32_row(static_cast<const std::uint16_t*>(src), d, dst);
+  } else if (t.strides[3] == 1 && t.dtype == DType::f32 && round) {
+    std::uint16_t bits[256];
+    for (std::int64_t e0 = 0; e0 < d; e0 += 256) {  // float32 -> bfloat16 bits -> float32
+      const std::int64_t n = std::min<std::int64_t>(256, d - e0);
+      const float* x = static_cast<const float*>(src) + e0;
+      bf16_row(x, n, bits);
+      f32_row(bits, n, dst + e0);
+      for (std::int64_t e = 0; e < n; ++e)
+        if (!std::isfinite(dst[e0 + e]) && std::isfinite(x[e])) dst[e0 + e] = x[e];
+    }
+  } else {
+    for (std::int64_t e = 0; e < d; ++e) {
+      const float x = static_cast<float>(load_element(t.dtype, element(t, a, b, c, e)));
+      dst[e] = round ? as_bf16(x) : x;
+    }
+  }
+}
+
+// p with the views `views` names replaced by contiguous float32 copies, made in one parallel pass
+// over all their rows (one pass of the thread pool: a small call's copies took 30 us as one pass
+// a view). A dimension of one element gets stride 0 in the copy's view, as a broadcast one has it
+// (the kernels index K and V by q's batch index where K and V have one batch entry).
+template <class P>
+P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<TensorView P::*> views) {
+  P f = p;
+  std::vector<const TensorView*> from;
+  std::vector<std::int64_t> first{0};  // the copies' first rows in the pass
+  for (TensorView P::*v : views) {
+    const TensorView& t = p.*v;
+    copies.emplace_back(DType::f32, t.shape.data(), 4);
+    TensorView view = copies.back().view();
+    for (int i = 0; i < 4; ++i)
+      if (view.shape[i] == 1) view.strides[i] = 0;
+    f.*v = view;
+    from.push_back(&t);
+    first.push_back(first.back() + t.shape[0] * t.shape[1] * t.shape[2]);
+  }
+  f.dtype = DType::f32;
+  const bool round = p.dtype == DType::f32;
+  const std::int64_t elements = [&] {
+    std::int64_t n = 0;
+    for (const TensorView* t : from) n += numel(*t);
+    return n;
+  }();
+  // Below about 64 K values the pool's start costs more than the copy.
+  const int threads = elements < (std::int64_t{1} << 16) ? 1 : resolve_threads(p.threads, first.back());
+  parallel_for(first.back(), 16, threads, [&](std::int64_t r0, std::int64_t r1, int) {
+    for (std::int64_t r = r0; r < r1; ++r) {
+      const std::size_t i = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), r) - first.begin() - 1);
+      const TensorView& t = *from[i];
+      float_row(t, r - first[i], round, copies[copies.size() - from.size() + i].template as<float>() + (r - first[i]) * t.shape[3]);
+    }
+  });
+  return f;
+}
+
+}  // namespace
+
+bool runs_as_float(const Params& p, Compute compute) {
+  return wanted(p, compute, numel(p.q) + numel(p.k) + numel(p.v));
+}
+
+// Float32 inputs whose bfloat16 roundings are not all finite (a value beyond bfloat16's range), or
+// that ask for dbias, take the float32 backward on their own values, as the bf16 backward leaves
+// them to it (its backward_handles); bfloat16 inputs go there too, whose copies hold the same values.
+bool runs_as_float(const BackwardParams& p, Compute compute) {
+  return wanted(p, compute, numel(p.q) + numel(p.k) + numel(p.v) + numel(p.dO)) &&
+         (p.dtype == DType::bf16 || bfdot::backward_handles(p));
+}
+
+Params float_params(const Params& p, std::vector<Tensor>& copies) {
+  return with_copies<Params>(p, copies, {&Params::q, &Params::k, &Params::v});
+}
+
+BackwardParams float_params(const BackwardParams& p, std::vector<Tensor>& copies) {
+  return with_copies<BackwardParams>(p, copies,
+                                     {&BackwardParams::q, &BackwardParams::k, &BackwardParams::v, &BackwardParams::dO});
+}
+
+}  // namespace attnscale::detail

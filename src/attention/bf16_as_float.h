@@ -1,0 +1,38 @@
+// bfloat16 calls through the float32 kernels, where the bf16 products would be widened to float32
+// anyway (bfdot::Path::widened: Intel's cores without AMX, AVX2 machines).
+//
+// On that path a bf16 product is a float32 multiply-add on each pair's widened values; the float32
+// forward and backward do the same multiply-adds, with their tiles, their causal diagonal tiles
+// narrowed and their products at 0.92-0.95 of the FMA peak where the widened tiles reach 0.75-0.78.
+// A bfloat16 value widens to float32 exactly, so the float32 kernels over float32 copies of the
+// inputs compute the products of the same values: copies made once a call (one pass over the
+// inputs) instead of widening each tile's operands wherever a tile is read again (K and V once
+// per query block, Q and dO once per key block). What differs from the bf16 kernels: P (and the
+// backward's dS) stay float32 instead of being rounded to bfloat16 before their products, so the
+// result is closer to float64's, not further; and, as on any path, the order of the sums.
+//
+// Taken for blocks of query rows (at least kBr rows a head, so that each K and V element is used
+// by many rows) when the copies fit in an eighth of the machine's memory; decode-like calls (few
+// rows, many keys) read the bf16 K and V as stored, and very large calls stay on the bf16 kernels
+// rather than doubling their footprint.
+#pragma once
+#include <vector>
+
+#include "attention/params.h"
+#include "attnscale/attention.h"
+#include "attnscale/tensor.h"
+
+namespace attnscale::detail {
+
+// Whether forward() / backward() of p with `compute` run the float32 kernels on float32 copies.
+bool runs_as_float(const Params& p, Compute compute);
+bool runs_as_float(const BackwardParams& p, Compute compute);
+
+// p with q, k and v (and, for the backward, dO) replaced by contiguous float32 copies, held in
+// `copies`: bfloat16 values widened, float32 values rounded to bfloat16 first (Compute::bf16 asks
+// for bfloat16 operands; a finite value beyond bfloat16's range kept, as the bf16 kernels keep it).
+// Outputs stay as given (the float32 kernels write bfloat16 outputs too).
+Params float_params(const Params& p, std::vector<Tensor>& copies);
+BackwardParams float_params(const BackwardParams& p, std::vector<Tensor>& copies);
+
+}  // namespace attnscale::detail

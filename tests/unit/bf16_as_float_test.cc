@@ -1,0 +1,160 @@
+// bfloat16 calls through the float32 kernels on the widened bf16 path (bf16_as_float.h): the
+// forward and backward of bfloat16 inputs give, bit for bit, the float32 call's results on the
+// inputs' float32 values, rounded to bfloat16 as they are written; float32 inputs with
+// Compute::bf16 give the float32 call's on their bfloat16 roundings. Awkward sizes, GQA, masks
+// (causal, window, explicit), and which calls take the route: on the widened path only, for at
+// least a block of query rows.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "attention/bf16_as_float.h"
+#include "attention/bf16_kernels.h"
+#include "attention/params.h"
+#include "attention/tiles.h"
+#include "attnscale/attention.h"
+#include "random_tensors.h"
+
+namespace attnscale {
+namespace {
+using detail::bfdot::force_path;
+using testing::poison;
+using testing::random_tensor;
+
+struct Shape {
+  std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
+};
+
+// t's values as float32 (bfloat16 widened), or rounded to bfloat16 first (`round`).
+Tensor float_values(const Tensor& t, bool round) {
+  Tensor f(DType::f32, {t.dim(0), t.dim(1), t.dim(2), t.dim(3)});
+  const std::int64_t n = t.dim(0) * t.dim(1) * t.dim(2) * t.dim(3);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float x = t.dtype() == DType::bf16 ? from_bf16(t.as<bf16>()[i]) : t.as<float>()[i];
+    f.as<float>()[i] = round ? from_bf16(to_bf16(x)) : x;
+  }
+  return f;
+}
+
+// `want` (float32) as the dtype of `got` would hold it, compared bit for bit with got.
+void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& what) {
+  const std::int64_t n = got.view().numel();
+  ASSERT_EQ(n, want.view().numel()) << what;
+  std::int64_t differ = 0;
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float w = want.as<float>()[i];
+    if (got.dtype() == DType::bf16) differ += got.as<bf16>()[i].bits != to_bf16(w).bits;
+    else differ += std::memcmp(&got.as<float>()[i], &w, 4) != 0;
+  }
+  EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << n << " values differ";
+}
+
+Options options_of(int c, const Tensor& keep) {
+  Options opt;
+  if (c == 1) opt.mask.causal = true;
+  if (c == 2) {
+    opt.mask.window_left = 37;
+    opt.mask.window_right = 3;
+  }
+  if (c == 3) opt.mask.explicit_mask = keep.view();
+  return opt;
+}
+
+const std::vector<Shape> kShapes = {{2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 130, 77, 59, 5}, {2, 2, 2, 64, 64, 128, 128},
+                                    {1, 1, 1, 257, 311, 80, 80}};
+
+TEST(Bf16AsFloat, ForwardIsTheFloat32ForwardOnTheSameValues) {
+  force_path("widened");
+  for (const Shape& s : kShapes)
+    for (int c = 0; c < 4; ++c)
+      for (DType dtype : {DType::bf16, DType::f32}) {
+        const std::uint64_t seed = 300 + s.Nq;
+        const Tensor q = random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dk}, seed, 0),
+                     k = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dk}, seed, 1),
+                     v = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dv}, seed, 2),
+                     keep = random_tensor(DType::u8, {s.Nq, s.Nkv}, seed, 3);
+        Options opt = options_of(c, keep);
+        opt.compute = Compute::bf16;
+        Tensor out(dtype, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
+        poison(out);
+        poison(lse);
+        forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
+        const bool round = dtype == DType::f32;
+        const Tensor qf = float_values(q, round), kf = float_values(k, round), vf = float_values(v, round);
+        Tensor want(DType::f32, {s.B, s.Hq, s.Nq, s.dv}), want_lse(DType::f32, {s.B, s.Hq, s.Nq});
+        opt.compute = Compute::native;
+        forward(qf.view(), kf.view(), vf.view(), {want.view(), want_lse.view()}, opt);
+        const std::string what = "Nq " + std::to_string(s.Nq) + " case " + std::to_string(c) + " " + std::string(dtype_name(dtype));
+        expect_same_bits(out, want, what + " out");
+        expect_same_bits(lse, want_lse, what + " lse");
+      }
+  force_path("");
+}
+
+TEST(Bf16AsFloat, BackwardIsTheFloat32BackwardOnTheSameValues) {
+  force_path("widened");
+  for (const Shape& s : kShapes)
+    for (int c = 0; c < 4; ++c)
+      for (DType dtype : {DType::bf16, DType::f32}) {
+        const std::uint64_t seed = 400 + s.Nq;
+        const Tensor q = random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dk}, seed, 0),
+                     k = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dk}, seed, 1),
+                     v = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dv}, seed, 2),
+                     dout = random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dv}, seed, 3),
+                     keep = random_tensor(DType::u8, {s.Nq, s.Nkv}, seed, 4);
+        Options opt = options_of(c, keep);
+        opt.compute = Compute::bf16;
+        // The forward's outputs as the call passes them (out in the inputs' dtype).
+        Tensor out(dtype, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
+        forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
+        Tensor dq(dtype, {s.B, s.Hq, s.Nq, s.dk}), dk(dtype, {s.B, s.Hkv, s.Nkv, s.dk}),
+            dv(dtype, {s.B, s.Hkv, s.Nkv, s.dv});
+        poison(dq);
+        poison(dk);
+        poison(dv);
+        backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dv.view()},
+                 opt);
+        // The float32 backward on the values the route copies; out as passed (not rounded).
+        const bool round = dtype == DType::f32;
+        const Tensor qf = float_values(q, round), kf = float_values(k, round), vf = float_values(v, round),
+                     df = float_values(dout, round), of = float_values(out, false);
+        Tensor wq(DType::f32, {s.B, s.Hq, s.Nq, s.dk}), wk(DType::f32, {s.B, s.Hkv, s.Nkv, s.dk}),
+            wv(DType::f32, {s.B, s.Hkv, s.Nkv, s.dv});
+        opt.compute = Compute::native;
+        backward(qf.view(), kf.view(), vf.view(), of.view(), lse.view(), df.view(), {wq.view(), wk.view(), wv.view()},
+                 opt);
+        const std::string what = "Nq " + std::to_string(s.Nq) + " case " + std::to_string(c) + " " + std::string(dtype_name(dtype));
+        expect_same_bits(dq, wq, what + " dq");
+        expect_same_bits(dk, wk, what + " dk");
+        expect_same_bits(dv, wv, what + " dv");
+      }
+  force_path("");
+}
+
+// The route's choice: bfloat16 inputs or Compute::bf16, the widened path, a block of query rows.
+TEST(Bf16AsFloat, TakenOnTheWidenedPathForBlocksOfRows) {
+  const Tensor q = random_tensor(DType::bf16, {1, 2, detail::kBr, 16}, 1, 0),
+               q_short = random_tensor(DType::bf16, {1, 2, detail::kBr - 1, 16}, 1, 0),
+               k = random_tensor(DType::bf16, {1, 2, 100, 16}, 1, 1), v = random_tensor(DType::bf16, {1, 2, 100, 16}, 1, 2),
+               qf = random_tensor(DType::f32, {1, 2, detail::kBr, 16}, 1, 0),
+               kf = random_tensor(DType::f32, {1, 2, 100, 16}, 1, 1), vf = random_tensor(DType::f32, {1, 2, 100, 16}, 1, 2);
+  Tensor out(DType::bf16, {1, 2, detail::kBr, 16}), out_short(DType::bf16, {1, 2, detail::kBr - 1, 16}),
+      outf(DType::f32, {1, 2, detail::kBr, 16});
+  const Options opt;
+  const auto params = [&](const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& o) {
+    return detail::make_forward_params(a.view(), b.view(), c.view(), {o.view()}, opt, detail::Kernel::fast);
+  };
+  force_path("widened");
+  EXPECT_TRUE(detail::runs_as_float(params(q, k, v, out), Compute::native));
+  EXPECT_FALSE(detail::runs_as_float(params(q_short, k, v, out_short), Compute::native));
+  EXPECT_TRUE(detail::runs_as_float(params(qf, kf, vf, outf), Compute::bf16));
+  EXPECT_FALSE(detail::runs_as_float(params(qf, kf, vf, outf), Compute::native));
+  force_path("portable");
+  EXPECT_FALSE(detail::runs_as_float(params(q, k, v, out), Compute::native));
+  force_path("");
+}
+
+}  // namespace
+}  // namespace attnscale
