@@ -367,7 +367,8 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "kv-i8-tok: int8-KV decode over float32-KV decode (kv-f32-tok, timed just before) in tokens/s.\n"
               "Flop-bound rows go against the peak of the instructions their products run on: f32 rows fp32-peak;\n"
               "fwd-bf16 and bwd-bf16 amx-peak where their products run on AMX (the header's \"bf16 products amx\"),\n"
-              "bf16-peak on vdpbf16ps (\"avx512-bf16\"), fp32-peak where bf16 pairs are widened to float32 (\"widened\").\n",
+              "bf16-peak on vdpbf16ps (\"avx512-bf16\"), fp32-peak where bf16 pairs are widened to float32 (\"widened\";\n"
+              "there fwd-bf16 and bwd-bf16 run the float32 kernels on float32 copies of their bf16 inputs).\n",
               threads);
 }
 
