@@ -62,9 +62,7 @@ void float_row(const TensorView& t, std::int64_t r, bool round, float* dst) {
 }
 
 // p with the views `views` names replaced by contiguous float32 copies, made in one parallel pass
-// over all their rows (one pass of the thread pool: a small call's copies took 30 us as one pass
-// a view). A dimension of one element gets stride 0 in the copy's view, as a broadcast one has it
-// (the kernels index K and V by q's batch index where K and V have one batch entry).
+// over all their rows (one start of the thread pool, not one a view).
 template <class P>
 P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<TensorView P::*> views) {
   P f = p;
@@ -73,10 +71,7 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
   for (TensorView P::*v : views) {
     const TensorView& t = p.*v;
     copies.emplace_back(DType::f32, t.shape.data(), 4);
-    TensorView view = copies.back().view();
-    for (int i = 0; i < 4; ++i)
-      if (view.shape[i] == 1) view.strides[i] = 0;
-    f.*v = view;
+    f.*v = copies.back().view();
     from.push_back(&t);
     first.push_back(first.back() + t.shape[0] * t.shape[1] * t.shape[2]);
   }
@@ -87,13 +82,14 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
     for (const TensorView* t : from) n += numel(*t);
     return n;
   }();
-  // Below about 64 K values the pool's start costs more than the copy.
+  // Small copies (under 64 K values, 256 KiB of float32) on the calling thread alone.
   const int threads = elements < (std::int64_t{1} << 16) ? 1 : resolve_threads(p.threads, first.back());
+  const std::size_t base = copies.size() - from.size();
   parallel_for(first.back(), 16, threads, [&](std::int64_t r0, std::int64_t r1, int) {
     for (std::int64_t r = r0; r < r1; ++r) {
-      const std::size_t i = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), r) - first.begin() - 1);
-      const TensorView& t = *from[i];
-      float_row(t, r - first[i], round, copies[copies.size() - from.size() + i].template as<float>() + (r - first[i]) * t.shape[3]);
+      const auto i = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), r) - first.begin() - 1);
+      const std::int64_t row = r - first[i];
+      float_row(*from[i], row, round, copies[base + i].template as<float>() + row * from[i]->shape[3]);
     }
   });
   return f;

@@ -51,85 +51,91 @@ void expect_same_bits(const Tensor& got, const Tensor& want, const std::string& 
   EXPECT_EQ(differ, 0) << what << ": " << differ << " of " << n << " values differ";
 }
 
-Options options_of(int c, const Tensor& keep) {
+// One call of the tests below: inputs of `dtype` (bfloat16, or float32 asking for Compute::bf16)
+// of a shape, under mask case c: 0 none, 1 causal, 2 window, 3 explicit.
+struct Case {
+  Shape s;
+  DType dtype;
+  Tensor q, k, v, dout, keep;
   Options opt;
-  if (c == 1) opt.mask.causal = true;
-  if (c == 2) {
-    opt.mask.window_left = 37;
-    opt.mask.window_right = 3;
-  }
-  if (c == 3) opt.mask.explicit_mask = keep.view();
-  return opt;
-}
+  std::string what;
+};
 
-const std::vector<Shape> kShapes = {{2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 130, 77, 59, 5}, {2, 2, 2, 64, 64, 128, 128},
-                                    {1, 1, 1, 257, 311, 80, 80}};
+std::vector<Case> cases(std::uint64_t seed) {
+  const std::vector<Shape> shapes = {{2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 130, 77, 59, 5}, {2, 2, 2, 64, 64, 128, 128},
+                                     {1, 1, 1, 257, 311, 80, 80}};
+  std::vector<Case> all;
+  for (const Shape& s : shapes)
+    for (int c = 0; c < 4; ++c)
+      for (DType dtype : {DType::bf16, DType::f32}) {
+        const std::uint64_t at = seed + static_cast<std::uint64_t>(s.Nq);
+        Case x{s,
+               dtype,
+               random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dk}, at, 0),
+               random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dk}, at, 1),
+               random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dv}, at, 2),
+               random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dv}, at, 3),
+               random_tensor(DType::u8, {s.Nq, s.Nkv}, at, 4),
+               {},
+               "Nq " + std::to_string(s.Nq) + " case " + std::to_string(c) + " " + std::string(dtype_name(dtype))};
+        if (c == 1) x.opt.mask.causal = true;
+        if (c == 2) {
+          x.opt.mask.window_left = 37;
+          x.opt.mask.window_right = 3;
+        }
+        if (c == 3) x.opt.mask.explicit_mask = x.keep.view();
+        x.opt.compute = Compute::bf16;
+        all.push_back(std::move(x));
+      }
+  return all;
+}
 
 TEST(Bf16AsFloat, ForwardIsTheFloat32ForwardOnTheSameValues) {
   force_path("widened");
-  for (const Shape& s : kShapes)
-    for (int c = 0; c < 4; ++c)
-      for (DType dtype : {DType::bf16, DType::f32}) {
-        const std::uint64_t seed = 300 + s.Nq;
-        const Tensor q = random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dk}, seed, 0),
-                     k = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dk}, seed, 1),
-                     v = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dv}, seed, 2),
-                     keep = random_tensor(DType::u8, {s.Nq, s.Nkv}, seed, 3);
-        Options opt = options_of(c, keep);
-        opt.compute = Compute::bf16;
-        Tensor out(dtype, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
-        poison(out);
-        poison(lse);
-        forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
-        const bool round = dtype == DType::f32;
-        const Tensor qf = float_values(q, round), kf = float_values(k, round), vf = float_values(v, round);
-        Tensor want(DType::f32, {s.B, s.Hq, s.Nq, s.dv}), want_lse(DType::f32, {s.B, s.Hq, s.Nq});
-        opt.compute = Compute::native;
-        forward(qf.view(), kf.view(), vf.view(), {want.view(), want_lse.view()}, opt);
-        const std::string what = "Nq " + std::to_string(s.Nq) + " case " + std::to_string(c) + " " + std::string(dtype_name(dtype));
-        expect_same_bits(out, want, what + " out");
-        expect_same_bits(lse, want_lse, what + " lse");
-      }
+  for (Case& x : cases(300)) {
+    const Shape& s = x.s;
+    Tensor out(x.dtype, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
+    poison(out);
+    poison(lse);
+    forward(x.q.view(), x.k.view(), x.v.view(), {out.view(), lse.view()}, x.opt);
+    const bool round = x.dtype == DType::f32;
+    const Tensor qf = float_values(x.q, round), kf = float_values(x.k, round), vf = float_values(x.v, round);
+    Tensor want(DType::f32, {s.B, s.Hq, s.Nq, s.dv}), want_lse(DType::f32, {s.B, s.Hq, s.Nq});
+    x.opt.compute = Compute::native;
+    forward(qf.view(), kf.view(), vf.view(), {want.view(), want_lse.view()}, x.opt);
+    expect_same_bits(out, want, x.what + " out");
+    expect_same_bits(lse, want_lse, x.what + " lse");
+  }
   force_path("");
 }
 
 TEST(Bf16AsFloat, BackwardIsTheFloat32BackwardOnTheSameValues) {
   force_path("widened");
-  for (const Shape& s : kShapes)
-    for (int c = 0; c < 4; ++c)
-      for (DType dtype : {DType::bf16, DType::f32}) {
-        const std::uint64_t seed = 400 + s.Nq;
-        const Tensor q = random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dk}, seed, 0),
-                     k = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dk}, seed, 1),
-                     v = random_tensor(dtype, {s.B, s.Hkv, s.Nkv, s.dv}, seed, 2),
-                     dout = random_tensor(dtype, {s.B, s.Hq, s.Nq, s.dv}, seed, 3),
-                     keep = random_tensor(DType::u8, {s.Nq, s.Nkv}, seed, 4);
-        Options opt = options_of(c, keep);
-        opt.compute = Compute::bf16;
-        // The forward's outputs as the call passes them (out in the inputs' dtype).
-        Tensor out(dtype, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
-        forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
-        Tensor dq(dtype, {s.B, s.Hq, s.Nq, s.dk}), dk(dtype, {s.B, s.Hkv, s.Nkv, s.dk}),
-            dv(dtype, {s.B, s.Hkv, s.Nkv, s.dv});
-        poison(dq);
-        poison(dk);
-        poison(dv);
-        backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dv.view()},
-                 opt);
-        // The float32 backward on the values the route copies; out as passed (not rounded).
-        const bool round = dtype == DType::f32;
-        const Tensor qf = float_values(q, round), kf = float_values(k, round), vf = float_values(v, round),
-                     df = float_values(dout, round), of = float_values(out, false);
-        Tensor wq(DType::f32, {s.B, s.Hq, s.Nq, s.dk}), wk(DType::f32, {s.B, s.Hkv, s.Nkv, s.dk}),
-            wv(DType::f32, {s.B, s.Hkv, s.Nkv, s.dv});
-        opt.compute = Compute::native;
-        backward(qf.view(), kf.view(), vf.view(), of.view(), lse.view(), df.view(), {wq.view(), wk.view(), wv.view()},
-                 opt);
-        const std::string what = "Nq " + std::to_string(s.Nq) + " case " + std::to_string(c) + " " + std::string(dtype_name(dtype));
-        expect_same_bits(dq, wq, what + " dq");
-        expect_same_bits(dk, wk, what + " dk");
-        expect_same_bits(dv, wv, what + " dv");
-      }
+  for (Case& x : cases(400)) {
+    const Shape& s = x.s;
+    // The forward's outputs as the call passes them (out in the inputs' dtype).
+    Tensor out(x.dtype, {s.B, s.Hq, s.Nq, s.dv}), lse(DType::f32, {s.B, s.Hq, s.Nq});
+    forward(x.q.view(), x.k.view(), x.v.view(), {out.view(), lse.view()}, x.opt);
+    Tensor dq(x.dtype, {s.B, s.Hq, s.Nq, s.dk}), dk(x.dtype, {s.B, s.Hkv, s.Nkv, s.dk}),
+        dv(x.dtype, {s.B, s.Hkv, s.Nkv, s.dv});
+    poison(dq);
+    poison(dk);
+    poison(dv);
+    backward(x.q.view(), x.k.view(), x.v.view(), out.view(), lse.view(), x.dout.view(),
+             {dq.view(), dk.view(), dv.view()}, x.opt);
+    // The float32 backward on the values the route copies; out as passed (not rounded).
+    const bool round = x.dtype == DType::f32;
+    const Tensor qf = float_values(x.q, round), kf = float_values(x.k, round), vf = float_values(x.v, round),
+                 df = float_values(x.dout, round), of = float_values(out, false);
+    Tensor wq(DType::f32, {s.B, s.Hq, s.Nq, s.dk}), wk(DType::f32, {s.B, s.Hkv, s.Nkv, s.dk}),
+        wv(DType::f32, {s.B, s.Hkv, s.Nkv, s.dv});
+    x.opt.compute = Compute::native;
+    backward(qf.view(), kf.view(), vf.view(), of.view(), lse.view(), df.view(), {wq.view(), wk.view(), wv.view()},
+             x.opt);
+    expect_same_bits(dq, wq, x.what + " dq");
+    expect_same_bits(dk, wk, x.what + " dk");
+    expect_same_bits(dv, wv, x.what + " dv");
+  }
   force_path("");
 }
 
