@@ -139,6 +139,39 @@ TEST(Bf16AsFloat, BackwardIsTheFloat32BackwardOnTheSameValues) {
   force_path("");
 }
 
+// Inputs laid out as PyTorch's [B, N, H, d] (views with the head and sequence strides swapped, so
+// rows are copied one by one), and a V whose rows are every other row of a larger tensor (column
+// stride 1, row stride 2·d): the same bits as the float32 call on contiguous float32 values.
+TEST(Bf16AsFloat, StridedViewsGiveTheBitsOfContiguousOnes) {
+  force_path("widened");
+  const std::int64_t B = 2, H = 3, N = 70, Nkv = 97, d = 24;
+  for (DType dtype : {DType::bf16, DType::f32}) {
+    const Tensor qs = random_tensor(dtype, {B, N, H, d}, 500, 0), ks = random_tensor(dtype, {B, Nkv, H, d}, 500, 1),
+                 vs = random_tensor(dtype, {B, H, Nkv, 2 * d}, 500, 2);
+    const TensorView q = TensorView::strided(const_cast<void*>(qs.data()), dtype, {B, H, N, d}, {N * H * d, d, H * d, 1}),
+                     k = TensorView::strided(const_cast<void*>(ks.data()), dtype, {B, H, Nkv, d},
+                                             {Nkv * H * d, d, H * d, 1}),
+                     v = TensorView::strided(const_cast<void*>(vs.data()), dtype, {B, H, Nkv, d},
+                                             {H * Nkv * 2 * d, Nkv * 2 * d, 2 * d, 1});
+    // Contiguous float32 copies of the views' values, rounded as the route rounds float32 inputs.
+    const auto contiguous = [&](const TensorView& t) {
+      Tensor c(dtype, {t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
+      convert(t, c.view());
+      return float_values(c, dtype == DType::f32);
+    };
+    const Tensor qf = contiguous(q), kf = contiguous(k), vf = contiguous(v);
+    Options opt;
+    opt.mask.causal = true;
+    opt.compute = Compute::bf16;
+    Tensor out(dtype, {B, H, N, d}), want(DType::f32, {B, H, N, d});
+    forward(q, k, v, {out.view()}, opt);
+    opt.compute = Compute::native;
+    forward(qf.view(), kf.view(), vf.view(), {want.view()}, opt);
+    expect_same_bits(out, want, std::string("strided ") + std::string(dtype_name(dtype)));
+  }
+  force_path("");
+}
+
 // The route's choice: bfloat16 inputs or Compute::bf16, the widened path, a block of query rows.
 TEST(Bf16AsFloat, TakenOnTheWidenedPathForBlocksOfRows) {
   const Tensor q = random_tensor(DType::bf16, {1, 2, detail::kBr, 16}, 1, 0),
