@@ -53,9 +53,11 @@
 #include "openblas_core.h"
 #include "subcommands.h"
 
-// OpenBLAS is loaded when `attnscale bench` runs, not linked into the CLI: its pthread build starts
-// a pool of worker threads (spinning in sched_yield) in every process that links it, which cost every
-// other subcommand ~35 ms of CPU time (measured on `attnscale experiment saturation`).
+// OpenBLAS is opened when `attnscale bench` runs, not linked into the CLI by us: its pthread build
+// starts a pool of worker threads (spinning in sched_yield) in every process that links it, which
+// cost every other subcommand ~35 ms of CPU time (measured on `attnscale experiment saturation`).
+// Where the lab's torch units are built, libtorch links it anyway (through libblas), and every
+// subcommand loads both at its start (`attnscale --version`: 0.44 s, libtorch's loading most of it).
 namespace {
 struct OpenBlas {
   void (*set_num_threads)(int) = nullptr;

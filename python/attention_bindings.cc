@@ -230,8 +230,8 @@ Scaled dot-product attention softmax(q k^T * scale + mask) v on numpy arrays.
     compute:      None or 'native' (products in the inputs' dtype), or 'bf16': float32 inputs
                   rounded to bfloat16 for Q K^T and P V, float32 accumulation (AMX where
                   the CPU has it, AVX-512 BF16 on AMD's cores, else pairs widened to float32;
-                  there, from 64 query rows on, the float32 kernels on float32 copies of the
-                  bfloat16 values, P not rounded); float64 inputs ignore it.
+                  there, from 64 query rows on (16 over short keys), the float32 kernels on
+                  float32 copies of the bfloat16 values, P not rounded); float64 inputs ignore it.
 )" + kExtrasDoc + R"(
 Returns out [..., Nq, dv] (q's dtype), or a tuple (out[, lse][, probs]). A row whose keys are
 all masked gives out = 0 and lse = -inf. Bad shapes or options raise ValueError, wrong types
@@ -262,7 +262,7 @@ Gradients (dq, dk, dv) of attention, given the forward's out and lse and dout = 
                    over the dimensions the mask broadcasts).
     compute:       None or 'native', or 'bf16': the five tile products with bfloat16 operands and
                    float32 accumulation (AMX, AVX-512 BF16 on AMD's cores, else widened: there,
-                   from 64 query rows on, the float32 kernels on float32 copies of the bfloat16
+                   from 16 query rows on, the float32 kernels on float32 copies of the bfloat16
                    values, P and dS not rounded), within about
                    1e-2 of the float64 gradients; bfloat16 inputs always use it (except with
                    return_dbias or non-finite inputs, which take the float32 path); float64

@@ -65,7 +65,8 @@ def attention(
     compute='bf16' runs the forward's and the backward's products in bfloat16 with float32
     accumulation (float32 inputs; bfloat16 inputs always do, without upcasting); the gradients are
     then within about 1e-2 of float64's. Where the CPU would widen bf16 pairs to float32 anyway
-    (no AMX on an Intel core, AVX2), calls of 64 or more query rows run the float32 kernels on
+    (no AMX on an Intel core, AVX2), calls of 64 or more query rows (16 for the backward, and for
+    the forward over short keys) run the float32 kernels on
     float32 copies of the bfloat16 values (P not rounded), in about a float32 call's time. sinks: None or a tensor [Hq], one logit per query head
     that joins every row's softmax without a value (gpt-oss), P_ij = exp(s_ij) / (exp(sink_h) +
     sum_j exp(s_ij)); it gets its gradient when it requires grad.

@@ -20,12 +20,21 @@ constexpr std::int64_t kMemoryShare = 8;
 
 std::int64_t numel(const TensorView& t) { return t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]; }
 
+// Fewer query rows a head take the route from kFewRows on: the backward always (its bf16 kernels
+// took 1.3-2.4x the float32 call's time at 16-63 rows, their copies less), the forward where the
+// copies hold at most kSmallCopies values (over long keys its bf16 kernels read K and V as stored
+// at the float32 call's pace: 16 rows over 4096 keys 1.01x, 32 over 1024 1.06x, where copying them
+// would cost more; over short keys they took 1.4-2.2x). docs/performance.md.
+constexpr std::int64_t kFewRows = 16;
+constexpr std::int64_t kSmallCopies = std::int64_t{1} << 18;
+
 // What the forward and the backward share: bfloat16 inputs or bf16 products asked of float32 ones,
-// on the widened path, a full block of query rows a head, and copies of `elements` values that fit.
-bool wanted(const Params& p, Compute compute, std::int64_t elements) {
+// on the widened path, enough query rows (above), and copies of `elements` values that fit.
+bool wanted(const Params& p, Compute compute, std::int64_t elements, bool backward) {
   if (p.dtype != DType::bf16 && !(p.dtype == DType::f32 && compute == Compute::bf16)) return false;
-  if (bfdot::path() != bfdot::Path::widened || p.Nq < kBr) return false;
-  return elements * std::int64_t{sizeof(float)} <= memory_limit_bytes() / kMemoryShare;
+  if (bfdot::path() != bfdot::Path::widened) return false;
+  const bool rows = p.Nq >= kBr || (p.Nq >= kFewRows && (backward || elements <= kSmallCopies));
+  return rows && elements * std::int64_t{sizeof(float)} <= memory_limit_bytes() / kMemoryShare;
 }
 
 // A float32 value as the bf16 kernels take it: rounded to bfloat16, except a finite value beyond
@@ -113,14 +122,14 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
 }  // namespace
 
 bool runs_as_float(const Params& p, Compute compute) {
-  return wanted(p, compute, numel(p.q) + numel(p.k) + numel(p.v));
+  return wanted(p, compute, numel(p.q) + numel(p.k) + numel(p.v), false);
 }
 
 // Float32 inputs whose bfloat16 roundings are not all finite (a value beyond bfloat16's range), or
 // that ask for dbias, take the float32 backward on their own values, as the bf16 backward leaves
 // them to it (its backward_handles); bfloat16 inputs go there too, whose copies hold the same values.
 bool runs_as_float(const BackwardParams& p, Compute compute) {
-  return wanted(p, compute, numel(p.q) + numel(p.k) + numel(p.v) + numel(p.dO)) &&
+  return wanted(p, compute, numel(p.q) + numel(p.k) + numel(p.v) + numel(p.dO), true) &&
          (p.dtype == DType::bf16 || bfdot::backward_handles(p));
 }
 

@@ -12,9 +12,10 @@
 // result is closer to float64's, not further; and, as on any path, the order of the sums.
 //
 // Taken for blocks of query rows (at least kBr rows a head, so that each K and V element is used
-// by many rows) when the copies fit in an eighth of the machine's memory; decode-like calls (few
-// rows, many keys) read the bf16 K and V as stored, and very large calls stay on the bf16 kernels
-// rather than doubling their footprint.
+// by many rows), and from 16 rows on by the backward and by forwards whose copies are small
+// (bf16_as_float.cc), when the copies fit in an eighth of the machine's memory; decode-like calls
+// (few rows, many keys) read the bf16 K and V as stored, and very large calls stay on the bf16
+// kernels rather than doubling their footprint.
 #pragma once
 #include <vector>
 

@@ -63,7 +63,7 @@ struct Case {
 
 std::vector<Case> cases(std::uint64_t seed) {
   const std::vector<Shape> shapes = {{2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 130, 77, 59, 5}, {2, 2, 2, 64, 64, 128, 128},
-                                     {1, 1, 1, 257, 311, 80, 80}};
+                                     {1, 1, 1, 257, 311, 80, 80}, {1, 2, 1, 33, 41, 24, 24}};
   std::vector<Case> all;
   for (const Shape& s : shapes)
     for (int c = 0; c < 4; ++c)
@@ -172,26 +172,42 @@ TEST(Bf16AsFloat, StridedViewsGiveTheBitsOfContiguousOnes) {
   force_path("");
 }
 
-// The route's choice: bfloat16 inputs or Compute::bf16, the widened path, a block of query rows.
-TEST(Bf16AsFloat, TakenOnTheWidenedPathForBlocksOfRows) {
-  const Tensor q = random_tensor(DType::bf16, {1, 2, detail::kBr, 16}, 1, 0),
-               q_short = random_tensor(DType::bf16, {1, 2, detail::kBr - 1, 16}, 1, 0),
-               k = random_tensor(DType::bf16, {1, 2, 100, 16}, 1, 1), v = random_tensor(DType::bf16, {1, 2, 100, 16}, 1, 2),
-               qf = random_tensor(DType::f32, {1, 2, detail::kBr, 16}, 1, 0),
-               kf = random_tensor(DType::f32, {1, 2, 100, 16}, 1, 1), vf = random_tensor(DType::f32, {1, 2, 100, 16}, 1, 2);
-  Tensor out(DType::bf16, {1, 2, detail::kBr, 16}), out_short(DType::bf16, {1, 2, detail::kBr - 1, 16}),
-      outf(DType::f32, {1, 2, detail::kBr, 16});
+// The route's choice: bfloat16 inputs or Compute::bf16, on the widened path; a block of query rows
+// a head, or from 16 rows on the backward always and the forward where the copies are small
+// (at most 2^18 values: not a few rows over many keys, which the bf16 kernels read as stored).
+TEST(Bf16AsFloat, TakenOnTheWidenedPathForEnoughRows) {
   const Options opt;
-  const auto params = [&](const Tensor& a, const Tensor& b, const Tensor& c, const Tensor& o) {
-    return detail::make_forward_params(a.view(), b.view(), c.view(), {o.view()}, opt, detail::Kernel::fast);
+  // A forward and a backward of dtype over Nq query rows and Nkv keys (H = 2, d = 16).
+  const auto forward_of = [&](DType dtype, std::int64_t Nq, std::int64_t Nkv, Compute compute) {
+    const Tensor q = random_tensor(dtype, {1, 2, Nq, 16}, 1, 0), k = random_tensor(dtype, {1, 2, Nkv, 16}, 1, 1),
+                 v = random_tensor(dtype, {1, 2, Nkv, 16}, 1, 2);
+    Tensor out(dtype, {1, 2, Nq, 16});
+    return detail::runs_as_float(
+        detail::make_forward_params(q.view(), k.view(), v.view(), {out.view()}, opt, detail::Kernel::fast), compute);
   };
+  const auto backward_of = [&](std::int64_t Nq, std::int64_t Nkv) {
+    const Tensor q = random_tensor(DType::bf16, {1, 2, Nq, 16}, 1, 0), k = random_tensor(DType::bf16, {1, 2, Nkv, 16}, 1, 1),
+                 v = random_tensor(DType::bf16, {1, 2, Nkv, 16}, 1, 2), dout = random_tensor(DType::bf16, {1, 2, Nq, 16}, 1, 3);
+    Tensor out(DType::bf16, {1, 2, Nq, 16}), lse(DType::f32, {1, 2, Nq}), dq(DType::bf16, {1, 2, Nq, 16}),
+        dk(DType::bf16, {1, 2, Nkv, 16}), dv(DType::bf16, {1, 2, Nkv, 16});
+    return detail::runs_as_float(detail::make_backward_params(q.view(), k.view(), v.view(), out.view(), lse.view(),
+                                                              dout.view(), {dq.view(), dk.view(), dv.view()}, opt,
+                                                              detail::Kernel::fast),
+                                 Compute::native);
+  };
+  const std::int64_t long_keys = 5000;  // 2 heads x 2 x 5000 keys x 16 > 2^18 values of K and V
   force_path("widened");
-  EXPECT_TRUE(detail::runs_as_float(params(q, k, v, out), Compute::native));
-  EXPECT_FALSE(detail::runs_as_float(params(q_short, k, v, out_short), Compute::native));
-  EXPECT_TRUE(detail::runs_as_float(params(qf, kf, vf, outf), Compute::bf16));
-  EXPECT_FALSE(detail::runs_as_float(params(qf, kf, vf, outf), Compute::native));
+  EXPECT_TRUE(forward_of(DType::bf16, 64, long_keys, Compute::native));
+  EXPECT_TRUE(forward_of(DType::bf16, 63, 100, Compute::native));
+  EXPECT_FALSE(forward_of(DType::bf16, 63, long_keys, Compute::native));
+  EXPECT_FALSE(forward_of(DType::bf16, 15, 100, Compute::native));
+  EXPECT_TRUE(forward_of(DType::f32, 64, 100, Compute::bf16));
+  EXPECT_FALSE(forward_of(DType::f32, 64, 100, Compute::native));
+  EXPECT_TRUE(backward_of(16, long_keys));
+  EXPECT_FALSE(backward_of(15, 100));
   force_path("portable");
-  EXPECT_FALSE(detail::runs_as_float(params(q, k, v, out), Compute::native));
+  EXPECT_FALSE(forward_of(DType::bf16, 64, 100, Compute::native));
+  EXPECT_FALSE(backward_of(64, 100));
   force_path("");
 }
 
