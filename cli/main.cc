@@ -35,7 +35,7 @@ int fail(int code, const char* kind, const std::string& what, bool every_rank = 
 }  // namespace
 
 int main(int argc, char** argv) {
-  attnscale::cli::restart_bench_with_openblas_core(argv);
+  attnscale::cli::restart_with_openblas_core(argv);
   attnscale::cli::mpi_job::start(&argc, &argv);
   CLI::App app{"attnscale: scaled dot-product attention, softmax(Q K^T * s) V, and a lab that measures\n"
                "why s = 1/sqrt(dk)."};

@@ -31,8 +31,18 @@ bool one_of(const char* core, std::initializer_list<const char*> names) {
 
 }  // namespace
 
-void restart_bench_with_openblas_core(char** argv) {
-  if (!argv[0] || !argv[1] || std::strcmp(argv[1], "bench") != 0 || std::getenv("OPENBLAS_CORETYPE")) return;
+// The commands whose time OpenBLAS's kernels decide: the bench's sgemm, and libtorch's products in
+// the training runs (the report runs them too).
+bool uses_openblas(char** argv) {
+  if (std::strcmp(argv[1], "bench") == 0 || std::strcmp(argv[1], "report") == 0) return true;
+  if (std::strcmp(argv[1], "experiment") != 0) return false;
+  for (char** a = argv + 2; *a; ++a)
+    if (std::strcmp(*a, "training") == 0 || std::strcmp(*a, "recall") == 0) return true;
+  return false;
+}
+
+void restart_with_openblas_core(char** argv) {
+  if (!argv[0] || !argv[1] || !uses_openblas(argv) || std::getenv("OPENBLAS_CORETYPE")) return;
   const char* core = openblas_core();
   if (!core) return;
   // OpenBLAS's kernels of the width of the library's target: AVX-512 (every AVX3 target) or AVX2.

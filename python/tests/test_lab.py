@@ -1,7 +1,9 @@
 """attnscale.lab gives the numbers `attnscale experiment NAME --format csv` writes, bit for bit."""
 import csv
+import ctypes
 import io
 import math
+import os
 import subprocess
 import sys
 import types
@@ -13,12 +15,22 @@ from attnscale import lab
 NAMES = [e["name"] for e in lab.experiments()]
 
 
+def openblas_core():
+    """The kernels of the OpenBLAS this process has loaded (numpy's, libtorch's)."""
+    name = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
+    name.restype = ctypes.c_char_p
+    return name().decode()
+
+
 def cli_csv(cli, name, seed, trials, threads, **flags):
     args = [cli, "experiment", name, "--format", "csv", "--seed", str(seed), "--trials", str(trials),
             "--threads", str(threads)]
     for key, value in flags.items():
         args += ["--" + key, value]
-    done = subprocess.run(args, capture_output=True, text=True, check=True)
+    # The CLI on the OpenBLAS kernels this process runs (libtorch's products in the training runs
+    # are OpenBLAS's, and the CLI would otherwise pick its own: cli/openblas_core.h).
+    env = dict(os.environ, OPENBLAS_CORETYPE=openblas_core())
+    done = subprocess.run(args, capture_output=True, text=True, check=True, env=env)
     return done.stdout
 
 
