@@ -29,8 +29,6 @@ bool one_of(const char* core, std::initializer_list<const char*> names) {
   return false;
 }
 
-}  // namespace
-
 // The commands whose time OpenBLAS's kernels decide: the bench's sgemm, and libtorch's products in
 // the training runs (the report runs them too).
 bool uses_openblas(char** argv) {
@@ -40,6 +38,8 @@ bool uses_openblas(char** argv) {
     if (std::strcmp(*a, "training") == 0 || std::strcmp(*a, "recall") == 0) return true;
   return false;
 }
+
+}  // namespace
 
 void restart_with_openblas_core(char** argv) {
   if (!argv[0] || !argv[1] || !uses_openblas(argv) || std::getenv("OPENBLAS_CORETYPE")) return;
@@ -56,7 +56,7 @@ void restart_with_openblas_core(char** argv) {
   setenv(kChoseVariable, core, 1);
   setenv("OPENBLAS_CORETYPE", wanted, 1);
   execv("/proc/self/exe", argv);
-  unsetenv("OPENBLAS_CORETYPE");  // no restart: the bench goes on with OpenBLAS's own choice
+  unsetenv("OPENBLAS_CORETYPE");  // no restart: the command goes on with OpenBLAS's own choice
   unsetenv(kChoseVariable);
 }
 
