@@ -18,8 +18,6 @@ namespace {
 // kernels read the inputs as they are.
 constexpr std::int64_t kMemoryShare = 8;
 
-std::int64_t numel(const TensorView& t) { return t.shape[0] * t.shape[1] * t.shape[2] * t.shape[3]; }
-
 // Fewer query rows a head take the route from kFewRows on: the backward always (its bf16 kernels
 // took 1.3-2.4x the float32 call's time at 16-63 rows, their copies less), the forward where the
 // copies hold at most kSmallCopies values (over long keys its bf16 kernels read K and V as stored
@@ -37,16 +35,14 @@ bool wanted(const Params& p, Compute compute, std::int64_t elements, bool backwa
   return rows && elements * std::int64_t{sizeof(float)} <= memory_limit_bytes() / kMemoryShare;
 }
 
-// A float32 value as the bf16 kernels take it: rounded to bfloat16, except a finite value beyond
-// bfloat16's range (above 3.39e38), which they take by its float32 value (a tile of V that holds
-// one is multiplied in float32, so that 0 · inf never reaches the pairs a mask hides).
-inline float as_bf16(float x) {
-  const float r = from_bf16(to_bf16(x));
-  return std::isfinite(r) || !std::isfinite(x) ? r : x;
-}
+// A float32 value x as the bf16 kernels take it, given r, x rounded to bfloat16: r, except for a
+// finite x beyond bfloat16's range (above 3.39e38), which they take by its float32 value (a tile of
+// V that holds one is multiplied in float32, so that 0 · inf never reaches the pairs a mask hides).
+inline float as_bf16(float x, float r) { return std::isfinite(r) || !std::isfinite(x) ? r : x; }
 
 // n consecutive values from src (bfloat16 or float32 `dtype`) into dst as float32, float32 values
-// rounded as as_bf16 does when `round`.
+// taken as as_bf16 takes them when `round` (a float32 call with Compute::bf16; a bfloat16 call's
+// float32 dout is copied as it is).
 void float_run(DType dtype, const void* src, std::int64_t n, bool round, float* dst) {
   if (dtype == DType::bf16) return f32_row(static_cast<const std::uint16_t*>(src), n, dst);
   const float* x = static_cast<const float*>(src);
@@ -59,8 +55,7 @@ void float_run(DType dtype, const void* src, std::int64_t n, bool round, float* 
     const std::int64_t m = std::min<std::int64_t>(1024, n - e0);
     bf16_row(x + e0, m, bits);
     f32_row(bits, m, dst + e0);
-    for (std::int64_t e = e0; e < e0 + m; ++e)
-      if (!std::isfinite(dst[e]) && std::isfinite(x[e])) dst[e] = x[e];
+    for (std::int64_t e = e0; e < e0 + m; ++e) dst[e] = as_bf16(x[e], dst[e]);
   }
 }
 
@@ -79,7 +74,7 @@ void float_rows(const TensorView& t, std::int64_t r0, std::int64_t r1, bool roun
     }
     for (std::int64_t e = 0; e < d; ++e) {
       const float x = static_cast<float>(load_element(t.dtype, element(t, a, b, c, e)));
-      dst[e] = round ? as_bf16(x) : x;
+      dst[e] = round ? as_bf16(x, from_bf16(to_bf16(x))) : x;
     }
   }
 }
@@ -102,7 +97,7 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
   const bool round = p.dtype == DType::f32;
   const std::int64_t elements = [&] {
     std::int64_t n = 0;
-    for (const TensorView* t : from) n += numel(*t);
+    for (const TensorView* t : from) n += t->numel();
     return n;
   }();
   // Small copies (under 64 K values, 256 KiB of float32) on the calling thread alone.
@@ -122,14 +117,14 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
 }  // namespace
 
 bool runs_as_float(const Params& p, Compute compute) {
-  return wanted(p, compute, numel(p.q) + numel(p.k) + numel(p.v), false);
+  return wanted(p, compute, p.q.numel() + p.k.numel() + p.v.numel(), false);
 }
 
 // Float32 inputs whose bfloat16 roundings are not all finite (a value beyond bfloat16's range), or
 // that ask for dbias, take the float32 backward on their own values, as the bf16 backward leaves
 // them to it (its backward_handles); bfloat16 inputs go there too, whose copies hold the same values.
 bool runs_as_float(const BackwardParams& p, Compute compute) {
-  return wanted(p, compute, numel(p.q) + numel(p.k) + numel(p.v) + numel(p.dO), true) &&
+  return wanted(p, compute, p.q.numel() + p.k.numel() + p.v.numel() + p.dO.numel(), true) &&
          (p.dtype == DType::bf16 || bfdot::backward_handles(p));
 }
 
