@@ -31,6 +31,7 @@
 #include "lab/rng.h"
 #include "lab/experiments/training/model.h"
 #include "lab/experiments/training/sweep.h"
+#include "lab/experiments/training/task_config.h"
 #include "lab/experiments/training/train_run.h"
 
 namespace attnscale::lab {
@@ -130,7 +131,7 @@ std::vector<std::vector<std::string>> training_points(const training::Sweep& swe
   std::vector<std::vector<std::string>> pts;
   for (const auto& task : tasks) {
     training::TaskConfig check = run_config(r, sweep.stream, {task, "attnscale", "sqrt", "1", "1", "0"}).task;
-    training::Task{check};  // validates --seq-len, --batch, --corpus for this task
+    training::check_task(check);  // --seq-len, --batch, --corpus for this task
     for (const auto& att : attentions)
       for (const auto& sc : scalings)
         for (auto d : r.ints("d-head"))
