@@ -4,7 +4,8 @@
 # libtorch module lib/attnscale/libattnscale_torch_units.so (where bin/attnscale looks for it:
 # src/lab/experiments/training/torch_module.h); the CMake package
 # lib/cmake/attnscale/ (find_package(attnscale CONFIG) → attnscale::attnscale); the pkg-config file
-# lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below).
+# lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below),
+# with its own copy of the module next to _lab.
 # Components: runtime (libattnscale.so), development (headers, static library, CMake and
 # pkg-config files), cli, python.
 include(CMakePackageConfigHelpers)
