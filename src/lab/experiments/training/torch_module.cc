@@ -31,9 +31,8 @@ std::string reason(const std::string& path) {
 Entry open_module() {
   const std::string path = torch_module_path();
   void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!module) throw Error("cannot load the lab's libtorch module " + path + ": " + reason(path));
-  const auto entry = reinterpret_cast<Entry>(dlsym(module, "attnscale_torch_train"));
-  if (!entry) throw Error("the lab's libtorch module " + path + " lacks attnscale_torch_train: " + reason(path));
+  const auto entry = module ? reinterpret_cast<Entry>(dlsym(module, "attnscale_torch_train")) : nullptr;
+  if (!entry) throw Error("cannot load the lab's libtorch module " + path + ": " + reason(path));
   return entry;
 }
 
