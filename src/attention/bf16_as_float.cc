@@ -41,15 +41,11 @@ bool wanted(const Params& p, Compute compute, std::int64_t elements, bool backwa
 inline float as_bf16(float x, float r) { return std::isfinite(r) || !std::isfinite(x) ? r : x; }
 
 // n consecutive values from src (bfloat16 or float32 `dtype`) into dst as float32, float32 values
-// taken as as_bf16 takes them when `round` (a float32 call with Compute::bf16; a bfloat16 call's
-// float32 dout is copied as it is).
-void float_run(DType dtype, const void* src, std::int64_t n, bool round, float* dst) {
+// (a float32 call with Compute::bf16) taken as as_bf16 takes them. Every copied view has the call's
+// dtype: the validation refuses a dout of another one.
+void float_run(DType dtype, const void* src, std::int64_t n, float* dst) {
   if (dtype == DType::bf16) return f32_row(static_cast<const std::uint16_t*>(src), n, dst);
   const float* x = static_cast<const float*>(src);
-  if (!round) {
-    std::copy(x, x + n, dst);
-    return;
-  }
   std::uint16_t bits[1024];
   for (std::int64_t e0 = 0; e0 < n; e0 += 1024) {  // float32 -> bfloat16 bits -> float32
     const std::int64_t m = std::min<std::int64_t>(1024, n - e0);
@@ -63,18 +59,18 @@ void float_run(DType dtype, const void* src, std::int64_t n, bool round, float* 
 // of the first three dimensions), d = t.shape[3] values each, into dst as float32: one run where
 // the view is contiguous (a small call's rows of 64 values, one conversion call each, took a
 // quarter of its copies' time), else row by row.
-void float_rows(const TensorView& t, std::int64_t r0, std::int64_t r1, bool round, float* dst) {
+void float_rows(const TensorView& t, std::int64_t r0, std::int64_t r1, float* dst) {
   const std::int64_t d = t.shape[3], size = static_cast<std::int64_t>(dtype_size(t.dtype));
-  if (t.is_contiguous()) return float_run(t.dtype, static_cast<const char*>(t.data) + r0 * d * size, (r1 - r0) * d, round, dst);
+  if (t.is_contiguous()) return float_run(t.dtype, static_cast<const char*>(t.data) + r0 * d * size, (r1 - r0) * d, dst);
   for (std::int64_t r = r0; r < r1; ++r, dst += d) {
     const std::int64_t c = r % t.shape[2], b = r / t.shape[2] % t.shape[1], a = r / t.shape[2] / t.shape[1];
     if (t.strides[3] == 1) {
-      float_run(t.dtype, element(t, a, b, c, 0), d, round, dst);
+      float_run(t.dtype, element(t, a, b, c, 0), d, dst);
       continue;
     }
     for (std::int64_t e = 0; e < d; ++e) {
       const float x = static_cast<float>(load_element(t.dtype, element(t, a, b, c, e)));
-      dst[e] = round ? as_bf16(x, from_bf16(to_bf16(x))) : x;
+      dst[e] = t.dtype == DType::bf16 ? x : as_bf16(x, from_bf16(to_bf16(x)));
     }
   }
 }
@@ -94,7 +90,6 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
     first.push_back(first.back() + t.shape[0] * t.shape[1] * t.shape[2]);
   }
   f.dtype = DType::f32;
-  const bool round = p.dtype == DType::f32;
   const std::int64_t elements = [&] {
     std::int64_t n = 0;
     for (const TensorView* t : from) n += t->numel();
@@ -107,7 +102,7 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
     while (r0 < r1) {  // the chunk's rows, a run of each copy's at a time
       const auto i = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), r0) - first.begin() - 1);
       const std::int64_t a = r0 - first[i], e = std::min(r1, first[i + 1]) - first[i];
-      float_rows(*from[i], a, e, round, copies[base + i].template as<float>() + a * from[i]->shape[3]);
+      float_rows(*from[i], a, e, copies[base + i].template as<float>() + a * from[i]->shape[3]);
       r0 = first[i] + e;
     }
   });
