@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "attention/bf16_kernels.h"
+#include "attention/flash_forward.h"
 #include "attention/tiles.h"
 #include "common/bfloat_rows.h"
 #include "common/elements.h"
@@ -76,18 +77,27 @@ void float_rows(const TensorView& t, std::int64_t r0, std::int64_t r1, float* ds
 }
 
 // p with the views `views` names replaced by contiguous float32 copies, made in one parallel pass
-// over all their rows (one start of the thread pool, not one a view).
+// over all their rows (one start of the thread pool, not one a view). The copies lie in one block,
+// each from a 64-byte boundary: a call's copies of 2 MiB or more then reuse the pages of the call
+// before it (allocate_block keeps such blocks); copies in separate blocks of 1 MiB each took new
+// pages every call (glibc returned them), whose faults were 5-7% of a bf16 forward of 256 rows.
 template <class P>
 P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<TensorView P::*> views) {
   P f = p;
   std::vector<const TensorView*> from;
   std::vector<std::int64_t> first{0};  // the copies' first rows in the pass
+  std::vector<std::int64_t> offset{0};  // and their first values in the block
   for (TensorView P::*v : views) {
     const TensorView& t = p.*v;
-    copies.emplace_back(DType::f32, t.shape.data(), 4);
-    f.*v = copies.back().view();
     from.push_back(&t);
     first.push_back(first.back() + t.shape[0] * t.shape[1] * t.shape[2]);
+    offset.push_back(offset.back() + (t.numel() + 15) / 16 * 16);
+  }
+  copies.emplace_back(DType::f32, std::initializer_list<std::int64_t>{offset.back()});
+  float* block = copies.back().template as<float>();
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    const TensorView& t = *from[i];
+    f.*(views.begin()[i]) = TensorView::contiguous(block + offset[i], DType::f32, {t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
   }
   f.dtype = DType::f32;
   const std::int64_t elements = [&] {
@@ -97,19 +107,37 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
   }();
   // Small copies (under 64 K values, 256 KiB of float32) on the calling thread alone.
   const int threads = elements < (std::int64_t{1} << 16) ? 1 : resolve_threads(p.threads, first.back());
-  const std::size_t base = copies.size() - from.size();
   parallel_for(first.back(), 64, threads, [&](std::int64_t r0, std::int64_t r1, int) {
     while (r0 < r1) {  // the chunk's rows, a run of each copy's at a time
       const auto i = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), r0) - first.begin() - 1);
       const std::int64_t a = r0 - first[i], e = std::min(r1, first[i + 1]) - first[i];
-      float_rows(*from[i], a, e, copies[base + i].template as<float>() + a * from[i]->shape[3]);
+      float_rows(*from[i], a, e, block + offset[i] + a * from[i]->shape[3]);
       r0 = first[i] + e;
     }
   });
   return f;
 }
 
+// A forward of bfloat16 q, k, v of unit column stride that the tiles take (not a decode), whose
+// K and V tiles are each read by at most kStoredReaders query blocks (the blocks of a head times
+// the query heads of a KV head): the float32 kernels read them as stored, their packing widening
+// each tile's K and V rows and each block's Q rows (rows_operand, pack_transposed), instead of
+// reading float32 copies. The copies' pass writes twice the bytes it reads, and at 64-512 rows
+// took more than widening a tile for each block that reads it; past about eight readers a tile
+// the widening costs more (H = 8, d = 128, bf16 over float32 call time, copies / as stored: 128
+// rows causal 1.50 / 1.17, 256 causal 1.27 / 1.15, 512 causal 1.14 / 1.06, 512 1.11 / 1.11, 768
+// 1.08 / 1.12, 2048 1.02 / 1.09; docs/performance.md).
+constexpr std::int64_t kStoredReaders = 8;
+
 }  // namespace
+
+bool reads_as_stored(const Params& p) {
+  if (p.dtype != DType::bf16 || p.q.strides[3] != 1 || p.k.strides[3] != 1 || p.v.strides[3] != 1) return false;
+  if (p.group() * ((p.Nq + kBr - 1) / kBr) > kStoredReaders) return false;
+  Params f = p;
+  f.dtype = DType::f32;
+  return !may_decode(f);
+}
 
 bool runs_as_float(const Params& p, Compute compute) {
   return wanted(p, compute, p.q.numel() + p.k.numel() + p.v.numel(), false);
@@ -124,6 +152,11 @@ bool runs_as_float(const BackwardParams& p, Compute compute) {
 }
 
 Params float_params(const Params& p, std::vector<Tensor>& copies) {
+  if (reads_as_stored(p)) {
+    Params f = p;
+    f.dtype = DType::f32;
+    return f;
+  }
   return with_copies<Params>(p, copies, {&Params::q, &Params::k, &Params::v});
 }
 
