@@ -22,6 +22,8 @@ import time
 import torch
 import torch.nn.functional as F
 
+from openblas_kernels import openblas_core_note, restart_with_openblas_core
+
 
 def best_seconds(fn, reps=5, budget=3.0):
     fn()
@@ -66,6 +68,7 @@ def main():
     ap.add_argument("--threads", type=int, default=int(os.environ.get("ATTNSCALE_THREADS", os.cpu_count())))
     ap.add_argument("--memory", action="store_true", help="also run the N=65536 memory case under /usr/bin/time -v")
     a = ap.parse_args()
+    restart_with_openblas_core()  # torch's products are OpenBLAS's: both sides on the CPU's own kernels
     torch.set_num_threads(a.threads)
     cmd = [a.bin, "bench", "--format", "csv", "--threads", str(a.threads)] + (["--quick"] if a.quick else [])
     rows = list(csv.DictReader(io.StringIO(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)))
@@ -74,7 +77,8 @@ def main():
     n = 2048
     x, y = torch.rand(n, n).bfloat16(), torch.rand(n, n).bfloat16()
     bf16_mm = 2.0 * n**3 / best_seconds(lambda: x @ y) * 1e-9
-    print(f"attnscale vs PyTorch {torch.__version__} on {a.threads} threads; best of up to 5 runs each")
+    print(f"attnscale vs PyTorch {torch.__version__} on {a.threads} threads; best of up to 5 runs each; "
+          f"OpenBLAS on its {openblas_core_note()}")
     # The bench times the bf16 dot loop only where a row goes against it: not where the bf16 products
     # run on AMX (their rows go against amx-peak).
     bf16 = "".join(f"{label} {limits[key]:.1f} GFLOP/s, " for key, label in (("bf16-peak", "bf16 peak"),

@@ -29,7 +29,6 @@ so while other sessions keep the cores busy a second thread gains nothing, for s
 """
 import argparse
 import ctypes
-import math
 import os
 import statistics
 import sys
@@ -38,39 +37,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from openblas_kernels import openblas_core_note, restart_with_openblas_core
+
 
 KV_I8_CALLS = 4  # int8-KV decode calls a timing (see fns below)
-
-AVX512_CORES = ("skylakex", "cooperlake", "sapphirerapids")  # OpenBLAS's kernels of each width
-AVX2_CORES = ("haswell", "zen") + AVX512_CORES
-
-
-def openblas_core():
-    """The kernels OpenBLAS runs (numpy has loaded it)."""
-    name = ctypes.CDLL("libopenblas.so.0").openblas_get_corename
-    name.restype = ctypes.c_char_p
-    return name().decode()
-
-
-def restart_with_openblas_core():
-    """As `attnscale bench` does (cli/openblas_core.h): OpenBLAS picks its kernels by CPU model as it
-    is loaded and takes its SSE3 ones for a model it does not know (sgemm 2048^3 at 65 against 287
-    GFLOP/s on an Emerald Rapids guest); where OPENBLAS_CORETYPE is not set and its kernels are
-    narrower than the CPU's vectors, set it and run this script again."""
-    if "OPENBLAS_CORETYPE" in os.environ:
-        return
-    core = openblas_core()
-    with open("/proc/cpuinfo") as f:
-        flags = set(next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), []))
-    wanted = None
-    if {"avx512f", "avx512bw", "avx512dq", "avx512vl"} <= flags and core.lower() not in AVX512_CORES:
-        wanted = "SkylakeX"
-    elif {"avx2", "fma"} <= flags and core.lower() not in AVX2_CORES:
-        wanted = "Haswell"
-    if wanted:
-        os.environ["OPENBLAS_CORETYPE"] = wanted
-        os.environ["ATTNSCALE_OPENBLAS_CHOSE"] = core
-        os.execv(sys.executable, [sys.executable] + sys.argv)
 
 
 def main():
@@ -222,9 +192,7 @@ def main():
     }
     print(f"attnscale {attnscale.version()} ({attnscale.git_hash()}), target {attnscale.cpu_target()}, "
           f"{T} threads, {a.rounds} interleaved rounds; load average {load0[0]:.2f} before, {load1[0]:.2f} after")
-    chose = os.environ.get("ATTNSCALE_OPENBLAS_CHOSE")
-    print(f"OpenBLAS sgemm on its {openblas_core()} kernels"
-          + (f" (OpenBLAS took {chose}; OPENBLAS_CORETYPE set by this script)" if chose else ""))
+    print(f"OpenBLAS sgemm on its {openblas_core_note()}")
     if amx:
         print("bf16 products on AMX: bf16-peak and bf16-peak-2 are the AMX tdpbf16ps loop")
     elif widened:

@@ -231,7 +231,7 @@ Scaled dot-product attention softmax(q k^T * scale + mask) v on numpy arrays.
                   rounded to bfloat16 for Q K^T and P V, float32 accumulation (AMX where
                   the CPU has it, AVX-512 BF16 on AMD's cores, else pairs widened to float32;
                   there, from 64 query rows on (16 over short keys), the float32 kernels on
-                  float32 copies of the bfloat16 values, P not rounded); float64 inputs ignore it.
+                  the bfloat16 values widened, P not rounded); float64 inputs ignore it.
 )" + kExtrasDoc + R"(
 Returns out [..., Nq, dv] (q's dtype), or a tuple (out[, lse][, probs]). A row whose keys are
 all masked gives out = 0 and lse = -inf. Bad shapes or options raise ValueError, wrong types
@@ -256,7 +256,7 @@ Gradients (dq, dk, dv) of attention, given the forward's out and lse and dout = 
     share a kv head). With reference=True the float64 reference recomputes the forward and
     out/lse may be None. The options below must be those of the forward (the dropout mask is
     regenerated from its seed and offset).
-)") + kOptionsDoc + kExtrasDoc + R"(
+)") + kOptionsDoc + "\n" + kExtrasDoc + R"(
     return_dsinks: also return dsinks [Hq], the gradient w.r.t. sinks.
     return_dbias:  also return dbias [..q.., Nq, Nkv], the gradient w.r.t. a float mask (sum it
                    over the dimensions the mask broadcasts).

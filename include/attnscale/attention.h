@@ -68,8 +68,9 @@ struct Mask {
 // always use it, float32 inputs are rounded on the fly. The backward of a call that asks for dbias,
 // or whose q, k, v or dout hold a non-finite value, runs in float32 instead. Where the products
 // would be widened to float32 (Intel's cores without AMX, AVX2 machines), calls of at least 64
-// query rows (backward: 16; forward: 16 over short keys) run the float32 kernels on float32 copies of the bfloat16 values of q, k, v (and
-// dout), made once a call: the products of the same values, with P and the backward's dS left
+// query rows (backward: 16; forward: 16 over short keys) run the float32 kernels on the bfloat16
+// values of q, k, v (and dout) widened to float32 (copies made once a call, or, for forwards of up
+// to 8 query blocks a KV head, each tile widened as it is packed): the products of the same values, with P and the backward's dS left
 // in float32 instead of rounded to bfloat16 (closer to float64), in about the float32 call's time.
 enum class Compute { native, bf16 };
 

@@ -67,7 +67,7 @@ def attention(
     then within about 1e-2 of float64's. Where the CPU would widen bf16 pairs to float32 anyway
     (no AMX on an Intel core, AVX2), calls of 64 or more query rows (16 for the backward, and for
     the forward over short keys) run the float32 kernels on
-    float32 copies of the bfloat16 values (P not rounded), in about a float32 call's time. sinks: None or a tensor [Hq], one logit per query head
+    the bfloat16 values widened to float32 (P not rounded), in about a float32 call's time. sinks: None or a tensor [Hq], one logit per query head
     that joins every row's softmax without a value (gpt-oss), P_ij = exp(s_ij) / (exp(sink_h) +
     sum_j exp(s_ij)); it gets its gradient when it requires grad.
 

@@ -82,12 +82,27 @@ RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = t
   // in vectors of doubles) and the finiteness by the rows' bits, where the rows' copies into
   // doubles and a scalar chain a row took 15% of a small backward's samples (N = 128, d = 64,
   // H = 8, one thread; docs/performance.md).
+  // bfloat16 rows of dO and out (the bf16 backward's; out in the float32 kernels' backward of a
+  // bfloat16 call, bf16_as_float.h) take the same route, widened to float32 rows first (exactly):
+  // as doubles a row at a time they took 14.5% of the samples of such a backward (N = 64, d = 64,
+  // H = 8, causal; docs/performance.md).
   const auto f32_rows = [](const TensorView& t) { return t.dtype == DType::f32 && t.strides[3] == 1; };
+  const auto float_rows = [&](const TensorView& t) { return f32_rows(t) || (t.dtype == DType::bf16 && t.strides[3] == 1); };
   static_assert(kStatRows == 8, "simd::row_dots8 takes eight rows");
-  const bool fast = std::is_same_v<T, float> && f32_rows(p.dO) && f32_rows(p.out) && (!rows_finite || f32_rows(p.q));
+  const bool fast =
+      std::is_same_v<T, float> && float_rows(p.dO) && float_rows(p.out) && (!rows_finite || f32_rows(p.q));
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
-    // fast: a zero row for the rows past a last block; else the rows as doubles.
+    // fast: a zero row for the rows past a last block, bfloat16 rows widened into `widened`; else
+    // the rows as doubles.
     const std::vector<float> zeros(fast ? p.dv : 0, 0.0f);
+    std::vector<float> widened(fast ? 2 * kStatRows * p.dv : 0);
+    // Row i of (b, h) of t as float32: in place, or widened into slot `at` of `widened`.
+    const auto row = [&](const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t slot) {
+      if (t.dtype == DType::f32) return at<const float>(t, b, h, i, 0);
+      float* w = widened.data() + slot * p.dv;
+      f32_row(static_cast<const std::uint16_t*>(element(t, b, h, i, 0)), p.dv, w);
+      return static_cast<const float*>(w);
+    };
     std::vector<double> q(fast ? 0 : p.dk), dO(fast ? 0 : kStatRows * p.dv, 0.0), o(fast ? 0 : kStatRows * p.dv, 0.0);
     for (std::int64_t bh = t0; bh < t1; ++bh) {
       const std::int64_t b = bh / p.Hq, h = bh % p.Hq;
@@ -103,8 +118,8 @@ RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = t
         if (fast) {
           const float *a[kStatRows], *c[kStatRows];
           for (std::int64_t r = 0; r < kStatRows; ++r) {
-            a[r] = r < n ? at<const float>(p.dO, b, h, i0 + r, 0) : zeros.data();
-            c[r] = r < n ? at<const float>(p.out, b, h, i0 + r, 0) : zeros.data();
+            a[r] = r < n ? row(p.dO, b, h, i0 + r, r) : zeros.data();
+            c[r] = r < n ? row(p.out, b, h, i0 + r, kStatRows + r) : zeros.data();
           }
           if (rows_finite)
             for (std::int64_t r = 0; r < n; ++r)

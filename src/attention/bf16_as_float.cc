@@ -5,6 +5,7 @@
 #include <cstdint>
 
 #include "attention/bf16_kernels.h"
+#include "attention/flash_forward.h"
 #include "attention/tiles.h"
 #include "common/bfloat_rows.h"
 #include "common/elements.h"
@@ -41,15 +42,11 @@ bool wanted(const Params& p, Compute compute, std::int64_t elements, bool backwa
 inline float as_bf16(float x, float r) { return std::isfinite(r) || !std::isfinite(x) ? r : x; }
 
 // n consecutive values from src (bfloat16 or float32 `dtype`) into dst as float32, float32 values
-// taken as as_bf16 takes them when `round` (a float32 call with Compute::bf16; a bfloat16 call's
-// float32 dout is copied as it is).
-void float_run(DType dtype, const void* src, std::int64_t n, bool round, float* dst) {
+// (a float32 call with Compute::bf16) taken as as_bf16 takes them. Every copied view has the call's
+// dtype: the validation refuses a dout of another one.
+void float_run(DType dtype, const void* src, std::int64_t n, float* dst) {
   if (dtype == DType::bf16) return f32_row(static_cast<const std::uint16_t*>(src), n, dst);
   const float* x = static_cast<const float*>(src);
-  if (!round) {
-    std::copy(x, x + n, dst);
-    return;
-  }
   std::uint16_t bits[1024];
   for (std::int64_t e0 = 0; e0 < n; e0 += 1024) {  // float32 -> bfloat16 bits -> float32
     const std::int64_t m = std::min<std::int64_t>(1024, n - e0);
@@ -63,38 +60,46 @@ void float_run(DType dtype, const void* src, std::int64_t n, bool round, float* 
 // of the first three dimensions), d = t.shape[3] values each, into dst as float32: one run where
 // the view is contiguous (a small call's rows of 64 values, one conversion call each, took a
 // quarter of its copies' time), else row by row.
-void float_rows(const TensorView& t, std::int64_t r0, std::int64_t r1, bool round, float* dst) {
+void float_rows(const TensorView& t, std::int64_t r0, std::int64_t r1, float* dst) {
   const std::int64_t d = t.shape[3], size = static_cast<std::int64_t>(dtype_size(t.dtype));
-  if (t.is_contiguous()) return float_run(t.dtype, static_cast<const char*>(t.data) + r0 * d * size, (r1 - r0) * d, round, dst);
+  if (t.is_contiguous()) return float_run(t.dtype, static_cast<const char*>(t.data) + r0 * d * size, (r1 - r0) * d, dst);
   for (std::int64_t r = r0; r < r1; ++r, dst += d) {
     const std::int64_t c = r % t.shape[2], b = r / t.shape[2] % t.shape[1], a = r / t.shape[2] / t.shape[1];
     if (t.strides[3] == 1) {
-      float_run(t.dtype, element(t, a, b, c, 0), d, round, dst);
+      float_run(t.dtype, element(t, a, b, c, 0), d, dst);
       continue;
     }
     for (std::int64_t e = 0; e < d; ++e) {
       const float x = static_cast<float>(load_element(t.dtype, element(t, a, b, c, e)));
-      dst[e] = round ? as_bf16(x, from_bf16(to_bf16(x))) : x;
+      dst[e] = t.dtype == DType::bf16 ? x : as_bf16(x, from_bf16(to_bf16(x)));
     }
   }
 }
 
 // p with the views `views` names replaced by contiguous float32 copies, made in one parallel pass
-// over all their rows (one start of the thread pool, not one a view).
+// over all their rows (one start of the thread pool, not one a view). The copies lie in one block,
+// each from a 64-byte boundary: a call's copies of 2 MiB or more then reuse the pages of the call
+// before it (allocate_block keeps such blocks); copies in separate blocks of 1 MiB each took new
+// pages every call (glibc returned them), whose faults were 5-7% of a bf16 forward of 256 rows.
 template <class P>
 P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<TensorView P::*> views) {
   P f = p;
   std::vector<const TensorView*> from;
   std::vector<std::int64_t> first{0};  // the copies' first rows in the pass
+  std::vector<std::int64_t> offset{0};  // and their first values in the block
   for (TensorView P::*v : views) {
     const TensorView& t = p.*v;
-    copies.emplace_back(DType::f32, t.shape.data(), 4);
-    f.*v = copies.back().view();
     from.push_back(&t);
     first.push_back(first.back() + t.shape[0] * t.shape[1] * t.shape[2]);
+    offset.push_back(offset.back() + (t.numel() + 15) / 16 * 16);
+  }
+  copies.emplace_back(DType::f32, std::initializer_list<std::int64_t>{offset.back()});
+  float* block = copies.back().template as<float>();
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    const TensorView& t = *from[i];
+    f.*(views.begin()[i]) = TensorView::contiguous(block + offset[i], DType::f32, {t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
   }
   f.dtype = DType::f32;
-  const bool round = p.dtype == DType::f32;
   const std::int64_t elements = [&] {
     std::int64_t n = 0;
     for (const TensorView* t : from) n += t->numel();
@@ -102,19 +107,37 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
   }();
   // Small copies (under 64 K values, 256 KiB of float32) on the calling thread alone.
   const int threads = elements < (std::int64_t{1} << 16) ? 1 : resolve_threads(p.threads, first.back());
-  const std::size_t base = copies.size() - from.size();
   parallel_for(first.back(), 64, threads, [&](std::int64_t r0, std::int64_t r1, int) {
     while (r0 < r1) {  // the chunk's rows, a run of each copy's at a time
       const auto i = static_cast<std::size_t>(std::upper_bound(first.begin(), first.end(), r0) - first.begin() - 1);
       const std::int64_t a = r0 - first[i], e = std::min(r1, first[i + 1]) - first[i];
-      float_rows(*from[i], a, e, round, copies[base + i].template as<float>() + a * from[i]->shape[3]);
+      float_rows(*from[i], a, e, block + offset[i] + a * from[i]->shape[3]);
       r0 = first[i] + e;
     }
   });
   return f;
 }
 
+// A forward of bfloat16 q, k, v of unit column stride that the tiles take (not a decode), whose
+// K and V tiles are each read by at most kStoredReaders query blocks (the blocks of a head times
+// the query heads of a KV head): the float32 kernels read them as stored, their packing widening
+// each tile's K and V rows and each block's Q rows (rows_operand, pack_transposed), instead of
+// reading float32 copies. The copies' pass writes twice the bytes it reads, and at 64-512 rows
+// took more than widening a tile for each block that reads it; past about eight readers a tile
+// the widening costs more (H = 8, d = 128, bf16 over float32 call time, copies / as stored: 128
+// rows causal 1.50 / 1.17, 256 causal 1.27 / 1.15, 512 causal 1.14 / 1.06, 512 1.11 / 1.11, 768
+// 1.08 / 1.12, 2048 1.02 / 1.09; docs/performance.md).
+constexpr std::int64_t kStoredReaders = 8;
+
 }  // namespace
+
+bool reads_as_stored(const Params& p) {
+  if (p.dtype != DType::bf16 || p.q.strides[3] != 1 || p.k.strides[3] != 1 || p.v.strides[3] != 1) return false;
+  if (p.group() * ((p.Nq + kBr - 1) / kBr) > kStoredReaders) return false;
+  Params f = p;
+  f.dtype = DType::f32;
+  return !may_decode(f);
+}
 
 bool runs_as_float(const Params& p, Compute compute) {
   return wanted(p, compute, p.q.numel() + p.k.numel() + p.v.numel(), false);
@@ -129,6 +152,11 @@ bool runs_as_float(const BackwardParams& p, Compute compute) {
 }
 
 Params float_params(const Params& p, std::vector<Tensor>& copies) {
+  if (reads_as_stored(p)) {
+    Params f = p;
+    f.dtype = DType::f32;
+    return f;
+  }
   return with_copies<Params>(p, copies, {&Params::q, &Params::k, &Params::v});
 }
 

@@ -50,6 +50,8 @@ bool use_decode(const Params& p) {
   return p.Nq * p.group() <= kDecodeRows && p.Nkv >= 2 * kDecodeChunk && p.probs.empty();
 }
 
+bool may_decode(const Params& p) { return use_decode(p) || cache_route_pays(p); }
+
 // A few query rows a head and no explicit mask, float32 or bfloat16: the cache decode of kv_decode.cc
 // over the contiguous K and V, whose kernels read each key row once for all of a KV head's query rows with
 // them in registers. One row: its visible keys [lo, hi) (causal and window masks) are a cache of

@@ -276,6 +276,8 @@ void write_probs(const Params& p, const RowBlock& rb, ForwardScratch<T>& s, bool
 // use_decode accepts.
 bool cache_decode(const Params& p);
 bool use_decode(const Params& p);
+// Whether forward_all might hand p to either decode (a superset of the calls they take).
+bool may_decode(const Params& p);
 template <class T>
 void decode_all(const Params& p);
 

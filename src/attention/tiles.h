@@ -18,6 +18,7 @@
 
 #include "attention/kernels.h"
 #include "attention/params.h"
+#include "common/bfloat_rows.h"
 #include "common/memory.h"
 
 namespace attnscale::detail {
@@ -347,6 +348,12 @@ Operand rows_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::i
   const bool direct = (std::is_same_v<T, float> ? t.dtype == DType::f32 : t.dtype == DType::f64) &&
                       t.strides[3] == 1 && t.strides[2] >= 0;
   if (direct) return {at<const T>(t, b, h, j0), t.strides[2]};
+  if constexpr (std::is_same_v<T, float>)
+    if (t.dtype == DType::bf16 && t.strides[3] == 1) {  // bfloat16 rows widened a row at a time
+      for (std::int64_t j = 0; j < n; ++j)
+        f32_row(static_cast<const std::uint16_t*>(element(t, b, h, j0 + j, 0)), d, pack + j * d);
+      return {pack, d};
+    }
   for (std::int64_t j = 0; j < n; ++j)
     for (std::int64_t c = 0; c < d; ++c) pack[j * d + c] = value<T>(t, b, h, j0 + j, c);
   return {pack, d};
@@ -461,6 +468,24 @@ void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, do
     }
     return;
   }
+  if constexpr (std::is_same_v<T, float>)
+    if (t.dtype == DType::bf16 && t.strides[3] == 1) {
+      // bfloat16 rows: widened kChunk columns at a time into a block of float32 rows, which is then
+      // transposed as float32 rows are (the same values and products: the same bits).
+      constexpr std::int64_t kChunk = 128;
+      alignas(64) float block[kBr * kChunk];
+      const float* rows[kBr];
+      for (std::int64_t c0 = 0; c0 < d; c0 += kChunk) {
+        const std::int64_t w = std::min(kChunk, d - c0);
+        for (std::int64_t r = 0; r < rb.n; ++r) {
+          f32_row(static_cast<const std::uint16_t*>(element(t, rb.b, rb.h[r], rb.i[r], c0)), w, block + r * kChunk);
+          rows[r] = block + r * kChunk;
+        }
+        simd::transpose_scaled(rows, static_cast<std::size_t>(rb.n), static_cast<std::size_t>(w), f, Xt + c0 * ld,
+                               static_cast<std::size_t>(ld));
+      }
+      return;
+    }
   for (std::int64_t r = 0; r < rb.n; ++r)
     for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + r] = value<T>(t, rb.b, rb.h[r], rb.i[r], c) * f;
 }

@@ -176,6 +176,19 @@ TEST(Validation, BackwardChecksGradientShapes) {
     EXPECT_NE(std::string(e.what()).find("dv: expected shape [2, 2, 6, 3]"), std::string::npos) << e.what();
   }
 }
+// dout has the inputs' dtype (bfloat16 calls copy it to float32 as they copy q, k, v: bf16_as_float.h).
+TEST(Validation, BackwardDoutHasTheInputsDtype) {
+  const Tensor q = random_tensor(DType::bf16, {1, 2, 5, 8}, 1, 0), k = random_tensor(DType::bf16, {1, 2, 6, 8}, 1, 1),
+               v = random_tensor(DType::bf16, {1, 2, 6, 4}, 1, 2), dout = random_tensor(DType::f32, {1, 2, 5, 4}, 1, 3);
+  Tensor out(DType::bf16, {1, 2, 5, 4}), lse(DType::f32, {1, 2, 5}), dq(DType::bf16, {1, 2, 5, 8}),
+      dk(DType::bf16, {1, 2, 6, 8}), dv(DType::bf16, {1, 2, 6, 4});
+  try {
+    backward(q.view(), k.view(), v.view(), out.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dv.view()});
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()), "dout: dtype must be bfloat16, got float32");
+  }
+}
 
 }  // namespace
 }  // namespace attnscale

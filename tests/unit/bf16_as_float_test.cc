@@ -63,7 +63,8 @@ struct Case {
 
 std::vector<Case> cases(std::uint64_t seed) {
   const std::vector<Shape> shapes = {{2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 130, 77, 59, 5}, {2, 2, 2, 64, 64, 128, 128},
-                                     {1, 1, 1, 257, 311, 80, 80}, {1, 2, 1, 33, 41, 24, 24}};
+                                     {1, 1, 1, 257, 311, 80, 80}, {1, 2, 1, 33, 41, 24, 24},
+                                     {1, 2, 2, 70, 90, 150, 131}};
   std::vector<Case> all;
   for (const Shape& s : shapes)
     for (int c = 0; c < 4; ++c)
@@ -205,6 +206,20 @@ TEST(Bf16AsFloat, TakenOnTheWidenedPathForEnoughRows) {
   EXPECT_FALSE(forward_of(DType::f32, 64, 100, Compute::native));
   EXPECT_TRUE(backward_of(16, long_keys));
   EXPECT_FALSE(backward_of(15, 100));
+  // bfloat16 inputs read as stored where at most 8 query blocks read a tile (GQA counts each query
+  // head's blocks), else copied; float32 inputs (rounded first) always copied.
+  const auto stored = [&](DType dtype, std::int64_t Hq, std::int64_t Hkv, std::int64_t Nq) {
+    const Tensor q = random_tensor(dtype, {1, Hq, Nq, 16}, 1, 0), k = random_tensor(dtype, {1, Hkv, 300, 16}, 1, 1),
+                 v = random_tensor(dtype, {1, Hkv, 300, 16}, 1, 2);
+    Tensor out(dtype, {1, Hq, Nq, 16});
+    return detail::reads_as_stored(
+        detail::make_forward_params(q.view(), k.view(), v.view(), {out.view()}, opt, detail::Kernel::fast));
+  };
+  EXPECT_TRUE(stored(DType::bf16, 2, 2, 512));
+  EXPECT_FALSE(stored(DType::bf16, 2, 2, 513));
+  EXPECT_TRUE(stored(DType::bf16, 8, 2, 128));
+  EXPECT_FALSE(stored(DType::bf16, 8, 2, 129));
+  EXPECT_FALSE(stored(DType::f32, 2, 2, 64));
   force_path("portable");
   EXPECT_FALSE(forward_of(DType::bf16, 64, 100, Compute::native));
   EXPECT_FALSE(backward_of(64, 100));
