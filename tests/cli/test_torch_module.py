@@ -73,14 +73,15 @@ def test_training_flags_are_checked_without_libtorch(attnscale_bin, with_trainin
 
 
 def test_a_missing_module_is_one_clear_error(attnscale_bin, with_training, tmp_path):
-    # The CLI copied to a folder with no ../lib/attnscale/ beside it, where the build tree and an
-    # installed copy have the module.
-    real = pathlib.Path(attnscale_bin).resolve().parent.parent / "lib" / "attnscale" / MODULE
-    assert real.exists(), real
+    # The CLI copied to a folder without the module where the build tree and an installed copy have
+    # it (../lib/attnscale/, or ../lib/<multiarch>/attnscale/ for the prefix /usr).
+    bin_dir = pathlib.Path(attnscale_bin).resolve().parent
+    real = next(bin_dir.parent.glob(f"lib*/**/attnscale/{MODULE}"), None)
+    assert real is not None, f"no {MODULE} under {bin_dir.parent}/lib"
     copy = tmp_path / "bin" / "attnscale"
     copy.parent.mkdir()
     shutil.copy2(attnscale_bin, copy)
-    missing = tmp_path / "lib" / "attnscale" / MODULE
+    missing = copy.parent.parent / real.relative_to(bin_dir.parent)
     r = subprocess.run([copy, *TINY_TRAINING], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr == (f"attnscale: error: cannot load the lab's libtorch module {missing}: "

@@ -33,7 +33,7 @@ IMPORT_CHECK = (
 # attnscale._lab next to itself (src/lab/experiments/training/torch_module.h). One training step
 # through each shows that an installed copy finds it.
 TORCH_MODULE = "libattnscale_torch_units.so"
-WITH_TORCH = (BUILD / "lib" / "attnscale" / TORCH_MODULE).exists()
+WITH_TORCH = any(BUILD.glob(f"lib*/**/attnscale/{TORCH_MODULE}"))
 TINY_TRAINING = ["experiment", "training", "--grid", "quick", "--scaling", "sqrt", "--lr", "0.01", "--seeds", "1",
                  "--steps", "1", "--seq-len", "8", "--batch", "2", "--d-model", "8", "--d-head", "4",
                  "--torch-check", ""]

@@ -39,7 +39,7 @@ target_compile_definitions(attnscale_report PUBLIC ATTNSCALE_HAVE_TORCH=1)
 # bench that call it directly (tests/training, bench/training_step.cc). Each file including
 # torch/torch.h spends about 20 s parsing it, most of this unit's build time: its files are
 # compiled as one (a unity build), which parses it once (so names in their anonymous namespaces
-# must differ from file to file). Hidden symbols: the module exports its entry point alone.
+# must differ from file to file). Hidden symbols: of our own, the module exports its entry point alone.
 add_library(attnscale_training OBJECT ${ATTNSCALE_TRAINING_TORCH_SOURCES})
 target_link_libraries(attnscale_training PUBLIC attnscale_lab ${TORCH_LIBRARIES})
 set_target_properties(attnscale_training PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 0
