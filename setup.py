@@ -3,7 +3,9 @@
 The extensions attnscale._attnscale, attnscale._lab and attnscale._distributed are CMake's targets
 of those names: setuptools' build_ext step configures the project with only the library, the lab
 and the module (no CLI, tests or benchmarks; see CMakeLists.txt), builds each target and copies it
-into the wheel next to the package's .py files (python/attnscale/). The version is the one in CMakeLists.txt's project().
+into the wheel next to the package's .py files (python/attnscale/), _lab with the lab's libtorch
+module beside it (libattnscale_torch_units.so, built with _lab where libtorch is found). The version
+is the one in CMakeLists.txt's project().
 
 ATTNSCALE_CMAKE_BUILD_DIR=<folder> builds in that folder instead of build/wheel; a folder already
 configured (e.g. build/ from `make build`) is reused as it is, so nothing is compiled twice.
@@ -48,6 +50,9 @@ class CMakeBuild(build_ext):
         target = pathlib.Path(self.get_ext_fullpath(ext.name))
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(built[-1], target)
+        if name == "_lab":  # _lab opens the module next to itself (torch_module.h)
+            for module in (build / "python" / "attnscale").glob("libattnscale_torch_units.so"):
+                shutil.copy2(module, target.parent / module.name)
 
 
 setup(

@@ -51,13 +51,10 @@
 #include "attnscale/version.h"
 #include "common/parallel.h"
 #include "openblas_core.h"
+#include "openblas_library.h"
 #include "subcommands.h"
 
-// OpenBLAS is opened when `attnscale bench` runs, not linked into the CLI by us: its pthread build
-// starts a pool of worker threads (spinning in sched_yield) in every process that links it, which
-// cost every other subcommand ~35 ms of CPU time (measured on `attnscale experiment saturation`).
-// Where the lab's torch units are built, libtorch links it anyway (through libblas), and every
-// subcommand loads both at its start (`attnscale --version`: 0.44 s, libtorch's loading most of it).
+// OpenBLAS is opened when `attnscale bench` runs (openblas_library.h), not linked into the CLI.
 namespace {
 struct OpenBlas {
   void (*set_num_threads)(int) = nullptr;
@@ -66,8 +63,9 @@ struct OpenBlas {
 
 const OpenBlas& openblas() {
   static const OpenBlas blas = [] {
-    void* lib = dlopen("libopenblas.so.0", RTLD_NOW | RTLD_LOCAL);
-    if (!lib) throw attnscale::Error(fmt::format("bench: cannot load libopenblas.so.0: {}", dlerror()));
+    const auto& library = attnscale::cli::openblas_library();
+    if (!library.handle) throw attnscale::Error(fmt::format("bench: cannot load libopenblas.so.0: {}", library.error));
+    void* lib = library.handle;
     OpenBlas b;
     b.set_num_threads = reinterpret_cast<void (*)(int)>(dlsym(lib, "openblas_set_num_threads"));
     b.sgemm = reinterpret_cast<decltype(&cblas_sgemm)>(dlsym(lib, "cblas_sgemm"));

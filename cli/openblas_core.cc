@@ -9,17 +9,19 @@
 #include <initializer_list>
 
 #include "attention/kernels.h"
+#include "openblas_library.h"
 
 namespace attnscale::cli {
 namespace {
 
 constexpr const char* kChoseVariable = "ATTNSCALE_OPENBLAS_CHOSE";  // what OpenBLAS took before the restart
 
-// The name of the kernels OpenBLAS runs ("Prescott", "Haswell", "SkylakeX", ...), or null where no
-// OpenBLAS is loaded.
+// The name of the kernels OpenBLAS runs ("Prescott", "Haswell", "SkylakeX", ...), or null where it
+// cannot be opened. Opens it (openblas_library.h).
 const char* openblas_core() {
   using Name = char* (*)();
-  const auto name = reinterpret_cast<Name>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  void* library = openblas_library().handle;
+  const auto name = library ? reinterpret_cast<Name>(dlsym(library, "openblas_get_corename")) : nullptr;
   return name ? name() : nullptr;
 }
 

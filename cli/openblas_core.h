@@ -5,10 +5,11 @@
 // SSE3 ones ("Prescott") for a model it does not know: on an Emerald Rapids guest (family 6,
 // model 207) sgemm 2048^3 ran at 65 GFLOP/s on two threads, and at 287 with OPENBLAS_CORETYPE
 // naming its AVX-512 kernels; a training step of the lab took 150 ms against 74 (libtorch's
-// products are OpenBLAS's; docs/performance.md). It reads that variable only as it is loaded, at
-// the start of every process of the CLI (libtorch links it), so the commands that use it (bench,
-// report, experiment training and recall) set it and run themselves again where OpenBLAS chose
-// kernels narrower than the library's own SIMD target and the variable was not set.
+// products are OpenBLAS's; docs/performance.md). It reads that variable only as it is loaded, so
+// the commands that use it (bench, report, experiment training and recall) open it at their start
+// (openblas_library.h; the lab's libtorch module, opened later, finds it loaded), and set the
+// variable and run themselves again where OpenBLAS chose kernels narrower than the library's own
+// SIMD target and the variable was not set. Other commands load no OpenBLAS.
 #pragma once
 #include <string>
 

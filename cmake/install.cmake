@@ -1,8 +1,11 @@
 # Install rules (included by the top-level CMakeLists.txt when ATTNSCALE_INSTALL is ON).
 #   cmake --install build --prefix P   (`make install`: P = /usr/local)
-# puts under P: include/attnscale/*.h; lib/libattnscale.{a,so}; bin/attnscale; the CMake package
+# puts under P: include/attnscale/*.h; lib/libattnscale.{a,so}; bin/attnscale with the lab's
+# libtorch module lib/attnscale/libattnscale_torch_units.so (where bin/attnscale looks for it:
+# src/lab/experiments/training/torch_module.h); the CMake package
 # lib/cmake/attnscale/ (find_package(attnscale CONFIG) → attnscale::attnscale); the pkg-config file
-# lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below).
+# lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below),
+# with its own copy of the module next to _lab.
 # Components: runtime (libattnscale.so), development (headers, static library, CMake and
 # pkg-config files), cli, python.
 include(CMakePackageConfigHelpers)
@@ -51,6 +54,9 @@ if(TARGET attnscale_cli)
   # (-Wl,-rpath) stays as it is instead of being rewritten at install time.
   set_target_properties(attnscale_cli PROPERTIES SKIP_BUILD_RPATH ON)
   install(TARGETS attnscale_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
+  if(TARGET attnscale_torch_units)
+    install(TARGETS attnscale_torch_units LIBRARY DESTINATION ${ATTNSCALE_TORCH_MODULE_INSTALL_DIR} COMPONENT cli)
+  endif()
 endif()
 
 # The Python package goes where Debian's python3 looks for it, chosen when installing (the prefix

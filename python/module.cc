@@ -1,7 +1,7 @@
 // The extension module attnscale._attnscale (the kernels); the package attnscale/__init__.py
-// re-exports it. The lab (_lab: libtorch through the training experiment, Open MPI through its
-// sweeps) and ring attention (_distributed: Open MPI) are modules of their own, loaded on first
-// use, so that `import attnscale` maps neither.
+// re-exports it. The lab (_lab: Open MPI through its sweeps; libtorch only once a training run
+// opens the lab's libtorch module) and ring attention (_distributed: Open MPI) are modules of their
+// own, loaded on first use, so that `import attnscale` maps neither.
 #include <pybind11/pybind11.h>
 
 #include "array_view.h"

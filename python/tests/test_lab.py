@@ -194,3 +194,22 @@ def test_ctrl_c_stops_a_long_run():
         child.kill()
     assert out.strip() == "interrupted"
     assert time.monotonic() - start < 10
+
+
+@pytest.mark.skipif("training" not in NAMES, reason="built without libtorch")
+def test_libtorch_loads_with_the_first_training_run():
+    # A fresh interpreter: the lab and its other experiments map no libtorch; the first training
+    # run opens the lab's libtorch module next to _lab (torch_module.h), which brings it.
+    code = (
+        "import pathlib\n"
+        "from attnscale import lab\n"
+        "def mapped(name): return name in pathlib.Path('/proc/self/maps').read_text()\n"
+        "lab.saturation(n=4, d=[2], trials=4, as_frame=False)\n"
+        "assert not mapped('libtorch') and not mapped('libattnscale_torch_units'), 'libtorch before training'\n"
+        "lab.training(grid='quick', scaling='sqrt', lr=0.01, seeds=1, steps=1, seq_len=8, batch=2, d_model=8,\n"
+        "             d_head=4, torch_check='', as_frame=False)\n"
+        "from attnscale import _lab\n"
+        "beside = pathlib.Path(_lab.__file__).parent / 'libattnscale_torch_units.so'\n"
+        "assert mapped('libtorch_cpu') and mapped(str(beside)), 'no module beside _lab'\n")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=120,
+                   env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))

@@ -29,6 +29,18 @@ IMPORT_CHECK = (
     "o = attnscale.attention(q, q, q, causal=True); assert o.shape == (2, 5, 8); "
     "print(attnscale.__file__)"
 )
+# Where libtorch was found: the lab's libtorch module, which the CLI finds at ../lib/attnscale/ and
+# attnscale._lab next to itself (src/lab/experiments/training/torch_module.h). One training step
+# through each shows that an installed copy finds it.
+TORCH_MODULE = "libattnscale_torch_units.so"
+WITH_TORCH = any(BUILD.glob(f"lib*/**/attnscale/{TORCH_MODULE}"))
+TINY_TRAINING = ["experiment", "training", "--grid", "quick", "--scaling", "sqrt", "--lr", "0.01", "--seeds", "1",
+                 "--steps", "1", "--seq-len", "8", "--batch", "2", "--d-model", "8", "--d-head", "4",
+                 "--torch-check", ""]
+TRAINING_CHECK = (
+    "from attnscale import lab; rows = lab.training(grid='quick', scaling='sqrt', lr=0.01, seeds=1, steps=1, "
+    "seq_len=8, batch=2, d_model=8, d_head=4, torch_check='', as_frame=False); assert len(rows) > 0"
+)
 
 
 def run(args, **kw):
@@ -40,6 +52,14 @@ def run(args, **kw):
 def python_env(path):
     env = dict(os.environ, PYTHONPATH=str(path))
     return env
+
+
+def check_training(cli, site, cwd):
+    """One training step through the installed CLI and the installed Python package, where built."""
+    if not WITH_TORCH:
+        return
+    assert "train_loss" in run([cli, *TINY_TRAINING], cwd=cwd).stdout
+    run([sys.executable, "-c", TRAINING_CHECK], cwd=cwd, env=python_env(site))
 
 
 @pytest.fixture(scope="module")
@@ -90,6 +110,7 @@ def test_installed_cli_and_python_package(prefix, tmp_path):
     assert "softmax" in run([prefix / "bin/attnscale", "explain"]).stdout.lower()
     where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(prefix / PYTHON_DIR)).stdout
     assert where.strip().startswith(str(prefix / PYTHON_DIR)), where
+    check_training(prefix / "bin/attnscale", prefix / PYTHON_DIR, tmp_path)
 
 
 def test_add_subdirectory_needs_only_the_library(tmp_path):
@@ -147,6 +168,7 @@ def test_debian_package_installs_and_runs(tmp_path):
     site = root / "usr/lib/python3/dist-packages"
     where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site)).stdout
     assert where.strip().startswith(str(site)), where
+    check_training(root / "usr/bin/attnscale", site, tmp_path)
 
 
 def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
@@ -170,6 +192,7 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         where = run(["/usr/bin/python3", "-c", IMPORT_CHECK], cwd=tmp_path, env=env).stdout.strip()
         assert where.startswith("/usr/lib/python3/dist-packages/attnscale"), where
+        check_training("/usr/bin/attnscale", "/usr/lib/python3/dist-packages", tmp_path)
         consumer = tmp_path / "consumer"
         run(["cmake", "-S", ROOT / "tests/install/consumer", "-B", consumer, "-G", "Ninja", f"-DEXAMPLE={example}",
              "-DCMAKE_BUILD_TYPE=Release"])
@@ -195,3 +218,5 @@ def test_wheel_installs_into_a_venv(tmp_path):
     purelib = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env=env).stdout.strip()
     assert where.startswith(purelib), (where, purelib)
     assert "attnscale" in run([py, "-m", "pip", "list"], env=env).stdout
+    if WITH_TORCH:
+        run([py, "-c", TRAINING_CHECK], cwd=tmp_path, env=env)

@@ -16,11 +16,10 @@
 //                       per seed, then its mean and CI over seeds; best_loss: min_η L(η)
 //   attention both      loss_rel_diff at every step: |L_attnscale − L_torch| / L_torch of the same
 //                       run (seed s), where both attentions were run
-#include <dlfcn.h>
-#include <malloc.h>
-
+//
+// The sweep needs no libtorch: its flags, their checks and the rows are the lab's; each run is
+// train() in the libtorch module (torch_module.h), opened by the first run.
 #include <algorithm>
-#include <climits>
 #include <cmath>
 #include <map>
 #include <set>
@@ -29,8 +28,10 @@
 #include "attnscale/error.h"
 #include "lab/registry.h"
 #include "lab/rng.h"
-#include "lab/experiments/training/model.h"
+#include "lab/experiments/training/model_config.h"
 #include "lab/experiments/training/sweep.h"
+#include "lab/experiments/training/task_config.h"
+#include "lab/experiments/training/torch_module.h"
 #include "lab/experiments/training/train_run.h"
 
 namespace attnscale::lab {
@@ -60,27 +61,6 @@ std::int64_t single_int(const Args& a, const std::string& name, std::int64_t lo,
   const auto v = a.ints(name);
   if (v.size() != 1) throw Error("--" + name + ": expected one integer, got '" + a.get(name) + "'");
   return v[0];
-}
-
-// libtorch allocates every step's activations and gradients afresh. glibc serves blocks over
-// 128 KiB with mmap and gives them back to the kernel when freed, so each step page-faulted its
-// tensors in again: an additive-attention run (d_head 64: [8, 2, 64, 64, 64] tensors, 16 MiB each)
-// spent 20 of its 49 CPU seconds in the kernel. Freed memory now stays in the heap for the next
-// step (mmap only past 1 GiB, trim only past 2 GiB): the same run took 7.8 CPU seconds, 11.7 s
-// wall against 76.6 s at load average 4, with the same bytes out (docs/lab.md).
-void keep_freed_memory() {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, INT_MAX);
-  mallopt(M_TOP_PAD, 256 << 20);
-}
-
-// Torch's intra-op threads and OpenBLAS's: one per run, on the run's own thread. Parallelism is
-// across runs, so a run's arithmetic (and every row) is the same for any --threads.
-void single_threaded_torch() {
-  keep_freed_memory();
-  at::set_num_threads(1);
-  using SetThreads = void (*)(int);
-  if (auto set = reinterpret_cast<SetThreads>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) set(1);
 }
 
 // The 64-bit seed of run `replicate`: a pure function of (--seed, the experiment's stream, replicate).
@@ -130,7 +110,7 @@ std::vector<std::vector<std::string>> training_points(const training::Sweep& swe
   std::vector<std::vector<std::string>> pts;
   for (const auto& task : tasks) {
     training::TaskConfig check = run_config(r, sweep.stream, {task, "attnscale", "sqrt", "1", "1", "0"}).task;
-    training::Task{check};  // validates --seq-len, --batch, --corpus for this task
+    training::check_task(check);  // --seq-len, --batch, --corpus for this task
     for (const auto& att : attentions)
       for (const auto& sc : scalings)
         for (auto d : r.ints("d-head"))
@@ -151,10 +131,9 @@ Row one(std::vector<std::string> params, std::string metric, double v) {
 }
 
 std::vector<Row> training_run(const training::Sweep& sweep, const Args& a, const std::vector<std::string>& point) {
-  single_threaded_torch();
   const Args r = resolved(sweep.grids, a);
   const RunConfig c = run_config(r, sweep.stream, point);
-  const training::RunRecord run = training::train(c);
+  const training::RunRecord run = training::train_in_torch_module(c);
   std::vector<Row> rows;
   auto params = [&](const std::string& step, const std::string& layer) {
     auto p = point;

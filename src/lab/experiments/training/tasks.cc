@@ -3,31 +3,17 @@
 #include <algorithm>
 #include <numeric>
 
-#include "attnscale/error.h"
 #include "lab/registry.h"
 #include "lab/rng.h"
 #include "lab/experiments/training/fortunes_corpus.h"
 
 namespace attnscale::lab::training {
 namespace {
-constexpr std::int64_t kMqarKeys = 32, kMqarValues = 32;
 constexpr std::uint32_t kValidationTrials = 1u << 30;  // mqar validation sequences: trials from here on
 std::uint32_t data_stream(const std::string& task) { return stream_id(k_training, {task == "lm" ? 1 : 2}); }
 }  // namespace
 
-Task::Task(TaskConfig c) : c_(std::move(c)) {
-  if (c_.task != "lm" && c_.task != "mqar") throw Error("--task: expected lm or mqar, got '" + c_.task + "'");
-  if (c_.seq_len < 2 || c_.seq_len > 4096) throw Error("--seq-len: must be in [2, 4096], got " + std::to_string(c_.seq_len));
-  if (c_.task == "mqar" && (c_.seq_len % 4 != 0 || c_.seq_len / 4 > kMqarKeys))
-    throw Error("--seq-len: mqar needs a multiple of 4 up to " + std::to_string(4 * kMqarKeys) + ", got " +
-                std::to_string(c_.seq_len));
-  if (c_.batch < 1) throw Error("--batch: must be positive, got " + std::to_string(c_.batch));
-  if (c_.task == "lm") {
-    const Corpus& corpus = fortunes_corpus(c_.corpus);
-    if (static_cast<std::int64_t>(corpus.validation.size()) <= c_.seq_len + 1)
-      throw Error("--seq-len: longer than the validation text");
-  }
-}
+Task::Task(TaskConfig c) : c_(std::move(c)) { check_task(c_); }
 
 std::int64_t Task::vocab() const { return c_.task == "lm" ? 256 : kMqarKeys + kMqarValues; }
 

@@ -13,8 +13,11 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <torch/torch.h>
+
+#include "lab/experiments/training/task_config.h"
 
 namespace attnscale::lab::training {
 
@@ -22,17 +25,9 @@ struct Batch {
   torch::Tensor inputs, targets;  // [B, N] int64
 };
 
-struct TaskConfig {
-  std::string task = "lm";  // "lm" or "mqar"
-  std::string corpus = "/usr/share/games/fortunes";
-  std::int64_t seq_len = 64;  // N; mqar: 4 · pairs
-  std::int64_t batch = 16;
-  std::int64_t val_sequences = 32;
-};
-
 class Task {
  public:
-  explicit Task(TaskConfig c);  // validates (Error naming the flag)
+  explicit Task(TaskConfig c);  // validates (check_task)
   std::int64_t vocab() const;
   Batch train_batch(std::uint64_t seed, std::int64_t step) const;
   // The fixed validation set (depends on `seed` for mqar only), in batches of at most `batch`.

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "attnscale/error.h"
+#include "lab/experiments/training/model.h"
+#include "lab/experiments/training/tasks.h"
 
 namespace attnscale::lab::training {
 namespace {

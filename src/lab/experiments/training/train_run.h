@@ -1,11 +1,13 @@
 // One training run of the training experiment: a model (model.h) on a task (tasks.h) with AdamW,
 // linear warm-up then cosine decay of the learning rate, and gradient clipping; what it records.
+// The header needs no libtorch: the lab builds a RunConfig and reads the RunRecord, and the run
+// itself (train_run.cc) is in the libtorch module (torch_module.h).
 #pragma once
 #include <cstdint>
 #include <vector>
 
-#include "lab/experiments/training/model.h"
-#include "lab/experiments/training/tasks.h"
+#include "lab/experiments/training/model_config.h"
+#include "lab/experiments/training/task_config.h"
 
 namespace attnscale::lab::training {
 
