@@ -1,7 +1,8 @@
 // One training step's time with attnscale's attention against PyTorch's own attention math in the
 // same model (docs/lab.md, "training"): the attention alone (forward + backward) and the whole step
 // (forward, backward, AdamW), at sequence lengths 256 and 1024. Rounds interleave the two
-// attentions; each line prints the median and the range over rounds.
+// attentions; each line prints the median and the range over rounds. OpenBLAS (libtorch's products)
+// runs the kernels of this CPU's vector width, as in `attnscale bench` (cli/openblas_core.h).
 //
 //   build/bin/training_step_bench [--rounds R] [--threads T]
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/openblas_core.h"
 #include "lab/experiments/training/attention_function.h"
 #include "lab/experiments/training/model.h"
 
@@ -47,9 +49,12 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
+  // libtorch's products are OpenBLAS's: on the kernels of this CPU's width, as the CLI runs them.
+  attnscale::cli::restart_with_openblas_kernels(argv);
   at::set_num_threads(threads);
   torch::manual_seed(0);
   const std::int64_t batch = 4, heads = 2, d_head = 64, d_model = 128;
+  std::printf("OpenBLAS on its %s\n", attnscale::cli::openblas_core_note().c_str());
   std::printf("threads %d, B = %lld, H = %lld, d_head = %lld, d_model = %lld, 2 blocks, float32, %d rounds\n",
               threads, (long long)batch, (long long)heads, (long long)d_head, (long long)d_model, rounds);
   std::printf("%-6s %-22s %-10s %12s %24s\n", "N", "what", "attention", "median ms", "range ms");

@@ -44,7 +44,11 @@ bool uses_openblas(char** argv) {
 }  // namespace
 
 void restart_with_openblas_core(char** argv) {
-  if (!argv[0] || !argv[1] || !uses_openblas(argv) || std::getenv("OPENBLAS_CORETYPE")) return;
+  if (argv[0] && argv[1] && uses_openblas(argv)) restart_with_openblas_kernels(argv);
+}
+
+void restart_with_openblas_kernels(char** argv) {
+  if (!argv[0] || std::getenv("OPENBLAS_CORETYPE")) return;
   const char* core = openblas_core();
   if (!core) return;
   // OpenBLAS's kernels of the width of the library's target: AVX-512 (every AVX3 target) or AVX2.
@@ -66,7 +70,7 @@ std::string openblas_core_note() {
   const char* core = openblas_core();
   std::string note = std::string(core ? core : "unknown") + " kernels";
   if (const char* chose = std::getenv(kChoseVariable))
-    note += std::string(" (OpenBLAS took ") + chose + "; OPENBLAS_CORETYPE set by the bench)";
+    note += std::string(" (OpenBLAS took ") + chose + "; OPENBLAS_CORETYPE set at the start)";
   return note;
 }
 

@@ -19,6 +19,11 @@ namespace attnscale::cli {
 // unless it restarts the process.
 void restart_with_openblas_core(char** argv);
 
+// The same for any program whose time OpenBLAS's kernels decide (bench/training_step.cc): runs
+// argv again with OPENBLAS_CORETYPE set where OpenBLAS took kernels narrower than the library's
+// SIMD target and the variable was not set; returns otherwise.
+void restart_with_openblas_kernels(char** argv);
+
 // The kernels OpenBLAS runs, and, after a restart, the ones it had chosen itself.
 std::string openblas_core_note();
 
