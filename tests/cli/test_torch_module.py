@@ -1,5 +1,6 @@
 """libtorch loads only for a training run, from the lab's libtorch module
-(src/lab/experiments/training/torch_module.h), and a missing module is one clear error.
+(src/lab/experiments/training/torch_module.h), and a missing module, or one of another build, is one
+clear error.
 
 Which shared objects a command opened is read from the dynamic loader's own log (LD_DEBUG=files):
 the libraries it needs at start and the ones opened later with dlopen.
@@ -72,16 +73,34 @@ def test_training_flags_are_checked_without_libtorch(attnscale_bin, with_trainin
     assert MODULE not in names and not [n for n in names if n.startswith(("libtorch", "libc10"))], sorted(names)
 
 
-def test_a_missing_module_is_one_clear_error(attnscale_bin, with_training, tmp_path):
-    # The CLI copied to a folder without the module where the build tree and an installed copy have
-    # it (../lib/attnscale/, or ../lib/<multiarch>/attnscale/ for the prefix /usr).
+def cli_copy(attnscale_bin, tmp_path):
+    """The CLI copied to tmp_path/bin, and where it looks for the module (not there): the build tree
+    and an installed copy have it in ../lib/attnscale/, or ../lib/<multiarch>/attnscale/ for /usr."""
     bin_dir = pathlib.Path(attnscale_bin).resolve().parent
     real = next(bin_dir.parent.glob(f"lib*/**/attnscale/{MODULE}"), None)
     assert real is not None, f"no {MODULE} under {bin_dir.parent}/lib"
     copy = tmp_path / "bin" / "attnscale"
     copy.parent.mkdir()
     shutil.copy2(attnscale_bin, copy)
-    missing = copy.parent.parent / real.relative_to(bin_dir.parent)
+    return copy, copy.parent.parent / real.relative_to(bin_dir.parent)
+
+
+def test_a_module_of_another_build_is_refused(attnscale_bin, with_training, tmp_path):
+    stale = pathlib.Path(attnscale_bin).resolve().parent.parent / "tests" / "libattnscale_stale_torch_module.so"
+    assert stale.exists(), f"{stale}: the build tree's stand-in module (tests/CMakeLists.txt) is missing"
+    copy, module = cli_copy(attnscale_bin, tmp_path)
+    module.parent.mkdir(parents=True)
+    shutil.copy2(stale, module)
+    version = subprocess.run([copy, "--version"], capture_output=True, text=True, check=True).stdout.split()
+    r = subprocess.run([copy, *TINY_TRAINING], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr == (f"attnscale: error: the lab's libtorch module {module} is of attnscale 0.0.0 (000000000000), "
+                        f"not of this {version[0]} {version[1]}: rebuild or reinstall attnscale\n")
+    assert r.stdout == ""
+
+
+def test_a_missing_module_is_one_clear_error(attnscale_bin, with_training, tmp_path):
+    copy, missing = cli_copy(attnscale_bin, tmp_path)
     r = subprocess.run([copy, *TINY_TRAINING], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr == (f"attnscale: error: cannot load the lab's libtorch module {missing}: "

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "attnscale/error.h"
+#include "attnscale/version.h"
 
 // Set by unit.cmake: the module's file name, and its folder relative to an executable's.
 #ifndef ATTNSCALE_TORCH_MODULE_FILE
@@ -19,6 +20,7 @@ namespace attnscale::lab::training {
 namespace {
 
 using Entry = decltype(&attnscale_torch_train);
+using Build = decltype(&attnscale_torch_module_build);
 
 // dlerror() without the path it starts with, when it does (the message names the path already).
 std::string reason(const std::string& path) {
@@ -32,11 +34,17 @@ Entry open_module() {
   const std::string path = torch_module_path();
   void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
   const auto entry = module ? reinterpret_cast<Entry>(dlsym(module, "attnscale_torch_train")) : nullptr;
-  if (!entry) throw Error("cannot load the lab's libtorch module " + path + ": " + reason(path));
+  const auto build = entry ? reinterpret_cast<Build>(dlsym(module, "attnscale_torch_module_build")) : nullptr;
+  if (!build) throw Error("cannot load the lab's libtorch module " + path + ": " + reason(path));
+  if (const std::string theirs = build(); theirs != build_stamp())
+    throw Error("the lab's libtorch module " + path + " is of attnscale " + theirs + ", not of this " +
+                build_stamp() + ": rebuild or reinstall attnscale");
   return entry;
 }
 
 }  // namespace
+
+std::string build_stamp() { return std::string(attnscale::version()) + " (" + attnscale::git_hash() + ")"; }
 
 std::string torch_module_path() {
   // The object this code was linked into: the executable (its path from /proc/self/exe, as the

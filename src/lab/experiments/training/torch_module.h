@@ -25,7 +25,16 @@ std::string torch_module_path();
 
 }  // namespace attnscale::lab::training
 
-// The module's one entry point (torch_module_entry.cc), looked up by this name: *record = the run
-// of *config. Exceptions (Error naming a flag) pass through to the caller.
+// The module's entry points (torch_module_entry.cc), looked up by these names. train: *record =
+// the run of *config; exceptions (Error naming a flag) pass through to the caller. build: the
+// version and commit the module was built from ("0.1.0 (25199c593217)"), which must be the lab's:
+// RunConfig and RunRecord cross between them as they are laid out, so a module of another build
+// (a stale file beside a new CLI) is refused with one clear error rather than run.
 extern "C" void attnscale_torch_train(const attnscale::lab::training::RunConfig* config,
                                       attnscale::lab::training::RunRecord* record);
+extern "C" const char* attnscale_torch_module_build();
+
+namespace attnscale::lab::training {
+// This build's version and commit, as attnscale_torch_module_build() gives them.
+std::string build_stamp();
+}  // namespace attnscale::lab::training

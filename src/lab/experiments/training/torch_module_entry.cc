@@ -5,6 +5,7 @@
 #include <malloc.h>
 
 #include <climits>
+#include <string>
 
 #include "lab/experiments/training/torch_module.h"
 
@@ -40,4 +41,9 @@ extern "C" __attribute__((visibility("default"))) void attnscale_torch_train(
     const attnscale::lab::training::RunConfig* config, attnscale::lab::training::RunRecord* record) {
   attnscale::lab::training::single_threaded_torch();
   *record = attnscale::lab::training::train(*config);
+}
+
+extern "C" __attribute__((visibility("default"))) const char* attnscale_torch_module_build() {
+  static const std::string stamp = attnscale::lab::training::build_stamp();  // the module's own copy
+  return stamp.c_str();
 }
