@@ -34,6 +34,8 @@ bool one_of(const char* core, std::initializer_list<const char*> names) {
 // The commands whose time OpenBLAS's kernels decide: the bench's sgemm, and libtorch's products in
 // the training runs (the report runs them too).
 bool uses_openblas(char** argv) {
+  for (char** a = argv + 1; *a; ++a)  // asking for help runs nothing
+    if (std::strcmp(*a, "--help") == 0 || std::strcmp(*a, "-h") == 0) return false;
   if (std::strcmp(argv[1], "bench") == 0 || std::strcmp(argv[1], "report") == 0) return true;
   if (std::strcmp(argv[1], "experiment") != 0) return false;
   for (char** a = argv + 2; *a; ++a)

@@ -80,7 +80,7 @@ void float_rows(const TensorView& t, std::int64_t r0, std::int64_t r1, float* ds
 // over all their rows (one start of the thread pool, not one a view). The copies lie in one block,
 // each from a 64-byte boundary: a call's copies of 2 MiB or more then reuse the pages of the call
 // before it (allocate_block keeps such blocks); copies in separate blocks of 1 MiB each took new
-// pages every call (glibc returned them), whose faults were 5-7% of a bf16 forward of 256 rows.
+// pages every call (glibc returned them), whose faults took about 5% of a bf16 forward of 256 rows.
 template <class P>
 P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<TensorView P::*> views) {
   P f = p;

@@ -58,12 +58,14 @@ def test_a_training_run_opens_the_module_and_libtorch(attnscale_bin, with_traini
     assert MODULE in names and any(n.startswith("libtorch_cpu") for n in names), sorted(names)
 
 
-@pytest.mark.parametrize("command", ["version", "attend", "saturation", "listing"])
+@pytest.mark.parametrize("command", ["version", "attend", "saturation", "listing", "bench-help", "report-help"])
 def test_other_commands_load_neither_libtorch_nor_openblas(attnscale_bin, tmp_path, command):
     args = {"version": ["--version"],
             "attend": ["attend", *attend_inputs(tmp_path)],
             "saturation": ["experiment", "saturation", "--n", "4", "--d", "2", "--trials", "4"],
-            "listing": ["experiment", "--help"]}[command]
+            "listing": ["experiment", "--help"],
+            "bench-help": ["bench", "--help"],  # help runs nothing: no OpenBLAS opened for its kernels
+            "report-help": ["report", "-h"]}[command]
     names = opened_libraries(attnscale_bin, args, tmp_path / "log")
     assert MODULE not in names and not torch_or_blas(names), torch_or_blas(names)
 
