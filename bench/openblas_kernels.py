@@ -1,4 +1,5 @@
-"""OpenBLAS's kernels for this CPU, for the Python benchmarks (goals.py, compare.py).
+"""OpenBLAS's kernels for this CPU, for the Python benchmarks that time numpy or PyTorch beside us
+(goals.py, compare.py, saturation_vs_numpy.py).
 
 As `attnscale bench` does (cli/openblas_core.h): OpenBLAS picks its kernels by CPU model as it is
 loaded, and Debian 12's takes its SSE3 ones ("Prescott") for a model it does not know (sgemm 2048^3

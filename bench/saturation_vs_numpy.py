@@ -19,6 +19,8 @@ import time
 
 import numpy as np
 
+from openblas_kernels import openblas_core_note, restart_with_openblas_core
+
 N_TOK, TRIALS = 50, 200
 DIMS = [2 ** i for i in range(10)]
 
@@ -93,6 +95,8 @@ def main():
     ap.add_argument("--bin", default="build/bin/attnscale")
     ap.add_argument("--threads", type=int, default=0, help="attnscale threads (0: all cores)")
     args = ap.parse_args()
+    restart_with_openblas_core()  # numpy's products are OpenBLAS's: on the CPU's own kernels
+    print(f"OpenBLAS on its {openblas_core_note()}")
     t0, c0 = time.perf_counter(), time.process_time()
     ref = numpy_sweep()
     t_numpy, c_numpy = time.perf_counter() - t0, time.process_time() - c0
