@@ -91,12 +91,13 @@ RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = t
   static_assert(kStatRows == 8, "simd::row_dots8 takes eight rows");
   const bool fast =
       std::is_same_v<T, float> && float_rows(p.dO) && float_rows(p.out) && (!rows_finite || f32_rows(p.q));
+  const bool widen = fast && (p.dO.dtype == DType::bf16 || p.out.dtype == DType::bf16);
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     // fast: a zero row for the rows past a last block, bfloat16 rows widened into `widened`; else
     // the rows as doubles.
     const std::vector<float> zeros(fast ? p.dv : 0, 0.0f);
-    std::vector<float> widened(fast ? 2 * kStatRows * p.dv : 0);
-    // Row i of (b, h) of t as float32: in place, or widened into slot `at` of `widened`.
+    std::vector<float> widened(widen ? 2 * kStatRows * p.dv : 0);
+    // Row i of (b, h) of t as float32: in place, or widened into row `slot` of `widened`.
     const auto row = [&](const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t slot) {
       if (t.dtype == DType::f32) return at<const float>(t, b, h, i, 0);
       float* w = widened.data() + slot * p.dv;

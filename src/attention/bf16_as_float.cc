@@ -87,11 +87,13 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
   std::vector<const TensorView*> from;
   std::vector<std::int64_t> first{0};  // the copies' first rows in the pass
   std::vector<std::int64_t> offset{0};  // and their first values in the block
+  std::int64_t elements = 0;
   for (TensorView P::*v : views) {
     const TensorView& t = p.*v;
     from.push_back(&t);
     first.push_back(first.back() + t.shape[0] * t.shape[1] * t.shape[2]);
     offset.push_back(offset.back() + (t.numel() + 15) / 16 * 16);
+    elements += t.numel();
   }
   copies.emplace_back(DType::f32, std::initializer_list<std::int64_t>{offset.back()});
   float* block = copies.back().template as<float>();
@@ -100,11 +102,6 @@ P with_copies(const P& p, std::vector<Tensor>& copies, std::initializer_list<Ten
     f.*(views.begin()[i]) = TensorView::contiguous(block + offset[i], DType::f32, {t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
   }
   f.dtype = DType::f32;
-  const std::int64_t elements = [&] {
-    std::int64_t n = 0;
-    for (const TensorView* t : from) n += t->numel();
-    return n;
-  }();
   // Small copies (under 64 K values, 256 KiB of float32) on the calling thread alone.
   const int threads = elements < (std::int64_t{1} << 16) ? 1 : resolve_threads(p.threads, first.back());
   parallel_for(first.back(), 64, threads, [&](std::int64_t r0, std::int64_t r1, int) {
