@@ -20,7 +20,7 @@ set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION science)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 if(TARGET _attnscale)
-  set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3 (>= ${ATTNSCALE_PYTHON_VERSION}), python3 (<< ${ATTNSCALE_PYTHON_NEXT}), python3-numpy")
+  set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3 (>= ${ATTNSCALE_PYTHON_VERSION}), python3 (<< ${ATTNSCALE_PYTHON_NEXT}), python3-numpy (>= 1:${ATTNSCALE_NUMPY_VERSION}), python3-numpy-abi9")
 endif()
 # attnscale report draws with gnuplot; attnscale bench opens OpenBLAS; attnscale.torch needs torch.
 set(CPACK_DEBIAN_PACKAGE_RECOMMENDS "gnuplot-nox, libopenblas0")

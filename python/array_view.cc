@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "numpy_blocks.h"
+
 namespace attnscale::python {
 namespace {
 
@@ -121,6 +123,7 @@ py::dtype bfloat16_dtype() {
 ArrayView new_array(DType dtype, const std::vector<std::int64_t>& shape) {
   std::vector<py::ssize_t> dims(shape.begin(), shape.end());
   ArrayView v;
+  const BlockArrays blocks;  // numpy_blocks.h: 64-byte aligned, kept for the next call once freed
   v.array = dtype == DType::f64    ? py::array(py::dtype::of<double>(), dims)
             : dtype == DType::bf16 ? py::array(bfloat16_dtype(), dims)
             : dtype == DType::i8   ? py::array(py::dtype::of<std::int8_t>(), dims)

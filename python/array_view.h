@@ -47,7 +47,8 @@ std::string type_name(py::handle obj);
 // t.view(torch.int16).numpy().view(attnscale.bfloat16), without a copy).
 py::dtype bfloat16_dtype();
 
-// A new C-ordered array of `dtype` (float32, float64, bfloat16 or int8) and its view.
+// A new C-ordered array of `dtype` (float32, float64, bfloat16 or int8) and its view, its memory
+// from the library's blocks (numpy_blocks.h).
 ArrayView new_array(DType dtype, const std::vector<std::int64_t>& shape);
 
 // A numpy array sharing the owning Tensor's storage (no copy).

@@ -71,3 +71,24 @@ def test_outputs_are_new_arrays(rng):
     for a in (out, lse, probs):
         assert a.flags.c_contiguous and a.flags.owndata and a.flags.writeable
         assert not np.shares_memory(a, q)
+
+
+def test_outputs_take_the_librarys_blocks(rng):
+    """Outputs are numpy's own arrays on the library's allocator (numpy_blocks.h): 64-byte aligned,
+    owning their data (resize keeps the values), freed by numpy at any time; numpy's default
+    allocator is back in place after the call."""
+    from numpy.core.multiarray import get_handler_name
+
+    for shape in [(1, 1, 1, 1), (2, 3, 7, 5), (1, 8, 300, 64)]:  # 4 bytes .. 600 KiB (a kept block)
+        q = rng.standard_normal(shape).astype(np.float32)
+        out, lse = attnscale.attention(q, q, q, causal=True, return_lse=True)
+        grads = attnscale.attention_backward(q, q, q, out, lse, np.ones_like(out), causal=True)
+        bf = attnscale.attention(*(attnscale.to_bfloat16(q),) * 3)
+        for a in (out, lse, bf, *grads):
+            assert get_handler_name(a) == "attnscale_blocks"
+            assert a.flags.owndata and a.ctypes.data % 64 == 0
+        assert get_handler_name(np.empty(shape)) == get_handler_name(q) == "default_allocator"
+        kept = out.copy()
+        out.resize(out.size + 100, refcheck=False)  # numpy's realloc through the handler
+        np.testing.assert_array_equal(out[: kept.size], kept.reshape(-1))
+        del out, lse, grads, bf  # handed back to release_block by numpy

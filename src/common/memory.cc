@@ -53,9 +53,15 @@ namespace {
 constexpr std::size_t kHugeBytes = std::size_t{2} << 20;
 constexpr std::size_t kHugeAlign = std::size_t{2} << 20;   // where they start (a huge page)
 constexpr std::size_t kKeepBytes = std::size_t{256} << 20;  // at most this much kept unused
+// Blocks from 128 KiB (glibc's first mmap threshold) are kept too, on page boundaries: freed to
+// glibc, blocks of that size go back to the kernel (unmapped, or trimmed from the heap's top), and
+// the next call's blocks fault their pages in afresh, one 4 KiB page at a time (a float32 backward
+// from Python, N = 64-384, H = 8, d = 128: 80-1600 page faults a call, docs/performance.md).
+constexpr std::size_t kKeptBytes = std::size_t{128} << 10;
+constexpr std::size_t kPageAlign = 4096;
 
-// Huge blocks kept for the next call after they are released: the block sizes in use, and the
-// released blocks, oldest first. Never destroyed (a block may be released during exit).
+// Blocks of 128 KiB and more, kept for the next call after they are released: the block sizes in
+// use, and the released blocks, oldest first. Never destroyed (a block may be released during exit).
 struct BlockCache {
   std::mutex mutex;
   std::unordered_map<void*, std::size_t> live;
@@ -70,10 +76,10 @@ BlockCache& block_cache() {
 }  // namespace
 
 void* allocate_block(std::size_t bytes) {
-  const bool huge = bytes >= kHugeBytes;
-  const std::size_t align = huge ? kHugeAlign : 64;
+  const bool huge = bytes >= kHugeBytes, kept = bytes >= kKeptBytes;
+  const std::size_t align = huge ? kHugeAlign : kept ? kPageAlign : 64;
   const std::size_t size = (std::max<std::size_t>(bytes, 1) + align - 1) / align * align;
-  if (!huge) return std::aligned_alloc(align, size);
+  if (!kept) return std::aligned_alloc(align, size);
   BlockCache& c = block_cache();
   {
     // The smallest kept block that holds `size` and is less than twice as large, of those the
@@ -95,7 +101,7 @@ void* allocate_block(std::size_t bytes) {
   void* p = std::aligned_alloc(align, size);
   if (!p) return nullptr;
 #ifdef MADV_HUGEPAGE
-  madvise(p, size, MADV_HUGEPAGE);  // advice only: a refusal changes nothing
+  if (huge) madvise(p, size, MADV_HUGEPAGE);  // advice only: a refusal changes nothing
 #endif
   std::lock_guard<std::mutex> lock(c.mutex);
   c.live.emplace(p, size);
@@ -104,7 +110,7 @@ void* allocate_block(std::size_t bytes) {
 
 void release_block(void* p) {
   if (!p) return;
-  if (reinterpret_cast<std::uintptr_t>(p) % kHugeAlign != 0) {  // not a huge block's start
+  if (reinterpret_cast<std::uintptr_t>(p) % kPageAlign != 0) {  // not a kept block's start
     std::free(p);
     return;
   }
@@ -113,7 +119,7 @@ void release_block(void* p) {
   {
     std::lock_guard<std::mutex> lock(c.mutex);
     const auto it = c.live.find(p);
-    if (it == c.live.end()) {  // a small block that happens to lie on a 2 MiB boundary
+    if (it == c.live.end()) {  // a small block that happens to lie on a page boundary
       std::free(p);
       return;
     }

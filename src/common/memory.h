@@ -28,14 +28,15 @@ void check_allocation(const What& what, double bytes) {
 }
 
 // `bytes` of memory, 64-byte aligned, released with release_block; nullptr when none is left.
-// Blocks of 4 MiB and more start on a 2 MiB boundary and ask for transparent huge pages (as numpy
+// Blocks of 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages (as numpy
 // does for arrays of 4 MiB and more): a stream over a KV cache of hundreds of MiB then walks 512
 // times fewer page-table entries, and the first touch of a fresh scratch buffer takes one page
 // fault per 2 MiB instead of one per 4 KiB (docs/performance.md has the measurements). Released
-// blocks of that size are kept, up to 256 MiB of them, and handed out again for requests they hold
-// with less than half to spare: a call's scratch of tens of MiB (the backward's packed keys and
-// partials) then finds the pages of the call before it instead of new pages the kernel must clear
-// (3-5% of a backward call).
+// blocks of 128 KiB and more (on page boundaries) are kept, up to 256 MiB of them, and handed out
+// again for requests they hold with less than half to spare: a call's scratch and outputs (the
+// backward's packed keys and partials, the arrays the Python module returns) then find the pages
+// of the call before it instead of new pages the kernel must clear (3-5% of a backward call of
+// tens of MiB; 10-40% of one of a few MiB, whose pages glibc gave back to the kernel).
 void* allocate_block(std::size_t bytes);
 void release_block(void* p);
 // Bytes of released blocks kept for reuse now.

@@ -1,5 +1,5 @@
-// allocate_block / release_block (common/memory.h): alignment, and the huge blocks kept after
-// release and handed out again for requests they hold with less than half to spare.
+// allocate_block / release_block (common/memory.h): alignment, and the blocks of 128 KiB and more
+// kept after release and handed out again for requests they hold with less than half to spare.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -14,18 +14,43 @@ constexpr std::size_t kMiB = std::size_t{1} << 20;
 
 bool aligned(const void* p, std::size_t a) { return reinterpret_cast<std::uintptr_t>(p) % a == 0; }
 
-TEST(Memory, SmallBlocksAreCacheLineAlignedAndHugeOnesOn2MiB) {
+TEST(Memory, SmallBlocksAreCacheLineAlignedKeptOnesOnPagesAndHugeOnesOn2MiB) {
   void* small = allocate_block(100);
+  void* kept = allocate_block(200 * 1024);
   void* huge = allocate_block(5 * kMiB);
   ASSERT_NE(small, nullptr);
+  ASSERT_NE(kept, nullptr);
   ASSERT_NE(huge, nullptr);
   EXPECT_TRUE(aligned(small, 64));
+  EXPECT_TRUE(aligned(kept, 4096));
   EXPECT_TRUE(aligned(huge, 2 * kMiB));
   std::memset(small, 1, 100);
+  std::memset(kept, 1, 200 * 1024);
   std::memset(huge, 1, 5 * kMiB);
   release_block(small);
+  release_block(kept);
   release_block(huge);
   release_block(nullptr);  // does nothing
+}
+
+TEST(Memory, BlocksFrom128KiBAreKeptAndSmallerOnesFreed) {
+  free_kept_blocks();  // none kept by the tests before this one in the process
+  void* small = allocate_block(128 * 1024 - 1);
+  release_block(small);
+  EXPECT_EQ(kept_block_bytes(), 0u);  // given back to malloc
+  void* a = allocate_block(128 * 1024 + 1);  // 33 pages
+  ASSERT_NE(a, nullptr);
+  release_block(a);
+  EXPECT_EQ(kept_block_bytes(), 132 * 1024u);
+  void* b = allocate_block(200 * 1024);  // the kept block is too small: a new one
+  EXPECT_NE(b, a);
+  void* c = allocate_block(100 * 1024 + 1);  // not kept, so not the kept block
+  EXPECT_NE(c, a);
+  void* d = allocate_block(130 * 1024);  // the kept block, usable as a whole
+  EXPECT_EQ(d, a);
+  std::memset(d, 4, 130 * 1024);
+  for (void* p : {b, c, d}) release_block(p);
+  free_kept_blocks();
 }
 
 TEST(Memory, AReleasedHugeBlockServesTheNextRequestItHolds) {
