@@ -56,7 +56,7 @@ constexpr std::size_t kKeepBytes = std::size_t{256} << 20;  // at most this much
 // Blocks from 128 KiB (glibc's first mmap threshold) are kept too, on page boundaries: freed to
 // glibc, blocks of that size go back to the kernel (unmapped, or trimmed from the heap's top), and
 // the next call's blocks fault their pages in afresh, one 4 KiB page at a time (a float32 backward
-// from Python, N = 64-384, H = 8, d = 128: 80-1600 page faults a call, docs/performance.md).
+// from Python, N = 64-2048, H = 8, d = 128: 100-1500 page faults a call, docs/performance.md).
 constexpr std::size_t kKeptBytes = std::size_t{128} << 10;
 constexpr std::size_t kPageAlign = 4096;
 

@@ -36,7 +36,7 @@ void check_allocation(const What& what, double bytes) {
 // again for requests they hold with less than half to spare: a call's scratch and outputs (the
 // backward's packed keys and partials, the arrays the Python module returns) then find the pages
 // of the call before it instead of new pages the kernel must clear (3-5% of a backward call of
-// tens of MiB; 10-40% of one of a few MiB, whose pages glibc gave back to the kernel).
+// tens of MiB; up to 36% of one of a few MiB, whose pages glibc had given back to the kernel).
 void* allocate_block(std::size_t bytes);
 void release_block(void* p);
 // Bytes of released blocks kept for reuse now.
