@@ -4,12 +4,15 @@
 Each round starts one process per build (the order alternating between rounds), and each process
 times, for every N, the forward (out and lse) and the backward of B = 1, H heads, d = dk = dv,
 its best of max(3, 4000 / N) calls after two untimed ones, and counts the minor page faults of
-those calls (getrusage). A process's memory state (where malloc's heap top stands, which pages it
+those calls (getrusage). With --gap-ms G each timed call comes G ms after the last (a sleep, as
+between the layers of a model, where the library's helper threads park), and the median of 300
+such calls is taken instead of the best. A process's memory state (where malloc's heap top stands, which pages it
 gave back) moves its times, so the two builds run in as many fresh processes each; printed: the
 median over the rounds of each build's time, its range, the median faults a call, and new / old.
 
     /usr/bin/python3 bench/python_builds.py --old OLD/build/python --new build/python \\
         [--n 64,128,256,512,1024] [--d 128] [--heads 8] [--dtype float32|bfloat16] [--rounds 9]
+        [--gap-ms 1]
 """
 import argparse
 import json
@@ -33,11 +36,20 @@ def one_process(args):
     def best(call, reps):
         call()
         call()
+        if args.gap_ms:
+            reps, times = 300, []
         f0, t = faults(), float("inf")
         for _ in range(reps):
+            if args.gap_ms:
+                time.sleep(args.gap_ms / 1e3)
             s = time.perf_counter()
             call()
-            t = min(t, time.perf_counter() - s)
+            if args.gap_ms:
+                times.append(time.perf_counter() - s)
+            else:
+                t = min(t, time.perf_counter() - s)
+        if args.gap_ms:
+            t = float(np.median(times))
         return t, (faults() - f0) / reps
 
     rng = np.random.default_rng(1)
@@ -68,6 +80,7 @@ def main():
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--gap-ms", type=float, default=0, help="sleep this long before each timed call (median of 300)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -79,10 +92,10 @@ def main():
         if not os.path.isdir(os.path.join(path, "attnscale")):
             ap.error(f"--{name}: {path} holds no attnscale/ package")
     child = [sys.executable, os.path.abspath(__file__), "--child", "--n", ",".join(map(str, args.n)),
-             "--d", str(args.d), "--heads", str(args.heads), "--dtype", args.dtype]
+             "--d", str(args.d), "--heads", str(args.heads), "--dtype", args.dtype, "--gap-ms", str(args.gap_ms)]
     runs = {name: [] for name in builds}
     print(f"load average {os.getloadavg()[0]:.2f} before; B = 1, H = {args.heads}, d = {args.d}, causal, "
-          f"{args.dtype}, {args.rounds} rounds")
+          f"{args.dtype}, {args.rounds} rounds" + (f", {args.gap_ms:g} ms before each call" if args.gap_ms else ""))
     for r in range(args.rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
             env = dict(os.environ, PYTHONPATH=os.path.abspath(builds[name]))
