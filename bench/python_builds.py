@@ -6,13 +6,13 @@ times, for every N, the forward (out and lse) and the backward of B = 1, H heads
 its best of max(3, 4000 / N) calls after two untimed ones, and counts the minor page faults of
 those calls (getrusage). With --gap-ms G each timed call comes G ms after the last (a sleep, as
 between the layers of a model, where the library's helper threads park), and the median of 300
-such calls is taken instead of the best. A process's memory state (where malloc's heap top stands, which pages it
+such calls is taken instead of the best; with --median-of K, the median of K back-to-back calls. A process's memory state (where malloc's heap top stands, which pages it
 gave back) moves its times, so the two builds run in as many fresh processes each; printed: the
 median over the rounds of each build's time, its range, the median faults a call, and new / old.
 
     /usr/bin/python3 bench/python_builds.py --old OLD/build/python --new build/python \\
         [--n 64,128,256,512,1024] [--d 128] [--heads 8] [--dtype float32|bfloat16] [--rounds 9]
-        [--gap-ms 1]
+        [--gap-ms 1 | --median-of 3000]
 """
 import argparse
 import json
@@ -36,19 +36,20 @@ def one_process(args):
     def best(call, reps):
         call()
         call()
-        if args.gap_ms:
-            reps, times = 300, []
+        median = bool(args.gap_ms or args.median_of)
+        if median:
+            reps, times = (300 if args.gap_ms else args.median_of), []
         f0, t = faults(), float("inf")
         for _ in range(reps):
             if args.gap_ms:
                 time.sleep(args.gap_ms / 1e3)
             s = time.perf_counter()
             call()
-            if args.gap_ms:
+            if median:
                 times.append(time.perf_counter() - s)
             else:
                 t = min(t, time.perf_counter() - s)
-        if args.gap_ms:
+        if median:
             t = float(np.median(times))
         return t, (faults() - f0) / reps
 
@@ -81,6 +82,7 @@ def main():
     ap.add_argument("--dtype", choices=["float32", "bfloat16"], default="float32")
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--gap-ms", type=float, default=0, help="sleep this long before each timed call (median of 300)")
+    ap.add_argument("--median-of", type=int, default=0, help="the median of this many back-to-back calls, not the best")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -92,10 +94,11 @@ def main():
         if not os.path.isdir(os.path.join(path, "attnscale")):
             ap.error(f"--{name}: {path} holds no attnscale/ package")
     child = [sys.executable, os.path.abspath(__file__), "--child", "--n", ",".join(map(str, args.n)),
-             "--d", str(args.d), "--heads", str(args.heads), "--dtype", args.dtype, "--gap-ms", str(args.gap_ms)]
+             "--d", str(args.d), "--heads", str(args.heads), "--dtype", args.dtype, "--gap-ms", str(args.gap_ms), "--median-of", str(args.median_of)]
     runs = {name: [] for name in builds}
     print(f"load average {os.getloadavg()[0]:.2f} before; B = 1, H = {args.heads}, d = {args.d}, causal, "
-          f"{args.dtype}, {args.rounds} rounds" + (f", {args.gap_ms:g} ms before each call" if args.gap_ms else ""))
+          f"{args.dtype}, {args.rounds} rounds" + (f", {args.gap_ms:g} ms before each call" if args.gap_ms else "")
+          + (f", medians of {args.median_of} calls" if args.median_of and not args.gap_ms else ""))
     for r in range(args.rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
             env = dict(os.environ, PYTHONPATH=os.path.abspath(builds[name]))
