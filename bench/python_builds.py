@@ -6,13 +6,15 @@ times, for every N, the forward (out and lse) and the backward of B = 1, H heads
 its best of max(3, 4000 / N) calls after two untimed ones, and counts the minor page faults of
 those calls (getrusage). With --gap-ms G each timed call comes G ms after the last (a sleep, as
 between the layers of a model, where the library's helper threads park), and the median of 300
-such calls is taken instead of the best; with --median-of K, the median of K back-to-back calls. A process's memory state (where malloc's heap top stands, which pages it
+such calls is taken instead of the best; with --median-of K, the median of K back-to-back calls.
+With --api torch the calls go through attnscale.torch on tensors that require grad: "forward" is
+attnscale.torch.attention, "backward" a whole step, the forward and torch.autograd.grad of q, k, v. A process's memory state (where malloc's heap top stands, which pages it
 gave back) moves its times, so the two builds run in as many fresh processes each; printed: the
 median over the rounds of each build's time, its range, the median faults a call, and new / old.
 
     /usr/bin/python3 bench/python_builds.py --old OLD/build/python --new build/python \\
         [--n 64,128,256,512,1024] [--d 128] [--heads 8] [--dtype float32|bfloat16] [--rounds 9]
-        [--gap-ms 1 | --median-of 3000]
+        [--gap-ms 1 | --median-of 3000] [--api numpy|torch]
 """
 import argparse
 import json
@@ -61,8 +63,21 @@ def one_process(args):
             q, k, v, do = (attnscale.to_bfloat16(x) for x in (q, k, v, do))
         out, lse = attnscale.attention(q, k, v, causal=True, return_lse=True)
         reps = max(3, 4000 // n)
-        fwd = best(lambda: attnscale.attention(q, k, v, causal=True, return_lse=True), reps)
-        bwd = best(lambda: attnscale.attention_backward(q, k, v, out, lse, do, causal=True), reps)
+        if args.api == "torch":
+            import torch
+
+            import attnscale.torch as at
+
+            tq, tk, tv, tdo = (torch.from_numpy(np.array(x)) for x in (q, k, v, do))
+            if args.dtype == "bfloat16":
+                tq, tk, tv, tdo = (t.view(torch.bfloat16) for t in (tq, tk, tv, tdo))
+            for t in (tq, tk, tv):
+                t.requires_grad_()
+            fwd = best(lambda: at.attention(tq, tk, tv, causal=True), reps)
+            bwd = best(lambda: torch.autograd.grad(at.attention(tq, tk, tv, causal=True), (tq, tk, tv), tdo), reps)
+        else:
+            fwd = best(lambda: attnscale.attention(q, k, v, causal=True, return_lse=True), reps)
+            bwd = best(lambda: attnscale.attention_backward(q, k, v, out, lse, do, causal=True), reps)
         result[n] = [fwd[0], bwd[0], fwd[1], bwd[1]]
     print(json.dumps(result))
 
@@ -83,6 +98,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=9)
     ap.add_argument("--gap-ms", type=float, default=0, help="sleep this long before each timed call (median of 300)")
     ap.add_argument("--median-of", type=int, default=0, help="the median of this many back-to-back calls, not the best")
+    ap.add_argument("--api", choices=["numpy", "torch"], default="numpy",
+                    help="torch: attnscale.torch's forward, and a forward + autograd.grad step as the backward")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
@@ -94,11 +111,12 @@ def main():
         if not os.path.isdir(os.path.join(path, "attnscale")):
             ap.error(f"--{name}: {path} holds no attnscale/ package")
     child = [sys.executable, os.path.abspath(__file__), "--child", "--n", ",".join(map(str, args.n)),
-             "--d", str(args.d), "--heads", str(args.heads), "--dtype", args.dtype, "--gap-ms", str(args.gap_ms), "--median-of", str(args.median_of)]
+             "--d", str(args.d), "--heads", str(args.heads), "--dtype", args.dtype, "--gap-ms", str(args.gap_ms), "--median-of", str(args.median_of), "--api", args.api]
     runs = {name: [] for name in builds}
     print(f"load average {os.getloadavg()[0]:.2f} before; B = 1, H = {args.heads}, d = {args.d}, causal, "
           f"{args.dtype}, {args.rounds} rounds" + (f", {args.gap_ms:g} ms before each call" if args.gap_ms else "")
-          + (f", medians of {args.median_of} calls" if args.median_of and not args.gap_ms else ""))
+          + (f", medians of {args.median_of} calls" if args.median_of and not args.gap_ms else "")
+          + (", through attnscale.torch (backward: a forward + autograd.grad step)" if args.api == "torch" else ""))
     for r in range(args.rounds):
         for name in (("old", "new") if r % 2 == 0 else ("new", "old")):
             env = dict(os.environ, PYTHONPATH=os.path.abspath(builds[name]))

