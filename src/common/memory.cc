@@ -1,5 +1,6 @@
 #include "common/memory.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 
@@ -138,6 +139,10 @@ void release_block(void* p) {
     }
   }
   for (void* q : drop) std::free(q);
+}
+
+std::size_t block_capacity(const void* p) {
+  return malloc_usable_size(const_cast<void*>(p));  // every block is aligned_alloc's
 }
 
 std::size_t kept_block_bytes() {
