@@ -8,9 +8,10 @@ those calls (getrusage). With --gap-ms G each timed call comes G ms after the la
 between the layers of a model, where the library's helper threads park), and the median of 300
 such calls is taken instead of the best; with --median-of K, the median of K back-to-back calls.
 With --api torch the calls go through attnscale.torch on tensors that require grad: "forward" is
-attnscale.torch.attention, "backward" a whole step, the forward and torch.autograd.grad of q, k, v. A process's memory state (where malloc's heap top stands, which pages it
-gave back) moves its times, so the two builds run in as many fresh processes each; printed: the
-median over the rounds of each build's time, its range, the median faults a call, and new / old.
+attnscale.torch.attention, "backward" a whole step, the forward and torch.autograd.grad of q, k, v.
+A process's memory state (where malloc's heap top stands, which pages it gave back) moves its
+times, so the two builds run in as many fresh processes each; printed: the median over the rounds
+of each build's time, its range, the median faults a call, and new / old.
 
     /usr/bin/python3 bench/python_builds.py --old OLD/build/python --new build/python \\
         [--n 64,128,256,512,1024] [--d 128] [--heads 8] [--dtype float32|bfloat16] [--rounds 9]
@@ -35,7 +36,8 @@ def one_process(args):
     def faults():
         return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
 
-    def best(call, reps):
+    def timed(call, reps):
+        """(seconds a call: the best of reps, or a median as asked, faults a call)."""
         call()
         call()
         median = bool(args.gap_ms or args.median_of)
@@ -73,11 +75,11 @@ def one_process(args):
                 tq, tk, tv, tdo = (t.view(torch.bfloat16) for t in (tq, tk, tv, tdo))
             for t in (tq, tk, tv):
                 t.requires_grad_()
-            fwd = best(lambda: at.attention(tq, tk, tv, causal=True), reps)
-            bwd = best(lambda: torch.autograd.grad(at.attention(tq, tk, tv, causal=True), (tq, tk, tv), tdo), reps)
+            fwd = timed(lambda: at.attention(tq, tk, tv, causal=True), reps)
+            bwd = timed(lambda: torch.autograd.grad(at.attention(tq, tk, tv, causal=True), (tq, tk, tv), tdo), reps)
         else:
-            fwd = best(lambda: attnscale.attention(q, k, v, causal=True, return_lse=True), reps)
-            bwd = best(lambda: attnscale.attention_backward(q, k, v, out, lse, do, causal=True), reps)
+            fwd = timed(lambda: attnscale.attention(q, k, v, causal=True, return_lse=True), reps)
+            bwd = timed(lambda: attnscale.attention_backward(q, k, v, out, lse, do, causal=True), reps)
         result[n] = [fwd[0], bwd[0], fwd[1], bwd[1]]
     print(json.dumps(result))
 

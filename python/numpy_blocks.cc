@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <mutex>
-#include <unordered_map>
 
 #include "common/memory.h"
 
@@ -15,53 +13,25 @@ namespace {
 
 namespace py = pybind11;
 
-// The size of every live block this allocator handed out: numpy's realloc (ndarray.resize) gives
-// only the new size, and the copy needs the old one.
-struct Sizes {
-  std::mutex mutex;
-  std::unordered_map<void*, std::size_t> of;
-};
-Sizes& sizes() {
-  static Sizes* s = new Sizes;  // never destroyed: arrays may outlive static destruction
-  return *s;
-}
+void* block_malloc(void*, std::size_t bytes) { return detail::allocate_block(bytes); }
 
-void* block_malloc(void*, std::size_t bytes) {
-  void* p = detail::allocate_block(bytes);
-  if (p) {
-    std::lock_guard<std::mutex> lock(sizes().mutex);
-    sizes().of[p] = bytes;
-  }
-  return p;
-}
-
-void* block_calloc(void* ctx, std::size_t count, std::size_t item) {
+void* block_calloc(void*, std::size_t count, std::size_t item) {
   if (item != 0 && count > SIZE_MAX / item) return nullptr;
-  void* p = block_malloc(ctx, count * item);
+  void* p = detail::allocate_block(count * item);
   if (p) std::memset(p, 0, count * item);
   return p;
 }
 
-void block_free(void*, void* p, std::size_t) {
-  if (!p) return;
-  {
-    std::lock_guard<std::mutex> lock(sizes().mutex);
-    sizes().of.erase(p);
-  }
-  detail::release_block(p);
-}
+void block_free(void*, void* p, std::size_t) { detail::release_block(p); }
 
-void* block_realloc(void* ctx, void* p, std::size_t bytes) {
-  if (!p) return block_malloc(ctx, bytes);
-  std::size_t old = 0;
-  {
-    std::lock_guard<std::mutex> lock(sizes().mutex);
-    old = sizes().of.at(p);
-  }
-  void* q = block_malloc(ctx, bytes);
+// numpy's realloc (ndarray.resize) gives only the new size: the copy takes what the old block
+// holds, up to the new size.
+void* block_realloc(void*, void* p, std::size_t bytes) {
+  if (!p) return detail::allocate_block(bytes);
+  void* q = detail::allocate_block(bytes);
   if (!q) return nullptr;  // p stays valid, as realloc leaves it
-  std::memcpy(q, p, std::min(old, bytes));
-  block_free(ctx, p, old);
+  std::memcpy(q, p, std::min(detail::block_capacity(p), bytes));
+  detail::release_block(p);
   return q;
 }
 

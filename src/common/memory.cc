@@ -1,5 +1,6 @@
 #include "common/memory.h"
 
+#include <malloc.h>
 #include <sys/mman.h>
 #include <sys/sysinfo.h>
 
@@ -57,7 +58,7 @@ constexpr std::size_t kKeepBytes = std::size_t{256} << 20;  // at most this much
 // glibc, blocks of that size go back to the kernel (unmapped, or trimmed from the heap's top), and
 // the next call's blocks fault their pages in afresh, one 4 KiB page at a time (a float32 backward
 // from Python, N = 64-2048, H = 8, d = 128: 100-1500 page faults a call, docs/performance.md).
-constexpr std::size_t kKeptBytes = std::size_t{128} << 10;
+constexpr std::size_t kKeptFrom = std::size_t{128} << 10;  // the smallest block kept
 constexpr std::size_t kPageAlign = 4096;
 
 // Blocks of 128 KiB and more, kept for the next call after they are released: the block sizes in
@@ -76,7 +77,7 @@ BlockCache& block_cache() {
 }  // namespace
 
 void* allocate_block(std::size_t bytes) {
-  const bool huge = bytes >= kHugeBytes, kept = bytes >= kKeptBytes;
+  const bool huge = bytes >= kHugeBytes, kept = bytes >= kKeptFrom;
   const std::size_t align = huge ? kHugeAlign : kept ? kPageAlign : 64;
   const std::size_t size = (std::max<std::size_t>(bytes, 1) + align - 1) / align * align;
   if (!kept) return std::aligned_alloc(align, size);
@@ -138,6 +139,10 @@ void release_block(void* p) {
     }
   }
   for (void* q : drop) std::free(q);
+}
+
+std::size_t block_capacity(const void* p) {
+  return malloc_usable_size(const_cast<void*>(p));  // every block is aligned_alloc's
 }
 
 std::size_t kept_block_bytes() {

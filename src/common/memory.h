@@ -39,6 +39,8 @@ void check_allocation(const What& what, double bytes) {
 // tens of MiB; up to 36% of one of a few MiB, whose pages glibc had given back to the kernel).
 void* allocate_block(std::size_t bytes);
 void release_block(void* p);
+// The bytes a block from allocate_block holds (at least the bytes asked for).
+std::size_t block_capacity(const void* p);
 // Bytes of released blocks kept for reuse now.
 std::size_t kept_block_bytes();
 // Frees the kept blocks now (the next huge request gets new pages).
