@@ -29,9 +29,20 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out) throw Error(fmt::format("cannot write {}", path.string()));
 }
 
+// A flag's value as a POSIX shell word: as it is when it is made only of characters no shell
+// reads specially, else in single quotes (an empty value too, so that it stays an argument).
+std::string shell_word(const std::string& v) {
+  const bool plain = !v.empty() && v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                       "0123456789,._+-/:=@%") == std::string::npos;
+  if (plain) return v;
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string reproduce_command(const lab::ResultTable& t) {
   std::string cmd = "attnscale experiment " + t.meta.experiment;
-  for (const auto& [k, v] : t.meta.flags) cmd += fmt::format(" --{} {}", k, v);
+  for (const auto& [k, v] : t.meta.flags) cmd += fmt::format(" --{} {}", k, shell_word(v));
   return cmd + fmt::format(" --trials {} --seed {}", t.meta.trials, t.meta.seed);
 }
 

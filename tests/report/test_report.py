@@ -185,6 +185,21 @@ def test_discussion_names_each_verdict_once(report_dir):
         assert f"{v} and {v}" not in md
 
 
+def test_reproduce_commands_parse_as_shell_words(report_dir):
+    """Each command of Appendix A.2 splits, as a shell splits it, into the experiment's name and
+    --flag value pairs: an empty value (the recall runs' --torch-check) stays an argument."""
+    import shlex
+    md = (report_dir / "report.md").read_text()
+    commands = re.findall(r"^\| [a-z]+ \| \d+ \| [0-9.]+ \| `(attnscale experiment [^`]*)` \|$", md, flags=re.M)
+    assert len(commands) >= 8, commands
+    for cmd in commands:
+        words = shlex.split(cmd)
+        flags = words[3:]
+        assert len(flags) % 2 == 0, cmd
+        assert all(f.startswith("--") for f in flags[::2]), cmd
+        assert not any(v.startswith("--") for v in flags[1::2]), cmd
+
+
 def test_prose_and_verdicts_follow_the_data(report_dir, tmp_path):
     """Rewrite the report from a changed data file: the words and the verdict change with it."""
     import json
