@@ -29,9 +29,20 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out) throw Error(fmt::format("cannot write {}", path.string()));
 }
 
+// A flag's value as a POSIX shell word: as it is when it is made only of characters no shell
+// reads specially, else in single quotes (an empty value too, so that it stays an argument).
+std::string shell_word(const std::string& v) {
+  const bool plain = !v.empty() && v.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                       "0123456789,._+-/:=@%") == std::string::npos;
+  if (plain) return v;
+  std::string out = "'";
+  for (char c : v) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string reproduce_command(const lab::ResultTable& t) {
   std::string cmd = "attnscale experiment " + t.meta.experiment;
-  for (const auto& [k, v] : t.meta.flags) cmd += fmt::format(" --{} {}", k, v);
+  for (const auto& [k, v] : t.meta.flags) cmd += fmt::format(" --{} {}", k, shell_word(v));
   return cmd + fmt::format(" --trials {} --seed {}", t.meta.trials, t.meta.seed);
 }
 
@@ -160,6 +171,11 @@ Page compose(const Measurements& m, const std::string& dir) {
       global["verdict." + r.claim.id] = v;
       global[v + "." + r.claim.id] = "true";
     }
+  // The discussion names Propositions 3 and 4's verdicts in one phrase: "both supported" when alike.
+  if (global.count("verdict.p3") && global.count("verdict.p4"))
+    global["verdict.p3_p4"] = global["verdict.p3"] == global["verdict.p4"]
+                                  ? "both " + global["verdict.p3"]
+                                  : global["verdict.p3"] + " and " + global["verdict.p4"];
   std::string refuted;
   for (const ClaimRow& r : claims)
     if (r.evidence && r.evidence->verdict == Verdict::refuted)

@@ -149,6 +149,57 @@ def test_training_section_has_its_figures_and_judges_its_claims(report_dir):
         assert re.search(r'class="verdict (supported|refuted|mixed)"', row), row
 
 
+def test_training_drift_sentences_match_their_numbers(report_dir):
+    """The drift paragraph's words follow the figures it quotes: no "at most 0" where the losses
+    were equal, and "steady" only for the rules whose fit has R² >= 0.9."""
+    if "training" not in lab_experiments():
+        pytest.fail("the training experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
+    md = " ".join((report_dir / "report.md").read_text().split())
+    low = re.search(r"Over the first 20 steps at η = \S+ \(1/√d\) the two implementations ([^.]*)\.", md)
+    assert low, "the drift sentence at the smallest η is missing"
+    at_most = re.search(r"differ by at most ([^ ]+) \(relative\)", low.group(1))
+    assert at_most is None or float(at_most.group(1)) > 0, low.group(0)
+    grow = re.search(r"the difference grows (.*?), fitted by least squares.*?: (.*?)\.(?: |$)", md)
+    if grow is None:
+        return
+    fits = re.findall(r"per step for (.+?) \(\d+ steps fitted, R² = ([0-9.]+)\)", grow.group(2))
+    assert fits, grow.group(0)
+    steady = [name for name, r2 in fits if float(r2) >= 0.9]
+    words = grow.group(1)
+    if len(steady) == len(fits):
+        assert words == "by a steady factor", words
+    elif not steady:
+        assert words.startswith("by a factor that is not steady"), words
+    else:
+        assert words.startswith(f"by a steady factor for {', '.join(steady)}, not for"), words
+
+
+def test_discussion_names_each_verdict_once(report_dir):
+    """Propositions 3 and 4's verdicts in one phrase: "both supported", not "supported and supported"."""
+    md = " ".join((report_dir / "report.md").read_text().split())
+    said = re.search(r"Propositions 3 and 4 are (.*?) by a rule", md)
+    assert said, "the discussion's sentence on Propositions 3 and 4 is missing"
+    assert re.fullmatch(r"both (supported|refuted|mixed)|(supported|refuted|mixed) and (supported|refuted|mixed)",
+                        said.group(1)), said.group(0)
+    for v in ("supported", "refuted", "mixed"):
+        assert f"{v} and {v}" not in md
+
+
+def test_reproduce_commands_parse_as_shell_words(report_dir):
+    """Each command of Appendix A.2 splits, as a shell splits it, into the experiment's name and
+    --flag value pairs: an empty value (the recall runs' --torch-check) stays an argument."""
+    import shlex
+    md = (report_dir / "report.md").read_text()
+    commands = re.findall(r"^\| [a-z]+ \| \d+ \| [0-9.]+ \| `(attnscale experiment [^`]*)` \|$", md, flags=re.M)
+    assert len(commands) >= 8, commands
+    for cmd in commands:
+        words = shlex.split(cmd)
+        flags = words[3:]
+        assert len(flags) % 2 == 0, cmd
+        assert all(f.startswith("--") for f in flags[::2]), cmd
+        assert not any(v.startswith("--") for v in flags[1::2]), cmd
+
+
 def test_prose_and_verdicts_follow_the_data(report_dir, tmp_path):
     """Rewrite the report from a changed data file: the words and the verdict change with it."""
     import json
