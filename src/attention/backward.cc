@@ -96,6 +96,15 @@ void pack_keys_transposed(const TensorView& t, std::int64_t b, std::int64_t h, s
                              static_cast<std::size_t>(ld));
       return;
     }
+  if constexpr (std::is_same_v<T, float>)
+    if (t.dtype == DType::bf16 && t.strides[3] == 1 && n <= kBc) {  // a backward reading them as stored
+      transpose_bf16_rows(
+          [&](std::int64_t j, std::int64_t c0) {
+            return static_cast<const std::uint16_t*>(element(t, b, h, j0 + j, c0));
+          },
+          n, d, f, Xt, ld);
+      return;
+    }
   for (std::int64_t j = 0; j < n; ++j)
     for (std::int64_t c = 0; c < d; ++c) Xt[c * ld + j] = value<T>(t, b, h, j0 + j, c) * f;
 }

@@ -83,25 +83,27 @@ RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = t
   // doubles and a scalar chain a row took 15% of a small backward's samples (N = 128, d = 64,
   // H = 8, one thread; docs/performance.md).
   // bfloat16 rows of dO and out (the bf16 backward's; out in the float32 kernels' backward of a
-  // bfloat16 call, bf16_as_float.h) take the same route, widened to float32 rows first (exactly):
+  // bfloat16 call, bf16_as_float.h; q and dO too where that backward reads them as stored) take the
+  // same route, widened to float32 rows first (exactly):
   // as doubles a row at a time they took 14.5% of the samples of such a backward (N = 64, d = 64,
   // H = 8, causal; docs/performance.md).
   const auto f32_rows = [](const TensorView& t) { return t.dtype == DType::f32 && t.strides[3] == 1; };
   const auto float_rows = [&](const TensorView& t) { return f32_rows(t) || (t.dtype == DType::bf16 && t.strides[3] == 1); };
   static_assert(kStatRows == 8, "simd::row_dots8 takes eight rows");
   const bool fast =
-      std::is_same_v<T, float> && float_rows(p.dO) && float_rows(p.out) && (!rows_finite || f32_rows(p.q));
-  const bool widen = fast && (p.dO.dtype == DType::bf16 || p.out.dtype == DType::bf16);
+      std::is_same_v<T, float> && float_rows(p.dO) && float_rows(p.out) && (!rows_finite || float_rows(p.q));
+  const bool widen = fast && (p.dO.dtype == DType::bf16 || p.out.dtype == DType::bf16 || p.q.dtype == DType::bf16);
   parallel_for(p.B * p.Hq, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
     // fast: a zero row for the rows past a last block, bfloat16 rows widened into `widened`; else
     // the rows as doubles.
     const std::vector<float> zeros(fast ? p.dv : 0, 0.0f);
-    std::vector<float> widened(widen ? 2 * kStatRows * p.dv : 0);
-    // Row i of (b, h) of t as float32: in place, or widened into row `slot` of `widened`.
-    const auto row = [&](const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t slot) {
+    std::vector<float> widened(widen ? 2 * kStatRows * p.dv + p.dk : 0);
+    // Row i of (b, h) of t (d values) as float32: in place, or widened into `widened` from `slot`.
+    const auto row = [&](const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t slot,
+                         std::int64_t d) {
       if (t.dtype == DType::f32) return at<const float>(t, b, h, i, 0);
-      float* w = widened.data() + slot * p.dv;
-      f32_row(static_cast<const std::uint16_t*>(element(t, b, h, i, 0)), p.dv, w);
+      float* w = widened.data() + slot;
+      f32_row(static_cast<const std::uint16_t*>(element(t, b, h, i, 0)), d, w);
       return static_cast<const float*>(w);
     };
     std::vector<double> q(fast ? 0 : p.dk), dO(fast ? 0 : kStatRows * p.dv, 0.0), o(fast ? 0 : kStatRows * p.dv, 0.0);
@@ -119,13 +121,13 @@ RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = t
         if (fast) {
           const float *a[kStatRows], *c[kStatRows];
           for (std::int64_t r = 0; r < kStatRows; ++r) {
-            a[r] = r < n ? row(p.dO, b, h, i0 + r, r) : zeros.data();
-            c[r] = r < n ? row(p.out, b, h, i0 + r, kStatRows + r) : zeros.data();
+            a[r] = r < n ? row(p.dO, b, h, i0 + r, r * p.dv, p.dv) : zeros.data();
+            c[r] = r < n ? row(p.out, b, h, i0 + r, (kStatRows + r) * p.dv, p.dv) : zeros.data();
           }
           if (rows_finite)
             for (std::int64_t r = 0; r < n; ++r)
-              st.finite[bh * p.Nq + i0 + r] =
-                  all_finite(at<const float>(p.q, b, h, i0 + r, 0), 0, 1, p.dk) && all_finite(a[r], 0, 1, p.dv);
+              st.finite[bh * p.Nq + i0 + r] = all_finite(row(p.q, b, h, i0 + r, 2 * kStatRows * p.dv, p.dk), 0, 1, p.dk) &&
+                                              all_finite(a[r], 0, 1, p.dv);
           simd::row_dots8(a, c, static_cast<std::size_t>(p.dv), d);
         } else {
           for (std::int64_t r = 0; r < n; ++r) {

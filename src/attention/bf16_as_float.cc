@@ -136,6 +136,21 @@ bool reads_as_stored(const Params& p) {
   return !may_decode(f);
 }
 
+// A backward of bfloat16 q, k, v and dO of unit column stride over at most kStoredKeyBlocks blocks
+// of kBc keys: the float32 kernels read them as stored, their packing widening each tile's rows
+// (rows_operand, pack_transposed, pack_keys_transposed), instead of reading float32 copies. Each
+// query block's Q and dO rows are widened once per pair of key blocks that reads them, K and V
+// about once; the copies' pass writes twice the bytes it reads, and over few keys cost more
+// (H = 8, causal, Nq = Nkv, time as stored / with copies, medians of 15 processes alternated:
+// d = 128, 16-256 rows 0.85-0.95; d = 64 0.94-0.98; 384 rows 0.97-1.06; docs/performance.md).
+constexpr std::int64_t kStoredKeyBlocks = 4;
+
+bool reads_as_stored(const BackwardParams& p) {
+  for (const TensorView* t : {&p.q, &p.k, &p.v, &p.dO})
+    if (t->dtype != DType::bf16 || t->strides[3] != 1) return false;
+  return p.dtype == DType::bf16 && (p.Nkv + kBc - 1) / kBc <= kStoredKeyBlocks;
+}
+
 bool runs_as_float(const Params& p, Compute compute) {
   return wanted(p, compute, p.q.numel() + p.k.numel() + p.v.numel(), false);
 }
@@ -158,6 +173,11 @@ Params float_params(const Params& p, std::vector<Tensor>& copies) {
 }
 
 BackwardParams float_params(const BackwardParams& p, std::vector<Tensor>& copies) {
+  if (reads_as_stored(p)) {
+    BackwardParams f = p;
+    f.dtype = DType::f32;
+    return f;
+  }
   return with_copies<BackwardParams>(p, copies,
                                      {&BackwardParams::q, &BackwardParams::k, &BackwardParams::v, &BackwardParams::dO});
 }

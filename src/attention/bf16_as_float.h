@@ -13,7 +13,8 @@
 //
 // Where few blocks of query rows read each K and V tile (a call of up to 512 rows a head without
 // GQA), a bfloat16 forward skips the copies: the float32 kernels widen each tile's rows as they
-// pack them, which costs less there than the copies' pass over memory.
+// pack them, which costs less there than the copies' pass over memory; so does a backward over up
+// to 256 keys.
 //
 // Taken for blocks of query rows (at least kBr rows a head, so that each K and V element is used
 // by many rows), and from 16 rows on by the backward and by forwards whose copies are small
@@ -35,12 +36,15 @@ bool runs_as_float(const BackwardParams& p, Compute compute);
 // Whether such a forward reads its bfloat16 q, k, v as stored instead of copying them: few blocks
 // of query rows read each K and V tile (bf16_as_float.cc), and no decode takes the call.
 bool reads_as_stored(const Params& p);
+// Whether such a backward reads its bfloat16 q, k, v and dO as stored: keys of few blocks
+// (bf16_as_float.cc).
+bool reads_as_stored(const BackwardParams& p);
 
 // p with q, k and v (and, for the backward, dO) replaced by contiguous float32 copies, held in
 // `copies`: bfloat16 values widened, float32 values rounded to bfloat16 first (Compute::bf16 asks
 // for bfloat16 operands; a finite value beyond bfloat16's range kept, as the bf16 kernels keep it).
-// A forward that reads_as_stored keeps its bfloat16 views (the float32 kernels widen them as they
-// pack each tile). Outputs stay as given (the float32 kernels write bfloat16 outputs too).
+// A forward or backward that reads_as_stored keeps its bfloat16 views (the float32 kernels widen
+// them as they pack each tile). Outputs stay as given (the float32 kernels write bfloat16 outputs too).
 Params float_params(const Params& p, std::vector<Tensor>& copies);
 BackwardParams float_params(const BackwardParams& p, std::vector<Tensor>& copies);
 

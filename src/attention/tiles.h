@@ -431,6 +431,26 @@ StridedOperand strided_operand(const TensorView& t, std::int64_t b, std::int64_t
   return {o.ptr, o.ld, 1};
 }
 
+// n <= kBr bfloat16 rows of d values, `row_at(r, c0)` pointing at row r's column c0, times f,
+// transposed into Xt[c][r] (ld columns): widened kChunk columns at a time into a block of float32
+// rows, which is then transposed as float32 rows are (the same values and products: the same bits).
+template <class RowAt>
+void transpose_bf16_rows(RowAt row_at, std::int64_t n, std::int64_t d, float f, float* Xt, std::int64_t ld) {
+  static_assert(kBc <= kBr, "tiles of keys go through it too");
+  constexpr std::int64_t kChunk = 128;
+  alignas(64) float block[kBr * kChunk];
+  const float* rows[kBr];
+  for (std::int64_t c0 = 0; c0 < d; c0 += kChunk) {
+    const std::int64_t w = std::min(kChunk, d - c0);
+    for (std::int64_t r = 0; r < n; ++r) {
+      f32_row(row_at(r, c0), w, block + r * kChunk);
+      rows[r] = block + r * kChunk;
+    }
+    simd::transpose_scaled(rows, static_cast<std::size_t>(n), static_cast<std::size_t>(w), f, Xt + c0 * ld,
+                           static_cast<std::size_t>(ld));
+  }
+}
+
 // The block's rows of a [B, H, N, d] view, transposed into Xt[c][r] (ld columns), times `mul`;
 // padding columns [n, ld) are zero.
 template <class T>
@@ -470,20 +490,11 @@ void pack_transposed(const TensorView& t, const RowBlock& rb, std::int64_t d, do
   }
   if constexpr (std::is_same_v<T, float>)
     if (t.dtype == DType::bf16 && t.strides[3] == 1) {
-      // bfloat16 rows: widened kChunk columns at a time into a block of float32 rows, which is then
-      // transposed as float32 rows are (the same values and products: the same bits).
-      constexpr std::int64_t kChunk = 128;
-      alignas(64) float block[kBr * kChunk];
-      const float* rows[kBr];
-      for (std::int64_t c0 = 0; c0 < d; c0 += kChunk) {
-        const std::int64_t w = std::min(kChunk, d - c0);
-        for (std::int64_t r = 0; r < rb.n; ++r) {
-          f32_row(static_cast<const std::uint16_t*>(element(t, rb.b, rb.h[r], rb.i[r], c0)), w, block + r * kChunk);
-          rows[r] = block + r * kChunk;
-        }
-        simd::transpose_scaled(rows, static_cast<std::size_t>(rb.n), static_cast<std::size_t>(w), f, Xt + c0 * ld,
-                               static_cast<std::size_t>(ld));
-      }
+      transpose_bf16_rows(
+          [&](std::int64_t r, std::int64_t c0) {
+            return static_cast<const std::uint16_t*>(element(t, rb.b, rb.h[r], rb.i[r], c0));
+          },
+          rb.n, d, f, Xt, ld);
       return;
     }
   for (std::int64_t r = 0; r < rb.n; ++r)

@@ -2,8 +2,8 @@
 // forward and backward of bfloat16 inputs give, bit for bit, the float32 call's results on the
 // inputs' float32 values, rounded to bfloat16 as they are written; float32 inputs with
 // Compute::bf16 give the float32 call's on their bfloat16 roundings. Awkward sizes, GQA, masks
-// (causal, window, explicit), and which calls take the route: on the widened path only, for at
-// least a block of query rows.
+// (causal, window, explicit), strided views, and which calls take the route: on the widened path
+// only, for at least a block of query rows; read as stored or through copies.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -173,6 +173,52 @@ TEST(Bf16AsFloat, StridedViewsGiveTheBitsOfContiguousOnes) {
   force_path("");
 }
 
+// The backward of bfloat16 inputs in PyTorch's [B, N, H, d] layout (rows one head apart) with a V
+// of every other row, over keys few enough to be read as stored (bf16_as_float.h) and more: the
+// float32 backward's bits on contiguous float32 copies of the values.
+TEST(Bf16AsFloat, StridedBackwardGivesTheBitsOfContiguousOnes) {
+  force_path("widened");
+  for (const std::int64_t Nkv : {97, 300}) {
+    const std::int64_t B = 2, H = 3, N = 70, d = 24;
+    const Tensor qs = random_tensor(DType::bf16, {B, N, H, d}, 510, 0),
+                 ks = random_tensor(DType::bf16, {B, Nkv, H, d}, 510, 1),
+                 vs = random_tensor(DType::bf16, {B, H, Nkv, 2 * d}, 510, 2),
+                 dos = random_tensor(DType::bf16, {B, N, H, d}, 510, 3);
+    const auto bnhd = [&](const Tensor& t, std::int64_t n) {
+      return TensorView::strided(const_cast<void*>(t.data()), DType::bf16, {B, H, n, d}, {n * H * d, d, H * d, 1});
+    };
+    const TensorView q = bnhd(qs, N), k = bnhd(ks, Nkv), dout = bnhd(dos, N),
+                     v = TensorView::strided(const_cast<void*>(vs.data()), DType::bf16, {B, H, Nkv, d},
+                                             {H * Nkv * 2 * d, Nkv * 2 * d, 2 * d, 1});
+    const auto contiguous = [&](const TensorView& t) {
+      Tensor c(DType::bf16, {t.shape[0], t.shape[1], t.shape[2], t.shape[3]});
+      convert(t, c.view());
+      return float_values(c, false);
+    };
+    const Tensor qf = contiguous(q), kf = contiguous(k), vf = contiguous(v), df = contiguous(dout);
+    Options opt;
+    opt.mask.causal = true;
+    Tensor out(DType::bf16, {B, H, N, d}), lse(DType::f32, {B, H, N});
+    forward(q, k, v, {out.view(), lse.view()}, opt);
+    Tensor dq(DType::bf16, {B, H, N, d}), dk(DType::bf16, {B, H, Nkv, d}), dv(DType::bf16, {B, H, Nkv, d});
+    poison(dq);
+    poison(dk);
+    poison(dv);
+    const auto params = detail::make_backward_params(q, k, v, out.view(), lse.view(), dout,
+                                                     {dq.view(), dk.view(), dv.view()}, opt, detail::Kernel::fast);
+    EXPECT_EQ(detail::reads_as_stored(params), Nkv <= 256) << Nkv;
+    backward(q, k, v, out.view(), lse.view(), dout, {dq.view(), dk.view(), dv.view()}, opt);
+    const Tensor of = float_values(out, false);
+    Tensor wq(DType::f32, {B, H, N, d}), wk(DType::f32, {B, H, Nkv, d}), wv(DType::f32, {B, H, Nkv, d});
+    backward(qf.view(), kf.view(), vf.view(), of.view(), lse.view(), df.view(), {wq.view(), wk.view(), wv.view()}, opt);
+    const std::string what = "strided backward, Nkv " + std::to_string(Nkv);
+    expect_same_bits(dq, wq, what + " dq");
+    expect_same_bits(dk, wk, what + " dk");
+    expect_same_bits(dv, wv, what + " dv");
+  }
+  force_path("");
+}
+
 // The route's choice: bfloat16 inputs or Compute::bf16, on the widened path; a block of query rows
 // a head, or from 16 rows on the backward always and the forward where the copies are small
 // (at most 2^18 values: not a few rows over many keys, which the bf16 kernels read as stored).
@@ -220,6 +266,21 @@ TEST(Bf16AsFloat, TakenOnTheWidenedPathForEnoughRows) {
   EXPECT_TRUE(stored(DType::bf16, 8, 2, 128));
   EXPECT_FALSE(stored(DType::bf16, 8, 2, 129));
   EXPECT_FALSE(stored(DType::f32, 2, 2, 64));
+  // A backward reads bfloat16 inputs as stored over at most 256 keys (four tiles); float32 inputs
+  // with Compute::bf16 are copies (rounded) however few.
+  const auto backward_stored = [&](DType dtype, std::int64_t Nkv) {
+    const Tensor q = random_tensor(dtype, {1, 2, 64, 16}, 1, 0), k = random_tensor(dtype, {1, 2, Nkv, 16}, 1, 1),
+                 v = random_tensor(dtype, {1, 2, Nkv, 16}, 1, 2), dout = random_tensor(dtype, {1, 2, 64, 16}, 1, 3);
+    Tensor out(dtype, {1, 2, 64, 16}), lse(DType::f32, {1, 2, 64}), dq(dtype, {1, 2, 64, 16}),
+        dk(dtype, {1, 2, Nkv, 16}), dv(dtype, {1, 2, Nkv, 16});
+    return detail::reads_as_stored(detail::make_backward_params(q.view(), k.view(), v.view(), out.view(), lse.view(),
+                                                                dout.view(), {dq.view(), dk.view(), dv.view()}, opt,
+                                                                detail::Kernel::fast));
+  };
+  EXPECT_TRUE(backward_stored(DType::bf16, 1));
+  EXPECT_TRUE(backward_stored(DType::bf16, 256));
+  EXPECT_FALSE(backward_stored(DType::bf16, 257));
+  EXPECT_FALSE(backward_stored(DType::f32, 64));
   force_path("portable");
   EXPECT_FALSE(forward_of(DType::bf16, 64, 100, Compute::native));
   EXPECT_FALSE(backward_of(64, 100));
