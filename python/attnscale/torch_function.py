@@ -92,11 +92,13 @@ class Attention(torch.autograd.Function):
         if sinks is not None:
             options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64)))
             forward_options = dict(forward_options, sinks=options["sinks"])
-        out, lse = _attnscale.attention(
-            to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), mask=mask_np, return_lse=True, **forward_options
-        )
-        out, lse = from_numpy(out), from_numpy(lse)
+        arrays = (to_numpy("q", q), to_numpy("k", k), to_numpy("v", v))
+        out_np, lse_np = _attnscale.attention(*arrays, mask=mask_np, return_lse=True, **forward_options)
+        out, lse = from_numpy(out_np), from_numpy(lse_np)
         ctx.save_for_backward(q, k, v, out, lse)
+        # The arrays the first backward reads, checked once here: q, k, v's over detached views and
+        # the kernel's own out and lse (none refers to a tensor of the graph: no reference cycle).
+        ctx.arrays = arrays + (out_np, lse_np)
         ctx.mask = mask_np
         ctx.mask_dtype = None if mask is None else mask.dtype
         ctx.sinks_dtype = None if sinks is None else sinks.dtype
@@ -107,15 +109,16 @@ class Attention(torch.autograd.Function):
     @staticmethod
     @once_differentiable
     def backward(ctx, dout, _dlse):
-        # _dlse is always zero: lse is marked non-differentiable.
+        # _dlse is always zero: lse is marked non-differentiable. The saved tensors are read for
+        # autograd's check that none was modified in place since the forward. The forward's arrays
+        # are let go here, so that they keep no memory alive past the backward that the saved
+        # tensors would not; a second backward (retain_graph=True) takes them from the tensors.
         q, k, v, out, lse = ctx.saved_tensors
+        arrays = ctx.__dict__.pop("arrays", None) or (
+            to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), to_numpy("out", out), lse.numpy())
         need = ctx.needs_input_grad + (False,) * (7 - len(ctx.needs_input_grad))  # sinks: optional
         grads = _attnscale.attention_backward(
-            to_numpy("q", q),
-            to_numpy("k", k),
-            to_numpy("v", v),
-            to_numpy("out", out),
-            lse.numpy(),
+            *arrays,
             to_numpy("dout", dout.to(out.dtype)),
             mask=ctx.mask,
             return_dsinks=need[6],

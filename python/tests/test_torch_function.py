@@ -144,3 +144,35 @@ def test_sinks_and_their_gradient(gen):
     torch.testing.assert_close(f(q, k, v, sinks), want)
     with pytest.raises(ValueError, match=r"^sinks: expected a tensor of shape \(4,\)"):
         at.attention(q, k, v, sinks=torch.zeros(2, dtype=torch.float64))
+
+
+def test_second_backward_and_in_place_changes(gen):
+    """A graph kept for a second backward (retain_graph) gives the same gradients again; an input
+    changed in place after the forward is refused by autograd's check, not read changed."""
+    q, k, v = leaves(gen, (1, 2, 9, 8), (1, 2, 11, 8), (1, 2, 11, 8), dtype=torch.float32)
+    out = at.attention(q, k, v, causal=True)
+    dout = torch.randn(out.shape, generator=gen)
+    first = torch.autograd.grad(out, (q, k, v), dout, retain_graph=True)
+    second = torch.autograd.grad(out, (q, k, v), dout)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
+    x = torch.randn(1, 2, 9, 8, generator=gen, requires_grad=True)
+    q2 = x * 2  # not a leaf, so it may be changed in place
+    out = at.attention(q2, k, v)
+    with torch.no_grad():
+        q2.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+def test_forward_arrays_are_let_go_by_the_backward(gen):
+    """The arrays the forward checked once and the first backward reads (q, k, v, out, lse) are
+    dropped by that backward, so they keep nothing alive that autograd has freed."""
+    q, k, v = leaves(gen, (1, 2, 9, 8), (1, 2, 11, 8), (1, 2, 11, 8), dtype=torch.float32)
+    out = at.attention(q, k, v)
+    node = out.grad_fn  # the kernels' node, under any reshape of its output
+    while type(node).__name__ != "AttentionBackward":
+        node = node.next_functions[0][0]
+    assert len(node.arrays) == 5
+    out.sum().backward()
+    assert not hasattr(node, "arrays")
