@@ -6,9 +6,9 @@
 // The threads are a persistent pool, started on first use and parked (blocked on a condition
 // variable, after a short spin) between calls, so a call costs a wake-up rather than thread
 // creation, and the caller takes chunks itself from the start: a helper still waking when the
-// chunks run out is not waited for (parallel.cc); one caller uses the pool at a time, and a call made while it is busy (from another
-// thread, or from inside a work item) starts threads of its own as before. A call with one
-// thread runs inline. Hand-written rather than OpenMP: OpenMP's runtime would be a second pool
+// chunks run out is not waited for (parallel.cc); one caller uses the pool at a time, and a call
+// made while it is busy (from another thread, or from inside a work item) starts threads of its
+// own as before. A call with one thread runs inline. Hand-written rather than OpenMP: OpenMP's runtime would be a second pool
 // beside the ones OpenBLAS and libtorch start in the same process, and its static schedule waits
 // for the slowest thread where the counter lets a thread slowed by other jobs take fewer items.
 #pragma once
