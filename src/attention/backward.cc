@@ -59,11 +59,13 @@ struct BackwardScratch {
 };
 
 // Whether the key tasks read their query heads' rows of Q and dO from aligned copies (AlignedRows):
-// for the views whose rows are off 64-byte boundaries, a copy of each per thread, when all of them
-// fit in `budget` bytes (then subtracted from it). first: Q, second: dO.
+// for the views whose rows are off 64-byte boundaries or gapped (read by every key block), a copy of
+// each per thread, when all of them fit in `budget` bytes (then subtracted from it). first: Q,
+// second: dO.
 template <class T>
 std::pair<bool, bool> copy_query_rows(const BackwardParams& p, int threads, std::int64_t& budget) {
-  const bool q = AlignedRows<T>::wanted(p.q), dO = AlignedRows<T>::wanted(p.dO);
+  const std::int64_t key_blocks = (p.Nkv + kBc - 1) / kBc;
+  const bool q = AlignedRows<T>::wanted(p.q, key_blocks), dO = AlignedRows<T>::wanted(p.dO, key_blocks);
   const std::int64_t per_row = (q ? AlignedRows<T>::stride(p.dk) : 0) + (dO ? AlignedRows<T>::stride(p.dv) : 0);
   const std::int64_t bytes = threads * p.group() * p.Nq * per_row * std::int64_t{sizeof(T)};
   if (per_row == 0 || bytes > budget) return {false, false};
@@ -294,7 +296,7 @@ struct DqPartial {
 template <class T>
 void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedKeys<T>& kts, std::int64_t b,
                 std::int64_t kh, std::int64_t kb0, std::int64_t kb1, DqPartial<T> dq, BackwardScratch<T>& s) {
-  const std::int64_t h0 = kh * p.group(), h1 = h0 + p.group(), ld = s.ldr;
+  const std::int64_t h0 = kh * p.group(), h1 = h0 + p.group(), ld = s.ldr, query_blocks = (p.Nq + kBr - 1) / kBr;
   const bool copy_q = s.copy_q, copy_do = s.copy_do;
   if (copy_q) s.q_rows.hold(p.q, b, h0, h1, p.Nq, p.dk);
   if (copy_do) s.do_rows.hold(p.dO, b, h0, h1, p.Nq, p.dv);
@@ -315,7 +317,7 @@ void key_blocks(const BackwardParams& p, const RowStats<T>& stats, const PackedK
       T* vt = s.vt.get() + x * s.vt_size;
       pack_keys_transposed<T>(p.v, b, kh, kb.j0, kb.nk, p.dv, 1.0, vt, ld);
       kb.Vt = vt;
-      kb.kr = dq.dq ? AlignedRows<T>::tile(p.k, b, kh, kb.j0, kb.nk, p.dk, s.kp.get() + x * s.kp_size)
+      kb.kr = dq.dq ? AlignedRows<T>::tile(p.k, b, kh, kb.j0, kb.nk, p.dk, s.kp.get() + x * s.kp_size, query_blocks)
                     : Operand{nullptr, 0};
       kb.keys_finite = all_finite(kb.Kt, kBc, p.dk, kb.nk) && all_finite(vt, ld, p.dv, kb.nk);
       kb.dk = s.dk_acc.get() + x * s.dk_size, kb.dv = s.dv_acc.get() + x * s.dv_size;
@@ -419,7 +421,7 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, const Packed
                  simd::kOverwrite);
     if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
     Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
-    const Operand kr = AlignedRows<T>::tile(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get());
+    const Operand kr = AlignedRows<T>::tile(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get(), 1);
     const T* K = static_cast<const T*>(kr.ptr);
     // As in pass 1: a hidden key's non-finite k or v must not reach the rows through a zero dS.
     const bool dirty = kind == TileKind::partial && !(all_finite(K, kr.ld, nk, p.dk) &&
@@ -499,7 +501,7 @@ void backward_all(const BackwardParams& p) {
   // A dQ whose rows are off 64-byte boundaries (the C operand of every dS·K, read and written as
   // vectors) is summed in the aligned partial instead, when it fits what the copies left (measured:
   // the smaller part of the misaligned backward's loss).
-  const bool dq_rows_ok = !AlignedRows<T>::wanted(dQ) || dq_size * std::int64_t{sizeof(T)} > spare;
+  const bool dq_rows_ok = !AlignedRows<T>::wanted(dQ, 0) || dq_size * std::int64_t{sizeof(T)} > spare;
   const bool direct = groups == 1 && dQ.dtype == (std::is_same_v<T, float> ? DType::f32 : DType::f64) &&
                       dQ.strides[3] == 1 && dQ.strides[2] == p.dk && dQ.strides[1] == p.Nq * p.dk &&
                       (p.B == 1 || dQ.strides[0] == p.Hq * p.Nq * p.dk) && dq_rows_ok;

@@ -34,10 +34,12 @@ struct ForwardScratch {
       : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(keys * p.dk), vp(keys * p.dv), m(ld), l(ld),
         alpha(ld), sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
   std::int64_t dk, dv;
-  // When set (forward_all, misaligned V): the V rows of the block's head, 64-byte aligned, row
-  // stride v_ld (AlignedRows, tiles.h); attend() reads them instead of the view's.
+  // When set (forward_all; misaligned or gapped V, gapped K): the V (K) rows of the block's head,
+  // 64-byte aligned, row stride v_ld (k_ld) (AlignedRows, tiles.h); attend() reads them instead of
+  // the view's.
   const T* v_rows = nullptr;
-  std::int64_t v_ld = 0;
+  const T* k_rows = nullptr;
+  std::int64_t v_ld = 0, k_ld = 0;
   bool fits(const Params& p) const { return p.dk == dk && p.dv == dv; }  // reusable for p (PerThread)
 };
 
@@ -50,7 +52,8 @@ template <class T>
 void score_tile(const Params& p, const RowBlock& rb, std::int64_t j0, std::int64_t j1, TileKind kind,
                 ForwardScratch<T>& s) {
   const std::int64_t nk = j1 - j0;
-  const StridedOperand k = strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
+  const StridedOperand k = s.k_rows ? StridedOperand{s.k_rows + j0 * s.k_ld, s.k_ld, 1}
+                                    : strided_operand<T>(p.k, rb.b, rb.kh, j0, nk, p.dk, s.kp.get());
   const T* K = static_cast<const T*>(k.ptr);
   if (std::is_same_v<T, float> && kind == TileKind::partial) {
     // Strips of kColumnPad keys, each against the groups of query columns that see one of its keys

@@ -33,14 +33,19 @@ void forward_all(const Params& p) {
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
   PerThread<ForwardScratch<T>> scratch(threads);
-  // V rows off 64-byte boundaries: an aligned copy of each head per thread (within
-  // AlignedRows::kBudgetBytes) when several query blocks read all of it (no sliding window, whose
-  // blocks read a band of it each).
-  const bool copy_values = std::is_same_v<T, float> && AlignedRows<T>::wanted(p.v) && nqb > 1 &&
-                           p.window_left < 0 && p.window_right < 0 &&
-                           threads * p.Nkv * AlignedRows<T>::stride(p.dv) * std::int64_t{sizeof(T)} <=
-                               AlignedRows<T>::kBudgetBytes;
-  PerThread<AlignedRows<T>> values(copy_values ? threads : 0);
+  // V rows off 64-byte boundaries, and gapped K and V rows (AlignedRows::wanted; K is read by
+  // broadcasts, for which a boundary does not matter): an aligned copy of each head per thread
+  // (within AlignedRows::kBudgetBytes, V first) when several query blocks read all of it (no
+  // sliding window, whose blocks read a band of it each).
+  const bool several = nqb > 1 && p.window_left < 0 && p.window_right < 0;
+  const auto fits = [&](bool keys, bool values) {
+    const std::int64_t row = (keys ? AlignedRows<T>::stride(p.dk) : 0) + (values ? AlignedRows<T>::stride(p.dv) : 0);
+    return threads * p.Nkv * row * std::int64_t{sizeof(T)} <= AlignedRows<T>::kBudgetBytes;
+  };
+  const bool copy_values = several && AlignedRows<T>::wanted(p.v, nqb) && fits(false, true);
+  const bool copy_keys = several && AlignedRows<T>::gapped(p.k) && AlignedRows<T>::wanted(p.k, nqb) &&
+                         fits(true, copy_values);
+  PerThread<AlignedRows<T>> keys(copy_keys ? threads : 0), values(copy_values ? threads : 0);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     ForwardScratch<T>& s = scratch.get(t, p);
     for (std::int64_t item = i0; item < i1; ++item) {
@@ -50,8 +55,13 @@ void forward_all(const Params& p) {
         s.v_rows = v.hold(p.v, rb.b, rb.kh, rb.kh + 1, p.Nkv, p.dv);
         s.v_ld = v.ld;
       }
+      if (copy_keys) {
+        AlignedRows<T>& k = keys.get(t);
+        s.k_rows = k.hold(p.k, rb.b, rb.kh, rb.kh + 1, p.Nkv, p.dk);
+        s.k_ld = k.ld;
+      }
       attend(p, rb, 0, p.Nkv, s);
-      s.v_rows = nullptr;  // the scratch outlives this call (PerThread recycles it)
+      s.k_rows = s.v_rows = nullptr;  // the scratch outlives this call (PerThread recycles it)
       if (!p.sinks.empty()) fold_sinks(p, rb, s.o.get(), s.m.get(), s.l.get());
       write_rows(p, rb, s.o.get(), s.m.get(), s.l.get());
       // attend() leaves the last tile's 2^(t − m) unless a sink moved m or dropout changed it.

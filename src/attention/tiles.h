@@ -363,8 +363,11 @@ Operand rows_operand(const TensorView& t, std::int64_t b, std::int64_t h, std::i
 // (row stride d rounded up to 64 bytes), for a GEMM that reads them as its B operand many times.
 // numpy aligns arrays to 16 bytes; every vector load of a row off a 64-byte boundary spans two
 // cache lines, and the products that read such rows in place ran 5-15% slower (float32 forward
-// and backward, d = 128, N = 4096; docs/performance.md). hold() copies only when asked for other
-// heads than the last ones, so a thread that takes a head's work items in order copies it once.
+// and backward, d = 128, N = 4096; docs/performance.md). Rows farther apart than a copy would lay
+// them (FlashAttention's and PyTorch's [B, N, H, d] layout: a head's rows H·d apart, so that each
+// row of a tile falls in the same few sets of the first-level cache) are copied too (gapped()).
+// hold() copies only when asked for other heads than the last ones, so a thread that takes a
+// head's work items in order copies it once.
 template <class T>
 struct AlignedRows {
   // The most a call copies, over all its threads' copies: the memory goal allows 64 MiB above a
@@ -374,11 +377,24 @@ struct AlignedRows {
   static constexpr std::int64_t kBudgetBytes = std::int64_t{32} << 20;
   Buffer<T> data;
   std::int64_t ld = 0, n = 0, b = -1, h0 = -1, h1 = -1;
-  // Worth a copy: float32 rows (the SIMD kernels'; float64 runs portable loops), unit column
-  // stride, that do not all start on 64-byte boundaries.
-  static bool wanted(const TensorView& t) {
-    if (!std::is_same_v<T, float> || t.dtype != DType::f32 || t.strides[3] != 1 || t.strides[2] < 0) return false;
-    return reinterpret_cast<std::uintptr_t>(t.data) % 64 != 0 || (t.strides[2] * sizeof(T)) % 64 != 0;
+  // Worth a copy, for rows that `readers` blocks of the call read: float32 rows (the SIMD kernels';
+  // float64 runs portable loops), unit column stride, that do not all start on 64-byte boundaries,
+  // or that are gapped() and read by at least kGappedReaders blocks.
+  static bool wanted(const TensorView& t, std::int64_t readers) {
+    if (!rows_of_floats(t)) return false;
+    return reinterpret_cast<std::uintptr_t>(t.data) % 64 != 0 || (t.strides[2] * sizeof(T)) % 64 != 0 ||
+           (readers >= kGappedReaders && gapped(t));
+  }
+  // Rows (of d = shape[3] values) farther apart than stride(d). Measured on [B, N, H, d] views
+  // (H = 8, two threads, causal and not, calls alternated in one process against the same call
+  // reading the rows in place): at N = 4096 the float32 forward with K and V copied took 0.89-0.90
+  // of the time at d = 64 and 0.95-0.98 at d = 128, the backward with Q and dO copied 0.92-0.93 and
+  // 0.90-1.00; at N = 1024 0.98 either way; below it the copies cost more than they gained
+  // (N = 64-512: forward 1.03-1.09, backward 1.01-1.13), hence kGappedReaders (docs/performance.md).
+  static constexpr std::int64_t kGappedReaders = 16;
+  static bool gapped(const TensorView& t) { return rows_of_floats(t) && t.strides[2] > stride(t.shape[3]); }
+  static bool rows_of_floats(const TensorView& t) {
+    return std::is_same_v<T, float> && t.dtype == DType::f32 && t.strides[3] == 1 && t.strides[2] >= 0;
   }
   static std::int64_t stride(std::int64_t d) { return round_up(d, 64 / static_cast<std::int64_t>(sizeof(T))); }
   // Row (h, i), h in [h0, h1), of the copy of (batch, heads [first, last)), N rows of d each.
@@ -398,11 +414,11 @@ struct AlignedRows {
     return data.get();
   }
   const T* row(std::int64_t h, std::int64_t i, std::int64_t N) const { return data.get() + ((h - h0) * N + i) * ld; }
-  // rows_operand with the same care for one tile of n rows: copied into `pack` (at least
-  // n·stride(d) elements) when wanted(t).
+  // rows_operand with the same care for one tile of n rows that `readers` blocks read: copied into
+  // `pack` (at least n·stride(d) elements) when wanted(t, readers).
   static Operand tile(const TensorView& t, std::int64_t b, std::int64_t h, std::int64_t j0, std::int64_t n,
-                      std::int64_t d, T* pack) {
-    if (!wanted(t)) return rows_operand<T>(t, b, h, j0, n, d, pack);
+                      std::int64_t d, T* pack, std::int64_t readers) {
+    if (!wanted(t, readers)) return rows_operand<T>(t, b, h, j0, n, d, pack);
     copy(t, b, h, j0, n, d, pack);
     return {pack, stride(d)};
   }

@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <utility>
 #include <string>
 #include <vector>
 
 #include "attention/params.h"
+#include "attention/tiles.h"
 #include "attnscale/attention.h"
 #include "random_tensors.h"
 
@@ -264,6 +266,46 @@ TEST(Backward, MisalignedViewsGiveTheAlignedBits) {
     EXPECT_EQ(0, std::memcmp(a.dq.data(), dq.data, a.dq.nbytes())) << budget;
     EXPECT_EQ(0, std::memcmp(a.dk.data(), dk.data, a.dk.nbytes())) << budget;
     EXPECT_EQ(0, std::memcmp(a.dv.data(), dv.data, a.dv.nbytes())) << budget;
+  });
+}
+
+// Views of [B, N, H, d] buffers (FlashAttention's and PyTorch's layout: a head's rows H·d apart),
+// inputs and gradients: the backward reads aligned copies of the rows it uses as vectors where
+// enough blocks read them (AlignedRows::gapped: Nq = 1031 and Nkv = 977 make 17 and 16 blocks);
+// the same bits as contiguous views, on both paths.
+TEST(Backward, GappedViewsGiveTheContiguousBits) {
+  const std::int64_t B = 1, Hq = 4, Hkv = 2, Nq = 1031, Nkv = 977, d = 64;
+  ASSERT_GE((Nkv + detail::kBc - 1) / detail::kBc, detail::AlignedRows<float>::kGappedReaders);
+  const auto [q, k, v, dout] = random_inputs(B, Hq, Hkv, Nq, Nkv, d, d, 78);
+  std::vector<std::vector<float>> buffers;
+  buffers.reserve(16);
+  // A [B, N, H, d] buffer holding t (or room for it), viewed as [B, H, N, d].
+  auto bnhd = [&](const Tensor& t, bool copy) {
+    const std::int64_t H = t.dim(1), N = t.dim(2);
+    buffers.emplace_back(static_cast<std::size_t>(t.numel()));
+    const TensorView view =
+        TensorView::strided(buffers.back().data(), DType::f32, {B, H, N, d}, {N * H * d, d, H * d, 1});
+    if (copy) convert(t.view(), view);
+    return view;
+  };
+  on_both_paths([&](std::int64_t budget) {
+    for (const bool causal : {false, true}) {
+      Options opt;
+      opt.mask.causal = causal;
+      const Grads a = run_backward(DType::f32, q, k, v, dout, opt, false);
+      Tensor out(DType::f32, {B, Hq, Nq, d}), lse(DType::f32, {B, Hq, Nq});
+      forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
+      const TensorView dq = bnhd(a.dq, false), dk = bnhd(a.dk, false), dv = bnhd(a.dv, false);
+      ASSERT_TRUE(detail::AlignedRows<float>::gapped(dq));
+      backward(bnhd(q, true), bnhd(k, true), bnhd(v, true), bnhd(out, true), lse.view(), bnhd(dout, true),
+               {dq, dk, dv}, opt);
+      Tensor g(DType::f32, {1});
+      for (const auto& [want, got] : {std::pair{&a.dq, dq}, std::pair{&a.dk, dk}, std::pair{&a.dv, dv}}) {
+        g = Tensor(DType::f32, {want->dim(0), want->dim(1), want->dim(2), want->dim(3)});
+        convert(got, g.view());
+        EXPECT_EQ(0, std::memcmp(want->data(), g.data(), g.nbytes())) << budget << " causal " << causal;
+      }
+    }
   });
 }
 

@@ -211,6 +211,46 @@ TEST(Forward, MisalignedValuesGiveTheAlignedBits) {
   }
 }
 
+// A [B, N, H, d] buffer of each of q, k, v and out (FlashAttention's and PyTorch's layout) viewed
+// as [B, H, N, d]: a head's rows H·d apart, which the forward reads from aligned copies of each head
+// (K and V, AlignedRows::gapped) when enough query blocks read them (Nq = 1031: 17 blocks; 131: 3,
+// read in place). The same bits as contiguous views, and the reference's values; a sliding window
+// (no copies) too.
+TEST(Forward, GappedRowsGiveTheContiguousBits) {
+  for (const std::int64_t Nq : {1031, 131})
+  for (const std::int64_t dv : {128, 24}) {
+    const std::int64_t B = Nq > 1000 ? 1 : 2, Hq = 4, Hkv = 2, Nkv = 97, dk = 40;
+    ASSERT_EQ(Nq > 1000, (Nq + detail::kBr - 1) / detail::kBr >= detail::AlignedRows<float>::kGappedReaders);
+    const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, dk}, 37, 0), k = random_tensor(DType::f32, {B, Hkv, Nkv, dk}, 37, 1),
+                 v = random_tensor(DType::f32, {B, Hkv, Nkv, dv}, 37, 2);
+    // t's values in a [B, N, H, d] buffer, and the [B, H, N, d] view of it.
+    std::vector<std::vector<float>> buffers;
+    buffers.reserve(4);
+    auto bnhd = [&](const Tensor* t, std::int64_t H, std::int64_t N, std::int64_t d) {
+      buffers.emplace_back(static_cast<std::size_t>(B * N * H * d));
+      const TensorView view =
+          TensorView::strided(buffers.back().data(), DType::f32, {B, H, N, d}, {N * H * d, d, H * d, 1});
+      if (t) convert(t->view(), view);
+      return view;
+    };
+    const TensorView qg = bnhd(&q, Hq, Nq, dk), kg = bnhd(&k, Hkv, Nkv, dk), vg = bnhd(&v, Hkv, Nkv, dv),
+                     og = bnhd(nullptr, Hq, Nq, dv);
+    ASSERT_TRUE(detail::AlignedRows<float>::gapped(kg) && detail::AlignedRows<float>::gapped(vg));
+    Tensor o(DType::f32, {B, Hq, Nq, dv}), contiguous(DType::f32, {B, Hq, Nq, dv}), ref(DType::f64, {B, Hq, Nq, dv});
+    for (int mask = 0; mask < 3; ++mask) {
+      Options opt;
+      opt.mask.causal = mask == 1;
+      if (mask == 2) opt.mask.window_left = 20, opt.mask.window_right = 5;
+      forward(q.view(), k.view(), v.view(), {o.view()}, opt);
+      forward(qg, kg, vg, {og}, opt);
+      convert(og, contiguous.view());
+      EXPECT_EQ(0, std::memcmp(o.data(), contiguous.data(), o.nbytes())) << "dv " << dv << " mask " << mask;
+      reference::forward(qg, kg, vg, {ref.view()}, opt);
+      EXPECT_LE(rel_error(og, ref.view()), 1e-5) << "dv " << dv << " mask " << mask;
+    }
+  }
+}
+
 // The mask tensor's entries as the tiles apply them (MaskRows, tiles.h: row pointers looked up once
 // a tile, a boolean entry chosen by the bits) against mask_bias, the reference's reading, score by
 // score: uint8, float32 and float64 masks with -inf and NaN entries, broadcast ([1, 1, 1, Nkv]) and
