@@ -421,7 +421,7 @@ void query_block(const BackwardParams& p, const RowStats<T>& stats, const Packed
                  simd::kOverwrite);
     if (p.has_dropout()) apply_dropout(p, rb, j0, nk, s.dpt.get(), 1, s.ld);
     Ops<T>::softmax_grad(s.st.get(), s.dpt.get(), s.ld, nk, s.ld, s.D.get(), static_cast<T>(p.scale));
-    const Operand kr = AlignedRows<T>::tile(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get(), 1);
+    const Operand kr = AlignedRows<T>::tile(p.k, b, rb.kh, j0, nk, p.dk, s.kp.get(), 1);  // read by this block alone
     const T* K = static_cast<const T*>(kr.ptr);
     // As in pass 1: a hidden key's non-finite k or v must not reach the rows through a zero dS.
     const bool dirty = kind == TileKind::partial && !(all_finite(K, kr.ld, nk, p.dk) &&

@@ -43,7 +43,7 @@ void forward_all(const Params& p) {
     return threads * p.Nkv * row * std::int64_t{sizeof(T)} <= AlignedRows<T>::kBudgetBytes;
   };
   const bool copy_values = several && AlignedRows<T>::wanted(p.v, nqb) && fits(false, true);
-  const bool copy_keys = several && AlignedRows<T>::gapped(p.k) && AlignedRows<T>::wanted(p.k, nqb) &&
+  const bool copy_keys = several && AlignedRows<T>::gapped(p.k) && nqb >= AlignedRows<T>::kGappedReaders &&
                          fits(true, copy_values);
   PerThread<AlignedRows<T>> keys(copy_keys ? threads : 0), values(copy_values ? threads : 0);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {

@@ -386,11 +386,11 @@ struct AlignedRows {
            (readers >= kGappedReaders && gapped(t));
   }
   // Rows (of d = shape[3] values) farther apart than stride(d). Measured on [B, N, H, d] views
-  // (H = 8, two threads, causal and not, calls alternated in one process against the same call
-  // reading the rows in place): at N = 4096 the float32 forward with K and V copied took 0.89-0.90
-  // of the time at d = 64 and 0.95-0.98 at d = 128, the backward with Q and dO copied 0.92-0.93 and
-  // 0.90-1.00; at N = 1024 0.98 either way; below it the copies cost more than they gained
-  // (N = 64-512: forward 1.03-1.09, backward 1.01-1.13), hence kGappedReaders (docs/performance.md).
+  // (H = 8, two threads, causal and not; bench/library_builds.cc, the two builds' calls alternated):
+  // at N = 4096 the float32 forward with K and V copied took 0.88-0.90 of the time of reading them
+  // in place at d = 64 and 0.97-1.01 at d = 128, the backward with Q and dO copied 0.94-0.95 and
+  // 0.96-0.97; at N = 1024-2048 0.98-1.01; at N = 64-512 copies cost 1.03-1.13, hence
+  // kGappedReaders (docs/performance.md).
   static constexpr std::int64_t kGappedReaders = 16;
   static bool gapped(const TensorView& t) { return rows_of_floats(t) && t.strides[2] > stride(t.shape[3]); }
   static bool rows_of_floats(const TensorView& t) {

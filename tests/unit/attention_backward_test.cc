@@ -238,13 +238,31 @@ TEST(Backward, NarrowedTilesGiveTheBitsOfTheirMaskTensor) {
   });
 }
 
+// The backward on the views view_of(t, copy) makes for q, k, v, out, dout and the gradients (copy:
+// holding t's values) against the backward on the contiguous tensors: the same bits.
+template <class ViewOf>
+void expect_contiguous_bits(const Inputs& in, const Options& opt, ViewOf view_of, const std::string& what) {
+  const Grads a = run_backward(DType::f32, in.q, in.k, in.v, in.dout, opt, false);
+  Tensor out(DType::f32, {in.q.dim(0), in.q.dim(1), in.q.dim(2), in.v.dim(3)}),
+      lse(DType::f32, {in.q.dim(0), in.q.dim(1), in.q.dim(2)});
+  forward(in.q.view(), in.k.view(), in.v.view(), {out.view(), lse.view()}, opt);
+  const TensorView dq = view_of(a.dq, false), dk = view_of(a.dk, false), dv = view_of(a.dv, false);
+  backward(view_of(in.q, true), view_of(in.k, true), view_of(in.v, true), view_of(out, true), lse.view(),
+           view_of(in.dout, true), {dq, dk, dv}, opt);
+  for (const auto& [want, got] : {std::pair{&a.dq, dq}, std::pair{&a.dk, dk}, std::pair{&a.dv, dv}}) {
+    Tensor g(DType::f32, {want->dim(0), want->dim(1), want->dim(2), want->dim(3)});
+    convert(got, g.view());
+    EXPECT_EQ(0, std::memcmp(want->data(), g.data(), g.nbytes())) << what;
+  }
+}
+
 // Views 16 bytes past a cache line (numpy's alignment): the backward reads aligned copies of the
 // rows it uses as vectors and keeps dQ's sums in its own buffer; the same bits as aligned views,
 // on both paths (one pass, two passes).
 TEST(Backward, MisalignedViewsGiveTheAlignedBits) {
-  const std::int64_t B = 1, Hq = 4, Hkv = 2, Nq = 131, Nkv = 150, d = 64;
-  const auto [q, k, v, dout] = random_inputs(B, Hq, Hkv, Nq, Nkv, d, d, 77);
+  const Inputs in = random_inputs(1, 4, 2, 131, 150, 64, 64, 77);
   std::vector<std::vector<float>> buffers;
+  buffers.reserve(16);
   // A copy of t (or room for one) starting 16 bytes past a 64-byte boundary.
   auto shifted = [&](const Tensor& t, bool copy) {
     buffers.emplace_back(static_cast<std::size_t>(t.numel()) + 32);
@@ -253,19 +271,10 @@ TEST(Backward, MisalignedViewsGiveTheAlignedBits) {
     if (copy) std::memcpy(base, t.data(), t.nbytes());
     return TensorView::contiguous(base, DType::f32, {t.dim(0), t.dim(1), t.dim(2), t.dim(3)});
   };
-  buffers.reserve(16);
   on_both_paths([&](std::int64_t budget) {
     Options opt;
     opt.mask.causal = true;
-    const Grads a = run_backward(DType::f32, q, k, v, dout, opt, false);
-    Tensor out(DType::f32, {B, Hq, Nq, d}), lse(DType::f32, {B, Hq, Nq});
-    forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
-    const TensorView dq = shifted(a.dq, false), dk = shifted(a.dk, false), dv = shifted(a.dv, false);
-    backward(shifted(q, true), shifted(k, true), shifted(v, true), shifted(out, true), lse.view(), shifted(dout, true),
-             {dq, dk, dv}, opt);
-    EXPECT_EQ(0, std::memcmp(a.dq.data(), dq.data, a.dq.nbytes())) << budget;
-    EXPECT_EQ(0, std::memcmp(a.dk.data(), dk.data, a.dk.nbytes())) << budget;
-    EXPECT_EQ(0, std::memcmp(a.dv.data(), dv.data, a.dv.nbytes())) << budget;
+    expect_contiguous_bits(in, opt, shifted, "budget " + std::to_string(budget));
   });
 }
 
@@ -274,37 +283,26 @@ TEST(Backward, MisalignedViewsGiveTheAlignedBits) {
 // enough blocks read them (AlignedRows::gapped: Nq = 1031 and Nkv = 977 make 17 and 16 blocks);
 // the same bits as contiguous views, on both paths.
 TEST(Backward, GappedViewsGiveTheContiguousBits) {
-  const std::int64_t B = 1, Hq = 4, Hkv = 2, Nq = 1031, Nkv = 977, d = 64;
+  const std::int64_t Nkv = 977;
   ASSERT_GE((Nkv + detail::kBc - 1) / detail::kBc, detail::AlignedRows<float>::kGappedReaders);
-  const auto [q, k, v, dout] = random_inputs(B, Hq, Hkv, Nq, Nkv, d, d, 78);
+  const Inputs in = random_inputs(1, 4, 2, 1031, Nkv, 64, 64, 78);
   std::vector<std::vector<float>> buffers;
-  buffers.reserve(16);
+  buffers.reserve(32);
   // A [B, N, H, d] buffer holding t (or room for it), viewed as [B, H, N, d].
   auto bnhd = [&](const Tensor& t, bool copy) {
-    const std::int64_t H = t.dim(1), N = t.dim(2);
+    const std::int64_t B = t.dim(0), H = t.dim(1), N = t.dim(2), d = t.dim(3);
     buffers.emplace_back(static_cast<std::size_t>(t.numel()));
     const TensorView view =
         TensorView::strided(buffers.back().data(), DType::f32, {B, H, N, d}, {N * H * d, d, H * d, 1});
     if (copy) convert(t.view(), view);
     return view;
   };
+  ASSERT_TRUE(detail::AlignedRows<float>::gapped(bnhd(in.q, false)));
   on_both_paths([&](std::int64_t budget) {
     for (const bool causal : {false, true}) {
       Options opt;
       opt.mask.causal = causal;
-      const Grads a = run_backward(DType::f32, q, k, v, dout, opt, false);
-      Tensor out(DType::f32, {B, Hq, Nq, d}), lse(DType::f32, {B, Hq, Nq});
-      forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, opt);
-      const TensorView dq = bnhd(a.dq, false), dk = bnhd(a.dk, false), dv = bnhd(a.dv, false);
-      ASSERT_TRUE(detail::AlignedRows<float>::gapped(dq));
-      backward(bnhd(q, true), bnhd(k, true), bnhd(v, true), bnhd(out, true), lse.view(), bnhd(dout, true),
-               {dq, dk, dv}, opt);
-      Tensor g(DType::f32, {1});
-      for (const auto& [want, got] : {std::pair{&a.dq, dq}, std::pair{&a.dk, dk}, std::pair{&a.dv, dv}}) {
-        g = Tensor(DType::f32, {want->dim(0), want->dim(1), want->dim(2), want->dim(3)});
-        convert(got, g.view());
-        EXPECT_EQ(0, std::memcmp(want->data(), g.data(), g.nbytes())) << budget << " causal " << causal;
-      }
+      expect_contiguous_bits(in, opt, bnhd, "budget " + std::to_string(budget) + " causal " + std::to_string(causal));
     }
   });
 }
