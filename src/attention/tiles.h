@@ -389,8 +389,9 @@ struct AlignedRows {
   // (H = 8, two threads, causal and not; bench/library_builds.cc, the two builds' calls alternated):
   // at N = 4096 the float32 forward with K and V copied took 0.88-0.90 of the time of reading them
   // in place at d = 64 and 0.97-1.01 at d = 128, the backward with Q and dO copied 0.94-0.95 and
-  // 0.96-0.97; at N = 1024-2048 0.98-1.01; at N = 64-512 copies cost 1.03-1.13, hence
-  // kGappedReaders (docs/performance.md).
+  // 0.96-0.97; at N = 1024-2048 0.98-1.01. Copied at any size, they cost the forward 1.09-1.15 at
+  // N = 128-256 and the backward 1.07-1.08 at N = 64-128 (at 256, 0.98 at d = 128 but 1.06 at
+  // d = 64), hence kGappedReaders (docs/performance.md).
   static constexpr std::int64_t kGappedReaders = 16;
   static bool gapped(const TensorView& t) { return rows_of_floats(t) && t.strides[2] > stride(t.shape[3]); }
   static bool rows_of_floats(const TensorView& t) {
