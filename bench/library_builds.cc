@@ -9,14 +9,13 @@
 //       [--n 4096] [--d 128] [--heads 8] [--causal] [--backward] [--layout bhnd|bnhd]
 //       [--new-layout bhnd|bnhd] [--pairs 20]
 //
-// Inputs are uniform in [-1, 1), on 2 MiB pages as the library's own blocks are; --layout bnhd
-// views [B, N, H, d] buffers as [B, H, N, d] (FlashAttention's and PyTorch's layout); --new-layout
-// gives the new build's process another layout (the same build as --old and --new: the layouts'
-// times side by side). Prints each
-// build's median time and the median [quartiles] of the per-pair ratio new / old, the order of the
-// two calls alternating between pairs (two untimed pairs first).
+// Inputs are uniform in [-1, 1), in the library's own blocks (Tensor: huge pages, as a call's
+// outputs); --layout bnhd views [B, N, H, d] buffers as [B, H, N, d] (FlashAttention's and
+// PyTorch's layout); --new-layout gives the new build's process another layout (the same build as
+// --old and --new: the layouts' times side by side). Prints each build's median time and the
+// median [quartiles] of the per-pair ratio new / old, the order of the two calls alternating
+// between pairs (two untimed pairs first).
 #include <dlfcn.h>
-#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,8 +23,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -52,16 +49,11 @@ Build open_build(const std::string& path) {
   return {reinterpret_cast<Forward>(f), reinterpret_cast<Backward>(b)};
 }
 
-struct Free {
-  void operator()(float* p) const { std::free(p); }
-};
-// n floats uniform in [-1, 1) from a hash of the index, on 2 MiB pages where the kernel grants them.
-std::unique_ptr<float[], Free> filled(std::int64_t n) {
-  const std::size_t huge = std::size_t{2} << 20, bytes = (n * sizeof(float) + huge - 1) / huge * huge;
-  std::unique_ptr<float[], Free> p(static_cast<float*>(std::aligned_alloc(huge, bytes)));
-  madvise(p.get(), bytes, MADV_HUGEPAGE);
-  for (std::int64_t i = 0; i < n; ++i) p[i] = static_cast<float>((i * 2654435761u) % 20001) / 10000.0f - 1.0f;
-  return p;
+// n floats uniform in [-1, 1) from a hash of the index (attention_bench's values).
+Tensor filled(std::int64_t n) {
+  Tensor t(DType::f32, {n});
+  for (std::int64_t i = 0; i < n; ++i) t.as<float>()[i] = static_cast<float>((i * 2654435761u) % 20001) / 10000.0f - 1.0f;
+  return t;
 }
 
 double median(std::vector<double> x, double at = 0.5) {
@@ -109,25 +101,25 @@ int main(int argc, char** argv) {
     try {
       const Build build = open_build(path);
       const std::int64_t n = H * N * d;
-      const auto q = filled(n), k = filled(n), v = filled(n), out = filled(n), lse = filled(H * N), dout = filled(n),
-                 dq = filled(n), dk = filled(n), dv = filled(n);
-      const auto view = [&](float* p) {
+      Tensor q = filled(n), k = filled(n), v = filled(n), out = filled(n), lse = filled(H * N), dout = filled(n),
+             dq = filled(n), dk = filled(n), dv = filled(n);
+      const auto view = [&](Tensor& t) {
+        void* p = t.data();
         return layout == "bnhd" ? TensorView::strided(p, DType::f32, {1, H, N, d}, {N * H * d, d, H * d, 1})
                                 : TensorView::contiguous(p, DType::f32, {1, H, N, d});
       };
       Options opt;
       opt.mask.causal = causal;
-      const Outputs outputs{view(out.get()), TensorView::contiguous(lse.get(), DType::f32, {1, H, N}), {}};
-      const Gradients grads{view(dq.get()), view(dk.get()), view(dv.get()), {}, {}};
-      if (backward) build.forward(view(q.get()), view(k.get()), view(v.get()), outputs, opt);
+      const Outputs outputs{view(out), TensorView::contiguous(lse.data(), DType::f32, {1, H, N}), {}};
+      const Gradients grads{view(dq), view(dk), view(dv), {}, {}};
+      if (backward) build.forward(view(q), view(k), view(v), outputs, opt);
       char go;
       while (read(down[0], &go, 1) == 1) {
         const auto t0 = std::chrono::steady_clock::now();
         if (backward)
-          build.backward(view(q.get()), view(k.get()), view(v.get()), outputs.out, outputs.lse, view(dout.get()),
-                         grads, opt);
+          build.backward(view(q), view(k), view(v), outputs.out, outputs.lse, view(dout), grads, opt);
         else
-          build.forward(view(q.get()), view(k.get()), view(v.get()), outputs, opt);
+          build.forward(view(q), view(k), view(v), outputs, opt);
         ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
         if (write(up[1], &ms, sizeof ms) != sizeof ms) break;
       }

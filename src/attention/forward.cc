@@ -33,9 +33,9 @@ void forward_all(const Params& p) {
   const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
   PerThread<ForwardScratch<T>> scratch(threads);
-  // V rows off 64-byte boundaries, and gapped K and V rows (AlignedRows::wanted; K is read by
-  // broadcasts, for which a boundary does not matter): an aligned copy of each head per thread
-  // (within AlignedRows::kBudgetBytes, V first) when several query blocks read all of it (no
+  // V rows off 64-byte boundaries, and gapped K and V rows (AlignedRows::wanted and gapped_for; K
+  // is read by broadcasts, for which a boundary does not matter): an aligned copy of each head per
+  // thread (within AlignedRows::kBudgetBytes, V first) when several query blocks read all of it (no
   // sliding window, whose blocks read a band of it each).
   const bool several = nqb > 1 && p.window_left < 0 && p.window_right < 0;
   const auto fits = [&](bool keys, bool values) {
@@ -43,8 +43,7 @@ void forward_all(const Params& p) {
     return threads * p.Nkv * row * std::int64_t{sizeof(T)} <= AlignedRows<T>::kBudgetBytes;
   };
   const bool copy_values = several && AlignedRows<T>::wanted(p.v, nqb) && fits(false, true);
-  const bool copy_keys = several && AlignedRows<T>::gapped(p.k) && nqb >= AlignedRows<T>::kGappedReaders &&
-                         fits(true, copy_values);
+  const bool copy_keys = several && AlignedRows<T>::gapped_for(p.k, nqb) && fits(true, copy_values);
   PerThread<AlignedRows<T>> keys(copy_keys ? threads : 0), values(copy_values ? threads : 0);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     ForwardScratch<T>& s = scratch.get(t, p);

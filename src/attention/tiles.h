@@ -379,12 +379,14 @@ struct AlignedRows {
   std::int64_t ld = 0, n = 0, b = -1, h0 = -1, h1 = -1;
   // Worth a copy, for rows that `readers` blocks of the call read: float32 rows (the SIMD kernels';
   // float64 runs portable loops), unit column stride, that do not all start on 64-byte boundaries,
-  // or that are gapped() and read by at least kGappedReaders blocks.
+  // or gapped_for(t, readers).
   static bool wanted(const TensorView& t, std::int64_t readers) {
     if (!rows_of_floats(t)) return false;
     return reinterpret_cast<std::uintptr_t>(t.data) % 64 != 0 || (t.strides[2] * sizeof(T)) % 64 != 0 ||
-           (readers >= kGappedReaders && gapped(t));
+           gapped_for(t, readers);
   }
+  // gapped() rows that `readers` blocks read, enough to repay their copy (kGappedReaders).
+  static bool gapped_for(const TensorView& t, std::int64_t readers) { return readers >= kGappedReaders && gapped(t); }
   // Rows (of d = shape[3] values) farther apart than stride(d). Measured on [B, N, H, d] views
   // (H = 8, two threads, causal and not; bench/library_builds.cc, the two builds' calls alternated):
   // at N = 4096 the float32 forward with K and V copied took 0.88-0.90 of the time of reading them

@@ -8,9 +8,10 @@
 // creation, and the caller takes chunks itself from the start: a helper still waking when the
 // chunks run out is not waited for (parallel.cc); one caller uses the pool at a time, and a call
 // made while it is busy (from another thread, or from inside a work item) starts threads of its
-// own as before. A call with one thread runs inline. Hand-written rather than OpenMP: OpenMP's runtime would be a second pool
-// beside the ones OpenBLAS and libtorch start in the same process, and its static schedule waits
-// for the slowest thread where the counter lets a thread slowed by other jobs take fewer items.
+// own as before. A call with one thread runs inline. Hand-written rather than OpenMP: OpenMP's
+// runtime would be a second pool beside the ones OpenBLAS and libtorch start in the same process,
+// and its static schedule waits for the slowest thread where the counter lets a thread slowed by
+// other jobs take fewer items.
 #pragma once
 #include <array>
 #include <cstdint>

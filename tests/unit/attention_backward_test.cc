@@ -2,8 +2,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <utility>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/params.h"
@@ -292,8 +292,7 @@ TEST(Backward, GappedViewsGiveTheContiguousBits) {
   auto bnhd = [&](const Tensor& t, bool copy) {
     const std::int64_t B = t.dim(0), H = t.dim(1), N = t.dim(2), d = t.dim(3);
     buffers.emplace_back(static_cast<std::size_t>(t.numel()));
-    const TensorView view =
-        TensorView::strided(buffers.back().data(), DType::f32, {B, H, N, d}, {N * H * d, d, H * d, 1});
+    const TensorView view = testing::bnhd_view(buffers.back().data(), DType::f32, B, H, N, d);
     if (copy) convert(t.view(), view);
     return view;
   };

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "attention/tiles.h"
@@ -175,9 +176,7 @@ TEST(Forward, StridedViewsNeedNoCopy) {
   const std::int64_t B = 2, N = 19, H = 3, d = 8;
   Tensor qb = random_tensor(DType::f32, {B, N, H, d}, 11, 0), kb = random_tensor(DType::f32, {B, N, H, d}, 11, 1),
          vb = random_tensor(DType::f32, {B, N, H, d}, 11, 2), ob(DType::f32, {B, N, H, d});
-  auto bhnd = [&](Tensor& t) {
-    return TensorView::strided(t.data(), DType::f32, {B, H, N, d}, {N * H * d, d, H * d, 1});
-  };
+  auto bhnd = [&](Tensor& t) { return testing::bnhd_view(t.data(), DType::f32, B, H, N, d); };
   Options opt;
   opt.mask.causal = true;
   forward(bhnd(qb), bhnd(kb), bhnd(vb), {bhnd(ob)}, opt);
@@ -217,8 +216,7 @@ TEST(Forward, MisalignedValuesGiveTheAlignedBits) {
 // read in place). The same bits as contiguous views, and the reference's values; a sliding window
 // (no copies) too.
 TEST(Forward, GappedRowsGiveTheContiguousBits) {
-  for (const std::int64_t Nq : {1031, 131})
-  for (const std::int64_t dv : {128, 24}) {
+  for (const auto& [Nq, dv] : {std::pair<std::int64_t, std::int64_t>{1031, 128}, {1031, 24}, {131, 128}, {131, 24}}) {
     const std::int64_t B = Nq > 1000 ? 1 : 2, Hq = 4, Hkv = 2, Nkv = 97, dk = 40;
     ASSERT_EQ(Nq > 1000, (Nq + detail::kBr - 1) / detail::kBr >= detail::AlignedRows<float>::kGappedReaders);
     const Tensor q = random_tensor(DType::f32, {B, Hq, Nq, dk}, 37, 0), k = random_tensor(DType::f32, {B, Hkv, Nkv, dk}, 37, 1),
@@ -228,8 +226,7 @@ TEST(Forward, GappedRowsGiveTheContiguousBits) {
     buffers.reserve(4);
     auto bnhd = [&](const Tensor* t, std::int64_t H, std::int64_t N, std::int64_t d) {
       buffers.emplace_back(static_cast<std::size_t>(B * N * H * d));
-      const TensorView view =
-          TensorView::strided(buffers.back().data(), DType::f32, {B, H, N, d}, {N * H * d, d, H * d, 1});
+      const TensorView view = testing::bnhd_view(buffers.back().data(), DType::f32, B, H, N, d);
       if (t) convert(t->view(), view);
       return view;
     };
@@ -244,9 +241,11 @@ TEST(Forward, GappedRowsGiveTheContiguousBits) {
       forward(q.view(), k.view(), v.view(), {o.view()}, opt);
       forward(qg, kg, vg, {og}, opt);
       convert(og, contiguous.view());
-      EXPECT_EQ(0, std::memcmp(o.data(), contiguous.data(), o.nbytes())) << "dv " << dv << " mask " << mask;
+      const std::string what =
+          "Nq " + std::to_string(Nq) + " dv " + std::to_string(dv) + " mask " + std::to_string(mask);
+      EXPECT_EQ(0, std::memcmp(o.data(), contiguous.data(), o.nbytes())) << what;
       reference::forward(qg, kg, vg, {ref.view()}, opt);
-      EXPECT_LE(rel_error(og, ref.view()), 1e-5) << "dv " << dv << " mask " << mask;
+      EXPECT_LE(rel_error(og, ref.view()), 1e-5) << what;
     }
   }
 }

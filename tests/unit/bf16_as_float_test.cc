@@ -149,9 +149,8 @@ TEST(Bf16AsFloat, StridedViewsGiveTheBitsOfContiguousOnes) {
   for (DType dtype : {DType::bf16, DType::f32}) {
     const Tensor qs = random_tensor(dtype, {B, N, H, d}, 500, 0), ks = random_tensor(dtype, {B, Nkv, H, d}, 500, 1),
                  vs = random_tensor(dtype, {B, H, Nkv, 2 * d}, 500, 2);
-    const TensorView q = TensorView::strided(const_cast<void*>(qs.data()), dtype, {B, H, N, d}, {N * H * d, d, H * d, 1}),
-                     k = TensorView::strided(const_cast<void*>(ks.data()), dtype, {B, H, Nkv, d},
-                                             {Nkv * H * d, d, H * d, 1}),
+    const TensorView q = testing::bnhd_view(qs.data(), dtype, B, H, N, d),
+                     k = testing::bnhd_view(ks.data(), dtype, B, H, Nkv, d),
                      v = TensorView::strided(const_cast<void*>(vs.data()), dtype, {B, H, Nkv, d},
                                              {H * Nkv * 2 * d, Nkv * 2 * d, 2 * d, 1});
     // Contiguous float32 copies of the views' values, rounded as the route rounds float32 inputs.
@@ -185,7 +184,7 @@ TEST(Bf16AsFloat, StridedBackwardGivesTheBitsOfContiguousOnes) {
                  vs = random_tensor(DType::bf16, {B, H, Nkv, 2 * d}, 510, 2),
                  dos = random_tensor(DType::bf16, {B, N, H, d}, 510, 3);
     const auto bnhd = [&](const Tensor& t, std::int64_t n) {
-      return TensorView::strided(const_cast<void*>(t.data()), DType::bf16, {B, H, n, d}, {n * H * d, d, H * d, 1});
+      return testing::bnhd_view(t.data(), DType::bf16, B, H, n, d);
     };
     const TensorView q = bnhd(qs, N), k = bnhd(ks, Nkv), dout = bnhd(dos, N),
                      v = TensorView::strided(const_cast<void*>(vs.data()), DType::bf16, {B, H, Nkv, d},

@@ -48,6 +48,13 @@ inline Tensor random_tensor(DType dtype, std::initializer_list<std::int64_t> sha
   return t;
 }
 
+// The [B, H, N, d] view of a [B, N, H, d] buffer (PyTorch's and FlashAttention's layout: a head's
+// rows H·d apart).
+inline TensorView bnhd_view(const void* data, DType dtype, std::int64_t B, std::int64_t H, std::int64_t N,
+                            std::int64_t d) {
+  return TensorView::strided(const_cast<void*>(data), dtype, {B, H, N, d}, {N * H * d, d, H * d, 1});
+}
+
 // Fills with NaN so that an element a kernel forgets to write fails the comparison.
 inline void poison(Tensor& t) {
   for (std::int64_t i = 0; i < t.numel(); ++i) {
