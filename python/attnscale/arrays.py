@@ -3,8 +3,8 @@
 The extension reads q [B, Hq, Nq, dk], k and v [B, Hkv, Nkv, d] (2-D and 3-D read as B = H = 1)
 and a mask [B|1, Hq|1, Nq, Nkv]. These functions add what PyTorch users pass (attnscale.broadcast):
 any number of leading dimensions, leading dimensions that broadcast between q, k, v and the mask,
-a mask that broadcasts in Nq or Nkv too (the [B, 1, 1, Nkv] padding mask), all as stride-0 views,
-and an empty key set (Nkv = 0: out 0, lse -inf). Arrays the extension takes as they are go to it
+a mask that broadcasts in Nq or Nkv too (the [B, 1, 1, Nkv] padding mask, or [Nkv] alone), all as
+stride-0 views, and an empty key set (Nkv = 0: out 0, lse -inf). Arrays the extension takes as they are go to it
 untouched, so its messages show the shapes the caller gave.
 """
 import numpy as np
@@ -37,9 +37,10 @@ def _fits(q, k, v, mask):
 
 def _layout(q, k, v, mask):
     """The Layout that folds these operands, or None when the extension takes them as given (or
-    rejects them: then its message shows the shapes the caller passed)."""
+    rejects them: then its message shows the shapes the caller passed). A mask of rank 0 or 1
+    broadcasts as in PyTorch (broadcast.layout), which the extension does not."""
     shapes = (_shape(q), _shape(k), _shape(v)) + (() if mask is None else (_shape(mask),))
-    if any(len(s) < 2 for s in shapes) or _fits(*shapes[:3], shapes[3] if mask is not None else None):
+    if any(len(s) < 2 for s in shapes[:3]) or _fits(*shapes[:3], shapes[3] if mask is not None else None):
         return None
     try:
         return broadcast.layout(*shapes)

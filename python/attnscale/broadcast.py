@@ -76,7 +76,7 @@ def layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape] = None, gqa: bool
     gqa=True: k and v may have fewer heads than q when they divide Hq (attnscale's rule, and
     PyTorch's enable_gqa=True). gqa=False: heads broadcast as any other dimension (PyTorch's
     default), so only Hkv == Hq or one of them 1. Last-two-dimension mismatches (dk, Nkv) are left to
-    the library, which names them.
+    the library, which names them. A mask of rank 0 or 1 broadcasts as in PyTorch: [Nkv] is [1, Nkv].
     """
     return _layout(tuple(q), tuple(k), tuple(v), None if mask is None else tuple(mask), bool(gqa))
 
@@ -88,9 +88,9 @@ def _layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape], gqa: bool) -> L
             raise ValueError(f"{name}: expected [..., N, d], got rank {len(s)} {list(s)}")
     (qb, hq), (kb, hk), (vb, hv) = _split(q), _split(k), _split(v)
     leading = [qb, kb, vb]
+    given = mask
     if mask is not None:
-        if len(mask) < 2:
-            raise ValueError(f"mask: expected [..., Nq, Nkv] (or a shape that broadcasts to it), got rank {len(mask)}")
+        mask = (1,) * (2 - len(mask)) + mask  # rank 0 or 1: PyTorch's broadcasting prepends dimensions
         mb, hm = _split(mask)
         leading.append(mb)
     else:
@@ -110,7 +110,7 @@ def _layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape], gqa: bool) -> L
     if mask is not None:
         heads_fit = mask[-3:-2] in ((), (1,), (hq,))
         if mask[-2] not in (1, nq) or mask[-1] not in (1, nkv) or not heads_fit:
-            raise ValueError(f"mask: shape {list(mask)} does not broadcast to {list(lead + (nq, nkv))}")
+            raise ValueError(f"mask: shape {list(given)} does not broadcast to {list(lead + (nq, nkv))}")
     b = math.prod(batch)
     return Layout(
         lead=lead,

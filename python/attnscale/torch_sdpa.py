@@ -31,7 +31,8 @@ def scaled_dot_product_attention(
     query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev]; leading dimensions
     broadcast; Hkv must equal Hq (or be 1) unless enable_gqa=True (then Hq % Hkv == 0).
     attn_mask: None, bool (True = take part) or float (added to the scaled scores), broadcasting
-    to [..., Hq, L, S] (a [B, 1, 1, S] padding mask is read with stride 0, not copied).
+    to [..., Hq, L, S] as in PyTorch ([S] and 0-d masks too; a [B, 1, 1, S] padding mask is read
+    with stride 0, not copied).
     is_causal: query i sees keys j <= i (top-left diagonal); not together with attn_mask.
     scale: None (1/sqrt(E)) or a number. dropout_p: as PyTorch's function, dropout is applied
     whenever dropout_p > 0 (pass 0.0 in evaluation), kept probabilities scaled by 1/(1 - p); the

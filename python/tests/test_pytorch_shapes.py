@@ -8,12 +8,13 @@ import attnscale
 import torch_reference
 
 # (q, k, v, mask): rank 5, broadcast batch, the [B, 1, 1, Nkv] padding mask, masks broadcast in Nq
-# or in Nkv, q with one head against k with three, GQA.
+# or in Nkv, q with one head against k with three, GQA, an [Nkv] mask.
 CASES = [
     ((2, 3, 2, 5, 4), (3, 1, 7, 4), (3, 1, 7, 3), (2, 1, 1, 1, 7)),
     ((3, 4, 9, 8), (1, 2, 11, 8), (1, 2, 11, 8), (3, 1, 1, 11)),
     ((1, 13, 6), (2, 3, 17, 6), (2, 3, 17, 5), (13, 1)),
     ((2, 1, 5, 4), (2, 3, 5, 4), (2, 3, 5, 4), (1, 5)),
+    ((3, 2, 6, 4), (3, 2, 7, 4), (3, 2, 7, 2), (7,)),  # a key mask of rank 1, as PyTorch broadcasts it
 ]
 
 

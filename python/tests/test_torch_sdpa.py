@@ -128,6 +128,29 @@ def test_empty_key_set_gives_zero(gen):
     assert (q.grad == 0).all()
 
 
+@pytest.mark.parametrize("shape", [(7,), ()], ids=["[S]", "0-d"])
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_a_mask_of_rank_0_or_1_broadcasts_as_in_pytorch(gen, shape, kind):
+    # PyTorch's masks broadcast to the scores' shape: an [S] key mask, or a 0-d one, too.
+    q, k, v = randn(gen, 2, 3, 5, 4, grad=True), randn(gen, 2, 3, 7, 4, grad=True), randn(gen, 2, 3, 7, 3, grad=True)
+    if kind == "bool":
+        mask = torch.rand(7, generator=gen) < 0.6
+        mask[0] = True
+        mask = mask[0] if shape == () else mask
+    else:
+        mask = torch.randn(shape, dtype=torch.float64, generator=gen).requires_grad_()
+    want = torch_reference.sdpa(q, k, v, attn_mask=mask)
+    for got in (sdpa(q, k, v, attn_mask=mask), at.attention(q, k, v, mask=mask)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    if kind == "float":  # the bias's gradient, summed back to its own shape
+        dout = randn(gen, *want.shape)
+        (dbias,) = torch.autograd.grad(sdpa(q, k, v, attn_mask=mask), mask, dout)
+        (ref,) = torch.autograd.grad(want, mask, dout)
+        assert dbias.shape == mask.shape
+        torch.testing.assert_close(dbias, ref, rtol=1e-10, atol=1e-12)
+        assert torch.autograd.gradcheck(lambda q, m: sdpa(q, k, v, attn_mask=m), (q, mask))
+
+
 def test_errors(gen):
     q, k = randn(gen, 4, 5, 8, grad=True), randn(gen, 2, 5, 8, grad=True)
     with pytest.raises(ValueError, match=r"need enable_gqa=True\)$"):
