@@ -72,7 +72,8 @@ def attention(
     sum_j exp(s_ij)); it gets its gradient when it requires grad.
 
     Returns out [..., Nq, dv], or (out, lse) with return_lse (lse carries no gradient).
-    Gradients flow to q, k, v, a float mask and sinks; double backward is not supported.
+    Gradients flow to q, k, v, a float mask and sinks; double backward is not supported (a gradient
+    taken with create_graph=True raises when differentiated).
 
     Example:
         >>> import torch, attnscale.torch as at

@@ -55,16 +55,19 @@ def from_numpy(a):
 def once_differentiable(backward):
     """Like torch.autograd.function.once_differentiable, with a message that names the limit.
 
-    The backward runs without building a graph; when the caller asked for one (create_graph=True),
-    its outputs hang on a node that raises when differentiated: gradients of gradients are not
-    available from the kernels.
+    The backward runs without building a graph; when the caller asked for one (create_graph=True)
+    and an input needs its gradient, the outputs hang on a node that raises when differentiated:
+    gradients of gradients are not available from the kernels. torch's own decorator looks only at
+    the incoming gradients, but these gradients depend on the inputs through the saved tensors even
+    when the incoming one is a constant (the ones of out.sum()): a gradient penalty would lose its
+    term without a word.
     """
 
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
         with torch.no_grad():
             outputs = backward(ctx, *grads)
-        if not torch.is_grad_enabled() or not any(isinstance(g, torch.Tensor) and g.requires_grad for g in grads):
+        if not torch.is_grad_enabled() or not any(ctx.needs_input_grad):
             return outputs
         error = torch._C._functions.DelayedError(
             b"attnscale.torch: double backward (the gradient of a gradient) is not supported", len(outputs)
@@ -162,7 +165,9 @@ class _Half(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _converted(grad, ctx.source), None
+        # Itself differentiable (the conversion is linear): under create_graph=True the gradient of
+        # a gradient passes through, and reaches the kernels' node that refuses it.
+        return _Half.apply(grad, ctx.source), None
 
 
 def as_float16(t):

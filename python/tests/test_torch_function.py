@@ -176,3 +176,28 @@ def test_forward_arrays_are_let_go_by_the_backward(gen):
     assert len(node.arrays) == 5
     out.sum().backward()
     assert not hasattr(node, "arrays")
+
+
+def test_double_backward_is_refused_by_every_function(gen):
+    """A gradient taken with create_graph=True (a gradient penalty) depends on the inputs through
+    the saved tensors even when the incoming gradient is a constant (out.sum()): differentiating it
+    raises, instead of giving 0 for the penalty's term. Without create_graph nothing changes."""
+    x = torch.randn(2, 5, 3, 4, dtype=torch.float64, generator=gen, requires_grad=True)  # [B, N, H, d]
+    half = x.detach().to(torch.float16).requires_grad_()
+    cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+    heads = lambda t: t.transpose(1, 2)  # [B, H, N, d]
+    calls = {
+        "attention": (x, lambda t: at.attention(heads(t), heads(t), heads(t), causal=True)),
+        "sdpa": (x, lambda t: at.scaled_dot_product_attention(heads(t), heads(t), heads(t), attn_mask=torch.ones(5))),
+        "sdpa float16": (half, lambda t: at.scaled_dot_product_attention(heads(t), heads(t), heads(t))),
+        "flash_attn_func": (x, lambda t: at.flash_attn_func(t, t, t, causal=True)),
+        "flash float16": (half, lambda t: at.flash_attn_func(t, t, t)),
+        "varlen": (x, lambda t: at.flash_attn_varlen_func(t.flatten(0, 1), t.flatten(0, 1), t.flatten(0, 1), cu, cu, 7, 7)),
+    }
+    for name, (leaf, f) in calls.items():
+        (g,) = torch.autograd.grad(f(leaf).float().sum(), leaf, create_graph=True)
+        assert g.requires_grad, name
+        with pytest.raises(RuntimeError, match=r"double backward \(the gradient of a gradient\) is not supported"):
+            (g.float() ** 2).sum().backward()
+        (plain,) = torch.autograd.grad(f(leaf).float().sum(), leaf)
+        assert not plain.requires_grad and torch.equal(plain, g.detach()), name
