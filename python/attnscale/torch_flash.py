@@ -34,7 +34,8 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, d
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dim() not in (1, 2) or alibi_slopes.shape[-1] != heads:
             got = list(alibi_slopes.shape) if isinstance(alibi_slopes, torch.Tensor) else type(alibi_slopes).__name__
             raise ValueError(f"alibi_slopes: expected a tensor of shape ({heads},) or (batch, {heads}), got {got}")
-        options["alibi_slopes"] = to_numpy("alibi_slopes", alibi_slopes.detach().to(torch.float64))
+        # A copy: the backward reads the slopes this forward used, whatever happens to the tensor.
+        options["alibi_slopes"] = to_numpy("alibi_slopes", alibi_slopes.detach().to(torch.float64, copy=True))
     return options
 
 
@@ -225,7 +226,9 @@ def flash_attn_varlen_func(
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != len(cq) - 1:
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[1], dropout_p)
-    options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64).numpy(), cu_seqlens_k=cu_seqlens_k.to(torch.int64).numpy())
+    # Copies, as alibi_slopes: the backward reads the offsets this forward used.
+    options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64, copy=True).numpy(),
+                   cu_seqlens_k=cu_seqlens_k.to(torch.int64, copy=True).numpy())
     out, lse, packed = _attend(q, k, v, options, want_probs=return_attn_probs)
     if not return_attn_probs:
         return out

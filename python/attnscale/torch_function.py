@@ -93,16 +93,19 @@ class Attention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, forward_options, options, sinks=None):
         mask_np = None if mask is None else to_numpy("mask", mask)
         if sinks is not None:
-            options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64)))
+            # A copy: the backward reads the logits this forward used, whatever happens to sinks.
+            options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64, copy=True)))
             forward_options = dict(forward_options, sinks=options["sinks"])
         arrays = (to_numpy("q", q), to_numpy("k", k), to_numpy("v", v))
         out_np, lse_np = _attnscale.attention(*arrays, mask=mask_np, return_lse=True, **forward_options)
         out, lse = from_numpy(out_np), from_numpy(lse_np)
-        ctx.save_for_backward(q, k, v, out, lse)
-        # The arrays the first backward reads, checked once here: q, k, v's over detached views and
-        # the kernel's own out and lse (none refers to a tensor of the graph: no reference cycle).
-        ctx.arrays = arrays + (out_np, lse_np)
-        ctx.mask = mask_np
+        # The mask is saved as q, k and v are: the backward reads it, so a change in place between
+        # the forward and the backward must meet autograd's check, not change the gradients.
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        # The arrays the first backward reads, checked once here: q, k, v's and the mask's over
+        # detached views and the kernel's own out and lse (none refers to a tensor of the graph: no
+        # reference cycle).
+        ctx.arrays = arrays + (out_np, lse_np, mask_np)
         ctx.mask_dtype = None if mask is None else mask.dtype
         ctx.sinks_dtype = None if sinks is None else sinks.dtype
         ctx.options = options
@@ -116,14 +119,15 @@ class Attention(torch.autograd.Function):
         # autograd's check that none was modified in place since the forward. The forward's arrays
         # are let go here, so that they keep no memory alive past the backward that the saved
         # tensors would not; a second backward (retain_graph=True) takes them from the tensors.
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, mask = ctx.saved_tensors
         arrays = ctx.__dict__.pop("arrays", None) or (
-            to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), to_numpy("out", out), lse.numpy())
+            to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), to_numpy("out", out), lse.numpy(),
+            None if mask is None else to_numpy("mask", mask))
         need = ctx.needs_input_grad + (False,) * (7 - len(ctx.needs_input_grad))  # sinks: optional
         grads = _attnscale.attention_backward(
-            *arrays,
+            *arrays[:5],
             to_numpy("dout", dout.to(out.dtype)),
-            mask=ctx.mask,
+            mask=arrays[5],
             return_dsinks=need[6],
             return_dbias=need[3],
             **ctx.options,

@@ -134,6 +134,22 @@ def test_varlen_equals_a_loop_over_the_sequences(gen, opts):
         assert (probs[b, :, lq[b] :] == 0).all() and (probs[b, :, :, lk[b] :] == 0).all()
 
 
+def test_slopes_and_offsets_changed_after_the_forward_leave_its_gradients_alone(gen):
+    # The backward reads copies of the alibi slopes and cu_seqlens the forward used (float64 and
+    # int64 tensors that a conversion would otherwise share).
+    q, k, v, cq, ck = varlen_operands(gen, [2, 3], [4, 2], grad=True)
+    cq, ck = cq.long(), ck.long()
+    slopes = torch.rand(2, 4, dtype=torch.float64, generator=gen)
+    f = lambda: at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 4, causal=True, alibi_slopes=slopes)
+    want = torch.autograd.grad(f().square().sum(), (q, k, v))
+    out = f()
+    slopes.mul_(5)
+    cq.copy_(torch.tensor([0, 3, 5]))
+    ck.copy_(torch.tensor([0, 1, 6]))
+    for g, w in zip(torch.autograd.grad(out.square().sum(), (q, k, v)), want):
+        assert torch.equal(g, w)
+
+
 def test_varlen_gradcheck_and_empty_key_sets(gen):
     q, k, v, cq, ck = varlen_operands(gen, [2, 3, 1], [3, 0, 2], h=2, hkv=1, d=3, grad=True)
     f = lambda q, k, v: at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3, causal=True)
