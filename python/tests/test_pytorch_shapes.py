@@ -76,6 +76,13 @@ def test_an_empty_key_set_gives_zero_and_minus_infinity(rng):
     assert attnscale.attention(q[:, :, :0], q, q).shape == (2, 3, 0, 4)
     with pytest.raises(TypeError, match=r"^attention\(\) got an unexpected keyword argument 'casual'"):
         attnscale.attention(q, kv, kv, casual=True)
+    # Nothing to compute, but the checks of a call with work to do, with their messages.
+    with pytest.raises(ValueError, match=r"^q, k, v: dtypes differ \(q float64, k float32, v float32\)$"):
+        attnscale.attention(q, kv.astype(np.float32), kv.astype(np.float32))
+    with pytest.raises(ValueError, match=r"^k: last dimension dk = 3 must equal q's dk = 4 \(q \[2, 3, 0, 4\], k \[2, 3, 5, 3\]\)$"):
+        attnscale.attention(q[:, :, :0], q[..., :3], q[..., :3])
+    with pytest.raises(ValueError, match=r"^v: heads and keys must match k's"):
+        attnscale.attention_backward(q, kv, q, out, lse, out)
 
 
 def test_dbias_of_a_broadcast_mask_has_q_s_leading_shape(rng):
