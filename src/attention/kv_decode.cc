@@ -190,6 +190,9 @@ Rows rows_of(const char* name, const TensorView& t, const TensorView& scales, st
 Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out, const TensorView& lse,
                    const DecodeOptions& o) {
   Layout L;
+  // q, k, v and out are required; the other views are optional, absent where their data is null.
+  for (const auto& [name, t] : {std::pair{"q", &q}, {"k", &c.k}, {"v", &c.v}, {"out", &out}})
+    if (t->data == nullptr) fail(std::string(name) + ": missing (null data pointer)");
   if (q.rank != 3 && q.rank != 4) fail("q: expected [B, Hq, dk] or [B, Hq, Nq, dk], got " + q.shape_str());
   if (q.dtype != DType::f32) fail("q: expected float32, got " + std::string(dtype_name(q.dtype)));
   if (c.k.rank != 4 || c.v.rank != 4) fail("k, v: expected rank 4, got k " + c.k.shape_str() + ", v " + c.v.shape_str());
@@ -281,6 +284,11 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
                        (q.rank == 4 && lse.shape[2] != L.Nq) || (lse.dtype != DType::f32 && lse.dtype != DType::f64)))
     fail("lse: expected float32 or float64 [" + std::to_string(L.B) + ", " + std::to_string(L.Hq) + rows() +
          "], got " + std::string(dtype_name(lse.dtype)) + " " + lse.shape_str());
+  try {
+    require_disjoint({{"out", &out}, {"lse", &lse}});
+  } catch (const Error& e) {
+    fail(e.what());
+  }
   if (o.window_left < -1) fail("window_left: expected -1 (none) or >= 0, got " + std::to_string(o.window_left));
   if (o.window_right < -1 || (o.causal && o.window_right > 0))
     fail("window_right: expected -1 (none) or >= 0, and -1 or 0 when causal, got " + std::to_string(o.window_right) +

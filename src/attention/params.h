@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 
 #include "attnscale/attention.h"
 #include "attnscale/tensor.h"
@@ -126,6 +127,15 @@ enum class Kernel { fast, reference };
 // Options::alibi_slopes / sinks: shape [n], or [rows, n] when rows > 0; float32/float64, finite.
 // Throws Error naming `name`.
 TensorView check_per_head(const char* name, const TensorView& t, std::int64_t n, std::int64_t rows);
+
+// The outputs a call writes (null views skipped): each writes every result to a place of its own
+// (no dimension of size > 1 with stride 0) and shares no memory with another. Throws Error naming
+// them.
+struct Written {
+  const char* name;
+  const TensorView* t;
+};
+void require_disjoint(std::initializer_list<Written> outputs);
 
 // Validation at the public boundary. Throws Error naming the argument and shapes.
 Params make_forward_params(const TensorView& q, const TensorView& k, const TensorView& v,

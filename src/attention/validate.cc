@@ -1,6 +1,8 @@
 // Validation of every public argument, and its translation into Params.
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
 #include <string>
 
 #include "attention/params.h"
@@ -80,6 +82,47 @@ TensorView output(const char* name, const TensorView& t, int rank, const std::in
          std::string(dtype_name(t.dtype)));
   return p;
 }
+
+}  // namespace
+
+// The outputs a call writes, each by the name a message gives it: none may write two results to one
+// place (a dimension of size > 1 and stride 0) nor share memory with another. Two views whose
+// elements fill their byte ranges (no gaps) overlap exactly when the ranges meet; views with gaps
+// (dq, dk and dv interleaved in one packed buffer) are compared by their first element only.
+void require_disjoint(std::initializer_list<Written> outputs) {
+  struct Range {
+    std::uintptr_t lo, hi;  // [lo, hi)
+    bool dense;
+  };
+  const auto range = [](const TensorView& t) {
+    const std::int64_t size = static_cast<std::int64_t>(dtype_size(t.dtype));
+    std::int64_t lo = 0, hi = 0, n = 1;
+    for (int d = 0; d < t.rank; ++d) {
+      const std::int64_t reach = t.strides[d] * (t.shape[d] - 1);
+      (reach < 0 ? lo : hi) += reach;
+      n *= t.shape[d];
+    }
+    const auto base = reinterpret_cast<std::uintptr_t>(t.data);
+    return Range{base + static_cast<std::uintptr_t>(lo * size), base + static_cast<std::uintptr_t>((hi + 1) * size),
+                 (hi - lo + 1) == n};
+  };
+  for (const Written& w : outputs) {
+    if (w.t->data == nullptr) continue;
+    for (int d = 0; d < w.t->rank; ++d)
+      if (w.t->strides[d] == 0 && w.t->shape[d] > 1)
+        fail(std::string(w.name) + ": dimension " + std::to_string(d) +
+             " has stride 0, so several results would be written to one place (shape " + w.t->shape_str() + ")");
+  }
+  for (auto a = outputs.begin(); a != outputs.end(); ++a)
+    for (auto b = a + 1; b != outputs.end(); ++b) {
+      if (a->t->data == nullptr || b->t->data == nullptr) continue;
+      const Range ra = range(*a->t), rb = range(*b->t);
+      const bool overlap = a->t->data == b->t->data || (ra.dense && rb.dense && ra.lo < rb.hi && rb.lo < ra.hi);
+      if (overlap) fail(std::string(a->name) + ", " + b->name + ": outputs share memory (each needs its own)");
+    }
+}
+
+namespace {
 
 void fill_shapes(Params& p, const TensorView& q, const TensorView& k, const TensorView& v,
                  const TensorView& q0, const TensorView& k0, const TensorView& v0) {
@@ -222,6 +265,7 @@ Params make_forward_params(const TensorView& q0, const TensorView& k0, const Ten
     const std::int64_t s[4] = {p.B, p.Hq, p.Nq, p.Nkv};
     p.probs = output("probs", outputs.probs, 4, s, true, p.dtype);
   }
+  require_disjoint({{"out", &outputs.out}, {"lse", &outputs.lse}, {"probs", &outputs.probs}});
   return p;
 }
 
@@ -256,6 +300,8 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
     const std::int64_t s[4] = {p.B, p.Hq, p.Nq, p.Nkv};
     p.dBias = output("dbias", grads.dbias, 4, s, true, p.dtype);
   }
+  require_disjoint({{"dq", &grads.dq}, {"dk", &grads.dk}, {"dv", &grads.dv}, {"dsinks", &grads.dsinks},
+                    {"dbias", &grads.dbias}});
   return p;
 }
 

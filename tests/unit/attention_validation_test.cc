@@ -176,6 +176,58 @@ TEST(Validation, BackwardChecksGradientShapes) {
     EXPECT_NE(std::string(e.what()).find("dv: expected shape [2, 2, 6, 3]"), std::string::npos) << e.what();
   }
 }
+// Outputs that would write two results to one place, or into each other, are refused before anything
+// is written; dq, dk and dv interleaved in one packed buffer (gaps between each one's elements) are not.
+TEST(Validation, OutputsThatShareMemoryAreRefused) {
+  Inputs s;
+  // lse inside out's memory: the forward refuses it (out left as it was).
+  Tensor out(DType::f32, {2, 4, 5, 3});
+  const float before = out.as<float>()[7] = 42.0f;
+  const auto lse_in_out = TensorView::contiguous(out.as<float>() + 1, DType::f32, {2, 4, 5});
+  EXPECT_THROW(forward(s.q.view(), s.k.view(), s.v.view(), {out.view(), lse_in_out}), Error);
+  EXPECT_EQ(out.as<float>()[7], before);
+  try {
+    forward(s.q.view(), s.k.view(), s.v.view(), {out.view(), lse_in_out});
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out, lse: outputs share memory"), std::string::npos) << e.what();
+  }
+  // An out broadcast over its heads (stride 0) would take every head's rows in one place.
+  const auto broadcast = TensorView::strided(out.as<float>(), DType::f32, {2, 4, 5, 3}, {60, 0, 3, 1});
+  try {
+    forward(s.q.view(), s.k.view(), s.v.view(), {broadcast});
+    ADD_FAILURE() << "a stride-0 out accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("out: dimension 1 has stride 0"), std::string::npos) << e.what();
+  }
+  // The backward: dk and dv in one buffer is refused; dq, dk and dv interleaved in a packed one are
+  // not, and give the bits of separate buffers.
+  const Tensor q = random_tensor(DType::f32, {1, 2, 5, 8}, 1, 0), k = random_tensor(DType::f32, {1, 2, 6, 8}, 1, 1),
+               v = random_tensor(DType::f32, {1, 2, 6, 8}, 1, 2), dout = random_tensor(DType::f32, {1, 2, 5, 8}, 1, 3);
+  Tensor o(DType::f32, {1, 2, 5, 8}), lse(DType::f32, {1, 2, 5}), dq(DType::f32, {1, 2, 5, 8}),
+      dk(DType::f32, {1, 2, 6, 8}), dv(DType::f32, {1, 2, 6, 8});
+  forward(q.view(), k.view(), v.view(), {o.view(), lse.view()});
+  try {
+    backward(q.view(), k.view(), v.view(), o.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dk.view()});
+    ADD_FAILURE() << "dk and dv in one buffer accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("dk, dv: outputs share memory"), std::string::npos) << e.what();
+  }
+  backward(q.view(), k.view(), v.view(), o.view(), lse.view(), dout.view(), {dq.view(), dk.view(), dv.view()});
+  Tensor packed(DType::f32, {6, 3, 2, 8});  // [N, 3 (q, k, v), H, d], B = 1: 5 rows for dq, 6 for dk and dv
+  const auto slot = [&](int which, std::int64_t n) {
+    return TensorView::strided(packed.as<float>() + which * 16, DType::f32, {1, 2, n, 8}, {6 * 48, 8, 48, 1});
+  };
+  backward(q.view(), k.view(), v.view(), o.view(), lse.view(), dout.view(), {slot(0, 5), slot(1, 6), slot(2, 6)});
+  for (const auto& [which, want] : {std::pair{0, &dq}, {1, &dk}, {2, &dv}}) {
+    const TensorView got = slot(which, want->view().shape[2]);
+    for (std::int64_t h = 0; h < 2; ++h)
+      for (std::int64_t n = 0; n < got.shape[2]; ++n)
+        for (std::int64_t c = 0; c < 8; ++c)
+          ASSERT_EQ(static_cast<const float*>(got.data)[h * 8 + n * 48 + c],
+                    want->as<float>()[(h * got.shape[2] + n) * 8 + c])
+              << which << " " << h << " " << n << " " << c;
+  }
+}
 // dout has the inputs' dtype (bfloat16 calls copy it to float32 as they copy q, k, v: bf16_as_float.h).
 TEST(Validation, BackwardDoutHasTheInputsDtype) {
   const Tensor q = random_tensor(DType::bf16, {1, 2, 5, 8}, 1, 0), k = random_tensor(DType::bf16, {1, 2, 6, 8}, 1, 1),

@@ -814,6 +814,14 @@ TEST(KVCache, BadArgumentsThrowNamingThem) {
   bad = c.contiguous();
   bad.seq_starts = starts64.view();
   EXPECT_NE(message(bad, q.view(), out.view()).find("seq_starts"), std::string::npos);
+  // A required view without data (q, k, v, out): named, not read.
+  for (const char* name : {"q", "k", "v", "out"}) {
+    KVCache cache = c.paged();
+    TensorView qq = q.view(), o = out.view();
+    const std::string n = name;
+    (n == "q" ? qq : n == "k" ? cache.k : n == "v" ? cache.v : o).data = nullptr;
+    EXPECT_NE(message(cache, qq, o).find(n + ": missing (null data pointer)"), std::string::npos) << name;
+  }
   // A right window past the token's key contradicts causal; below -1 means nothing.
   for (const auto& [causal, right] : {std::pair{true, 1}, std::pair{false, -2}}) {
     DecodeOptions o;
