@@ -3,8 +3,9 @@
 The extension reads q [B, Hq, Nq, dk], k and v [B, Hkv, Nkv, d] (2-D and 3-D read as B = H = 1)
 and a mask [B|1, Hq|1, Nq, Nkv]. These functions add what PyTorch users pass (attnscale.broadcast):
 any number of leading dimensions, leading dimensions that broadcast between q, k, v and the mask,
-a mask that broadcasts in Nq or Nkv too (the [B, 1, 1, Nkv] padding mask), all as stride-0 views,
-and an empty key set (Nkv = 0: out 0, lse -inf). Arrays the extension takes as they are go to it
+a mask that broadcasts in Nq or Nkv too (the [B, 1, 1, Nkv] padding mask, or [Nkv] alone), all as
+stride-0 views, and an empty key set (Nkv = 0: out 0, lse -inf, once dtypes, shapes and options
+have passed the checks of a call with work to do). Arrays the extension takes as they are go to it
 untouched, so its messages show the shapes the caller gave.
 """
 import numpy as np
@@ -37,9 +38,10 @@ def _fits(q, k, v, mask):
 
 def _layout(q, k, v, mask):
     """The Layout that folds these operands, or None when the extension takes them as given (or
-    rejects them: then its message shows the shapes the caller passed)."""
+    rejects them: then its message shows the shapes the caller passed). A mask of rank 0 or 1
+    broadcasts as in PyTorch (broadcast.layout), which the extension does not."""
     shapes = (_shape(q), _shape(k), _shape(v)) + (() if mask is None else (_shape(mask),))
-    if any(len(s) < 2 for s in shapes) or _fits(*shapes[:3], shapes[3] if mask is not None else None):
+    if any(len(s) < 2 for s in shapes[:3]) or _fits(*shapes[:3], shapes[3] if mask is not None else None):
         return None
     try:
         return broadcast.layout(*shapes)
@@ -71,10 +73,14 @@ def _is_bfloat16(a):
 _SHAPED = ("sinks", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
 
 
-def _check_options(q, options):
-    """Options are checked (misspelt keywords refused) also when there is nothing to compute."""
-    one = np.zeros((1, 1), dtype=_array("q", q).dtype)
-    _attention(one, one, one, **{key: value for key, value in options.items() if key not in _SHAPED})
+def check_options(q, k, v, mask, options):
+    """What the extension checks of a call with nothing to compute, on one-element stand-ins of the
+    operands' dtypes: the dtypes (each, and that q, k, v share one) and the options (misspelt
+    keywords refused). The shapes are broadcast.check_rows'."""
+    one = lambda name, x, is_mask=False: np.zeros((1, 1), dtype=_array(name, x, is_mask).dtype)
+    m = None if mask is None else one("mask", mask, True)
+    _attention(one("q", q), one("k", k), one("v", v), mask=m,
+               **{key: value for key, value in options.items() if key not in _SHAPED})
 
 
 def _sum_kept(grad, axes):
@@ -89,7 +95,8 @@ def attention(q, k, v, *, mask=None, return_lse=False, return_probs=False, **opt
         return _attention(q, k, v, mask=mask, return_lse=return_lse, return_probs=return_probs, **options)
     probs_shape = lay.lse + (lay.nkv,)
     if lay.empty:
-        _check_options(q, options)
+        broadcast.check_rows(_shape(q), _shape(k), _shape(v))
+        check_options(q, k, v, mask, options)
         dtype = _array("q", q).dtype
         stats = np.float32 if _is_bfloat16(np.zeros(0, dtype)) else dtype
         results = [np.zeros(lay.out, dtype)]
@@ -113,7 +120,8 @@ def attention_backward(q, k, v, out, lse, dout, *, mask=None, return_dsinks=Fals
     shapes = _shape(q), _shape(k), _shape(v)
     dbias_shape = lay.lse + (lay.nkv,)  # q's leading dimensions (broadcast), Nq, Nkv
     if lay.empty:
-        _check_options(q, options)
+        broadcast.check_rows(*shapes)
+        check_options(q, k, v, mask, options)
         dtype = _array("q", q).dtype
         grads = [np.zeros(s, dtype) for s in shapes]
         grads += [np.zeros(np.shape(options.get("sinks")), dtype)] if return_dsinks else []

@@ -67,8 +67,10 @@ def _broadcast(names: str, *shapes: Shape) -> Shape:
     return tuple(out)
 
 
-def layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape] = None, gqa: bool = True) -> Layout:
-    """The Layout of q, k, v (and mask) shapes, or ValueError naming what does not fit.
+def layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape] = None, gqa: bool = True,
+           mask_name: str = "mask") -> Layout:
+    """The Layout of q, k, v (and mask) shapes, or ValueError naming what does not fit (the mask by
+    mask_name, the caller's name for it).
 
     Computed once per combination of shapes (a model calls with the same few, and working it out
     took 10-25 µs of a step's Python).
@@ -76,26 +78,36 @@ def layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape] = None, gqa: bool
     gqa=True: k and v may have fewer heads than q when they divide Hq (attnscale's rule, and
     PyTorch's enable_gqa=True). gqa=False: heads broadcast as any other dimension (PyTorch's
     default), so only Hkv == Hq or one of them 1. Last-two-dimension mismatches (dk, Nkv) are left to
-    the library, which names them.
+    the library, which names them (check_rows, where the library has nothing to compute). A mask of
+    rank 0 or 1 broadcasts as in PyTorch: [Nkv] is [1, Nkv].
     """
-    return _layout(tuple(q), tuple(k), tuple(v), None if mask is None else tuple(mask), bool(gqa))
+    return _layout(tuple(q), tuple(k), tuple(v), None if mask is None else tuple(mask), bool(gqa), mask_name)
+
+
+def check_rows(q: Shape, k: Shape, v: Shape):
+    """The library's checks of the last two dimensions, with its messages, for a call it does not
+    see (an empty one): q's dk is k's, and k and v have as many keys."""
+    if q[-1] != k[-1]:
+        raise ValueError(f"k: last dimension dk = {k[-1]} must equal q's dk = {q[-1]} (q {list(q)}, k {list(k)})")
+    if k[-2] != v[-2]:
+        raise ValueError(f"v: heads and keys must match k's (k {list(k)}, v {list(v)})")
 
 
 @functools.lru_cache(maxsize=256)
-def _layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape], gqa: bool) -> Layout:
+def _layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape], gqa: bool, mask_name: str) -> Layout:
     for name, s in (("q", q), ("k", k), ("v", v)):
         if len(s) < 2:
             raise ValueError(f"{name}: expected [..., N, d], got rank {len(s)} {list(s)}")
     (qb, hq), (kb, hk), (vb, hv) = _split(q), _split(k), _split(v)
     leading = [qb, kb, vb]
+    given = mask
     if mask is not None:
-        if len(mask) < 2:
-            raise ValueError(f"mask: expected [..., Nq, Nkv] (or a shape that broadcasts to it), got rank {len(mask)}")
+        mask = (1,) * (2 - len(mask)) + mask  # rank 0 or 1: PyTorch's broadcasting prepends dimensions
         mb, hm = _split(mask)
         leading.append(mb)
     else:
         hm = None
-    batch = _broadcast("q, k, v" + (", mask" if mask is not None else ""), *leading)
+    batch = _broadcast("q, k, v" + (f", {mask_name}" if mask is not None else ""), *leading)
     one = lambda h: 1 if h is None else h
     hkv = _broadcast("k, v", (one(hk),), (one(hv),))[0]
     hq = one(hq)
@@ -110,7 +122,7 @@ def _layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape], gqa: bool) -> L
     if mask is not None:
         heads_fit = mask[-3:-2] in ((), (1,), (hq,))
         if mask[-2] not in (1, nq) or mask[-1] not in (1, nkv) or not heads_fit:
-            raise ValueError(f"mask: shape {list(mask)} does not broadcast to {list(lead + (nq, nkv))}")
+            raise ValueError(f"{mask_name}: shape {list(given)} does not broadcast to {list(lead + (nq, nkv))}")
     b = math.prod(batch)
     return Layout(
         lead=lead,

@@ -60,7 +60,9 @@ def attention(
     v [..., Nkv, dv] (leading dimensions broadcast as in PyTorch; k and v may have fewer heads
     than q), scale None | 'none' | 'sqrt' | 'linear' | number, causal None | True | 'top-left' |
     'bottom-right', window (left, right), align, mask (bool keep-mask or float additive mask,
-    broadcasting to [..., H, Nq, Nkv]; a float mask that requires grad gets its gradient), threads.
+    broadcasting to [..., H, Nq, Nkv] as in PyTorch, [Nkv] and 0-d included; a float mask that
+    requires grad gets its gradient; changed in place before the backward, it is refused by
+    autograd's check), threads.
 
     compute='bf16' runs the forward's and the backward's products in bfloat16 with float32
     accumulation (float32 inputs; bfloat16 inputs always do, without upcasting); the gradients are
@@ -72,7 +74,8 @@ def attention(
     sum_j exp(s_ij)); it gets its gradient when it requires grad.
 
     Returns out [..., Nq, dv], or (out, lse) with return_lse (lse carries no gradient).
-    Gradients flow to q, k, v, a float mask and sinks; double backward is not supported.
+    Gradients flow to q, k, v, a float mask and sinks; double backward is not supported (a gradient
+    taken with create_graph=True raises when differentiated).
 
     Example:
         >>> import torch, attnscale.torch as at

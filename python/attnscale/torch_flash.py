@@ -11,31 +11,64 @@ probability with that chance (kept ones scaled by 1/(1 - p)); the kernels do all
 sequences go to the kernels in one call, as [H, total, d] views.
 """
 import math
+import operator
 
 import torch
 
 from . import _attnscale
-from .torch_function import Attention, as_float16, dropout_keywords, float16_as_float32, from_numpy, to_numpy
+from .torch_function import (as_float16, attend, check_operands, dropout_keywords, float16_as_float32, from_numpy,
+                             real, to_numpy)
+
+
+def window_sides(window_size):
+    """(left, right) ints of FlashAttention's window_size; a TypeError naming it for anything else
+    (1.7 is not cut to 1, nor True read as 1)."""
+    try:
+        left, right = window_size
+        if isinstance(left, bool) or isinstance(right, bool):
+            raise TypeError
+        return operator.index(left), operator.index(right)
+    except (TypeError, ValueError):
+        raise TypeError(f"window_size: expected (left, right), two ints (-1: unbounded), got {window_size!r}") from None
 
 
 def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, dropout_p):
-    """attnscale's keywords for FlashAttention's arguments."""
-    left, right = (int(w) for w in window_size)
+    """attnscale's keywords for FlashAttention's arguments (checked under FlashAttention's names)."""
+    left, right = window_sides(window_size)
     window = None if left < 0 and right < 0 else (None if left < 0 else left, None if right < 0 else right)
     options = dict(
-        scale=None if softmax_scale is None else float(softmax_scale),
+        scale=None if softmax_scale is None else real("softmax_scale", softmax_scale),
         causal="bottom-right" if causal else None,
         window=window,
         align="bottom-right",
-        softcap=float(softcap),
+        softcap=real("softcap", softcap),
         **dropout_keywords(dropout_p),
     )
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dim() not in (1, 2) or alibi_slopes.shape[-1] != heads:
             got = list(alibi_slopes.shape) if isinstance(alibi_slopes, torch.Tensor) else type(alibi_slopes).__name__
             raise ValueError(f"alibi_slopes: expected a tensor of shape ({heads},) or (batch, {heads}), got {got}")
-        options["alibi_slopes"] = to_numpy("alibi_slopes", alibi_slopes.detach().to(torch.float64))
+        # A copy: the backward reads the slopes this forward used, whatever happens to the tensor.
+        options["alibi_slopes"] = to_numpy("alibi_slopes", alibi_slopes.detach().to(torch.float64, copy=True))
     return options
+
+
+def _check_shapes(q, k, v):
+    """FlashAttention's rules for q [B, Nq, H, d] and k, v [B, Nkv, Hkv, d] (packed: [total, H, d]),
+    in its layout and names: the kernels would report them on the transposed views, [B, H, N, d]."""
+    check_operands(q, k, v)
+    shown = f"(q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)})"
+    if k.shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"v: expected the {'batch, ' if k.dim() == 4 else ''}seqlen and heads of k {shown}")
+    if k.dim() == 4 and k.shape[0] != q.shape[0]:
+        raise ValueError(f"k, v: batch {k.shape[0]} differs from q's {q.shape[0]} {shown}")
+    if k.shape[-1] != q.shape[-1]:
+        raise ValueError(f"k: headdim {k.shape[-1]} differs from q's {q.shape[-1]} {shown}")
+    if q.shape[-1] == 0:
+        raise ValueError(f"q: headdim must be positive {shown}")
+    heads, heads_k = q.shape[-2], k.shape[-2]
+    if heads_k == 0 or heads % heads_k:
+        raise ValueError(f"k, v: {heads_k} heads do not divide q's {heads} heads {shown}")
 
 
 def _attend(q, k, v, options, want_probs=False):
@@ -43,14 +76,18 @@ def _attend(q, k, v, options, want_probs=False):
     or 3-D packed). probs (when asked for) are the kernel's: [B, H, Nq, Nkv] (packed: [H, total_q,
     total_k], each sequence's diagonal block), the softmax with dropped pairs negated. float16
     (FlashAttention's usual dtype; the kernels have none) is computed in float32, as FlashAttention
-    accumulates it, and out comes back as float16 (lse and probs float32, as FlashAttention's)."""
+    accumulates it, and out comes back as float16 (lse and probs float32, as FlashAttention's).
+    No key (Nkv = 0) gives out 0 and lse +inf, as FlashAttention's mha_fwd does."""
+    _check_shapes(q, k, v)
     (q, k, v), half = float16_as_float32(q, k, v)
     qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))
-    out, lse = Attention.apply(qh, kh, vh, None, options, options)
+    out, lse = attend(qh, kh, vh, None, options, options)
     # FlashAttention's log-sum-exp of a row with no visible key is +inf.
     lse = lse.masked_fill(lse == -math.inf, math.inf)
     probs = None
-    if want_probs:
+    if want_probs and 0 in qh.shape[:-1] + kh.shape[:-1]:
+        probs = lse.new_zeros(qh.shape[:-1] + kh.shape[-2:-1])
+    elif want_probs:
         arrays = [to_numpy(name, t) for name, t in (("q", qh), ("k", kh), ("v", vh))]
         probs = from_numpy(_attnscale.attention(*arrays, return_probs=True, **options)[1])
     out = out.transpose(-3, -2).contiguous()
@@ -90,7 +127,7 @@ def flash_attn_func(
 
     q [B, Nq, H, d], k and v [B, Nkv, Hkv, d] (H % Hkv == 0: grouped-query attention), read in
     place. softmax_scale: None (1/sqrt(d)) or a number. causal: keys j <= i + Nkv - Nq (aligned
-    bottom-right). window_size (left, right), -1 unbounded, around the same diagonal.
+    bottom-right). window_size (left, right), ints, -1 unbounded, around the same diagonal.
     alibi_slopes (H,) or (B, H): -slope * |i + Nkv - Nq - j| added to the scaled scores.
     softcap: 0 (off) or c > 0: scores become c * tanh(score / c). dropout_p: dropout on the
     probabilities (kept ones scaled by 1/(1 - p)), its mask drawn from torch's default generator
@@ -105,7 +142,7 @@ def flash_attn_func(
     dropout; here it is the plain softmax then.)
     They come from a second forward pass with the same dropout mask; like FlashAttention's, they
     are for testing and carry no gradient. A row with no visible key gives out 0 and softmax_lse
-    +inf. Differentiable with respect to q, k and v.
+    +inf (Nkv = 0 too). Differentiable with respect to q, k and v.
 
     Example:
         >>> import torch, attnscale.torch as at
@@ -225,7 +262,9 @@ def flash_attn_varlen_func(
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != len(cq) - 1:
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
     options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[1], dropout_p)
-    options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64).numpy(), cu_seqlens_k=cu_seqlens_k.to(torch.int64).numpy())
+    # Copies, as alibi_slopes: the backward reads the offsets this forward used.
+    options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64, copy=True).numpy(),
+                   cu_seqlens_k=cu_seqlens_k.to(torch.int64, copy=True).numpy())
     out, lse, packed = _attend(q, k, v, options, want_probs=return_attn_probs)
     if not return_attn_probs:
         return out

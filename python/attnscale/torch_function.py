@@ -17,24 +17,51 @@ import numpy as np
 import torch
 
 from . import _attnscale, broadcast
+from .arrays import check_options
 
 _FLOAT = (torch.float32, torch.float64, torch.bfloat16)
 _MASK = _FLOAT + (torch.bool, torch.uint8)
 
 
-def to_numpy(name, t):
-    """A numpy array sharing the tensor's memory (a CPU float32/float64/bfloat16 tensor, any strides)."""
+def to_numpy(name, t, is_mask=False):
+    """A numpy array sharing the tensor's memory (a CPU float32/float64/bfloat16 tensor, or a mask of
+    those or bool/uint8, any strides)."""
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
     if t.device.type != "cpu":
         raise ValueError(f"{name}: must be a CPU tensor, got device {t.device}")
-    if t.dtype not in (_MASK if name == "mask" else _FLOAT):
-        allowed = "bool, uint8, float32, float64 or bfloat16" if name == "mask" else "float32, float64 or bfloat16"
+    if t.dtype not in (_MASK if is_mask else _FLOAT):
+        allowed = "bool, uint8, float32, float64 or bfloat16" if is_mask else "float32, float64 or bfloat16"
         raise TypeError(f"{name}: dtype must be {allowed}, got {t.dtype}")
     t = t.detach()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(_attnscale.bfloat16)
     return t.numpy()
+
+
+def check_operands(q, k, v):
+    """q, k and v are tensors of one dtype (which to_numpy then checks): a float16 q among float32
+    k and v is told that the dtypes differ, not that float16 is unsupported."""
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+    # A dtype that is no float at all is left to to_numpy, which names that operand.
+    if not q.dtype == k.dtype == v.dtype and all(t.dtype.is_floating_point for t in (q, k, v)):
+        named = ", ".join(f"{n} {str(t.dtype).replace('torch.', '')}" for n, t in (("q", q), ("k", k), ("v", v)))
+        raise ValueError(f"q, k, v: dtypes differ ({named})")
+
+
+def real(name, x):
+    """x as a finite float, or an error naming the caller's argument `name`."""
+    try:
+        if isinstance(x, (str, bytes, bool)):
+            raise TypeError
+        value = float(x)
+    except (TypeError, ValueError):
+        raise TypeError(f"{name}: expected a number, got {type(x).__name__}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"{name}: must be finite, got {value}")
+    return value
 
 
 def cache_to_numpy(name, t):
@@ -55,16 +82,19 @@ def from_numpy(a):
 def once_differentiable(backward):
     """Like torch.autograd.function.once_differentiable, with a message that names the limit.
 
-    The backward runs without building a graph; when the caller asked for one (create_graph=True),
-    its outputs hang on a node that raises when differentiated: gradients of gradients are not
-    available from the kernels.
+    The backward runs without building a graph; when the caller asked for one (create_graph=True)
+    and an input needs its gradient, the outputs hang on a node that raises when differentiated:
+    gradients of gradients are not available from the kernels. torch's own decorator looks only at
+    the incoming gradients, but these gradients depend on the inputs through the saved tensors even
+    when the incoming one is a constant (the ones of out.sum()): a gradient penalty would lose its
+    term without a word.
     """
 
     @functools.wraps(backward)
     def wrapper(ctx, *grads):
         with torch.no_grad():
             outputs = backward(ctx, *grads)
-        if not torch.is_grad_enabled() or not any(isinstance(g, torch.Tensor) and g.requires_grad for g in grads):
+        if not torch.is_grad_enabled() or not any(ctx.needs_input_grad):
             return outputs
         error = torch._C._functions.DelayedError(
             b"attnscale.torch: double backward (the gradient of a gradient) is not supported", len(outputs)
@@ -88,18 +118,21 @@ class Attention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, forward_options, options, sinks=None):
-        mask_np = None if mask is None else to_numpy("mask", mask)
+        mask_np = None if mask is None else to_numpy("mask", mask, is_mask=True)
         if sinks is not None:
-            options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64)))
+            # A copy: the backward reads the logits this forward used, whatever happens to sinks.
+            options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64, copy=True)))
             forward_options = dict(forward_options, sinks=options["sinks"])
         arrays = (to_numpy("q", q), to_numpy("k", k), to_numpy("v", v))
         out_np, lse_np = _attnscale.attention(*arrays, mask=mask_np, return_lse=True, **forward_options)
         out, lse = from_numpy(out_np), from_numpy(lse_np)
-        ctx.save_for_backward(q, k, v, out, lse)
-        # The arrays the first backward reads, checked once here: q, k, v's over detached views and
-        # the kernel's own out and lse (none refers to a tensor of the graph: no reference cycle).
-        ctx.arrays = arrays + (out_np, lse_np)
-        ctx.mask = mask_np
+        # The mask is saved as q, k and v are: the backward reads it, so a change in place between
+        # the forward and the backward must meet autograd's check, not change the gradients.
+        ctx.save_for_backward(q, k, v, out, lse, mask)
+        # The arrays the first backward reads, checked once here: q, k, v's and the mask's over
+        # detached views and the kernel's own out and lse (none refers to a tensor of the graph: no
+        # reference cycle).
+        ctx.arrays = arrays + (out_np, lse_np, mask_np)
         ctx.mask_dtype = None if mask is None else mask.dtype
         ctx.sinks_dtype = None if sinks is None else sinks.dtype
         ctx.options = options
@@ -113,14 +146,15 @@ class Attention(torch.autograd.Function):
         # autograd's check that none was modified in place since the forward. The forward's arrays
         # are let go here, so that they keep no memory alive past the backward that the saved
         # tensors would not; a second backward (retain_graph=True) takes them from the tensors.
-        q, k, v, out, lse = ctx.saved_tensors
+        q, k, v, out, lse, mask = ctx.saved_tensors
         arrays = ctx.__dict__.pop("arrays", None) or (
-            to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), to_numpy("out", out), lse.numpy())
+            to_numpy("q", q), to_numpy("k", k), to_numpy("v", v), to_numpy("out", out), lse.numpy(),
+            None if mask is None else to_numpy("mask", mask, is_mask=True))
         need = ctx.needs_input_grad + (False,) * (7 - len(ctx.needs_input_grad))  # sinks: optional
         grads = _attnscale.attention_backward(
-            *arrays,
+            *arrays[:5],
             to_numpy("dout", dout.to(out.dtype)),
-            mask=ctx.mask,
+            mask=arrays[5],
             return_dsinks=need[6],
             return_dbias=need[3],
             **ctx.options,
@@ -162,7 +196,9 @@ class _Half(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        return _converted(grad, ctx.source), None
+        # Itself differentiable (the conversion is linear): under create_graph=True the gradient of
+        # a gradient passes through, and reaches the kernels' node that refuses it.
+        return _Half.apply(grad, ctx.source), None
 
 
 def as_float16(t):
@@ -182,24 +218,42 @@ def float16_as_float32(*tensors):
 
 
 def dropout_keywords(p):
-    """The kernels' dropout keywords for probability p: a seed from torch's default generator, so
-    torch.manual_seed fixes the mask (the backward regenerates it from the same seed)."""
+    """The kernels' dropout keywords for probability p (the caller's dropout_p): a seed from torch's
+    default generator, so torch.manual_seed fixes the mask (the backward regenerates it from the
+    same seed)."""
+    p = real("dropout_p", p)
+    if not 0 <= p < 1:
+        raise ValueError(f"dropout_p: must be in [0, 1), got {p}")
     if p == 0:
         return {}
     seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())
-    return dict(dropout_p=float(p), dropout_seed=seed)
+    return dict(dropout_p=p, dropout_seed=seed)
 
 
-def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None):
+def _check_empty(q, k, v, mask, options):
+    """What the kernels would check of a call that has nothing to compute (broadcast.Layout.empty):
+    dtypes, devices, the last two dimensions and the options."""
+    arrays = [to_numpy(name, t) for name, t in (("q", q), ("k", k), ("v", v))]
+    broadcast.check_rows(tuple(q.shape), tuple(k.shape), tuple(v.shape))
+    check_options(*arrays, None if mask is None else to_numpy("mask", mask, is_mask=True), options)
+
+
+def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None, mask_name="mask"):
     """(out, lse) of attention over tensors of PyTorch's shapes (attnscale.broadcast folds them).
 
-    An empty key set (or no query) is PyTorch's math on the empty operands: out 0, lse -inf.
+    An empty key set (or no query) is PyTorch's math on the empty operands: out 0, lse -inf, once
+    the arguments have passed the checks a non-empty call meets. mask_name: the caller's name of the
+    mask, for its messages.
     """
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    lay = broadcast.layout(q.shape, k.shape, v.shape, None if mask is None else mask.shape, gqa)
+    check_operands(q, k, v)
+    if mask is not None:
+        to_numpy(mask_name, mask, is_mask=True)  # its dtype and device, under the caller's name
+    lay = broadcast.layout(q.shape, k.shape, v.shape, None if mask is None else mask.shape, gqa, mask_name)
+    if sinks is not None and (not isinstance(sinks, torch.Tensor) or sinks.shape != (lay.hq,)):
+        got = list(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__
+        raise ValueError(f"sinks: expected a tensor of shape ({lay.hq},), one logit per query head, got {got}")
     if lay.empty:
+        _check_empty(q, k, v, mask, forward_options)
         kk, vv = k, v
         if lay.hq != lay.hkv and k.dim() >= 3 and lay.hkv:
             kk, vv = (t.repeat_interleave(lay.hq // lay.hkv, dim=-3) for t in (k, v))
@@ -208,8 +262,5 @@ def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None):
         return out.reshape(lay.out), torch.full(lay.lse, -math.inf, dtype=stats)
     q4, k4, v4 = (broadcast.fold(t, s, lay.batch, torch.Tensor.expand) for t, s in ((q, lay.q), (k, lay.k), (v, lay.v)))
     m4 = None if mask is None else broadcast.fold(mask, lay.mask, lay.batch, torch.Tensor.expand)
-    if sinks is not None and (not isinstance(sinks, torch.Tensor) or sinks.shape != (lay.hq,)):
-        got = list(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__
-        raise ValueError(f"sinks: expected a tensor of shape ({lay.hq},), one logit per query head, got {got}")
     out, lse = Attention.apply(q4, k4, v4, m4, forward_options, options, sinks)
     return out.reshape(lay.out), lse.reshape(lay.lse)

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 
 from . import _attnscale
-from .torch_flash import _attend, _options, check_block_table, check_rank
+from .torch_flash import _attend, _options, check_block_table, check_rank, window_sides
 from .torch_function import as_float16, cache_to_numpy
 
 _CACHE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -155,11 +155,14 @@ def flash_attn_with_kvcache(
     each sequence (contiguous cache only). cache_leftpad [B]: the first key of each sequence (keys
     before it are not attended to). softmax_scale, causal, window_size, softcap and alibi_slopes as
     in flash_attn_func, with sequence b's diagonal at its last key: query i at key position
-    L_b - Nq + i, L_b = cache_seqlens[b] + Nnew - cache_leftpad[b] keys. num_splits: accepted; the
+    L_b - Nq + i, L_b = cache_seqlens[b] + Nnew - cache_leftpad[b] keys; a window side of seqlen_k
+    or more (seqlen_cache; paged: max_blocks * block_size) is -1, as FlashAttention sets it (for
+    q's rotary positions too). num_splits: accepted; the
     keys are split by the kernels' own fixed chunks (the result does not depend on the thread count).
 
     Returns out [B, Nq, H, d] in q's dtype; with return_softmax_lse, (out, softmax_lse [B, H, Nq]
-    float32, float64 for float64 q). A row with no visible key gives out 0 and softmax_lse +inf. No gradient (as
+    float32, float64 for float64 q). A row with no visible key gives out 0 and softmax_lse +inf (a
+    cache of seqlen 0 too; B = 0 is refused, as by FlashAttention). No gradient (as
     FlashAttention's: inference only).
 
     Example (a paged cache of 4 blocks of 16 keys; one new token for each of 2 sequences):
@@ -178,6 +181,10 @@ def flash_attn_with_kvcache(
     _check_tensor("v_cache", v_cache, layout)
     B, Nq, H, d = q.shape
     Hkv = k_cache.shape[2]
+    if B == 0:
+        raise ValueError(f"q: batch size must be positive (as in FlashAttention), got q {list(q.shape)}")
+    if d == 0:
+        raise ValueError(f"q: headdim must be positive, got q {list(q.shape)}")
     if k_cache.shape[:3] != v_cache.shape[:3]:
         raise ValueError(f"v_cache: expected shape {list(k_cache.shape[:3])} + [headdim], got {list(v_cache.shape)}")
     if k_cache.shape[3] != d:
@@ -192,6 +199,8 @@ def flash_attn_with_kvcache(
     if q.dtype != k_cache.dtype or v_cache.dtype != k_cache.dtype:
         raise TypeError(f"q, k_cache, v_cache: expected one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     dv = v_cache.shape[3]
+    if dv == 0:
+        raise ValueError(f"v_cache: headdim must be positive, got v_cache {list(v_cache.shape)}")
     if block_table is not None and cache_batch_idx is not None:
         raise ValueError("cache_batch_idx: not supported with a paged cache (block_table)")
     if cache_batch_idx is None:
@@ -246,14 +255,18 @@ def flash_attn_with_kvcache(
             raise ValueError(f"rotary_cos: rotary_dim {2 * rotary_cos.shape[1]} exceeds headdim {d}")
     if not isinstance(num_splits, int) or num_splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0, got {num_splits!r}")
-    options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, H, 0.0)
+    # FlashAttention's mha_fwd_kvcache first turns a window side that reaches the cache's seqlen_k
+    # (seqlen_cache; paged: max_blocks * block_size) into -1: such a window is no window, also where
+    # the rotary embedding puts q's rows.
+    left, right = (-1 if w >= cache.capacity else w for w in window_sides(window_size))
+    options = _options(softmax_scale, causal, (left, right), softcap, alibi_slopes, H, 0.0)
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != B:
         raise ValueError(f"alibi_slopes: expected ({H},) or ({B}, {H}), got {list(alibi_slopes.shape)}")
-    left, right = (int(w) for w in window_size)
     if k is not None:
         positions = torch.tensor(seqlens)[:, None] + torch.arange(n_new)[None, :]  # [B, Nnew]
         if rotary:
-            # q's rows sit at cache_seqlens + i when causal or windowed, else all at cache_seqlens.
+            # q's rows sit at cache_seqlens + i when causal or windowed (after the normalisation
+            # above), else all at cache_seqlens.
             local = causal or left >= 0 or right >= 0
             qpos = torch.tensor(seqlens)[:, None] + (torch.arange(Nq) if local else torch.zeros(Nq, dtype=torch.long))[None, :]
             last = max([int(t.max()) for t in (positions, qpos) if t.numel()], default=0)
@@ -269,9 +282,13 @@ def flash_attn_with_kvcache(
             rows, idx = cache.locate(positions)
             k_cache[rows, idx] = k.to(k_cache.dtype)
             v_cache[rows, idx] = v.to(v_cache.dtype)
-        # decode's rows see keys up to their own (causal, or a right window of 0), right keys past it
-        # or to the end.
-        if k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16):
+        if q.numel() == 0 or k_cache.numel() == 0:
+            # No query row, or a cache of no key (seqlen_cache 0, or no block): nothing for the
+            # kernels to read; each row sees no key.
+            out, lse = q.new_zeros(B, Nq, H, dv), torch.full((B, H, Nq), -math.inf)
+        elif k_cache.dtype in (torch.float32, torch.bfloat16, torch.float16):
+            # decode's rows see keys up to their own (causal, or a right window of 0), right keys
+            # past it or to the end.
             out, lse = _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal or right == 0, left, right)
         else:
             out, lse = _per_sequence(q, k_cache, v_cache, cache, starts, lengths, options, alibi_slopes)

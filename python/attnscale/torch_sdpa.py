@@ -16,7 +16,7 @@ gets its gradient, dS, summed over its broadcast dimensions by autograd.
 """
 import torch
 
-from .torch_function import as_float16, attend, dropout_keywords, float16_as_float32
+from .torch_function import as_float16, attend, check_operands, dropout_keywords, float16_as_float32, real
 
 
 def scaled_dot_product_attention(
@@ -31,7 +31,8 @@ def scaled_dot_product_attention(
     query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev]; leading dimensions
     broadcast; Hkv must equal Hq (or be 1) unless enable_gqa=True (then Hq % Hkv == 0).
     attn_mask: None, bool (True = take part) or float (added to the scaled scores), broadcasting
-    to [..., Hq, L, S] (a [B, 1, 1, S] padding mask is read with stride 0, not copied).
+    to [..., Hq, L, S] as in PyTorch ([S] and 0-d masks too; a [B, 1, 1, S] padding mask is read
+    with stride 0, not copied).
     is_causal: query i sees keys j <= i (top-left diagonal); not together with attn_mask.
     scale: None (1/sqrt(E)) or a number. dropout_p: as PyTorch's function, dropout is applied
     whenever dropout_p > 0 (pass 0.0 in evaluation), kept probabilities scaled by 1/(1 - p); the
@@ -51,16 +52,18 @@ def scaled_dot_product_attention(
     """
     if is_causal and attn_mask is not None:
         raise ValueError("attn_mask: must be None when is_causal=True (as in PyTorch)")
+    check_operands(query, key, value)  # before float16's conversion: mixed dtypes are told so
     mask = attn_mask
     if mask is not None:
         if not isinstance(mask, torch.Tensor):
             mask = torch.as_tensor(mask)
         if mask.dtype in (torch.bfloat16, torch.float16):
             mask = mask.float()  # the kernels read float32/float64 masks; a copy of the mask as given
-    options = dict(scale=None if scale is None else float(scale), causal=bool(is_causal), **dropout_keywords(dropout_p))
+    scale = None if scale is None else real("scale", scale)
+    options = dict(scale=scale, causal=bool(is_causal), **dropout_keywords(dropout_p))
     (query, key, value), half = float16_as_float32(query, key, value)
     try:
-        out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa)
+        out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa, mask_name="attn_mask")
     except ValueError as e:
         if not enable_gqa and str(e).startswith("q, k:"):
             raise ValueError(f"{e} (key/value with fewer heads than query need enable_gqa=True)") from None

@@ -8,12 +8,13 @@ import attnscale
 import torch_reference
 
 # (q, k, v, mask): rank 5, broadcast batch, the [B, 1, 1, Nkv] padding mask, masks broadcast in Nq
-# or in Nkv, q with one head against k with three, GQA.
+# or in Nkv, q with one head against k with three, GQA, an [Nkv] mask.
 CASES = [
     ((2, 3, 2, 5, 4), (3, 1, 7, 4), (3, 1, 7, 3), (2, 1, 1, 1, 7)),
     ((3, 4, 9, 8), (1, 2, 11, 8), (1, 2, 11, 8), (3, 1, 1, 11)),
     ((1, 13, 6), (2, 3, 17, 6), (2, 3, 17, 5), (13, 1)),
     ((2, 1, 5, 4), (2, 3, 5, 4), (2, 3, 5, 4), (1, 5)),
+    ((3, 2, 6, 4), (3, 2, 7, 4), (3, 2, 7, 2), (7,)),  # a key mask of rank 1, as PyTorch broadcasts it
 ]
 
 
@@ -75,6 +76,13 @@ def test_an_empty_key_set_gives_zero_and_minus_infinity(rng):
     assert attnscale.attention(q[:, :, :0], q, q).shape == (2, 3, 0, 4)
     with pytest.raises(TypeError, match=r"^attention\(\) got an unexpected keyword argument 'casual'"):
         attnscale.attention(q, kv, kv, casual=True)
+    # Nothing to compute, but the checks of a call with work to do, with their messages.
+    with pytest.raises(ValueError, match=r"^q, k, v: dtypes differ \(q float64, k float32, v float32\)$"):
+        attnscale.attention(q, kv.astype(np.float32), kv.astype(np.float32))
+    with pytest.raises(ValueError, match=r"^k: last dimension dk = 3 must equal q's dk = 4 \(q \[2, 3, 0, 4\], k \[2, 3, 5, 3\]\)$"):
+        attnscale.attention(q[:, :, :0], q[..., :3], q[..., :3])
+    with pytest.raises(ValueError, match=r"^v: heads and keys must match k's"):
+        attnscale.attention_backward(q, kv, q, out, lse, out)
 
 
 def test_dbias_of_a_broadcast_mask_has_q_s_leading_shape(rng):

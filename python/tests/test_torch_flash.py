@@ -1,6 +1,8 @@
 """attnscale.torch.flash_attn_func / flash_attn_varlen_func against FlashAttention's semantics in float64."""
 import math
+import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -134,6 +136,22 @@ def test_varlen_equals_a_loop_over_the_sequences(gen, opts):
         assert (probs[b, :, lq[b] :] == 0).all() and (probs[b, :, :, lk[b] :] == 0).all()
 
 
+def test_slopes_and_offsets_changed_after_the_forward_leave_its_gradients_alone(gen):
+    # The backward reads copies of the alibi slopes and cu_seqlens the forward used (float64 and
+    # int64 tensors that a conversion would otherwise share).
+    q, k, v, cq, ck = varlen_operands(gen, [2, 3], [4, 2], grad=True)
+    cq, ck = cq.long(), ck.long()
+    slopes = torch.rand(2, 4, dtype=torch.float64, generator=gen)
+    f = lambda: at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 4, causal=True, alibi_slopes=slopes)
+    want = torch.autograd.grad(f().square().sum(), (q, k, v))
+    out = f()
+    slopes.mul_(5)
+    cq.copy_(torch.tensor([0, 3, 5]))
+    ck.copy_(torch.tensor([0, 1, 6]))
+    for g, w in zip(torch.autograd.grad(out.square().sum(), (q, k, v)), want):
+        assert torch.equal(g, w)
+
+
 def test_varlen_gradcheck_and_empty_key_sets(gen):
     q, k, v, cq, ck = varlen_operands(gen, [2, 3, 1], [3, 0, 2], h=2, hkv=1, d=3, grad=True)
     f = lambda q, k, v: at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3, causal=True)
@@ -196,6 +214,51 @@ def test_errors(gen):
     assert at.flash_attn_func(qb, kb, vb, deterministic=True).shape == qb.shape
     empty_rows = at.flash_attn_func(qb[:, :4], kb[:, :2], vb[:, :2], causal=True, return_attn_probs=True)[1]
     assert (empty_rows[..., :2] == math.inf).all() and torch.isfinite(empty_rows[..., 2:]).all()
+
+
+def test_errors_name_the_arguments_in_flash_attention_s_layout(gen):
+    """Shapes are shown as the caller passed them ([B, N, H, d], packed [total, H, d]), options
+    under FlashAttention's names; window_size takes ints only (1.7 is not cut to 1)."""
+    q, k, v = randn(gen, 2, 5, 4, 8), randn(gen, 2, 7, 2, 8), randn(gen, 2, 7, 2, 8)
+    shown = lambda q, k, v: r"\(q %s, k %s, v %s\)$" % tuple(re_list(t) for t in (q, k, v))
+    bad = [
+        ((q, k[:1], v[:1]), {}, ValueError, r"^k, v: batch 1 differs from q's 2 " + shown(q, k[:1], v[:1])),
+        ((q, k[..., :3], v), {}, ValueError, r"^k: headdim 3 differs from q's 8 " + shown(q, k[..., :3], v)),
+        ((q, k, v[:, :6]), {}, ValueError, r"^v: expected the batch, seqlen and heads of k " + shown(q, k, v[:, :6])),
+        ((q[:, :, :3], k, v), {}, ValueError, r"^k, v: 2 heads do not divide q's 3 heads " + shown(q[:, :, :3], k, v)),
+        ((q.half(), k, v), {}, ValueError, r"^q, k, v: dtypes differ \(q float16, k float64, v float64\)$"),
+        ((q, k, v), dict(softmax_scale=math.nan), ValueError, r"^softmax_scale: must be finite, got nan$"),
+        ((q, k, v), dict(softmax_scale="x"), TypeError, r"^softmax_scale: expected a number, got str$"),
+        ((q, k, v), dict(softcap="x"), TypeError, r"^softcap: expected a number, got str$"),
+        ((q, k, v), dict(dropout_p=1.0), ValueError, r"^dropout_p: must be in \[0, 1\), got 1.0$"),
+        ((q, k, v), dict(window_size=(1.7, 0.2)), TypeError, r"^window_size: expected \(left, right\), two ints"),
+        ((q, k, v), dict(window_size=(True, -1)), TypeError, r"^window_size: expected \(left, right\), two ints"),
+        ((q, k, v), dict(window_size=(3,)), TypeError, r"^window_size: expected \(left, right\), two ints"),
+    ]
+    for args, kwargs, error, message in bad:
+        with pytest.raises(error, match=message):
+            at.flash_attn_func(*args, **kwargs)
+    cu_q, cu_k = torch.tensor([0, 2, 5], dtype=torch.int32), torch.tensor([0, 3, 7], dtype=torch.int32)
+    pq, pk = q[0], k[0, :, :, :3]  # [total, H, d]
+    with pytest.raises(ValueError, match=r"^k: headdim 3 differs from q's 8 " + shown(pq, pk, pk)):
+        at.flash_attn_varlen_func(pq, pk, pk, cu_q, cu_k, 3, 4)
+    # Integers of other types are ints (numpy's, 0-d integer tensors).
+    want = at.flash_attn_func(q, k, v, window_size=(2, 1))
+    assert torch.equal(at.flash_attn_func(q, k, v, window_size=(torch.tensor(2), np.int64(1))), want)
+
+
+def re_list(t):
+    return re.escape(str(list(t.shape)))
+
+
+def test_no_key_gives_zero_and_infinite_lse(gen):
+    # FlashAttention's mha_fwd on seqlen_k = 0: out 0, softmax_lse +inf; the gradients are 0.
+    q, k, v = randn(gen, 2, 5, 4, 8, grad=True), randn(gen, 2, 0, 2, 8, grad=True), randn(gen, 2, 0, 2, 3, grad=True)
+    out, lse, probs = at.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert out.shape == (2, 5, 4, 3) and (out == 0).all() and probs.shape == (2, 4, 5, 0)
+    assert lse.shape == (2, 4, 5) and (lse == math.inf).all()
+    out.sum().backward()
+    assert (q.grad == 0).all()
 
 
 def test_dropout_is_a_pure_function_of_the_seed_and_unbiased(gen):

@@ -166,13 +166,73 @@ def test_second_backward_and_in_place_changes(gen):
 
 
 def test_forward_arrays_are_let_go_by_the_backward(gen):
-    """The arrays the forward checked once and the first backward reads (q, k, v, out, lse) are
+    """The arrays the forward checked once and the first backward reads (q, k, v, out, lse, mask) are
     dropped by that backward, so they keep nothing alive that autograd has freed."""
     q, k, v = leaves(gen, (1, 2, 9, 8), (1, 2, 11, 8), (1, 2, 11, 8), dtype=torch.float32)
     out = at.attention(q, k, v)
     node = out.grad_fn  # the kernels' node, under any reshape of its output
     while type(node).__name__ != "AttentionBackward":
         node = node.next_functions[0][0]
-    assert len(node.arrays) == 5
+    assert len(node.arrays) == 6
     out.sum().backward()
     assert not hasattr(node, "arrays")
+
+
+def test_double_backward_is_refused_by_every_function(gen):
+    """A gradient taken with create_graph=True (a gradient penalty) depends on the inputs through
+    the saved tensors even when the incoming gradient is a constant (out.sum()): differentiating it
+    raises, instead of giving 0 for the penalty's term. Without create_graph nothing changes."""
+    x = torch.randn(2, 5, 3, 4, dtype=torch.float64, generator=gen, requires_grad=True)  # [B, N, H, d]
+    half = x.detach().to(torch.float16).requires_grad_()
+    cu = torch.tensor([0, 3, 10], dtype=torch.int32)
+    heads = lambda t: t.transpose(1, 2)  # [B, H, N, d]
+    calls = {
+        "attention": (x, lambda t: at.attention(heads(t), heads(t), heads(t), causal=True)),
+        "sdpa": (x, lambda t: at.scaled_dot_product_attention(heads(t), heads(t), heads(t), attn_mask=torch.ones(5))),
+        "sdpa float16": (half, lambda t: at.scaled_dot_product_attention(heads(t), heads(t), heads(t))),
+        "flash_attn_func": (x, lambda t: at.flash_attn_func(t, t, t, causal=True)),
+        "flash float16": (half, lambda t: at.flash_attn_func(t, t, t)),
+        "varlen": (x, lambda t: at.flash_attn_varlen_func(t.flatten(0, 1), t.flatten(0, 1), t.flatten(0, 1), cu, cu, 7, 7)),
+    }
+    for name, (leaf, f) in calls.items():
+        (g,) = torch.autograd.grad(f(leaf).float().sum(), leaf, create_graph=True)
+        assert g.requires_grad, name
+        with pytest.raises(RuntimeError, match=r"double backward \(the gradient of a gradient\) is not supported"):
+            (g.float() ** 2).sum().backward()
+        (plain,) = torch.autograd.grad(f(leaf).float().sum(), leaf)
+        assert not plain.requires_grad and torch.equal(plain, g.detach()), name
+
+
+@pytest.mark.parametrize("kind", ["float", "bool"])
+def test_a_mask_changed_in_place_after_the_forward_is_refused(gen, kind):
+    """The backward reads the mask: changed in place before it, autograd's check refuses it (as
+    PyTorch's own attention does), not the new mask read into the gradients."""
+    (q,) = leaves(gen, (1, 2, 6, 4))
+    if kind == "float":
+        mask = torch.randn(6, 6, dtype=torch.float64, generator=gen)
+    else:
+        mask = torch.rand(6, 6, generator=gen) < 0.7
+        mask[:, 0] = True
+    calls = (lambda m: at.attention(q, q, q, mask=m), lambda m: at.scaled_dot_product_attention(q, q, q, attn_mask=m),
+             lambda m: at.attention(q, q, q, mask=m[0]))  # a [Nkv] view of the buffer
+    for f in calls:
+        m = mask.clone()
+        out = f(m)
+        m.fill_(0)
+        m.fill_diagonal_(1)  # the buffer reused for the next chunk
+        with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+            out.sum().backward()
+        torch.autograd.grad(f(mask).sum(), q)  # left alone, the mask passes the check
+
+
+def test_sinks_changed_after_the_forward_leave_its_gradients_alone(gen):
+    # The backward reads a copy of the logits the forward used (one per head, no cost to keep).
+    q, k, v = leaves(gen, (1, 4, 5, 3), (1, 2, 7, 3), (1, 2, 7, 2))
+    sinks = torch.randn(4, dtype=torch.float64, generator=gen, requires_grad=True)
+    want = torch.autograd.grad(at.attention(q, k, v, sinks=sinks).sum(), (q, k, v, sinks))
+    out = at.attention(q, k, v, sinks=sinks)
+    with torch.no_grad():
+        sinks.add_(3.0)  # an optimizer step between the forward and the backward
+    got = torch.autograd.grad(out.sum(), (q, k, v, sinks))
+    for g, w in zip(got, want):
+        assert torch.equal(g, w)

@@ -245,6 +245,47 @@ def test_float16_cache_is_read_as_stored(gen):
     assert torch.equal(out[:, 0], torch.from_numpy(direct).to(torch.float16))
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "paged"])
+def test_a_window_past_the_cache_is_no_window(gen, layout):
+    """FlashAttention's mha_fwd_kvcache sets a window side >= seqlen_k (seqlen_cache; paged:
+    max_blocks * block_size) to -1 before anything else, so (seqlen_k, -1) is (-1, -1): q's rotary
+    positions too, which a window would move (rows at cache_seqlens + i, not all at cache_seqlens)."""
+    B, Nq, H, Hkv, d, seqlens = 2, 3, 4, 2, 8, [5, 9]
+    if layout == "paged":
+        kc, vc, table = paged(gen, seqlens, 4, Hkv, d, torch.float32, spare=Nq)
+        capacity = 4 * table.shape[1]
+    else:
+        kc, vc, table = randn(gen, B, 16, Hkv, d), randn(gen, B, 16, Hkv, d), None
+        capacity = 16
+    q, k, v = randn(gen, B, Nq, H, d), randn(gen, B, Nq, Hkv, d), randn(gen, B, Nq, Hkv, d)
+    angles = torch.rand(capacity + 4, d // 2, generator=gen) * 2 * math.pi
+    cos, sin = torch.cos(angles), torch.sin(angles)
+    lens = torch.tensor(seqlens, dtype=torch.int32)
+    runs = {}
+    for window in ((-1, -1), (capacity, -1), (1000, -1), (-1, capacity), (capacity - 1, -1)):
+        kk, vv = kc.clone(), vc.clone()
+        runs[window] = at.flash_attn_with_kvcache(q, kk, vv, k, v, cos, sin, cache_seqlens=lens, block_table=table,
+                                                  window_size=window, return_softmax_lse=True)
+    for window in ((capacity, -1), (1000, -1), (-1, capacity)):
+        assert all(torch.equal(a, b) for a, b in zip(runs[window], runs[(-1, -1)])), window
+    want, _ = reference(q, kc, vc, k, v, cos, sin, seqlens=lens, table=table)
+    torch.testing.assert_close(runs[(-1, -1)][0].double(), want, rtol=2e-5, atol=2e-5)
+    # One key less than seqlen_k is a window: q's rows at their own positions.
+    want, _ = reference(q, kc, vc, k, v, cos, sin, seqlens=lens, table=table, window_size=(capacity - 1, -1))
+    torch.testing.assert_close(runs[(capacity - 1, -1)][0].double(), want, rtol=2e-5, atol=2e-5)
+
+
+def test_a_cache_of_no_key_gives_zero_and_infinite_lse(gen):
+    # seqlen_cache = 0 (or a paged cache of no block): every row sees no key, as FlashAttention's.
+    q = randn(gen, 2, 3, 4, 8)
+    for kc, table in ((randn(gen, 2, 0, 2, 8), None), (randn(gen, 0, 16, 2, 8), torch.zeros(2, 1, dtype=torch.int32))):
+        lens = None if table is None else torch.zeros(2, dtype=torch.int32)
+        out, lse = at.flash_attn_with_kvcache(q, kc, kc.clone(), cache_seqlens=lens, block_table=table,
+                                              return_softmax_lse=True)
+        assert out.shape == (2, 3, 4, 8) and (out == 0).all()
+        assert lse.shape == (2, 4, 3) and (lse == math.inf).all()
+
+
 def test_whole_cache_without_seqlens(gen):
     kc, vc = randn(gen, 2, 9, 1, 8), randn(gen, 2, 9, 1, 8)
     q = randn(gen, 2, 1, 3, 8)
@@ -275,6 +316,9 @@ def bad_calls(gen):
         (dict(k=k, v=v, cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs), "rotary_cos: 4 positions (rows), the keys and queries reach position 7"),
         (dict(cache_seqlens=lens, alibi_slopes=torch.ones(3, 4)), "alibi_slopes: expected (4,) or (2, 4)"),
         (dict(num_splits=-1), "num_splits: expected an int >= 0"),
+        (dict(window_size=(1.5, -1)), "window_size: expected (left, right), two ints"),
+        (dict(softmax_scale="x"), "softmax_scale: expected a number, got str"),
+        (dict(q=q[:0]), "q: batch size must be positive (as in FlashAttention), got q [0, 1, 4, 4]"),
     ], kc, vc, q
 
 

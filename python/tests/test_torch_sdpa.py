@@ -128,16 +128,75 @@ def test_empty_key_set_gives_zero(gen):
     assert (q.grad == 0).all()
 
 
+@pytest.mark.parametrize("nkv", [0, 3])
+def test_empty_calls_meet_the_checks_of_others(gen, nkv):
+    """No key (or no query) leaves nothing to compute, but the arguments are checked as in a call
+    with work to do, with the same messages."""
+    q, kv = randn(gen, 2, 4, 5, 8), randn(gen, 2, 4, nkv, 8)
+    bad = [
+        (lambda: sdpa(q, kv.float(), kv.float()), ValueError, r"^q, k, v: dtypes differ \(q float64, k float32, v float32\)$"),
+        (lambda: sdpa(q.long(), kv.long(), kv.long()), TypeError, r"^q: dtype must be float32, float64 or bfloat16, got torch.int64$"),
+        (lambda: sdpa(q, kv, kv, scale=math.nan), ValueError, r"^scale: must be finite, got nan$"),
+        (lambda: sdpa(q, kv, kv, dropout_p=2.0), ValueError, r"^dropout_p: must be in \[0, 1\), got 2.0$"),
+        (lambda: sdpa(q, kv, kv, attn_mask=torch.zeros(5, nkv, dtype=torch.int64)), TypeError, r"^attn_mask: dtype must be"),
+        (lambda: sdpa(q, kv, kv, attn_mask=torch.zeros(5, 2)), ValueError, r"^attn_mask: shape \[5, 2\] does not broadcast"),
+        (lambda: sdpa(q, kv, randn(gen, 2, 4, nkv + 1, 8)), ValueError,
+         r"^v: heads and keys must match k's \(k \[2, 4, %d, 8\], v \[2, 4, %d, 8\]\)$" % (nkv, nkv + 1)),
+        (lambda: sdpa(q[:, :, :0], kv[..., :3], kv[..., :3]),
+         ValueError, r"^k: last dimension dk = 3 must equal q's dk = 8 \(q \[2, 4, 0, 8\], k \[2, 4, %d, 3\]\)$" % nkv),
+    ]
+    for call, error, message in bad:
+        with pytest.raises(error, match=message):
+            call()
+    assert sdpa(q, kv, kv, scale=0.5, dropout_p=0.25).shape == (2, 4, 5, 8)
+    assert sdpa(q[:, :, :0], kv, kv).shape == (2, 4, 0, 8)
+
+
+@pytest.mark.parametrize("shape", [(7,), ()], ids=["[S]", "0-d"])
+@pytest.mark.parametrize("kind", ["bool", "float"])
+def test_a_mask_of_rank_0_or_1_broadcasts_as_in_pytorch(gen, shape, kind):
+    # PyTorch's masks broadcast to the scores' shape: an [S] key mask, or a 0-d one, too.
+    q, k, v = randn(gen, 2, 3, 5, 4, grad=True), randn(gen, 2, 3, 7, 4, grad=True), randn(gen, 2, 3, 7, 3, grad=True)
+    if kind == "bool":
+        mask = torch.rand(7, generator=gen) < 0.6
+        mask[0] = True
+        mask = mask[0] if shape == () else mask
+    else:
+        mask = torch.randn(shape, dtype=torch.float64, generator=gen).requires_grad_()
+    want = torch_reference.sdpa(q, k, v, attn_mask=mask)
+    for got in (sdpa(q, k, v, attn_mask=mask), at.attention(q, k, v, mask=mask)):
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    if kind == "float":  # the bias's gradient, summed back to its own shape
+        dout = randn(gen, *want.shape)
+        (dbias,) = torch.autograd.grad(sdpa(q, k, v, attn_mask=mask), mask, dout)
+        (ref,) = torch.autograd.grad(want, mask, dout)
+        assert dbias.shape == mask.shape
+        torch.testing.assert_close(dbias, ref, rtol=1e-10, atol=1e-12)
+        assert torch.autograd.gradcheck(lambda q, m: sdpa(q, k, v, attn_mask=m), (q, mask))
+
+
 def test_errors(gen):
     q, k = randn(gen, 4, 5, 8, grad=True), randn(gen, 2, 5, 8, grad=True)
     with pytest.raises(ValueError, match=r"need enable_gqa=True\)$"):
         sdpa(q, k, k)
     with pytest.raises(ValueError, match=r"^attn_mask: must be None when is_causal=True"):
         sdpa(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.bool), is_causal=True)
-    with pytest.raises(ValueError, match=r"^mask: shape \[4, 5\] does not broadcast to \[4, 5, 5\]$"):
+    with pytest.raises(ValueError, match=r"^attn_mask: shape \[4, 5\] does not broadcast to \[4, 5, 5\]$"):
         sdpa(q, q, q, attn_mask=torch.ones(4, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"got an unexpected keyword argument 'casual'"):
         sdpa(q, q, q, casual=True)
+    # Messages name the caller's arguments: attn_mask, scale, dropout_p; float16 is supported, so a
+    # float16 query among float64 key and value is told that the dtypes differ.
+    with pytest.raises(ValueError, match=r"^q, k, v: dtypes differ \(q float16, k float64, v float64\)$"):
+        sdpa(q.half(), q, q)
+    with pytest.raises(TypeError, match=r"^attn_mask: dtype must be bool, uint8, float32, float64 or bfloat16, got torch.int32$"):
+        sdpa(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.int32))
+    with pytest.raises(ValueError, match=r"^q, k, v, attn_mask: leading dimensions .* do not broadcast$"):
+        sdpa(randn(gen, 3, 4, 5, 8), q, q, attn_mask=torch.ones(2, 4, 5, 5, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"^scale: expected a number, got str$"):
+        sdpa(q, q, q, scale="x")
+    with pytest.raises(ValueError, match=r"^dropout_p: must be in \[0, 1\), got 1.0$"):
+        sdpa(q, q, q, dropout_p=1)
     out = sdpa(q, k, k, enable_gqa=True)
     (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward .* is not supported"):
