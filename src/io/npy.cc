@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -243,8 +244,31 @@ Tensor read_npy_bytes(const std::string& name, std::string_view bytes) {
   return t;
 }
 
+namespace {
+
+// The descr of each dtype write_npy writes as it is (bfloat16 is widened to float32 first).
+const char* descr_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "<f4";
+    case DType::f64: return "<f8";
+    case DType::u8: return "|u1";
+    case DType::i8: return "|i1";
+    case DType::i32: return "<i4";
+    case DType::f16: return "<f2";
+    case DType::bf16: break;  // .npy has no bfloat16
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string npy_header_bytes(DType dtype, const std::int64_t* shape, int rank) {
-  const char* descr = dtype == DType::f32 ? "<f4" : dtype == DType::f64 ? "<f8" : "|u1";
+  const char* descr = descr_of(dtype);
+  // Checked before `shape` is read: a view's shape holds kMaxRank dimensions.
+  if (rank < 1 || rank > kMaxRank)
+    throw Error("cannot write an array of rank " + std::to_string(rank) + " (ranks 1 to " +
+                std::to_string(kMaxRank) + " are written)");
+  if (descr == nullptr) throw Error("cannot write dtype " + std::string(dtype_name(dtype)) + " to .npy");
   std::string text = "(";
   for (int d = 0; d < rank; ++d) text += std::to_string(shape[d]) + (rank == 1 || d + 1 < rank ? "," : "");
   text += ")";
@@ -255,6 +279,31 @@ std::string npy_header_bytes(DType dtype, const std::int64_t* shape, int rank) {
   const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(header.size() & 0xff),
                                  static_cast<unsigned char>(header.size() >> 8)};
   return std::string(reinterpret_cast<const char*>(pre), 10) + header;
+}
+
+std::string npy_file_bytes(const TensorView& view) {
+  if (view.data == nullptr) throw Error("nothing to write (null data pointer)");
+  const DType dtype = view.dtype == DType::bf16 ? DType::f32 : view.dtype;  // .npy has no bfloat16
+  std::string bytes = npy_header_bytes(dtype, view.shape.data(), view.rank);  // checks rank and dtype
+
+  // Gather the (possibly strided) elements in C order.
+  const std::size_t esize = dtype_size(dtype), at = bytes.size();
+  bytes.resize(at + static_cast<std::size_t>(view.numel()) * esize);
+  char* data = bytes.data() + at;
+  std::array<std::int64_t, kMaxRank> idx{};
+  for (std::int64_t n = 0; n < view.numel(); ++n) {
+    std::int64_t off = 0;
+    for (int d = 0; d < view.rank; ++d) off += idx[d] * view.strides[d];
+    const char* src = static_cast<const char*>(view.data) + off * static_cast<std::int64_t>(dtype_size(view.dtype));
+    if (view.dtype == DType::bf16) {
+      const float f = from_bf16(*reinterpret_cast<const bf16*>(src));
+      std::memcpy(&data[n * esize], &f, 4);
+    } else {
+      std::memcpy(&data[n * esize], src, esize);
+    }
+    for (int d = view.rank - 1; d >= 0 && ++idx[d] == view.shape[d]; --d) idx[d] = 0;
+  }
+  return bytes;
 }
 
 }  // namespace detail
@@ -282,33 +331,17 @@ Tensor read_npy(const std::string& path) {
 }
 
 void write_npy(const std::string& path, const TensorView& view) {
-  if (view.data == nullptr) throw Error(path + ": nothing to write (null data pointer)");
-  const DType dtype = view.dtype == DType::bf16 ? DType::f32 : view.dtype;  // .npy has no bfloat16
-  const std::string header = detail::npy_header_bytes(dtype, view.shape.data(), view.rank);
-
-  // Gather the (possibly strided) elements in C order.
-  const std::size_t esize = dtype_size(dtype);
-  std::vector<char> data(static_cast<std::size_t>(view.numel()) * esize);
-  std::array<std::int64_t, kMaxRank> idx{};
-  for (std::int64_t n = 0; n < view.numel(); ++n) {
-    std::int64_t off = 0;
-    for (int d = 0; d < view.rank; ++d) off += idx[d] * view.strides[d];
-    const char* src = static_cast<const char*>(view.data) + off * static_cast<std::int64_t>(dtype_size(view.dtype));
-    if (view.dtype == DType::bf16) {
-      const float f = from_bf16(*reinterpret_cast<const bf16*>(src));
-      std::memcpy(&data[n * esize], &f, 4);
-    } else {
-      std::memcpy(&data[n * esize], src, esize);
-    }
-    for (int d = view.rank - 1; d >= 0 && ++idx[d] == view.shape[d]; --d) idx[d] = 0;
+  std::string bytes;
+  try {
+    bytes = detail::npy_file_bytes(view);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
   }
-
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
     if (!out) throw Error(path + ": cannot write (" + std::string(std::strerror(errno)) + ")");
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.close();
     if (!out) {
       std::remove(tmp.c_str());
