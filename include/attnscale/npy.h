@@ -16,7 +16,9 @@ namespace attnscale {
 
 Tensor read_npy(const std::string& path);
 
-// Writes a view (any strides) as a C-order .npy. The file appears complete or not at all.
+// Writes a view (any strides) as a C-order .npy. The file appears complete or not at all: a
+// temporary beside it, renamed onto it. A symbolic link is followed (the link stays); an existing
+// FIFO or device is written in place, never replaced (io/output_file.h).
 void write_npy(const std::string& path, const TensorView& view);
 
 }  // namespace attnscale

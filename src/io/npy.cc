@@ -1,8 +1,6 @@
 // NumPy .npy reading and writing. The header format is described in npy_header.h.
 #include "attnscale/npy.h"
 
-#include <unistd.h>
-
 #include <algorithm>
 #include <array>
 #include <cerrno>
@@ -15,6 +13,7 @@
 
 #include "attnscale/error.h"
 #include "io/npy_header.h"
+#include "io/output_file.h"
 
 namespace attnscale {
 namespace detail {
@@ -337,21 +336,7 @@ void write_npy(const std::string& path, const TensorView& view) {
   } catch (const Error& e) {
     throw Error(path + ": " + e.what());
   }
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(path + ": cannot write (" + std::string(std::strerror(errno)) + ")");
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(path + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot rename temporary file into place (" + std::string(std::strerror(errno)) + ")");
-  }
+  detail::OutputFile(path, std::move(bytes)).place();
 }
 
 }  // namespace attnscale
