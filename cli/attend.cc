@@ -55,9 +55,10 @@ Tensor allocate(const char* flag, DType dtype, const std::vector<std::int64_t>& 
 }
 
 void run(const AttendFlags& f) {
-  require_own_paths({{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}},
-                    {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
-                     {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
+  const PathFlags outputs_given{{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}};
+  require_own_paths(outputs_given, {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
+                                    {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
+  require_writable(outputs_given);
   Tensor mask, alibi, sinks;
   Options options = f.mask.options(mask);
   add_transforms(f, options, alibi, sinks);
@@ -90,10 +91,10 @@ void run(const AttendFlags& f) {
   else
     forward(q.view(), k.view(), v.view(), outputs, options);
   OutputFiles files;
-  files.write_npy(f.out, out.view());
-  if (!f.lse.empty()) files.write_npy(f.lse, lse.view());
-  if (!f.probs.empty()) files.write_npy(f.probs, probs.view());
-  files.commit();
+  files.add_npy("--out", f.out, out.view());
+  if (!f.lse.empty()) files.add_npy("--lse", f.lse, lse.view());
+  if (!f.probs.empty()) files.add_npy("--probs", f.probs, probs.view());
+  files.place();
 }
 
 }  // namespace

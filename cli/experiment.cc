@@ -1,11 +1,9 @@
 // attnscale experiment NAME [flags]: run one of the lab's experiments, CSV or JSON out.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -17,6 +15,7 @@
 #include "experiment_journal.h"
 #include "lab/experiment.h"
 #include "lab/point_scheduler.h"
+#include "output_files.h"
 #include "subcommands.h"
 
 namespace attnscale::cli {
@@ -32,28 +31,10 @@ struct ExperimentFlags {
   std::map<std::string, std::string> values;
 };
 
-// The file appears complete or not at all: write a temporary next to it, then rename.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw Error(fmt::format("--out: cannot write '{}'", path));
-    f << text;
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(fmt::format("--out: cannot write '{}'", path));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(fmt::format("--out: cannot rename into '{}'", path));
-  }
-}
-
 void run(const lab::Experiment& e, const ExperimentFlags& f) {
   if (f.format != "csv" && f.format != "json") throw Error(fmt::format("--format: expected csv or json, got '{}'", f.format));
   if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
+  require_writable({{"--out", f.out}});  // before the sweep, not after it
   // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
   // that a killed run can be resumed; it is removed once FILE is in place.
   // Under mpirun only rank 0 keeps the journal and writes; the other ranks run their share of the
@@ -98,7 +79,9 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
     std::fwrite(text.data(), 1, text.size(), stdout);
     std::fflush(stdout);
   } else {
-    write_atomically(f.out, text);
+    OutputFiles file;  // complete or not at all: a temporary beside it, then renamed
+    file.add("--out", f.out, text);
+    file.place();
     journal->remove();
   }
 }
