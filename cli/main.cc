@@ -10,6 +10,7 @@
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
+#include "empty_values.h"
 #include "flag_suggestion.h"
 #include "mpi_job.h"
 #include "openblas_core.h"
@@ -48,6 +49,7 @@ int main(int argc, char** argv) {
   attnscale::cli::add_bench(app);
   attnscale::cli::add_experiment(app);
   attnscale::cli::add_report(app);
+  attnscale::cli::refuse_empty_values(app);
   try {
     // Name an unknown command plainly instead of CLI11's "A subcommand is required".
     if (argc > 1 && argv[1][0] != '-') {

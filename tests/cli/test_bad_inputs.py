@@ -372,3 +372,45 @@ def test_one_trial_gives_no_interval_and_says_so():
     assert "have no confidence interval (1 trials are too few for it); their ci_low and ci_high are nan" in r.stderr
     rows = [line.split(",") for line in r.stdout.splitlines()[1:]]
     assert rows and all(row[5] == "nan" and row[6] == "nan" and row[4] != "nan" for row in rows)
+
+
+# --- empty values --------------------------------------------------------------------------------
+
+ATTEND_VALUE_FLAGS = {"--q": "q.npy", "--k": "k.npy", "--v": "v.npy", "--out": "o.npy", "--lse": None,
+                      "--probs": None, "--mask": None, "--causal": None, "--align": None, "--window": None,
+                      "--scale": None, "--threads": None, "--sharding": None, "--softcap": None,
+                      "--alibi-slopes": None, "--sinks": None, "--dropout": None, "--dropout-seed": None,
+                      "--dropout-offset": None, "--cu-seqlens-q": None, "--cu-seqlens-k": None}
+EXPLAIN_VALUE_FLAGS = ["--q", "--k", "--v", "--n", "--d", "--seed", "--scale", "--causal", "--window", "--align",
+                       "--mask", "--threads"]
+
+
+@pytest.mark.parametrize("flag", sorted(ATTEND_VALUE_FLAGS))
+def test_empty_value_is_refused_not_taken_as_absent_attend(work, flag):
+    args = ["attend"]
+    for f, value in ATTEND_VALUE_FLAGS.items():
+        if f != flag and value is not None:
+            args += [f, value]
+    r = subprocess.run([BIN, *args, flag, ""], cwd=work, capture_output=True, text=True, timeout=60)
+    assert_refused_empty(r, work, flag)
+
+
+@pytest.mark.parametrize("flag", EXPLAIN_VALUE_FLAGS)
+def test_empty_value_is_refused_not_taken_as_absent_explain(work, flag):
+    r = subprocess.run([BIN, "explain", flag, ""], cwd=work, capture_output=True, text=True, timeout=60)
+    assert_refused_empty(r, work, flag)
+
+
+def assert_refused_empty(r, work, flag):
+    """Refused naming the flag: "empty value", or a number flag's own "got ''"."""
+    assert_refused(r, work, f"error: {flag}: ")
+    assert "empty value" in r.stderr or "got ''" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [["experiment", "saturation", "--d", ""], ["experiment", "saturation", "--out", ""],
+                                  ["experiment", "saturation", "--format", ""], ["bench", "--rows", ""],
+                                  ["report", "--out", ""]])
+def test_empty_value_is_refused_in_every_subcommand(work, args):
+    r = subprocess.run([BIN, *args], cwd=work, capture_output=True, text=True, timeout=60)
+    assert_refused_empty(r, work, args[-2])
+
