@@ -16,6 +16,7 @@
 #include "lab/experiment.h"
 #include "lab/point_scheduler.h"
 #include "output_files.h"
+#include "standard_output.h"
 #include "subcommands.h"
 
 namespace attnscale::cli {
@@ -76,8 +77,7 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
                  open, table.rows.size(), static_cast<long long>(table.meta.trials));
   const std::string text = f.format == "csv" ? lab::to_csv(table) : lab::to_json(table);
   if (f.out.empty()) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    write_stdout(text);
   } else {
     OutputFiles file;  // complete or not at all: a temporary beside it, then renamed
     file.add("--out", f.out, text);

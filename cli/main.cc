@@ -17,6 +17,7 @@
 #ifdef ATTNSCALE_HAVE_MPI
 #include "attnscale/distributed.h"
 #endif
+#include "standard_output.h"
 #include "subcommands.h"
 
 namespace {
@@ -66,6 +67,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     const int code = app.exit(e);  // --help, --version
+    if (const std::string err = attnscale::cli::stdout_error(); !err.empty()) return fail(2, "error", err);
     attnscale::cli::mpi_job::finish();
     return code;
   } catch (const CLI::ParseError& e) {
@@ -100,6 +102,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(1, "internal error", e.what());
   }
+  if (const std::string err = attnscale::cli::stdout_error(); !err.empty()) return fail(2, "error", err);
   attnscale::cli::mpi_job::finish();
   return 0;
 }

@@ -414,3 +414,21 @@ def test_empty_value_is_refused_in_every_subcommand(work, args):
     r = subprocess.run([BIN, *args], cwd=work, capture_output=True, text=True, timeout=60)
     assert_refused_empty(r, work, args[-2])
 
+
+
+# --- stdout --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["experiment", "saturation", "--n", "10", "--d", "4,8", "--trials", "20"],
+    ["experiment", "saturation", "--n", "10", "--d", "4,8", "--trials", "20", "--format", "json"],
+    ["explain"],
+    ["--help"],
+])
+def test_failed_write_to_stdout_is_an_error(args):
+    # /dev/full only as the shell would redirect stdout to it: every write fails with ENOSPC.
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([BIN, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.splitlines()
+    assert lines[-1] == "attnscale: error: stdout: write failed (No space left on device)", r.stderr
+
