@@ -416,6 +416,19 @@ def test_empty_value_is_refused_in_every_subcommand(work, args):
 
 
 
+# --- explain's inputs ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value,word", [(np.nan, "nan"), (np.inf, "inf"), (-np.inf, "-inf")])
+def test_explain_refuses_nonfinite_inputs(work, value, word):
+    k = np.load(work / "k.npy")
+    k[2, 1] = value
+    np.save(work / "x.npy", k)
+    r = subprocess.run([BIN, "explain", "--q", "q.npy", "--k", "x.npy", "--v", "k.npy"], cwd=work,
+                       capture_output=True, text=True, timeout=60)
+    assert_refused(r, work, "--k", f"x.npy holds {word} at [2, 1]")
+    assert "--allow-nonfinite" not in r.stderr  # explain has no such flag
+
+
 # --- stdout --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("args", [
