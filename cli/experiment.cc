@@ -52,6 +52,10 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
         throw Error(fmt::format("--resume: {}: {}", journal->path(), err.what()));
       }
     }
+    if (journal->damaged() > 0)
+      std::fprintf(stderr, "attnscale: warning: %s: skipped %zu damaged record%s; %s run again\n",
+                   journal->path().c_str(), journal->damaged(), journal->damaged() == 1 ? "" : "s",
+                   journal->damaged() == 1 ? "its point is" : "their points are");
     if (f.resume && !completed.empty())
       std::fprintf(stderr, "attnscale: resuming %s: %zu points already done\n", e.name.c_str(), completed.size());
   }
