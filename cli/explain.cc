@@ -18,6 +18,7 @@
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
 #include "lab/rng.h"
+#include "library_names.h"
 #include "mask_options.h"
 #include "nonfinite_inputs.h"
 #include "subcommands.h"
@@ -126,7 +127,7 @@ void run(ExplainFlags& f) {
   Matrix P{Q.rows, K.rows, std::vector<double>(Q.rows * K.rows)};
   std::vector<double> lse(Q.rows);
   Outputs outs{view_of(O), TensorView::contiguous(lse.data(), DType::f64, {Q.rows}), view_of(P)};
-  reference::forward(view_of(Q), view_of(K), view_of(V), outs, options);
+  naming_flags([&] { reference::forward(view_of(Q), view_of(K), view_of(V), outs, options); });
 
   const std::int64_t dk = Q.cols;
   const double s = options.scale.resolve(dk);

@@ -147,13 +147,32 @@ class DictReader {
   std::size_t pos_ = 0;
 };
 
+// `text` with every byte outside printable ASCII as \xNN, so that a message quoting a header
+// string shows all of it (a NUL would end the line at the terminal).
+std::string printable(const std::string& text) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 DType parse_descr(const std::string& path, const std::string& d) {
   if (d == "<f4") return DType::f32;
   if (d == "<f8") return DType::f64;
   if (d == "|b1" || d == "|u1" || d == "<u1" || d == ">u1" || d == "b1" || d == "u1") return DType::u8;
+  // The little-endian spelling of the same type ('>f8' -> '<f8', never a narrower one).
   if (!d.empty() && d[0] == '>')
-    fail(path, "big-endian data ('" + d + "') is not supported; save it little-endian (arr.astype('<f4'))");
-  fail(path, "unsupported dtype '" + d + "' (expected float32 '<f4', float64 '<f8', bool or uint8)");
+    fail(path, "big-endian data ('" + printable(d) + "') is not supported; save it little-endian (arr.astype('<" +
+                   printable(d.substr(1)) + "'))");
+  fail(path, "unsupported dtype '" + printable(d) + "' (expected float32 '<f4', float64 '<f8', bool or uint8)");
 }
 
 // The tensor a header describes; an allocation refused by Tensor names the file too.

@@ -103,6 +103,16 @@ TEST(Npy, BadFilesNameTheProblem) {
   fs::remove(p);
 }
 
+TEST(Npy, BigEndianAdviceKeepsTheWidthAndNulsInDescrAreShown) {
+  const std::string p = temp_path("descr.npy");
+  write_raw(p, "{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", 16);
+  EXPECT_NE(error_of(p).find("arr.astype('<f8')"), std::string::npos) << error_of(p);
+  using namespace std::string_literals;
+  write_raw(p, "{'descr': '<f\0x', 'fortran_order': False, 'shape': (2,), }"s, 8);
+  EXPECT_EQ(error_of(p), p + ": unsupported dtype '<f\\x00x' (expected float32 '<f4', float64 '<f8', bool or uint8)");
+  fs::remove(p);
+}
+
 // The header and data of a file write_npy wrote.
 std::pair<std::string, std::string> header_and_data(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
