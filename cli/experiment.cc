@@ -12,6 +12,7 @@
 #include "attnscale/error.h"
 #include "common/journal.h"
 #include "common/progress.h"
+#include "empty_values.h"
 #include "experiment_journal.h"
 #include "lab/experiment.h"
 #include "lab/point_scheduler.h"
@@ -118,7 +119,8 @@ void add_experiment(CLI::App& app) {
                 "continue an interrupted run of the same flags from FILE.partial (needs --out)");
     for (const auto& spec : e.flags) {
       flags->values[spec.name] = spec.default_value;
-      x->add_option("--" + spec.name, flags->values[spec.name], spec.help)->capture_default_str();
+      // The lab checks its flags' values, '' included (lab::Args).
+      empty_value_allowed(x->add_option("--" + spec.name, flags->values[spec.name], spec.help))->capture_default_str();
     }
     const lab::Experiment* ep = &e;
     x->callback([ep, flags] { run(*ep, *flags); });
