@@ -29,7 +29,7 @@ class Scale {
   Scale() = default;
   static Scale rule(ScaleRule r);
   static Scale value(double s);               // throws Error unless finite
-  static Scale parse(std::string_view text);  // "none" | "sqrt" | "linear" | a finite number
+  static Scale parse(std::string_view text);  // "none" | "sqrt" | "linear" | a finite number (spaces around ignored)
   double resolve(std::int64_t dk) const;
   std::string describe() const;  // "sqrt (1/sqrt(dk))", "0.125"
 
