@@ -46,7 +46,9 @@ def _layout(q, k, v, mask):
     try:
         return broadcast.layout(*shapes)
     except ValueError:
-        if all(2 <= len(s) <= 4 for s in shapes):
+        # The extension's message then (the caller's shapes), unless an operand is empty: it would
+        # name the empty dimension, not what does not fit.
+        if all(2 <= len(s) <= 4 for s in shapes) and all(0 not in s for s in shapes[:3]):
             return None
         raise
 
@@ -122,6 +124,9 @@ def attention_backward(q, k, v, out, lse, dout, *, mask=None, return_dsinks=Fals
     if lay.empty:
         broadcast.check_rows(*shapes)
         check_options(q, k, v, mask, options)
+        for name, x, want in (("out", out, lay.out), ("lse", lse, lay.lse), ("dout", dout, lay.out)):
+            if x is not None and _shape(x) != tuple(want):
+                raise ValueError(f"{name}: expected shape {list(want)}, got {list(_shape(x))}")
         dtype = _array("q", q).dtype
         grads = [np.zeros(s, dtype) for s in shapes]
         grads += [np.zeros(np.shape(options.get("sinks")), dtype)] if return_dsinks else []

@@ -58,8 +58,30 @@ def _diagnosis(name, params, args, kwargs):
     return None
 
 
+def _integers(value):
+    """The Python integers in value (itself, or the items of a tuple or list), bools aside."""
+    items = value if isinstance(value, (tuple, list)) else (value,)
+    return [x for x in items if isinstance(x, int) and not isinstance(x, bool)]
+
+
+def _out_of_range(kwargs):
+    """'name: value is out of range ...' for the first keyword holding an integer that the
+    extension's C++ integers cannot hold (past 32 bits signed, or negative, which its unsigned
+    seeds and counts refuse), or None."""
+    for key, value in kwargs.items():
+        for x in _integers(value):
+            if not -(2**31) <= x < 2**31:
+                return f"{key}: {x} is out of range (too large for the extension's integers)"
+    for key, value in kwargs.items():
+        for x in _integers(value):
+            if x < 0:
+                return f"{key}: {x} is out of range (expected an integer >= 0)"
+    return None
+
+
 def short_errors(fn):
-    """fn with pybind11's "incompatible function arguments" TypeError cut to one line."""
+    """fn with pybind11's "incompatible function arguments" TypeError cut to one line, and its
+    failed conversion of an integer too large for C++ named by its keyword."""
 
     @functools.wraps(fn)
     def call(*args, **kwargs):
@@ -72,7 +94,12 @@ def short_errors(fn):
             params = _parameters(message)
             short = _diagnosis(fn.__name__, params, args, kwargs) if params else None
             if short is None:
-                short = message.split("\n")[0]
+                short = _out_of_range(kwargs) or message.split("\n")[0]
+            raise TypeError(short) from None
+        except RuntimeError as e:  # pybind11's cast of a keyword's value inside the call
+            short = _out_of_range(kwargs) if "Unable to cast" in str(e) else None
+            if short is None:
+                raise
             raise TypeError(short) from None
 
     return call

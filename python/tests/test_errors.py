@@ -69,6 +69,13 @@ def test_options():
     raises(TypeError, "window: expected (left, right) with ints or None, got 3", Q, K, V, window=3)
     raises(TypeError, "window: expected (left, right) with ints or None, got (1.5, 2)", Q, K, V, window=(1.5, 2))
     raises(ValueError, "threads: must be >= 0, got -1", Q, K, V, threads=-1)
+    # Integers the extension's C++ types cannot hold, named by their keyword.
+    raises(TypeError, "threads: 2147483648 is out of range (too large for the extension's integers)", Q, K, V,
+           threads=2**31)
+    raises(TypeError, "dropout_seed: -1 is out of range (expected an integer >= 0)", Q, K, V, dropout_p=0.1,
+           dropout_seed=-1)
+    raises(TypeError, "window: 9223372036854775808 is out of range (too large for the extension's integers)",
+           Q, K, V, window=(2**63, 1))
 
 
 def test_backward():
@@ -78,6 +85,12 @@ def test_backward():
            Q, K, V, None, lse, out, fn=bw)
     raises(ValueError, "dout: expected shape [1, 1, 5, 4], got [5, 3]", Q, K, V, out, lse, np.ones((5, 3)), fn=bw)
     raises(ValueError, "lse: expected shape [1, 1, 5], got [4]", Q, K, V, out, lse[:4], out, fn=bw)
+    # No key: the same checks of out, lse and dout, in the caller's shapes.
+    k0, v0 = np.ones((2, 0, 4)), np.ones((2, 0, 4))
+    q2, o2, l2 = np.ones((2, 5, 4)), np.zeros((2, 5, 4)), np.zeros((2, 5))
+    raises(ValueError, "dout: expected shape [2, 5, 4], got [9, 9]", q2, k0, v0, o2, l2, np.ones((9, 9)), fn=bw)
+    raises(ValueError, "lse: expected shape [2, 5], got [5]", q2, k0, v0, o2, l2[0], o2, fn=bw)
+    raises(ValueError, "q, k: leading dimensions [3], [2] do not broadcast", np.ones((3, 5, 4)), k0, v0)
 
 
 def test_self_attention():
