@@ -93,6 +93,7 @@ void run(const AttendFlags& f) {
     else
       forward(q.view(), k.view(), v.view(), outputs, options);
   });
+  if (!f.allow_nonfinite) require_finite_result("--out", out);
   OutputFiles files;
   files.add_npy("--out", f.out, out.view());
   if (!f.lse.empty()) files.add_npy("--lse", f.lse, lse.view());
