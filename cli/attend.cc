@@ -10,6 +10,7 @@
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
 #include "context_parallel.h"
+#include "library_names.h"
 #include "mask_options.h"
 #include "mpi_job.h"
 #include "nonfinite_inputs.h"
@@ -55,9 +56,10 @@ Tensor allocate(const char* flag, DType dtype, const std::vector<std::int64_t>& 
 }
 
 void run(const AttendFlags& f) {
-  require_own_paths({{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}},
-                    {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
-                     {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
+  const PathFlags outputs_given{{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}};
+  require_own_paths(outputs_given, {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
+                                    {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
+  require_writable(outputs_given);
   Tensor mask, alibi, sinks;
   Options options = f.mask.options(mask);
   add_transforms(f, options, alibi, sinks);
@@ -85,15 +87,17 @@ void run(const AttendFlags& f) {
   if (!f.lse.empty()) outputs.lse = (lse = allocate("--lse", q.dtype(), shapes.lse)).view();
   if (!f.probs.empty()) outputs.probs = (probs = allocate("--probs", q.dtype(), shapes.probs)).view();
   if (q.dtype() == DType::u8) throw Error("--q: dtype must be float32 or float64, got bool/uint8");
-  if (f.reference)
-    reference::forward(q.view(), k.view(), v.view(), outputs, options);
-  else
-    forward(q.view(), k.view(), v.view(), outputs, options);
+  naming_flags([&] {
+    if (f.reference)
+      reference::forward(q.view(), k.view(), v.view(), outputs, options);
+    else
+      forward(q.view(), k.view(), v.view(), outputs, options);
+  });
   OutputFiles files;
-  files.write_npy(f.out, out.view());
-  if (!f.lse.empty()) files.write_npy(f.lse, lse.view());
-  if (!f.probs.empty()) files.write_npy(f.probs, probs.view());
-  files.commit();
+  files.add_npy("--out", f.out, out.view());
+  if (!f.lse.empty()) files.add_npy("--lse", f.lse, lse.view());
+  if (!f.probs.empty()) files.add_npy("--probs", f.probs, probs.view());
+  files.place();
 }
 
 }  // namespace
@@ -123,14 +127,16 @@ void add_attend(CLI::App& app) {
                   "With --context-parallel: contiguous or zigzag rows per rank (default: zigzag when causal)")
       ->type_name("KIND");
   sub->add_option("--softcap", flags->softcap, "Cap each scaled score x at c*tanh(x/c) (Gemma 2; default 0: off)")
-      ->type_name("C");
+      ->type_name("C")
+      ->check(finite_number());
   sub->add_option("--alibi-slopes", flags->alibi_slopes,
                   "ALiBi slopes .npy [Hq] or [B, Hq]: -slope*|diag(i) - j| added to score (i, j)")
       ->type_name("FILE");
   sub->add_option("--sinks", flags->sinks, "Attention sinks .npy [Hq]: one logit per head in every row's softmax")
       ->type_name("FILE");
   sub->add_option("--dropout", flags->dropout, "Dropout probability on P, kept values scaled by 1/(1-p) (default 0)")
-      ->type_name("P");
+      ->type_name("P")
+      ->check(finite_number());
   sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask (default 0)")
       ->type_name("N")
       ->check(seed_range());

@@ -21,6 +21,7 @@
 #include "attnscale/distributed.h"
 #include "distributed/agreement.h"
 #include "io/npy_header.h"
+#include "io/output_file.h"
 #include "mpi_job.h"
 #include "nonfinite_inputs.h"
 #endif
@@ -125,11 +126,24 @@ class SharedOutput {
   SharedOutput(MPI_Comm comm, std::string flag, std::string path, DType dtype, std::vector<std::int64_t> shape)
       : comm_(comm), flag_(std::move(flag)), path_(std::move(path)), dtype_(dtype), shape_(std::move(shape)) {
     MPI_Comm_rank(comm_, &rank_);
-    // The temporary's name comes from rank 0, so every rank opens the same file.
-    char name[4096] = {};
-    if (rank_ == 0) std::snprintf(name, sizeof name, "%s.tmp.%d", path_.c_str(), static_cast<int>(::getpid()));
+    // The temporary's name comes from rank 0, so every rank opens the same file. It lies beside
+    // the file the path names (a symbolic link is followed, and stays); a FIFO or device cannot
+    // take rows written at their offsets by several ranks.
+    char name[4096] = {}, target[4096] = {};
+    distributed::agreed(comm_, [&] {
+      if (rank_ != 0) return;
+      const detail::OutputTarget t = detail::output_target(path_);
+      if (t.in_place)
+        throw Error(fmt::format("{}: {}: not a regular file; --context-parallel writes each rank's rows in place",
+                                flag_, path_));
+      existed_ = t.exists;
+      std::snprintf(target, sizeof target, "%s", t.path.c_str());
+      std::snprintf(name, sizeof name, "%s.tmp.%d", t.path.c_str(), static_cast<int>(::getpid()));
+    });
     MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm_);
+    MPI_Bcast(target, sizeof target, MPI_CHAR, 0, comm_);
     tmp_ = name;
+    target_ = target;
     header_ = detail::npy_header_bytes(dtype_, shape_.data(), static_cast<int>(shape_.size()));
     distributed::agreed(comm_, [&] {
       if (rank_ != 0) return;
@@ -178,22 +192,23 @@ class SharedOutput {
 
   void commit() {
     distributed::agreed(comm_, [&] {
-      if (rank_ == 0 && std::rename(tmp_.c_str(), path_.c_str()) != 0)
+      if (rank_ == 0 && std::rename(tmp_.c_str(), target_.c_str()) != 0)
         throw Error(fmt::format("{}: cannot rename into '{}' ({})", flag_, path_, system_error()));
     });
     committed_ = true;
   }
+  // Removes the committed output if it is a new file (an existing one is already replaced).
   void remove_placed() {
-    if (committed_ && rank_ == 0) std::remove(path_.c_str());
+    if (committed_ && rank_ == 0 && !existed_) std::remove(target_.c_str());
   }
 
  private:
   MPI_Comm comm_;
-  std::string flag_, path_, tmp_, header_;
+  std::string flag_, path_, target_, tmp_, header_;
   DType dtype_;
   std::vector<std::int64_t> shape_;
   int rank_ = 0;
-  bool created_ = false, committed_ = false;
+  bool created_ = false, committed_ = false, existed_ = false;
 };
 
 }  // namespace

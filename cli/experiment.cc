@@ -1,11 +1,9 @@
 // attnscale experiment NAME [flags]: run one of the lab's experiments, CSV or JSON out.
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <map>
 #include <memory>
 #include <optional>
@@ -14,9 +12,12 @@
 #include "attnscale/error.h"
 #include "common/journal.h"
 #include "common/progress.h"
+#include "empty_values.h"
 #include "experiment_journal.h"
 #include "lab/experiment.h"
 #include "lab/point_scheduler.h"
+#include "output_files.h"
+#include "standard_output.h"
 #include "subcommands.h"
 
 namespace attnscale::cli {
@@ -32,28 +33,10 @@ struct ExperimentFlags {
   std::map<std::string, std::string> values;
 };
 
-// The file appears complete or not at all: write a temporary next to it, then rename.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string tmp = fmt::format("{}.tmp.{}", path, getpid());
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw Error(fmt::format("--out: cannot write '{}'", path));
-    f << text;
-    f.close();
-    if (!f) {
-      std::remove(tmp.c_str());
-      throw Error(fmt::format("--out: cannot write '{}'", path));
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(fmt::format("--out: cannot rename into '{}'", path));
-  }
-}
-
 void run(const lab::Experiment& e, const ExperimentFlags& f) {
   if (f.format != "csv" && f.format != "json") throw Error(fmt::format("--format: expected csv or json, got '{}'", f.format));
   if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
+  require_writable({{"--out", f.out}});  // before the sweep, not after it
   // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
   // that a killed run can be resumed; it is removed once FILE is in place.
   // Under mpirun only rank 0 keeps the journal and writes; the other ranks run their share of the
@@ -70,6 +53,10 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
         throw Error(fmt::format("--resume: {}: {}", journal->path(), err.what()));
       }
     }
+    if (journal->damaged() > 0)
+      std::fprintf(stderr, "attnscale: warning: %s: skipped %zu damaged record%s; %s run again\n",
+                   journal->path().c_str(), journal->damaged(), journal->damaged() == 1 ? "" : "s",
+                   journal->damaged() == 1 ? "its point is" : "their points are");
     if (f.resume && !completed.empty())
       std::fprintf(stderr, "attnscale: resuming %s: %zu points already done\n", e.name.c_str(), completed.size());
   }
@@ -95,10 +82,11 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
                  open, table.rows.size(), static_cast<long long>(table.meta.trials));
   const std::string text = f.format == "csv" ? lab::to_csv(table) : lab::to_json(table);
   if (f.out.empty()) {
-    std::fwrite(text.data(), 1, text.size(), stdout);
-    std::fflush(stdout);
+    write_stdout(text);
   } else {
-    write_atomically(f.out, text);
+    OutputFiles file;  // complete or not at all: a temporary beside it, then renamed
+    file.add("--out", f.out, text);
+    file.place();
     journal->remove();
   }
 }
@@ -131,7 +119,8 @@ void add_experiment(CLI::App& app) {
                 "continue an interrupted run of the same flags from FILE.partial (needs --out)");
     for (const auto& spec : e.flags) {
       flags->values[spec.name] = spec.default_value;
-      x->add_option("--" + spec.name, flags->values[spec.name], spec.help)->capture_default_str();
+      // The lab checks its flags' values, '' included (lab::Args).
+      empty_value_allowed(x->add_option("--" + spec.name, flags->values[spec.name], spec.help))->capture_default_str();
     }
     const lab::Experiment* ep = &e;
     x->callback([ep, flags] { run(*ep, *flags); });

@@ -18,7 +18,9 @@
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
 #include "lab/rng.h"
+#include "library_names.h"
 #include "mask_options.h"
+#include "nonfinite_inputs.h"
 #include "subcommands.h"
 
 namespace attnscale::cli {
@@ -51,6 +53,7 @@ Matrix load_matrix(const std::string& flag, const std::string& path) {
   if (t.dim(0) > kMaxSide || t.dim(1) > kMaxSide)
     throw Error(fmt::format("{}: explain prints every matrix; use at most {} rows and columns, got {}", flag,
                             kMaxSide, t.view().shape_str()));
+  require_finite(flag, path, t, /*minus_inf_ok=*/false, /*can_allow=*/false);
   Matrix m{t.dim(0), t.dim(1), std::vector<double>(t.numel())};
   for (std::int64_t i = 0; i < t.numel(); ++i)
     m.a[i] = t.dtype() == DType::f32 ? t.as<float>()[i] : t.as<double>()[i];
@@ -94,6 +97,7 @@ std::string scale_text(const Scale& scale, std::int64_t dk, double s) {
 void run(ExplainFlags& f) {
   Tensor mask_storage;
   const Options options = f.mask.options(mask_storage);
+  if (!mask_storage.empty()) require_finite("--mask", f.mask.mask_path, mask_storage, true, false);
   Matrix Q, K, V;
   std::string origin;
   if (!f.q.empty() || !f.k.empty() || !f.v.empty()) {
@@ -123,7 +127,7 @@ void run(ExplainFlags& f) {
   Matrix P{Q.rows, K.rows, std::vector<double>(Q.rows * K.rows)};
   std::vector<double> lse(Q.rows);
   Outputs outs{view_of(O), TensorView::contiguous(lse.data(), DType::f64, {Q.rows}), view_of(P)};
-  reference::forward(view_of(Q), view_of(K), view_of(V), outs, options);
+  naming_flags([&] { reference::forward(view_of(Q), view_of(K), view_of(V), outs, options); });
 
   const std::int64_t dk = Q.cols;
   const double s = options.scale.resolve(dk);

@@ -10,12 +10,14 @@
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
+#include "empty_values.h"
 #include "flag_suggestion.h"
 #include "mpi_job.h"
 #include "openblas_core.h"
 #ifdef ATTNSCALE_HAVE_MPI
 #include "attnscale/distributed.h"
 #endif
+#include "standard_output.h"
 #include "subcommands.h"
 
 namespace {
@@ -48,6 +50,7 @@ int main(int argc, char** argv) {
   attnscale::cli::add_bench(app);
   attnscale::cli::add_experiment(app);
   attnscale::cli::add_report(app);
+  attnscale::cli::refuse_empty_values(app);
   try {
     // Name an unknown command plainly instead of CLI11's "A subcommand is required".
     if (argc > 1 && argv[1][0] != '-') {
@@ -64,6 +67,7 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
     const int code = app.exit(e);  // --help, --version
+    if (const std::string err = attnscale::cli::stdout_error(); !err.empty()) return fail(2, "error", err);
     attnscale::cli::mpi_job::finish();
     return code;
   } catch (const CLI::ParseError& e) {
@@ -98,6 +102,7 @@ int main(int argc, char** argv) {
   } catch (const std::exception& e) {
     return fail(1, "internal error", e.what());
   }
+  if (const std::string err = attnscale::cli::stdout_error(); !err.empty()) return fail(2, "error", err);
   attnscale::cli::mpi_job::finish();
   return 0;
 }

@@ -2,7 +2,8 @@
 //
 // The library gives NaN semantics (a NaN stays in the rows it touches); on the command line a
 // non-finite input is far more often a broken file than an intent, so `attend` refuses it with
-// the first offending index, and --allow-nonfinite passes it through.
+// the first offending index, and --allow-nonfinite passes it through. `explain`, which has no such
+// flag, refuses them always.
 #pragma once
 #include <string>
 
@@ -12,6 +13,8 @@ namespace attnscale::cli {
 
 // Throws Error("<flag>: <path> holds nan at [i, j] ...") on the first non-finite element of a
 // float tensor. With `minus_inf_ok` (additive masks, where -inf means "hidden") -inf is allowed.
-void require_finite(const std::string& flag, const std::string& path, const Tensor& t, bool minus_inf_ok);
+// `can_allow`: the command has --allow-nonfinite, and the message says so.
+void require_finite(const std::string& flag, const std::string& path, const Tensor& t, bool minus_inf_ok,
+                    bool can_allow = true);
 
 }  // namespace attnscale::cli

@@ -1,18 +1,28 @@
 // Output files that appear together or not at all, each in a file of its own.
 //
-// Each file is written to a temporary name and renamed (write_npy); if a later file of the same
-// command fails, the ones already placed are removed, so a failed command leaves no output.
 // Before anything is read, require_own_paths refuses an output path given twice (`--out x.npy
-// --lse x.npy` would keep only the last write) or naming an input (`--out q.npy` would replace it).
+// --lse x.npy` would keep only the last write) or naming an input (`--out q.npy` would replace it),
+// and require_writable refuses a path that cannot be written (a missing or unwritable directory,
+// a directory), so that such a mistake fails in a second and before any file is touched.
+//
+// OutputFiles writes in two phases (io/output_file.h): add() writes each output to a temporary
+// file beside its target, and a failure there (a full disk) leaves every existing file as it was;
+// place() then puts them all in place: first the outputs written in place (a FIFO or device at
+// the path, whose writes can fail), then the renames of the rest. Symbolic links are followed:
+// the link stays and its target gets the output. Only a failure of place() itself can leave a
+// command half done: outputs it had created are then removed, while files it had already renamed
+// over an existing file keep the new contents (the old ones are gone); the error names the output
+// that failed.
 #pragma once
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "attnscale/error.h"
-#include "attnscale/npy.h"
+#include "attnscale/tensor.h"
+#include "io/npy_header.h"
+#include "io/output_file.h"
 
 namespace attnscale::cli {
 
@@ -42,19 +52,57 @@ inline void require_own_paths(const PathFlags& outputs, const PathFlags& inputs)
   }
 }
 
+// Each output path given can be written (detail::output_target); else an Error naming its flag.
+inline void require_writable(const PathFlags& outputs) {
+  for (const auto& [flag, path] : outputs) {
+    if (path.empty()) continue;
+    try {
+      detail::output_target(path);
+    } catch (const Error& e) {
+      throw Error(std::string(flag) + ": " + e.what());
+    }
+  }
+}
+
 class OutputFiles {
  public:
-  void write_npy(const std::string& path, const TensorView& view) {
-    attnscale::write_npy(path, view);
-    placed_.push_back(path);
+  // Writes `bytes` to a temporary for `path` (or keeps them for a path written in place).
+  void add(const char* flag, const std::string& path, std::string bytes) {
+    try {
+      files_.emplace_back(flag, detail::OutputFile(path, std::move(bytes)));
+    } catch (const Error& e) {
+      throw Error(std::string(flag) + ": " + e.what());
+    }
   }
-  void commit() { placed_.clear(); }
-  ~OutputFiles() {
-    for (const auto& p : placed_) std::remove(p.c_str());
+  void add_npy(const char* flag, const std::string& path, const TensorView& view) {
+    std::string bytes;
+    try {
+      bytes = detail::npy_file_bytes(view);
+    } catch (const Error& e) {
+      throw Error(std::string(flag) + ": " + path + ": " + e.what());
+    }
+    add(flag, path, std::move(bytes));
+  }
+
+  // Puts every output in place: in-place ones first, then the renames.
+  void place() {
+    std::vector<std::size_t> order;
+    for (const bool in_place : {true, false})
+      for (std::size_t i = 0; i < files_.size(); ++i)
+        if (files_[i].second.in_place() == in_place) order.push_back(i);
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      auto& [flag, file] = files_[order[k]];
+      try {
+        file.place();
+      } catch (const Error& e) {
+        for (std::size_t j = 0; j < k; ++j) files_[order[j]].second.remove_if_new();
+        throw Error(std::string(flag) + ": " + e.what());
+      }
+    }
   }
 
  private:
-  std::vector<std::string> placed_;
+  std::vector<std::pair<const char*, detail::OutputFile>> files_;
 };
 
 }  // namespace attnscale::cli

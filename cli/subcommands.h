@@ -3,7 +3,10 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cctype>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <limits>
 #include <string>
@@ -32,6 +35,22 @@ CLI::Validator integer_in(T lo, T hi) {
         return fmt::format("expected an integer from {} to {}, got '{}'", lo, hi, text);
       },
       fmt::format("INT in [{} - {}]", lo, hi));
+}
+
+// The check of a float flag: the whole text is one finite number, else "expected a finite number,
+// got 'text'" with the text as given (CLI11 reads 1e999 as inf, which the library then reported
+// as "got inf"). A subnormal number is finite and passes.
+inline CLI::Validator finite_number() {
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        char* end = nullptr;
+        const double value = std::strtod(text.c_str(), &end);
+        if (!text.empty() && !std::isspace(static_cast<unsigned char>(text[0])) && end == text.c_str() + text.size() &&
+            std::isfinite(value))
+          return {};
+        return fmt::format("expected a finite number, got '{}'", text);
+      },
+      "");
 }
 
 // The check of every --threads flag: 0 (ATTNSCALE_THREADS, else every core) up to 2^20.

@@ -18,6 +18,7 @@
 
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
+#include "cli/empty_values.h"
 #include "cli/mask_options.h"
 #include "cli/subcommands.h"
 #include "lab/experiment.h"
@@ -68,6 +69,7 @@ void whole_command_line(std::vector<std::string>& args) {
   cli::add_bench(app);
   cli::add_experiment(app);
   cli::add_report(app);
+  cli::refuse_empty_values(app);
   parse(app, args);
 }
 

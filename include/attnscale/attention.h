@@ -29,7 +29,7 @@ class Scale {
   Scale() = default;
   static Scale rule(ScaleRule r);
   static Scale value(double s);               // throws Error unless finite
-  static Scale parse(std::string_view text);  // "none" | "sqrt" | "linear" | a finite number
+  static Scale parse(std::string_view text);  // "none" | "sqrt" | "linear" | a finite number (spaces around ignored)
   double resolve(std::int64_t dk) const;
   std::string describe() const;  // "sqrt (1/sqrt(dk))", "0.125"
 
@@ -56,7 +56,7 @@ struct Mask {
   std::int64_t window_right = -1;  //             and when j <= diag(i) + right (-1: unbounded)
   // Explicit mask, shape [Nq, Nkv] or [B|1, H|1, Nq, Nkv] (H is Hq):
   //   DType::u8  — boolean, nonzero = keep;  DType::f32/f64 — added to the scaled scores.
-  TensorView explicit_mask;
+  TensorView explicit_mask{};
 
   bool has_window() const { return window_left >= 0 || window_right >= 0; }
 };
@@ -99,12 +99,12 @@ struct Options {
   // Score transforms, all off by default. The score of pair (b, h, i, j) is
   //   t = cap(s·q_i·k_j) − slope_bh·|diag(i) − j| + bias_ij,   cap(x) = c·tanh(x / c)
   // with diag(i) the mask's diagonal (Mask::align; FlashAttention's ALiBi is bottom-right).
-  double softcap = 0.0;     // c > 0 (Gemma 2 uses 50 for attention); 0: no capping
-  TensorView alibi_slopes;  // [Hq] or [B, Hq], float32/float64; empty: no ALiBi
+  double softcap = 0.0;       // c > 0 (Gemma 2 uses 50 for attention); 0: no capping
+  TensorView alibi_slopes{};  // [Hq] or [B, Hq], float32/float64; empty: no ALiBi
   // Attention sinks (gpt-oss): one logit per query head that joins every row's softmax without a
   // value, P_ij = exp(t_ij) / (exp(sink_h) + Σ_j exp(t_ij)); lse includes it, so a row that sees
   // no key has out = 0 and lse = sink_h. [Hq], float32/float64; empty: none.
-  TensorView sinks;
+  TensorView sinks{};
   Dropout dropout;
   // Packed sequences (FlashAttention's varlen layout): when cu_seqlens_q is given, q is
   // [Hq, total_q, dk] (or [1, Hq, total_q, dk]), k and v are [Hkv, total_k, d], and sequence s
@@ -113,7 +113,7 @@ struct Options {
   // total_q and total_k. Masks, ALiBi ([Hq] or [S, Hq]) and dropout (b = s, i and j counted from
   // the sequence's start) apply per sequence, as if each were a batch entry of its own; an
   // explicit mask is not accepted. Empty: one sequence per batch entry, as usual.
-  std::vector<std::int64_t> cu_seqlens_q, cu_seqlens_k;
+  std::vector<std::int64_t> cu_seqlens_q{}, cu_seqlens_k{};
 };
 
 // Outputs of the forward pass. `out` is required and has q's dtype; `lse` and `probs` are
@@ -122,9 +122,9 @@ struct Options {
 // sign carries the mask). With packed sequences probs is [Hq, total_q, total_k] (or [1, Hq, ...]):
 // sequence s fills its diagonal block, rows cu_seqlens_q[s].. by keys cu_seqlens_k[s].., the rest is 0.
 struct Outputs {
-  TensorView out;
-  TensorView lse;
-  TensorView probs;
+  TensorView out{};
+  TensorView lse{};
+  TensorView probs{};
 };
 
 // Gradients of the backward pass, each with the dtype of its input. dsinks and dbias are
@@ -134,11 +134,11 @@ struct Outputs {
 //     mask, dS = P ∘ (dP − rowsum(P ∘ dP)), zero where the mask hides the pair. A mask that
 //     broadcasts over B or H gets the sum of dbias over those dimensions.
 struct Gradients {
-  TensorView dq;
-  TensorView dk;
-  TensorView dv;
-  TensorView dsinks;
-  TensorView dbias;
+  TensorView dq{};
+  TensorView dk{};
+  TensorView dv{};
+  TensorView dsinks{};
+  TensorView dbias{};
 };
 
 // The shapes of forward()'s outputs for q [..., Nq, dk], k [..., Nkv, dk], v [..., Nkv, dv]: q's
@@ -146,7 +146,7 @@ struct Gradients {
 // with forward()'s own rank rule and message, when q, k or v is not of rank 2 to 4; `names` name
 // them in the message (the command line says "--q", Python "q").
 struct OutputShapes {
-  std::vector<std::int64_t> out, lse, probs;
+  std::vector<std::int64_t> out{}, lse{}, probs{};
 };
 OutputShapes output_shapes(const TensorView& q, const TensorView& k, const TensorView& v,
                            const std::array<std::string_view, 3>& names = {"q", "k", "v"});

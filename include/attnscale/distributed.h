@@ -33,6 +33,11 @@
 //   auto rows = attnscale::distributed::shard(65536, size, rank, Sharding::zigzag);  // load these rows
 //   attnscale::distributed::ring_forward(q, k, v, {out, lse}, opt, MPI_COMM_WORLD, Sharding::zigzag);
 #pragma once
+// Open MPI's C++ bindings (deprecated since MPI 2.2, removed in MPI 3) are not used here; without
+// this, g++ -Wextra warns in their header (-Wcast-function-type) wherever this one is included.
+#ifndef OMPI_SKIP_MPICXX
+#define OMPI_SKIP_MPICXX 1
+#endif
 #include <mpi.h>
 
 #include <cstdint>

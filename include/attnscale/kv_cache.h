@@ -36,13 +36,13 @@
 namespace attnscale {
 
 struct KVCache {
-  TensorView k, v;                // float32, bfloat16, float16 or int8 (both the same type)
-  TensorView k_scales, v_scales;  // int8 only: float32, k's (v's) shape with the last dimension d/32
-  TensorView block_table;         // paged only: [B, max_blocks] int32
-  TensorView seq_lens;            // [B] int32; may be empty for a contiguous cache
-  TensorView seq_starts;          // [B] int32, optional: sequence b's keys are [seq_starts[b], len_b),
-                                  // the rows before them left padding, never read (FlashAttention's
-                                  // cache_leftpad); 0 <= seq_starts[b] <= len_b. Empty: every start 0
+  TensorView k{}, v{};                // float32, bfloat16, float16 or int8 (both the same type)
+  TensorView k_scales{}, v_scales{};  // int8 only: float32, k's (v's) shape with the last dimension d/32
+  TensorView block_table{};           // paged only: [B, max_blocks] int32
+  TensorView seq_lens{};              // [B] int32; may be empty for a contiguous cache
+  TensorView seq_starts{};            // [B] int32, optional: sequence b's keys are [seq_starts[b], len_b),
+                                      // the rows before them left padding, never read (FlashAttention's
+                                      // cache_leftpad); 0 <= seq_starts[b] <= len_b. Empty: every start 0
 };
 
 struct DecodeOptions {
@@ -56,8 +56,8 @@ struct DecodeOptions {
                                   // one for a call that reads under 256 KiB of K and V
   // Score transforms, as Options' (attention.h), new token i at key position p_i = len_b − Nq + i
   // (the last key when Nq = 1): the score of key j is t = c·tanh(s·q·k_j / c) − slope_bh·|p_i − j|.
-  double softcap = 0.0;     // c > 0; 0: no capping
-  TensorView alibi_slopes;  // [Hq] or [B, Hq], float32/float64; empty: no ALiBi
+  double softcap = 0.0;       // c > 0; 0: no capping
+  TensorView alibi_slopes{};  // [Hq] or [B, Hq], float32/float64; empty: no ALiBi
   // Arithmetic of the products. native: float32 products and sums whatever the cache's type. bf16:
   // over a bf16 cache, a GQA group's query rows (s folded in) and its probabilities may be rounded
   // to bfloat16 for Q·Kᵀ and P·V (vdpbf16ps: bf16 pairs multiplied exactly, summed in float32; the

@@ -83,8 +83,8 @@ def test_backward():
     bw = attnscale.attention_backward
     raises(ValueError, "out: required (the forward's output; only reference=True recomputes it)",
            Q, K, V, None, lse, out, fn=bw)
-    raises(ValueError, "dout: expected shape [1, 1, 5, 4], got [5, 3]", Q, K, V, out, lse, np.ones((5, 3)), fn=bw)
-    raises(ValueError, "lse: expected shape [1, 1, 5], got [4]", Q, K, V, out, lse[:4], out, fn=bw)
+    raises(ValueError, "dout: expected shape [5, 4], got [5, 3]", Q, K, V, out, lse, np.ones((5, 3)), fn=bw)
+    raises(ValueError, "lse: expected shape [5], got [4]", Q, K, V, out, lse[:4], out, fn=bw)
     # No key: the same checks of out, lse and dout, in the caller's shapes.
     k0, v0 = np.ones((2, 0, 4)), np.ones((2, 0, 4))
     q2, o2, l2 = np.ones((2, 5, 4)), np.zeros((2, 5, 4)), np.zeros((2, 5))

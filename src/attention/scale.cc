@@ -29,6 +29,10 @@ Scale Scale::value(double v) {
 }
 
 Scale Scale::parse(std::string_view text) {
+  // Spaces around the text are ignored, on either side alike (strtod alone skips leading ones).
+  const std::size_t first = text.find_first_not_of(" \t\n");
+  text = first == std::string_view::npos ? std::string_view() : text.substr(first);
+  text = text.substr(0, text.find_last_not_of(" \t\n") + 1);
   if (text == "none") return rule(ScaleRule::none);
   if (text == "sqrt") return rule(ScaleRule::sqrt);
   if (text == "linear") return rule(ScaleRule::linear);
@@ -36,8 +40,11 @@ Scale Scale::parse(std::string_view text) {
   char* end = nullptr;
   errno = 0;
   const double v = std::strtod(s.c_str(), &end);
-  if (s.empty() || end != s.c_str() + s.size() || errno == ERANGE)
+  // ERANGE also flags a subnormal result, which is finite and kept; an overflow (±inf) is not, and
+  // a nonzero number that rounds to 0 is refused rather than taken as s = 0.
+  if (s.empty() || end != s.c_str() + s.size() || (errno == ERANGE && std::isinf(v)))
     throw Error("scale: expected none, sqrt, linear or a finite number, got '" + s + "'");
+  if (errno == ERANGE && v == 0) throw Error("scale: '" + s + "' is too small (it rounds to 0)");
   return value(v);
 }
 

@@ -74,8 +74,13 @@ TensorView output(const char* name, const TensorView& t, int rank, const std::in
          t.shape_str());
   TensorView p = pad_rank(t, rank);
   for (int d = 0; d < rank; ++d)
-    if (p.shape[d] != want[d])
-      fail(std::string(name) + ": expected shape " + dims(want, rank) + ", got " + t.shape_str());
+    if (p.shape[d] != want[d]) {
+      // The expected shape at the caller's rank where the dimensions it leaves out are 1 (a [5, 3]
+      // dout for [N, d] operands is told [5, 4], not [1, 1, 5, 4]).
+      const bool ones = std::all_of(want, want + rank - t.rank, [](std::int64_t x) { return x == 1; });
+      const int skip = ones ? rank - t.rank : 0;
+      fail(std::string(name) + ": expected shape " + dims(want + skip, rank - skip) + ", got " + t.shape_str());
+    }
   if (any_float ? !computable(t.dtype) : t.dtype != must)
     fail(std::string(name) + ": dtype must be " +
          (any_float ? std::string("float32, float64 or bfloat16") : std::string(dtype_name(must))) + ", got " +

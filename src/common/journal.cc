@@ -53,6 +53,18 @@ bool read_record(std::string_view s, std::size_t& pos, char kind, std::int64_t& 
   return true;
 }
 
+// Whether the bytes at `pos` hold a whole record's frame: a record line and as many bytes as it
+// announces, then '\n', whatever its checksum says. A record torn by a kill never does.
+bool complete_record(std::string_view s, std::size_t pos) {
+  const std::size_t eol = s.find('\n', pos);
+  if (eol == std::string_view::npos || eol - pos > 80) return false;
+  const std::string line(s.substr(pos, eol - pos));
+  long long k = 0;
+  unsigned long long len = 0, sum = 0;
+  if (std::sscanf(line.c_str(), "R %lld %llu %llx", &k, &len, &sum) != 3) return false;
+  return len <= s.size() && eol + 1 + len < s.size() && s[eol + 1 + len] == '\n';
+}
+
 std::string read_file(const std::string& path, int fd) {
   std::string data;
   char buf[1 << 16];
@@ -104,11 +116,26 @@ Journal Journal::open(const std::string& path, const std::string& header, bool r
     if (text != header)
       throw Error(path + ": belongs to a different run (" + text + "); rerun with the same flags, or without --resume");
     good = pos;
+    // Every intact record is kept, wherever it lies. Bytes that do not read as one (a garbled
+    // record) are skipped to the next line that starts a record ("\nR "); any record accepted
+    // there passes its own checksum. What follows the last intact record is cut off below: a
+    // record torn by a kill is always incomplete, so a complete one there was damaged, not torn.
     std::string payload;
-    while (read_record(data, pos, 'R', key, payload)) {
-      j.records_[key] = payload;
-      good = pos;
+    std::size_t failed = 0;  // record starts that did not read since the last intact record
+    while (pos < data.size()) {
+      if (read_record(data, pos, 'R', key, payload)) {
+        j.records_[key] = payload;
+        good = pos;
+        j.damaged_ += failed;
+        failed = 0;
+        continue;
+      }
+      ++failed;
+      const std::size_t next = data.find("\nR ", pos);
+      if (next == std::string::npos) break;
+      pos = next + 1;
     }
+    if (failed > 0 && complete_record(data, good)) j.damaged_ += failed;
     j.recovered_ = j.records_.size();
   }
   // Cut off whatever follows the last intact record (a torn append), or everything when starting over.
@@ -121,7 +148,11 @@ Journal Journal::open(const std::string& path, const std::string& header, bool r
 }
 
 Journal::Journal(Journal&& other) noexcept
-    : path_(std::move(other.path_)), fd_(other.fd_), records_(std::move(other.records_)), recovered_(other.recovered_) {
+    : path_(std::move(other.path_)),
+      fd_(other.fd_),
+      records_(std::move(other.records_)),
+      recovered_(other.recovered_),
+      damaged_(other.damaged_) {
   other.fd_ = -1;
 }
 

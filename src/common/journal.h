@@ -3,9 +3,10 @@
 //
 // Each record is durable once append() returns (write, then fsync). A kill during an append can
 // leave at most one torn record at the end; it is recognised (length and checksum) and cut off
-// when the journal is opened again. A journal starts with a header naming the run (for the lab:
-// experiment, seed, trials, every flag); resuming with a different header is an Error, so the
-// work of one run is never mixed into another.
+// when the journal is opened again. A record damaged elsewhere (a garbled byte) is skipped and
+// counted (damaged()); every intact record, before or after it, is kept. A journal starts with a
+// header naming the run (for the lab: experiment, seed, trials, every flag); resuming with a
+// different header is an Error, so the work of one run is never mixed into another.
 //
 //   Journal j = Journal::open("out.csv.partial", "saturation seed=1 ...", /*resume=*/true);
 //   if (!j.records().count(7)) j.append(7, rows_as_text);
@@ -35,6 +36,9 @@ class Journal {
   const std::map<std::int64_t, std::string>& records() const { return records_; }
   // Records recovered from the file when it was opened (the rest were appended since).
   std::size_t recovered() const { return recovered_; }
+  // Records found damaged when the file was opened and skipped (not counting a torn last record,
+  // which a kill leaves): their keys are missing from records().
+  std::size_t damaged() const { return damaged_; }
 
   // Appends and fsyncs one record. Throws Error if the write fails.
   void append(std::int64_t key, const std::string& payload);
@@ -52,6 +56,7 @@ class Journal {
   int fd_ = -1;
   std::map<std::int64_t, std::string> records_;
   std::size_t recovered_ = 0;
+  std::size_t damaged_ = 0;
 };
 
 // 64-bit FNV-1a of `bytes` (the record checksum; a torn or garbled record fails it).

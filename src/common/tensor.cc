@@ -92,6 +92,8 @@ bool TensorView::is_contiguous() const {
 }
 
 std::string TensorView::shape_str() const {
+  // A rank outside 0..kMaxRank has no shape to print (shape holds kMaxRank dimensions).
+  if (rank < 0 || rank > kMaxRank) return "[rank " + std::to_string(rank) + "?]";
   std::string s = "[";
   for (int d = 0; d < rank; ++d) (s += d ? ", " : "") += std::to_string(shape[d]);
   return s + "]";

@@ -1,9 +1,8 @@
 // NumPy .npy reading and writing. The header format is described in npy_header.h.
 #include "attnscale/npy.h"
 
-#include <unistd.h>
-
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -14,6 +13,7 @@
 
 #include "attnscale/error.h"
 #include "io/npy_header.h"
+#include "io/output_file.h"
 
 namespace attnscale {
 namespace detail {
@@ -147,13 +147,32 @@ class DictReader {
   std::size_t pos_ = 0;
 };
 
+// `text` with every byte outside printable ASCII as \xNN, so that a message quoting a header
+// string shows all of it (a NUL would end the line at the terminal).
+std::string printable(const std::string& text) {
+  static const char* hex = "0123456789abcdef";
+  std::string out;
+  for (const unsigned char c : text) {
+    if (c >= 0x20 && c < 0x7f) {
+      out += static_cast<char>(c);
+    } else {
+      out += "\\x";
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
 DType parse_descr(const std::string& path, const std::string& d) {
   if (d == "<f4") return DType::f32;
   if (d == "<f8") return DType::f64;
   if (d == "|b1" || d == "|u1" || d == "<u1" || d == ">u1" || d == "b1" || d == "u1") return DType::u8;
+  // The little-endian spelling of the same type ('>f8' -> '<f8', never a narrower one).
   if (!d.empty() && d[0] == '>')
-    fail(path, "big-endian data ('" + d + "') is not supported; save it little-endian (arr.astype('<f4'))");
-  fail(path, "unsupported dtype '" + d + "' (expected float32 '<f4', float64 '<f8', bool or uint8)");
+    fail(path, "big-endian data ('" + printable(d) + "') is not supported; save it little-endian (arr.astype('<" +
+                   printable(d.substr(1)) + "'))");
+  fail(path, "unsupported dtype '" + printable(d) + "' (expected float32 '<f4', float64 '<f8', bool or uint8)");
 }
 
 // The tensor a header describes; an allocation refused by Tensor names the file too.
@@ -243,8 +262,31 @@ Tensor read_npy_bytes(const std::string& name, std::string_view bytes) {
   return t;
 }
 
+namespace {
+
+// The descr of each dtype write_npy writes as it is (bfloat16 is widened to float32 first).
+const char* descr_of(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return "<f4";
+    case DType::f64: return "<f8";
+    case DType::u8: return "|u1";
+    case DType::i8: return "|i1";
+    case DType::i32: return "<i4";
+    case DType::f16: return "<f2";
+    case DType::bf16: break;  // .npy has no bfloat16
+  }
+  return nullptr;
+}
+
+}  // namespace
+
 std::string npy_header_bytes(DType dtype, const std::int64_t* shape, int rank) {
-  const char* descr = dtype == DType::f32 ? "<f4" : dtype == DType::f64 ? "<f8" : "|u1";
+  const char* descr = descr_of(dtype);
+  // Checked before `shape` is read: a view's shape holds kMaxRank dimensions.
+  if (rank < 1 || rank > kMaxRank)
+    throw Error("cannot write an array of rank " + std::to_string(rank) + " (ranks 1 to " +
+                std::to_string(kMaxRank) + " are written)");
+  if (descr == nullptr) throw Error("cannot write dtype " + std::string(dtype_name(dtype)) + " to .npy");
   std::string text = "(";
   for (int d = 0; d < rank; ++d) text += std::to_string(shape[d]) + (rank == 1 || d + 1 < rank ? "," : "");
   text += ")";
@@ -255,6 +297,31 @@ std::string npy_header_bytes(DType dtype, const std::int64_t* shape, int rank) {
   const unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, static_cast<unsigned char>(header.size() & 0xff),
                                  static_cast<unsigned char>(header.size() >> 8)};
   return std::string(reinterpret_cast<const char*>(pre), 10) + header;
+}
+
+std::string npy_file_bytes(const TensorView& view) {
+  if (view.data == nullptr) throw Error("nothing to write (null data pointer)");
+  const DType dtype = view.dtype == DType::bf16 ? DType::f32 : view.dtype;  // .npy has no bfloat16
+  std::string bytes = npy_header_bytes(dtype, view.shape.data(), view.rank);  // checks rank and dtype
+
+  // Gather the (possibly strided) elements in C order.
+  const std::size_t esize = dtype_size(dtype), at = bytes.size();
+  bytes.resize(at + static_cast<std::size_t>(view.numel()) * esize);
+  char* data = bytes.data() + at;
+  std::array<std::int64_t, kMaxRank> idx{};
+  for (std::int64_t n = 0; n < view.numel(); ++n) {
+    std::int64_t off = 0;
+    for (int d = 0; d < view.rank; ++d) off += idx[d] * view.strides[d];
+    const char* src = static_cast<const char*>(view.data) + off * static_cast<std::int64_t>(dtype_size(view.dtype));
+    if (view.dtype == DType::bf16) {
+      const float f = from_bf16(*reinterpret_cast<const bf16*>(src));
+      std::memcpy(&data[n * esize], &f, 4);
+    } else {
+      std::memcpy(&data[n * esize], src, esize);
+    }
+    for (int d = view.rank - 1; d >= 0 && ++idx[d] == view.shape[d]; --d) idx[d] = 0;
+  }
+  return bytes;
 }
 
 }  // namespace detail
@@ -282,43 +349,13 @@ Tensor read_npy(const std::string& path) {
 }
 
 void write_npy(const std::string& path, const TensorView& view) {
-  if (view.data == nullptr) throw Error(path + ": nothing to write (null data pointer)");
-  const DType dtype = view.dtype == DType::bf16 ? DType::f32 : view.dtype;  // .npy has no bfloat16
-  const std::string header = detail::npy_header_bytes(dtype, view.shape.data(), view.rank);
-
-  // Gather the (possibly strided) elements in C order.
-  const std::size_t esize = dtype_size(dtype);
-  std::vector<char> data(static_cast<std::size_t>(view.numel()) * esize);
-  std::array<std::int64_t, kMaxRank> idx{};
-  for (std::int64_t n = 0; n < view.numel(); ++n) {
-    std::int64_t off = 0;
-    for (int d = 0; d < view.rank; ++d) off += idx[d] * view.strides[d];
-    const char* src = static_cast<const char*>(view.data) + off * static_cast<std::int64_t>(dtype_size(view.dtype));
-    if (view.dtype == DType::bf16) {
-      const float f = from_bf16(*reinterpret_cast<const bf16*>(src));
-      std::memcpy(&data[n * esize], &f, 4);
-    } else {
-      std::memcpy(&data[n * esize], src, esize);
-    }
-    for (int d = view.rank - 1; d >= 0 && ++idx[d] == view.shape[d]; --d) idx[d] = 0;
+  std::string bytes;
+  try {
+    bytes = detail::npy_file_bytes(view);
+  } catch (const Error& e) {
+    throw Error(path + ": " + e.what());
   }
-
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) throw Error(path + ": cannot write (" + std::string(std::strerror(errno)) + ")");
-    out.write(header.data(), static_cast<std::streamsize>(header.size()));
-    out.write(data.data(), static_cast<std::streamsize>(data.size()));
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      throw Error(path + ": write failed");
-    }
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw Error(path + ": cannot rename temporary file into place (" + std::string(std::strerror(errno)) + ")");
-  }
+  detail::OutputFile(path, std::move(bytes)).place();
 }
 
 }  // namespace attnscale

@@ -40,7 +40,12 @@ NpyHeader parse_npy_header(const std::string& name, std::string_view dict, const
 
 // The preamble and header of a version 1.0 .npy file of C-order data (write_npy's, and the
 // shared output file of `attend --context-parallel`, whose ranks each write their own rows).
+// Throws Error for bfloat16 (which .npy lacks) and for a rank outside 1..4.
 std::string npy_header_bytes(DType dtype, const std::int64_t* shape, int rank);
+
+// The whole .npy file of a view (any strides, C order; bfloat16 widened to float32): what
+// write_npy writes. Throws Error, not naming a file, for a null view or a rank outside 1..4.
+std::string npy_file_bytes(const TensorView& view);
 
 // A whole .npy file held in memory.
 Tensor read_npy_bytes(const std::string& name, std::string_view bytes);

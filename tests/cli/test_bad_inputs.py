@@ -372,3 +372,122 @@ def test_one_trial_gives_no_interval_and_says_so():
     assert "have no confidence interval (1 trials are too few for it); their ci_low and ci_high are nan" in r.stderr
     rows = [line.split(",") for line in r.stdout.splitlines()[1:]]
     assert rows and all(row[5] == "nan" and row[6] == "nan" and row[4] != "nan" for row in rows)
+
+
+# --- empty values --------------------------------------------------------------------------------
+
+ATTEND_VALUE_FLAGS = {"--q": "q.npy", "--k": "k.npy", "--v": "v.npy", "--out": "o.npy", "--lse": None,
+                      "--probs": None, "--mask": None, "--causal": None, "--align": None, "--window": None,
+                      "--scale": None, "--threads": None, "--sharding": None, "--softcap": None,
+                      "--alibi-slopes": None, "--sinks": None, "--dropout": None, "--dropout-seed": None,
+                      "--dropout-offset": None, "--cu-seqlens-q": None, "--cu-seqlens-k": None}
+EXPLAIN_VALUE_FLAGS = ["--q", "--k", "--v", "--n", "--d", "--seed", "--scale", "--causal", "--window", "--align",
+                       "--mask", "--threads"]
+
+
+@pytest.mark.parametrize("flag", sorted(ATTEND_VALUE_FLAGS))
+def test_empty_value_is_refused_not_taken_as_absent_attend(work, flag):
+    args = ["attend"]
+    for f, value in ATTEND_VALUE_FLAGS.items():
+        if f != flag and value is not None:
+            args += [f, value]
+    r = subprocess.run([BIN, *args, flag, ""], cwd=work, capture_output=True, text=True, timeout=60)
+    assert_refused_empty(r, work, flag)
+
+
+@pytest.mark.parametrize("flag", EXPLAIN_VALUE_FLAGS)
+def test_empty_value_is_refused_not_taken_as_absent_explain(work, flag):
+    r = subprocess.run([BIN, "explain", flag, ""], cwd=work, capture_output=True, text=True, timeout=60)
+    assert_refused_empty(r, work, flag)
+
+
+def assert_refused_empty(r, work, flag):
+    """Refused naming the flag: "empty value", or a number flag's own "got ''"."""
+    assert_refused(r, work, f"error: {flag}: ")
+    assert "empty value" in r.stderr or "got ''" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args", [["experiment", "saturation", "--d", ""], ["experiment", "saturation", "--out", ""],
+                                  ["experiment", "saturation", "--format", ""], ["bench", "--rows", ""],
+                                  ["report", "--out", ""]])
+def test_empty_value_is_refused_in_every_subcommand(work, args):
+    r = subprocess.run([BIN, *args], cwd=work, capture_output=True, text=True, timeout=60)
+    assert_refused_empty(r, work, args[-2])
+
+
+# --- explain's inputs ----------------------------------------------------------------------------
+
+@pytest.mark.parametrize("value,word", [(np.nan, "nan"), (np.inf, "inf"), (-np.inf, "-inf")])
+def test_explain_refuses_nonfinite_inputs(work, value, word):
+    k = np.load(work / "k.npy")
+    k[2, 1] = value
+    np.save(work / "x.npy", k)
+    r = subprocess.run([BIN, "explain", "--q", "q.npy", "--k", "x.npy", "--v", "k.npy"], cwd=work,
+                       capture_output=True, text=True, timeout=60)
+    assert_refused(r, work, "--k", f"x.npy holds {word} at [2, 1]")
+    assert "--allow-nonfinite" not in r.stderr  # explain has no such flag
+
+
+# --- stdout --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("args", [
+    ["experiment", "saturation", "--n", "10", "--d", "4,8", "--trials", "20"],
+    ["experiment", "saturation", "--n", "10", "--d", "4,8", "--trials", "20", "--format", "json"],
+    ["explain"],
+    ["--help"],
+])
+def test_failed_write_to_stdout_is_an_error(args):
+    # /dev/full only as the shell would redirect stdout to it: every write fails with ENOSPC.
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([BIN, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    lines = r.stderr.splitlines()
+    assert lines[-1] == "attnscale: error: stdout: write failed (No space left on device)", r.stderr
+
+
+# --- messages ------------------------------------------------------------------------------------
+
+def test_big_endian_float64_advice_keeps_float64(work):
+    np.save(work / "be.npy", np.ones((4, 8), ">f8"))
+    assert_refused(attend(work, q="be.npy"), work, "be.npy", "arr.astype('<f8')")
+
+
+def test_nul_in_descr_is_shown_escaped(work):
+    (work / "n.npy").write_bytes(npy_bytes("{'descr': '<f\0x', 'fortran_order': False, 'shape': (4, 8), }", b"\0" * 128))
+    assert_refused(attend(work, q="n.npy"), work, "n.npy", "unsupported dtype '<f\\x00x' (expected")
+
+
+@pytest.mark.parametrize("extra,words", [
+    (["--softcap", "-1"], ["error: --softcap: must be a finite number >= 0"]),
+    (["--softcap", "1e999"], ["--softcap", "expected a finite number, got '1e999'"]),
+    (["--dropout", "1.5"], ["error: --dropout: p must be in [0, 1)"]),
+    (["--sinks", "s3.npy"], ["error: --sinks: expected shape"]),
+    (["--alibi-slopes", "s3.npy"], ["error: --alibi-slopes: expected shape"]),
+    (["--mask", "m45.npy"], ["error: --mask: shape [4, 5]"]),
+    (["--scale", "1e-400"], ["--scale: '1e-400' is too small"]),
+])
+def test_library_errors_name_the_flag(work, extra, words):
+    np.save(work / "s3.npy", np.zeros(3, "<f4"))
+    np.save(work / "m45.npy", np.ones((4, 5), bool))
+    assert_refused(attend(work, *extra), work, *words)
+
+
+def test_packed_sequence_errors_name_the_flag(work):
+    for name in ("q", "k", "v"):
+        np.save(work / f"{name}3.npy", np.load(work / f"{name}.npy")[None])
+    r = attend(work, "--cu-seqlens-q", "0,3,5", "--cu-seqlens-k", "0,2,6", q="q3.npy", k="k3.npy", v="v3.npy")
+    assert_refused(r, work, "error: --cu-seqlens-q: must end at the packed length 4, got 5")
+
+
+def test_k_v_dtype_message_names_the_flags(work):
+    np.save(work / "k64.npy", np.ones((6, 8), "<f8"))
+    assert_refused(attend(work, k="k64.npy"), work, "error: --q, --k, --v: dtypes differ")
+
+
+@pytest.mark.parametrize("scale", [" 0.5", "0.5 ", " 0.5 ", "1e-320"])
+def test_scale_text_is_read_alike_and_subnormals_are_finite(work, scale):
+    r = attend(work, "--scale", scale)
+    assert r.returncode == 0, r.stderr
+    want = attend(work, "--scale", scale.strip(), out="want.npy")
+    assert want.returncode == 0, want.stderr
+    assert (work / "o.npy").read_bytes() == (work / "want.npy").read_bytes()

@@ -80,6 +80,24 @@ def test_torn_journal_tail_is_recovered(tmp_path, uninterrupted):
     assert out.read_bytes() == uninterrupted
 
 
+def test_damaged_record_in_the_middle_keeps_every_later_record(tmp_path, uninterrupted):
+    out = tmp_path / "d.csv"
+    partial = kill_after_records(SWEEP, out, tmp_path, 4)
+    data = bytearray(partial.read_bytes())
+    first = data.index(b"\nR 0 ") + 1
+    data[data.index(b"\n", first) + 2] ^= 0x01  # one byte inside record 0's rows
+    partial.write_bytes(bytes(data))
+    done = journal_records(partial)
+    r = run(SWEEP + ["--out", str(out), "--resume", "--threads", "2"], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    err = r.stderr.decode()
+    assert f"warning: {partial}: skipped 1 damaged record; its point is run again" in err, err
+    resumed = int(err.split("resuming saturation: ")[1].split()[0])
+    assert resumed >= done - 1  # every record but the damaged one (a torn last one may be re-run)
+    assert out.read_bytes() == uninterrupted
+    assert not partial.exists()
+
+
 def test_resume_refuses_a_foreign_partial_file(tmp_path):
     out = tmp_path / "x.csv"
     (tmp_path / "x.csv.partial").write_text("n,d,metric\n1,2,x\n")

@@ -101,7 +101,8 @@ def test_readme_example_through_pkg_config(prefix, example, tmp_path):
     env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / "lib/pkgconfig"))
     flags = run(["pkg-config", "--cflags", "--libs", "attnscale"], env=env).stdout.split()
     exe = tmp_path / "example"
-    run(["g++", "-std=c++20", "-O1", example, *flags, "-o", exe])
+    # As a demanding project builds it: the public headers and the example warn about nothing.
+    run(["g++", "-std=c++20", "-O1", "-Wall", "-Wextra", "-Werror", example, *flags, "-o", exe])
     out = run([exe], env=dict(os.environ, LD_LIBRARY_PATH=str(prefix / "lib"))).stdout
     assert EXAMPLE_OUTPUT.search(out)
 

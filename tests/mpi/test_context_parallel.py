@@ -50,6 +50,20 @@ def test_causal_masks_with_zigzag_shards(tmp_path, mask):
     np.testing.assert_allclose(np.load(tmp_path / "o.npy"), np.load(tmp_path / "o1.npy"), rtol=0, atol=2e-6)
 
 
+@pytest.mark.parametrize("extra", [["--alibi-slopes", "slopes.npy"], ["--sinks", "sinks.npy"], ["--dropout", "0.1"]])
+def test_options_a_block_cannot_take_alone_are_refused(tmp_path, extra):
+    # ALiBi's distances and dropout's mask are global, a sink joins each row once: per block they
+    # would give another result than one process, so they are refused on every rank.
+    qkv = inputs(tmp_path, hkv=3)
+    np.save(tmp_path / "slopes.npy", np.array([0.5, 0.25, 0.125], np.float32))
+    np.save(tmp_path / "sinks.npy", np.array([0.3, -0.2, 1.0], np.float32))
+    r = mpirun(2, "attend", *qkv, *extra, "--out", tmp_path / "o.npy", "--context-parallel", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("attnscale:")]
+    assert lines and all("not supported by ring attention" in x for x in lines), r.stderr
+    assert not (tmp_path / "o.npy").exists()
+
+
 def mpmd(tmp_path, first, second):
     """Two ranks started with different arguments (as on nodes whose files differ)."""
     cmd = [*MPIRUN, "-np", "1", BIN, *map(str, first), ":", "-np", "1", BIN, *map(str, second)]

@@ -158,6 +158,19 @@ TEST(Validation, NonFiniteScale) {
     EXPECT_STREQ(e.what(), "scale: expected none, sqrt, linear or a finite number, got 'fast'");
   }
 }
+TEST(Validation, ScaleTextIsReadAlikeWhateverItsSpacesAndSubnormalsAreFinite) {
+  EXPECT_EQ(Scale::parse(" 1").resolve(8), 1.0);
+  EXPECT_EQ(Scale::parse("1 ").resolve(8), 1.0);
+  EXPECT_EQ(Scale::parse(" 0.5 ").resolve(8), 0.5);
+  EXPECT_EQ(Scale::parse("sqrt ").describe(), Scale::parse("sqrt").describe());
+  EXPECT_EQ(Scale::parse("1e-320").resolve(8), 1e-320);  // subnormal: finite
+  try {
+    Scale::parse("1e-400");
+    ADD_FAILURE() << "1e-400 rounds to 0 and must be refused";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "scale: '1e-400' is too small (it rounds to 0)");
+  }
+}
 TEST(Validation, BadWindow) {
   expect_error([](Inputs& s) { s.opt.mask.window_left = -3; }, "window: sizes must be >= 0");
 }

@@ -93,6 +93,38 @@ TEST(Journal, DifferentRunOrForeignFileIsAnError) {
   fs::remove(p);
 }
 
+// One garbled byte inside an early record (its payload, or its record line) loses that record only:
+// every intact record after it is kept, and the damage is counted, not silent.
+TEST(Journal, DamagedRecordInTheMiddleKeepsEveryIntactRecord) {
+  const std::string p = temp_path("damaged");
+  { Journal j = Journal::open(p, "h", false); for (int k = 0; k < 6; ++k) j.append(k, payload(k)); }
+  const std::string whole = slurp(p);
+  const std::size_t r1 = whole.find("R 1 "), r3 = whole.find("R 3 ");
+  ASSERT_NE(r1, std::string::npos);
+  ASSERT_NE(r3, std::string::npos);
+  std::string garbled = whole;
+  garbled[whole.find('\n', r1) + 3] ^= 0x20;  // inside record 1's payload: its checksum fails
+  garbled[r3 + 4] = 'x';                        // record 3's length: its line no longer reads
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << garbled;
+  {
+    Journal j = Journal::open(p, "h", true);
+    EXPECT_EQ(j.damaged(), 2u);
+    ASSERT_EQ(j.records().size(), 4u);
+    for (int k : {0, 2, 4, 5}) EXPECT_EQ(j.records().at(k), payload(k)) << k;
+    j.append(1, payload(1));  // run again
+    j.append(3, payload(3));
+  }
+  Journal j = Journal::open(p, "h", true);
+  EXPECT_EQ(j.records().size(), 6u);
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(j.records().at(k), payload(k)) << k;
+  // A complete last record with a bad checksum is damage too; a torn one (incomplete) is not.
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << whole << "R 6 3 00000000000000ff\nabc\n";
+  EXPECT_EQ(Journal::open(p, "h", true).damaged(), 1u);
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << whole << "R 6 300 00000000000000ff\nabc";
+  EXPECT_EQ(Journal::open(p, "h", true).damaged(), 0u);
+  fs::remove(p);
+}
+
 // A child appends records as fast as it can and is killed with SIGKILL midway; the journal it
 // leaves holds an intact prefix, and finishing from it gives the same bytes as a run never killed.
 TEST(Journal, SurvivesSigkillMidway) {

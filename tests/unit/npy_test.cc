@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <utility>
 
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
@@ -100,6 +101,67 @@ TEST(Npy, BadFilesNameTheProblem) {
   write_raw(p, "{'descr': '<f4', 'shape': (2,), }", 8);
   EXPECT_NE(error_of(p).find("fortran_order"), std::string::npos);
   fs::remove(p);
+}
+
+TEST(Npy, BigEndianAdviceKeepsTheWidthAndNulsInDescrAreShown) {
+  const std::string p = temp_path("descr.npy");
+  write_raw(p, "{'descr': '>f8', 'fortran_order': False, 'shape': (2,), }", 16);
+  EXPECT_NE(error_of(p).find("arr.astype('<f8')"), std::string::npos) << error_of(p);
+  using namespace std::string_literals;
+  write_raw(p, "{'descr': '<f\0x', 'fortran_order': False, 'shape': (2,), }"s, 8);
+  EXPECT_EQ(error_of(p), p + ": unsupported dtype '<f\\x00x' (expected float32 '<f4', float64 '<f8', bool or uint8)");
+  fs::remove(p);
+}
+
+// The header and data of a file write_npy wrote.
+std::pair<std::string, std::string> header_and_data(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const std::size_t len = static_cast<unsigned char>(bytes[8]) | static_cast<unsigned char>(bytes[9]) << 8;
+  return {bytes.substr(10, len), bytes.substr(10 + len)};
+}
+
+TEST(Npy, IntegerAndHalfViewsAreWrittenWithTheirOwnDescr) {
+  const std::string p = temp_path("dtypes.npy");
+  std::int32_t i32[3] = {1, -2, 70000};
+  std::int8_t i8[3] = {1, -2, 3};
+  f16 h[3] = {to_f16(1.0f), to_f16(-2.5f), to_f16(0.0f)};
+  const struct {
+    TensorView view;
+    const char* descr;
+    const void* data;
+    std::size_t bytes;
+  } cases[] = {{TensorView::contiguous(i32, DType::i32, {3}), "'<i4'", i32, sizeof i32},
+               {TensorView::contiguous(i8, DType::i8, {3}), "'|i1'", i8, sizeof i8},
+               {TensorView::contiguous(h, DType::f16, {3}), "'<f2'", h, sizeof h}};
+  for (const auto& c : cases) {
+    write_npy(p, c.view);
+    const auto [header, data] = header_and_data(p);
+    EXPECT_NE(header.find(std::string("'descr': ") + c.descr), std::string::npos) << header;
+    EXPECT_NE(header.find("'shape': (3,)"), std::string::npos) << header;
+    ASSERT_EQ(data.size(), c.bytes) << c.descr;
+    EXPECT_EQ(0, std::memcmp(data.data(), c.data, c.bytes)) << c.descr;
+  }
+  fs::remove(p);
+}
+
+TEST(Npy, RanksOutsideOneToFourAreRefusedWithoutWritingOrReadingPastTheShape) {
+  const std::string p = temp_path("rank.npy");
+  float x[4] = {};
+  TensorView scalar;
+  scalar.data = x;
+  scalar.rank = 0;
+  TensorView five = TensorView::contiguous(x, DType::f32, {1, 1, 1, 4});
+  five.rank = 5;  // shape holds 4 dimensions: nothing may read a fifth
+  for (const auto& [view, words] : {std::pair{scalar, "rank 0"}, std::pair{five, "rank 5"}}) {
+    try {
+      write_npy(p, view);
+      ADD_FAILURE() << words << " was written";
+    } catch (const Error& e) {
+      EXPECT_EQ(std::string(e.what()), p + ": cannot write an array of " + words + " (ranks 1 to 4 are written)");
+    }
+    EXPECT_FALSE(fs::exists(p));
+  }
 }
 
 TEST(Npy, FailedWriteLeavesNoFile) {
