@@ -55,7 +55,29 @@ Tensor allocate(const char* flag, DType dtype, const std::vector<std::int64_t>& 
   }
 }
 
+// Under mpirun every rank checks its flags and the ranks agree on the verdict (context_parallel.h),
+// so that an error any rank sees stops every rank with one line.
+void run_context_parallel(const AttendFlags& f) {
+  const PathFlags outputs_given{{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}};
+  Tensor mask, alibi, sinks;
+  Options options;
+  std::string error;
+  try {
+    require_own_paths(outputs_given, {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
+                                      {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
+    if (f.reference) throw Error("--reference: not available with --context-parallel");
+    if (!f.probs.empty()) throw Error("--probs: not available with --context-parallel");
+    require_writable(outputs_given);
+    options = f.mask.options(mask);
+    add_transforms(f, options, alibi, sinks);
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  attend_context_parallel({f.q, f.k, f.v, f.out, f.lse, f.sharding, f.allow_nonfinite, error}, options);
+}
+
 void run(const AttendFlags& f) {
+  if (f.context_parallel) return run_context_parallel(f);
   const PathFlags outputs_given{{"--out", f.out}, {"--lse", f.lse}, {"--probs", f.probs}};
   require_own_paths(outputs_given, {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
                                     {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
@@ -63,12 +85,6 @@ void run(const AttendFlags& f) {
   Tensor mask, alibi, sinks;
   Options options = f.mask.options(mask);
   add_transforms(f, options, alibi, sinks);
-  if (f.context_parallel) {
-    if (f.reference) throw Error("--reference: not available with --context-parallel");
-    if (!f.probs.empty()) throw Error("--probs: not available with --context-parallel");
-    attend_context_parallel({f.q, f.k, f.v, f.out, f.lse, f.sharding, f.allow_nonfinite}, options);
-    return;
-  }
   if (!f.sharding.empty()) throw Error("--sharding: only with --context-parallel");
   if (mpi_job::rank() != 0) return;  // under mpirun without --context-parallel, rank 0 does the work
   const Tensor q = read_npy(f.q), k = read_npy(f.k), v = read_npy(f.v);
@@ -93,6 +109,7 @@ void run(const AttendFlags& f) {
     else
       forward(q.view(), k.view(), v.view(), outputs, options);
   });
+  if (!f.allow_nonfinite) require_finite_result("--out", out);
   OutputFiles files;
   files.add_npy("--out", f.out, out.view());
   if (!f.lse.empty()) files.add_npy("--lse", f.lse, lse.view());

@@ -20,6 +20,7 @@
 
 #include "attnscale/distributed.h"
 #include "distributed/agreement.h"
+#include "distributed/same_values.h"
 #include "io/npy_header.h"
 #include "io/output_file.h"
 #include "mpi_job.h"
@@ -29,7 +30,8 @@
 namespace attnscale::cli {
 
 #ifndef ATTNSCALE_HAVE_MPI
-void attend_context_parallel(const ContextParallelFiles&, const Options&) {
+void attend_context_parallel(const ContextParallelFiles& f, const Options&) {
+  if (!f.flags_error.empty()) throw Error(f.flags_error);
   throw Error("--context-parallel: this build has no MPI (install libopenmpi-dev and rebuild)");
 }
 #else
@@ -110,6 +112,17 @@ Tensor copy_rows(const detail::NpyHeader& h, const char* data, const std::vector
     }
   }
   return t;
+}
+
+const char* sharding_name(distributed::Sharding s) {
+  return s == distributed::Sharding::zigzag ? "zigzag" : "contiguous";
+}
+
+// "(2, 3, 12, 8) float32": an input's shape and dtype as a message shows them.
+std::string shape_text(const detail::NpyHeader& h) {
+  std::string s;
+  for (auto d : h.shape) s += (s.empty() ? "(" : ", ") + std::to_string(d);
+  return s + ") " + std::string(dtype_name(h.dtype));
 }
 
 distributed::Sharding pick_sharding(const std::string& name, const Options& options) {
@@ -214,23 +227,55 @@ class SharedOutput {
 }  // namespace
 
 void attend_context_parallel(const ContextParallelFiles& f, const Options& options) {
-  if (!mpi_job::active()) throw Error("--context-parallel: start the ranks with mpirun (mpirun -np K attnscale attend ...)");
-  if (!options.mask.explicit_mask.empty()) throw Error("--mask: not supported with --context-parallel");
+  if (!mpi_job::active()) {
+    if (!f.flags_error.empty()) throw Error(f.flags_error);
+    throw Error("--context-parallel: start the ranks with mpirun (mpirun -np K attnscale attend ...)");
+  }
   const MPI_Comm comm = MPI_COMM_WORLD;
   const int K = mpi_job::size(), r = mpi_job::rank();
-  const distributed::Sharding sharding = pick_sharding(f.sharding, options);
-
-  ShardedInput q, k, v;
-  distributed::agreed(comm, [&] {
-    for (auto [flag, path, in] : {std::tuple{"--q", &f.q, &q}, {"--k", &f.k, &k}, {"--v", &f.v, &v}}) {
-      const MappedFile file(flag, *path);
-      in->header = read_header(flag, *path, file);
-      const std::int64_t n = in->n();
-      if (n < (sharding == distributed::Sharding::zigzag ? 2 : 1) * K)
-        throw Error(fmt::format("{}: {} rows cannot be split over {} ranks ({} per rank at least)", flag, n, K,
-                                sharding == distributed::Sharding::zigzag ? "zigzag: 2 chunks" : "1 row"));
-      in->rows = copy_rows(in->header, file.data(), distributed::shard(n, K, r, sharding));
+  // First the flags: every collective below depends on them (an --lse on one rank only would have
+  // it wait for a file the others never create), and --out and --lse each name one shared file.
+  distributed::Sharding sharding = distributed::Sharding::contiguous;
+  std::string error = f.flags_error;
+  try {
+    if (error.empty()) {
+      if (!options.mask.explicit_mask.empty()) throw Error("--mask: not supported with --context-parallel");
+      sharding = pick_sharding(f.sharding, options);
     }
+  } catch (const Error& e) {
+    error = e.what();
+  }
+  distributed::agree_on_values(comm, "the arguments",
+                               {{"--out", f.out}, {"--lse", f.lse}, {"--sharding", sharding_name(sharding)}}, error);
+
+  // Then the inputs' shapes, each rank's file named (every rank reads its rows of the same arrays).
+  ShardedInput q, k, v;
+  std::vector<std::unique_ptr<MappedFile>> files;
+  const std::tuple<const char*, const std::string*, ShardedInput*> inputs[] = {
+      {"--q", &f.q, &q}, {"--k", &f.k, &k}, {"--v", &f.v, &v}};
+  distributed::agreed(comm, [&] {
+    for (auto [flag, path, in] : inputs) {
+      files.push_back(std::make_unique<MappedFile>(flag, *path));
+      in->header = read_header(flag, *path, *files.back());
+    }
+  });
+  std::vector<distributed::NamedValue> shapes;
+  for (auto [flag, path, in] : inputs)
+    shapes.push_back({flag, shape_text(in->header),
+                      fmt::format("{} ({} rows, shape {})", *path, in->n(), shape_text(in->header))});
+  distributed::agree_on_values(comm, "the inputs", shapes, "", "every rank reads its rows of the same arrays");
+
+  distributed::agreed(comm, [&] {
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      auto [flag, path, in] = inputs[i];
+      const std::int64_t n = in->n(), least = (sharding == distributed::Sharding::zigzag ? 2 : 1) * K;
+      if (n < least)
+        throw Error(fmt::format("{}: {} row{} cannot be split over {} ranks ({} per rank at least)", flag, n,
+                                n == 1 ? "" : "s", K,
+                                sharding == distributed::Sharding::zigzag ? "zigzag: 2 chunks" : "1 row"));
+      in->rows = copy_rows(in->header, files[i]->data(), distributed::shard(n, K, r, sharding));
+    }
+    files.clear();
     if (v.rank() != k.rank())
       throw Error(fmt::format("--v: rank {} differs from --k's rank {}", v.rank(), k.rank()));
     if (!f.allow_nonfinite) {

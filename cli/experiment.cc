@@ -33,10 +33,31 @@ struct ExperimentFlags {
   std::map<std::string, std::string> values;
 };
 
+// The command line of a sweep as given, flag by flag: under mpirun every rank must be started
+// with the same one (not --threads: a rank's thread count changes no row).
+lab::SweepDefinition command_line(const lab::Experiment& e, const ExperimentFlags& f) {
+  lab::SweepDefinition d = {{"experiment", e.name},
+                            {"--seed", std::to_string(f.seed)},
+                            {"--trials", f.trials > 0 ? std::to_string(f.trials) : ""},
+                            {"--format", f.format},
+                            {"--out", f.out},
+                            {"--resume", f.resume ? "given" : ""}};
+  for (const auto& [name, value] : f.values) d.emplace_back("--" + name, value);
+  return d;
+}
+
 void run(const lab::Experiment& e, const ExperimentFlags& f) {
-  if (f.format != "csv" && f.format != "json") throw Error(fmt::format("--format: expected csv or json, got '{}'", f.format));
-  if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
-  require_writable({{"--out", f.out}});  // before the sweep, not after it
+  // Checked, then agreed on by every rank under mpirun, before the journal is opened or a point run.
+  std::string error;
+  try {
+    if (f.format != "csv" && f.format != "json")
+      throw Error(fmt::format("--format: expected csv or json, got '{}'", f.format));
+    if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
+    require_writable({{"--out", f.out}});  // before the sweep, not after it
+  } catch (const Error& x) {
+    error = x.what();
+  }
+  lab::point_scheduler().agree(command_line(e, f), error);
   // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
   // that a killed run can be resumed; it is removed once FILE is in place.
   // Under mpirun only rank 0 keeps the journal and writes; the other ranks run their share of the

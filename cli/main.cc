@@ -34,6 +34,19 @@ int fail(int code, const char* kind, const std::string& what, bool every_rank = 
   return code;
 }
 
+// A command line that did not parse: under mpirun the ranks agree on it first (every rank either
+// failed alike or waits in the same agreement), so each prints one line and none is aborted.
+int refuse(const std::string& what) {
+#ifdef ATTNSCALE_HAVE_MPI
+  try {
+    attnscale::cli::mpi_job::agree_on_command_line(what);
+  } catch (const attnscale::distributed::AgreedError& e) {
+    return fail(2, "error", e.what(), /*every_rank=*/true);
+  }
+#endif
+  return fail(2, "error", what);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -51,6 +64,8 @@ int main(int argc, char** argv) {
   attnscale::cli::add_experiment(app);
   attnscale::cli::add_report(app);
   attnscale::cli::refuse_empty_values(app);
+  // Parsed on every rank: agree before any command runs (a rank whose line failed agrees in refuse()).
+  app.parse_complete_callback([] { attnscale::cli::mpi_job::agree_on_command_line(""); });
   try {
     // Name an unknown command plainly instead of CLI11's "A subcommand is required".
     if (argc > 1 && argv[1][0] != '-') {
@@ -60,9 +75,7 @@ int main(int argc, char** argv) {
         known = known || sub->get_name() == argv[1];
         names.push_back(sub->get_name());
       }
-      if (!known)
-        throw attnscale::Error(
-            fmt::format("unknown command '{}' (expected one of: {})", argv[1], fmt::join(names, ", ")));
+      if (!known) return refuse(fmt::format("unknown command '{}' (expected one of: {})", argv[1], fmt::join(names, ", ")));
     }
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
@@ -92,7 +105,7 @@ int main(int argc, char** argv) {
                            : fmt::format("unknown flag {} (did you mean {}?)", flag, guess);
       break;
     }
-    return fail(2, "error", fmt::format("{} (see {} --help)", what, help));
+    return refuse(fmt::format("{} (see {} --help)", what, help));
 #ifdef ATTNSCALE_HAVE_MPI
   } catch (const attnscale::distributed::AgreedError& e) {
     return fail(2, "error", e.what(), /*every_rank=*/true);

@@ -12,12 +12,13 @@
 #ifdef ATTNSCALE_HAVE_MPI
 #include <mpi.h>
 
+#include "distributed/agreement.h"
 #include "lab/mpi_points.h"
 #endif
 
 namespace attnscale::cli::mpi_job {
 namespace {
-bool started = false;
+bool started = false, command_line_agreed = false;
 int my_rank = 0, my_size = 1;
 
 // mpirun stops the other ranks with SIGTERM when one dies or calls MPI_Abort: each says so in one
@@ -72,6 +73,16 @@ std::string prefix() {
 void said_why(int code) {
   stopped_code = code;
   stopped_line[0] = '\0';
+}
+
+void agree_on_command_line(const std::string& error) {
+  if (command_line_agreed) return;
+  command_line_agreed = true;
+#ifdef ATTNSCALE_HAVE_MPI
+  if (started && my_size > 1) distributed::agree(MPI_COMM_WORLD, error);
+#else
+  (void)error;
+#endif
 }
 
 void stop_others(int code) {

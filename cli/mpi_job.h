@@ -19,6 +19,12 @@ std::string prefix();
 // After an error every rank has (and has printed): if mpirun stops this rank before it finishes
 // (another rank exited first with the same error), it exits with `code` without a second line.
 void said_why(int code);
+// Once the command line is parsed (error: "" when it parsed), before any rank runs its command: the
+// ranks agree on whether every rank's command line parsed. If any did not, every rank throws
+// distributed::AgreedError with the lowest failing rank's message, so each prints one line instead
+// of one rank calling MPI_Abort. Only the first call agrees (later ones return); a no-op outside a
+// job of several ranks.
+void agree_on_command_line(const std::string& error);
 // After an error on this rank: stops every other rank (MPI_Abort), which may be waiting for this
 // one, with `code`. Returns only outside a job of several ranks.
 void stop_others(int code);

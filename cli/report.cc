@@ -35,17 +35,27 @@ void add_report(CLI::App& app) {
     if (opts->out.empty()) throw Error("--out: expected a folder");
     // Checked before the measurements start, so a bad folder fails in a second, not after minutes.
     std::error_code ec;
-    if (std::filesystem::exists(opts->out, ec) && !std::filesystem::is_directory(opts->out, ec))
+    const bool existed = std::filesystem::exists(opts->out, ec);
+    if (existed && !std::filesystem::is_directory(opts->out, ec))
       throw Error(fmt::format("--out: {} exists and is not a folder", opts->out));
     std::filesystem::create_directories(opts->out, ec);
     if (ec) throw Error(fmt::format("--out: cannot create {}: {}", opts->out, ec.message()));
     const auto start = std::chrono::steady_clock::now();
-    opts->progress = lab::point_scheduler().writes_results();
-    const report::Measurements m = report::measure(*opts);
-    if (!lab::point_scheduler().writes_results()) return;  // under mpirun, rank 0 writes the report
-    const std::string index = report::write_report(m);
+    std::string index;
+    int threads = 1;
+    try {
+      opts->progress = lab::point_scheduler().writes_results();
+      const report::Measurements m = report::measure(*opts);
+      if (!lab::point_scheduler().writes_results()) return;  // under mpirun, rank 0 writes the report
+      index = report::write_report(m);
+      threads = m.threads;
+    } catch (...) {
+      // No partial output: the folder made above goes again (write_report places all or nothing).
+      if (!existed) std::filesystem::remove(opts->out, ec);  // only if still empty
+      throw;
+    }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    std::fprintf(stderr, "attnscale report: wrote %s (%.1f s, %d threads)\n", index.c_str(), secs, m.threads);
+    std::fprintf(stderr, "attnscale report: wrote %s (%.1f s, %d threads)\n", index.c_str(), secs, threads);
   });
 }
 

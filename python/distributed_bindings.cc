@@ -5,6 +5,7 @@
 #include <mpi.h>
 #include <pybind11/stl.h>
 
+#include <exception>
 #include <optional>
 #include <string>
 #include <tuple>
@@ -12,6 +13,7 @@
 
 #include "array_view.h"
 #include "attnscale/distributed.h"
+#include "distributed/agreement.h"
 #include "options.h"
 #endif
 
@@ -37,6 +39,32 @@ MPI_Comm communicator(std::int64_t fortran_handle) {
   return MPI_Comm_f2c(static_cast<MPI_Fint>(fortran_handle));
 }
 
+// Runs this rank's argument checks (and whatever else may fail before the ring starts), then agrees
+// with every rank of c on the outcome before any of them starts the ring: an argument error on one
+// rank raises on every rank (the failing rank its own exception, the others "rank R: ...") instead
+// of leaving them waiting in the ring for a rank that gave up.
+template <class F>
+void agreed_arguments(MPI_Comm c, F&& checks) {
+  std::exception_ptr mine;
+  std::string message;
+  try {
+    checks();
+  } catch (py::error_already_set& e) {
+    mine = std::current_exception();
+    message = py::str(e.value());
+  } catch (const std::exception& e) {
+    mine = std::current_exception();
+    message = e.what();
+  }
+  if (mine && message.empty()) message = "error";
+  try {
+    distributed::agree(c, message);
+  } catch (const distributed::AgreedError&) {
+    if (mine) std::rethrow_exception(mine);
+    throw;
+  }
+}
+
 std::vector<std::int64_t> shape_with(const TensorView& t, int drop, std::optional<std::int64_t> tail) {
   std::vector<std::int64_t> s(t.shape.begin(), t.shape.begin() + t.rank - drop);
   if (tail) s.push_back(*tail);
@@ -45,17 +73,25 @@ std::vector<std::int64_t> shape_with(const TensorView& t, int drop, std::optiona
 
 py::object ring_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, std::int64_t comm,
                           py::handle sharding, py::handle scale, py::handle causal, py::handle window,
-                          py::handle align, bool return_lse, int threads) {
-  const ArrayView q = as_view("q", q_obj, ArrayKind::floating), k = as_view("k", k_obj, ArrayKind::floating),
-                  v = as_view("v", v_obj, ArrayKind::floating);
-  const MaskedOptions opt = make_options(scale, causal, window, align, py::none(), threads);
-  const distributed::Sharding s = parse_sharding(sharding, opt.options);
+                          py::handle align, py::handle return_lse_obj, py::handle threads) {
   const MPI_Comm c = communicator(comm);
-  if (q.view.rank < 2 || v.view.rank < 2) throw py::value_error("q, v: expected rank 2, 3 or 4");
-  const ArrayView out = new_array(q.view.dtype, shape_with(q.view, 1, v.view.shape[v.view.rank - 1]));
-  ArrayView lse;
-  Outputs outputs{out.view};
-  if (return_lse) outputs.lse = (lse = new_array(q.view.dtype, shape_with(q.view, 1, std::nullopt))).view;
+  ArrayView q, k, v, out, lse;
+  MaskedOptions opt;
+  distributed::Sharding s{};
+  Outputs outputs;
+  bool return_lse = false;
+  agreed_arguments(c, [&] {
+    q = as_view("q", q_obj, ArrayKind::floating);
+    k = as_view("k", k_obj, ArrayKind::floating);
+    v = as_view("v", v_obj, ArrayKind::floating);
+    return_lse = return_lse_obj.cast<bool>();
+    opt = make_options(scale, causal, window, align, py::none(), threads.cast<int>());
+    s = parse_sharding(sharding, opt.options);
+    if (q.view.rank < 2 || v.view.rank < 2) throw py::value_error("q, v: expected rank 2, 3 or 4");
+    out = new_array(q.view.dtype, shape_with(q.view, 1, v.view.shape[v.view.rank - 1]));
+    outputs.out = out.view;
+    if (return_lse) outputs.lse = (lse = new_array(q.view.dtype, shape_with(q.view, 1, std::nullopt))).view;
+  });
   {
     py::gil_scoped_release unlocked;
     distributed::ring_forward(q.view, k.view, v.view, outputs, opt.options, c, s);
@@ -67,17 +103,24 @@ py::object ring_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, 
 py::tuple ring_attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle out_obj,
                                   py::handle lse_obj, py::handle dout_obj, std::int64_t comm, py::handle sharding,
                                   py::handle scale, py::handle causal, py::handle window, py::handle align,
-                                  int threads) {
-  const ArrayView q = as_view("q", q_obj, ArrayKind::floating), k = as_view("k", k_obj, ArrayKind::floating),
-                  v = as_view("v", v_obj, ArrayKind::floating), out = as_view("out", out_obj, ArrayKind::floating),
-                  lse = as_view("lse", lse_obj, ArrayKind::floating),
-                  dout = as_view("dout", dout_obj, ArrayKind::floating);
-  const MaskedOptions opt = make_options(scale, causal, window, align, py::none(), threads);
-  const distributed::Sharding s = parse_sharding(sharding, opt.options);
+                                  py::handle threads) {
   const MPI_Comm c = communicator(comm);
-  const ArrayView dq = new_array(q.view.dtype, shape_with(q.view, 0, std::nullopt)),
-                  dk = new_array(q.view.dtype, shape_with(k.view, 0, std::nullopt)),
-                  dv = new_array(q.view.dtype, shape_with(v.view, 0, std::nullopt));
+  ArrayView q, k, v, out, lse, dout, dq, dk, dv;
+  MaskedOptions opt;
+  distributed::Sharding s{};
+  agreed_arguments(c, [&] {
+    q = as_view("q", q_obj, ArrayKind::floating);
+    k = as_view("k", k_obj, ArrayKind::floating);
+    v = as_view("v", v_obj, ArrayKind::floating);
+    out = as_view("out", out_obj, ArrayKind::floating);
+    lse = as_view("lse", lse_obj, ArrayKind::floating);
+    dout = as_view("dout", dout_obj, ArrayKind::floating);
+    opt = make_options(scale, causal, window, align, py::none(), threads.cast<int>());
+    s = parse_sharding(sharding, opt.options);
+    dq = new_array(q.view.dtype, shape_with(q.view, 0, std::nullopt));
+    dk = new_array(q.view.dtype, shape_with(k.view, 0, std::nullopt));
+    dv = new_array(q.view.dtype, shape_with(v.view, 0, std::nullopt));
+  });
   {
     py::gil_scoped_release unlocked;
     distributed::ring_backward(q.view, k.view, v.view, out.view, lse.view, dout.view, {dq.view, dk.view, dv.view},

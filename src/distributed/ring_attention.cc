@@ -21,6 +21,7 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <charconv>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -103,13 +104,34 @@ struct Layout {
   std::int64_t max_kv_rows = 0;
 };
 
-std::string describe(const std::vector<std::int64_t>& d) {
-  static const char* names[] = {"B", "Hq", "Hkv", "dk", "dv", "dtype", "causal", "align", "window_left",
-                                "window_right", "scale bits", "compute", "sharding"};
-  std::string s;
-  for (std::size_t i = 0; i < d.size() && i < std::size(names); ++i)
-    s += (s.empty() ? "" : ", ") + std::string(names[i]) + "=" + std::to_string(d[i]);
-  return s;
+// Field i of what each rank was given (agree_layout's list), in the user's terms.
+std::string field_text(std::size_t i, std::int64_t v) {
+  switch (i) {
+    case 5: return std::string(dtype_name(static_cast<DType>(v)));
+    case 6: return v ? "yes" : "no";
+    case 7: return static_cast<Align>(v) == Align::bottom_right ? "bottom-right" : "top-left";
+    case 10: {
+      double scale = 0;
+      std::memcpy(&scale, &v, sizeof scale);
+      char text[32];
+      const auto end = std::to_chars(text, text + sizeof text, scale).ptr;  // the shortest exact form
+      return std::string(text, end);
+    }
+    case 11: return static_cast<Compute>(v) == Compute::bf16 ? "bf16" : "native";
+    case 12: return static_cast<Sharding>(v) == Sharding::zigzag ? "zigzag" : "contiguous";
+    default: return std::to_string(v);
+  }
+}
+
+// "causal: yes on rank 0, no on rank 1": the first field two ranks' lists differ in.
+std::string first_difference(const std::vector<std::int64_t>& a, const std::vector<std::int64_t>& b, int rank) {
+  static const char* names[] = {"batch",  "query heads", "key/value heads", "dk",    "dv",      "dtype",   "causal",
+                                "align", "window left", "window right",    "scale", "compute", "sharding"};
+  for (std::size_t i = 0; i < a.size() && i < std::size(names); ++i)
+    if (a[i] != b[i])
+      return std::string(names[i]) + ": " + field_text(i, a[i]) + " on rank 0, " + field_text(i, b[i]) + " on rank " +
+             std::to_string(rank);
+  return "rank " + std::to_string(rank) + " differs from rank 0";
 }
 
 // Compares what the ranks were given; an Error on every rank if they differ.
@@ -128,8 +150,7 @@ Layout agree_layout(const Ring& ring, const detail::Params& p, const Options& o,
   const auto of = [&](int r) { return std::vector<std::int64_t>(all.begin() + r * w, all.begin() + r * w + w - 2); };
   for (int r = 0; r < ring.size; ++r) {
     if (of(r) != of(0))
-      throw AgreedError("the ranks disagree on the attention: rank " + std::to_string(r) + " has " + describe(of(r)) +
-                  "; rank 0 has " + describe(of(0)));
+      throw AgreedError("the ranks disagree on the attention: " + first_difference(of(0), of(r), r));
     L.nq += all[r * w + w - 2];
     L.nkv += all[r * w + w - 1];
   }

@@ -28,6 +28,23 @@ std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
+// Everything a sweep's rows depend on (the thread count is not: rows do not depend on it).
+SweepDefinition sweep_definition(const Experiment& e, const Args& args,
+                                 const std::vector<std::vector<std::string>>& points) {
+  SweepDefinition d = {{"experiment", e.name},
+                       {"attnscale", std::string(version()) + " (git " + git_hash() + ")"},
+                       {"--seed", std::to_string(args.seed)},
+                       {"--trials", std::to_string(args.trials)}};
+  for (const auto& [name, value] : args.values) d.emplace_back("--" + name, value);
+  std::string list;
+  for (const auto& p : points) {
+    list += list.empty() ? "" : "; ";
+    for (std::size_t i = 0; i < p.size(); ++i) list += (i ? "," : "") + p[i];
+  }
+  d.emplace_back("points", list);
+  return d;
+}
+
 }  // namespace
 
 const std::string& Args::get(const std::string& name) const {
@@ -90,24 +107,32 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
                            std::uint64_t seed, std::int64_t trials, int threads, const Progress& progress,
                            const CompletedPoints& completed) {
   const auto start = std::chrono::steady_clock::now();
+  // Under an MPI job every rank builds the sweep, then the ranks agree on it (or on the first
+  // rank's error building it) before any point runs: see PointScheduler::agree.
   Args args;
-  for (const auto& f : e.flags) args.values[f.name] = f.default_value;
-  for (const auto& [name, value] : given) {
-    if (!args.values.count(name)) {
-      std::string known;
-      for (const auto& f : e.flags) known += (known.empty() ? "--" : ", --") + f.name;
-      throw Error("--" + name + ": not a flag of experiment " + e.name + " (its flags: " + known + ")");
+  std::vector<std::vector<std::string>> points;
+  std::string error;
+  try {
+    for (const auto& f : e.flags) args.values[f.name] = f.default_value;
+    for (const auto& [name, value] : given) {
+      if (!args.values.count(name)) {
+        std::string known;
+        for (const auto& f : e.flags) known += (known.empty() ? "--" : ", --") + f.name;
+        throw Error("--" + name + ": not a flag of experiment " + e.name + " (its flags: " + known + ")");
+      }
+      args.values[name] = value;
     }
-    args.values[name] = value;
+    if (trials < 0) throw Error("--trials: must be positive, got " + std::to_string(trials));
+    args.seed = seed;
+    args.trials = trials > 0 ? trials : e.default_trials;
+    if (args.trials > (std::int64_t{1} << 31))
+      throw Error("--trials: at most 2^31, got " + std::to_string(args.trials));
+    args.threads = resolve_threads(threads);
+    points = e.points(args);
+  } catch (const Error& x) {
+    error = x.what();
   }
-  if (trials < 0) throw Error("--trials: must be positive, got " + std::to_string(trials));
-  args.seed = seed;
-  args.trials = trials > 0 ? trials : e.default_trials;
-  if (args.trials > (std::int64_t{1} << 31))
-    throw Error("--trials: at most 2^31, got " + std::to_string(args.trials));
-  args.threads = resolve_threads(threads);
-
-  const auto points = e.points(args);
+  point_scheduler().agree(sweep_definition(e, args, points), error);
   const std::size_t n = points.size();
   auto results = point_scheduler().run(
       n, args.threads,

@@ -13,6 +13,7 @@
 
 #include "attnscale/error.h"
 #include "common/parallel.h"
+#include "distributed/same_values.h"
 #include "lab/row_codec.h"
 
 namespace attnscale::lab {
@@ -124,10 +125,16 @@ MpiPoints::MpiPoints(MPI_Comm comm) : comm_(comm) {
   MPI_Comm_size(comm_, &size_);
 }
 
+void MpiPoints::agree(const SweepDefinition& sweep, const std::string& error) const {
+  std::vector<distributed::NamedValue> values;
+  for (const auto& [name, value] : sweep) values.push_back({name, value});
+  distributed::agree_on_values(comm_, "the sweep", values, error);
+}
+
 std::vector<std::vector<Row>> MpiPoints::run(std::size_t n, int threads, const RunPoint& run_point,
                                              const CompletedPoints& completed, const Progress& progress) const {
-  // Every rank built the same sweep from the same flags; a rank that did not (another binary,
-  // other flags) would wait forever for points that never come, so it is an Error on every rank.
+  // Every rank built the same sweep from the same flags (agree(), called by run_experiment); a rank
+  // that did not would wait forever for points that never come, so it is an Error on every rank.
   std::uint64_t range[2] = {n, ~std::uint64_t{n}}, agreed[2];
   check(MPI_Allreduce(range, agreed, 2, MPI_UINT64_T, MPI_MAX, comm_), "MPI_Allreduce");
   if (agreed[0] != n || ~agreed[1] != n)

@@ -22,6 +22,8 @@ class MpiPoints final : public PointScheduler {
   explicit MpiPoints(MPI_Comm comm);  // every rank of comm must call run() for the same sweep
   std::vector<std::vector<Row>> run(std::size_t n, int threads, const RunPoint& run_point,
                                     const CompletedPoints& completed, const Progress& progress) const override;
+  // Compares the definitions of all ranks (distributed/same_values.h): an AgreedError on every rank.
+  void agree(const SweepDefinition& sweep, const std::string& error) const override;
   bool writes_results() const override { return rank_ == 0; }
 
  private:

@@ -50,6 +50,10 @@ const PointScheduler* installed = nullptr;
 
 }  // namespace
 
+void PointScheduler::agree(const SweepDefinition&, const std::string& error) const {
+  if (!error.empty()) throw Error(error);
+}
+
 const PointScheduler& local_points() {
   static const LocalPoints local;
   return local;

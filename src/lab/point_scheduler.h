@@ -8,12 +8,17 @@
 #pragma once
 #include <cstddef>
 #include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "lab/experiment.h"
 #include "lab/results.h"
 
 namespace attnscale::lab {
+
+// What defines a sweep, by name ("experiment", "--d", "points", ...), each value as given.
+using SweepDefinition = std::vector<std::pair<std::string, std::string>>;
 
 // Rows of point i, computed with `threads` threads for its own trials.
 using RunPoint = std::function<std::vector<Row>(std::size_t i, int threads)>;
@@ -25,6 +30,11 @@ class PointScheduler {
   // to `threads` threads on this process; returns the rows of all n points.
   virtual std::vector<std::vector<Row>> run(std::size_t n, int threads, const RunPoint& run_point,
                                             const CompletedPoints& completed, const Progress& progress) const = 0;
+  // Before anything of a sweep is run or written: every process of a job must run the same sweep
+  // (ranks started with other flags or another binary would deal, run and write different points).
+  // Throws on every process when any process passed an error ("" for none) or a definition that
+  // differs; a single process only throws its own error.
+  virtual void agree(const SweepDefinition& sweep, const std::string& error) const;
   // True on the one process that writes result files (rank 0 of an MPI job; always locally).
   virtual bool writes_results() const { return true; }
 };

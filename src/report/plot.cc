@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -345,29 +346,38 @@ std::string render(const Figure& figure, const std::string& dir) {
   fs::create_directories(dir);
   const fs::path base = fs::path(dir) / figure.name;
   const std::string svg = base.string() + ".svg", png = base.string() + ".png";
+  // The script names its outputs relative to its own folder (and gnuplot runs there), so it is the
+  // same for any --out and redraws the figure wherever the report has been copied or moved.
+  const std::string header = "# Figure " + figure.name + " of attnscale's report. Redraw it from this folder: gnuplot " +
+                             figure.name + ".gp (writes " + figure.name + ".svg and " + figure.name + ".png here)\n";
   const std::string size = std::to_string(figure.width) + "," + std::to_string(figure.height);
   // The PNG is drawn at twice the size (with doubled fonts and lines), for sharp print.
   const std::string png_size = std::to_string(2 * figure.width) + "," + std::to_string(2 * figure.height);
   const std::string script =
+      header +
       gnuplot_script(figure, "svg size " + size + " dynamic enhanced font 'Helvetica,15' background rgb 'white'",
-                     svg) +
+                     figure.name + ".svg") +
       gnuplot_script(figure,
                      "pngcairo size " + png_size +
                          " enhanced font 'Helvetica,24' linewidth 2 pointscale 2 background rgb 'white'",
-                     png);
+                     figure.name + ".png");
   const fs::path gp_path = base.string() + ".gp", log_path = base.string() + ".log";
   {
     std::ofstream out(gp_path);
     out << script;
     if (!out) throw Error(fmt::format("cannot write {}", gp_path.string()));
   }
-  const std::string cmd = "gnuplot " + shell_quote(gp_path.string()) + " > " + shell_quote(log_path.string()) + " 2>&1";
+  const std::string cmd = "cd -- " + shell_quote(dir) + " && gnuplot " + shell_quote(figure.name + ".gp") + " > " +
+                          shell_quote(figure.name + ".log") + " 2>&1";
   const int rc = std::system(cmd.c_str());
   std::string log = slurp(log_path);
   fs::remove(log_path);
   if (rc != 0 || !fs::exists(svg) || !fs::exists(png)) {
     if (log.size() > 600) log = log.substr(log.size() - 600);
-    throw Error(fmt::format("gnuplot failed on {} (is gnuplot-nox installed?): {}", gp_path.string(), log));
+    // One line: gnuplot's lines joined; the figure named, not the folder it was drawn in.
+    log = std::regex_replace(log, std::regex(R"(\s*\n\s*)"), " ");
+    while (!log.empty() && std::isspace(static_cast<unsigned char>(log.back()))) log.pop_back();
+    throw Error(fmt::format("gnuplot failed on figure {} (is gnuplot-nox installed?): {}", figure.name, log));
   }
   // Heatmaps reach the SVG as embedded PNG images; keep their cells sharp when scaled up.
   std::string text = slurp(svg);

@@ -74,7 +74,8 @@ struct Figure {
 // The gnuplot script drawing `figure` to `output` with `terminal` (e.g. "svg ...", "pngcairo ...").
 std::string gnuplot_script(const Figure& figure, const std::string& terminal, const std::string& output);
 
-// Writes dir/<name>.svg and dir/<name>.png (and dir/<name>.gp, the script) and returns the SVG.
+// Writes dir/<name>.svg and dir/<name>.png (and dir/<name>.gp, the script, which names them relative
+// to its own folder: `gnuplot <name>.gp` run there redraws them) and returns the SVG.
 // Throws Error when gnuplot is missing or fails (its message included).
 std::string render(const Figure& figure, const std::string& dir);
 

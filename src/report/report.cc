@@ -3,6 +3,9 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -91,21 +94,32 @@ std::map<std::string, std::string> draw_figures(const Measurements& m, const std
 
 }  // namespace
 
-// The tables of an earlier report: DIR/data/<unit>.json for every unit that has one.
+// The tables of an earlier report: DIR/data/<unit>.json of every unit, all read before anything is
+// written. Only an optional unit's file may be missing (the unit is then left out).
 Measurements read_measurements(const ReportOptions& options) {
   Measurements m;
   m.options = options;
   m.threads = resolve_threads(options.threads);
+  std::string missing, needed;
   for (const Unit& u : units()) {
     const fs::path path = fs::path(options.from) / "data" / (u.name + ".json");
     std::ifstream in(path, std::ios::binary);
-    if (!in) continue;
+    if (!in) {
+      if (!u.optional) {
+        missing += (missing.empty() ? "" : ", ") + path.string();
+        needed += (needed.empty() ? "" : ", ") + u.name;
+      }
+      continue;
+    }
     std::ostringstream text;
     text << in.rdbuf();
     m.tables[u.name] = lab::from_json(text.str(), path.string());
     m.seconds += m.tables[u.name].meta.seconds;
   }
   if (m.tables.empty()) throw Error(fmt::format("--from: {} holds no data/<experiment>.json of this build's units", options.from));
+  if (!missing.empty())
+    throw Error(fmt::format("--from: {}: missing; the report needs the data of the {} experiment{}", missing, needed,
+                            needed.find(',') == std::string::npos ? "" : "s"));
   return m;
 }
 
@@ -201,17 +215,41 @@ Page compose(const Measurements& m, const std::string& dir) {
   return page;
 }
 
+// The report is written whole into a temporary folder inside DIR, then its files are moved into
+// place (index.html last), so a failure leaves DIR as it was: no partial report. Files of DIR that
+// are not the report's are left alone.
 std::string write_report(const Measurements& m) {
   const fs::path dir = m.options.out;
-  fs::create_directories(dir / "figures");
-  fs::create_directories(dir / "data");
-  for (const auto& [name, t] : m.tables) {
-    write_text(dir / "data" / (name + ".csv"), lab::to_csv(t));
-    write_text(dir / "data" / (name + ".json"), lab::to_json(t));
+  const fs::path tmp = dir / fmt::format(".report.tmp.{}", static_cast<long>(::getpid()));
+  std::vector<fs::path> files;  // relative to tmp, in the order they are placed
+  try {
+    fs::create_directories(tmp / "figures");
+    fs::create_directories(tmp / "data");
+    for (const auto& [name, t] : m.tables) {
+      write_text(tmp / "data" / (name + ".csv"), lab::to_csv(t));
+      write_text(tmp / "data" / (name + ".json"), lab::to_json(t));
+    }
+    const Page page = compose(m, tmp.string());
+    write_text(tmp / "report.md", page.markdown());
+    write_text(tmp / "index.html", page.html());
+    for (const char* sub : {"data", "figures"})
+      for (const auto& entry : fs::directory_iterator(tmp / sub)) files.push_back(fs::path(sub) / entry.path().filename());
+    std::sort(files.begin(), files.end());
+    files.push_back("report.md");
+    files.push_back("index.html");
+    fs::create_directories(dir / "figures");
+    fs::create_directories(dir / "data");
+    for (const fs::path& f : files) fs::rename(tmp / f, dir / f);
+  } catch (const fs::filesystem_error& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw Error(fmt::format("--out: {}: {}", dir.string(), e.code().message()));
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    throw;
   }
-  const Page page = compose(m, dir.string());
-  write_text(dir / "report.md", page.markdown());
-  write_text(dir / "index.html", page.html());
+  fs::remove_all(tmp);
   return (dir / "index.html").string();
 }
 

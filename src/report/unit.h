@@ -64,6 +64,10 @@ struct Unit {
   std::function<Slots(const lab::ResultTable&)> slots;
   // Evidence on claims of the references, each judged next to the rows it reads.
   std::function<std::vector<Evidence>(const lab::ResultTable&)> claims;
+  // Its experiment needs an optional dependency (libtorch): an earlier report that `report --from`
+  // reads may lack its data (written by a build without it), and the report is then written without
+  // it. Every other unit's data is required.
+  bool optional = false;
 
   const Settings& settings(Depth depth) const;
 };

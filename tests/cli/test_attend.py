@@ -123,6 +123,29 @@ def test_huge_unscaled_logits(run, tmp_path):
     assert rel_err(o, o_ref[0, 0]) <= 1e-5
 
 
+def test_scores_past_float32_are_refused_not_written_as_nan(run, tmp_path):
+    # q·k = 1e40 from finite float32 entries of 1e20: the score is inf in float32 and its row NaN
+    # (as in PyTorch's float32); the result is refused, float64 inputs compute it, and
+    # --allow-nonfinite writes it as it is.
+    q = np.array([[1e20]], np.float32)
+    k = np.array([[1e20], [-1e20]], np.float32)
+    v = np.array([[1.0], [2.0]], np.float32)
+    for n, x in (("q", q), ("k", k), ("v", v), ("q64", q.astype(np.float64)), ("k64", k.astype(np.float64)),
+                 ("v64", v.astype(np.float64))):
+        np.save(tmp_path / f"{n}.npy", x)
+    qkv = ["--q", tmp_path / "q.npy", "--k", tmp_path / "k.npy", "--v", tmp_path / "v.npy", "--scale", "none"]
+    out = tmp_path / "o.npy"
+    assert_usage_error(run("attend", *qkv, "--out", out), "--out: the result holds nan at [0, 0] though every "
+                       "input is finite: float32 overflowed", out)
+    r = run("attend", *qkv, "--out", out, "--allow-nonfinite")
+    assert r.returncode == 0, r.stderr
+    assert np.isnan(np.load(out)).all()
+    r = run("attend", "--q", tmp_path / "q64.npy", "--k", tmp_path / "k64.npy", "--v", tmp_path / "v64.npy",
+            "--scale", "none", "--out", tmp_path / "o64.npy")
+    assert r.returncode == 0, r.stderr
+    assert np.load(tmp_path / "o64.npy").tolist() == [[1.0]]
+
+
 def write_inputs(tmp_path, nq=5, nkv=6, d=4):
     rng = np.random.default_rng(1)
     for n, shape in (("q", (nq, d)), ("k", (nkv, d)), ("v", (nkv, d))):

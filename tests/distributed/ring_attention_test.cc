@@ -144,7 +144,26 @@ TEST(RingErrors, ShapesThatDisagreeAcrossRanksThrowOnEveryRank) {
     ring_forward(q.view(), k.view(), v.view(), {o.view()}, {}, MPI_COMM_WORLD);
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("the ranks disagree on the attention: rank 1 has"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("the ranks disagree on the attention: dk: 8 on rank 0, 12 on rank 1"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(RingErrors, DisagreementsAreShownInTheUsersTerms) {
+  if (ranks() < 2) GTEST_SKIP() << "needs two ranks";
+  const Tensor q = random_tensor(DType::f32, {1, 1, 4, 8}, 1, 1), k = random_tensor(DType::f32, {1, 1, 4, 8}, 1, 2);
+  Tensor o(DType::f32, {1, 1, 4, 8});
+  Options options;
+  options.scale = Scale::value(rank() == 1 ? 0.5 : 0.25);
+  try {
+    ring_forward(q.view(), k.view(), k.view(), {o.view()}, options, MPI_COMM_WORLD);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    // The scale as a number, not its bits.
+    EXPECT_NE(std::string(e.what()).find("the ranks disagree on the attention: scale: 0.25 on rank 0, 0.5 on rank 1"),
+              std::string::npos)
+        << e.what();
   }
 }
 

@@ -1,8 +1,9 @@
 """`mpirun -np K attnscale attend ... --context-parallel`: each rank reads its rows of the inputs and
 writes its rows of the outputs; the files match a single-process `attnscale attend` within float32
 rounding, for K = 1..4, ragged shards (N not divisible by K), GQA, dk != dv, causal masks and windows.
-Faults (a rank that cannot open its file, ranks that disagree on shapes, a rank that is killed) make
-every rank exit non-zero within the time bound, with no output file left behind.
+Faults (a rank that cannot open its file, ranks that disagree on shapes or flags, an error every rank
+sees, a rank that is killed) make every rank exit non-zero within the time bound, with no output file
+left behind; the errors are agreed on, one line per rank.
 Run: ATTNSCALE_BIN=build/bin/attnscale /usr/bin/python3 -m pytest -q tests/mpi/test_context_parallel.py
 """
 import os
@@ -88,8 +89,74 @@ def test_ranks_that_disagree_on_shapes_stop(tmp_path):
     r = mpmd(tmp_path, ["attend", *qkv, *out],
              ["attend", "--q", tmp_path / "q12.npy", "--k", tmp_path / "k12.npy", *qkv[4:], *out])
     assert r.returncode == 2, r.stderr
-    assert r.stderr.count("the ranks disagree on the attention: rank 1 has") == 2, r.stderr
+    # Each rank's file is named with its shape, as given (not the ring's internal fields).
+    want = (f"the ranks disagree on the inputs: --q: {tmp_path / 'q.npy'} (37 rows, shape (2, 3, 37, 16) float32) "
+            f"on rank 0, {tmp_path / 'q12.npy'} (37 rows, shape (2, 3, 37, 12) float32) on rank 1")
+    assert r.stderr.count(want) == 2, r.stderr
     only(tmp_path, "q.npy", "k.npy", "v.npy", "k12.npy", "q12.npy")
+
+
+def agreed_lines(r):
+    """The job's error lines: exactly one per rank (two ranks), and no MPI_Abort or ORTE banner."""
+    lines = [x for x in r.stderr.splitlines() if x.startswith("attnscale:")]
+    assert len(lines) == 2 and lines[0] == lines[1], r.stderr
+    assert "MPI_ABORT" not in r.stderr and "ORTE_ERROR_LOG" not in r.stderr, r.stderr
+    return lines[0]
+
+
+def test_a_q_of_other_length_on_one_rank_names_each_file_and_its_rows(tmp_path):
+    qkv = inputs(tmp_path, nq=12, nkv=12)
+    np.save(tmp_path / "q14.npy", np.ones((2, 3, 14, 16), np.float32))
+    out = ["--out", tmp_path / "o.npy", "--context-parallel"]
+    r = mpmd(tmp_path, ["attend", *qkv, *out], ["attend", "--q", tmp_path / "q14.npy", *qkv[2:], *out])
+    assert r.returncode == 2, r.stderr
+    line = agreed_lines(r)
+    assert "q.npy (12 rows" in line and "on rank 0" in line and "q14.npy (14 rows" in line and "on rank 1" in line, line
+    assert "Nq =" not in line, line
+    only(tmp_path, "q.npy", "k.npy", "v.npy", "q14.npy")
+
+
+def test_lse_given_on_one_rank_only_stops_every_rank_before_any_output(tmp_path):
+    """The --lse file is shared: a rank without it would leave the others waiting for its rows."""
+    qkv = inputs(tmp_path)
+    out = ["--out", tmp_path / "o.npy", "--context-parallel"]
+    r = mpmd(tmp_path, ["attend", *qkv, *out, "--lse", tmp_path / "l.npy"], ["attend", *qkv, *out])
+    assert r.returncode == 2, r.stderr
+    line = agreed_lines(r)
+    assert f"the ranks disagree on the arguments: --lse: {tmp_path / 'l.npy'} on rank 0, not given on rank 1" in line, line
+    only(tmp_path, "q.npy", "k.npy", "v.npy")
+
+
+def test_ranks_given_different_out_paths_stop(tmp_path):
+    """Every rank writes its rows of one shared file: another path on one rank is refused, not ignored."""
+    qkv = inputs(tmp_path)
+    r = mpmd(tmp_path, ["attend", *qkv, "--out", "c.npy", "--context-parallel"],
+             ["attend", *qkv, "--out", "d.npy", "--context-parallel"])
+    assert r.returncode == 2, r.stderr
+    assert "the ranks disagree on the arguments: --out: c.npy on rank 0, d.npy on rank 1" in agreed_lines(r)
+    only(tmp_path, "q.npy", "k.npy", "v.npy")
+
+
+@pytest.mark.parametrize("extra, want", [
+    (["--probs", "p.npy"], "rank 0: --probs: not available with --context-parallel"),
+    (["--reference"], "rank 0: --reference: not available with --context-parallel"),
+    (["--sharding", "spiral"], "rank 0: --sharding: expected contiguous or zigzag, got 'spiral'"),
+    (["--bogus"], "rank 0: unknown flag --bogus (see attnscale attend --help)"),
+])
+def test_errors_every_rank_sees_are_one_line_per_rank(tmp_path, extra, want):
+    """Agreed on like an error of one rank: no MPI_Abort, one line per rank, exit code 2."""
+    qkv = inputs(tmp_path)
+    r = mpirun(2, "attend", *qkv, "--out", "o.npy", "--context-parallel", *extra, cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert agreed_lines(r) == "attnscale: error: " + want
+    only(tmp_path, "q.npy", "k.npy", "v.npy")
+
+
+def test_one_row_is_named_in_the_singular(tmp_path):
+    qkv = inputs(tmp_path, nq=1, nkv=8)
+    r = mpirun(2, "attend", *qkv, "--out", "o.npy", "--context-parallel", "--sharding", "contiguous", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert "--q: 1 row cannot be split over 2 ranks" in agreed_lines(r)
 
 
 def rank_pid(marker, rank):

@@ -99,3 +99,28 @@ def test_ranks_started_with_different_sweeps_stop_with_one_line_each(tmp_path):
     assert r.returncode != 0
     assert "the ranks disagree on the sweep" in r.stderr
     assert not (tmp_path / "x.csv").exists()
+
+
+def test_ranks_started_with_different_lists_of_as_many_points_stop(tmp_path):
+    """Same number of points, other values: agreed on before any point runs (the CSV would mix both)."""
+    sweep = ["experiment", "saturation", "--n", "9", "--trials", "5", "--threads", "1", "--out", "x.csv"]
+    r = subprocess.run([*MPIRUN, "-np", "1", BIN, *sweep, "--d", "1,2,4,8,16,32", ":",
+                        "-np", "1", BIN, *sweep, "--d", "3,5,7,9,11,13"],
+                       cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    lines = [x for x in r.stderr.splitlines() if x.startswith("attnscale:")]
+    want = ("attnscale: error: the ranks disagree on the sweep: --d: 1,2,4,8,16,32 on rank 0, 3,5,7,9,11,13 on rank 1"
+            " (start every rank with the same command)")
+    assert lines == [want, want], r.stderr
+    assert os.listdir(tmp_path) == [], "a file or journal was written"
+
+
+@pytest.mark.parametrize("flag, value", [("--seed", "6"), ("--format", "json"), ("--trials", "24")])
+def test_ranks_that_differ_in_seed_format_or_trials_stop(tmp_path, flag, value):
+    other = [*SWEEP, flag, value] if flag not in SWEEP else \
+        [value if i > 0 and SWEEP[i - 1] == flag else w for i, w in enumerate(SWEEP)]
+    r = subprocess.run([*MPIRUN, "-np", "1", BIN, *SWEEP, "--out", "x.csv", ":", "-np", "1", BIN, *other,
+                        "--out", "x.csv"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count(f"the ranks disagree on the sweep: {flag}: ") == 2, r.stderr
+    assert os.listdir(tmp_path) == []

@@ -252,3 +252,69 @@ def test_training_section_tabulates_every_task_and_head_dimension(report_dir, tm
     assert "not run" not in row, row
     # The quick report's own section has one task and one d_head: no such table there.
     assert "Best loss per scaling rule, task and head dimension" not in (report_dir / "report.md").read_text()
+
+
+def tree(d):
+    """Every file under d (relative path → bytes)."""
+    return {p.relative_to(d).as_posix(): p.read_bytes() for p in sorted(pathlib.Path(d).rglob("*")) if p.is_file()}
+
+
+def test_from_a_folder_missing_a_data_file_names_it_and_writes_nothing(report_dir, tmp_path):
+    src = tmp_path / "src"
+    shutil.copytree(report_dir / "data", src / "data")
+    (src / "data" / "saturation.json").unlink()
+    r = subprocess.run([BIN, "report", "--from", str(src), "--out", str(tmp_path / "new")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.splitlines()
+    assert lines == [f"attnscale: error: --from: {src / 'data' / 'saturation.json'}: missing; the report needs the "
+                     "data of the saturation experiment"], r.stderr
+    assert not (tmp_path / "new").exists(), "a partial report folder was left"
+    # An existing report in --out is left as it was.
+    old = tmp_path / "old"
+    shutil.copytree(report_dir, old)
+    before = tree(old)
+    r = subprocess.run([BIN, "report", "--from", str(src), "--out", str(old)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert tree(old) == before
+
+
+def test_a_report_that_fails_while_drawing_leaves_no_partial_output(report_dir, tmp_path):
+    """Without gnuplot the report fails after its data are written: nothing of it may stay."""
+    env = dict(os.environ, PATH=str(tmp_path / "no-programs-here"))
+    r = subprocess.run([os.path.abspath(BIN), "report", "--from", str(report_dir), "--out", "new"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2 and "gnuplot" in r.stderr, r.stderr
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+    assert sorted(os.listdir(tmp_path)) == [], os.listdir(tmp_path)
+    old = tmp_path / "old"
+    shutil.copytree(report_dir, old)
+    before = tree(old)
+    r = subprocess.run([os.path.abspath(BIN), "report", "--from", str(report_dir), "--out", str(old)],
+                       capture_output=True, text=True, timeout=300, env=env)
+    assert r.returncode == 2, r.stderr
+    assert tree(old) == before, "the earlier report was changed, or a temporary folder left in it"
+
+
+def test_figure_scripts_redraw_into_their_own_folder(report_dir, tmp_path):
+    """figures/NAME.gp names its outputs relative to its folder: the same script for any --out, and
+    `gnuplot NAME.gp` run in a copied report's figures/ writes into the copy."""
+    r = subprocess.run([os.path.abspath(BIN), "report", "--from", str(report_dir), "--out", "rel"], cwd=tmp_path,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    scripts = sorted(p.name for p in (report_dir / "figures").glob("*.gp"))
+    assert "variance.gp" in scripts
+    for name in scripts:
+        assert (tmp_path / "rel" / "figures" / name).read_bytes() == (report_dir / "figures" / name).read_bytes(), name
+    text = (report_dir / "figures" / "variance.gp").read_text()
+    assert text.startswith("# ") and "gnuplot variance.gp" in text.splitlines()[0]
+    assert 'set output "variance.svg"' in text and 'set output "variance.png"' in text
+    moved = tmp_path / "moved"
+    shutil.copytree(tmp_path / "rel", moved)
+    before = tree(tmp_path / "rel")
+    (moved / "figures" / "variance.svg").unlink()
+    (moved / "figures" / "variance.png").unlink()
+    subprocess.run(["gnuplot", "variance.gp"], cwd=moved / "figures", check=True, capture_output=True, timeout=120)
+    assert (moved / "figures" / "variance.svg").stat().st_size > 0
+    assert (moved / "figures" / "variance.png").stat().st_size > 0
+    assert tree(tmp_path / "rel") == before

@@ -396,6 +396,7 @@ Unit unit_training() {
   u.figures = figures;
   u.slots = slots;
   u.claims = claims;
+  u.optional = true;  // libtorch
   return u;
 }
 
