@@ -23,6 +23,7 @@
 #include "distributed/same_values.h"
 #include "io/npy_header.h"
 #include "io/output_file.h"
+#include "library_names.h"
 #include "mpi_job.h"
 #include "nonfinite_inputs.h"
 #endif
@@ -240,10 +241,11 @@ void attend_context_parallel(const ContextParallelFiles& f, const Options& optio
   try {
     if (error.empty()) {
       if (!options.mask.explicit_mask.empty()) throw Error("--mask: not supported with --context-parallel");
+      distributed::check_ring_options(options);  // named by the flags below
       sharding = pick_sharding(f.sharding, options);
     }
   } catch (const Error& e) {
-    error = e.what();
+    error = with_flag_names(e.what());
   }
   distributed::agree_on_values(comm, "the arguments",
                                {{"--out", f.out}, {"--lse", f.lse}, {"--sharding", sharding_name(sharding)}}, error);

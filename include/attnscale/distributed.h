@@ -15,8 +15,9 @@
 //
 // Shapes per rank: q [B, Hq, nq_r, dk], k [B, Hkv, nkv_r, dk], v [B, Hkv, nkv_r, dv] (2-D and 3-D
 // views as in attention.h); out, lse, dq, dk, dv like the local inputs. GQA, dk ≠ dv, causal
-// masks (both alignments, on the global diagonal), sliding windows; float32 and float64. Not
-// supported: explicit masks and the probability output.
+// masks (both alignments, on the global diagonal), sliding windows, softcap; float32 and float64.
+// Not supported (check_ring_options): explicit masks, the probability output, ALiBi, sinks,
+// dropout and packed sequences.
 //
 // Transfers progress during the compute: Open MPI moves a large message only inside MPI calls, so
 // when MPI was initialised with MPI_THREAD_SERIALIZED or above, a helper thread of the call tests the
@@ -72,6 +73,12 @@ std::int64_t shard_rows(std::int64_t n, int ranks, int rank, Sharding sharding);
 struct RingTimes {
   double compute_seconds = 0, wait_seconds = 0;
 };
+
+// Throws Error naming the first option of `options` that ring attention cannot take: each block is
+// the public forward on its own rows and keys, so options that depend on a pair's global position
+// or on the whole row would be taken per block (ALiBi's distances from the block's corner, a sink
+// once per block, a dropout mask keyed by local positions) and give another result than one call.
+void check_ring_options(const Options& options);
 
 // Forward: outputs.out (required) and outputs.lse (optional, needed by the backward) for the local
 // query rows, over the keys of every rank.

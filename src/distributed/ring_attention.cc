@@ -336,13 +336,17 @@ void timed(double* total, F&& fn) {
   if (total) *total += MPI_Wtime() - t0;
 }
 
-// What a block cannot compute alone: each block is the public forward on its own rows and keys, so
-// options that depend on a pair's global position or on the whole row would be taken per block
-// (ALiBi's distances from the block's corner, a sink's logit once per block, a dropout mask keyed by
-// local positions), with a wrong result and no error.
 void check_supported(const Options& options, DType dtype) {
+  check_ring_options(options);
+  if (dtype != DType::f32 && dtype != DType::f64)
+    throw Error("q: ring attention takes float32 or float64, got " + std::string(dtype_name(dtype)));
+}
+
+}  // namespace
+
+void check_ring_options(const Options& options) {
   if (!options.mask.explicit_mask.empty())
-    throw Error("options.mask.explicit_mask: not supported by ring attention (causal and window masks are)");
+    throw Error("mask: not supported by ring attention (causal and window masks are)");
   if (!options.alibi_slopes.empty())
     throw Error("alibi_slopes: not supported by ring attention (its distances are global; softcap is supported)");
   if (!options.sinks.empty()) throw Error("sinks: not supported by ring attention (a sink joins each row once)");
@@ -350,11 +354,7 @@ void check_supported(const Options& options, DType dtype) {
     throw Error("dropout: not supported by ring attention (its mask is keyed by global positions)");
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty())
     throw Error("cu_seqlens_q: not supported by ring attention (packed sequences)");
-  if (dtype != DType::f32 && dtype != DType::f64)
-    throw Error("q: ring attention takes float32 or float64, got " + std::string(dtype_name(dtype)));
 }
-
-}  // namespace
 
 void ring_forward(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outputs,
                   const Options& options, MPI_Comm comm, Sharding sharding, RingTimes* times) {

@@ -53,6 +53,7 @@ def test_causal_masks_with_zigzag_shards(tmp_path, mask):
 
 @pytest.mark.parametrize("extra", [["--alibi-slopes", "slopes.npy"], ["--sinks", "sinks.npy"], ["--dropout", "0.1"]])
 def test_options_a_block_cannot_take_alone_are_refused(tmp_path, extra):
+    flag = extra[0]
     # ALiBi's distances and dropout's mask are global, a sink joins each row once: per block they
     # would give another result than one process, so they are refused on every rank.
     qkv = inputs(tmp_path, hkv=3)
@@ -61,7 +62,7 @@ def test_options_a_block_cannot_take_alone_are_refused(tmp_path, extra):
     r = mpirun(2, "attend", *qkv, *extra, "--out", tmp_path / "o.npy", "--context-parallel", cwd=tmp_path)
     assert r.returncode == 2, r.stderr
     lines = [x for x in r.stderr.splitlines() if x.startswith("attnscale:")]
-    assert lines and all("not supported by ring attention" in x for x in lines), r.stderr
+    assert lines and all(f"{flag}: not supported by ring attention" in x for x in lines), r.stderr
     assert not (tmp_path / "o.npy").exists()
 
 
