@@ -240,8 +240,7 @@ void attend_context_parallel(const ContextParallelFiles& f, const Options& optio
   std::string error = f.flags_error;
   try {
     if (error.empty()) {
-      if (!options.mask.explicit_mask.empty()) throw Error("--mask: not supported with --context-parallel");
-      distributed::check_ring_options(options);  // named by the flags below
+      distributed::check_ring_options(options);  // --mask, --alibi-slopes, ...: named by the flags below
       sharding = pick_sharding(f.sharding, options);
     }
   } catch (const Error& e) {
