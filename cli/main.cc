@@ -44,6 +44,9 @@ std::string agreed_command_line(const std::string& error, const std::string& ask
   } catch (const attnscale::distributed::AgreedError& e) {
     return e.what();
   }
+#else
+  (void)error;
+  (void)asked;
 #endif
   return "";
 }
