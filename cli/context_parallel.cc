@@ -26,6 +26,7 @@
 #include "library_names.h"
 #include "mpi_job.h"
 #include "nonfinite_inputs.h"
+#include "output_files.h"
 #endif
 
 namespace attnscale::cli {
@@ -151,8 +152,10 @@ class SharedOutput {
         throw Error(fmt::format("{}: {}: not a regular file; --context-parallel writes each rank's rows in place",
                                 flag_, path_));
       existed_ = t.exists;
-      std::snprintf(target, sizeof target, "%s", t.path.c_str());
-      std::snprintf(name, sizeof name, "%s.tmp.%d", t.path.c_str(), static_cast<int>(::getpid()));
+      // Absolute: another rank may run in another folder and name the file otherwise.
+      const std::string where = canonical_path(t.path);
+      std::snprintf(target, sizeof target, "%s", where.c_str());
+      std::snprintf(name, sizeof name, "%s.tmp.%d", where.c_str(), static_cast<int>(::getpid()));
     });
     MPI_Bcast(name, sizeof name, MPI_CHAR, 0, comm_);
     MPI_Bcast(target, sizeof target, MPI_CHAR, 0, comm_);
@@ -246,8 +249,12 @@ void attend_context_parallel(const ContextParallelFiles& f, const Options& optio
   } catch (const Error& e) {
     error = with_flag_names(e.what());
   }
+  // Paths are compared as the files they name: x.npy on one rank and ./x.npy on another agree.
   distributed::agree_on_values(comm, "the arguments",
-                               {{"--out", f.out}, {"--lse", f.lse}, {"--sharding", sharding_name(sharding)}}, error);
+                               {{"--out", canonical_path(f.out), shown_path(f.out)},
+                                {"--lse", canonical_path(f.lse), shown_path(f.lse)},
+                                {"--sharding", sharding_name(sharding)}},
+                               error);
 
   // Then the inputs' shapes, each rank's file named (every rank reads its rows of the same arrays).
   ShardedInput q, k, v;

@@ -34,13 +34,14 @@ struct ExperimentFlags {
 };
 
 // The command line of a sweep as given, flag by flag: under mpirun every rank must be started
-// with the same one (not --threads: a rank's thread count changes no row).
+// with the same one (not --threads: a rank's thread count changes no row), --out naming the same
+// file however it is spelt.
 lab::SweepDefinition command_line(const lab::Experiment& e, const ExperimentFlags& f) {
   lab::SweepDefinition d = {{"experiment", e.name},
                             {"--seed", std::to_string(f.seed)},
                             {"--trials", f.trials > 0 ? std::to_string(f.trials) : ""},
                             {"--format", f.format},
-                            {"--out", f.out},
+                            {"--out", canonical_path(f.out)},
                             {"--resume", f.resume ? "given" : ""}};
   for (const auto& [name, value] : f.values) d.emplace_back("--" + name, value);
   return d;

@@ -34,16 +34,27 @@ int fail(int code, const char* kind, const std::string& what, bool every_rank = 
   return code;
 }
 
-// A command line that did not parse: under mpirun the ranks agree on it first (every rank either
-// failed alike or waits in the same agreement), so each prints one line and none is aborted.
-int refuse(const std::string& what) {
+// Under mpirun, this rank's outcome of its command line agreed on with the other ranks (each either
+// failed alike or waits in the same agreement, mpi_job.h): the error every rank stops with, or ""
+// when every rank may go on.
+std::string agreed_command_line(const std::string& error, const std::string& asked = "") {
 #ifdef ATTNSCALE_HAVE_MPI
   try {
-    attnscale::cli::mpi_job::agree_on_command_line(what);
+    attnscale::cli::mpi_job::agree_on_command_line(error, asked);
   } catch (const attnscale::distributed::AgreedError& e) {
-    return fail(2, "error", e.what(), /*every_rank=*/true);
+    return e.what();
   }
+#else
+  (void)error;
+  (void)asked;
 #endif
+  return "";
+}
+
+// A command line that did not parse: agreed on first, so each rank prints one line and none is aborted.
+int refuse(const std::string& what) {
+  if (const std::string agreed = agreed_command_line(what); !agreed.empty())
+    return fail(2, "error", agreed, /*every_rank=*/true);
   return fail(2, "error", what);
 }
 
@@ -79,7 +90,11 @@ int main(int argc, char** argv) {
     }
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {
-    const int code = app.exit(e);  // --help, --version
+    // --help, --version: printed once every rank asked alike; a rank given it alone stops them all.
+    const std::string asked = e.get_name() == "CallForVersion" ? "--version" : "--help";
+    if (const std::string agreed = agreed_command_line("", asked); !agreed.empty())
+      return fail(2, "error", agreed, /*every_rank=*/true);
+    const int code = app.exit(e);
     if (const std::string err = attnscale::cli::stdout_error(); !err.empty()) return fail(2, "error", err);
     attnscale::cli::mpi_job::finish();
     return code;

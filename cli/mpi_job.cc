@@ -6,13 +6,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
 
 #include <unistd.h>
 
 #ifdef ATTNSCALE_HAVE_MPI
 #include <mpi.h>
 
-#include "distributed/agreement.h"
+#include "distributed/same_values.h"
 #include "lab/mpi_points.h"
 #endif
 
@@ -75,13 +76,18 @@ void said_why(int code) {
   stopped_line[0] = '\0';
 }
 
-void agree_on_command_line(const std::string& error) {
+void agree_on_command_line(const std::string& error, const std::string& asked) {
   if (command_line_agreed) return;
   command_line_agreed = true;
 #ifdef ATTNSCALE_HAVE_MPI
-  if (started && my_size > 1) distributed::agree(MPI_COMM_WORLD, error);
+  if (started && my_size > 1) {
+    std::vector<distributed::NamedValue> flags;
+    for (const char* flag : {"--help", "--version"}) flags.push_back({flag, asked == flag ? "given" : ""});
+    distributed::agree_on_values(MPI_COMM_WORLD, "the command line", flags, error);
+  }
 #else
   (void)error;
+  (void)asked;
 #endif
 }
 

@@ -19,12 +19,14 @@ std::string prefix();
 // After an error every rank has (and has printed): if mpirun stops this rank before it finishes
 // (another rank exited first with the same error), it exits with `code` without a second line.
 void said_why(int code);
-// Once the command line is parsed (error: "" when it parsed), before any rank runs its command: the
-// ranks agree on whether every rank's command line parsed. If any did not, every rank throws
-// distributed::AgreedError with the lowest failing rank's message, so each prints one line instead
-// of one rank calling MPI_Abort. Only the first call agrees (later ones return); a no-op outside a
-// job of several ranks.
-void agree_on_command_line(const std::string& error);
+// Once the command line is parsed (error: "" when it parsed; asked: "--help" or "--version" when
+// the line asked for that instead of a command), before any rank runs its command: the ranks agree
+// on whether every rank's command line parsed, and asked for the same. If any did not parse, every
+// rank throws distributed::AgreedError with the lowest failing rank's message, so each prints one
+// line instead of one rank calling MPI_Abort; if only some ranks asked for --help or --version,
+// every rank throws one naming the flag and the ranks (none waits in a command the others never
+// run). Only the first call agrees (later ones return); a no-op outside a job of several ranks.
+void agree_on_command_line(const std::string& error, const std::string& asked = "");
 // After an error on this rank: stops every other rank (MPI_Abort), which may be waiting for this
 // one, with `code`. Returns only outside a job of several ranks.
 void stop_others(int code);

@@ -29,12 +29,31 @@ namespace attnscale::cli {
 // (flag, path) pairs; an empty path is a flag not given.
 using PathFlags = std::vector<std::pair<const char*, std::string>>;
 
-// The same file: the same existing file (hard links, ./x and x), or the same normalised path.
+// The file `path` names, whatever its spelling: absolute, with the symbolic links of its existing
+// part followed (x.npy, ./x.npy and link-to-this-folder/x.npy alike). "" (not given) stays "".
+inline std::string canonical_path(const std::string& path) {
+  namespace fs = std::filesystem;
+  if (path.empty()) return path;
+  std::error_code ec;
+  const fs::path absolute = fs::absolute(path, ec);
+  if (ec) return path;
+  const fs::path canonical = fs::weakly_canonical(absolute, ec);
+  return (ec ? absolute.lexically_normal() : canonical).string();
+}
+
+// A path as a message shows it: as given, then the file it names when that is spelt otherwise
+// ("x.npy (/data/run/x.npy)"), for ranks whose paths are compared by canonical_path.
+inline std::string shown_path(const std::string& path) {
+  const std::string canonical = canonical_path(path);
+  return canonical == path ? path : path + " (" + canonical + ")";
+}
+
+// The same file: the same existing file (hard links, ./x and x), or the same canonical path.
 inline bool same_file(const std::string& a, const std::string& b) {
   namespace fs = std::filesystem;
   std::error_code ec;
   if (fs::exists(a, ec) && fs::exists(b, ec)) return fs::equivalent(a, b, ec);
-  return fs::weakly_canonical(fs::absolute(a, ec), ec) == fs::weakly_canonical(fs::absolute(b, ec), ec);
+  return canonical_path(a) == canonical_path(b);
 }
 
 inline void require_own_paths(const PathFlags& outputs, const PathFlags& inputs) {

@@ -1,13 +1,11 @@
 // attnscale report: runs every lab experiment and writes Chuang (2023) completed (HTML, Markdown,
 // figures, data) into --out. See src/report/report.h.
-#include <fmt/format.h>
-
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
 
 #include "attnscale/error.h"
 #include "lab/point_scheduler.h"
+#include "new_folder.h"
 #include "report/report.h"
 #include "subcommands.h"
 
@@ -34,12 +32,7 @@ void add_report(CLI::App& app) {
     opts->depth = *quick ? report::Depth::quick : *full ? report::Depth::full : report::Depth::standard;
     if (opts->out.empty()) throw Error("--out: expected a folder");
     // Checked before the measurements start, so a bad folder fails in a second, not after minutes.
-    std::error_code ec;
-    const bool existed = std::filesystem::exists(opts->out, ec);
-    if (existed && !std::filesystem::is_directory(opts->out, ec))
-      throw Error(fmt::format("--out: {} exists and is not a folder", opts->out));
-    std::filesystem::create_directories(opts->out, ec);
-    if (ec) throw Error(fmt::format("--out: cannot create {}: {}", opts->out, ec.message()));
+    NewFolder folder("--out", opts->out);
     const auto start = std::chrono::steady_clock::now();
     std::string index;
     int threads = 1;
@@ -50,8 +43,8 @@ void add_report(CLI::App& app) {
       index = report::write_report(m);
       threads = m.threads;
     } catch (...) {
-      // No partial output: the folder made above goes again (write_report places all or nothing).
-      if (!existed) std::filesystem::remove(opts->out, ec);  // only if still empty
+      // No partial output: the folders made above go again (write_report places all or nothing).
+      folder.undo();
       throw;
     }
     const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

@@ -42,7 +42,9 @@ MPI_Comm communicator(std::int64_t fortran_handle) {
 // Runs this rank's argument checks (and whatever else may fail before the ring starts), then agrees
 // with every rank of c on the outcome before any of them starts the ring: an argument error on one
 // rank raises on every rank (the failing rank its own exception, the others "rank R: ...") instead
-// of leaving them waiting in the ring for a rank that gave up.
+// of leaving them waiting in the ring for a rank that gave up. This agreement is the first
+// collective of a call; a rank whose call failed in Python before reaching a binding (a misspelt
+// keyword) takes part in it through _refuse.
 template <class F>
 void agreed_arguments(MPI_Comm c, F&& checks) {
   std::exception_ptr mine;
@@ -62,6 +64,19 @@ void agreed_arguments(MPI_Comm c, F&& checks) {
   } catch (const distributed::AgreedError&) {
     if (mine) std::rethrow_exception(mine);
     throw;
+  }
+}
+
+// The threads keyword as an int, or a one-line error naming it (pybind11's own cast names neither
+// the argument nor the value).
+int threads_of(py::handle threads) {
+  if (!py::isinstance<py::int_>(threads) || py::isinstance<py::bool_>(threads))
+    throw py::type_error(fmt::format("threads: expected int, got {}", type_name(threads)));
+  try {
+    return threads.cast<int>();
+  } catch (const py::cast_error&) {
+    throw py::type_error(fmt::format("threads: {} is out of range (too large for the extension's integers)",
+                                     std::string(py::str(threads))));
   }
 }
 
@@ -85,7 +100,7 @@ py::object ring_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, 
     k = as_view("k", k_obj, ArrayKind::floating);
     v = as_view("v", v_obj, ArrayKind::floating);
     return_lse = return_lse_obj.cast<bool>();
-    opt = make_options(scale, causal, window, align, py::none(), threads.cast<int>());
+    opt = make_options(scale, causal, window, align, py::none(), threads_of(threads));
     s = parse_sharding(sharding, opt.options);
     if (q.view.rank < 2 || v.view.rank < 2) throw py::value_error("q, v: expected rank 2, 3 or 4");
     out = new_array(q.view.dtype, shape_with(q.view, 1, v.view.shape[v.view.rank - 1]));
@@ -115,7 +130,7 @@ py::tuple ring_attention_backward(py::handle q_obj, py::handle k_obj, py::handle
     out = as_view("out", out_obj, ArrayKind::floating);
     lse = as_view("lse", lse_obj, ArrayKind::floating);
     dout = as_view("dout", dout_obj, ArrayKind::floating);
-    opt = make_options(scale, causal, window, align, py::none(), threads.cast<int>());
+    opt = make_options(scale, causal, window, align, py::none(), threads_of(threads));
     s = parse_sharding(sharding, opt.options);
     dq = new_array(q.view.dtype, shape_with(q.view, 0, std::nullopt));
     dk = new_array(q.view.dtype, shape_with(k.view, 0, std::nullopt));
@@ -142,6 +157,14 @@ void add_distributed(py::module_& m) {
         py::arg("out"), py::arg("lse"), py::arg("dout"), py::arg("comm"), py::arg("sharding"), py::arg("scale"),
         py::arg("causal"), py::arg("window"), py::arg("align"), py::arg("threads"),
         "_ring_attention_backward(...): see attnscale.distributed.ring_attention_backward.");
+  m.def(
+      "_refuse",
+      [](std::int64_t comm, const std::string& error) {
+        agreed_arguments(communicator(comm), [&] { throw py::type_error(error); });
+      },
+      py::arg("comm"), py::arg("error"),
+      "_refuse(comm, error): raises TypeError(error) on this rank once it has taken part in the agreement "
+      "that a ring call starts with, so that the other ranks of comm raise it too (see attnscale.distributed).");
   m.def(
       "_shard",
       [](std::int64_t n, int ranks, int rank, const std::string& sharding) {

@@ -11,10 +11,13 @@ rank gets back its rows of the output (and of dq, dk, dv from the backward). See
     >>> out, lse = dist.ring_attention(q[..., rows, :], k[..., rows, :], v[..., rows, :],
     ...                                MPI.COMM_WORLD, causal=True, return_lse=True)
 """
+import functools
+import inspect
+
 import numpy as np
 
 from . import _distributed
-from .keywords import short_errors
+from .keywords import signature_error
 
 __all__ = ["ring_attention", "ring_attention_backward", "shard", "rows"]
 
@@ -27,11 +30,31 @@ def _handle(comm):
     return comm.py2f()
 
 
-def _sharding(sharding, causal):
-    return sharding if sharding is not None else ("zigzag" if causal else "contiguous")
+def _agreed(fn):
+    """fn, a call every rank of its comm makes together, whose arguments every rank agrees on before
+    any collective: an error on one rank raises on every rank, never leaving the others waiting.
+
+    The binding checks the values (arrays, dtypes, keywords' values) and agrees on the outcome first
+    thing (python/distributed_bindings.cc); a call its signature refuses (a misspelt keyword, a
+    missing argument) never reaches it, so the refusing rank takes part in that agreement with its
+    error (_refuse): it raises its own TypeError, the others "rank R: ...". Only a rank given no
+    communicator cannot reach the others; it raises alone."""
+    position = list(inspect.signature(fn).parameters).index("comm")
+
+    @functools.wraps(fn)
+    def call(*args, **kwargs):
+        error = signature_error(fn, args, kwargs)
+        if error is None:
+            return fn(*args, **kwargs)
+        comm = kwargs.get("comm", args[position] if len(args) > position else None)
+        if not hasattr(comm, "py2f"):
+            raise TypeError(error)
+        _distributed._refuse(_handle(comm), error)
+
+    return call
 
 
-@short_errors
+@_agreed
 def ring_attention(q, k, v, comm, *, sharding=None, return_lse=False, scale=None, causal=None, window=None,
                    align=None, threads=0):
     """This rank's rows of attention over the whole sequence (every rank of comm calls it together).
@@ -42,7 +65,7 @@ def ring_attention(q, k, v, comm, *, sharding=None, return_lse=False, scale=None
                                       return_lse, threads)
 
 
-@short_errors
+@_agreed
 def ring_attention_backward(q, k, v, out, lse, dout, comm, *, sharding=None, scale=None, causal=None,
                             window=None, align=None, threads=0):
     """(dq, dk, dv) for this rank's rows, from ring_attention's out and lse and this rank's dout."""

@@ -11,6 +11,7 @@ The accepted names are read from pybind11's own message (its "1. (q: handle, ...
 """
 import difflib
 import functools
+import inspect
 import re
 
 _SIGNATURE = re.compile(r"^\s*1\. \((.*)\) -> ", re.M)
@@ -56,6 +57,20 @@ def _diagnosis(name, params, args, kwargs):
             if not isinstance(value, _TYPES[ptype]) or (ptype != "bool" and isinstance(value, bool)):
                 return f"{pname}: expected {ptype}, got {type(value).__name__}"
     return None
+
+
+def signature_error(fn, args, kwargs):
+    """The one-line message of the TypeError that calling fn (a Python function) with args and kwargs
+    raises for its signature: a keyword it does not take (with the nearest it takes), a missing
+    argument, too many positional ones; None when the signature takes them."""
+    signature = inspect.signature(fn)
+    try:
+        signature.bind(*args, **kwargs)
+        return None
+    except TypeError as e:
+        params = [(p.name, "", p.default is not p.empty, p.kind is p.KEYWORD_ONLY)
+                  for p in signature.parameters.values()]
+        return _diagnosis(fn.__name__, params, args, kwargs) or f"{fn.__name__}(): {e}"
 
 
 def _integers(value):

@@ -16,7 +16,12 @@ gets its gradient, dS, summed over its broadcast dimensions by autograd.
 """
 import torch
 
+from .argument_names import caller_names
 from .torch_function import as_float16, attend, check_operands, dropout_keywords, float16_as_float32, real
+
+
+# The arguments as PyTorch's signature names them, for the messages (attnscale's checks say q, k, v).
+_NAMES = {"q": "query", "k": "key", "v": "value", "mask": "attn_mask"}
 
 
 def scaled_dot_product_attention(
@@ -50,22 +55,23 @@ def scaled_dot_product_attention(
         >>> out.sum().backward(); out.shape
         torch.Size([2, 8, 10, 16])
     """
-    if is_causal and attn_mask is not None:
-        raise ValueError("attn_mask: must be None when is_causal=True (as in PyTorch)")
-    check_operands(query, key, value)  # before float16's conversion: mixed dtypes are told so
-    mask = attn_mask
-    if mask is not None:
-        if not isinstance(mask, torch.Tensor):
-            mask = torch.as_tensor(mask)
-        if mask.dtype in (torch.bfloat16, torch.float16):
-            mask = mask.float()  # the kernels read float32/float64 masks; a copy of the mask as given
-    scale = None if scale is None else real("scale", scale)
-    options = dict(scale=scale, causal=bool(is_causal), **dropout_keywords(dropout_p))
-    (query, key, value), half = float16_as_float32(query, key, value)
-    try:
-        out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa, mask_name="attn_mask")
-    except ValueError as e:
-        if not enable_gqa and str(e).startswith("q, k:"):
-            raise ValueError(f"{e} (key/value with fewer heads than query need enable_gqa=True)") from None
-        raise
+    with caller_names(_NAMES):
+        if is_causal and attn_mask is not None:
+            raise ValueError("attn_mask: must be None when is_causal=True (as in PyTorch)")
+        check_operands(query, key, value)  # before float16's conversion: mixed dtypes are told so
+        mask = attn_mask
+        if mask is not None:
+            if not isinstance(mask, torch.Tensor):
+                mask = torch.as_tensor(mask)
+            if mask.dtype in (torch.bfloat16, torch.float16):
+                mask = mask.float()  # the kernels read float32/float64 masks; a copy of the mask as given
+        scale = None if scale is None else real("scale", scale)
+        options = dict(scale=scale, causal=bool(is_causal), **dropout_keywords(dropout_p))
+        (query, key, value), half = float16_as_float32(query, key, value)
+        try:
+            out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa, mask_name="attn_mask")
+        except ValueError as e:
+            if not enable_gqa and str(e).startswith("q, k:"):
+                raise ValueError(f"{e} (key/value with fewer heads than query need enable_gqa=True)") from None
+            raise
     return as_float16(out) if half else out

@@ -134,16 +134,16 @@ def test_empty_calls_meet_the_checks_of_others(gen, nkv):
     with work to do, with the same messages."""
     q, kv = randn(gen, 2, 4, 5, 8), randn(gen, 2, 4, nkv, 8)
     bad = [
-        (lambda: sdpa(q, kv.float(), kv.float()), ValueError, r"^q, k, v: dtypes differ \(q float64, k float32, v float32\)$"),
-        (lambda: sdpa(q.long(), kv.long(), kv.long()), TypeError, r"^q: dtype must be float32, float64 or bfloat16, got torch.int64$"),
+        (lambda: sdpa(q, kv.float(), kv.float()), ValueError, r"^query, key, value: dtypes differ \(query float64, key float32, value float32\)$"),
+        (lambda: sdpa(q.long(), kv.long(), kv.long()), TypeError, r"^query: dtype must be float32, float64 or bfloat16, got torch.int64$"),
         (lambda: sdpa(q, kv, kv, scale=math.nan), ValueError, r"^scale: must be finite, got nan$"),
         (lambda: sdpa(q, kv, kv, dropout_p=2.0), ValueError, r"^dropout_p: must be in \[0, 1\), got 2.0$"),
         (lambda: sdpa(q, kv, kv, attn_mask=torch.zeros(5, nkv, dtype=torch.int64)), TypeError, r"^attn_mask: dtype must be"),
         (lambda: sdpa(q, kv, kv, attn_mask=torch.zeros(5, 2)), ValueError, r"^attn_mask: shape \[5, 2\] does not broadcast"),
         (lambda: sdpa(q, kv, randn(gen, 2, 4, nkv + 1, 8)), ValueError,
-         r"^v: heads and keys must match k's \(k \[2, 4, %d, 8\], v \[2, 4, %d, 8\]\)$" % (nkv, nkv + 1)),
+         r"^value: heads and keys must match key's \(key \[2, 4, %d, 8\], value \[2, 4, %d, 8\]\)$" % (nkv, nkv + 1)),
         (lambda: sdpa(q[:, :, :0], kv[..., :3], kv[..., :3]),
-         ValueError, r"^k: last dimension dk = 3 must equal q's dk = 8 \(q \[2, 4, 0, 8\], k \[2, 4, %d, 3\]\)$" % nkv),
+         ValueError, r"^key: last dimension dk = 3 must equal query's dk = 8 \(query \[2, 4, 0, 8\], key \[2, 4, %d, 3\]\)$" % nkv),
     ]
     for call, error, message in bad:
         with pytest.raises(error, match=message):
@@ -175,6 +175,27 @@ def test_a_mask_of_rank_0_or_1_broadcasts_as_in_pytorch(gen, shape, kind):
         assert torch.autograd.gradcheck(lambda q, m: sdpa(q, k, v, attn_mask=m), (q, mask))
 
 
+def test_messages_name_the_arguments_as_pytorch_does(gen):
+    """PyTorch's signature says query, key, value, attn_mask: so do the messages, those of the
+    kernels included (a dk that differs, heads that do not match), never attnscale's q, k, v."""
+    q, kv = randn(gen, 2, 4, 5, 8), randn(gen, 2, 4, 3, 8)
+    bad = [
+        (lambda: sdpa([1.0], kv, kv), TypeError, r"^query: expected a torch.Tensor, got list$"),
+        (lambda: sdpa(q, kv.int(), kv), TypeError, r"^key: dtype must be float32, float64 or bfloat16, got torch.int32$"),
+        (lambda: sdpa(q, kv, randn(gen, 3)), ValueError, r"^value: expected \[\.\.\., N, d\], got rank 1 \[3\]$"),
+        (lambda: sdpa(q, kv[..., :3], kv), ValueError,
+         r"^key: last dimension dk = 3 must equal query's dk = 8 \(query \[2, 4, 5, 8\], key \[2, 4, 3, 3\]\)$"),
+        (lambda: sdpa(q, kv, randn(gen, 2, 4, 4, 8)), ValueError,
+         r"^value: heads and keys must match key's \(key \[2, 4, 3, 8\], value \[2, 4, 4, 8\]\)$"),
+        (lambda: sdpa(q, randn(gen, 2, 3, 3, 8), randn(gen, 2, 3, 3, 8)), ValueError,
+         r"^query, key: leading dimensions \[4\], \[3\] do not broadcast \(key/value with fewer heads than query "
+         r"need enable_gqa=True\)$"),
+    ]
+    for call, error, message in bad:
+        with pytest.raises(error, match=message):
+            call()
+
+
 def test_errors(gen):
     q, k = randn(gen, 4, 5, 8, grad=True), randn(gen, 2, 5, 8, grad=True)
     with pytest.raises(ValueError, match=r"need enable_gqa=True\)$"):
@@ -187,11 +208,11 @@ def test_errors(gen):
         sdpa(q, q, q, casual=True)
     # Messages name the caller's arguments: attn_mask, scale, dropout_p; float16 is supported, so a
     # float16 query among float64 key and value is told that the dtypes differ.
-    with pytest.raises(ValueError, match=r"^q, k, v: dtypes differ \(q float16, k float64, v float64\)$"):
+    with pytest.raises(ValueError, match=r"^query, key, value: dtypes differ \(query float16, key float64, value float64\)$"):
         sdpa(q.half(), q, q)
     with pytest.raises(TypeError, match=r"^attn_mask: dtype must be bool, uint8, float32, float64 or bfloat16, got torch.int32$"):
         sdpa(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.int32))
-    with pytest.raises(ValueError, match=r"^q, k, v, attn_mask: leading dimensions .* do not broadcast$"):
+    with pytest.raises(ValueError, match=r"^query, key, value, attn_mask: leading dimensions .* do not broadcast$"):
         sdpa(randn(gen, 3, 4, 5, 8), q, q, attn_mask=torch.ones(2, 4, 5, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"^scale: expected a number, got str$"):
         sdpa(q, q, q, scale="x")

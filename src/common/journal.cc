@@ -13,25 +13,39 @@
 #include <string_view>
 
 #include "attnscale/error.h"
+#include "io/output_file.h"
 
 namespace attnscale {
 namespace {
 
-constexpr std::string_view kMagic = "attnscale-journal 1\n";
+// Version 2 checksums a record's key with its payload; version 1 (the payload alone) is still read.
+constexpr std::string_view kMagic = "attnscale-journal 2\n";
+constexpr std::string_view kMagicV1 = "attnscale-journal 1\n";
 
 [[noreturn]] void fail(const std::string& path, const std::string& what) {
   throw Error(path + ": " + what + " (" + std::strerror(errno) + ")");
 }
 
+// A record's checksum: of "<key> <payload>" (key in decimal), or of the payload alone in a
+// version 1 journal and for the header, which has no key.
+std::uint64_t checksum(const std::string* key, std::string_view payload) {
+  std::uint64_t h = kFnvOffset;
+  if (key != nullptr) h = fnv1a64(*key + " ", h);
+  return fnv1a64(payload, h);
+}
+
 std::string frame(char kind, const std::string& key, const std::string& payload) {
   char buf[96];
-  std::snprintf(buf, sizeof buf, "%zu %016" PRIx64 "\n", payload.size(), fnv1a64(payload));
+  const std::uint64_t sum = checksum(key.empty() ? nullptr : &key, payload);
+  std::snprintf(buf, sizeof buf, "%zu %016" PRIx64 "\n", payload.size(), sum);
   return std::string(1, kind) + " " + (key.empty() ? "" : key + " ") + buf + payload + "\n";
 }
 
-// Reads one framed record at `pos`: kind ('H' or 'R'), key (records only), payload. Returns false
-// when the bytes from `pos` do not hold one whole, intact record.
-bool read_record(std::string_view s, std::size_t& pos, char kind, std::int64_t& key, std::string& payload) {
+// Reads one framed record at `pos`: kind ('H' or 'R'), key (records only), payload; `keyed`: the
+// checksum covers the key (version 2). Returns false when the bytes from `pos` do not hold one
+// whole, intact record.
+bool read_record(std::string_view s, std::size_t& pos, char kind, bool keyed, std::int64_t& key,
+                 std::string& payload) {
   const std::size_t eol = s.find('\n', pos);
   if (eol == std::string_view::npos || eol - pos > 80 || s[pos] != kind) return false;
   const std::string line(s.substr(pos, eol - pos));
@@ -46,8 +60,10 @@ bool read_record(std::string_view s, std::size_t& pos, char kind, std::int64_t& 
   if (static_cast<std::size_t>(used) != line.size()) return false;
   const std::size_t start = eol + 1;
   if (len > s.size() || start + len + 1 > s.size() || s[start + len] != '\n') return false;
-  payload.assign(s.substr(start, len));
-  if (fnv1a64(payload) != sum) return false;
+  const std::string_view bytes = s.substr(start, len);
+  const std::string key_text = std::to_string(k);
+  if (checksum(kind == 'R' && keyed ? &key_text : nullptr, bytes) != sum) return false;
+  payload.assign(bytes);
   key = k;
   pos = start + len + 1;
   return true;
@@ -92,8 +108,7 @@ void sync_parent_dir(const std::string& path) {
 
 }  // namespace
 
-std::uint64_t fnv1a64(const std::string& bytes) {
-  std::uint64_t h = 0xcbf29ce484222325ull;
+std::uint64_t fnv1a64(std::string_view bytes, std::uint64_t h) {
   for (unsigned char c : bytes) {
     h ^= c;
     h *= 0x100000001b3ull;
@@ -107,11 +122,13 @@ Journal Journal::open(const std::string& path, const std::string& header, bool r
   Journal j(path, fd);
   const std::string data = resume ? read_file(path, fd) : std::string();
   std::size_t good = 0;  // bytes of intact journal at the start of the file
+  bool keyed = true;     // version 2: a record's checksum covers its key
   if (!data.empty()) {
     std::size_t pos = kMagic.size();
     std::int64_t key = 0;
     std::string text;
-    if (data.compare(0, kMagic.size(), kMagic) != 0 || !read_record(data, pos, 'H', key, text))
+    keyed = data.compare(0, kMagicV1.size(), kMagicV1) != 0;
+    if ((keyed && data.compare(0, kMagic.size(), kMagic) != 0) || !read_record(data, pos, 'H', keyed, key, text))
       throw Error(path + ": not a journal of this tool; remove it or run without --resume");
     if (text != header)
       throw Error(path + ": belongs to a different run (" + text + "); rerun with the same flags, or without --resume");
@@ -123,7 +140,7 @@ Journal Journal::open(const std::string& path, const std::string& header, bool r
     std::string payload;
     std::size_t failed = 0;  // record starts that did not read since the last intact record
     while (pos < data.size()) {
-      if (read_record(data, pos, 'R', key, payload)) {
+      if (read_record(data, pos, 'R', keyed, key, payload)) {
         j.records_[key] = payload;
         good = pos;
         j.damaged_ += failed;
@@ -138,6 +155,12 @@ Journal Journal::open(const std::string& path, const std::string& header, bool r
     if (failed > 0 && complete_record(data, good)) j.damaged_ += failed;
     j.recovered_ = j.records_.size();
   }
+  if (j.damaged_ > 0 || !keyed) {
+    // Damaged records would be met (and warned about) again by every later resume, and a
+    // version 1 journal cannot take version 2 records: the intact records are written anew.
+    j.rewrite(header);
+    return j;
+  }
   // Cut off whatever follows the last intact record (a torn append), or everything when starting over.
   if (::ftruncate(fd, static_cast<off_t>(good)) != 0 || ::lseek(fd, 0, SEEK_END) < 0) fail(path, "cannot truncate journal");
   if (good == 0) {
@@ -145,6 +168,17 @@ Journal Journal::open(const std::string& path, const std::string& header, bool r
     sync_parent_dir(path);
   }
   return j;
+}
+
+void Journal::rewrite(const std::string& header) {
+  std::string bytes = std::string(kMagic) + frame('H', "", header);
+  for (const auto& [key, payload] : records_) bytes += frame('R', std::to_string(key), payload);
+  detail::OutputFile file(path_, std::move(bytes));  // a temporary beside the journal, synced
+  file.place();                                      // renamed onto it: the old or the new, never half
+  sync_parent_dir(path_);
+  ::close(fd_);
+  fd_ = ::open(path_.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd_ < 0 || ::lseek(fd_, 0, SEEK_END) < 0) fail(path_, "cannot open journal");
 }
 
 Journal::Journal(Journal&& other) noexcept

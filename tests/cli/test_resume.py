@@ -98,6 +98,23 @@ def test_damaged_record_in_the_middle_keeps_every_later_record(tmp_path, uninter
     assert not partial.exists()
 
 
+def test_a_damaged_record_is_warned_about_by_one_resume_only(tmp_path, uninterrupted):
+    """The resume that skips a damaged record rewrites the journal without it: a later resume (of a
+    run killed again) finds nothing damaged and says nothing of it."""
+    out = tmp_path / "w.csv"
+    partial = kill_after_records(SWEEP, out, tmp_path, 4)
+    data = bytearray(partial.read_bytes())
+    first = data.index(b"\nR 0 ") + 1
+    data[data.index(b"\n", first) + 2] ^= 0x01  # one byte inside record 0's rows
+    partial.write_bytes(bytes(data))
+    kill_after_records(SWEEP + ["--resume"], out, tmp_path, journal_records(partial) + 1)
+    r = run(SWEEP + ["--out", str(out), "--resume", "--threads", "2"], tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert b"damaged" not in r.stderr, r.stderr
+    assert out.read_bytes() == uninterrupted
+    assert not partial.exists()
+
+
 def test_resume_refuses_a_foreign_partial_file(tmp_path):
     out = tmp_path / "x.csv"
     (tmp_path / "x.csv.partial").write_text("n,d,metric\n1,2,x\n")

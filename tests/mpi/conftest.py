@@ -18,10 +18,36 @@ MPIRUN = ["mpirun", "--oversubscribe", "--allow-run-as-root", "--mca", "btl", "s
 TIMEOUT = 120
 
 
+def run(cmd, cwd=None, timeout=TIMEOUT, env=None):
+    """subprocess.run(cmd, capture_output=True, text=True) bounded by `timeout`. A job still running
+    then (a rank that hangs) is stopped through mpirun, which passes SIGTERM on to every rank, and
+    killed if that does not end it; the test fails with what the job wrote."""
+    cmd = [str(a) for a in cmd]
+    with subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        try:
+            out, err = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.terminate()
+            try:
+                out, err = p.communicate(timeout=15)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out, err = p.communicate()
+            pytest.fail(f"still running after {timeout} s (a rank hangs): {' '.join(cmd)}\n{out}{err}")
+    return subprocess.CompletedProcess(cmd, p.returncode, out, err)
+
+
 def mpirun(k, *args, cwd=None, timeout=TIMEOUT):
     """`mpirun -np k attnscale ARGS` (k = 0: the binary alone, without mpirun)."""
-    cmd = ([BIN] if k == 0 else [*MPIRUN, "-np", str(k), BIN]) + [str(a) for a in args]
-    return subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    return run(([BIN] if k == 0 else [*MPIRUN, "-np", str(k), BIN]) + list(args), cwd=cwd, timeout=timeout)
+
+
+def mpmd(cwd, *commands, timeout=TIMEOUT):
+    """One rank per command (argument lists, each given to attnscale), as on nodes given other lines."""
+    cmd = list(MPIRUN)
+    for i, args in enumerate(commands):
+        cmd += ([":"] if i else []) + ["-np", "1", BIN, *args]
+    return run(cmd, cwd=cwd, timeout=timeout)
 
 
 @pytest.fixture(scope="session", autouse=True)

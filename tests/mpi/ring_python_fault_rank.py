@@ -12,20 +12,29 @@ import attnscale.distributed as dist
 comm = MPI.COMM_WORLD
 mode, backward = sys.argv[1], sys.argv[2] == "backward"
 q = np.random.default_rng(0).standard_normal((2, 12, 8)).astype(np.float32)[..., dist.rows(12, comm), :]
-a, kw = q, {}
+if backward:
+    out, lse = dist.ring_attention(q, q, q, comm, return_lse=True)
+    call, args = dist.ring_attention_backward, [q, q, q, out, lse, q, comm]
+else:
+    call, args = dist.ring_attention, [q, q, q, comm]
+kw = {}
 if comm.rank == 1:
-    if mode == "int32":
-        a = q.astype(np.int32)
+    if mode == "int32":  # a dtype the kernels do not take
+        args[0] = q.astype(np.int32)
+    elif mode == "list":  # no array at all: numpy cannot make one of it
+        args[0] = [[1.0, 2.0], [3.0]]
     elif mode == "sharding":
         kw["sharding"] = "spiral"
     elif mode == "window":
         kw["window"] = (1,)
+    elif mode == "threads":
+        kw["threads"] = "2"
+    elif mode == "keyword":  # refused by the Python signature, before the extension is called
+        kw["casual"] = True
+    elif mode == "missing":  # v, by keyword, forgotten
+        args, kw = args[:2], {"comm": comm}
 try:
-    if backward:
-        out, lse = dist.ring_attention(q, q, q, comm, return_lse=True)
-        dist.ring_attention_backward(a, q, q, out, lse, q, comm, **kw)
-    else:
-        dist.ring_attention(a, q, q, comm, **kw)
+    call(*args, **kw)
     said = "no error"
 except Exception as e:  # noqa: BLE001 - the test reads the type and message
     said = f"{type(e).__name__}: {e}"

@@ -14,7 +14,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import BIN, MPIRUN, TIMEOUT, mpirun
+from conftest import BIN, MPIRUN, TIMEOUT, mpirun, mpmd, run
 
 
 def inputs(d, nq=37, nkv=37, dk=16, dv=8, hq=3, hkv=1, seed=1):
@@ -64,12 +64,6 @@ def test_options_a_block_cannot_take_alone_are_refused(tmp_path, extra):
     lines = [x for x in r.stderr.splitlines() if x.startswith("attnscale:")]
     assert lines and all(f"{flag}: not supported by ring attention" in x for x in lines), r.stderr
     assert not (tmp_path / "o.npy").exists()
-
-
-def mpmd(tmp_path, first, second):
-    """Two ranks started with different arguments (as on nodes whose files differ)."""
-    cmd = [*MPIRUN, "-np", "1", BIN, *map(str, first), ":", "-np", "1", BIN, *map(str, second)]
-    return subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
 
 
 def test_a_rank_that_cannot_open_its_file_stops_every_rank(tmp_path):
@@ -134,8 +128,28 @@ def test_ranks_given_different_out_paths_stop(tmp_path):
     r = mpmd(tmp_path, ["attend", *qkv, "--out", "c.npy", "--context-parallel"],
              ["attend", *qkv, "--out", "d.npy", "--context-parallel"])
     assert r.returncode == 2, r.stderr
-    assert "the ranks disagree on the arguments: --out: c.npy on rank 0, d.npy on rank 1" in agreed_lines(r)
+    real = os.path.realpath(tmp_path)
+    assert (f"the ranks disagree on the arguments: --out: c.npy ({real}/c.npy) on rank 0, d.npy ({real}/d.npy) "
+            "on rank 1") in agreed_lines(r)
     only(tmp_path, "q.npy", "k.npy", "v.npy")
+
+
+def test_ranks_naming_one_out_file_in_other_words_agree(tmp_path):
+    """--out and --lse are compared as the files they name: o.npy, ./o.npy, a path through a link to
+    the folder and one from another working folder are one file, written whole."""
+    qkv = inputs(tmp_path)
+    one = mpirun(0, "attend", *qkv, "--out", tmp_path / "o1.npy", "--lse", tmp_path / "l1.npy")
+    assert one.returncode == 0, one.stderr
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "alias").symlink_to(tmp_path, target_is_directory=True)
+    cmd = [*MPIRUN, "-np", "1", BIN, "attend", *map(str, qkv), "--out", "o.npy", "--lse", "l.npy", "--context-parallel",
+           ":", "-np", "1", "-wdir", str(tmp_path / "sub"), BIN, "attend", *map(str, qkv), "--out", "../o.npy",
+           "--lse", str(tmp_path / "alias" / "." / "l.npy"), "--context-parallel"]
+    r = run(cmd, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "o.npy"), np.load(tmp_path / "o1.npy"), rtol=0, atol=2e-6)
+    np.testing.assert_allclose(np.load(tmp_path / "l.npy"), np.load(tmp_path / "l1.npy"), rtol=0, atol=2e-6)
+    only(tmp_path, "q.npy", "k.npy", "v.npy", "o1.npy", "l1.npy", "o.npy", "l.npy", "sub", "alias")
 
 
 @pytest.mark.parametrize("extra, want", [

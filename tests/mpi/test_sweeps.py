@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from conftest import BIN, MPIRUN, mpirun
+from conftest import BIN, MPIRUN, mpirun, mpmd
 
 SWEEP = ["experiment", "saturation", "--n", "17", "--d", "1,3,8,31,64", "--scaling", "sqrt,none",
          "--trials", "23", "--seed", "5"]
@@ -92,6 +92,16 @@ def test_report_data_are_byte_identical(tmp_path):
     for name in data:
         assert (tmp_path / "three" / "data" / name).read_bytes() == (tmp_path / "one" / "data" / name).read_bytes(), name
     assert (tmp_path / "three" / "index.html").exists()
+
+
+def test_ranks_naming_one_out_file_in_other_words_agree(tmp_path, single):
+    """--out is compared as the file it names: x.csv, ./x.csv and a path through a link to the folder agree."""
+    (tmp_path / "alias").symlink_to(tmp_path, target_is_directory=True)
+    r = mpmd(tmp_path, [*SWEEP, "--out", "x.csv"], [*SWEEP, "--out", "./x.csv"],
+             [*SWEEP, "--out", tmp_path / "alias" / "x.csv"])
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "x.csv").read_bytes() == single
+    assert sorted(os.listdir(tmp_path)) == ["alias", "x.csv"]
 
 
 def test_ranks_started_with_different_sweeps_stop_with_one_line_each(tmp_path):

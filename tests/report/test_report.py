@@ -296,6 +296,26 @@ def test_a_report_that_fails_while_drawing_leaves_no_partial_output(report_dir, 
     assert tree(old) == before, "the earlier report was changed, or a temporary folder left in it"
 
 
+@pytest.mark.parametrize("failure", ["missing data", "no gnuplot"])
+def test_a_failed_report_into_nested_folders_leaves_none_of_them(report_dir, tmp_path, failure):
+    """--out a/b/c creates a and a/b too: a failure takes back every folder it made, not just c."""
+    run_in = tmp_path / "cwd"
+    run_in.mkdir()
+    src, env = report_dir, None
+    if failure == "missing data":
+        src = tmp_path / "src"
+        shutil.copytree(report_dir / "data", src / "data")
+        (src / "data" / "saturation.json").unlink()
+    else:
+        env = dict(os.environ, PATH=str(tmp_path / "no-programs-here"))
+    (run_in / "x").mkdir()  # an existing parent stays
+    for out in ("a/b/c", "x/b/c/", str(run_in / "p" / "q")):
+        r = subprocess.run([os.path.abspath(BIN), "report", "--from", str(src), "--out", out], cwd=run_in,
+                           capture_output=True, text=True, timeout=300, env=env)
+        assert r.returncode == 2 and len(r.stderr.splitlines()) == 1, r.stderr
+        assert sorted(p.relative_to(run_in).as_posix() for p in run_in.rglob("*")) == ["x"], out
+
+
 def test_figure_scripts_redraw_into_their_own_folder(report_dir, tmp_path):
     """figures/NAME.gp names its outputs relative to its folder: the same script for any --out, and
     `gnuplot NAME.gp` run in a copied report's figures/ writes into the copy."""

@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -123,6 +124,78 @@ TEST(Journal, DamagedRecordInTheMiddleKeepsEveryIntactRecord) {
   std::ofstream(p, std::ios::binary | std::ios::trunc) << whole << "R 6 300 00000000000000ff\nabc";
   EXPECT_EQ(Journal::open(p, "h", true).damaged(), 0u);
   fs::remove(p);
+}
+
+// A record's checksum covers its key: a garbled key is one damaged record, never another record
+// (here record 4 turned into a second record 2, which would have replaced record 2's rows).
+TEST(Journal, AGarbledKeyIsDamageNotAnotherRecord) {
+  const std::string p = temp_path("garbled_key");
+  { Journal j = Journal::open(p, "h", false); for (int k = 0; k < 6; ++k) j.append(k, payload(k)); }
+  std::string garbled = slurp(p);
+  garbled[garbled.find("R 4 ") + 2] = '2';
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << garbled;
+  Journal j = Journal::open(p, "h", true);
+  EXPECT_EQ(j.damaged(), 1u);
+  ASSERT_EQ(j.records().size(), 5u);
+  EXPECT_EQ(j.records().count(4), 0u);
+  for (int k : {0, 1, 2, 3, 5}) EXPECT_EQ(j.records().at(k), payload(k)) << k;
+  j.remove();
+}
+
+// A resume that skipped a damaged record rewrites the journal without it: the next resume finds
+// every intact record and nothing damaged, so the warning is given once. The rewritten file is
+// the one a run that never met the damage would have left.
+TEST(Journal, ADamagedRecordIsMetByOneResumeOnly) {
+  const std::string p = temp_path("met_once"), clean = temp_path("met_once_clean");
+  { Journal j = Journal::open(p, "h", false); for (int k = 0; k < 6; ++k) j.append(k, payload(k)); }
+  {
+    Journal j = Journal::open(clean, "h", false);
+    for (int k : {0, 2, 3, 4, 5}) j.append(k, payload(k));
+  }
+  std::string garbled = slurp(p);
+  garbled[garbled.find('\n', garbled.find("R 1 ")) + 3] ^= 0x20;  // inside record 1's payload
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << garbled;
+  EXPECT_EQ(Journal::open(p, "h", true).damaged(), 1u);
+  EXPECT_EQ(slurp(p), slurp(clean));
+  for (int resume = 0; resume < 2; ++resume) {
+    Journal j = Journal::open(p, "h", true);
+    EXPECT_EQ(j.damaged(), 0u);
+    EXPECT_EQ(j.records().size(), 5u);
+  }
+  Journal::open(p, "h", true).append(1, payload(1));  // appends go on after the rewrite
+  Journal j = Journal::open(p, "h", true);
+  ASSERT_EQ(j.records().size(), 6u);
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(j.records().at(k), payload(k)) << k;
+  for (const auto& entry : fs::directory_iterator(fs::path(p).parent_path()))  // no temporary left
+    EXPECT_NE(entry.path().filename().string().rfind(fs::path(p).filename().string() + ".", 0), 0u) << entry.path();
+  j.remove();
+  fs::remove(clean);
+}
+
+// A journal of version 1 (records' checksums over the payload alone, written by earlier releases)
+// is resumed: its records are kept and the file is rewritten as version 2, where appends go on.
+TEST(Journal, AVersionOneJournalIsResumedAndRewritten) {
+  const std::string p = temp_path("version1");
+  const auto frame = [](const std::string& head, const std::string& body) {
+    char sum[17];
+    std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(fnv1a64(body)));
+    return head + std::to_string(body.size()) + " " + sum + "\n" + body + "\n";
+  };
+  std::string v1 = "attnscale-journal 1\n" + frame("H ", "run A");
+  for (int k = 0; k < 4; ++k) v1 += frame("R " + std::to_string(k) + " ", payload(k));
+  std::ofstream(p, std::ios::binary | std::ios::trunc) << v1;
+  {
+    Journal j = Journal::open(p, "run A", true);
+    EXPECT_EQ(j.damaged(), 0u);
+    ASSERT_EQ(j.records().size(), 4u);
+    for (int k = 0; k < 4; ++k) EXPECT_EQ(j.records().at(k), payload(k)) << k;
+    EXPECT_EQ(slurp(p).rfind("attnscale-journal 2\n", 0), 0u);
+    j.append(4, payload(4));
+  }
+  Journal j = Journal::open(p, "run A", true);
+  ASSERT_EQ(j.records().size(), 5u);
+  for (int k = 0; k < 5; ++k) EXPECT_EQ(j.records().at(k), payload(k)) << k;
+  j.remove();
 }
 
 // A child appends records as fast as it can and is killed with SIGKILL midway; the journal it
