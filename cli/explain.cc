@@ -197,13 +197,28 @@ void run(ExplainFlags& f) {
     std::printf("\nWhat the scale does here: the same softmax with s = 1 instead of %.4g.\n", s);
     print("P with s = 1", P1);
     std::printf("   largest weight of each row, with s = %.4g and with s = 1:\n", s);
+    int sharper = 0, flatter = 0;  // rows whose largest weight (as printed) rises / falls at s = 1
     for (std::int64_t i = 0; i < P.rows; ++i) {
       double a = 0, b = 0;
       for (std::int64_t j = 0; j < P.cols; ++j) a = std::max(a, P(i, j)), b = std::max(b, P1(i, j));
       std::printf("   row %lld: %.4f  vs  %.4f\n", static_cast<long long>(i), a, b);
+      sharper += b - a >= 5e-5;
+      flatter += a - b >= 5e-5;
     }
-    std::printf("   Without the scale the scores' spread grows like √d_k, and each row's weight crowds onto\n"
-                "   fewer keys.\n");
+    // What the rows above show, not what the usual s < 1 would: s > 1 sharpens the rows itself, a
+    // negative s reverses the order of the scores, and a row that sees one key keeps it whatever s.
+    if (sharper > 0 && flatter == 0)
+      std::printf("   Without the scale the scores' spread grows like √d_k, and each row's weight crowds onto\n"
+                  "   fewer keys.\n");
+    else if (flatter > 0 && sharper == 0)
+      std::printf("   This s enlarges the scores: without it each row's weight spreads over more keys.\n");
+    else if (sharper > 0)
+      std::printf("   Without the scale the largest weight rises in %d rows and falls in %d: s = %.4g does not\n"
+                  "   just shrink the scores.\n",
+                  sharper, flatter, s);
+    else
+      std::printf("   No row's largest weight changes here: a row that sees a single key, or whose visible\n"
+                  "   scores are all equal, has the same weights whatever the scale.\n");
   }
 }
 
