@@ -72,6 +72,14 @@ def _param_value(text):
         return text
 
 
+_MAX_THREADS = 1 << 20  # as the command line's --threads
+
+
+def _integer_in(value, low, high):
+    """Whether value is an integer (not a bool, not a float such as 1.5) in [low, high]."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value <= high
+
+
 def _pandas():
     try:
         import pandas
@@ -100,12 +108,14 @@ def run(name, *, seed=0, trials=None, threads=0, progress=None, as_frame=None, *
 
     Unknown flags or bad values raise ValueError with the command line's message.
     """
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed: must be an integer >= 0, got {seed!r}")
+    if not _integer_in(seed, 0, 2**64 - 1):
+        raise ValueError(f"seed: must be an integer from 0 to 2**64 - 1, got {seed!r}")
     if trials is None:
         trials = 0
-    elif isinstance(trials, bool) or not isinstance(trials, numbers.Integral) or trials <= 0:
-        raise ValueError(f"trials: must be a positive integer, got {trials!r}")
+    elif not _integer_in(trials, 1, 2**31):
+        raise ValueError(f"trials: must be an integer from 1 to 2**31, got {trials!r}")
+    if not _integer_in(threads, 0, _MAX_THREADS):
+        raise ValueError(f"threads: must be an integer from 0 to {_MAX_THREADS}, got {threads!r}")
     texts = {}
     for key, value in flags.items():
         flag = _flag_names(name).get(key, key)
