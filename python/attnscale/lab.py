@@ -12,8 +12,10 @@ seed and flags give the same numbers as the command line, bit for bit, for any t
     >>> {k: rows[0][k] for k in ("n", "d", "scaling", "metric")}
     {'n': 50, 'd': 4, 'scaling': 'sqrt', 'metric': 'top_p_95'}
 
-Each row is a dict: the sweep's parameters by name, then metric, mean, ci_low, ci_high (95%
-confidence interval of the mean) and theory (None where no closed form exists). With pandas
+Each row is a dict: the sweep's parameters by name, then metric, mean (the row's statistic: a
+mean, a variance, a median, a kurtosis or a slope, as docs/lab.md lists per metric), ci_low,
+ci_high (its 95% confidence interval; NaN where the sample is too small for one) and theory (None
+where no closed form exists). With pandas
 importable, the rows come as a DataFrame unless as_frame=False.
 """
 import inspect
