@@ -188,6 +188,25 @@ TEST(ReportSections, GradientsWordsFollowTheNumbers) {
   EXPECT_NE(odd.find("ranges from 0.05 to 0.2 across"), std::string::npos) << odd;
 }
 
+TEST(ReportSections, ColumnsWordsFollowTheNumbers) {
+  const std::string& section = template_text("lab/experiments/columns/section.md");
+  auto text = [&](const lab::ResultTable& t) {
+    Slots s = unit("columns").slots(t);
+    s["section"] = "3.8";
+    s["trials"] = "50";
+    return render_template(section, s, "columns");
+  };
+  const std::string usual = text(columns_table(0.5, 0.1));
+  EXPECT_NE(usual.find("no longer a weighted average"), std::string::npos) << usual;
+  // Column-normalised rows that sum to 1 are weighted averages: the words no longer say otherwise.
+  lab::ResultTable near = columns_table(0.005, 0);
+  for (auto& r : near.rows)
+    if (r.metric == "row_sum_min" || r.metric == "row_sum_max") r.mean = 1, r.ci_low = 0.999, r.ci_high = 1.001;
+  const std::string odd = text(near);
+  EXPECT_EQ(odd.find("no longer a weighted average"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("within 1% of 1"), std::string::npos) << odd;
+}
+
 TEST(ReportClaims, CatalogueListsEveryClaimOnce) {
   const auto catalogue = claim_catalogue();
   ASSERT_GE(catalogue.size(), 20u);
