@@ -137,6 +137,16 @@ def test_resume_refuses_a_different_run(tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("flags", [["variance", "--d", "0"], ["saturation", "--n", "8", "--d", "1,1"],
+                                   ["variance", "--d", "4", "--no-such-flag", "1"]])
+def test_a_refused_flag_leaves_no_journal(tmp_path, flags):
+    out = tmp_path / "x.csv"
+    r = run(["experiment", *flags, "--trials", "3", "--out", str(out)], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.decode().splitlines()) == 1, r.stderr
+    assert sorted(os.listdir(tmp_path)) == [], "a refused run left files behind"
+
+
 def test_resume_needs_out(tmp_path):
     r = run(["experiment", "saturation", "--n", "8", "--d", "1", "--resume"], tmp_path)
     assert r.returncode == 2 and b"--resume: needs --out" in r.stderr
