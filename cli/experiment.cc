@@ -105,7 +105,8 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
     if (std::isnan(r.ci_low))
       ++(std::find(r.params.begin(), r.params.end(), "all") != r.params.end() ? across : per_point);
   if (per_point + across > 0) {
-    const std::string trials = fmt::format("{} trials are too few for it", table.meta.trials);
+    const std::string trials = table.meta.trials == 1 ? std::string("1 trial is too few for it")
+                                                      : fmt::format("{} trials are too few for it", table.meta.trials);
     const std::string points = "too few sweep points behind it";
     const std::string why = across == 0      ? trials
                             : per_point == 0 ? points
