@@ -94,14 +94,24 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
       completed);
   if (!writer) return;
   bar->finish();
-  // Say so when a row has no interval (too few trials): its ci_low and ci_high are nan/null.
-  const auto open = std::count_if(table.rows.begin(), table.rows.end(),
-                                  [](const lab::Row& r) { return std::isnan(r.ci_low) && !std::isnan(r.mean); });
-  if (open > 0)
+  // Say so when a row has no interval, and why: a row of one point has too few trials for it; a row
+  // over every point (a parameter "all": variance's log-log slope, training's summary over seeds)
+  // has too few points behind it, whatever the trials.
+  std::ptrdiff_t per_point = 0, across = 0;
+  for (const lab::Row& r : table.rows)
+    if (std::isnan(r.ci_low))
+      ++(std::find(r.params.begin(), r.params.end(), "all") != r.params.end() ? across : per_point);
+  if (per_point + across > 0) {
+    const std::string trials = fmt::format("{} trials are too few for it", table.meta.trials);
+    const std::string points = "too few sweep points behind it";
+    const std::string why = across == 0      ? trials
+                            : per_point == 0 ? points
+                                             : fmt::format("{}: {}; {}: {}", per_point, trials, across, points);
     std::fprintf(stderr,
-                 "attnscale: note: %td of %zu rows have no confidence interval (%lld trials are too few for it); "
-                 "their ci_low and ci_high are nan\n",
-                 open, table.rows.size(), static_cast<long long>(table.meta.trials));
+                 "attnscale: note: %td of %zu rows have no confidence interval (%s); their ci_low and ci_high are "
+                 "nan\n",
+                 per_point + across, table.rows.size(), why.c_str());
+  }
   const std::string text = f.format == "csv" ? lab::to_csv(table) : lab::to_json(table);
   if (f.out.empty()) {
     write_stdout(text);

@@ -33,6 +33,7 @@ struct ExplainFlags {
   std::string q, k, v;
   std::int64_t n = 0, d = 0;
   std::uint64_t seed = 0;
+  bool seed_given = false;  // --seed on the command line (0 included)
   bool notes_example = false;
   MaskFlags mask;
 };
@@ -102,12 +103,17 @@ void run(ExplainFlags& f) {
   std::string origin;
   if (!f.q.empty() || !f.k.empty() || !f.v.empty()) {
     if (f.q.empty() || f.k.empty() || f.v.empty()) throw Error("--q, --k, --v: give all three files or none");
+    // The files are the input: a flag for another input would be ignored, so it is refused.
+    if (f.notes_example) throw Error("--notes-example: an input of its own; drop it or --q, --k, --v");
+    if (f.n > 0 || f.d > 0 || f.seed_given)
+      throw Error("--n, --d, --seed: describe the random input; --q, --k, --v give the input and its size");
     Q = load_matrix("--q", f.q);
     K = load_matrix("--k", f.k);
     V = load_matrix("--v", f.v);
     origin = fmt::format("from {}, {}, {}", f.q, f.k, f.v);
   } else if (f.notes_example) {
-    if (f.n > 0 || f.d > 0) throw Error("--notes-example: the example has its own size; drop --n and --d");
+    if (f.n > 0 || f.d > 0 || f.seed_given)
+      throw Error("--notes-example: the example has its own size and values; drop --n, --d and --seed");
     Q = Matrix{3, 1, {1.0, 2.0, 3.0}};
     K = Q;
     V = Q;
@@ -197,13 +203,28 @@ void run(ExplainFlags& f) {
     std::printf("\nWhat the scale does here: the same softmax with s = 1 instead of %.4g.\n", s);
     print("P with s = 1", P1);
     std::printf("   largest weight of each row, with s = %.4g and with s = 1:\n", s);
+    int sharper = 0, flatter = 0;  // rows whose largest weight (as printed) rises / falls at s = 1
     for (std::int64_t i = 0; i < P.rows; ++i) {
       double a = 0, b = 0;
       for (std::int64_t j = 0; j < P.cols; ++j) a = std::max(a, P(i, j)), b = std::max(b, P1(i, j));
       std::printf("   row %lld: %.4f  vs  %.4f\n", static_cast<long long>(i), a, b);
+      sharper += b - a >= 5e-5;
+      flatter += a - b >= 5e-5;
     }
-    std::printf("   Without the scale the scores' spread grows like √d_k, and each row's weight crowds onto\n"
-                "   fewer keys.\n");
+    // What the rows above show, not what the usual s < 1 would: s > 1 sharpens the rows itself, a
+    // negative s reverses the order of the scores, and a row that sees one key keeps it whatever s.
+    if (sharper > 0 && flatter == 0)
+      std::printf("   Without the scale the scores' spread grows like √d_k, and each row's weight crowds onto\n"
+                  "   fewer keys.\n");
+    else if (flatter > 0 && sharper == 0)
+      std::printf("   This s enlarges the scores: without it each row's weight spreads over more keys.\n");
+    else if (sharper > 0)
+      std::printf("   Without the scale the largest weight rises in %d rows and falls in %d: s = %.4g does not\n"
+                  "   just shrink the scores.\n",
+                  sharper, flatter, s);
+    else
+      std::printf("   No row's largest weight changes here: a row that sees a single key, or whose visible\n"
+                  "   scores are all equal, has the same weights whatever the scale.\n");
   }
 }
 
@@ -225,9 +246,12 @@ void add_explain(CLI::App& app) {
       ->check(integer_in<std::int64_t>(1, kMaxSide));
   sub->add_flag("--notes-example", flags->notes_example,
                 "the Study notes' 3 x 1 example, Q = K = V = (1, 2, 3)^T, instead of random input");
-  sub->add_option("--seed", flags->seed, "Random input: seed")->capture_default_str()->check(seed_range());
+  CLI::Option* seed = sub->add_option("--seed", flags->seed, "Random input: seed")->capture_default_str()->check(seed_range());
   flags->mask.add_to(*sub);
-  sub->callback([flags] { run(*flags); });
+  sub->callback([flags, seed] {
+    flags->seed_given = seed->count() > 0;
+    run(*flags);
+  });
 }
 
 }  // namespace attnscale::cli

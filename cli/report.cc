@@ -19,7 +19,9 @@ void add_report(CLI::App& app) {
       "report", "Run every experiment and write the completed paper: DIR/index.html (self-contained), "
                 "DIR/report.md, DIR/figures/, DIR/data/");
   sub->add_option("--out", opts->out, "output folder (created if missing)")->capture_default_str();
-  sub->add_option("--seed", opts->seed, "master seed of every random stream")->capture_default_str()->check(seed_range());
+  auto* seed = sub->add_option("--seed", opts->seed, "master seed of every random stream")
+                   ->capture_default_str()
+                   ->check(seed_range());
   sub->add_option("--threads", opts->threads, "threads (0: $ATTNSCALE_THREADS, else every core)")
       ->check(threads_range());
   sub->add_option("--from", opts->from,
@@ -28,8 +30,13 @@ void add_report(CLI::App& app) {
   auto* q = sub->add_flag("--quick", *quick, "small sweeps and few trials (seconds; used by tests)");
   auto* f = sub->add_flag("--full", *full, "ten times the trials of the default");
   q->excludes(f);
-  sub->callback([opts, quick, full] {
+  sub->callback([opts, quick, full, seed] {
     opts->depth = *quick ? report::Depth::quick : *full ? report::Depth::full : report::Depth::standard;
+    // --from measures nothing: a seed or depth given with it would change nothing but could be
+    // taken for the data's (the report names the seed the data were measured with).
+    if (!opts->from.empty() && (seed->count() > 0 || *quick || *full))
+      throw Error(fmt::format("{}: not used with --from, which rewrites the report from data already measured",
+                              seed->count() > 0 ? "--seed" : *quick ? "--quick" : "--full"));
     if (opts->out.empty()) throw Error("--out: expected a folder");
     // Checked before the measurements start, so a bad folder fails in a second, not after minutes.
     NewFolder folder("--out", opts->out);

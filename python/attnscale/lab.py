@@ -12,8 +12,10 @@ seed and flags give the same numbers as the command line, bit for bit, for any t
     >>> {k: rows[0][k] for k in ("n", "d", "scaling", "metric")}
     {'n': 50, 'd': 4, 'scaling': 'sqrt', 'metric': 'top_p_95'}
 
-Each row is a dict: the sweep's parameters by name, then metric, mean, ci_low, ci_high (95%
-confidence interval of the mean) and theory (None where no closed form exists). With pandas
+Each row is a dict: the sweep's parameters by name, then metric, mean (the row's statistic: a
+mean, a variance, a median, a kurtosis or a slope, as docs/lab.md lists per metric), ci_low,
+ci_high (its 95% confidence interval; NaN where the sample is too small for one) and theory (None
+where no closed form exists). With pandas
 importable, the rows come as a DataFrame unless as_frame=False.
 """
 import inspect
@@ -72,6 +74,14 @@ def _param_value(text):
         return text
 
 
+_MAX_THREADS = 1 << 20  # as the command line's --threads
+
+
+def _integer_in(value, low, high):
+    """Whether value is an integer (not a bool, not a float such as 1.5) in [low, high]."""
+    return not isinstance(value, bool) and isinstance(value, numbers.Integral) and low <= value <= high
+
+
 def _pandas():
     try:
         import pandas
@@ -100,12 +110,14 @@ def run(name, *, seed=0, trials=None, threads=0, progress=None, as_frame=None, *
 
     Unknown flags or bad values raise ValueError with the command line's message.
     """
-    if isinstance(seed, bool) or not isinstance(seed, numbers.Integral) or seed < 0:
-        raise ValueError(f"seed: must be an integer >= 0, got {seed!r}")
+    if not _integer_in(seed, 0, 2**64 - 1):
+        raise ValueError(f"seed: must be an integer from 0 to 2**64 - 1, got {seed!r}")
     if trials is None:
         trials = 0
-    elif isinstance(trials, bool) or not isinstance(trials, numbers.Integral) or trials <= 0:
-        raise ValueError(f"trials: must be a positive integer, got {trials!r}")
+    elif not _integer_in(trials, 1, 2**31):
+        raise ValueError(f"trials: must be an integer from 1 to 2**31, got {trials!r}")
+    if not _integer_in(threads, 0, _MAX_THREADS):
+        raise ValueError(f"threads: must be an integer from 0 to {_MAX_THREADS}, got {threads!r}")
     texts = {}
     for key, value in flags.items():
         flag = _flag_names(name).get(key, key)

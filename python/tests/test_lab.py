@@ -126,12 +126,30 @@ def test_errors_carry_the_cli_message():
         lab.saturation(d="1,x")
     with pytest.raises(ValueError, match=r"^unknown experiment 'nope' \(known: "):
         lab.run("nope")
-    with pytest.raises(ValueError, match=r"^seed: must be an integer >= 0, got -1$"):
+    with pytest.raises(ValueError, match=r"^seed: must be an integer from 0 to 2\*\*64 - 1, got -1$"):
         lab.saturation(seed=-1)
-    with pytest.raises(ValueError, match=r"^trials: must be a positive integer, got 0$"):
+    with pytest.raises(ValueError, match=r"^trials: must be an integer from 1 to 2\*\*31, got 0$"):
         lab.saturation(trials=0)
     with pytest.raises(TypeError, match=r"^d: expected a string, a number or a list of them, got object$"):
         lab.saturation(d=object())
+
+
+@pytest.mark.parametrize("keyword, value", [
+    ("threads", -1), ("threads", 1.5), ("threads", True), ("threads", 2**40), ("threads", "2"),
+    ("seed", 2**64), ("seed", 1.0), ("trials", 2**31 + 1), ("trials", 2.0)])
+def test_counts_out_of_range_or_not_integers_are_refused_by_name(keyword, value):
+    # Before, threads=-1 ran on every core, threads=1.5 on one, and threads=2**40 or seed=2**64
+    # raised pybind11's "incompatible function arguments" with the whole signature.
+    with pytest.raises(ValueError, match=rf"^{keyword}: must be an integer from \d+ to "):
+        lab.variance(d=[1, 4], **{"trials": 3, keyword: value})
+
+
+def test_a_listed_value_twice_is_refused():
+    # A repeated d would repeat its rows and count one point twice in the log-log slope's fit.
+    with pytest.raises(ValueError, match=r"^--d: each value may be listed once, got 16 twice in '1,16,16'$"):
+        lab.variance(d=[1, 16, 16], trials=3)
+    with pytest.raises(ValueError, match=r"^--mu: each value may be listed once, got 0.5 and 5e-1 in '0.5,5e-1'$"):
+        lab.moments(mu="0.5,5e-1", trials=3)
 
 
 def test_a_dataframe_when_pandas_is_importable(monkeypatch):

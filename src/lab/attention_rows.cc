@@ -100,13 +100,15 @@ void row_metrics(const double* p, std::int64_t n, double* out, std::vector<doubl
 // σ_c/4 for participation); the hot formula is then used at every node, the 1% of mass past the
 // quantile included (it is continuous there and the error it adds is that of the formula near its
 // edge). Otherwise the entry is NaN: a row whose σ straddles the freezing point has no closed form.
+double row_sigma_quantile(std::int64_t d, double scale, double p) {
+  const double a = 2 / (9.0 * d), c = 1 - a + normal_quantile(p) * std::sqrt(a);
+  return scale * std::sqrt(d * c * c * c);
+}
+
 void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_sigma, double out[kRowMetrics]) {
   const double sc = theory::rem_sigma_c(n);
   double sigma_hi = fixed_sigma;
-  if (fixed_sigma < 0) {
-    const double a = 2 / (9.0 * d), c = 1 - a + normal_quantile(0.99) * std::sqrt(a);
-    sigma_hi = scale * std::sqrt(d * c * c * c);
-  }
+  if (fixed_sigma < 0) sigma_hi = row_sigma_quantile(d, scale, 0.99);
   // Which metrics get a theory is known before the quadrature: the nodes evaluate only those, and
   // none at all when every entry is NaN (e.g. no scaling at d >= 2 for N = 50). Φ⁻¹(0.95) is
   // computed once (rem_top_p_hot(n, σ, p) = n Φ(Φ⁻¹(p) − σ), the same expression node by node).

@@ -48,4 +48,9 @@ void row_metrics(const double* p, std::int64_t n, double* out, std::vector<doubl
 // σ's 99% quantile leaves the range in which the formula is accurate at finite N (theory.h).
 void rem_row_theory(std::int64_t n, std::int64_t d, double scale, double fixed_sigma, double out[kRowMetrics]);
 
+// The p-quantile of a row's logit σ = s |q| with |q|² ~ χ²_d: s √χ²_{d,p}, the χ² quantile by
+// Wilson–Hilferty, d (1 − 2/(9d) + z_p √(2/(9d)))³. rem_row_theory gives a metric a theory only
+// when the 0.99 quantile is inside the metric's range; gradients does the same.
+double row_sigma_quantile(std::int64_t d, double scale, double p);
+
 }  // namespace attnscale::lab

@@ -28,6 +28,20 @@ std::vector<std::string> split(const std::string& text) {
   return out;
 }
 
+// A sweep list names each value once: a repeated value would repeat its point's rows, and a fit
+// across points (variance's log-log slope) would count one measurement twice, as if independent,
+// and narrow its interval. `items` are the list's texts, `values` what they parse to.
+template <class T>
+void require_distinct(const std::string& name, const std::string& text, const std::vector<std::string>& items,
+                      const std::vector<T>& values) {
+  for (std::size_t i = 1; i < values.size(); ++i)
+    for (std::size_t j = 0; j < i; ++j)
+      if (values[i] == values[j])
+        throw Error("--" + name + ": each value may be listed once, got " +
+                    (items[i] == items[j] ? items[i] + " twice" : items[j] + " and " + items[i]) + " in '" + text +
+                    "'");
+}
+
 // Everything a sweep's rows depend on (the thread count is not: rows do not depend on it).
 SweepDefinition sweep_definition(const Experiment& e, const Args& args,
                                  const std::vector<std::vector<std::string>>& points) {
@@ -55,7 +69,8 @@ const std::string& Args::get(const std::string& name) const {
 
 std::vector<std::int64_t> Args::ints(const std::string& name) const {
   std::vector<std::int64_t> out;
-  for (const auto& item : split(get(name))) {
+  const auto items = split(get(name));
+  for (const auto& item : items) {
     char* end = nullptr;
     errno = 0;
     const long long v = std::strtoll(item.c_str(), &end, 10);
@@ -63,18 +78,21 @@ std::vector<std::int64_t> Args::ints(const std::string& name) const {
       throw Error("--" + name + ": expected a comma-separated list of integers, got '" + get(name) + "'");
     out.push_back(v);
   }
+  require_distinct(name, get(name), items, out);
   return out;
 }
 
 std::vector<double> Args::doubles(const std::string& name) const {
   std::vector<double> out;
-  for (const auto& item : split(get(name))) {
+  const auto items = split(get(name));
+  for (const auto& item : items) {
     char* end = nullptr;
     const double v = std::strtod(item.c_str(), &end);
     if (item.empty() || *end != '\0' || !std::isfinite(v))
       throw Error("--" + name + ": expected a comma-separated list of numbers, got '" + get(name) + "'");
     out.push_back(v);
   }
+  require_distinct(name, get(name), items, out);
   return out;
 }
 
@@ -82,6 +100,7 @@ std::vector<std::string> Args::words(const std::string& name) const {
   auto out = split(get(name));
   for (const auto& w : out)
     if (w.empty()) throw Error("--" + name + ": empty item in '" + get(name) + "'");
+  require_distinct(name, get(name), out, out);
   return out;
 }
 

@@ -31,7 +31,9 @@ struct Args {
   int threads = 1;
 
   const std::string& get(const std::string& name) const;       // throws Error if undeclared
-  std::vector<std::int64_t> ints(const std::string& name) const;    // "1,2,4" → {1,2,4}; Error names --name
+  // Lists: "1,2,4" → {1,2,4}; Error naming --name for an item that does not parse, or one that
+  // repeats an earlier one ("1,4,4", "0.5,5e-1"): a sweep lists each value once.
+  std::vector<std::int64_t> ints(const std::string& name) const;
   std::vector<double> doubles(const std::string& name) const;
   std::vector<std::string> words(const std::string& name) const;  // "none,sqrt" → {"none","sqrt"}
 };

@@ -90,16 +90,20 @@ Summary median_ci(std::vector<double> x) {
 }
 
 // θ_(g): the statistic without group g;  SE² = (G − 1)/G Σ_g (θ_(g) − mean θ_(·))².
+// Group g is x[g·n/G, (g+1)·n/G): every element lies in exactly one group, whose sizes differ by at
+// most one. (Groups of ⌊n/G⌋ from the start would never leave out the last n mod G elements, and
+// the standard error would come out too small: at n = 39, G = 20, half the deletions are missing.)
 Summary jackknife_ci(const std::vector<double>& x, int groups,
                      const std::function<double(const double*, std::size_t)>& statistic) {
-  const double full = statistic(x.data(), x.size());
-  const std::size_t size = x.size() / std::max(groups, 1);
-  if (groups < 2 || size < 1) return {full, kNotComputable, kNotComputable};
-  std::vector<double> rest, per(groups);
-  for (int g = 0; g < groups; ++g) {
-    rest.clear();
-    for (std::size_t i = 0; i < x.size(); ++i)
-      if (i / size != static_cast<std::size_t>(g)) rest.push_back(x[i]);
+  const std::size_t n = x.size();
+  const double full = statistic(x.data(), n);
+  if (groups < 2 || n < static_cast<std::size_t>(groups)) return {full, kNotComputable, kNotComputable};
+  const std::size_t g_count = static_cast<std::size_t>(groups);
+  std::vector<double> rest, per(g_count);
+  for (std::size_t g = 0; g < g_count; ++g) {
+    const std::size_t begin = g * n / g_count, end = (g + 1) * n / g_count;
+    rest.assign(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(begin));
+    rest.insert(rest.end(), x.begin() + static_cast<std::ptrdiff_t>(end), x.end());
     per[g] = statistic(rest.data(), rest.size());
   }
   const double m = sample_mean(per.data(), per.size());
@@ -117,7 +121,8 @@ Summary slope_ci(const std::vector<double>& x, const std::vector<double>& y) {
     sxx += (x[i] - mx) * (x[i] - mx);
     sxy += (x[i] - mx) * (y[i] - my);
   }
-  if (sxx == 0) return {};
+  // Every x the same (or none): the slope is undefined, not 0 with an interval that looks exact.
+  if (!(sxx > 0)) return {kNotComputable, kNotComputable, kNotComputable};
   const double b = sxy / sxx;
   if (n < 3) return {b, kNotComputable, kNotComputable};
   double sse = 0;

@@ -8,9 +8,11 @@
 //   median_ci    the sample median with the order-statistic interval [x_(lo), x_(hi)],
 //                lo/hi = n/2 -+ 1.96 sqrt(n)/2 (normal approximation to Binomial(n, 1/2)).
 //   jackknife_ci any statistic on the whole sample, with the delete-one-group jackknife standard
-//                error over `groups` equal groups and the t quantile with groups − 1 degrees of
-//                freedom (used for kurtosis, whose standard error needs 8th moments).
-//   slope_ci     least-squares slope of y on x with its t interval (n-2 degrees of freedom).
+//                error over `groups` contiguous groups that cover the sample (sizes differ by at
+//                most one) and the t quantile with groups − 1 degrees of freedom (used for
+//                kurtosis, whose standard error needs 8th moments).
+//   slope_ci     least-squares slope of y on x with its t interval (n-2 degrees of freedom); NaN,
+//                interval included, when every x is the same.
 #pragma once
 #include <cstdint>
 #include <functional>

@@ -49,9 +49,34 @@ std::string reproduce_command(const lab::ResultTable& t) {
   return cmd + fmt::format(" --trials {} --seed {}", t.meta.trials, t.meta.seed);
 }
 
+// The distinct values of one metadata field over the tables, in registry order, joined by ", ".
+template <class F>
+std::string distinct(const Measurements& m, F field) {
+  std::vector<std::string> seen;
+  for (const Unit& u : units()) {
+    const auto it = m.tables.find(u.name);
+    if (it == m.tables.end()) continue;
+    const std::string v = field(it->second.meta);
+    if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
+  }
+  std::string out;
+  for (const auto& v : seen) out += (out.empty() ? "" : ", ") + v;
+  return out;
+}
+
+// What measured the data, from the tables' own metadata: a report rewritten --from an earlier one
+// names the version, seed, CPU target and threads that measured it, not this run's (nor its --seed).
+std::string data_seed(const Measurements& m) {
+  return distinct(m, [](const lab::Metadata& x) { return std::to_string(x.seed); });
+}
+
 std::string metadata_line(const Measurements& m) {
-  return fmt::format("attnscale {} (git {}) · seed {} · CPU target {} · {} threads · measured in {:.1f} s", version(),
-                     git_hash(), m.options.seed, cpu_target(), m.threads, m.seconds);
+  const std::string seed = data_seed(m);
+  return fmt::format("attnscale {} · seed{} {} · CPU target {} · {} threads · measured in {:.1f} s",
+                     distinct(m, [](const lab::Metadata& x) { return x.version + " (git " + x.git_hash + ")"; }),
+                     seed.find(',') == std::string::npos ? "" : "s", seed,
+                     distinct(m, [](const lab::Metadata& x) { return x.cpu_target; }),
+                     distinct(m, [](const lab::Metadata& x) { return std::to_string(x.threads); }), m.seconds);
 }
 
 std::string reproducibility_table(const Measurements& m) {
@@ -151,7 +176,7 @@ Page compose(const Measurements& m, const std::string& dir) {
   page.figures = draw_figures(m, dir);
 
   // Slots: each unit's own, then the report's view of all of them ({{unit.slot}}).
-  Slots global{{"seed", std::to_string(m.options.seed)}, {"metadata", metadata_line(m)},
+  Slots global{{"seed", data_seed(m)}, {"metadata", metadata_line(m)},
                {"reproducibility_table", reproducibility_table(m)}};
   std::vector<Evidence> evidence;
   std::vector<std::pair<const Unit*, Slots>> unit_slots;

@@ -215,6 +215,37 @@ def test_explain_default_shows_the_scale(run):
     assert_usage_error(run("explain", "--n", "100", "--d", "3"), "--n")
 
 
+CROWDS = "each row's weight crowds onto"
+
+
+def test_explain_says_what_its_own_rows_show(run):
+    # The closing sentence follows the printed largest weights: the usual s < 1 crowds the rows
+    # without it, an s > 1 spreads them, and rows that see one key do not change at all.
+    r = run("explain")
+    assert r.returncode == 0 and CROWDS in r.stdout
+    r = run("explain", "--scale", "4")
+    assert r.returncode == 0, r.stderr
+    assert CROWDS not in r.stdout and "without it each row's weight spreads over more keys" in r.stdout
+    r = run("explain", "--n", "3", "--d", "2", "--window", "0,0")
+    assert r.returncode == 0, r.stderr
+    assert CROWDS not in r.stdout and "No row's largest weight changes" in r.stdout
+    r = run("explain", "--scale", "-1")
+    assert r.returncode == 0, r.stderr
+    assert CROWDS not in r.stdout and "rises in" in r.stdout and "falls in" in r.stdout
+
+
+def test_explain_refuses_flags_its_input_would_ignore(run, tmp_path):
+    # With files, --n 3 and --seed 7 were ignored and --notes-example lost to the files, silently.
+    files = write_inputs(tmp_path)
+    for extra, flag in ((["--n", "3"], "--n"), (["--seed", "7"], "--seed"), (["--notes-example"], "--notes-example")):
+        r = run("explain", *files, *extra)
+        assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+        assert flag in r.stderr, r.stderr
+    r = run("explain", "--notes-example", "--seed", "3")
+    assert r.returncode == 2 and "--seed" in r.stderr, r.stderr
+    assert run("explain", *files).returncode == 0
+
+
 def test_score_transforms_dropout_and_packed_sequences(run, tmp_path):
     # The CLI's flags give the library's numbers (checked against the float64 reference in the
     # library's own tests), here through the Python binding on the same files.

@@ -374,6 +374,32 @@ def test_one_trial_gives_no_interval_and_says_so():
     assert rows and all(row[5] == "nan" and row[6] == "nan" and row[4] != "nan" for row in rows)
 
 
+def test_a_slope_over_two_points_blames_the_points_not_the_trials():
+    # Two head sizes give a slope but no interval for it, however many trials each point has.
+    r = experiment("variance", "--d", "1,4", "--trials", "10")
+    assert r.returncode == 0, r.stderr
+    assert "3 of 11 rows have no confidence interval (too few sweep points behind it)" in r.stderr, r.stderr
+    r = experiment("variance", "--d", "1,4", "--trials", "1")  # a variance needs 2 trials
+    assert r.returncode == 0, r.stderr
+    assert "6 of 6 rows have no confidence interval (1 trials are too few for it)" in r.stderr, r.stderr
+
+
+@pytest.mark.parametrize("args,words", [
+    (["variance", "--d", "1,16,16"], ["--d: each value may be listed once, got 16 twice in '1,16,16'"]),
+    (["variance", "--d", "1,1,1"], ["--d:", "1 twice"]),
+    (["saturation", "--scaling", "sqrt, sqrt"], ["--scaling:", "sqrt twice"]),
+    (["projections", "--x-mean", "0.5,5e-1"], ["--x-mean: each value may be listed once, got 0.5 and 5e-1"]),
+])
+def test_a_value_listed_twice_is_refused(tmp_path, args, words):
+    # Repeated values used to repeat rows, and --d 1,1,1 fitted a slope of 0 with the interval [0, 0].
+    out = tmp_path / "x.csv"
+    r = experiment(*args, "--trials", "3", "--out", str(out))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+    assert not out.exists()
+
+
 # --- empty values --------------------------------------------------------------------------------
 
 ATTEND_VALUE_FLAGS = {"--q": "q.npy", "--k": "k.npy", "--v": "v.npy", "--out": "o.npy", "--lse": None,

@@ -230,6 +230,29 @@ def test_prose_and_verdicts_follow_the_data(report_dir, tmp_path):
     assert r.returncode == 2 and "--from" in r.stderr
 
 
+def test_a_report_from_data_names_what_measured_the_data(report_dir, tmp_path):
+    """--from takes the seed, version, git hash, CPU target and threads from the data files: a
+    report rewritten by another build, or asked for --seed 5, said so of data measured at seed 0."""
+    import json
+    src = tmp_path / "other"
+    shutil.copytree(report_dir / "data", src / "data")
+    for path in (src / "data").glob("*.json"):
+        table = json.loads(path.read_text())
+        table["metadata"].update(seed=7, version="0.0.9", git_hash="abcdef123456", cpu_target="SSE4", threads=3)
+        path.write_text(json.dumps(table))
+    out = tmp_path / "out"
+    subprocess.run([BIN, "report", "--from", str(src), "--out", str(out)], check=True, capture_output=True, timeout=300)
+    md = (out / "report.md").read_text()
+    line = "attnscale 0.0.9 (git abcdef123456) · seed 7 · CPU target SSE4 · 3 threads · measured in"
+    assert md.count(line) == 2, md[:600]  # the subtitle and the reproducibility table's caption
+    # A seed or depth given with --from would change nothing: refused, nothing written.
+    for flag in (["--seed", "5"], ["--quick"], ["--full"]):
+        r = subprocess.run([BIN, "report", "--from", str(src), "--out", str(tmp_path / "o3"), *flag],
+                           capture_output=True, text=True, timeout=60)
+        assert r.returncode == 2 and r.stderr.startswith(f"attnscale: error: {flag[0]}: not used with --from"), r.stderr
+        assert not (tmp_path / "o3").exists()
+
+
 def test_training_section_tabulates_every_task_and_head_dimension(report_dir, tmp_path):
     """A training run over two tasks and two head dimensions (as --grid full sweeps them) gets the
     table of best losses per task and d_head, MQAR with its accuracy; the drift's growth is fitted."""

@@ -255,6 +255,26 @@ TEST(TrainingExperiment, BadFlagsNameTheFlag) {
   EXPECT_NE(message({{"lr", "-1"}}).find("--lr"), std::string::npos);
   EXPECT_NE(message({{"grid", "huge"}}).find("--grid"), std::string::npos);
   EXPECT_NE(message({{"task", "mqar"}, {"seq-len", "30"}}).find("--seq-len"), std::string::npos);
+  // A reference run of a scaling that is not run has nothing to be compared with.
+  EXPECT_NE(message({{"grid", "quick"}, {"scaling", "sqrt"}, {"torch-check", "none"}})
+                .find("--torch-check: none is not among --scaling 'sqrt'"),
+            std::string::npos);
+}
+
+// The grid's --torch-check list is cut to the scalings run: --grid quick checks sqrt, and with
+// --scaling none alone it used to add PyTorch runs of sqrt that nothing was compared with.
+TEST(TrainingExperiment, TheGridsReferenceRunsAreOnlyOfScalingsThatRun) {
+  const Experiment& e = find_experiment("training");
+  Args args;
+  for (const auto& f : e.flags) args.values[f.name] = f.default_value;
+  args.values["grid"] = "quick";
+  args.trials = 1;
+  args.values["scaling"] = "none";
+  for (const auto& point : e.points(args)) EXPECT_EQ(point[1], "attnscale") << point[2];
+  args.values["scaling"] = "none,sqrt";
+  int torch = 0;
+  for (const auto& point : e.points(args)) torch += point[1] == "torch" && point[2] == "sqrt";
+  EXPECT_GT(torch, 0);
 }
 
 // A summary table as the experiment writes it: best loss and LR sensitivity per scaling (bests[i],

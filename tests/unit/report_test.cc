@@ -110,6 +110,103 @@ TEST(ReportClaims, VerdictsFollowTheNumbers) {
   EXPECT_NE(worse.find("does not hold"), std::string::npos) << worse;
 }
 
+// A moments table for Propositions 1–4. P3 (asserted Var(q_i k_i) = 1) under its assumptions
+// measures `p3_holds`; its dropped cases measure 1.5 (mean_nonzero) and `p3_correlated` (closed
+// form 1.25); P4 has its shared-factor case at the given d (closed form d + d(d − 1)·0.09).
+lab::ResultTable moments_table(double p3_holds, double p3_correlated, const std::vector<int>& shared_ds) {
+  lab::ResultTable t;
+  t.meta.experiment = "moments";
+  t.param_names = {"proposition", "case", "d", "dist", "claim"};
+  auto add = [&](const char* prop, const char* c, int d, const char* metric, double claim, double m, double th) {
+    t.rows.push_back({{prop, c, std::to_string(d), "normal", fmt(claim, 10)}, metric, m, m - 0.1, m + 0.1, th});
+  };
+  add("P1", "holds", 1, "var", 1, 1, 1);
+  add("P1", "holds", 1, "e_x2_minus_e_x_sq", 1, 1, 1);
+  add("P2", "holds", 1, "cov", 0.5, 0.5, 0.5);
+  add("P2", "holds", 1, "e_xy_minus_e_x_e_y", 0.5, 0.5, 0.5);
+  add("P3", "holds", 1, "var_qk", 1, p3_holds, 1);
+  add("P3", "mean_nonzero", 1, "var_qk", 1, 1.5, 1.5);
+  add("P3", "correlated", 1, "var_qk", 1, p3_correlated, 1.25);
+  for (int d : {1, 64}) add("P4", "holds", d, "var_dot", d, d, d);
+  for (int d : shared_ds) add("P4", "shared_factor", d, "var_dot", d, d + d * (d - 1) * 0.09, d + d * (d - 1) * 0.09);
+  return t;
+}
+
+TEST(ReportClaims, PropositionsNeedTheirDroppedCasesToldApartAndAreRefutedOnlyByTheirOwn) {
+  auto claims = unit("moments").claims(moments_table(1.0, 1.25, {1, 64}));
+  EXPECT_EQ(verdict(claims, "p3"), Verdict::supported);
+  EXPECT_EQ(verdict(claims, "p4"), Verdict::supported);
+  // The correlated case (independence dropped) not told apart from 1: no longer supported, but
+  // not refuted either; the evidence names both dropped cases.
+  claims = unit("moments").claims(moments_table(1.0, 1.05, {1, 64}));
+  EXPECT_EQ(verdict(claims, "p3"), Verdict::mixed);
+  for (const auto& e : claims)
+    if (e.claim == "p3") EXPECT_NE(e.measurement.find("1/1 with correlated"), std::string::npos) << e.measurement;
+  // No shared-factor setting where its closed form differs (d = 1 only): nothing against P4.
+  EXPECT_EQ(verdict(unit("moments").claims(moments_table(1.0, 1.25, {1})), "p4"), Verdict::mixed);
+  // Failing under its own assumptions refutes it.
+  EXPECT_EQ(verdict(unit("moments").claims(moments_table(1.3, 1.25, {1, 64})), "p3"), Verdict::refuted);
+}
+
+// A gradients table (N = 50, d = 1, 64, 512): the scaled rows' Jacobian median is `scaled_d1` at
+// d = 1 and 0.2 elsewhere; the unscaled one is `none_dmax` at d = 512 and 0.2 elsewhere.
+lab::ResultTable gradients_table(double scaled_d1, double none_dmax) {
+  lab::ResultTable t;
+  t.meta.experiment = "gradients";
+  t.param_names = {"n", "d", "scaling"};
+  for (int d : {1, 64, 512})
+    for (const char* sc : {"none", "sqrt"}) {
+      const bool none = std::string(sc) == "none";
+      const double jac = none ? (d == 512 ? none_dmax : 0.2) : (d == 1 ? scaled_d1 : 0.2);
+      const double grad = none ? 500 : 30;
+      for (const char* m : {"jacobian_fro_median", "jacobian_fro_mean"})
+        t.rows.push_back({{"50", std::to_string(d), sc}, m, jac, jac * 0.9, jac * 1.1, std::nullopt});
+      for (const char* m : {"grad_q_fro_median", "grad_q_fro"})
+        t.rows.push_back({{"50", std::to_string(d), sc}, m, grad, grad * 0.9, grad * 1.1, std::nullopt});
+    }
+  return t;
+}
+
+TEST(ReportSections, GradientsWordsFollowTheNumbers) {
+  const std::string& section = template_text("lab/experiments/gradients/section.md");
+  auto text = [&](const lab::ResultTable& t) {
+    Slots s = unit("gradients").slots(t);
+    s["section"] = "3.4";
+    s["trials"] = "10";
+    return render_template(section, s, "gradients");
+  };
+  const std::string usual = text(gradients_table(0.19, 0.003));
+  EXPECT_NE(usual.find("stays between 0.19 and 0.2 at every"), std::string::npos) << usual;
+  EXPECT_NE(usual.find("collapses"), std::string::npos) << usual;
+  EXPECT_NE(usual.find("smaller by a factor of 67"), std::string::npos) << usual;
+  // An unscaled median above the scaled one is not "smaller by a factor of 0.4", and a scaled
+  // median that moves fourfold across d does not "stay near" its last value.
+  const std::string odd = text(gradients_table(0.05, 0.5));
+  EXPECT_EQ(odd.find("smaller by a factor"), std::string::npos) << odd;
+  EXPECT_EQ(odd.find("falls only"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("not smaller than the scaled one but 2.5 times it"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("ranges from 0.05 to 0.2 across"), std::string::npos) << odd;
+}
+
+TEST(ReportSections, ColumnsWordsFollowTheNumbers) {
+  const std::string& section = template_text("lab/experiments/columns/section.md");
+  auto text = [&](const lab::ResultTable& t) {
+    Slots s = unit("columns").slots(t);
+    s["section"] = "3.8";
+    s["trials"] = "50";
+    return render_template(section, s, "columns");
+  };
+  const std::string usual = text(columns_table(0.5, 0.1));
+  EXPECT_NE(usual.find("no longer a weighted average"), std::string::npos) << usual;
+  // Column-normalised rows that sum to 1 are weighted averages: the words no longer say otherwise.
+  lab::ResultTable near = columns_table(0.005, 0);
+  for (auto& r : near.rows)
+    if (r.metric == "row_sum_min" || r.metric == "row_sum_max") r.mean = 1, r.ci_low = 0.999, r.ci_high = 1.001;
+  const std::string odd = text(near);
+  EXPECT_EQ(odd.find("no longer a weighted average"), std::string::npos) << odd;
+  EXPECT_NE(odd.find("within 1% of 1"), std::string::npos) << odd;
+}
+
 TEST(ReportClaims, CatalogueListsEveryClaimOnce) {
   const auto catalogue = claim_catalogue();
   ASSERT_GE(catalogue.size(), 20u);

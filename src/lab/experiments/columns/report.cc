@@ -62,6 +62,8 @@ Slots slots(const lab::ResultTable& t) {
   const lab::Row &leak = c.get("column", "causal_leak"), &diff = c.get("column", "output_rel_diff");
   s["leaks"] = leak.ci_low > 0 ? "true" : "";
   s["differs"] = diff.ci_low > 0.01 ? "true" : "";
+  // "no longer a weighted average": some row of P' sums to 1 ± 1% at most (CI), not near 1.
+  s["not_average"] = rmin.ci_high < 0.99 || rmax.ci_low > 1.01 ? "true" : "";
   return s;
 }
 

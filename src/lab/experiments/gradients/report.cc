@@ -1,5 +1,8 @@
 // The gradients experiment in the report: the softmax Jacobian of a row and the gradient that
 // reaches Q through attention, scaled and unscaled.
+#include <algorithm>
+#include <cmath>
+
 #include <fmt/format.h>
 
 #include "report/query.h"
@@ -61,9 +64,18 @@ bool ten_times_smaller(const lab::Row& small, const lab::Row& large) { return sm
 Slots slots(const lab::ResultTable& t) {
   const AtLargestD g = at_largest_d(t);
   const double jac_drop = g.jac_sqrt->mean / g.jac_none->mean, grad_ratio = g.grad_none->mean / g.grad_sqrt->mean;
+  // The scaled median over every d, not only the largest: "stays" only when it moves by less than
+  // a factor 1.5.
+  double lo = INFINITY, hi = -INFINITY;
+  for (const lab::Row* r : select(t, "jacobian_fro_median", {{"n", g.n}, {"scaling", "sqrt"}}))
+    lo = std::min(lo, r->mean), hi = std::max(hi, r->mean);
   return {{"n", g.n},
           {"dmax", g.dmax},
-          {"jac_sqrt", fmt(g.jac_sqrt->mean, 2)},
+          {"jac_sqrt_lo", fmt(lo, 2)},
+          {"jac_sqrt_hi", fmt(hi, 2)},
+          {"jac_sqrt_flat", hi <= 1.5 * lo ? "true" : ""},
+          {"jac_smaller", jac_drop > 1 ? "true" : ""},
+          {"jac_rise", fmt(1 / jac_drop, 2)},
           {"jac_none", fmt_ci(*g.jac_none)},
           {"jac_mean_none", fmt_ci(*g.jac_mean_none)},
           {"jac_drop", fmt(jac_drop, 2)},

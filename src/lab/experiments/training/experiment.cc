@@ -106,6 +106,18 @@ std::vector<std::vector<std::string>> training_points(const training::Sweep& swe
   const std::int64_t seeds = single_int(r, "seeds", 1, 1000);
   std::vector<std::string> checked = r.get("torch-check") == "" ? std::vector<std::string>{} : r.words("torch-check");
   check_scalings(checked, training::scaling_rules(), "torch-check");
+  // A reference run is compared with the run of the same scaling: a rule --scaling leaves out has
+  // none. The grid's list is cut to the rules run; a list given explicitly must be among them.
+  const bool checked_by_grid = a.get("torch-check") == "grid";
+  std::vector<std::string> kept;
+  for (const auto& sc : checked) {
+    if (std::find(scalings.begin(), scalings.end(), sc) != scalings.end())
+      kept.push_back(sc);
+    else if (!checked_by_grid)
+      throw Error("--torch-check: " + sc + " is not among --scaling '" + r.get("scaling") +
+                  "'; its reference run would have no run to be compared with");
+  }
+  checked = kept;
   const bool torch_listed = std::find(attentions.begin(), attentions.end(), "torch") != attentions.end();
   std::vector<std::vector<std::string>> pts;
   for (const auto& task : tasks) {
