@@ -59,6 +59,9 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
     error = x.what();
   }
   lab::point_scheduler().agree(command_line(e, f), error);
+  // The experiment's own flags checked (and agreed on) before the journal is opened: a refused
+  // value leaves no FILE.partial behind.
+  const lab::Sweep sweep = lab::plan_sweep(e, f.values, f.seed, f.trials, f.threads);
   // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
   // that a killed run can be resumed; it is removed once FILE is in place.
   // Under mpirun only rank 0 keeps the journal and writes; the other ranks run their share of the
@@ -84,8 +87,8 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
   }
   std::optional<ProgressBar> bar;
   if (writer) bar.emplace(fmt::format("experiment {}", e.name));
-  const auto table = lab::run_experiment(
-      e, f.values, f.seed, f.trials, f.threads,
+  const auto table = lab::run_sweep(
+      e, sweep,
       [&](std::size_t done, std::size_t total, const std::vector<lab::Row>& rows) {
         const std::size_t point = done - 1;  // points are reported in order
         if (journal && !completed.count(point)) journal->append(static_cast<std::int64_t>(point), lab::encode_rows(rows));
@@ -102,7 +105,8 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
     if (std::isnan(r.ci_low))
       ++(std::find(r.params.begin(), r.params.end(), "all") != r.params.end() ? across : per_point);
   if (per_point + across > 0) {
-    const std::string trials = fmt::format("{} trials are too few for it", table.meta.trials);
+    const std::string trials = table.meta.trials == 1 ? std::string("1 trial is too few for it")
+                                                      : fmt::format("{} trials are too few for it", table.meta.trials);
     const std::string points = "too few sweep points behind it";
     const std::string why = across == 0      ? trials
                             : per_point == 0 ? points

@@ -122,14 +122,14 @@ const Experiment& find_experiment(const std::string& name) {
   throw Error("unknown experiment '" + name + "' (known: " + known + ")");
 }
 
-ResultTable run_experiment(const Experiment& e, const std::map<std::string, std::string>& given,
-                           std::uint64_t seed, std::int64_t trials, int threads, const Progress& progress,
-                           const CompletedPoints& completed) {
-  const auto start = std::chrono::steady_clock::now();
+Sweep plan_sweep(const Experiment& e, const std::map<std::string, std::string>& given, std::uint64_t seed,
+                 std::int64_t trials, int threads) {
+  Sweep sweep;
+  sweep.start = std::chrono::steady_clock::now();
   // Under an MPI job every rank builds the sweep, then the ranks agree on it (or on the first
   // rank's error building it) before any point runs: see PointScheduler::agree.
-  Args args;
-  std::vector<std::vector<std::string>> points;
+  Args& args = sweep.args;
+  std::vector<std::vector<std::string>>& points = sweep.points;
   std::string error;
   try {
     for (const auto& f : e.flags) args.values[f.name] = f.default_value;
@@ -152,6 +152,13 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
     error = x.what();
   }
   point_scheduler().agree(sweep_definition(e, args, points), error);
+  return sweep;
+}
+
+ResultTable run_sweep(const Experiment& e, const Sweep& sweep, const Progress& progress,
+                      const CompletedPoints& completed) {
+  const Args& args = sweep.args;
+  const std::vector<std::vector<std::string>>& points = sweep.points;
   const std::size_t n = points.size();
   auto results = point_scheduler().run(
       n, args.threads,
@@ -170,7 +177,7 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
     for (auto& row : e.summarize(args, table.rows)) table.rows.push_back(std::move(row));
   Metadata& m = table.meta;
   m.experiment = e.name;
-  m.seed = seed;
+  m.seed = args.seed;
   m.trials = args.trials;
   m.threads = args.threads;
   m.version = version();
@@ -178,8 +185,14 @@ ResultTable run_experiment(const Experiment& e, const std::map<std::string, std:
   m.cpu_target = cpu_target();
   const Args used = e.resolve ? e.resolve(args) : args;
   for (const auto& f : e.flags) m.flags.emplace_back(f.name, used.values.at(f.name));
-  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - sweep.start).count();
   return table;
+}
+
+ResultTable run_experiment(const Experiment& e, const std::map<std::string, std::string>& given,
+                           std::uint64_t seed, std::int64_t trials, int threads, const Progress& progress,
+                           const CompletedPoints& completed) {
+  return run_sweep(e, plan_sweep(e, given, seed, trials, threads), progress, completed);
 }
 
 // ---- shared pieces (registry.h) ----

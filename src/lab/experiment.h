@@ -6,6 +6,7 @@
 // random number is drawn from lab::Stream(seed, stream, trial), so a point's rows depend only on
 // (seed, flags, point): the same for any thread count, any order, and after a resumed run.
 #pragma once
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -70,11 +71,27 @@ using Progress = std::function<void(std::size_t done, std::size_t total, const s
 // (`attnscale experiment --resume` reads them back from its journal).
 using CompletedPoints = std::map<std::size_t, std::vector<Row>>;
 
-// Fills defaults into `given` (unknown flag names: Error), runs every point, returns the table
-// with its metadata. Rows come out in point order whatever the thread count. Points found in
-// `completed` are not run again: their rows are used as given (and reported to `progress` in
-// order like the others), which gives the same table because a point's rows are a pure function
-// of (seed, flags, point).
+// A run's flags, checked, and its points, before any point runs.
+struct Sweep {
+  Args args;
+  std::vector<std::vector<std::string>> points;
+  std::chrono::steady_clock::time_point start;  // the metadata's seconds count from here
+};
+
+// Fills defaults into `given` and checks every flag (unknown names, bad values: Error naming the
+// flag), so that a caller can make its outputs ready (a journal) only once the flags are good.
+// Under an MPI job the ranks agree on the sweep (or on the first rank's error) here.
+Sweep plan_sweep(const Experiment& e, const std::map<std::string, std::string>& given, std::uint64_t seed,
+                 std::int64_t trials, int threads);
+
+// Runs every point of the sweep and returns the table with its metadata. Rows come out in point
+// order whatever the thread count. Points found in `completed` are not run again: their rows are
+// used as given (and reported to `progress` in order like the others), which gives the same table
+// because a point's rows are a pure function of (seed, flags, point).
+ResultTable run_sweep(const Experiment& e, const Sweep& sweep, const Progress& progress = {},
+                      const CompletedPoints& completed = {});
+
+// plan_sweep, then run_sweep.
 ResultTable run_experiment(const Experiment& e, const std::map<std::string, std::string>& given,
                            std::uint64_t seed, std::int64_t trials, int threads,
                            const Progress& progress = {}, const CompletedPoints& completed = {});

@@ -59,21 +59,32 @@ Summary mean_ci(const std::vector<double>& x) {
   return {m, m - h, m + h};
 }
 
+// Bonett's interval for a variance (D. G. Bonett, "Approximate confidence interval for standard
+// deviation of nonnormal distributions", Computational Statistics & Data Analysis 50, 2006): on the
+// log scale, where the sample variance is nearer normal, with its standard error from the kurtosis,
+//   c = n / (n − z),  g = n Σ(x − m̃)⁴ / (Σ(x − m)²)²  (m̃: the mean trimmed by 1/(2√(n − 4)) a side),
+//   se = c √((g − (n − 3)/n) / (n − 1)),  σ² in exp(ln(c s²) ∓ z se).
+// The symmetric asymptotic interval s² ± z √((m₄ − s⁴)/n) it replaced covered Var(q·k) at d = 1
+// (kurtosis 9) in 61% of samples of 10 trials and 78% of 30; this one in 89% and 89%, never with a
+// negative lower bound, and the same as that one at 1000 trials (94%; docs/lab.md).
 Summary variance_ci(const std::vector<double>& x) {
   const std::size_t n = x.size();
   if (n < 2) return {kNotComputable, kNotComputable, kNotComputable};
-  const double m = sample_mean(x.data(), n);
-  double m2 = 0, m4 = 0;
-  for (double v : x) {
-    const double e = (v - m) * (v - m);
-    m2 += e;
-    m4 += e * e;
+  const double z = 1.959963984540054, m = sample_mean(x.data(), n), s2 = sample_variance(x.data(), n);
+  if (s2 == 0) return {0, 0, 0};  // every trial the same value
+  double trimmed = m;
+  if (n > 4) {
+    std::vector<double> sorted = x;
+    std::sort(sorted.begin(), sorted.end());
+    const auto cut = static_cast<std::size_t>(std::floor(n / (2 * std::sqrt(n - 4.0))));
+    trimmed = sample_mean(sorted.data() + cut, n - 2 * cut);
   }
-  m2 /= n;
-  m4 /= n;
-  const double s2 = m2 * n / (n - 1);
-  const double se = std::sqrt(std::max(0.0, m4 - m2 * m2) / n);
-  return {s2, s2 - 1.959963984540054 * se, s2 + 1.959963984540054 * se};
+  double m4 = 0;
+  for (double v : x) m4 += (v - trimmed) * (v - trimmed) * (v - trimmed) * (v - trimmed);
+  const double ss = s2 * (n - 1), g = n * m4 / (ss * ss), c = n / (n - z);
+  const double se = c * std::sqrt(std::max(0.0, g - (n - 3.0) / n) / (n - 1));
+  const double centre = std::log(c * s2);
+  return {s2, std::exp(centre - z * se), std::exp(centre + z * se)};
 }
 
 Summary median_ci(std::vector<double> x) {

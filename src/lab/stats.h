@@ -3,8 +3,9 @@
 // Which interval each function gives:
 //   mean_ci      Student-t interval of the mean, t_{0.975, n-1} · s / sqrt(n) (the t quantile from
 //                Boost.Math, exact).
-//   variance_ci  the sample variance with the distribution-free asymptotic standard error
-//                sqrt((m4 - s^4) / n) and the normal quantile 1.959964.
+//   variance_ci  the sample variance with Bonett's (2006) interval: on the log scale, its
+//                standard error from the kurtosis (about a trimmed mean), scaled by n / (n - z);
+//                never below 0, and near its nominal 95% at 10 trials of heavy-tailed data.
 //   median_ci    the sample median with the order-statistic interval [x_(lo), x_(hi)],
 //                lo/hi = n/2 -+ 1.96 sqrt(n)/2 (normal approximation to Binomial(n, 1/2)).
 //   jackknife_ci any statistic on the whole sample, with the delete-one-group jackknife standard

@@ -369,7 +369,7 @@ def test_integer_flags_name_the_flag_and_the_range(args, words):
 def test_one_trial_gives_no_interval_and_says_so():
     r = experiment("saturation", "--n", "5", "--d", "4", "--scaling", "sqrt", "--trials", "1")
     assert r.returncode == 0, r.stderr
-    assert "have no confidence interval (1 trials are too few for it); their ci_low and ci_high are nan" in r.stderr
+    assert "have no confidence interval (1 trial is too few for it); their ci_low and ci_high are nan" in r.stderr
     rows = [line.split(",") for line in r.stdout.splitlines()[1:]]
     assert rows and all(row[5] == "nan" and row[6] == "nan" and row[4] != "nan" for row in rows)
 
@@ -381,7 +381,7 @@ def test_a_slope_over_two_points_blames_the_points_not_the_trials():
     assert "3 of 11 rows have no confidence interval (too few sweep points behind it)" in r.stderr, r.stderr
     r = experiment("variance", "--d", "1,4", "--trials", "1")  # a variance needs 2 trials
     assert r.returncode == 0, r.stderr
-    assert "6 of 6 rows have no confidence interval (1 trials are too few for it)" in r.stderr, r.stderr
+    assert "6 of 6 rows have no confidence interval (1 trial is too few for it)" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize("args,words", [

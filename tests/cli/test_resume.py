@@ -41,6 +41,14 @@ def kill_after_records(args, out, cwd, records):
     return partial
 
 
+def damage_first_record(partial):
+    """Flips one bit inside record 0's rows, as a garbled byte on disk would."""
+    data = bytearray(partial.read_bytes())
+    first = data.index(b"\nR 0 ") + 1
+    data[data.index(b"\n", first) + 2] ^= 0x01
+    partial.write_bytes(bytes(data))
+
+
 def run(args, cwd, **kw):
     return subprocess.run([BIN, *args], cwd=cwd, capture_output=True, **kw)
 
@@ -83,10 +91,7 @@ def test_torn_journal_tail_is_recovered(tmp_path, uninterrupted):
 def test_damaged_record_in_the_middle_keeps_every_later_record(tmp_path, uninterrupted):
     out = tmp_path / "d.csv"
     partial = kill_after_records(SWEEP, out, tmp_path, 4)
-    data = bytearray(partial.read_bytes())
-    first = data.index(b"\nR 0 ") + 1
-    data[data.index(b"\n", first) + 2] ^= 0x01  # one byte inside record 0's rows
-    partial.write_bytes(bytes(data))
+    damage_first_record(partial)
     done = journal_records(partial)
     r = run(SWEEP + ["--out", str(out), "--resume", "--threads", "2"], tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -103,10 +108,7 @@ def test_a_damaged_record_is_warned_about_by_one_resume_only(tmp_path, uninterru
     run killed again) finds nothing damaged and says nothing of it."""
     out = tmp_path / "w.csv"
     partial = kill_after_records(SWEEP, out, tmp_path, 4)
-    data = bytearray(partial.read_bytes())
-    first = data.index(b"\nR 0 ") + 1
-    data[data.index(b"\n", first) + 2] ^= 0x01  # one byte inside record 0's rows
-    partial.write_bytes(bytes(data))
+    damage_first_record(partial)
     kill_after_records(SWEEP + ["--resume"], out, tmp_path, journal_records(partial) + 1)
     r = run(SWEEP + ["--out", str(out), "--resume", "--threads", "2"], tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr
@@ -135,6 +137,16 @@ def test_resume_refuses_a_different_run(tmp_path):
     lines = r.stderr.decode().splitlines()
     assert len(lines) == 1 and "belongs to a different run" in lines[0] and "seed=11" in lines[0], lines
     assert not out.exists()
+
+
+@pytest.mark.parametrize("flags", [["variance", "--d", "0"], ["saturation", "--n", "8", "--d", "1,1"],
+                                   ["variance", "--d", "4", "--no-such-flag", "1"]])
+def test_a_refused_flag_leaves_no_journal(tmp_path, flags):
+    out = tmp_path / "x.csv"
+    r = run(["experiment", *flags, "--trials", "3", "--out", str(out)], tmp_path)
+    assert r.returncode == 2, r.stderr
+    assert len(r.stderr.decode().splitlines()) == 1, r.stderr
+    assert sorted(os.listdir(tmp_path)) == [], "a refused run left files behind"
 
 
 def test_resume_needs_out(tmp_path):

@@ -167,14 +167,17 @@ lab::ResultTable gradients_table(double scaled_d1, double none_dmax) {
   return t;
 }
 
+// A unit's section.md rendered from table t, as the report numbers and sizes it.
+std::string section_text(const std::string& name, const std::string& number, const std::string& trials,
+                         const lab::ResultTable& t) {
+  Slots s = unit(name).slots(t);
+  s["section"] = number;
+  s["trials"] = trials;
+  return render_template(template_text("lab/experiments/" + name + "/section.md"), s, name);
+}
+
 TEST(ReportSections, GradientsWordsFollowTheNumbers) {
-  const std::string& section = template_text("lab/experiments/gradients/section.md");
-  auto text = [&](const lab::ResultTable& t) {
-    Slots s = unit("gradients").slots(t);
-    s["section"] = "3.4";
-    s["trials"] = "10";
-    return render_template(section, s, "gradients");
-  };
+  auto text = [](const lab::ResultTable& t) { return section_text("gradients", "3.4", "10", t); };
   const std::string usual = text(gradients_table(0.19, 0.003));
   EXPECT_NE(usual.find("stays between 0.19 and 0.2 at every"), std::string::npos) << usual;
   EXPECT_NE(usual.find("collapses"), std::string::npos) << usual;
@@ -189,13 +192,7 @@ TEST(ReportSections, GradientsWordsFollowTheNumbers) {
 }
 
 TEST(ReportSections, ColumnsWordsFollowTheNumbers) {
-  const std::string& section = template_text("lab/experiments/columns/section.md");
-  auto text = [&](const lab::ResultTable& t) {
-    Slots s = unit("columns").slots(t);
-    s["section"] = "3.8";
-    s["trials"] = "50";
-    return render_template(section, s, "columns");
-  };
+  auto text = [](const lab::ResultTable& t) { return section_text("columns", "3.8", "50", t); };
   const std::string usual = text(columns_table(0.5, 0.1));
   EXPECT_NE(usual.find("no longer a weighted average"), std::string::npos) << usual;
   // Column-normalised rows that sum to 1 are weighted averages: the words no longer say otherwise.

@@ -272,7 +272,8 @@ Experiment make_saturation() {
              {"scaling", "none,sqrt,linear,qk-norm,log-n", "scalings: none, sqrt, linear, qk-norm, log-n"},
              {"sampler", "auto",
               "auto (wishart where d > N, else direct: the cheaper exact one), direct (Q, K [N,d] as the Simulation note) "
-              "or wishart (exact law of Q K^T for d >= N, O(N^3))"},
+              "or wishart (exact law of Q K^T for d >= N, O(N^3); points with d < N, where K K^T is singular, drawn "
+              "directly)"},
              {"dtype", "f32", "precision of Q, K and the engine's forward: f32, or f64 (float64 throughout)"}};
   e.default_trials = 100;
   e.param_names = {"n", "d", "scaling"};
