@@ -210,11 +210,14 @@ Page compose(const Measurements& m, const std::string& dir) {
       global["verdict." + r.claim.id] = v;
       global[v + "." + r.claim.id] = "true";
     }
-  // The discussion names Propositions 3 and 4's verdicts in one phrase: "both supported" when alike.
+  // The discussion names Propositions 3 and 4's verdicts in one clause: "Propositions 3 and 4 are
+  // both judged supported" when alike, else each with its own ("Proposition 3 is judged mixed and
+  // Proposition 4 supported").
   if (global.count("verdict.p3") && global.count("verdict.p4"))
     global["verdict.p3_p4"] = global["verdict.p3"] == global["verdict.p4"]
-                                  ? "both " + global["verdict.p3"]
-                                  : global["verdict.p3"] + " and " + global["verdict.p4"];
+                                  ? "Propositions 3 and 4 are both judged " + global["verdict.p3"]
+                                  : "Proposition 3 is judged " + global["verdict.p3"] + " and Proposition 4 " +
+                                        global["verdict.p4"];
   std::string refuted;
   for (const ClaimRow& r : claims)
     if (r.evidence && r.evidence->verdict == Verdict::refuted)
