@@ -61,8 +61,8 @@ bool read_record(std::string_view s, std::size_t& pos, char kind, bool keyed, st
   const std::size_t start = eol + 1;
   if (len > s.size() || start + len + 1 > s.size() || s[start + len] != '\n') return false;
   const std::string_view bytes = s.substr(start, len);
-  const std::string key_text = std::to_string(k);
-  if (checksum(kind == 'R' && keyed ? &key_text : nullptr, bytes) != sum) return false;
+  const std::string key_text = kind == 'R' && keyed ? std::to_string(k) : std::string();
+  if (checksum(key_text.empty() ? nullptr : &key_text, bytes) != sum) return false;
   payload.assign(bytes);
   key = k;
   pos = start + len + 1;

@@ -59,9 +59,7 @@ std::string distinct(const Measurements& m, F field) {
     const std::string v = field(it->second.meta);
     if (std::find(seen.begin(), seen.end(), v) == seen.end()) seen.push_back(v);
   }
-  std::string out;
-  for (const auto& v : seen) out += (out.empty() ? "" : ", ") + v;
-  return out;
+  return fmt::format("{}", fmt::join(seen, ", "));
 }
 
 // What measured the data, from the tables' own metadata: a report rewritten --from an earlier one
@@ -176,7 +174,8 @@ Page compose(const Measurements& m, const std::string& dir) {
   page.figures = draw_figures(m, dir);
 
   // Slots: each unit's own, then the report's view of all of them ({{unit.slot}}).
-  Slots global{{"seed", data_seed(m)}, {"metadata", metadata_line(m)},
+  const std::string metadata = metadata_line(m);
+  Slots global{{"seed", data_seed(m)}, {"metadata", metadata},
                {"reproducibility_table", reproducibility_table(m)}};
   std::vector<Evidence> evidence;
   std::vector<std::pair<const Unit*, Slots>> unit_slots;
@@ -229,7 +228,7 @@ Page compose(const Measurements& m, const std::string& dir) {
     return render_template(template_text(path), global, path);
   };
   page.title = "The scaling factor in self-attention, completed";
-  page.subtitle = "Chuang (2023) with its empty sections written from measurements\n" + metadata_line(m);
+  page.subtitle = "Chuang (2023) with its empty sections written from measurements\n" + metadata;
   page.abstract = report_part("abstract");
   std::string body = report_part("introduction") + "\n" + report_part("algorithm") + "\n" + report_part("experiments");
   for (auto& [u, s] : unit_slots) {
