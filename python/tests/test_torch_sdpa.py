@@ -210,8 +210,11 @@ def test_errors(gen):
     # float16 query among float64 key and value is told that the dtypes differ.
     with pytest.raises(ValueError, match=r"^query, key, value: dtypes differ \(query float16, key float64, value float64\)$"):
         sdpa(q.half(), q, q)
-    with pytest.raises(TypeError, match=r"^attn_mask: dtype must be bool, uint8, float32, float64 or bfloat16, got torch.int32$"):
-        sdpa(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.int32))
+    # PyTorch 2 takes bool and float masks only: a uint8 one meant True = masked to
+    # nn.MultiheadAttention, True = kept to attnscale.attention, so it is refused rather than guessed.
+    for dtype in (torch.int32, torch.uint8):
+        with pytest.raises(TypeError, match=rf"^attn_mask: dtype must be bool or a float dtype \(as in PyTorch 2\), got {dtype}$"):
+            sdpa(q, q, q, attn_mask=torch.ones(5, 5, dtype=dtype))
     with pytest.raises(ValueError, match=r"^query, key, value, attn_mask: leading dimensions .* do not broadcast$"):
         sdpa(randn(gen, 3, 4, 5, 8), q, q, attn_mask=torch.ones(2, 4, 5, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"^scale: expected a number, got str$"):
