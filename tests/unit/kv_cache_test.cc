@@ -749,6 +749,20 @@ TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   EXPECT_EQ(zs.as<float>()[0], 0.0f);
 }
 
+// src's rows may lie a stride apart (here every other float of a wider tensor): the same bits as
+// their contiguous copy.
+TEST(KVCache, QuantizeQ8ReadsRowsAtAStride) {
+  const Tensor x = random_tensor(DType::f32, {3, 64}, 6, 1, 10.0);
+  Tensor wide = random_tensor(DType::f32, {3, 128}, 7, 1);
+  for (std::int64_t i = 0; i < x.numel(); ++i) wide.as<float>()[2 * i] = x.as<float>()[i];
+  const TensorView strided = TensorView::strided(wide.view().data, DType::f32, {3, 64}, {128, 2});
+  Tensor q(DType::i8, {3, 64}), s(DType::f32, {3, 2}), q2(DType::i8, {3, 64}), s2(DType::f32, {3, 2});
+  quantize_q8(x.view(), q.view(), s.view());
+  quantize_q8(strided, q2.view(), s2.view());
+  EXPECT_TRUE(std::equal(q.as<std::int8_t>(), q.as<std::int8_t>() + q.numel(), q2.as<std::int8_t>()));
+  EXPECT_TRUE(std::equal(s.as<float>(), s.as<float>() + s.numel(), s2.as<float>()));
+}
+
 // Any non-finite value is refused, a NaN too (std::max, which finds the block's scale, passes
 // over a NaN); an empty tensor quantises to nothing.
 TEST(KVCache, QuantizeQ8RefusesNaNAndInfinityAndTakesEmpty) {
