@@ -57,7 +57,7 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, d
         causal="bottom-right" if causal else None,
         window=window,
         align="bottom-right",
-        softcap=real("softcap", softcap),
+        softcap=max(real("softcap", softcap), 0.0),  # FlashAttention's "<= 0.0 means deactivate"
         **dropout_keywords(dropout_p),
     )
     if alibi_slopes is not None:
@@ -147,7 +147,7 @@ def flash_attn_func(
     FlashAttention's kernels apply it (kernel_window: a side of Nkv or more is -1, a left side
     alone gets Nkv on its right).
     alibi_slopes (H,) or (B, H): -slope * |i + Nkv - Nq - j| added to the scaled scores.
-    softcap: 0 (off) or c > 0: scores become c * tanh(score / c). dropout_p: dropout on the
+    softcap: <= 0 (off) or c > 0: scores become c * tanh(score / c). dropout_p: dropout on the
     probabilities (kept ones scaled by 1/(1 - p)), its mask drawn from torch's default generator
     (torch.manual_seed fixes it) and regenerated, not stored, by the backward.
     deterministic: accepted; attnscale's backward is always deterministic.

@@ -162,6 +162,17 @@ def test_windows_are_those_flash_attention_kernels_apply(gen, window, applied):
         torch.testing.assert_close(out[rows], want[0], rtol=1e-12, atol=1e-12)
 
 
+def test_a_softcap_of_zero_or_less_is_off(gen):
+    # FlashAttention's docstring: "softcap: float. <= 0.0 means deactivate" (a negative one too).
+    q, k, v = operands(gen, (2, 5, 7, 4, 2, 8, 8, {}))
+    want = at.flash_attn_func(q, k, v, causal=True)
+    for cap in (-1.0, -0.0, -1e30):
+        assert torch.equal(at.flash_attn_func(q, k, v, causal=True, softcap=cap), want)
+    kc, vc = k.clone(), v.clone()
+    want = at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=5)
+    assert torch.equal(at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=5, softcap=-2.0), want)
+
+
 def test_slopes_and_offsets_changed_after_the_forward_leave_its_gradients_alone(gen):
     # The backward reads copies of the alibi slopes and cu_seqlens the forward used (float64 and
     # int64 tensors that a conversion would otherwise share).
