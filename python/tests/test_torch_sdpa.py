@@ -194,6 +194,10 @@ def test_messages_name_the_arguments_as_pytorch_does(gen):
     for call, error, message in bad:
         with pytest.raises(error, match=message):
             call()
+    # With enable_gqa=True, heads that do not divide are told so (as attnscale.attention tells them).
+    with pytest.raises(ValueError, match=r"^key: query heads Hq = 4 must be a multiple of key/value heads Hkv = 3 "
+                                         r"\(query \[2, 4, 5, 8\], key \[2, 3, 3, 8\]\)$"):
+        sdpa(q, randn(gen, 2, 3, 3, 8), randn(gen, 2, 3, 3, 8), enable_gqa=True)
 
 
 def test_errors(gen):
