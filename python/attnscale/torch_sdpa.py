@@ -45,8 +45,9 @@ def scaled_dot_product_attention(
     mask comes from torch's default generator (torch.manual_seed fixes it) and the backward
     regenerates it instead of storing it.
 
-    Returns [..., Hq, L, Ev] in query's dtype. Where PyTorch's math would divide 0 by 0 (every key
-    of a row masked), the row is 0, as in PyTorch's fused kernels; an empty key set (S = 0) gives 0.
+    Returns [..., Hq, L, Ev] in query's dtype. A row whose every key is masked is 0, as PyTorch's
+    _safe_softmax gives it from 2.5 on (before, its math path gave NaN); an empty key set (S = 0)
+    gives 0.
 
     Example:
         >>> import torch, attnscale.torch as at

@@ -327,3 +327,24 @@ def test_dropout_follows_torch_manual_seed_and_has_gradients(gen):
     torch.manual_seed(0)
     mean = sum(sdpa(q, k, v, attn_mask=bias, dropout_p=0.35) for _ in range(2000)) / 2000
     torch.testing.assert_close(mean, sdpa(q, k, v, attn_mask=bias), rtol=0, atol=0.15)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_fully_masked_rows_as_pytorch_gives_them(gen, dtype):
+    """A row whose every key is masked (False, or -inf added) is 0, as PyTorch's _safe_softmax gives
+    it from 2.5 on; a row masked by torch.finfo(dtype).min, as Hugging Face's models build their
+    masks, is finite there: the softmax of equal scores, the mean of the values."""
+    q, k, v = (randn(gen, 2, 3, 5, 8).to(dtype) for _ in range(3))
+    low = torch.finfo(dtype).min
+    bias = torch.zeros(2, 1, 5, 5, dtype=dtype)
+    bias[..., 3:] = low  # padding
+    bias[1, :, 2] = low  # a row of padding only
+    out = sdpa(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(out[1, :, 2].double(), v[1].double().mean(-2), rtol=0, atol=2e-2 if dtype == torch.bfloat16 else 1e-6)
+    want = torch_reference.sdpa(q, k, v, attn_mask=bias.double().clamp(min=-1e30))
+    torch.testing.assert_close(out.double(), want, rtol=0, atol=2e-2 if dtype == torch.bfloat16 else 1e-5)
+    keep = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    keep[1, :, 2] = False
+    minus_inf = torch.zeros(2, 1, 5, 5, dtype=dtype).masked_fill(~keep, -math.inf)
+    for mask in (keep, minus_inf):
+        assert (sdpa(q, k, v, attn_mask=mask)[1, :, 2] == 0).all()
