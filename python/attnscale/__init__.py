@@ -13,9 +13,9 @@ Submodules:
 """
 from . import _attnscale
 from ._attnscale import __version__, bfloat16, cpu_target, git_hash, version  # noqa: F401
+from .argument_names import caller_names
 from .arrays import attention, attention_backward  # noqa: F401
 from .bfloat16_arrays import from_bfloat16, to_bfloat16  # noqa: F401
-from .argument_names import caller_names
 from .keywords import short_errors
 
 merge_partials = short_errors(_attnscale.merge_partials)

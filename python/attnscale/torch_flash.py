@@ -36,9 +36,10 @@ def kernel_window(window_size, causal, seqlen_k):
     """(left, right): the window FlashAttention's kernels apply for window_size, causal and seqlen_k
     (max_seqlen_k for packed sequences, the cache's capacity for a KV cache), as its mha_fwd and
     set_params_fprop set them: a side of seqlen_k or more is -1, causal makes the right side 0, and
-    a left side without a right one gets seqlen_k on the right. Its docstring's formula alone
-    differs where a query row sits more than seqlen_k keys before the last key (Nq > Nkv + 1):
-    window_size=(-1, Nkv) is then no window, and (left, -1) hides the keys of the first rows."""
+    a left side without a right one gets seqlen_k on the right. FlashAttention's docstring gives
+    the formula without these steps; they change the result only where a query row sits more than
+    seqlen_k keys before the last key (Nq > Nkv + 1): window_size=(-1, Nkv) is then no window, and
+    (left, -1) hides every key from the first rows."""
     left, right = (-1 if side >= seqlen_k else side for side in window_sides(window_size))
     if causal:
         right = 0
