@@ -764,14 +764,19 @@ TEST(KVCache, QuantizeQ8ReadsRowsAtAStride) {
 }
 
 // Any non-finite value is refused, a NaN too (std::max, which finds the block's scale, passes
-// over a NaN); an empty tensor quantises to nothing.
+// over a NaN), before anything is written; an empty tensor quantises to nothing.
 TEST(KVCache, QuantizeQ8RefusesNaNAndInfinityAndTakesEmpty) {
   for (const float bad : {std::nanf(""), INFINITY, -INFINITY})
     for (const int at : {0, 17, 63}) {
       Tensor x = random_tensor(DType::f32, {2, 64}, 9, 1);
       x.as<float>()[64 + at] = bad;
       Tensor q(DType::i8, {2, 64}), s(DType::f32, {2, 2});
+      std::fill_n(q.as<std::int8_t>(), q.numel(), std::int8_t{5});
+      std::fill_n(s.as<float>(), s.numel(), 7.0f);
       EXPECT_THROW(quantize_q8(x.view(), q.view(), s.view()), Error) << bad << " at " << at;
+      // Nothing is written, row 0 (all finite) included.
+      EXPECT_TRUE(std::all_of(q.as<std::int8_t>(), q.as<std::int8_t>() + q.numel(), [](std::int8_t v) { return v == 5; }));
+      EXPECT_TRUE(std::all_of(s.as<float>(), s.as<float>() + s.numel(), [](float v) { return v == 7.0f; }));
     }
   Tensor e(DType::f32, {0, 64}), eq(DType::i8, {0, 64}), es(DType::f32, {0, 2});
   EXPECT_NO_THROW(quantize_q8(e.view(), eq.view(), es.view()));
