@@ -20,6 +20,7 @@ float64 reference):
   gathered for a paged one.
 """
 import math
+import operator
 
 import numpy as np
 import torch
@@ -254,7 +255,11 @@ def flash_attn_with_kvcache(
             raise ValueError("rotary_cos, rotary_sin: expected two [seqlen_ro, rotary_dim / 2] tensors of one shape")
         if 2 * rotary_cos.shape[1] > d:
             raise ValueError(f"rotary_cos: rotary_dim {2 * rotary_cos.shape[1]} exceeds headdim {d}")
-    if not isinstance(num_splits, int) or num_splits < 0:
+    try:
+        splits = operator.index(num_splits)  # numpy's integers too, as FlashAttention's binding takes them
+    except TypeError:
+        splits = None
+    if splits is None or splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0, got {num_splits!r}")
     # FlashAttention's mha_fwd_kvcache first turns a window side that reaches the cache's seqlen_k
     # (seqlen_cache; paged: max_blocks * block_size) into -1: such a window is no window, also where

@@ -7,6 +7,7 @@ torch_reference.flash on them: bottom-right diagonal, windows, softcap and ALiBi
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -311,6 +312,9 @@ def test_whole_cache_without_seqlens(gen):
     q = randn(gen, 2, 1, 3, 8)
     want, _ = reference(q, kc, vc)
     torch.testing.assert_close(at.flash_attn_with_kvcache(q, kc, vc).double(), want, rtol=2e-5, atol=2e-5)
+    # num_splits changes nothing, a numpy integer included (FlashAttention's binding takes one).
+    for splits in (1, 3, np.int64(2)):
+        assert torch.equal(at.flash_attn_with_kvcache(q, kc, vc, num_splits=splits), at.flash_attn_with_kvcache(q, kc, vc))
 
 
 def bad_calls(gen):
