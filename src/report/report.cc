@@ -18,6 +18,7 @@
 #include "common/progress.h"
 #include "lab/experiment.h"
 #include "report/claims.h"
+#include "report/placement.h"
 #include "report/plot.h"
 #include "report/query.h"
 #include "report/templates.h"
@@ -242,12 +243,19 @@ Page compose(const Measurements& m, const std::string& dir) {
   return page;
 }
 
-// The report is written whole into a temporary folder inside DIR, then its files are moved into
-// place (index.html last), so a failure leaves DIR as it was: no partial report. Files of DIR that
-// are not the report's are left alone.
+// The report is written whole into a temporary folder inside DIR, then its files are put in place
+// all or none (report/placement.h; index.html last), so a failure leaves DIR as it was: no partial
+// report, no new figures/ or data/ folder. Files of DIR that are not the report's are left alone.
 std::string write_report(const Measurements& m) {
   const fs::path dir = m.options.out;
   const fs::path tmp = dir / fmt::format(".report.tmp.{}", static_cast<long>(::getpid()));
+  struct Staging {  // removed on every way out
+    fs::path path;
+    ~Staging() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } staging{tmp};
   std::vector<fs::path> files;  // relative to tmp, in the order they are placed
   try {
     fs::create_directories(tmp / "figures");
@@ -261,22 +269,17 @@ std::string write_report(const Measurements& m) {
     write_text(tmp / "index.html", page.html());
     for (const char* sub : {"data", "figures"})
       for (const auto& entry : fs::directory_iterator(tmp / sub)) files.push_back(fs::path(sub) / entry.path().filename());
-    std::sort(files.begin(), files.end());
-    files.push_back("report.md");
-    files.push_back("index.html");
-    fs::create_directories(dir / "figures");
-    fs::create_directories(dir / "data");
-    for (const fs::path& f : files) fs::rename(tmp / f, dir / f);
   } catch (const fs::filesystem_error& e) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
     throw Error(fmt::format("--out: {}: {}", dir.string(), e.code().message()));
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    throw;
   }
-  fs::remove_all(tmp);
+  std::sort(files.begin(), files.end());
+  files.push_back("report.md");
+  files.push_back("index.html");
+  try {
+    place_files(tmp, dir, files);
+  } catch (const Error& e) {
+    throw Error(fmt::format("--out: {}", e.what()));
+  }
   return (dir / "index.html").string();
 }
 

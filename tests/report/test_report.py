@@ -321,6 +321,31 @@ def test_a_report_that_fails_while_drawing_leaves_no_partial_output(report_dir, 
     assert tree(old) == before, "the earlier report was changed, or a temporary folder left in it"
 
 
+def test_a_report_whose_placing_fails_takes_back_what_it_placed(report_dir, tmp_path):
+    """A rename that fails while the report's files are put in place (a folder where index.html,
+    placed last, must go: no rename replaces it, root or not) takes back every file placed before
+    it: an earlier report's files come back, and the data/ and figures/ folders it made go."""
+    old = tmp_path / "old"
+    shutil.copytree(report_dir, old)
+    (old / "data" / "saturation.csv").write_bytes(b"an earlier report's data\n")
+    (old / "index.html").unlink()
+    (old / "index.html").mkdir()
+    (old / "index.html" / "kept").write_bytes(b"")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "notes.txt").write_bytes(b"the user's\n")
+    (fresh / "index.html").mkdir()
+    (fresh / "index.html" / "kept").write_bytes(b"")
+    for out in (old, fresh):
+        before = tree(out)
+        r = subprocess.run([BIN, "report", "--from", str(report_dir), "--out", str(out)], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.splitlines() == [f"attnscale: error: --out: {out / 'index.html'}: Is a directory"], r.stderr
+        assert tree(out) == before, "a placed file was left, or an earlier one not restored"
+    assert sorted(p.name for p in fresh.iterdir()) == ["index.html", "notes.txt"], "a new folder was left"
+
+
 @pytest.mark.parametrize("failure", ["missing data", "no gnuplot"])
 def test_a_failed_report_into_nested_folders_leaves_none_of_them(report_dir, tmp_path, failure):
     """--out a/b/c creates a and a/b too: a failure takes back every folder it made, not just c."""
