@@ -22,16 +22,11 @@
 #include "report/plot.h"
 #include "report/query.h"
 #include "report/templates.h"
+#include "report/text_file.h"
 
 namespace attnscale::report {
 namespace fs = std::filesystem;
 namespace {
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
-}
 
 // A flag's value as a POSIX shell word: as it is when it is made only of characters no shell
 // reads specially, else in single quotes (an empty value too, so that it stays an argument).
@@ -257,16 +252,24 @@ std::string write_report(const Measurements& m) {
     }
   } staging{tmp};
   std::vector<fs::path> files;  // relative to tmp, in the order they are placed
+  // A file of the report, staged; an error names it where it was going (DIR/data/x.csv).
+  const auto write = [&](const fs::path& rel, const std::string& text) {
+    try {
+      write_text_file(tmp / rel, text, dir / rel);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--out: {}", e.what()));
+    }
+  };
   try {
     fs::create_directories(tmp / "figures");
     fs::create_directories(tmp / "data");
     for (const auto& [name, t] : m.tables) {
-      write_text(tmp / "data" / (name + ".csv"), lab::to_csv(t));
-      write_text(tmp / "data" / (name + ".json"), lab::to_json(t));
+      write(fs::path("data") / (name + ".csv"), lab::to_csv(t));
+      write(fs::path("data") / (name + ".json"), lab::to_json(t));
     }
     const Page page = compose(m, tmp.string());
-    write_text(tmp / "report.md", page.markdown());
-    write_text(tmp / "index.html", page.html());
+    write("report.md", page.markdown());
+    write("index.html", page.html());
     for (const char* sub : {"data", "figures"})
       for (const auto& entry : fs::directory_iterator(tmp / sub)) files.push_back(fs::path(sub) / entry.path().filename());
   } catch (const fs::filesystem_error& e) {
