@@ -140,8 +140,11 @@ TEST(ReportClaims, PropositionsNeedTheirDroppedCasesToldApartAndAreRefutedOnlyBy
   // not refuted either; the evidence names both dropped cases.
   claims = unit("moments").claims(moments_table(1.0, 1.05, {1, 64}));
   EXPECT_EQ(verdict(claims, "p3"), Verdict::mixed);
-  for (const auto& e : claims)
-    if (e.claim == "p3") EXPECT_NE(e.measurement.find("1/1 with correlated"), std::string::npos) << e.measurement;
+  for (const auto& e : claims) {
+    if (e.claim == "p3") {
+      EXPECT_NE(e.measurement.find("1/1 with correlated"), std::string::npos) << e.measurement;
+    }
+  }
   // No shared-factor setting where its closed form differs (d = 1 only): nothing against P4.
   EXPECT_EQ(verdict(unit("moments").claims(moments_table(1.0, 1.25, {1})), "p4"), Verdict::mixed);
   // Failing under its own assumptions refutes it.
