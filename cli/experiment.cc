@@ -47,51 +47,24 @@ lab::SweepDefinition command_line(const lab::Experiment& e, const ExperimentFlag
   return d;
 }
 
-void run(const lab::Experiment& e, const ExperimentFlags& f) {
-  // Checked, then agreed on by every rank under mpirun, before the journal is opened or a point run.
-  std::string error;
-  try {
-    if (f.format != "csv" && f.format != "json")
-      throw Error(fmt::format("--format: expected csv or json, got '{}'", f.format));
-    if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
-    require_writable({{"--out", f.out}});  // before the sweep, not after it
-  } catch (const Error& x) {
-    error = x.what();
-  }
-  lab::point_scheduler().agree(command_line(e, f), error);
-  // The experiment's own flags checked (and agreed on) before the journal is opened: a refused
-  // value leaves no FILE.partial behind.
-  const lab::Sweep sweep = lab::plan_sweep(e, f.values, f.seed, f.trials, f.threads);
-  // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
-  // that a killed run can be resumed; it is removed once FILE is in place.
-  // Under mpirun only rank 0 keeps the journal and writes; the other ranks run their share of the
-  // points (lab/mpi_points.h).
+// The sweep's points run (those not in `completed`), each finished point's rows journaled, then
+// the table written to stdout or --out.
+void run_and_write(const lab::Experiment& e, const ExperimentFlags& f, const lab::Sweep& sweep, Journal* journal,
+                   const lab::CompletedPoints& completed) {
   const bool writer = lab::point_scheduler().writes_results();
-  std::optional<Journal> journal;
-  lab::CompletedPoints completed;
-  if (writer && !f.out.empty()) {
-    journal.emplace(Journal::open(f.out + ".partial", journal_identity(e, f.seed, f.trials, f.values), f.resume));
-    for (const auto& [point, payload] : journal->records()) {
-      try {
-        completed[static_cast<std::size_t>(point)] = lab::decode_rows(payload);
-      } catch (const Error& err) {
-        throw Error(fmt::format("--resume: {}: {}", journal->path(), err.what()));
-      }
-    }
-    if (journal->damaged() > 0)
-      std::fprintf(stderr, "attnscale: warning: %s: skipped %zu damaged record%s; %s run again\n",
-                   journal->path().c_str(), journal->damaged(), journal->damaged() == 1 ? "" : "s",
-                   journal->damaged() == 1 ? "its point is" : "their points are");
-    if (f.resume && !completed.empty())
-      std::fprintf(stderr, "attnscale: resuming %s: %zu points already done\n", e.name.c_str(), completed.size());
-  }
   std::optional<ProgressBar> bar;
   if (writer) bar.emplace(fmt::format("experiment {}", e.name));
   const auto table = lab::run_sweep(
       e, sweep,
       [&](std::size_t done, std::size_t total, const std::vector<lab::Row>& rows) {
         const std::size_t point = done - 1;  // points are reported in order
-        if (journal && !completed.count(point)) journal->append(static_cast<std::int64_t>(point), lab::encode_rows(rows));
+        if (journal && !completed.count(point)) {
+          try {
+            journal->append(static_cast<std::int64_t>(point), lab::encode_rows(rows));
+          } catch (const Error& x) {
+            throw Error(fmt::format("--out: {}", x.what()));
+          }
+        }
         if (bar) bar->update(done, total);
       },
       completed);
@@ -124,6 +97,57 @@ void run(const lab::Experiment& e, const ExperimentFlags& f) {
     file.add("--out", f.out, text);
     file.place();
     journal->remove();
+  }
+}
+
+void run(const lab::Experiment& e, const ExperimentFlags& f) {
+  // Checked, then agreed on by every rank under mpirun, before the journal is opened or a point run.
+  std::string error;
+  try {
+    if (f.format != "csv" && f.format != "json")
+      throw Error(fmt::format("--format: expected csv or json, got '{}'", f.format));
+    if (f.resume && f.out.empty()) throw Error("--resume: needs --out FILE (the journal is FILE.partial)");
+    require_writable({{"--out", f.out}});  // before the sweep, not after it
+  } catch (const Error& x) {
+    error = x.what();
+  }
+  lab::point_scheduler().agree(command_line(e, f), error);
+  // The experiment's own flags checked (and agreed on) before the journal is opened: a refused
+  // value leaves no FILE.partial behind.
+  const lab::Sweep sweep = lab::plan_sweep(e, f.values, f.seed, f.trials, f.threads);
+  // With --out, every finished point's rows go to the journal FILE.partial as they complete, so
+  // that a killed run can be resumed; it is removed once FILE is in place.
+  // Under mpirun only rank 0 keeps the journal and writes; the other ranks run their share of the
+  // points (lab/mpi_points.h).
+  const bool writer = lab::point_scheduler().writes_results();
+  std::optional<Journal> journal;
+  lab::CompletedPoints completed;
+  if (writer && !f.out.empty()) {
+    try {
+      journal.emplace(Journal::open(f.out + ".partial", journal_identity(e, f.seed, f.trials, f.values), f.resume));
+    } catch (const Error& x) {
+      throw Error(fmt::format("--out: {}", x.what()));
+    }
+    for (const auto& [point, payload] : journal->records()) {
+      try {
+        completed[static_cast<std::size_t>(point)] = lab::decode_rows(payload);
+      } catch (const Error& err) {
+        throw Error(fmt::format("--resume: {}: {}", journal->path(), err.what()));
+      }
+    }
+    if (journal->damaged() > 0)
+      std::fprintf(stderr, "attnscale: warning: %s: skipped %zu damaged record%s; %s run again\n",
+                   journal->path().c_str(), journal->damaged(), journal->damaged() == 1 ? "" : "s",
+                   journal->damaged() == 1 ? "its point is" : "their points are");
+    if (f.resume && !completed.empty())
+      std::fprintf(stderr, "attnscale: resuming %s: %zu point%s already done\n", e.name.c_str(), completed.size(),
+                   completed.size() == 1 ? "" : "s");
+  }
+  try {
+    run_and_write(e, f, sweep, journal ? &*journal : nullptr, completed);
+  } catch (const Error& x) {
+    if (!journal) throw;
+    throw Error(x.what() + keep_or_remove_journal(*journal));
   }
 }
 

@@ -11,4 +11,13 @@ std::string journal_identity(const lab::Experiment& e, std::uint64_t seed, std::
   return id;
 }
 
+std::string keep_or_remove_journal(Journal& journal) {
+  const std::size_t done = journal.records().size();
+  if (done == 0) {
+    journal.remove();
+    return "";
+  }
+  return fmt::format("; {} keeps {} finished point{} for --resume", journal.path(), done, done == 1 ? "" : "s");
+}
+
 }  // namespace attnscale::cli

@@ -5,7 +5,7 @@
 # src/lab/experiments/training/torch_module.h); the CMake package
 # lib/cmake/attnscale/ (find_package(attnscale CONFIG) → attnscale::attnscale); the pkg-config file
 # lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below),
-# with its own copy of the module next to _lab.
+# with a symbolic link to the module next to _lab.
 # Components: runtime (libattnscale.so), development (headers, static library, CMake and
 # pkg-config files), cli, python.
 include(CMakePackageConfigHelpers)
@@ -54,9 +54,11 @@ if(TARGET attnscale_cli)
   # (-Wl,-rpath) stays as it is instead of being rewritten at install time.
   set_target_properties(attnscale_cli PROPERTIES SKIP_BUILD_RPATH ON)
   install(TARGETS attnscale_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
-  if(TARGET attnscale_torch_units)
-    install(TARGETS attnscale_torch_units LIBRARY DESTINATION ${ATTNSCALE_TORCH_MODULE_INSTALL_DIR} COMPONENT cli)
-  endif()
+endif()
+# The lab's libtorch module, installed once: lib/attnscale/, where bin/attnscale looks for it. The
+# Python package's _lab, which looks next to itself, finds it through a symbolic link (below).
+if(TARGET attnscale_torch_units)
+  install(TARGETS attnscale_torch_units LIBRARY DESTINATION ${ATTNSCALE_TORCH_MODULE_INSTALL_DIR} COMPONENT cli)
 endif()
 
 # The Python package goes where Debian's python3 looks for it, chosen when installing (the prefix
@@ -71,6 +73,23 @@ if(TARGET _attnscale)
     else()
       set(ATTNSCALE_PYTHON_DIR lib/python${ATTNSCALE_PYTHON_VERSION}/dist-packages)
     endif()" COMPONENT python)
+  set(torch_module_copy)
+  if(TARGET attnscale_torch_units)
+    set(torch_module_copy PATTERN ${ATTNSCALE_TORCH_MODULE_FILE} EXCLUDE)
+  endif()
   install(DIRECTORY ${ATTNSCALE_PYTHON_PACKAGE_DIR} DESTINATION "\${ATTNSCALE_PYTHON_DIR}" COMPONENT python
-          PATTERN __pycache__ EXCLUDE)
+          PATTERN __pycache__ EXCLUDE ${torch_module_copy})
+  if(TARGET attnscale_torch_units)
+    # attnscale/libattnscale_torch_units.so → ../../../attnscale/libattnscale_torch_units.so (the
+    # path between the two folders, whichever Python folder was chosen): the build tree's copy
+    # beside _lab is not installed. The wheel, which has no lib/attnscale, keeps a copy (setup.py).
+    install(CODE "
+      set(link \"\${ATTNSCALE_PYTHON_DIR}/attnscale/${ATTNSCALE_TORCH_MODULE_FILE}\")
+      file(RELATIVE_PATH target \"/\${ATTNSCALE_PYTHON_DIR}/attnscale\"
+           \"/${ATTNSCALE_TORCH_MODULE_INSTALL_DIR}/${ATTNSCALE_TORCH_MODULE_FILE}\")
+      set(link \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/\${link}\")
+      message(STATUS \"Installing: \${link} -> \${target}\")
+      file(CREATE_LINK \${target} \${link} SYMBOLIC)
+      list(APPEND CMAKE_INSTALL_MANIFEST_FILES \${link})" COMPONENT python)
+  endif()
 endif()

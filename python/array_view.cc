@@ -40,6 +40,8 @@ DType dtype_of(const char* name, const py::array& a, ArrayKind kind) {
                                      std::string(py::str(a.dtype()))));
   }
   if (k == 'f' && size == 4) return DType::f32;
+  if (kind == ArrayKind::single)
+    throw py::type_error(fmt::format("{}: dtype must be float32, got {}", name, std::string(py::str(a.dtype()))));
   if (k == 'f' && size == 8) return DType::f64;
   if (kind == ArrayKind::floating && size == 2 && is_bfloat16(a.dtype())) return DType::bf16;
   if (kind == ArrayKind::mask && (k == 'b' || (k == 'u' && size == 1))) return DType::u8;

@@ -22,7 +22,8 @@ namespace py = pybind11;
 
 // What an argument may hold.
 enum class ArrayKind {
-  floating,  // q, k, v, out, lse, dout, matrices: float32 or float64
+  floating,  // q, k, v, out, lse, dout, matrices: float32 or float64 (bfloat16 where the library takes it)
+  single,    // decode's q and scales, quantize_q8's x: float32 only
   mask,      // bool/uint8 (keep) or float32/float64 (additive)
   cache,     // KV cache values: float32, bfloat16, float16 or int8
   index,     // block tables and lengths: int32

@@ -23,10 +23,10 @@ py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
                      py::handle block_table, py::handle seq_lens, py::handle seq_starts, py::handle scale, std::int64_t window_left,
                      bool causal, std::int64_t window_right, double softcap, py::handle alibi_slopes, int threads, bool return_lse,
                      py::handle compute) {
-  const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
+  const ArrayView q = as_view("q", q_obj, ArrayKind::single);
   const ArrayView k = as_view("k", k_obj, ArrayKind::cache), v = as_view("v", v_obj, ArrayKind::cache);
-  const ArrayView ks = optional("k_scales", k_scales, ArrayKind::floating),
-                  vs = optional("v_scales", v_scales, ArrayKind::floating),
+  const ArrayView ks = optional("k_scales", k_scales, ArrayKind::single),
+                  vs = optional("v_scales", v_scales, ArrayKind::single),
                   table = optional("block_table", block_table, ArrayKind::index),
                   lens = optional("seq_lens", seq_lens, ArrayKind::index),
                   starts = optional("seq_starts", seq_starts, ArrayKind::index),
@@ -58,7 +58,7 @@ py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
 }
 
 py::tuple quantize_q8_py(py::handle x_obj) {
-  const ArrayView x = as_view("x", x_obj, ArrayKind::floating);
+  const ArrayView x = as_view("x", x_obj, ArrayKind::single);
   std::vector<std::int64_t> shape(x.view.shape.begin(), x.view.shape.begin() + x.view.rank);
   ArrayView q = new_array(DType::i8, shape);
   if (!shape.empty()) shape.back() /= 32;

@@ -84,7 +84,7 @@ void decode(const TensorView& q, const KVCache& cache, const TensorView& out, co
 // int8 quantisation for a cache: for every block of 32 consecutive values x of src's last
 // dimension, scale = max|x| / 127 and q = round(x / scale) (all-zero block: scale 0, q 0).
 // src float32 [..., d] with d a multiple of 32; dst int8 of src's shape; scales float32 with the
-// last dimension d/32. Any strides (last dimension contiguous).
+// last dimension d/32. Any strides (dst's and scales' last dimension contiguous).
 void quantize_q8(const TensorView& src, const TensorView& dst, const TensorView& scales);
 
 }  // namespace attnscale

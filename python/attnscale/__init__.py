@@ -13,6 +13,7 @@ Submodules:
 """
 from . import _attnscale
 from ._attnscale import __version__, bfloat16, cpu_target, git_hash, version  # noqa: F401
+from .argument_names import caller_names
 from .arrays import attention, attention_backward  # noqa: F401
 from .bfloat16_arrays import from_bfloat16, to_bfloat16  # noqa: F401
 from .keywords import short_errors
@@ -21,7 +22,15 @@ merge_partials = short_errors(_attnscale.merge_partials)
 self_attention = short_errors(_attnscale.self_attention)
 multi_head_attention = short_errors(_attnscale.multi_head_attention)
 decode = short_errors(_attnscale.decode)
-quantize_q8 = short_errors(_attnscale.quantize_q8)
+_quantize_q8 = short_errors(_attnscale.quantize_q8)
+
+
+def quantize_q8(x):
+    with caller_names({"src": "x"}):  # the library's messages name it src
+        return _quantize_q8(x)
+
+
+quantize_q8.__doc__ = _attnscale.quantize_q8.__doc__
 
 __all__ = [
     "attention",

@@ -111,6 +111,9 @@ def _layout(q: Shape, k: Shape, v: Shape, mask: Optional[Shape], gqa: bool, mask
     one = lambda h: 1 if h is None else h
     hkv = _broadcast("k, v", (one(hk),), (one(hv),))[0]
     hq = one(hq)
+    if gqa and hq > 1 and hkv > 1 and hq % hkv:  # the library's message, which a 4-D call gets
+        raise ValueError(f"k: query heads Hq = {hq} must be a multiple of key/value heads Hkv = {hkv} "
+                         f"(q {list(q)}, k {list(k)})")
     if not (gqa and hkv and hq % hkv == 0):
         hq = _broadcast("q, k", (hq,), (hkv,))[0]
         hkv = hq if hkv != 1 else 1

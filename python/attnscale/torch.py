@@ -3,6 +3,8 @@
     attention(q, k, v, *, ...)                 attnscale's own options (scale rules, align, window)
     scaled_dot_product_attention(...)          a drop-in for torch.nn.functional's
     flash_attn_func(...), flash_attn_varlen_func(...)   drop-ins for FlashAttention 2's
+    flash_attn_qkvpacked_func(...), flash_attn_kvpacked_func(...) and their varlen forms: the same
+                                               on q, k, v stacked in one tensor
     flash_attn_with_kvcache(...)               FlashAttention 2's decoding over a KV cache (no gradient)
 
 The forward pass runs attnscale.attention and keeps the log-sum-exp of each row; the backward
@@ -23,6 +25,8 @@ share memory and strides with the arrays the kernels read), so a [B, N, H, d] te
 import torch
 
 from .torch_flash import flash_attn_func, flash_attn_varlen_func
+from .torch_flash_packed import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_kvpacked_func,
+                                 flash_attn_varlen_qkvpacked_func)
 from .torch_kvcache import flash_attn_with_kvcache
 from .torch_function import Attention, attend
 from .torch_sdpa import scaled_dot_product_attention
@@ -32,6 +36,10 @@ __all__ = [
     "scaled_dot_product_attention",
     "flash_attn_func",
     "flash_attn_varlen_func",
+    "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func",
+    "flash_attn_varlen_qkvpacked_func",
+    "flash_attn_varlen_kvpacked_func",
     "flash_attn_with_kvcache",
     "Attention",
 ]

@@ -32,8 +32,25 @@ def window_sides(window_size):
         raise TypeError(f"window_size: expected (left, right), two ints (-1: unbounded), got {window_size!r}") from None
 
 
+def kernel_window(window_size, causal, seqlen_k):
+    """(left, right): the window FlashAttention's kernels apply for window_size, causal and seqlen_k
+    (max_seqlen_k for packed sequences, the cache's capacity for a KV cache), as its mha_fwd and
+    set_params_fprop set them: a side of seqlen_k or more is -1, causal makes the right side 0, and
+    a left side without a right one gets seqlen_k on the right. FlashAttention's docstring gives
+    the formula without these steps; they change the result only where a query row sits more than
+    seqlen_k keys before the last key (Nq > Nkv + 1): window_size=(-1, Nkv) is then no window, and
+    (left, -1) hides every key from the first rows."""
+    left, right = (-1 if side >= seqlen_k else side for side in window_sides(window_size))
+    if causal:
+        right = 0
+    if left >= 0 and right < 0:
+        right = seqlen_k
+    return left, right
+
+
 def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, dropout_p):
-    """attnscale's keywords for FlashAttention's arguments (checked under FlashAttention's names)."""
+    """attnscale's keywords for FlashAttention's arguments (checked under FlashAttention's names);
+    window_size as kernel_window gives it."""
     left, right = window_sides(window_size)
     window = None if left < 0 and right < 0 else (None if left < 0 else left, None if right < 0 else right)
     options = dict(
@@ -41,7 +58,7 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, d
         causal="bottom-right" if causal else None,
         window=window,
         align="bottom-right",
-        softcap=real("softcap", softcap),
+        softcap=max(real("softcap", softcap), 0.0),  # FlashAttention's "<= 0.0 means deactivate"
         **dropout_keywords(dropout_p),
     )
     if alibi_slopes is not None:
@@ -127,9 +144,11 @@ def flash_attn_func(
 
     q [B, Nq, H, d], k and v [B, Nkv, Hkv, d] (H % Hkv == 0: grouped-query attention), read in
     place. softmax_scale: None (1/sqrt(d)) or a number. causal: keys j <= i + Nkv - Nq (aligned
-    bottom-right). window_size (left, right), ints, -1 unbounded, around the same diagonal.
+    bottom-right). window_size (left, right), ints, -1 unbounded, around the same diagonal, as
+    FlashAttention's kernels apply it (kernel_window: a side of Nkv or more is -1, a left side
+    alone gets Nkv on its right).
     alibi_slopes (H,) or (B, H): -slope * |i + Nkv - Nq - j| added to the scaled scores.
-    softcap: 0 (off) or c > 0: scores become c * tanh(score / c). dropout_p: dropout on the
+    softcap: <= 0 (off) or c > 0: scores become c * tanh(score / c). dropout_p: dropout on the
     probabilities (kept ones scaled by 1/(1 - p)), its mask drawn from torch's default generator
     (torch.manual_seed fixes it) and regenerated, not stored, by the backward.
     deterministic: accepted; attnscale's backward is always deterministic.
@@ -153,7 +172,8 @@ def flash_attn_func(
         torch.Size([2, 10, 8, 16])
     """
     _check_layout(q, k, v, "[batch, seqlen, heads, headdim]")
-    options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[2], dropout_p)
+    window = kernel_window(window_size, causal, k.shape[1])
+    options = _options(softmax_scale, causal, window, softcap, alibi_slopes, q.shape[2], dropout_p)
     out, lse, s_dmask = _attend(q, k, v, options, want_probs=return_attn_probs)
     return (out, lse, s_dmask) if return_attn_probs else out
 
@@ -261,7 +281,8 @@ def flash_attn_varlen_func(
         raise ValueError(f"cu_seqlens_k: {len(ck) - 1} sequences, cu_seqlens_q has {len(cq) - 1}")
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != len(cq) - 1:
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
-    options = _options(softmax_scale, causal, window_size, softcap, alibi_slopes, q.shape[1], dropout_p)
+    window = kernel_window(window_size, causal, int(max_seqlen_k))
+    options = _options(softmax_scale, causal, window, softcap, alibi_slopes, q.shape[1], dropout_p)
     # Copies, as alibi_slopes: the backward reads the offsets this forward used.
     options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64, copy=True).numpy(),
                    cu_seqlens_k=cu_seqlens_k.to(torch.int64, copy=True).numpy())

@@ -20,12 +20,13 @@ float64 reference):
   gathered for a paged one.
 """
 import math
+import operator
 
 import numpy as np
 import torch
 
 from . import _attnscale
-from .torch_flash import _attend, _options, check_block_table, check_rank, window_sides
+from .torch_flash import _attend, _options, check_block_table, check_rank, kernel_window
 from .torch_function import as_float16, cache_to_numpy
 
 _CACHE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
@@ -157,8 +158,9 @@ def flash_attn_with_kvcache(
     in flash_attn_func, with sequence b's diagonal at its last key: query i at key position
     L_b - Nq + i, L_b = cache_seqlens[b] + Nnew - cache_leftpad[b] keys; a window side of seqlen_k
     or more (seqlen_cache; paged: max_blocks * block_size) is -1, as FlashAttention sets it (for
-    q's rotary positions too). num_splits: accepted; the
-    keys are split by the kernels' own fixed chunks (the result does not depend on the thread count).
+    q's rotary positions too), and a left side alone gets seqlen_k on its right (kernel_window).
+    num_splits: accepted; the keys are split by the kernels' own fixed chunks (the result does not
+    depend on the thread count).
 
     Returns out [B, Nq, H, d] in q's dtype; with return_softmax_lse, (out, softmax_lse [B, H, Nq]
     float32, float64 for float64 q). A row with no visible key gives out 0 and softmax_lse +inf (a
@@ -253,12 +255,16 @@ def flash_attn_with_kvcache(
             raise ValueError("rotary_cos, rotary_sin: expected two [seqlen_ro, rotary_dim / 2] tensors of one shape")
         if 2 * rotary_cos.shape[1] > d:
             raise ValueError(f"rotary_cos: rotary_dim {2 * rotary_cos.shape[1]} exceeds headdim {d}")
-    if not isinstance(num_splits, int) or num_splits < 0:
+    try:
+        splits = operator.index(num_splits)  # numpy's integers too, as FlashAttention's binding takes them
+    except TypeError:
+        splits = None
+    if splits is None or splits < 0:
         raise ValueError(f"num_splits: expected an int >= 0, got {num_splits!r}")
     # FlashAttention's mha_fwd_kvcache first turns a window side that reaches the cache's seqlen_k
     # (seqlen_cache; paged: max_blocks * block_size) into -1: such a window is no window, also where
-    # the rotary embedding puts q's rows.
-    left, right = (-1 if w >= cache.capacity else w for w in window_sides(window_size))
+    # the rotary embedding puts q's rows (kernel_window, as flash_attn_func's).
+    left, right = kernel_window(window_size, causal, cache.capacity)
     options = _options(softmax_scale, causal, (left, right), softcap, alibi_slopes, H, 0.0)
     if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != B:
         raise ValueError(f"alibi_slopes: expected ({H},) or ({B}, {H}), got {list(alibi_slopes.shape)}")

@@ -35,7 +35,8 @@ def scaled_dot_product_attention(
 
     query [..., Hq, L, E], key [..., Hkv, S, E], value [..., Hkv, S, Ev]; leading dimensions
     broadcast; Hkv must equal Hq (or be 1) unless enable_gqa=True (then Hq % Hkv == 0).
-    attn_mask: None, bool (True = take part) or float (added to the scaled scores), broadcasting
+    attn_mask: None, bool (True = take part) or float (added to the scaled scores; uint8 and other
+    integers refused, as by PyTorch 2), broadcasting
     to [..., Hq, L, S] as in PyTorch ([S] and 0-d masks too; a [B, 1, 1, S] padding mask is read
     with stride 0, not copied).
     is_causal: query i sees keys j <= i (top-left diagonal); not together with attn_mask.
@@ -44,8 +45,9 @@ def scaled_dot_product_attention(
     mask comes from torch's default generator (torch.manual_seed fixes it) and the backward
     regenerates it instead of storing it.
 
-    Returns [..., Hq, L, Ev] in query's dtype. Where PyTorch's math would divide 0 by 0 (every key
-    of a row masked), the row is 0, as in PyTorch's fused kernels; an empty key set (S = 0) gives 0.
+    Returns [..., Hq, L, Ev] in query's dtype. A row whose every key is masked is 0, as PyTorch's
+    _safe_softmax gives it from 2.5 on (before, its math path gave NaN); an empty key set (S = 0)
+    gives 0.
 
     Example:
         >>> import torch, attnscale.torch as at
@@ -63,6 +65,10 @@ def scaled_dot_product_attention(
         if mask is not None:
             if not isinstance(mask, torch.Tensor):
                 mask = torch.as_tensor(mask)
+            if not (mask.dtype == torch.bool or mask.dtype.is_floating_point):
+                # PyTorch 2 refuses a uint8 mask too: nn.MultiheadAttention read one as True = masked,
+                # attnscale.attention as True = kept; guessing would silently flip it.
+                raise TypeError(f"attn_mask: dtype must be bool or a float dtype (as in PyTorch 2), got {mask.dtype}")
             if mask.dtype in (torch.bfloat16, torch.float16):
                 mask = mask.float()  # the kernels read float32/float64 masks; a copy of the mask as given
         scale = None if scale is None else real("scale", scale)

@@ -1,5 +1,7 @@
 """attnscale.decode over KV caches (float32, bfloat16, float16, int8; contiguous and paged) against a
 float64 numpy reference on the values the cache holds, and attnscale.quantize_q8."""
+import re
+
 import numpy as np
 import pytest
 
@@ -112,6 +114,20 @@ def test_window_lse_and_errors():
         attnscale.quantize_q8(bad)
     kq, ks = attnscale.quantize_q8(np.ones((0, 64), np.float32))
     assert kq.shape == (0, 64) and ks.shape == (0, 2)
+    # Messages name the argument as quantize_q8(x) does, not as the C++ library (src).
+    with pytest.raises(ValueError, match=r"^quantize_q8: x: last dimension 48 is not a multiple of 32$"):
+        attnscale.quantize_q8(np.ones((2, 48), np.float32))
+    # Arguments that take float32 alone say so: not "float32 or float64", then float64 refused.
+    kq, ks = attnscale.quantize_q8(k[..., :32].copy())
+    for call, message in [
+        (lambda: attnscale.quantize_q8(np.ones((2, 64))), "x: dtype must be float32, got float64"),
+        (lambda: attnscale.decode(q.astype(np.float64), k, k), "q: dtype must be float32, got float64"),
+        (lambda: attnscale.decode(q.astype(np.float16), k, k), "q: dtype must be float32, got float16"),
+        (lambda: attnscale.decode(q[..., :32], kq, kq, k_scales=ks.astype(np.float64), v_scales=ks),
+         "k_scales: dtype must be float32, got float64"),
+    ]:
+        with pytest.raises(TypeError, match=f"^{re.escape(message)}$"):
+            call()
     with pytest.raises(ValueError, match="threads: must be >= 0, got -3"):
         attnscale.decode(q, k, k, threads=-3)
     # A paged cache: a negative length is named as such, a length past the table as not fitting.
@@ -293,3 +309,18 @@ def test_random_option_combinations_match_reference():
         assert np.array_equal(np.isinf(lse), np.isinf(ref_lse)), what
         seen = np.isfinite(ref_lse)
         assert np.abs(lse[seen] - ref_lse[seen]).max(initial=0) <= 10 * tol * (1 + np.abs(ref_lse[seen]).max(initial=0)), what
+
+
+def test_quantize_q8_reads_any_strides(rng):
+    """Rows whose values lie a stride apart (Fortran order, a step, reversed) quantise as their
+    contiguous copy does, in place: numpy arrays of any strides, as documented."""
+    x = rng.standard_normal((3, 5, 64), dtype=np.float32)
+    want_q, want_s = attnscale.quantize_q8(x)
+    wide = rng.standard_normal((3, 5, 128), dtype=np.float32)
+    wide[..., ::2] = x
+    for view in (np.asfortranarray(x), wide[..., ::2], x[..., ::-1]):
+        before = attnscale._attnscale._copy_count()
+        q, s = attnscale.quantize_q8(view)
+        assert attnscale._attnscale._copy_count() == before
+        flip = slice(None, None, -1 if view.strides[-1] < 0 else 1)  # reversed rows: reversed blocks
+        assert np.array_equal(q, want_q[..., flip]) and np.array_equal(s, want_s[..., flip])

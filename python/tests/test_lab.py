@@ -2,6 +2,7 @@
 import csv
 import ctypes
 import io
+import json
 import math
 import os
 import subprocess
@@ -178,6 +179,20 @@ def test_dashed_flags_take_underscores(cli):
                    **{"x-mean": "0.25", "x-std": "1.5"})
     assert_same_numbers(rows, text)
     assert rows.metadata["flags"]["x-mean"] == "0.25" and rows.metadata["flags"]["x-std"] == "1.5"
+
+
+def test_wishart_sampler_metadata_names_the_points_drawn_directly(cli):
+    # n = 8: d = 4 lies below N (drawn directly), d = 16 not (Wishart); the CLI's JSON and the
+    # Python rows both say so, and the recorded value runs the same sweep again.
+    args = dict(n=8, d=[4, 16], scaling=["none", "sqrt"], sampler="wishart", trials=3, seed=5)
+    rows = lab.saturation(**args, as_frame=False)
+    assert rows.metadata["flags"]["sampler"] == "wishart (direct where d < N)"
+    out = subprocess.run([cli, "experiment", "saturation", "--n", "8", "--d", "4,16", "--scaling", "none,sqrt",
+                          "--sampler", "wishart", "--trials", "3", "--seed", "5", "--format", "json"],
+                         capture_output=True, text=True, check=True).stdout
+    assert json.loads(out)["metadata"]["flags"]["sampler"] == "wishart (direct where d < N)"
+    again = lab.saturation(**dict(args, sampler=rows.metadata["flags"]["sampler"]), as_frame=False)
+    assert [dict(r) for r in again] == [dict(r) for r in rows]
 
 
 def test_ctrl_c_stops_a_long_run():

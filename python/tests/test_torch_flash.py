@@ -136,6 +136,43 @@ def test_varlen_equals_a_loop_over_the_sequences(gen, opts):
         assert (probs[b, :, lq[b] :] == 0).all() and (probs[b, :, :, lk[b] :] == 0).all()
 
 
+# (window_size, the window FlashAttention's kernels apply) for seqlen_k = 3: mha_fwd sets a side of
+# seqlen_k or more to -1, and set_params_fprop gives a left side alone seqlen_k on its right.
+KERNEL_WINDOWS = [((-1, 3), (-1, -1)), ((3, 3), (-1, -1)), ((-1, 5), (-1, -1)), ((1, -1), (1, 3)), ((2, 1), (2, 1))]
+
+
+@pytest.mark.parametrize("window,applied", KERNEL_WINDOWS, ids=[str(w) for w, _ in KERNEL_WINDOWS])
+def test_windows_are_those_flash_attention_kernels_apply(gen, window, applied):
+    """Where a query row sits more than seqlen_k keys before the last key (Nq > Nkv + 1) the window
+    FlashAttention applies is not its docstring's formula on window_size: (-1, Nkv) shows every key
+    to every row, (1, -1) none to the first rows."""
+    q, k, v = operands(gen, (2, 10, 3, 4, 2, 8, 8, {}))
+    out, lse, probs = at.flash_attn_func(q, k, v, window_size=window, return_attn_probs=True)
+    want, want_lse, want_probs = torch_reference.flash(q, k, v, window_size=applied, probs=True)
+    torch.testing.assert_close(out, want, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(lse, want_lse, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(probs, want_probs, rtol=1e-12, atol=1e-12)
+    # Packed sequences take max_seqlen_k (here 3, the longest) as seqlen_k, for every sequence.
+    lq, lk = [10, 2], [3, 2]
+    qp, kp, vp, cq, ck = varlen_operands(gen, lq, lk)
+    out = at.flash_attn_varlen_func(qp, kp, vp, cq, ck, 10, 3, window_size=window)
+    for b in range(2):
+        rows, keys = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        want, _ = torch_reference.flash(qp[None, rows], kp[None, keys], vp[None, keys], window_size=applied)
+        torch.testing.assert_close(out[rows], want[0], rtol=1e-12, atol=1e-12)
+
+
+def test_a_softcap_of_zero_or_less_is_off(gen):
+    # FlashAttention's docstring: "softcap: float. <= 0.0 means deactivate" (a negative one too).
+    q, k, v = operands(gen, (2, 5, 7, 4, 2, 8, 8, {}))
+    want = at.flash_attn_func(q, k, v, causal=True)
+    for cap in (-1.0, -0.0, -1e30):
+        assert torch.equal(at.flash_attn_func(q, k, v, causal=True, softcap=cap), want)
+    kc, vc = k.clone(), v.clone()
+    want = at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=5)
+    assert torch.equal(at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=5, softcap=-2.0), want)
+
+
 def test_slopes_and_offsets_changed_after_the_forward_leave_its_gradients_alone(gen):
     # The backward reads copies of the alibi slopes and cu_seqlens the forward used (float64 and
     # int64 tensors that a conversion would otherwise share).

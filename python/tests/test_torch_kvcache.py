@@ -7,6 +7,7 @@ torch_reference.flash on them: bottom-right diagonal, windows, softcap and ALiBi
 import math
 import re
 
+import numpy as np
 import pytest
 import torch
 
@@ -275,6 +276,26 @@ def test_a_window_past_the_cache_is_no_window(gen, layout):
     torch.testing.assert_close(runs[(capacity - 1, -1)][0].double(), want, rtol=2e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("layout", ["contiguous", "paged"])
+def test_a_left_window_alone_gets_seqlen_k_on_its_right(gen, layout):
+    """As flash_attn_func's (kernel_window): FlashAttention's set_params_fprop gives (left, -1) a
+    right side of seqlen_k, which hides keys from rows more than seqlen_k keys before the last."""
+    B, Nq, H, Hkv, d, seqlens = 2, 9, 2, 1, 8, [3, 4]
+    if layout == "paged":
+        kc, vc, table = paged(gen, seqlens, 2, Hkv, d, torch.float32, spare=0)
+        capacity = 2 * table.shape[1]
+    else:
+        kc, vc, table = randn(gen, B, 4, Hkv, d), randn(gen, B, 4, Hkv, d), None
+        capacity = 4
+    q, lens = randn(gen, B, Nq, H, d), torch.tensor(seqlens, dtype=torch.int32)
+    out, lse = at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, window_size=(1, -1),
+                                          return_softmax_lse=True)
+    want, want_lse = reference(q, kc, vc, seqlens=lens, table=table, window_size=(1, capacity))
+    torch.testing.assert_close(out.double(), want, rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(lse.double(), want_lse, rtol=2e-5, atol=2e-5)
+    assert (lse[0, :, 0] == math.inf).all()  # row 0 of sequence 0 sits 8 keys before its last key
+
+
 def test_a_cache_of_no_key_gives_zero_and_infinite_lse(gen):
     # seqlen_cache = 0 (or a paged cache of no block): every row sees no key, as FlashAttention's.
     q = randn(gen, 2, 3, 4, 8)
@@ -291,6 +312,9 @@ def test_whole_cache_without_seqlens(gen):
     q = randn(gen, 2, 1, 3, 8)
     want, _ = reference(q, kc, vc)
     torch.testing.assert_close(at.flash_attn_with_kvcache(q, kc, vc).double(), want, rtol=2e-5, atol=2e-5)
+    # num_splits changes nothing, a numpy integer included (FlashAttention's binding takes one).
+    for splits in (1, 3, np.int64(2)):
+        assert torch.equal(at.flash_attn_with_kvcache(q, kc, vc, num_splits=splits), at.flash_attn_with_kvcache(q, kc, vc))
 
 
 def bad_calls(gen):

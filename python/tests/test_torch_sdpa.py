@@ -194,6 +194,10 @@ def test_messages_name_the_arguments_as_pytorch_does(gen):
     for call, error, message in bad:
         with pytest.raises(error, match=message):
             call()
+    # With enable_gqa=True, heads that do not divide are told so (as attnscale.attention tells them).
+    with pytest.raises(ValueError, match=r"^key: query heads Hq = 4 must be a multiple of key/value heads Hkv = 3 "
+                                         r"\(query \[2, 4, 5, 8\], key \[2, 3, 3, 8\]\)$"):
+        sdpa(q, randn(gen, 2, 3, 3, 8), randn(gen, 2, 3, 3, 8), enable_gqa=True)
 
 
 def test_errors(gen):
@@ -210,8 +214,11 @@ def test_errors(gen):
     # float16 query among float64 key and value is told that the dtypes differ.
     with pytest.raises(ValueError, match=r"^query, key, value: dtypes differ \(query float16, key float64, value float64\)$"):
         sdpa(q.half(), q, q)
-    with pytest.raises(TypeError, match=r"^attn_mask: dtype must be bool, uint8, float32, float64 or bfloat16, got torch.int32$"):
-        sdpa(q, q, q, attn_mask=torch.ones(5, 5, dtype=torch.int32))
+    # PyTorch 2 takes bool and float masks only: a uint8 one meant True = masked to
+    # nn.MultiheadAttention, True = kept to attnscale.attention, so it is refused rather than guessed.
+    for dtype in (torch.int32, torch.uint8):
+        with pytest.raises(TypeError, match=rf"^attn_mask: dtype must be bool or a float dtype \(as in PyTorch 2\), got {dtype}$"):
+            sdpa(q, q, q, attn_mask=torch.ones(5, 5, dtype=dtype))
     with pytest.raises(ValueError, match=r"^query, key, value, attn_mask: leading dimensions .* do not broadcast$"):
         sdpa(randn(gen, 3, 4, 5, 8), q, q, attn_mask=torch.ones(2, 4, 5, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"^scale: expected a number, got str$"):
@@ -320,3 +327,24 @@ def test_dropout_follows_torch_manual_seed_and_has_gradients(gen):
     torch.manual_seed(0)
     mean = sum(sdpa(q, k, v, attn_mask=bias, dropout_p=0.35) for _ in range(2000)) / 2000
     torch.testing.assert_close(mean, sdpa(q, k, v, attn_mask=bias), rtol=0, atol=0.15)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_fully_masked_rows_as_pytorch_gives_them(gen, dtype):
+    """A row whose every key is masked (False, or -inf added) is 0, as PyTorch's _safe_softmax gives
+    it from 2.5 on; a row masked by torch.finfo(dtype).min, as Hugging Face's models build their
+    masks, is finite there: the softmax of equal scores, the mean of the values."""
+    q, k, v = (randn(gen, 2, 3, 5, 8).to(dtype) for _ in range(3))
+    low = torch.finfo(dtype).min
+    bias = torch.zeros(2, 1, 5, 5, dtype=dtype)
+    bias[..., 3:] = low  # padding
+    bias[1, :, 2] = low  # a row of padding only
+    out = sdpa(q, k, v, attn_mask=bias)
+    torch.testing.assert_close(out[1, :, 2].double(), v[1].double().mean(-2), rtol=0, atol=2e-2 if dtype == torch.bfloat16 else 1e-6)
+    want = torch_reference.sdpa(q, k, v, attn_mask=bias.double().clamp(min=-1e30))
+    torch.testing.assert_close(out.double(), want, rtol=0, atol=2e-2 if dtype == torch.bfloat16 else 1e-5)
+    keep = torch.ones(2, 1, 5, 5, dtype=torch.bool)
+    keep[1, :, 2] = False
+    minus_inf = torch.zeros(2, 1, 5, 5, dtype=dtype).masked_fill(~keep, -math.inf)
+    for mask in (keep, minus_inf):
+        assert (sdpa(q, k, v, attn_mask=mask)[1, :, 2] == 0).all()

@@ -78,7 +78,7 @@ def attention(q, k, v, scale=None, causal=None, window=None, align=None, mask=No
 def sdpa(query, key, value, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
     """PyTorch 2's documented math for F.scaled_dot_product_attention, in float64.
 
-    A row whose every key is masked gives 0 (PyTorch's math gives NaN there, its fused kernels 0).
+    A row whose every key is masked gives 0 (PyTorch's _safe_softmax from 2.5 on; softmax alone gives NaN).
     """
     query, key, value = (t.to(torch.float64) for t in (query, key, value))
     L, S = query.size(-2), key.size(-2)

@@ -317,9 +317,10 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
 
 struct Scratch {
   std::vector<float> q, qp, s, o, m, l, alpha, kf;  // kf: K rows widened to float32 (a call's worth)
+  std::vector<float> vf;                            // vf: a tile's int8 V rows widened (widens_values)
   std::vector<std::uint16_t> qb;                    // the rows packed for the bf16 scores (bf16_products)
   kv::bf16dot::AmxOperands amx;                     // the bf16 products' operands on AMX (bf16_products)
-  std::vector<const void*> krow, vrow, kfrow;
+  std::vector<const void*> krow, vrow, kfrow, vfrow;
   std::vector<const float*> ksc, vsc;
   // Whether GQA's scores take K rows widened into kf (Chunk): int8 rows, and bf16 and float16 rows
   // where the target does not read them in place (kv::rows_in_place).
@@ -327,16 +328,32 @@ struct Scratch {
     return L.rows() >= kQuadRows && kv::quads_available() && L.type != kv::kF32 &&
            (L.type == kv::kI8 || !kv::rows_in_place());
   }
+  // Whether P·V takes a tile's int8 V rows widened into vf first (Chunk::accumulate): where the
+  // group has more rows than kv::accumulate() takes in one pass over a V row (AVX2: 4), which would
+  // widen each V row once per block of rows. Widened once, with its block's scale as LoadRow does,
+  // the float32 P·V multiplies the same values in the same order: the same bits. (Zen 3, AVX2,
+  // Hq = 32, Hkv = 4, d = 128, processes alternated, one thread: Nkv = 65536 23.1 against 25.1 ms,
+  // Nkv = 2048 0.716-0.719 against 0.783-0.793 ms; two threads from DRAM 12.0-12.7 against
+  // 12.4-12.8. bf16 rows, whose widening is one shift, were slower so: 22.4-22.7 against 20.7-22.2.)
+  static bool widens_values(const Layout& L) {
+    return L.type == kv::kI8 && widens(L) && static_cast<std::size_t>(L.rows()) > kv::accumulate_row_block();
+  }
+  static std::size_t vf_size(const Layout& L) {
+    return widens_values(L) ? kTile * static_cast<std::size_t>(L.dv) : 0;
+  }
   // Floats of kf: kv::widened_keys() rows of dk where the scores take widened rows.
   static std::size_t kf_size(const Layout& L) {
     return widens(L) ? kv::widened_keys() * static_cast<std::size_t>(L.dk) : 0;
   }
   explicit Scratch(const Layout& L)
       : q(L.rows() * L.dk), qp(kv::quads_size(L.rows(), L.dk)), s(L.rows() * kTile), o(L.rows() * L.dv),
-        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(kf_size(L)), qb(qb_size(L)),
+        m(L.rows()), l(L.rows()), alpha(L.rows()), kf(kf_size(L)),
+        vf(vf_size(L)), qb(qb_size(L)),
         amx(L.bf16_products ? kv::bf16dot::AmxOperands(L.rows(), L.dk, L.dv) : kv::bf16dot::AmxOperands()),
-        krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kv::widened_keys()), ksc(kRows), vsc(kRows) {
+        krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kv::widened_keys()),
+        vfrow(vf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
+    for (std::size_t j = 0; j < vfrow.size(); ++j) vfrow[j] = vf.data() + j * L.dv;
   }
   // Row pointers: a ring of kAhead + 1 tiles (a whole chunk, below, needs none).
   static constexpr std::size_t kRows = (kAhead + 1) * kTile;
@@ -354,7 +371,8 @@ struct Scratch {
     return m.size() == static_cast<std::size_t>(L.rows()) && q.size() == static_cast<std::size_t>(L.rows() * L.dk) &&
            qp.size() == kv::quads_size(L.rows(), L.dk) &&
            o.size() == static_cast<std::size_t>(L.rows() * L.dv) &&
-           kf.size() == kf_size(L) && qb.size() == qb_size(L) &&
+           kf.size() == kf_size(L) && vf.size() == vf_size(L) &&
+           qb.size() == qb_size(L) &&
            (L.bf16_products ? amx.fits(L.rows(), L.dk, L.dv) : amx.fits(0, 0, 0));
   }
 
@@ -582,7 +600,11 @@ class Chunk {
       s.amx.accumulate(nk, rows, v, p, s.alpha.data() + r0, s.o.data() + r0 * L_.dv, L_.dv, feed);
     else if (dot_)  // P rounded to bf16 there; l summed it in float32 (softmax_update_rows)
       kv::bf16dot::accumulate(nk, rows, L_.dv, v, p, s.alpha.data() + r0, s.o.data() + r0 * L_.dv, L_.dv, feed);
-    else
+    else if (!s.vf.empty() && rows == g_) {  // the whole group (Scratch::widens_values)
+      kv::widen(L_.type, nk, L_.dv, v, s.vsc.data() + x + x0, s.vf.data(), L_.dv);
+      kv::accumulate(kv::kF32, nk, rows, L_.dv, s.vfrow.data(), nullptr, p, s.alpha.data() + r0,
+                     s.o.data() + r0 * L_.dv, L_.dv, feed);
+    } else
       kv::accumulate(L_.type, nk, rows, L_.dv, v, int8_ ? s.vsc.data() + x + x0 : nullptr, p, s.alpha.data() + r0,
                      s.o.data() + r0 * L_.dv, L_.dv, feed);
   }

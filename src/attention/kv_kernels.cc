@@ -1880,6 +1880,7 @@ void ScoresQuads(size_t nk, size_t rows, size_t dk, const void* const* krow, con
 bool QuadsAvailable() {
   return (hn::MaxLanes(DF()) == 16 || hn::MaxLanes(DF()) == 8) && hn::Lanes(DF()) == hn::MaxLanes(DF());
 }
+size_t AccumulateRowBlock() { return kAccumulateRows; }
 bool RowsInPlace() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16;
@@ -1981,6 +1982,7 @@ HWY_EXPORT(ScoresQuads);
 HWY_EXPORT(Widen);
 HWY_EXPORT(QuadsAvailable);
 HWY_EXPORT(RowsInPlace);
+HWY_EXPORT(AccumulateRowBlock);
 
 void widen(int type, std::size_t nk, std::size_t d, const void* const* row, const float* const* sc, float* out,
            std::size_t ldo) {
@@ -1989,6 +1991,7 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
 bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
 bool rows_in_place() { return HWY_DYNAMIC_DISPATCH(RowsInPlace)(); }
 std::size_t widened_keys() { return rows_in_place() ? 16 : kTileKeys; }
+std::size_t accumulate_row_block() { return HWY_DYNAMIC_DISPATCH(AccumulateRowBlock)(); }
 namespace {
 // One row's values qr[0, dk) into slots of 32 floats from dst, kLanes lanes of each: runs of
 // kLanes columns a slot (kSplit: runs of 2·kLanes columns, their even ones a slot and their odd

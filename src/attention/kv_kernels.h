@@ -97,6 +97,10 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 const float* const* vsc, const float* P, const float* alpha, float* O, std::size_t ldo,
                 LineFeed& feed);
 
+// Rows accumulate() takes in one pass over a V row (4 on AVX2, whose 16 registers hold 4 rows' sums;
+// 8 elsewhere): more rows read and widen each V row once per block of that many.
+std::size_t accumulate_row_block();
+
 // The score transforms of one query row (DecodeOptions), on the score s_j of the call's key j:
 //   s_j → cap·tanh(s_j / cap) − slope·|diag − j|   (cap 0: no capping; slope 0: no ALiBi)
 // with the vector tanh of simd::softcap, so the one-row stream and the tile path cap alike.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "attnscale/error.h"
 #include "attnscale/kv_cache.h"
@@ -38,21 +39,31 @@ void quantize_q8(const TensorView& src, const TensorView& dst, const TensorView&
                          std::string(dtype_name(scales.dtype)) + " " + scales.shape_str());
   if (src.numel() == 0) return;  // nothing to quantise (an empty view's strides say nothing)
   const int last = src.rank - 1;
-  if ((src.strides[last] != 1 || dst.strides[last] != 1) || (d > 32 && scales.strides[last] != 1))
-    throw Error("quantize_q8: the last dimension of src, dst and scales must be contiguous");
+  if (dst.strides[last] != 1 || (d > 32 && scales.strides[last] != 1))
+    throw Error("quantize_q8: the last dimension of dst and scales must be contiguous");
   const std::int64_t rows = src.numel() / d;  // d > 0: an empty src returned above
-  for (std::int64_t r = 0; r < rows; ++r) {
+  std::vector<float> gathered;  // a row of src whose values lie a stride apart, one after another
+  auto row = [&](std::int64_t r) {
     const float* x = static_cast<const float*>(src.data) + offset(src, r);
+    if (src.strides[last] == 1) return x;
+    gathered.resize(d);
+    for (std::int64_t j = 0; j < d; ++j) gathered[j] = x[j * src.strides[last]];
+    return static_cast<const float*>(gathered.data());
+  };
+  // Every value is checked before any is written, so that a refused src leaves dst and scales as
+  // they were (std::max, which finds a block's scale, would pass over a NaN).
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* x = row(r);
+    for (std::int64_t j = 0; j < d; ++j)
+      if (!std::isfinite(x[j])) throw Error("quantize_q8: src holds a non-finite value");
+  }
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* x = row(r);
     std::int8_t* q = static_cast<std::int8_t*>(dst.data) + offset(dst, r);
     float* sc = static_cast<float*>(scales.data) + offset(scales, r);
     for (std::int64_t blk = 0; blk < d / 32; ++blk) {
       float amax = 0;
-      bool finite = true;  // std::max skips a NaN, so each value is tested itself
-      for (int i = 0; i < 32; ++i) {
-        finite = finite && std::isfinite(x[blk * 32 + i]);
-        amax = std::max(amax, std::fabs(x[blk * 32 + i]));
-      }
-      if (!finite) throw Error("quantize_q8: src holds a non-finite value");
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(x[blk * 32 + i]));
       const float scale = amax / 127.0f, inv = scale == 0.0f ? 0.0f : 1.0f / scale;
       sc[blk] = scale;
       for (int i = 0; i < 32; ++i)

@@ -164,7 +164,12 @@ Journal Journal::open(const std::string& path, const std::string& header, bool r
   // Cut off whatever follows the last intact record (a torn append), or everything when starting over.
   if (::ftruncate(fd, static_cast<off_t>(good)) != 0 || ::lseek(fd, 0, SEEK_END) < 0) fail(path, "cannot truncate journal");
   if (good == 0) {
-    j.write_all(std::string(kMagic) + frame('H', "", header));
+    try {
+      j.write_all(std::string(kMagic) + frame('H', "", header));
+    } catch (const Error&) {
+      ::unlink(path.c_str());  // a journal without its header (a full disk) holds nothing to resume
+      throw;
+    }
     sync_parent_dir(path);
   }
   return j;

@@ -31,7 +31,8 @@ namespace attnscale {
 class Journal {
  public:
   // Opens `path`. With `resume`, an existing journal's intact records are kept (its header must
-  // equal `header`); without, or when there is no file, a new journal is started.
+  // equal `header`); without, or when there is no file, a new journal is started. A new journal
+  // whose header cannot be written (a full disk) is removed again before the Error is thrown.
   static Journal open(const std::string& path, const std::string& header, bool resume);
 
   Journal(Journal&& other) noexcept;

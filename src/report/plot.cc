@@ -18,6 +18,7 @@
 #include <fmt/format.h>
 
 #include "attnscale/error.h"
+#include "report/text_file.h"
 
 namespace attnscale::report {
 namespace {
@@ -362,11 +363,7 @@ std::string render(const Figure& figure, const std::string& dir) {
                          " enhanced font 'Helvetica,24' linewidth 2 pointscale 2 background rgb 'white'",
                      figure.name + ".png");
   const fs::path gp_path = base.string() + ".gp", log_path = base.string() + ".log";
-  {
-    std::ofstream out(gp_path);
-    out << script;
-    if (!out) throw Error(fmt::format("cannot write {}", gp_path.string()));
-  }
+  write_text_file(gp_path, script);
   const std::string cmd = "cd -- " + shell_quote(dir) + " && gnuplot " + shell_quote(figure.name + ".gp") + " > " +
                           shell_quote(figure.name + ".log") + " 2>&1";
   const int rc = std::system(cmd.c_str());
@@ -382,7 +379,7 @@ std::string render(const Figure& figure, const std::string& dir) {
   // Heatmaps reach the SVG as embedded PNG images; keep their cells sharp when scaled up.
   std::string text = slurp(svg);
   text = std::regex_replace(text, std::regex("<image "), "<image style='image-rendering:pixelated' ");
-  std::ofstream(svg, std::ios::binary) << text;
+  write_text_file(svg, text);
   return text;
 }
 

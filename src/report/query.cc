@@ -113,6 +113,19 @@ const std::string& flag(const lab::ResultTable& t, const std::string& name) {
 
 bool covers(const lab::Row& r, double v) { return r.ci_low <= v && v <= r.ci_high; }
 
+std::string change(const lab::Row& from, const lab::Row& to) {
+  if (to.ci_high < from.ci_low) return "falls";
+  if (to.ci_low > from.ci_high) return "rises";
+  return "level";
+}
+
+std::map<std::string, std::string> change_slots(const std::string& name, const lab::Row& from, const lab::Row& to) {
+  const std::string moved = change(from, to);
+  std::map<std::string, std::string> s;
+  for (const char* c : {"falls", "rises", "level"}) s[name + "_" + c] = moved == c ? "true" : "";
+  return s;
+}
+
 std::string scaling_title(const std::string& s) {
   if (s == "none") return "unscaled";
   if (s == "sqrt") return "1/√d";

@@ -43,6 +43,13 @@ const std::string& flag(const lab::ResultTable& t, const std::string& name);
 // Whether v lies inside the row's 95% CI.
 bool covers(const lab::Row& r, double v);
 
+// How a measurement moves from row `from` to row `to`, told by their 95% CIs: "falls" (to's CI
+// wholly below from's), "rises" (wholly above) or "level" (they overlap: no change told apart).
+std::string change(const lab::Row& from, const lab::Row& to);
+// The slots a section's words are chosen by: NAME_falls, NAME_rises, NAME_level, "true" for the
+// change from `from` to `to` and "" for the other two ({{#weight_falls}}falls from ...{{/weight_falls}}).
+std::map<std::string, std::string> change_slots(const std::string& name, const lab::Row& from, const lab::Row& to);
+
 // "38.1 [37.9, 38.3]" with `digits` significant digits.
 std::string fmt_ci(const lab::Row& r, int digits = 3);
 std::string fmt_ci(const lab::Summary& s, int digits = 3);

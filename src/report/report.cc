@@ -18,19 +18,15 @@
 #include "common/progress.h"
 #include "lab/experiment.h"
 #include "report/claims.h"
+#include "report/placement.h"
 #include "report/plot.h"
 #include "report/query.h"
 #include "report/templates.h"
+#include "report/text_file.h"
 
 namespace attnscale::report {
 namespace fs = std::filesystem;
 namespace {
-
-void write_text(const fs::path& path, const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  if (!out) throw Error(fmt::format("cannot write {}", path.string()));
-}
 
 // A flag's value as a POSIX shell word: as it is when it is made only of characters no shell
 // reads specially, else in single quotes (an empty value too, so that it stays an argument).
@@ -242,41 +238,51 @@ Page compose(const Measurements& m, const std::string& dir) {
   return page;
 }
 
-// The report is written whole into a temporary folder inside DIR, then its files are moved into
-// place (index.html last), so a failure leaves DIR as it was: no partial report. Files of DIR that
-// are not the report's are left alone.
+// The report is written whole into a temporary folder inside DIR, then its files are put in place
+// all or none (report/placement.h; index.html last), so a failure leaves DIR as it was: no partial
+// report, no new figures/ or data/ folder. Files of DIR that are not the report's are left alone.
 std::string write_report(const Measurements& m) {
   const fs::path dir = m.options.out;
   const fs::path tmp = dir / fmt::format(".report.tmp.{}", static_cast<long>(::getpid()));
+  struct Staging {  // removed on every way out
+    fs::path path;
+    ~Staging() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } staging{tmp};
   std::vector<fs::path> files;  // relative to tmp, in the order they are placed
+  // A file of the report, staged; an error names it where it was going (DIR/data/x.csv).
+  const auto write = [&](const fs::path& rel, const std::string& text) {
+    try {
+      write_text_file(tmp / rel, text, dir / rel);
+    } catch (const Error& e) {
+      throw Error(fmt::format("--out: {}", e.what()));
+    }
+  };
   try {
     fs::create_directories(tmp / "figures");
     fs::create_directories(tmp / "data");
     for (const auto& [name, t] : m.tables) {
-      write_text(tmp / "data" / (name + ".csv"), lab::to_csv(t));
-      write_text(tmp / "data" / (name + ".json"), lab::to_json(t));
+      write(fs::path("data") / (name + ".csv"), lab::to_csv(t));
+      write(fs::path("data") / (name + ".json"), lab::to_json(t));
     }
     const Page page = compose(m, tmp.string());
-    write_text(tmp / "report.md", page.markdown());
-    write_text(tmp / "index.html", page.html());
+    write("report.md", page.markdown());
+    write("index.html", page.html());
     for (const char* sub : {"data", "figures"})
       for (const auto& entry : fs::directory_iterator(tmp / sub)) files.push_back(fs::path(sub) / entry.path().filename());
-    std::sort(files.begin(), files.end());
-    files.push_back("report.md");
-    files.push_back("index.html");
-    fs::create_directories(dir / "figures");
-    fs::create_directories(dir / "data");
-    for (const fs::path& f : files) fs::rename(tmp / f, dir / f);
   } catch (const fs::filesystem_error& e) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
     throw Error(fmt::format("--out: {}: {}", dir.string(), e.code().message()));
-  } catch (...) {
-    std::error_code ignored;
-    fs::remove_all(tmp, ignored);
-    throw;
   }
-  fs::remove_all(tmp);
+  std::sort(files.begin(), files.end());
+  files.push_back("report.md");
+  files.push_back("index.html");
+  try {
+    place_files(tmp, dir, files);
+  } catch (const Error& e) {
+    throw Error(fmt::format("--out: {}", e.what()));
+  }
   return (dir / "index.html").string();
 }
 

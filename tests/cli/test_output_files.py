@@ -6,7 +6,10 @@ file its path names and renames it into place once every output is written; a sy
 followed (the link stays), a FIFO or device is written in place (never replaced by a regular file).
 Run: ATTNSCALE_BIN=build/bin/attnscale /usr/bin/python3 -m pytest -q tests/cli/test_output_files.py
 """
+import json
 import os
+import resource
+import signal
 import stat
 import subprocess
 import threading
@@ -145,3 +148,87 @@ def test_experiment_checks_out_before_running(work):
                         "nodir/x.csv"], cwd=work, capture_output=True, text=True, timeout=120)
     refused(r, "--out", "nodir/x.csv", "no directory")
     assert "experiment saturation" not in r.stderr  # no progress: nothing ran
+
+
+# A full disk, made deterministic as root too: a file-size limit (RLIMIT_FSIZE) with SIGXFSZ ignored
+# makes a write past it fail with EFBIG ("File too large"), as ENOSPC would on a full disk.
+def file_size_limit(limit):
+    def set_limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return set_limit
+
+
+def run_limited(work, limit, *args):
+    return subprocess.run([BIN, *args], cwd=work, capture_output=True, text=True, timeout=120,
+                          preexec_fn=None if limit is None else file_size_limit(limit))
+
+
+@pytest.mark.parametrize("existing", [False, True])
+def test_a_full_disk_under_attend_out_leaves_no_file(work, existing):
+    size = (work / "expected.npy").stat().st_size
+    if existing:
+        (work / "o.npy").write_bytes(b"OLD\n")
+    before = sorted(os.listdir(work))
+    r = run_limited(work, size - 1, "attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == ["attnscale: error: --out: o.npy: cannot write (File too large)"], r.stderr
+    assert sorted(os.listdir(work)) == before, "a partial or temporary file was left"
+    if existing:
+        assert (work / "o.npy").read_bytes() == b"OLD\n"
+
+
+def test_a_full_device_at_the_output_path_is_an_error(work):
+    os.symlink("/dev/full", work / "o.npy")
+    r = run_limited(work, None, "attend", "--q", "q.npy", "--k", "k.npy", "--v", "v.npy", "--out", "o.npy")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == ["attnscale: error: --out: o.npy: write failed (No space left on device)"], r.stderr
+    assert os.path.islink(work / "o.npy") and stat.S_ISCHR(os.stat(work / "o.npy").st_mode)
+
+
+SWEEP_2 = ["experiment", "saturation", "--n", "6", "--d", "4,8", "--trials", "10", "--threads", "1"]
+
+
+def without_timing(json_text):
+    """A result's JSON without the metadata that describe the run that finished (seconds, threads)."""
+    doc = json.loads(json_text)
+    del doc["metadata"]["seconds"], doc["metadata"]["threads"]
+    return doc
+
+
+def test_a_full_disk_under_experiment_out_keeps_the_journal_for_resume(work):
+    """FILE fails to be written after every point is done: no FILE and no temporary, and the
+    journal, which holds every point, stays so that --resume writes FILE without running one."""
+    clean = run_limited(work, None, *SWEEP_2, "--format", "json").stdout
+    r = run_limited(work, len(clean.encode()) - 1, *SWEEP_2, "--format", "json", "--out", "x.json")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines()[-1:] == ["attnscale: error: --out: x.json: cannot write (File too large); x.json.partial "
+                                          "keeps 2 finished points for --resume"], r.stderr
+    assert [p for p in os.listdir(work) if p.startswith("x.")] == ["x.json.partial"]
+    r = run_limited(work, None, *SWEEP_2, "--format", "json", "--out", "x.json", "--resume")
+    assert r.returncode == 0 and "2 points already done" in r.stderr, r.stderr
+    assert without_timing((work / "x.json").read_text()) == without_timing(clean)
+    assert [p for p in os.listdir(work) if p.startswith("x.")] == ["x.json"]
+
+
+def test_a_full_disk_under_the_journal_keeps_its_finished_points_or_removes_it(work):
+    """The journal itself cannot grow: the points it holds stay for --resume (the record cut short
+    is cut off); a journal that could not even take its header holds nothing and goes."""
+    clean = run_limited(work, None, *SWEEP_2).stdout
+    # The whole journal's size: the one a failure of the last write of a (larger) JSON FILE leaves.
+    clean_json = run_limited(work, None, *SWEEP_2, "--format", "json").stdout
+    full = run_limited(work, len(clean_json.encode()) - 1, *SWEEP_2, "--format", "json", "--out", "j.json")
+    assert full.returncode == 2, full.stderr
+    journal_size = (work / "j.json.partial").stat().st_size
+    r = run_limited(work, journal_size - 1, *SWEEP_2, "--out", "x.csv")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines()[-1:] == ["attnscale: error: --out: x.csv.partial: cannot write journal (File too "
+                                          "large); x.csv.partial keeps 1 finished point for --resume"], r.stderr
+    assert [p for p in os.listdir(work) if p.startswith("x.")] == ["x.csv.partial"]
+    r = run_limited(work, None, *SWEEP_2, "--out", "x.csv", "--resume")
+    assert r.returncode == 0 and "1 point already done" in r.stderr, r.stderr
+    assert (work / "x.csv").read_text() == clean
+    r = run_limited(work, 64, *SWEEP_2, "--out", "y.csv")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.splitlines() == ["attnscale: error: --out: y.csv.partial: cannot write journal (File too large)"]
+    assert [p for p in os.listdir(work) if p.startswith("y.")] == []

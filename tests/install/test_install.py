@@ -79,11 +79,23 @@ def example(tmp_path_factory):
     return path
 
 
+def check_torch_module_installed_once(root, python_dir):
+    """The lab's libtorch module is one file, lib/attnscale/'s; the Python package's is a relative
+    symbolic link to it (the tree can be moved, or unpacked elsewhere, as a whole)."""
+    if not WITH_TORCH:
+        return
+    module, link = root / "lib/attnscale" / TORCH_MODULE, root / python_dir / "attnscale" / TORCH_MODULE
+    assert module.is_file() and not module.is_symlink(), module
+    assert link.is_symlink() and not os.path.isabs(os.readlink(link)), link
+    assert link.resolve() == module.resolve(), (link, os.readlink(link))
+
+
 def test_installed_tree_holds_every_part(prefix):
     for rel in ["include/attnscale/attention.h", "lib/libattnscale.a", "lib/libattnscale.so", "bin/attnscale",
                 "lib/cmake/attnscale/attnscaleConfig.cmake", "lib/pkgconfig/attnscale.pc",
                 f"{PYTHON_DIR}/attnscale/__init__.py"]:
         assert (prefix / rel).exists(), rel
+    check_torch_module_installed_once(prefix, PYTHON_DIR)
 
 
 def test_readme_example_through_find_package(prefix, example, tmp_path):
@@ -125,8 +137,8 @@ add_executable(app app.cc)
 target_link_libraries(app PRIVATE attnscale::attnscale)
 get_directory_property(options COMPILE_OPTIONS)
 set(mpi_global "")
-if(TARGET MPI::MPI_CXX)
-  get_target_property(mpi_global MPI::MPI_CXX IMPORTED_GLOBAL)
+if(TARGET MPI::MPI_C)
+  get_target_property(mpi_global MPI::MPI_C IMPORTED_GLOBAL)
 endif()
 file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
      "runtime=${{CMAKE_RUNTIME_OUTPUT_DIRECTORY}};library=${{CMAKE_LIBRARY_OUTPUT_DIRECTORY}};"
@@ -139,8 +151,8 @@ file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
     assert (build / "seen.txt").read_text() == "runtime=;library=;archive=;options=;type=;mpi_global="
     cache = (build / "CMakeCache.txt").read_text()
     for dependency in ["GTest_DIR", "GTEST_INCLUDE_DIR", "CLI11_DIR", "pybind11_DIR", "nlohmann_json_DIR",
-                       "benchmark_DIR", "Torch_DIR", "TORCH_LIBRARY", "Python3_EXECUTABLE", "MPI_CXX_COMPILER",
-                       "MPI_CXX_LIB_NAMES", "MPI_CXX_FOUND"]:
+                       "benchmark_DIR", "Torch_DIR", "TORCH_LIBRARY", "Python3_EXECUTABLE", "MPI_C_COMPILER",
+                       "MPI_C_LIB_NAMES", "MPI_C_FOUND", "MPI_CXX_COMPILER", "CMAKE_C_COMPILER"]:
         assert dependency not in cache, f"add_subdirectory(attnscale) looked for {dependency}"
     assert "hwy_DIR" in cache
     targets = run(["cmake", "--build", build, "--target", "help"]).stdout
@@ -167,6 +179,7 @@ def test_debian_package_installs_and_runs(tmp_path):
     out = run([root / "usr/bin/attnscale", "explain"]).stdout
     assert "softmax" in out.lower(), out
     site = root / "usr/lib/python3/dist-packages"
+    check_torch_module_installed_once(root / "usr", "lib/python3/dist-packages")
     where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site)).stdout
     assert where.strip().startswith(str(site)), where
     check_training(root / "usr/bin/attnscale", site, tmp_path)

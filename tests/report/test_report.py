@@ -5,7 +5,9 @@ The screenshot is kept at $ATTNSCALE_BUILD/report-screenshot.png (default build/
 import os
 import pathlib
 import re
+import resource
 import shutil
+import signal
 import struct
 import subprocess
 import tempfile
@@ -319,6 +321,54 @@ def test_a_report_that_fails_while_drawing_leaves_no_partial_output(report_dir, 
                        capture_output=True, text=True, timeout=300, env=env)
     assert r.returncode == 2, r.stderr
     assert tree(old) == before, "the earlier report was changed, or a temporary folder left in it"
+
+
+def test_a_report_whose_placing_fails_takes_back_what_it_placed(report_dir, tmp_path):
+    """A rename that fails while the report's files are put in place (a folder where index.html,
+    placed last, must go: no rename replaces it, root or not) takes back every file placed before
+    it: an earlier report's files come back, and the data/ and figures/ folders it made go."""
+    old = tmp_path / "old"
+    shutil.copytree(report_dir, old)
+    (old / "data" / "saturation.csv").write_bytes(b"an earlier report's data\n")
+    (old / "index.html").unlink()
+    (old / "index.html").mkdir()
+    (old / "index.html" / "kept").write_bytes(b"")
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    (fresh / "notes.txt").write_bytes(b"the user's\n")
+    (fresh / "index.html").mkdir()
+    (fresh / "index.html" / "kept").write_bytes(b"")
+    for out in (old, fresh):
+        before = tree(out)
+        r = subprocess.run([BIN, "report", "--from", str(report_dir), "--out", str(out)], capture_output=True, text=True,
+                           timeout=300)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.splitlines() == [f"attnscale: error: --out: {out / 'index.html'}: Is a directory"], r.stderr
+        assert tree(out) == before, "a placed file was left, or an earlier one not restored"
+    assert sorted(p.name for p in fresh.iterdir()) == ["index.html", "notes.txt"], "a new folder was left"
+
+
+def test_a_full_disk_under_the_report_leaves_no_partial_output(report_dir, tmp_path):
+    """A file of the report that cannot be written whole (a file-size limit stands in for a full
+    disk, root or not: write fails with EFBIG) is one line naming it, and nothing of the report stays."""
+    largest = max((report_dir / "data").iterdir(), key=lambda p: p.stat().st_size).stat().st_size
+
+    def limit():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (largest - 1, largest - 1))
+
+    old = tmp_path / "old"
+    shutil.copytree(report_dir, old)
+    before = tree(old)
+    for out in (tmp_path / "new", old):
+        r = subprocess.run([BIN, "report", "--from", str(report_dir), "--out", str(out)], capture_output=True,
+                           text=True, timeout=300, preexec_fn=limit)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"attnscale: error: --out: {out / 'data'}/"), r.stderr
+        assert lines[0].endswith(": cannot write (File too large)"), r.stderr
+    assert not (tmp_path / "new").exists(), "a partial report folder was left"
+    assert tree(old) == before
 
 
 @pytest.mark.parametrize("failure", ["missing data", "no gnuplot"])

@@ -749,15 +749,34 @@ TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
   EXPECT_EQ(zs.as<float>()[0], 0.0f);
 }
 
+// src's rows may lie a stride apart (here every other float of a wider tensor): the same bits as
+// their contiguous copy.
+TEST(KVCache, QuantizeQ8ReadsRowsAtAStride) {
+  const Tensor x = random_tensor(DType::f32, {3, 64}, 6, 1, 10.0);
+  Tensor wide = random_tensor(DType::f32, {3, 128}, 7, 1);
+  for (std::int64_t i = 0; i < x.numel(); ++i) wide.as<float>()[2 * i] = x.as<float>()[i];
+  const TensorView strided = TensorView::strided(wide.view().data, DType::f32, {3, 64}, {128, 2});
+  Tensor q(DType::i8, {3, 64}), s(DType::f32, {3, 2}), q2(DType::i8, {3, 64}), s2(DType::f32, {3, 2});
+  quantize_q8(x.view(), q.view(), s.view());
+  quantize_q8(strided, q2.view(), s2.view());
+  EXPECT_TRUE(std::equal(q.as<std::int8_t>(), q.as<std::int8_t>() + q.numel(), q2.as<std::int8_t>()));
+  EXPECT_TRUE(std::equal(s.as<float>(), s.as<float>() + s.numel(), s2.as<float>()));
+}
+
 // Any non-finite value is refused, a NaN too (std::max, which finds the block's scale, passes
-// over a NaN); an empty tensor quantises to nothing.
+// over a NaN), before anything is written; an empty tensor quantises to nothing.
 TEST(KVCache, QuantizeQ8RefusesNaNAndInfinityAndTakesEmpty) {
   for (const float bad : {std::nanf(""), INFINITY, -INFINITY})
     for (const int at : {0, 17, 63}) {
       Tensor x = random_tensor(DType::f32, {2, 64}, 9, 1);
       x.as<float>()[64 + at] = bad;
       Tensor q(DType::i8, {2, 64}), s(DType::f32, {2, 2});
+      std::fill_n(q.as<std::int8_t>(), q.numel(), std::int8_t{5});
+      std::fill_n(s.as<float>(), s.numel(), 7.0f);
       EXPECT_THROW(quantize_q8(x.view(), q.view(), s.view()), Error) << bad << " at " << at;
+      // Nothing is written, row 0 (all finite) included.
+      EXPECT_TRUE(std::all_of(q.as<std::int8_t>(), q.as<std::int8_t>() + q.numel(), [](std::int8_t v) { return v == 5; }));
+      EXPECT_TRUE(std::all_of(s.as<float>(), s.as<float>() + s.numel(), [](float v) { return v == 7.0f; }));
     }
   Tensor e(DType::f32, {0, 64}), eq(DType::i8, {0, 64}), es(DType::f32, {0, 2});
   EXPECT_NO_THROW(quantize_q8(e.view(), eq.view(), es.view()));

@@ -133,5 +133,45 @@ TEST(LabExperiment, WishartSamplerAgreesWithDirect) {
   }
 }
 
+// --sampler wishart draws the points with d < N directly: the metadata (and the JSON) names what
+// the run used, and that value, given back as the flag, reproduces the run bit for bit.
+TEST(LabExperiment, WishartSamplerRecordsWhatTheRunUsed) {
+  const auto& sat = find_experiment("saturation");
+  auto run = [&](const char* d, const std::string& sampler) {
+    return run_experiment(sat, {{"n", "8"}, {"d", d}, {"scaling", "none,sqrt"}, {"sampler", sampler}}, 5, 3, 1);
+  };
+  auto sampler_of = [](const ResultTable& t) {
+    for (const auto& [name, value] : t.meta.flags)
+      if (name == "sampler") return value;
+    return std::string("?");
+  };
+  auto same_rows = [](const ResultTable& a, const ResultTable& b) {
+    if (a.rows.size() != b.rows.size()) return false;
+    for (std::size_t i = 0; i < a.rows.size(); ++i)
+      if (a.rows[i].params != b.rows[i].params || a.rows[i].mean != b.rows[i].mean ||
+          a.rows[i].ci_low != b.rows[i].ci_low)
+        return false;
+    return true;
+  };
+  const ResultTable mixed = run("4,16", "wishart");
+  EXPECT_EQ(sampler_of(mixed), "wishart (direct where d < N)");
+  EXPECT_NE(to_json(mixed).find(R"x("sampler": "wishart (direct where d < N)")x"), std::string::npos);
+  const ResultTable again = run("4,16", sampler_of(mixed));
+  EXPECT_TRUE(same_rows(again, mixed));
+  EXPECT_EQ(sampler_of(again), sampler_of(mixed));
+  // Its d = 4 point is the direct sampler's, its d = 16 point not.
+  ResultTable d4 = mixed, d16 = mixed;
+  std::erase_if(d4.rows, [](const Row& r) { return r.params[1] != "4"; });
+  std::erase_if(d16.rows, [](const Row& r) { return r.params[1] != "16"; });
+  EXPECT_TRUE(same_rows(d4, run("4", "direct")));
+  EXPECT_FALSE(same_rows(d16, run("16", "direct")));
+  // Every point on one side of N: one sampler, named as such.
+  EXPECT_EQ(sampler_of(run("8,16", "wishart")), "wishart");
+  const ResultTable all_direct = run("2,4", "wishart");
+  EXPECT_EQ(sampler_of(all_direct), "direct");
+  EXPECT_TRUE(same_rows(all_direct, run("2,4", "direct")));
+  EXPECT_EQ(sampler_of(run("4,16", "auto")), "auto");  // auto's rule is its own: d > N
+}
+
 }  // namespace
 }  // namespace attnscale::lab

@@ -140,8 +140,11 @@ TEST(ReportClaims, PropositionsNeedTheirDroppedCasesToldApartAndAreRefutedOnlyBy
   // not refuted either; the evidence names both dropped cases.
   claims = unit("moments").claims(moments_table(1.0, 1.05, {1, 64}));
   EXPECT_EQ(verdict(claims, "p3"), Verdict::mixed);
-  for (const auto& e : claims)
-    if (e.claim == "p3") EXPECT_NE(e.measurement.find("1/1 with correlated"), std::string::npos) << e.measurement;
+  for (const auto& e : claims) {
+    if (e.claim == "p3") {
+      EXPECT_NE(e.measurement.find("1/1 with correlated"), std::string::npos) << e.measurement;
+    }
+  }
   // No shared-factor setting where its closed form differs (d = 1 only): nothing against P4.
   EXPECT_EQ(verdict(unit("moments").claims(moments_table(1.0, 1.25, {1})), "p4"), Verdict::mixed);
   // Failing under its own assumptions refutes it.
@@ -149,8 +152,9 @@ TEST(ReportClaims, PropositionsNeedTheirDroppedCasesToldApartAndAreRefutedOnlyBy
 }
 
 // A gradients table (N = 50, d = 1, 64, 512): the scaled rows' Jacobian median is `scaled_d1` at
-// d = 1 and 0.2 elsewhere; the unscaled one is `none_dmax` at d = 512 and 0.2 elsewhere.
-lab::ResultTable gradients_table(double scaled_d1, double none_dmax) {
+// d = 1 and 0.2 elsewhere; the unscaled one is `none_dmax` at d = 512 and 0.2 elsewhere. The
+// end-to-end gradient is `grad_none` unscaled and 30 scaled (CIs ±10%).
+lab::ResultTable gradients_table(double scaled_d1, double none_dmax, double grad_none = 500) {
   lab::ResultTable t;
   t.meta.experiment = "gradients";
   t.param_names = {"n", "d", "scaling"};
@@ -158,7 +162,7 @@ lab::ResultTable gradients_table(double scaled_d1, double none_dmax) {
     for (const char* sc : {"none", "sqrt"}) {
       const bool none = std::string(sc) == "none";
       const double jac = none ? (d == 512 ? none_dmax : 0.2) : (d == 1 ? scaled_d1 : 0.2);
-      const double grad = none ? 500 : 30;
+      const double grad = none ? grad_none : 30;
       for (const char* m : {"jacobian_fro_median", "jacobian_fro_mean"})
         t.rows.push_back({{"50", std::to_string(d), sc}, m, jac, jac * 0.9, jac * 1.1, std::nullopt});
       for (const char* m : {"grad_q_fro_median", "grad_q_fro"})
@@ -189,6 +193,88 @@ TEST(ReportSections, GradientsWordsFollowTheNumbers) {
   EXPECT_EQ(odd.find("falls only"), std::string::npos) << odd;
   EXPECT_NE(odd.find("not smaller than the scaled one but 2.5 times it"), std::string::npos) << odd;
   EXPECT_NE(odd.find("ranges from 0.05 to 0.2 across"), std::string::npos) << odd;
+}
+
+// "End to end the picture differs" only where the end-to-end gradient does not follow the
+// Jacobian: smaller unscaled where the Jacobian is not, or not smaller where it is.
+TEST(ReportSections, GradientsEndToEndPictureFollowsTheNumbers) {
+  auto text = [](double none_dmax, double grad_none) {
+    return section_text("gradients", "3.4", "10", gradients_table(0.19, none_dmax, grad_none));
+  };
+  const std::string differs = "End to end the picture differs:", same = "End to end the picture is the same:";
+  // The Jacobian collapses unscaled (0.003 against 0.2).
+  EXPECT_NE(text(0.003, 500).find(differs), std::string::npos);  // the gradient is larger unscaled
+  EXPECT_NE(text(0.003, 31).find(differs), std::string::npos);   // not told apart from the scaled 30
+  EXPECT_NE(text(0.003, 3).find(same), std::string::npos);       // smaller too
+  EXPECT_NE(text(0.003, 24).find(same), std::string::npos);      // 24 [21.6, 26.4] below 30 [27, 33]
+  EXPECT_EQ(text(0.003, 3).find("*larger* without the scale"), std::string::npos);
+  // The Jacobian is not smaller unscaled (0.5 against 0.2).
+  EXPECT_NE(text(0.5, 3).find(differs), std::string::npos);
+  EXPECT_NE(text(0.5, 500).find(same), std::string::npos);
+}
+
+// A saturation table (N = 50): top_p_95 at d = 1, 64, 128, scaled and unscaled (CIs ±`half`);
+// the unscaled count is `none_d1` at d = 1 and `none_d128` at d = 128.
+lab::ResultTable saturation_table(double none_d1, double none_d128, double half) {
+  lab::ResultTable t;
+  t.meta.experiment = "saturation";
+  t.param_names = {"n", "d", "scaling"};
+  for (int d : {1, 64, 128})
+    for (const char* sc : {"none", "sqrt"}) {
+      const double v = std::string(sc) == "sqrt" ? 37.8 : d == 1 ? none_d1 : d == 128 ? none_d128 : 3;
+      t.rows.push_back({{"50", std::to_string(d), sc}, "top_p_95", v, v - half, v + half, std::nullopt});
+    }
+  return t;
+}
+
+TEST(ReportSections, SaturationUnscaledCountFollowsTheNumbers) {
+  auto text = [](double none_d1, double none_d128, double half) {
+    return section_text("saturation", "3.3", "200", saturation_table(none_d1, none_d128, half));
+  };
+  const std::string falls = text(14.5, 1.81, 0.05);
+  EXPECT_NE(falls.find("Unscaled, it falls from 14.5 [14.4, 14.6] at d_{k} = 1 to\n1.81 [1.76, 1.86] at d_{k} = 128"),
+            std::string::npos)
+      << falls;
+  const std::string rises = text(1.81, 14.5, 0.05);
+  EXPECT_NE(rises.find("Unscaled, it rises from\n1.81 [1.76, 1.86] at d_{k} = 1 to\n14.5"), std::string::npos) << rises;
+  EXPECT_EQ(rises.find("falls"), std::string::npos) << rises;
+  // Intervals that overlap (2.0 ± 0.3 and 1.8 ± 0.3): no direction is claimed.
+  const std::string level = text(2.0, 1.8, 0.3);
+  EXPECT_NE(level.find("Unscaled, it is 2 [1.7, 2.3] at d_{k} = 1 and\n1.8 [1.5, 2.1] at d_{k} = 128, the same within their"
+                       " intervals"),
+            std::string::npos)
+      << level;
+  EXPECT_EQ(level.find("falls"), std::string::npos) << level;
+}
+
+// A length table (d = 64, N = 8 and 512, fixed rule): entropy rising, and the largest weight
+// `first` at N = 8 and `last` at N = 512 (CIs ±`half`).
+lab::ResultTable length_table(double first, double last, double half) {
+  lab::ResultTable t;
+  t.meta.experiment = "length";
+  t.param_names = {"n", "d", "rule"};
+  for (int n : {8, 512}) {
+    const double e = std::log(n) - 0.5, m = n == 8 ? first : last;
+    t.rows.push_back({{std::to_string(n), "64", "fixed"}, "entropy", e, e - 0.01, e + 0.01, e});
+    t.rows.push_back({{std::to_string(n), "64", "fixed"}, "max_weight", m, m - half, m + half, std::nullopt});
+  }
+  return t;
+}
+
+TEST(ReportSections, LengthLargestWeightFollowsTheNumbers) {
+  auto text = [](double first, double last, double half) {
+    return section_text("length", "3.7", "50", length_table(first, last, half));
+  };
+  const std::string falls = text(0.4, 0.02, 0.01);
+  EXPECT_NE(falls.find("the largest weight\nfalls from 0.4 [0.39, 0.41] to 0.02 [0.01, 0.03]."), std::string::npos) << falls;
+  const std::string rises = text(0.02, 0.4, 0.01);
+  EXPECT_NE(rises.find("rises from\n0.02 [0.01, 0.03] to 0.4 [0.39, 0.41]."), std::string::npos) << rises;
+  EXPECT_EQ(rises.find("falls"), std::string::npos) << rises;
+  const std::string level = text(0.1, 0.09, 0.02);
+  EXPECT_NE(level.find("is 0.1 [0.08, 0.12] and then 0.09 [0.07, 0.11], the same\nwithin their intervals."),
+            std::string::npos)
+      << level;
+  EXPECT_EQ(level.find("falls"), std::string::npos) << level;
 }
 
 TEST(ReportSections, ColumnsWordsFollowTheNumbers) {

@@ -64,6 +64,7 @@ bool ten_times_smaller(const lab::Row& small, const lab::Row& large) { return sm
 Slots slots(const lab::ResultTable& t) {
   const AtLargestD g = at_largest_d(t);
   const double jac_drop = g.jac_sqrt->mean / g.jac_none->mean, grad_ratio = g.grad_none->mean / g.grad_sqrt->mean;
+  const bool grad_smaller = g.grad_none->ci_high < g.grad_sqrt->ci_low;  // CIs apart
   // The scaled median over every d, not only the largest: "stays" only when it moves by less than
   // a factor 1.5.
   double lo = INFINITY, hi = -INFINITY;
@@ -85,7 +86,10 @@ Slots slots(const lab::ResultTable& t) {
           {"grad_sqrt", fmt_ci(*g.grad_sqrt)},
           {"grad_ratio", fmt(grad_ratio, 2)},
           {"grad_larger", g.grad_none->ci_low > g.grad_sqrt->ci_high ? "true" : ""},
-          {"grad_smaller", g.grad_none->ci_high < g.grad_sqrt->ci_low ? "true" : ""}};
+          {"grad_smaller", grad_smaller ? "true" : ""},
+          // "differs" from the Jacobian's picture: the end-to-end gradient is not smaller unscaled
+          // where the Jacobian is, or is where the Jacobian is not.
+          {"grad_differs", (jac_drop > 1) != grad_smaller ? "true" : ""}};
 }
 
 std::vector<Evidence> claims(const lab::ResultTable& t) {

@@ -50,6 +50,7 @@ Slots slots(const lab::ResultTable& t) {
     if (r->theory && (from.empty() || std::stod(param(t, *r, "n")) < std::stod(from))) from = param(t, *r, "n");
   const lab::Row& e0 = one(t, "entropy", {{"n", nmin}, {"d", d}, {"rule", "fixed"}});
   const lab::Row& e1 = one(t, "entropy", {{"n", nmax}, {"d", d}, {"rule", "fixed"}});
+  const lab::Row& m0 = one(t, "max_weight", {{"n", nmin}, {"d", d}, {"rule", "fixed"}});
   const lab::Row& m1 = one(t, "max_weight", {{"n", nmax}, {"d", d}, {"rule", "fixed"}});
   // "tracks ln N − ½": the entropy at the largest N within 0.1 nats of ln N − ½.
   const double target = std::log(std::stod(nmax)) - 0.5;
@@ -63,7 +64,9 @@ Slots slots(const lab::ResultTable& t) {
           {"ln_n_half", fmt(target, 3)},
           {"tracks", std::abs(e1.mean - target) < 0.1 ? "true" : ""},
           {"rises", e1.ci_low > e0.ci_high ? "true" : ""},
+          {"max_weight_min", fmt_ci(m0)},
           {"max_weight", fmt_ci(m1)}};
+  s.merge(change_slots("weight", m0, m1));  // "falls" only where the intervals are apart
   const auto sl = select(t, "max_weight", {{"n", nmax}, {"d", d}, {"rule", "sqrt-log"}});
   if (!sl.empty()) {
     s["sqrt_log"] = fmt_ci(*sl.front());

@@ -33,6 +33,26 @@ constexpr std::uint64_t kGammaBase = 1ull << 40;  // Wishart's χ² draws: block
 
 inline std::int64_t column_ld(std::int64_t n) { return (n + 15) / 16 * 16; }
 
+// --sampler wishart draws a point with d < N directly (K Kᵀ is singular there, and the Bartlett
+// factor does not exist). A sweep with such points and others records what it used as this, which
+// reads back as wishart, so that its metadata names the samplers and still reproduces the run.
+constexpr const char* kWishartWithDirect = "wishart (direct where d < N)";
+
+// The sampler a flag value names: auto, direct or wishart.
+std::string sampler_named(const std::string& flag) { return flag == kWishartWithDirect ? "wishart" : flag; }
+
+// The sampler as the run used it, for the metadata: --sampler wishart where every point has d < N
+// drew them all directly ("direct"), where some have, kWishartWithDirect.
+Args samplers_used(const Args& a) {
+  Args used = a;
+  if (sampler_named(a.get("sampler")) != "wishart") return used;
+  std::size_t direct = 0, all = 0;
+  for (const std::int64_t n : a.ints("n"))
+    for (const std::int64_t d : a.ints("d")) ++all, direct += d < n;
+  used.values["sampler"] = direct == 0 ? "wishart" : direct == all ? "direct" : kWishartWithDirect;
+  return used;
+}
+
 template <class T>
 constexpr DType dtype_of() {
   return sizeof(T) == 4 ? DType::f32 : DType::f64;
@@ -211,7 +231,7 @@ std::vector<double> run_trials(const Args& a, std::uint32_t stream_experiment, s
 std::vector<Row> run_rows(const Args& a, std::uint32_t stream_experiment, std::int64_t n, std::int64_t d,
                           const std::vector<std::string>& scalings, const std::vector<double>& scales,
                           const std::vector<std::string>& prefix_params) {
-  const auto& sampler = a.get("sampler");
+  const std::string sampler = sampler_named(a.get("sampler"));
   // auto: the cheaper exact sampler, O(N²d) direct or O(N³) Wishart.
   const bool wishart = (sampler == "wishart" && d >= n) || (sampler == "auto" && d > n);
   bool need_direct = !wishart;
@@ -247,7 +267,7 @@ std::vector<Row> run_rows(const Args& a, std::uint32_t stream_experiment, std::i
 
 void check_common(const Args& a) {
   check_ints_in(a, "n", 2, 8192);
-  const auto& s = a.get("sampler");
+  const std::string s = sampler_named(a.get("sampler"));
   if (s != "auto" && s != "direct" && s != "wishart")
     throw Error("--sampler: expected auto, direct or wishart, got '" + s + "'");
   const auto& t = a.get("dtype");
@@ -273,7 +293,7 @@ Experiment make_saturation() {
              {"sampler", "auto",
               "auto (wishart where d > N, else direct: the cheaper exact one), direct (Q, K [N,d] as the Simulation note) "
               "or wishart (exact law of Q K^T for d >= N, O(N^3); points with d < N, where K K^T is singular, drawn "
-              "directly)"},
+              "directly, and the result's metadata says so)"},
              {"dtype", "f32", "precision of Q, K and the engine's forward: f32, or f64 (float64 throughout)"}};
   e.default_trials = 100;
   e.param_names = {"n", "d", "scaling"};
@@ -283,6 +303,7 @@ Experiment make_saturation() {
     check_scalings(a.words("scaling"), kScalings, "scaling");
     return n_d_points(a);
   };
+  e.resolve = samplers_used;
   e.run_point = [](const Args& a, const std::vector<std::string>& p) {
     const std::int64_t n = std::stoll(p[0]), d = std::stoll(p[1]);
     const auto names = a.words("scaling");

@@ -60,6 +60,8 @@ Slots slots(const lab::ResultTable& t) {
     s["unscaled128_mean"] = fmt(u128.mean, 3);
     // "stays flat": the scaled count at d = 128 within 5% of N of the one at d = 64.
     s["scaled_flat"] = std::abs(s128.mean - s64.mean) <= 0.05 * std::stod(n) ? "true" : "";
+    // "falls" from d = 1 to d = 128 only where their intervals are apart.
+    s.merge(change_slots("unscaled", u1, u128));
   }
   if (has(t, n, "64", "linear")) {
     const lab::Row& l64 = top("64", "linear");

@@ -4,6 +4,12 @@
 if(NOT ATTNSCALE_SANITIZE AND NOT ATTNSCALE_FUZZ)
   find_package(Torch CONFIG QUIET)
 endif()
+if(NOT Torch_FOUND AND ATTNSCALE_REQUIRE_TORCH AND NOT ATTNSCALE_SANITIZE AND NOT ATTNSCALE_FUZZ)
+  message(FATAL_ERROR "ATTNSCALE_REQUIRE_TORCH=ON but libtorch was not found (Debian: apt-get install "
+    "libtorch-dev, or `make deps`); without it the training and recall experiments, their tests and "
+    "the report's training section would be left out. Configure with -DATTNSCALE_REQUIRE_TORCH=OFF "
+    "to build without them.")
+endif()
 if(NOT Torch_FOUND)
   message(STATUS "libtorch not found (or a sanitizer build): the training experiment is left out")
   return()
