@@ -343,7 +343,8 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
         run(["dpkg", "-i", deb])
         out = run(["/usr/bin/attnscale", "explain"], cwd=tmp_path).stdout
         assert "softmax" in out.lower(), out
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        # As a user runs it: Python writes its bytecode beside the modules (which purge must remove).
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
         where = run(["/usr/bin/python3", "-c", IMPORT_CHECK], cwd=tmp_path, env=env).stdout.strip()
         assert where.startswith("/usr/lib/python3/dist-packages/attnscale"), where
         check_training("/usr/bin/attnscale", "/usr/lib/python3/dist-packages", tmp_path)
