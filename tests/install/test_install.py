@@ -379,6 +379,8 @@ def test_wheel_installs_into_a_venv(tmp_path):
         env=env, cwd=tmp_path)
     wheels = sorted(dist.glob(f"attnscale-{VERSION}-*.whl"))
     assert len(wheels) == 1, sorted(dist.iterdir())
+    # The reused build folder was brought up to date whole: its CLI still opens its libtorch module.
+    check_cli_training(BUILD / "bin/attnscale", tmp_path)
     env.pop("ATTNSCALE_CMAKE_BUILD_DIR")
     run([py, "-m", "pip", "install", "--no-index", "-q", wheels[0]], env=env, cwd=tmp_path)
     where = run([py, "-c", IMPORT_CHECK], cwd=tmp_path, env=env).stdout.strip()
