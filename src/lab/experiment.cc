@@ -10,6 +10,7 @@
 #include "common/parallel.h"
 #include "lab/point_scheduler.h"
 #include "lab/registry.h"
+#include "lab/rng.h"
 
 namespace attnscale::lab {
 namespace {
@@ -264,6 +265,26 @@ void check_one_number(const Args& a, const std::string& flag, const std::string&
                       const std::function<bool(double)>& fits) {
   const auto v = a.doubles(flag);
   if (v.size() != 1 || (fits && !fits(v[0]))) throw Error("--" + flag + ": expected one " + what);
+}
+
+void check_component_moments(const Args& a, const std::string& mean_flag, const std::string& std_flag) {
+  check_one_number(a, mean_flag, "number in [-1e6, 1e6]", [](double v) { return std::abs(v) <= 1e6; });
+  if (!std_flag.empty())
+    check_one_number(a, std_flag, "number in [1e-6, 1e6]", [](double v) { return v >= 1e-6 && v <= 1e6; });
+}
+
+std::vector<std::string> dist_names(const Args& a, const std::string& flag) {
+  const auto items = a.words(flag);
+  std::vector<std::string> names;
+  for (const auto& item : items) {
+    try {
+      names.push_back(Dist::parse(item).name());
+    } catch (const Error& e) {
+      throw Error("--" + flag + ": " + e.what());
+    }
+  }
+  require_distinct(flag, a.get(flag), items, names);
+  return names;
 }
 
 std::vector<std::vector<std::string>> n_d_points(const Args& a) {

@@ -131,8 +131,7 @@ Experiment make_projections() {
     check_scalings(a.words("init"), kInits, "init");
     for (const auto& w : a.words("layernorm"))
       if (w != "on" && w != "off") throw Error("--layernorm: expected off or on, got '" + w + "'");
-    check_one_number(a, "x-mean");
-    check_one_number(a, "x-std", "positive number", [](double v) { return v > 0; });
+    check_component_moments(a, "x-mean", "x-std");
     std::vector<std::vector<std::string>> pts;
     for (const auto& init : a.words("init"))
       for (const auto& ln : a.words("layernorm"))
