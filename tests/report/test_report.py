@@ -234,6 +234,34 @@ def test_prose_and_verdicts_follow_the_data(report_dir, tmp_path):
     assert r.returncode == 2 and "--from" in r.stderr
 
 
+def test_training_words_follow_the_best_losses_and_the_rules_run(report_dir, tmp_path):
+    """A best loss 16% below the scaled one's, its interval overlapping, was "within 2% of" it, and
+    the section listed seven rules "for every scaling rule" where the quick grid trains four."""
+    import json
+    if "training" not in lab_experiments():
+        pytest.fail("the training experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
+    src = tmp_path / "changed"
+    shutil.copytree(report_dir / "data", src / "data")
+    table = json.loads((src / "data" / "training.json").read_text())
+    best = {r["scaling"]: r for r in table["rows"]
+            if r["metric"] == "best_loss" and r["lr"] == "all" and r["attention"] == "attnscale"}
+    assert sorted(best) == ["additive", "folded", "none", "sqrt"], sorted(best)
+    scaled = best["sqrt"]
+    scaled.update(mean=5.0, ci_low=4.9, ci_high=5.1)
+    best["none"].update(mean=4.2, ci_low=-6.0, ci_high=14.4)  # 16% below, the intervals overlapping
+    (src / "data" / "training.json").write_text(json.dumps(table))
+    out = tmp_path / "out"
+    subprocess.run([BIN, "report", "--from", str(src), "--out", str(out)], check=True, capture_output=True, timeout=300)
+    md = " ".join((out / "report.md").read_text().split())
+    assert "within 2% of" not in md
+    assert "the unscaled attention's best loss is 16% below (CIs overlapping) the scaled one's" in md
+    assert "reaches a best loss 16% below (CIs overlapping) the scaled one's" in md
+    assert "for 4 scaling rules at the peak learning rates" in md and "every scaling rule" not in md
+    assert ("The rules: unscaled (s = 1), 1/√d, *folded* (s = 1 with W<sub>q</sub>'s initialisation divided by √d, "
+            "as T5 does, Raffel et al. (2020)) and additive attention vₐᵀ tanh(W q + U k).") in md
+    assert "μP" not in md.split("### 3.9")[1].split("### 3.10")[0]
+
+
 def test_a_report_from_data_names_what_measured_the_data(report_dir, tmp_path):
     """--from takes the seed, version, git hash, CPU target and threads from the data files: a
     report rewritten by another build, or asked for --seed 5, said so of data measured at seed 0."""
