@@ -262,6 +262,26 @@ def test_training_words_follow_the_best_losses_and_the_rules_run(report_dir, tmp
     assert "μP" not in md.split("### 3.9")[1].split("### 3.10")[0]
 
 
+def test_recall_says_what_holds_the_unscaled_model_back_only_when_something_does(report_dir):
+    """With no seed learning the task either way, the section said "what holds the unscaled model
+    back here is not a smaller gradient at Q"; nothing held it back more than the scaled one."""
+    if "recall" not in lab_experiments():
+        pytest.fail("the recall experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
+    md = (report_dir / "report.md").read_text()
+    learnt = {}
+    for line in md.splitlines():
+        m = re.match(r"\| (unscaled|1/√d) \| [^|]+ \| (\d+) of (\d+) \|", line)
+        if m:
+            learnt[m.group(1)] = int(m.group(2))
+    assert set(learnt) == {"unscaled", "1/√d"}, learnt
+    text = " ".join(md.split("### 3.10")[1].split("## 4")[0].split())
+    ratio = float(re.search(r"the gradient reaching Q in the last block of seed 0 is ([0-9.]+) times", text).group(1))
+    held_back = "what holds the unscaled model back here is not a smaller gradient at Q" in text
+    if learnt["1/√d"] <= learnt["unscaled"]:  # the quick grid: no seed learns it in 40 steps
+        assert not held_back, text
+        assert ratio < 0.5 or "(geometric mean of the ratio over the logged steps): not smaller." in text, text
+
+
 def test_a_report_from_data_names_what_measured_the_data(report_dir, tmp_path):
     """--from takes the seed, version, git hash, CPU target and threads from the data files: a
     report rewritten by another build, or asked for --seed 5, said so of data measured at seed 0."""
