@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <new>
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
@@ -58,6 +59,17 @@ SweepDefinition sweep_definition(const Experiment& e, const Args& args,
   }
   d.emplace_back("points", list);
   return d;
+}
+
+// A point whose arrays the machine cannot hold (--trials 2^31 keeps 2^31 results per metric; length
+// at N = 2^20, d = 2^16 draws K of 512 GiB): one line naming the trials and the point's parameters,
+// in place of std::bad_alloc.
+std::string out_of_memory(const Experiment& e, const Args& args, const std::vector<std::string>& point) {
+  std::string where;
+  for (std::size_t k = 0; k < point.size() && k < e.param_names.size(); ++k)
+    where += (k ? ", " : "") + e.param_names[k] + " = " + point[k];
+  return "--trials " + std::to_string(args.trials) + " at the point " + where +
+         ": more memory than this machine can give; fewer trials or smaller sizes need less";
 }
 
 }  // namespace
@@ -166,7 +178,11 @@ ResultTable run_sweep(const Experiment& e, const Sweep& sweep, const Progress& p
       [&](std::size_t i, int threads) {
         Args mine = args;
         mine.threads = threads;
-        return e.run_point(mine, points[i]);
+        try {
+          return e.run_point(mine, points[i]);
+        } catch (const std::bad_alloc&) {
+          throw Error(out_of_memory(e, args, points[i]));
+        }
       },
       completed, progress);
 

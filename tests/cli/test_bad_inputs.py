@@ -433,6 +433,17 @@ def test_component_moments_float64_cannot_measure_are_refused(tmp_path, args, wo
     assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
 
 
+def test_a_point_too_large_for_memory_is_an_error_naming_it(tmp_path):
+    # Sizes inside the flags' ranges whose arrays no machine here holds (K of 2^20 x 2^16 doubles,
+    # 512 GiB) ended in "internal error: std::bad_alloc", exit code 1, with x.csv.partial left.
+    out = tmp_path / "x.csv"
+    r = experiment("length", "--n", "1048576", "--d", "65536", "--rule", "fixed", "--trials", "2", "--out", str(out))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+    assert r.stderr.startswith("attnscale: error: --trials 2 at the point n = 1048576, d = 65536: more memory than "
+                               "this machine can give"), r.stderr
+    assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
+
+
 def test_variance_theory_keeps_sigma_when_the_mean_dwarfs_it():
     # Var(q_i k_i) = (σ² + μ²)² − μ⁴ lost every digit of σ²(σ² + 2μ²) to cancellation: at μ = 1e6,
     # σ = 1e-3 the theory read 0 (true value 1e-6 · 2e12 = 2e6 per component, 8e6 at d = 4).
