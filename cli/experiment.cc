@@ -168,7 +168,8 @@ void add_experiment(CLI::App& app) {
     x->add_option("--seed", flags->seed, "master seed of the random streams")->capture_default_str()->check(seed_range());
     // Given, it must be positive: 0 is not a way to ask for the default (leave the flag out).
     x->add_option("--trials", flags->trials,
-                  fmt::format("Monte Carlo trials per point (default {})", e.default_trials))
+                  e.trials_unused.empty() ? fmt::format("Monte Carlo trials per point (default {})", e.default_trials)
+                                          : "not taken: " + e.trials_unused)
         ->check(integer_in<std::int64_t>(1, std::int64_t{1} << 31));
     x->add_option("--threads", flags->threads, "threads (0: $ATTNSCALE_THREADS, else all cores)")
         ->capture_default_str()

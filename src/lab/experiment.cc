@@ -155,6 +155,7 @@ Sweep plan_sweep(const Experiment& e, const std::map<std::string, std::string>& 
       args.values[name] = value;
     }
     if (trials < 0) throw Error("--trials: must be positive, got " + std::to_string(trials));
+    if (trials > 0 && !e.trials_unused.empty()) throw Error("--trials: " + e.trials_unused);
     args.seed = seed;
     args.trials = trials > 0 ? trials : e.default_trials;
     if (args.trials > (std::int64_t{1} << 31))

@@ -433,6 +433,18 @@ def test_component_moments_float64_cannot_measure_are_refused(tmp_path, args, wo
     assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
 
 
+@pytest.mark.parametrize("name", ["training", "recall"])
+def test_trials_of_a_training_experiment_are_refused_not_ignored(tmp_path, name):
+    # --trials 5 ran the same runs as without it (the help said "Monte Carlo trials per point").
+    out = tmp_path / "x.csv"
+    r = experiment(name, "--grid", "quick", "--trials", "5", "--out", str(out))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+    assert r.stderr.startswith(f"attnscale: error: --trials: experiment {name} trains models, it has no trials; "
+                               "--seeds sets the runs per configuration"), r.stderr
+    assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
+    assert "not taken: experiment" in experiment(name, "--help").stdout
+
+
 def test_a_point_too_large_for_memory_is_an_error_naming_it(tmp_path):
     # Sizes inside the flags' ranges whose arrays no machine here holds (K of 2^20 x 2^16 doubles,
     # 512 GiB) ended in "internal error: std::bad_alloc", exit code 1, with x.csv.partial left.

@@ -285,6 +285,7 @@ Experiment training::sweep_experiment(const training::Sweep& sweep) {
   e.name = sweep.name;
   e.summary = sweep.summary;
   e.default_trials = 1;
+  e.trials_unused = "experiment " + sweep.name + " trains models, it has no trials; --seeds sets the runs per configuration";
   e.param_names = {"task", "attention", "scaling", "d_head", "lr", "seed", "step", "layer"};
   e.flags = {
       {"grid", "default", "preset of the sweep flags left at 'grid': quick (< 1 min), default, full"},
