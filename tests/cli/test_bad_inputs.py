@@ -445,6 +445,21 @@ def test_trials_of_a_training_experiment_are_refused_not_ignored(tmp_path, name)
     assert "not taken: experiment" in experiment(name, "--help").stdout
 
 
+def test_projections_report_nothing_measured_as_nan_not_as_an_exact_zero():
+    # At d = 1 there is no pair of components, yet corr_q_components read 0 [0, 0] (theory 0): (iv)
+    # "met exactly"; the note then blamed too few trials for rows no number of trials would give.
+    r = experiment("projections", "--n", "4", "--dx", "3", "--d", "1", "--init", "scaled", "--layernorm", "off",
+                   "--trials", "30")
+    assert r.returncode == 0, r.stderr
+    row = next(line.split(",") for line in r.stdout.splitlines() if ",corr_q_components," in line)
+    assert row[6:9] == ["nan", "nan", "nan"], row
+    assert r.stderr == "attnscale: note: 1 of 6 rows are nan: their statistic is not defined at their point's settings\n"
+    # LayerNorm over one entry makes every row 0: refused, not measured as var_q 0 against theory 1.
+    r = experiment("projections", "--dx", "1,8", "--layernorm", "on", "--trials", "3")
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "--dx: LayerNorm (--layernorm on) of a row of 1 entry is 0; give dx >= 2" in r.stderr
+
+
 def test_a_point_too_large_for_memory_is_an_error_naming_it(tmp_path):
     # Sizes inside the flags' ranges whose arrays no machine here holds (K of 2^20 x 2^16 doubles,
     # 512 GiB) ended in "internal error: std::bad_alloc", exit code 1, with x.csv.partial left.

@@ -204,6 +204,22 @@ def test_reproduce_commands_parse_as_shell_words(report_dir):
         assert not any(v.startswith("--") for v in flags[1::2]), cmd
 
 
+def test_a_training_reproduce_command_reproduces_its_data(report_dir, tmp_path):
+    """Appendix A.2's command for the training runs gives the bytes of data/training.csv; it gave
+    --trials 1, which the training experiment refuses (it has no trials)."""
+    import shlex
+    if "training" not in lab_experiments():
+        pytest.fail("the training experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
+    md = (report_dir / "report.md").read_text()
+    cmd = re.search(r"`(attnscale experiment training [^`]*)`", md).group(1)
+    assert "--trials" not in cmd, cmd
+    out = tmp_path / "training.csv"
+    r = subprocess.run([BIN, *shlex.split(cmd)[1:], "--threads", "2", "--out", str(out)], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == (report_dir / "data" / "training.csv").read_bytes()
+
+
 def test_prose_and_verdicts_follow_the_data(report_dir, tmp_path):
     """Rewrite the report from a changed data file: the words and the verdict change with it."""
     import json
