@@ -8,7 +8,8 @@ module beside it (libattnscale_torch_units.so, built with _lab where libtorch is
 is the one in CMakeLists.txt's project().
 
 ATTNSCALE_CMAKE_BUILD_DIR=<folder> builds in that folder instead of build/wheel; a folder already
-configured (e.g. build/ from `make build`) is reused as it is, so nothing is compiled twice.
+configured (e.g. build/ from `make build`) is reused as it is, so nothing is compiled twice, and is
+brought up to date whole.
 """
 import os
 import pathlib
@@ -43,7 +44,11 @@ class CMakeBuild(build_ext):
             subprocess.run(args, check=True)
         jobs = os.environ.get("JOBS") or str(os.cpu_count() or 1)
         name = ext.name.rsplit(".", 1)[-1]  # _attnscale, _lab or _distributed: CMake targets of that name
-        subprocess.run(["cmake", "--build", str(build), "--target", name, "-j", jobs], check=True)
+        # A folder of the caller's is built whole, not only this target: its programs and the lab's
+        # libtorch module record the commit they were built from and must agree (torch_module.h), so
+        # a partial build after a commit would leave its CLI unable to open the module.
+        targets = [] if os.environ.get("ATTNSCALE_CMAKE_BUILD_DIR") else ["--target", name]
+        subprocess.run(["cmake", "--build", str(build), *targets, "-j", jobs], check=True)
         built = sorted((build / "python" / "attnscale").glob(f"{name}.*.so"))
         if not built:
             raise RuntimeError(f"CMake built no {name}*.so in {build}/python/attnscale")

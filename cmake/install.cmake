@@ -6,8 +6,11 @@
 # lib/cmake/attnscale/ (find_package(attnscale CONFIG) → attnscale::attnscale); the pkg-config file
 # lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below),
 # with a symbolic link to the module next to _lab.
-# Components: runtime (libattnscale.so), development (headers, static library, CMake and
-# pkg-config files), cli, python.
+# Components (`cmake --install build --component C`), each complete on its own:
+#   runtime      libattnscale.so.0
+#   development  headers, both libraries, the CMake package, the pkg-config file
+#   cli          bin/attnscale and the libtorch module
+#   python       the Python package, the libtorch module and the package's link to it
 include(CMakePackageConfigHelpers)
 
 set(ATTNSCALE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attnscale)
@@ -22,18 +25,26 @@ set(ATTNSCALE_INSTALLED_LIBRARIES attnscale)
 if(TARGET attnscale_shared)
   list(APPEND ATTNSCALE_INSTALLED_LIBRARIES attnscale_shared)
 endif()
-# Context-parallel attention (include/attnscale/distributed.h) when MPI was found: attnscale::distributed.
-set(ATTNSCALE_WITH_MPI OFF)
-if(TARGET attnscale_distributed)
-  set(ATTNSCALE_WITH_MPI ON)
-  list(APPEND ATTNSCALE_INSTALLED_LIBRARIES attnscale_distributed)
-  set_target_properties(attnscale_distributed PROPERTIES EXPORT_NAME distributed)
-endif()
 install(TARGETS ${ATTNSCALE_INSTALLED_LIBRARIES} EXPORT attnscaleTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
         LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT development)
+if(TARGET attnscale_shared)  # development builds against it: the CMake package checks it is there
+  install(TARGETS attnscale_shared LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development
+          NAMELINK_SKIP)
+endif()
 install(EXPORT attnscaleTargets NAMESPACE attnscale:: DESTINATION ${ATTNSCALE_INSTALL_CMAKEDIR}
         COMPONENT development)
+# Context-parallel attention (include/attnscale/distributed.h) when MPI was found:
+# attnscale::distributed, in a file of its own that the package reads only for COMPONENTS distributed.
+set(ATTNSCALE_WITH_MPI OFF)
+if(TARGET attnscale_distributed)
+  set(ATTNSCALE_WITH_MPI ON)
+  set_target_properties(attnscale_distributed PROPERTIES EXPORT_NAME distributed)
+  install(TARGETS attnscale_distributed EXPORT attnscaleDistributedTargets
+          ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT development)
+  install(EXPORT attnscaleDistributedTargets NAMESPACE attnscale:: DESTINATION ${ATTNSCALE_INSTALL_CMAKEDIR}
+          COMPONENT development)
+endif()
 configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/attnscaleConfig.cmake.in
                               ${PROJECT_BINARY_DIR}/attnscaleConfig.cmake
                               INSTALL_DESTINATION ${ATTNSCALE_INSTALL_CMAKEDIR})
@@ -55,10 +66,14 @@ if(TARGET attnscale_cli)
   set_target_properties(attnscale_cli PROPERTIES SKIP_BUILD_RPATH ON)
   install(TARGETS attnscale_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
 endif()
-# The lab's libtorch module, installed once: lib/attnscale/, where bin/attnscale looks for it. The
-# Python package's _lab, which looks next to itself, finds it through a symbolic link (below).
+# The lab's libtorch module, one file: lib/attnscale/, where bin/attnscale looks for it. The Python
+# package's _lab, which looks next to itself, finds it through a symbolic link (below). Both
+# components that open it install it, so each works installed alone (a whole install writes it once).
 if(TARGET attnscale_torch_units)
-  install(TARGETS attnscale_torch_units LIBRARY DESTINATION ${ATTNSCALE_TORCH_MODULE_INSTALL_DIR} COMPONENT cli)
+  foreach(component cli python)
+    install(TARGETS attnscale_torch_units LIBRARY DESTINATION ${ATTNSCALE_TORCH_MODULE_INSTALL_DIR}
+            COMPONENT ${component})
+  endforeach()
 endif()
 
 # The Python package goes where Debian's python3 looks for it, chosen when installing (the prefix
@@ -79,6 +94,15 @@ if(TARGET _attnscale)
   endif()
   install(DIRECTORY ${ATTNSCALE_PYTHON_PACKAGE_DIR} DESTINATION "\${ATTNSCALE_PYTHON_DIR}" COMPONENT python
           PATTERN __pycache__ EXCLUDE ${torch_module_copy})
+  # Its extension modules stripped like the installed targets under `cmake --install --strip` (and
+  # in the .deb, CPACK_STRIP_FILES): install(DIRECTORY) copies them as they are.
+  install(CODE "
+    if(CMAKE_INSTALL_DO_STRIP)
+      file(GLOB modules \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/\${ATTNSCALE_PYTHON_DIR}/attnscale/_*.so\")
+      foreach(module \${modules})
+        execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-unneeded \${module} COMMAND_ERROR_IS_FATAL ANY)
+      endforeach()
+    endif()" COMPONENT python)
   if(TARGET attnscale_torch_units)
     # attnscale/libattnscale_torch_units.so → ../../../attnscale/libattnscale_torch_units.so (the
     # path between the two folders, whichever Python folder was chosen): the build tree's copy

@@ -2,14 +2,17 @@
 
 `cmake --install` into a temporary prefix, then: README.md's C++ example (extracted as written)
 built by a separate CMake project through find_package(attnscale) against the shared and the static
-library, and by g++ through pkg-config; the installed CLI and Python package; the Debian package
-from cpack, unpacked and also installed with dpkg -i (as root) and purged again; the wheel from
-`pip install .` in a venv. Also: a project that adds attnscale with
-add_subdirectory() configures without the test, CLI and Python dependencies and keeps its own
-settings. ATTNSCALE_BUILD names the built build folder (`make test` sets it); the install, the
-package and the wheel reuse what it built.
+library, and by g++ through pkg-config; the installed CLI and Python package; each install component
+alone, and a consumer of the shared library from the `development` component alone with neither MPI
+nor Highway's CMake package to be found; the Debian package from cpack, unpacked and also installed
+with dpkg -i (as root) and purged again; the wheel from `pip wheel .` installed in a venv. Also: a
+project that adds attnscale with add_subdirectory() configures without the test, CLI and Python
+dependencies, keeps its own settings and builds the library under -Werror. ATTNSCALE_BUILD names
+the built build folder (`make test` sets it); the install, the package and the wheel reuse what it
+built.
 """
 import fcntl
+import importlib.util
 import os
 import pathlib
 import re
@@ -20,6 +23,8 @@ import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BUILD = pathlib.Path(os.environ["ATTNSCALE_BUILD"]).resolve()
+CONSUMER = ROOT / "tests/install/consumer"
+VERSION = re.search(r"project\(attnscale VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text()).group(1)
 PYTHON_DIR = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/dist-packages"
 EXAMPLE_OUTPUT = re.compile(r"largest \|out - float64 reference\| = \S+")
 # A Python snippet that must run from the installed package, not from the source or build tree.
@@ -28,6 +33,14 @@ IMPORT_CHECK = (
     "q = np.random.default_rng(0).standard_normal((2, 5, 8), dtype=np.float32); "
     "o = attnscale.attention(q, q, q, causal=True); assert o.shape == (2, 5, 8); "
     "print(attnscale.__file__)"
+)
+# The installed distribution's version and the module's own.
+VERSION_CHECK = "import importlib.metadata as m, attnscale; print(m.version('attnscale'), attnscale.__version__)"
+# attnscale.torch: a differentiable call on torch tensors.
+TORCH_WRAPPER_CHECK = (
+    "import torch, attnscale.torch; torch.manual_seed(0); q = torch.randn(1, 2, 5, 8, requires_grad=True); "
+    "o = attnscale.torch.attention(q, q, q, causal=True); o.sum().backward(); "
+    "assert o.shape == q.grad.shape == (1, 2, 5, 8)"
 )
 # Where libtorch was found: the lab's libtorch module, which the CLI finds at ../lib/attnscale/ and
 # attnscale._lab next to itself (src/lab/experiments/training/torch_module.h). One training step
@@ -54,12 +67,29 @@ def python_env(path):
     return env
 
 
+def check_cli_training(cli, cwd):
+    """One training step through an installed CLI, where libtorch was found."""
+    if WITH_TORCH:
+        assert "train_loss" in run([cli, *TINY_TRAINING], cwd=cwd).stdout
+
+
+def check_python_training(site, cwd):
+    """One training step through an installed Python package, where libtorch was found."""
+    if WITH_TORCH:
+        run([sys.executable, "-c", TRAINING_CHECK], cwd=cwd, env=python_env(site))
+
+
 def check_training(cli, site, cwd):
-    """One training step through the installed CLI and the installed Python package, where built."""
-    if not WITH_TORCH:
-        return
-    assert "train_loss" in run([cli, *TINY_TRAINING], cwd=cwd).stdout
-    run([sys.executable, "-c", TRAINING_CHECK], cwd=cwd, env=python_env(site))
+    check_cli_training(cli, cwd)
+    check_python_training(site, cwd)
+
+
+def dangling_links(root):
+    return [p for p in pathlib.Path(root).rglob("*") if p.is_symlink() and not p.exists()]
+
+
+# Without MPI (built with it: attnscale::distributed and its header are installed).
+WITH_MPI = (BUILD / "src/libattnscale_distributed.a").exists()
 
 
 @pytest.fixture(scope="module")
@@ -67,6 +97,18 @@ def prefix(tmp_path_factory):
     p = tmp_path_factory.mktemp("prefix")
     run(["cmake", "--install", BUILD, "--prefix", p])
     return p
+
+
+@pytest.fixture(scope="module")
+def components(tmp_path_factory):
+    """Each install component alone, in a prefix of its own: {component: prefix}."""
+    root = tmp_path_factory.mktemp("components")
+    for component in COMPONENTS:
+        run(["cmake", "--install", BUILD, "--component", component, "--prefix", root / component])
+    return {component: root / component for component in COMPONENTS}
+
+
+COMPONENTS = ["runtime", "development", "cli", "python"]
 
 
 @pytest.fixture(scope="module")
@@ -98,25 +140,93 @@ def test_installed_tree_holds_every_part(prefix):
     check_torch_module_installed_once(prefix, PYTHON_DIR)
 
 
+def test_each_component_installs_alone(components, tmp_path):
+    # One component installed without the others is complete: no link into a file another
+    # component holds (the Python package's link to the libtorch module), and each part runs.
+    for component, root in components.items():
+        assert not dangling_links(root), (component, dangling_links(root))
+    runtime = sorted(p.name for p in components["runtime"].rglob("*") if not p.is_dir())
+    assert runtime == ["libattnscale.so.0", f"libattnscale.so.{VERSION}"], runtime
+    for rel in ["include/attnscale/attention.h", "lib/libattnscale.a", "lib/libattnscale.so",
+                f"lib/libattnscale.so.{VERSION}", "lib/cmake/attnscale/attnscaleConfig.cmake",
+                "lib/pkgconfig/attnscale.pc"]:
+        assert (components["development"] / rel).exists(), rel
+    cli = components["cli"] / "bin/attnscale"
+    assert run([cli, "--version"]).stdout.startswith(VERSION)
+    check_cli_training(cli, tmp_path)
+    site = components["python"] / PYTHON_DIR
+    run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site))
+    check_torch_module_installed_once(components["python"], PYTHON_DIR)
+    check_python_training(site, tmp_path)
+
+
 def test_readme_example_through_find_package(prefix, example, tmp_path):
-    run(["cmake", "-S", ROOT / "tests/install/consumer", "-B", tmp_path, "-G", "Ninja",
-         f"-DCMAKE_PREFIX_PATH={prefix}", f"-DEXAMPLE={example}", "-DCMAKE_BUILD_TYPE=Release"])
+    distributed = [f"-DWITH_DISTRIBUTED={'ON' if WITH_MPI else 'OFF'}"]
+    run(["cmake", "-S", CONSUMER, "-B", tmp_path, "-G", "Ninja", f"-DCMAKE_PREFIX_PATH={prefix}",
+         f"-DEXAMPLE={example}", "-DCMAKE_BUILD_TYPE=Release", *distributed])
     run(["cmake", "--build", tmp_path])
     for exe in ["example_shared", "example_static"]:
         assert EXAMPLE_OUTPUT.search(run([tmp_path / exe]).stdout)
+    if WITH_MPI:
+        assert "holds 5 of 10 rows" in run([tmp_path / "example_distributed"]).stdout
     # The shared build loads the installed libattnscale.so, not the build tree's.
     ldd = run(["ldd", tmp_path / "example_shared"]).stdout
     assert f"{prefix}/lib/libattnscale.so.0" in ldd, ldd
 
 
+def test_find_package_in_a_clean_environment(components, example, tmp_path):
+    # The shared library's user, from the development component alone, where neither MPI nor
+    # Highway's CMake package can be found: the package looks for neither, enables no C compiler
+    # and leaves the project's C++17 alone (the consumer builds with -Werror).
+    common = ["cmake", "-S", CONSUMER, "-G", "Ninja", f"-DCMAKE_PREFIX_PATH={components['development']}",
+              f"-DEXAMPLE={example}"]
+    build = tmp_path / "shared"
+    run([*common, "-B", build, "-DWITH_STATIC=OFF", "-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON",
+         "-DCMAKE_DISABLE_FIND_PACKAGE_hwy=ON"])
+    run(["cmake", "--build", build])
+    assert EXAMPLE_OUTPUT.search(run([build / "example_shared"]).stdout)
+    assert "CMAKE_C_COMPILER:" not in (build / "CMakeCache.txt").read_text()
+    commands = run(["ninja", "-C", build, "-t", "commands", "example_shared"]).stdout
+    assert "c++20" not in commands, commands
+    # Asking for a part whose dependency is missing fails, naming what to install.
+    missing = {"static": (["-DCMAKE_DISABLE_FIND_PACKAGE_hwy=ON"], "libhwy-dev"),
+               "distributed": (["-DWITH_STATIC=OFF", "-DWITH_DISTRIBUTED=ON", "-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON"],
+                               "libopenmpi-dev" if WITH_MPI else "built without MPI")}
+    for component, (args, named) in missing.items():
+        r = subprocess.run([str(a) for a in [*common, "-B", tmp_path / component, *args]], capture_output=True, text=True)
+        assert r.returncode != 0 and named in " ".join(r.stderr.split()), (component, r.stderr)
+
+
+def test_public_headers_need_only_cxx17(prefix, tmp_path):
+    # The package asks its users for C++17 (cxx_std_17, the pkg-config file's note): every installed
+    # header compiles alone as C++17 without a warning (distributed.h needs mpi.h: left out here).
+    for header in sorted((prefix / "include/attnscale").glob("*.h")):
+        if header.name == "distributed.h":
+            continue
+        source = tmp_path / f"{header.stem}.cc"
+        source.write_text(f'#include "attnscale/{header.name}"\n')
+        run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Wpedantic", "-Werror", "-fsyntax-only",
+             f"-I{prefix}/include", source])
+
+
 def test_readme_example_through_pkg_config(prefix, example, tmp_path):
-    env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / "lib/pkgconfig"))
+    # Only attnscale's own .pc on the search path: the flags need no other package's .pc (not
+    # libhwy-dev's) and carry nothing of Highway's; --static adds what the archive links.
+    env = dict(os.environ, PKG_CONFIG_LIBDIR=str(prefix / "lib/pkgconfig"))
+    env.pop("PKG_CONFIG_PATH", None)
     flags = run(["pkg-config", "--cflags", "--libs", "attnscale"], env=env).stdout.split()
+    assert [f[:2] for f in flags] == ["-I", "-L", "-l"] and flags[-1] == "-lattnscale", flags
     exe = tmp_path / "example"
     # As a demanding project builds it: the public headers and the example warn about nothing.
     run(["g++", "-std=c++20", "-O1", "-Wall", "-Wextra", "-Werror", example, *flags, "-o", exe])
     out = run([exe], env=dict(os.environ, LD_LIBRARY_PATH=str(prefix / "lib"))).stdout
     assert EXAMPLE_OUTPUT.search(out)
+    static = run(["pkg-config", "--static", "--libs", "attnscale"], env=env).stdout.split()
+    assert static[-2:] == ["-pthread", "-lhwy"], static
+    static = ["-l:libattnscale.a" if f == "-lattnscale" else f for f in static]  # the archive, by name
+    run(["g++", "-std=c++20", "-O1", example, *flags[:1], *static, "-o", exe])
+    assert "libattnscale" not in run(["ldd", exe]).stdout
+    assert EXAMPLE_OUTPUT.search(run([exe]).stdout)
 
 
 def test_installed_cli_and_python_package(prefix, tmp_path):
@@ -132,6 +242,7 @@ def test_add_subdirectory_needs_only_the_library(tmp_path):
     (parent / "CMakeLists.txt").write_text(f"""
 cmake_minimum_required(VERSION 3.25)
 project(parent LANGUAGES CXX)
+set(CMAKE_CXX_STANDARD 17)
 add_subdirectory({ROOT} attnscale)
 add_executable(app app.cc)
 target_link_libraries(app PRIVATE attnscale::attnscale)
@@ -147,7 +258,7 @@ file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
 """)
     (parent / "app.cc").write_text('#include "attnscale/attention.h"\nint main() { return 0; }\n')
     build = tmp_path / "build"
-    run(["cmake", "-S", parent, "-B", build, "-G", "Ninja"])
+    run(["cmake", "-S", parent, "-B", build, "-G", "Ninja", "-DCMAKE_CXX_FLAGS=-Wall -Wextra -Werror"])
     assert (build / "seen.txt").read_text() == "runtime=;library=;archive=;options=;type=;mpi_global="
     cache = (build / "CMakeCache.txt").read_text()
     for dependency in ["GTest_DIR", "GTEST_INCLUDE_DIR", "CLI11_DIR", "pybind11_DIR", "nlohmann_json_DIR",
@@ -158,6 +269,33 @@ file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
     targets = run(["cmake", "--build", build, "--target", "help"]).stdout
     for absent in ["attnscale_cli", "unit_tests", "lab_tests", "_attnscale", "attnscale_lab"]:
         assert f"{absent}:" not in targets, absent
+    # The parent's -Wall -Wextra -Werror reach the library's sources: kernels.cc, which has unused
+    # parameters, builds (the whole library would take minutes); app stays C++17.
+    run(["cmake", "--build", build, "--target", "attnscale/src/CMakeFiles/attnscale_objects.dir/attention/kernels.cc.o",
+         "CMakeFiles/app.dir/app.cc.o"])
+    app = run(["ninja", "-C", build, "-t", "commands", "CMakeFiles/app.dir/app.cc.o"]).stdout
+    assert "c++20" not in app, app
+
+
+def check_debian_package_contents(deb, root):
+    """What Debian asks of a package's files (lintian's checks of them): everything under /usr and
+    nothing in /usr/local, owned by root, writable by root alone, shared objects not executable,
+    ELF files stripped; libattnscale.so.0's shlibs entry and ldconfig trigger; the prerm."""
+    for line in run(["dpkg-deb", "-c", deb]).stdout.splitlines():
+        mode, owner, path = line.split()[0], line.split()[1], line.split()[5]
+        assert path.startswith("./usr/") and not path.startswith("./usr/local"), line
+        assert owner == "root/root", line
+        if mode[0] != "l":
+            assert "w" not in mode[4:], line
+        if mode[0] == "-" and ".so" in path:
+            assert "x" not in mode, line
+    elves = [p for p in root.rglob("*") if p.is_file() and not p.is_symlink() and p.read_bytes()[:4] == b"\x7fELF"]
+    assert elves
+    for elf in elves:
+        assert ".symtab" not in run(["readelf", "-S", "-W", elf]).stdout, f"{elf} is not stripped"
+    assert run(["dpkg-deb", "-I", deb, "triggers"]).stdout.split() == ["activate-noawait", "ldconfig"]
+    assert run(["dpkg-deb", "-I", deb, "shlibs"]).stdout.split() == ["libattnscale", "0", "attnscale", "(>=", f"{VERSION})"]
+    assert "__pycache__" in run(["dpkg-deb", "-I", deb, "prerm"]).stdout
 
 
 def test_debian_package_installs_and_runs(tmp_path):
@@ -168,6 +306,7 @@ def test_debian_package_installs_and_runs(tmp_path):
     fields = run(["dpkg-deb", "-f", deb, "Package", "Depends"]).stdout
     depends = re.search(r"^Depends: (.*)$", fields, re.M).group(1)
     assert "libhwy" in depends and "python3-numpy" in depends, depends
+    assert not re.search(r"-dev\b", depends), depends  # development files are suggested, not required
     # Every dependency is satisfied on this machine (dpkg's own check of a dependency list).
     control = tmp_path / "control"
     control.write_text("")
@@ -178,6 +317,7 @@ def test_debian_package_installs_and_runs(tmp_path):
     run(["dpkg-deb", "-x", deb, root])
     out = run([root / "usr/bin/attnscale", "explain"]).stdout
     assert "softmax" in out.lower(), out
+    check_debian_package_contents(deb, root)
     site = root / "usr/lib/python3/dist-packages"
     check_torch_module_installed_once(root / "usr", "lib/python3/dist-packages")
     where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site)).stdout
@@ -203,7 +343,8 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
         run(["dpkg", "-i", deb])
         out = run(["/usr/bin/attnscale", "explain"], cwd=tmp_path).stdout
         assert "softmax" in out.lower(), out
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        # As a user runs it: Python writes its bytecode beside the modules (which purge must remove).
+        env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONDONTWRITEBYTECODE")}
         where = run(["/usr/bin/python3", "-c", IMPORT_CHECK], cwd=tmp_path, env=env).stdout.strip()
         assert where.startswith("/usr/lib/python3/dist-packages/attnscale"), where
         check_training("/usr/bin/attnscale", "/usr/lib/python3/dist-packages", tmp_path)
@@ -215,22 +356,39 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
     finally:
         # --purge, not -r: dpkg keeps no record of the package ("config-files") afterwards.
         subprocess.run(["dpkg", "--purge", "attnscale"], capture_output=True)
-    assert not pathlib.Path("/usr/bin/attnscale").exists()
+    # Nothing left behind, not even the folder of the Python package, which running it as root
+    # filled with bytecode (removed by the package's prerm).
+    for left in ["/usr/bin/attnscale", "/usr/include/attnscale", "/usr/lib/attnscale", "/usr/lib/cmake/attnscale",
+                 "/usr/lib/libattnscale.so.0", "/usr/lib/pkgconfig/attnscale.pc", "/usr/lib/python3/dist-packages/attnscale"]:
+        assert not os.path.lexists(left), f"dpkg --purge left {left}"
     gone = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
     assert gone.returncode != 0, f"dpkg still knows attnscale: {gone.stdout}"
 
 
 def test_wheel_installs_into_a_venv(tmp_path):
+    # As a project without an index gets it: `pip wheel` of the source tree, then that wheel
+    # installed with --no-index into a venv; its metadata, the kernels, the torch wrapper and a
+    # training run (the libtorch module inside the wheel).
     venv = tmp_path / "venv"
     run([sys.executable, "-m", "venv", "--system-site-packages", venv])
     py = venv / "bin/python"
     env = dict(os.environ, ATTNSCALE_CMAKE_BUILD_DIR=str(BUILD), PIP_DISABLE_PIP_VERSION_CHECK="1")
     env.pop("PYTHONPATH", None)
-    run([py, "-m", "pip", "install", "--no-build-isolation", "--no-index", "-q", ROOT], env=env, cwd=tmp_path)
+    dist = tmp_path / "dist"
+    run([py, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q", "-w", dist, ROOT],
+        env=env, cwd=tmp_path)
+    wheels = sorted(dist.glob(f"attnscale-{VERSION}-*.whl"))
+    assert len(wheels) == 1, sorted(dist.iterdir())
+    # The reused build folder was brought up to date whole: its CLI still opens its libtorch module.
+    check_cli_training(BUILD / "bin/attnscale", tmp_path)
     env.pop("ATTNSCALE_CMAKE_BUILD_DIR")
+    run([py, "-m", "pip", "install", "--no-index", "-q", wheels[0]], env=env, cwd=tmp_path)
     where = run([py, "-c", IMPORT_CHECK], cwd=tmp_path, env=env).stdout.strip()
     purelib = run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], env=env).stdout.strip()
     assert where.startswith(purelib), (where, purelib)
-    assert "attnscale" in run([py, "-m", "pip", "list"], env=env).stdout
+    versions = run([py, "-c", VERSION_CHECK], cwd=tmp_path, env=env).stdout.split()
+    assert versions == [VERSION, VERSION], versions
+    if importlib.util.find_spec("torch"):
+        run([py, "-c", TORCH_WRAPPER_CHECK], cwd=tmp_path, env=env)
     if WITH_TORCH:
         run([py, "-c", TRAINING_CHECK], cwd=tmp_path, env=env)
