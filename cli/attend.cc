@@ -132,7 +132,10 @@ void add_attend(CLI::App& app) {
   sub->add_option("--v", flags->v, "Values .npy [..., Nkv, dv]")->required()->type_name("FILE");
   sub->add_option("--out", flags->out, "Output .npy [..., Nq, dv]")->required()->type_name("FILE");
   sub->add_option("--lse", flags->lse, "Also write log-sum-exp per query row [..., Nq]")->type_name("FILE");
-  sub->add_option("--probs", flags->probs, "Also write the probability matrix [..., Nq, Nkv]")->type_name("FILE");
+  sub->add_option("--probs", flags->probs,
+                  "Also write the probability matrix [..., Nq, Nkv] (with --dropout: P before dropout, a dropped\n"
+                  "entry as -P_ij; the output is the kept entries / (1 - p) times V)")
+      ->type_name("FILE");
   flags->mask.add_to(*sub);
   sub->add_flag("--reference", flags->reference, "Use the naive float64 reference instead of the fast path");
   sub->add_flag("--allow-nonfinite", flags->allow_nonfinite,

@@ -73,10 +73,19 @@ void run_and_write(const lab::Experiment& e, const ExperimentFlags& f, const lab
   // Say so when a row has no interval, and why: a row of one point has too few trials for it; a row
   // over every point (a parameter "all": variance's log-log slope, training's summary over seeds)
   // has too few points behind it, whatever the trials.
-  std::ptrdiff_t per_point = 0, across = 0;
+  // A row whose statistic itself is NaN over 2 or more trials (nothing to measure at its settings,
+  // e.g. projections' correlation between components at d = 1) has no interval whatever the trials:
+  // it is told apart. (Over 1 trial a variance is NaN too, for want of trials.)
+  std::ptrdiff_t per_point = 0, across = 0, undefined = 0;
   for (const lab::Row& r : table.rows)
-    if (std::isnan(r.ci_low))
+    if (std::isnan(r.mean) && table.meta.trials >= 2)
+      ++undefined;
+    else if (std::isnan(r.ci_low))
       ++(std::find(r.params.begin(), r.params.end(), "all") != r.params.end() ? across : per_point);
+  if (undefined > 0)
+    std::fprintf(stderr,
+                 "attnscale: note: %td of %zu rows are nan: their statistic is not defined at their point's settings\n",
+                 undefined, table.rows.size());
   if (per_point + across > 0) {
     const std::string trials = table.meta.trials == 1 ? std::string("1 trial is too few for it")
                                                       : fmt::format("{} trials are too few for it", table.meta.trials);
@@ -168,7 +177,8 @@ void add_experiment(CLI::App& app) {
     x->add_option("--seed", flags->seed, "master seed of the random streams")->capture_default_str()->check(seed_range());
     // Given, it must be positive: 0 is not a way to ask for the default (leave the flag out).
     x->add_option("--trials", flags->trials,
-                  fmt::format("Monte Carlo trials per point (default {})", e.default_trials))
+                  e.trials_unused.empty() ? fmt::format("Monte Carlo trials per point (default {})", e.default_trials)
+                                          : "not taken: " + e.trials_unused)
         ->check(integer_in<std::int64_t>(1, std::int64_t{1} << 31));
     x->add_option("--threads", flags->threads, "threads (0: $ATTNSCALE_THREADS, else all cores)")
         ->capture_default_str()

@@ -95,6 +95,37 @@ std::string scale_text(const Scale& scale, std::int64_t dk, double s) {
   return fmt::format("s = {:.6g} (given; 1/√d_k would be {:.4g})", s, 1 / std::sqrt(static_cast<double>(dk)));
 }
 
+// What a mask does to each score of an [nq, nkv] problem (batch and head 1, as explain's inputs
+// are): hidden (-inf) or a value added, row-major.
+struct MaskTerms {
+  std::vector<char> hidden;
+  std::vector<double> added;
+  bool hides_any = false, adds_any = false;
+};
+
+MaskTerms mask_terms(const Mask& mask, std::int64_t nq, std::int64_t nkv) {
+  MaskTerms t{std::vector<char>(nq * nkv, 0), std::vector<double>(nq * nkv, 0.0)};
+  const TensorView& m = mask.explicit_mask;  // validated by forward(): nq * nkv elements in C order
+  for (std::int64_t i = 0; i < nq; ++i) {
+    const std::int64_t diag = i + (mask.align == Align::bottom_right ? nkv - nq : 0);
+    for (std::int64_t j = 0; j < nkv; ++j) {
+      const std::int64_t e = i * nkv + j;
+      bool hide = (mask.causal && j > diag) || (mask.window_left >= 0 && j < diag - mask.window_left) ||
+                  (mask.window_right >= 0 && j > diag + mask.window_right);
+      if (m.dtype == DType::u8 && !m.empty()) hide = hide || static_cast<const std::uint8_t*>(m.data)[e] == 0;
+      if ((m.dtype == DType::f32 || m.dtype == DType::f64) && !m.empty()) {
+        const double a = m.dtype == DType::f32 ? static_cast<const float*>(m.data)[e] : static_cast<const double*>(m.data)[e];
+        hide = hide || a == -INFINITY;
+        t.added[e] = hide ? 0.0 : a;
+        t.adds_any = t.adds_any || t.added[e] != 0.0;
+      }
+      t.hidden[e] = hide;
+      t.hides_any = t.hides_any || hide;
+    }
+  }
+  return t;
+}
+
 void run(ExplainFlags& f) {
   Tensor mask_storage;
   const Options options = f.mask.options(mask_storage);
@@ -154,15 +185,19 @@ void run(ExplainFlags& f) {
   std::printf("   Why: with independent unit-variance components, Var(q·k) = d_k, so s = 1/√d_k\n"
               "   keeps the scores at unit variance whatever d_k is.\n");
   for (double& x : S.a) x *= s;
-  const bool masked = options.mask.causal || options.mask.has_window() || !options.mask.explicit_mask.empty();
-  if (masked) {
-    // S_ij = lse_i + log P_ij recovers each visible score (additive mask values included) and
-    // gives -inf where the mask hides key j.
-    for (std::int64_t i = 0; i < S.rows; ++i)
-      for (std::int64_t j = 0; j < S.cols; ++j)
-        S(i, j) = std::isinf(lse[i]) ? -INFINITY : lse[i] + std::log(P(i, j));
-    std::printf("   The mask hides some keys: their scores become -inf (shown with any additive mask).\n");
-  }
+  // The mask's term of each score, from Mask's definitions (attention.h): causal hides j > diag(i),
+  // the window j < diag(i) - left and j > diag(i) + right, a boolean mask its zeros; an additive
+  // mask adds its values. Computed from the flags rather than recovered as lse + log P, which is
+  // -inf for a visible key whose weight underflows (a score 745 below its row's largest).
+  const MaskTerms terms = mask_terms(options.mask, Q.rows, K.rows);
+  for (std::size_t e = 0; e < S.a.size(); ++e) S.a[e] = terms.hidden[e] ? -INFINITY : S.a[e] + terms.added[e];
+  if (terms.hides_any)
+    std::printf("   The mask hides some keys: their scores become -inf%s.\n",
+                terms.adds_any ? " (the additive mask's values are added to the others)" : "");
+  else if (terms.adds_any)
+    std::printf("   The additive mask's values are added to the scores.\n");
+  else if (options.mask.causal || options.mask.has_window() || !options.mask.explicit_mask.empty())
+    std::printf("   The mask hides no key here.\n");
   print("S = Q K^T * s", S);
 
   std::printf("Step 3. Softmax of each row, over the keys: P_ij = exp(S_ij - m_i) / l_i, with the row\n"
@@ -180,7 +215,10 @@ void run(ExplainFlags& f) {
                 l, lse[i]);
   }
   std::printf("\n");
-  print("P = softmax(S) (each row sums to 1)", P);
+  const bool row_fully_masked = std::any_of(lse.begin(), lse.end(), [](double x) { return x == -INFINITY; });
+  print(row_fully_masked ? "P = softmax(S) (each row sums to 1, a fully masked row to 0)"
+                         : "P = softmax(S) (each row sums to 1)",
+        P);
 
   std::printf("Step 4. Output O = P V: each output row is a weighted average of the value rows.\n");
   print("O", O);
@@ -213,18 +251,30 @@ void run(ExplainFlags& f) {
     }
     // What the rows above show, not what the usual s < 1 would: s > 1 sharpens the rows itself, a
     // negative s reverses the order of the scores, and a row that sees one key keeps it whatever s.
+    // "each row's weight" only when every row changed; otherwise how many did.
+    const auto rows_whose = [&](int changed) {
+      return changed == P.rows ? std::string("each row's weight")
+                               : fmt::format("the weight of {} of the {} rows", changed, P.rows);
+    };
+    const std::int64_t kept = P.rows - sharper - flatter;
+    const std::string others_keep = kept == 0   ? ""
+                                    : kept == 1 ? " (the other row keeps its own, to the digits printed)"
+                                                : " (the other rows keep theirs, to the digits printed)";
     if (sharper > 0 && flatter == 0)
-      std::printf("   Without the scale the scores' spread grows like √d_k, and each row's weight crowds onto\n"
-                  "   fewer keys.\n");
+      std::printf("   Without the scale the scores' spread grows like √d_k, and %s crowds onto\n"
+                  "   fewer keys%s.\n",
+                  rows_whose(sharper).c_str(), others_keep.c_str());
     else if (flatter > 0 && sharper == 0)
-      std::printf("   This s enlarges the scores: without it each row's weight spreads over more keys.\n");
+      std::printf("   This s enlarges the scores: without it %s spreads over more keys%s.\n",
+                  rows_whose(flatter).c_str(), others_keep.c_str());
     else if (sharper > 0)
       std::printf("   Without the scale the largest weight rises in %d rows and falls in %d: s = %.4g does not\n"
                   "   just shrink the scores.\n",
                   sharper, flatter, s);
     else
-      std::printf("   No row's largest weight changes here: a row that sees a single key, or whose visible\n"
-                  "   scores are all equal, has the same weights whatever the scale.\n");
+      std::printf("   No row's largest weight changes here, to the digits printed: a row that sees a single key,\n"
+                  "   or whose visible scores are all equal, has the same weights whatever the scale, and a row\n"
+                  "   already on one key stays there.\n");
   }
 }
 

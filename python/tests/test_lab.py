@@ -24,8 +24,9 @@ def openblas_core():
 
 
 def cli_csv(cli, name, seed, trials, threads, **flags):
-    args = [cli, "experiment", name, "--format", "csv", "--seed", str(seed), "--trials", str(trials),
-            "--threads", str(threads)]
+    args = [cli, "experiment", name, "--format", "csv", "--seed", str(seed), "--threads", str(threads)]
+    if trials is not None:
+        args += ["--trials", str(trials)]
     for key, value in flags.items():
         args += ["--" + key, value]
     # The CLI on the OpenBLAS kernels this process runs (libtorch's products in the training runs
@@ -72,12 +73,14 @@ def test_defaults_match_the_cli(cli, name):
     trains = any(flag == "grid" for e in lab.experiments() if e["name"] == name for flag, _, _ in e["flags"])
     assert not trains or name in SMALL, f"{name} trains models: give it a tiny sweep in SMALL"
     flags = SMALL.get(name, {})
-    rows = lab.run(name, seed=7, trials=3, threads=1, as_frame=False,
+    trials = None if trains else 3  # a training run has no trials (--seeds sets its runs)
+    rows = lab.run(name, seed=7, trials=trials, threads=1, as_frame=False,
                    **{k.replace("-", "_"): v for k, v in flags.items()})
-    text = cli_csv(cli, name, 7, 3, 2, **flags)
+    text = cli_csv(cli, name, 7, trials, 2, **flags)
     assert rows.csv == text
     assert_same_numbers(rows, text)
-    assert rows.metadata["seed"] == 7 and rows.metadata["trials"] == 3 and rows.metadata["experiment"] == name
+    assert rows.metadata["seed"] == 7 and rows.metadata["experiment"] == name
+    assert rows.metadata["trials"] == (1 if trains else 3)
 
 
 def test_saturation_sweep_matches_the_cli(cli):
@@ -143,6 +146,11 @@ def test_counts_out_of_range_or_not_integers_are_refused_by_name(keyword, value)
     # raised pybind11's "incompatible function arguments" with the whole signature.
     with pytest.raises(ValueError, match=rf"^{keyword}: must be an integer from \d+ to "):
         lab.variance(d=[1, 4], **{"trials": 3, keyword: value})
+
+
+def test_trials_of_a_training_run_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"^--trials: experiment training trains models, it has no trials; --seeds "):
+        lab.training(grid="quick", trials=4)
 
 
 def test_a_listed_value_twice_is_refused():

@@ -168,8 +168,9 @@ DType parse_descr(const std::string& path, const std::string& d) {
   if (d == "<f4") return DType::f32;
   if (d == "<f8") return DType::f64;
   if (d == "|b1" || d == "|u1" || d == "<u1" || d == ">u1" || d == "b1" || d == "u1") return DType::u8;
-  // The little-endian spelling of the same type ('>f8' -> '<f8', never a narrower one).
-  if (!d.empty() && d[0] == '>')
+  // The little-endian spelling of the same type ('>f8' -> '<f8', never a narrower one), offered only
+  // where that spelling is read: '>u2' -> '<u2' would only be refused next.
+  if (d == ">f4" || d == ">f8")
     fail(path, "big-endian data ('" + printable(d) + "') is not supported; save it little-endian (arr.astype('<" +
                    printable(d.substr(1)) + "'))");
   fail(path, "unsupported dtype '" + printable(d) + "' (expected float32 '<f4', float64 '<f8', bool or uint8)");

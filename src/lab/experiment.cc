@@ -4,12 +4,14 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <new>
 
 #include "attnscale/error.h"
 #include "attnscale/version.h"
 #include "common/parallel.h"
 #include "lab/point_scheduler.h"
 #include "lab/registry.h"
+#include "lab/rng.h"
 
 namespace attnscale::lab {
 namespace {
@@ -57,6 +59,17 @@ SweepDefinition sweep_definition(const Experiment& e, const Args& args,
   }
   d.emplace_back("points", list);
   return d;
+}
+
+// A point whose arrays the machine cannot hold (--trials 2^31 keeps 2^31 results per metric; length
+// at N = 2^20, d = 2^16 draws K of 512 GiB): one line naming the trials and the point's parameters,
+// in place of std::bad_alloc.
+std::string out_of_memory(const Experiment& e, const Args& args, const std::vector<std::string>& point) {
+  std::string where;
+  for (std::size_t k = 0; k < point.size() && k < e.param_names.size(); ++k)
+    where += (k ? ", " : "") + e.param_names[k] + " = " + point[k];
+  return "--trials " + std::to_string(args.trials) + " at the point " + where +
+         ": more memory than this machine can give; fewer trials or smaller sizes need less";
 }
 
 }  // namespace
@@ -142,6 +155,7 @@ Sweep plan_sweep(const Experiment& e, const std::map<std::string, std::string>& 
       args.values[name] = value;
     }
     if (trials < 0) throw Error("--trials: must be positive, got " + std::to_string(trials));
+    if (trials > 0 && !e.trials_unused.empty()) throw Error("--trials: " + e.trials_unused);
     args.seed = seed;
     args.trials = trials > 0 ? trials : e.default_trials;
     if (args.trials > (std::int64_t{1} << 31))
@@ -165,7 +179,11 @@ ResultTable run_sweep(const Experiment& e, const Sweep& sweep, const Progress& p
       [&](std::size_t i, int threads) {
         Args mine = args;
         mine.threads = threads;
-        return e.run_point(mine, points[i]);
+        try {
+          return e.run_point(mine, points[i]);
+        } catch (const std::bad_alloc&) {
+          throw Error(out_of_memory(e, args, points[i]));
+        }
       },
       completed, progress);
 
@@ -264,6 +282,26 @@ void check_one_number(const Args& a, const std::string& flag, const std::string&
                       const std::function<bool(double)>& fits) {
   const auto v = a.doubles(flag);
   if (v.size() != 1 || (fits && !fits(v[0]))) throw Error("--" + flag + ": expected one " + what);
+}
+
+void check_component_moments(const Args& a, const std::string& mean_flag, const std::string& std_flag) {
+  check_one_number(a, mean_flag, "number in [-1e6, 1e6]", [](double v) { return std::abs(v) <= 1e6; });
+  if (!std_flag.empty())
+    check_one_number(a, std_flag, "number in [1e-6, 1e6]", [](double v) { return v >= 1e-6 && v <= 1e6; });
+}
+
+std::vector<std::string> dist_names(const Args& a, const std::string& flag) {
+  const auto items = a.words(flag);
+  std::vector<std::string> names;
+  for (const auto& item : items) {
+    try {
+      names.push_back(Dist::parse(item).name());
+    } catch (const Error& e) {
+      throw Error("--" + flag + ": " + e.what());
+    }
+  }
+  require_distinct(flag, a.get(flag), items, names);
+  return names;
 }
 
 std::vector<std::vector<std::string>> n_d_points(const Args& a) {

@@ -44,6 +44,9 @@ struct Experiment {
   std::string summary;  // one line for --help
   std::vector<FlagSpec> flags;
   std::int64_t default_trials = 100;
+  // Non-empty for an experiment without Monte Carlo trials (training runs): why, and what sets its
+  // repetitions instead. A --trials it would ignore is refused with it.
+  std::string trials_unused;
   std::vector<std::string> param_names;  // the CSV's sweep columns
   // The sweep's points: units of work, each a list of values (by convention a prefix of param_names;
   // a point may produce rows for several values of the remaining parameters, e.g. every scaling

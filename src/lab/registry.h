@@ -57,6 +57,19 @@ void check_ints_in(const Args& a, const std::string& flag, std::int64_t lo, std:
 void check_one_number(const Args& a, const std::string& flag, const std::string& what = "number",
                       const std::function<bool(double)>& fits = {});
 
+// A component's mean and standard deviation (`std_flag` may be ""), each one number, |mean| and std
+// at most 1e6 and std at least 1e-6. Beyond them the statistics stop meaning anything: at d = 2^24,
+// |q·k| reaches d(μ² + σ²), whose fourth power (the kurtosis in the variance's interval) passes
+// float64's 1.8e308 once μ² + σ² is near 1e69, and Var(s·q·k) = s²·d·σ²(σ² + 2μ²) with s = 1/d falls
+// below its 2.2e-308 once σ is near 1e-73; in between, a σ tiny against μ leaves a variance that
+// float64 rounds away against the mean dμ² (relative rounding error about d·|μ|/σ · 1e-16).
+void check_component_moments(const Args& a, const std::string& mean_flag, const std::string& std_flag);
+
+// The distributions of the list flag `flag` ("laplace,t10"), each by its canonical name (Dist::name:
+// "t05" is "t5"). Throws "--flag: ..." for a name Dist::parse refuses, or one that names an earlier
+// distribution again ("t5,t05"): its rows would repeat.
+std::vector<std::string> dist_names(const Args& a, const std::string& flag);
+
 // The points (n, d) for every n of --n and, within it, every d of --d.
 std::vector<std::vector<std::string>> n_d_points(const Args& a);
 

@@ -8,10 +8,9 @@
 
 namespace attnscale::lab::theory {
 
-double var_product(double mu, double sigma) {
-  const double m2 = sigma * sigma + mu * mu;
-  return m2 * m2 - mu * mu * mu * mu;
-}
+// (σ² + μ²)² − μ⁴ = σ²(σ² + 2μ²), in the form without cancellation (for σ ≪ |μ| the difference of
+// the two fourth powers kept none of σ's digits).
+double var_product(double mu, double sigma) { return sigma * sigma * (sigma * sigma + 2 * mu * mu); }
 
 double mean_dot(std::int64_t d, double mu, double sigma, double rho) {
   return static_cast<double>(d) * (mu * mu + rho * sigma * sigma);

@@ -42,7 +42,9 @@ std::string shell_word(const std::string& v) {
 std::string reproduce_command(const lab::ResultTable& t) {
   std::string cmd = "attnscale experiment " + t.meta.experiment;
   for (const auto& [k, v] : t.meta.flags) cmd += fmt::format(" --{} {}", k, shell_word(v));
-  return cmd + fmt::format(" --trials {} --seed {}", t.meta.trials, t.meta.seed);
+  // An experiment that trains models has no trials and refuses --trials (its --seeds is above).
+  if (lab::find_experiment(t.meta.experiment).trials_unused.empty()) cmd += fmt::format(" --trials {}", t.meta.trials);
+  return cmd + fmt::format(" --seed {}", t.meta.seed);
 }
 
 // The distinct values of one metadata field over the tables, in registry order, joined by ", ".
@@ -156,7 +158,7 @@ Measurements measure(const ReportOptions& options) {
     std::unique_ptr<ProgressBar> bar;
     if (options.progress) bar = std::make_unique<ProgressBar>(fmt::format("report [{}/{}] {}", i + 1, all.size(), u.name));
     m.tables[u.name] = lab::run_experiment(
-        e, s.flags, options.seed, s.trials > 0 ? s.trials : e.default_trials, m.threads,
+        e, s.flags, options.seed, s.trials, m.threads,  // 0: the experiment's default
         [&](std::size_t done, std::size_t total, const std::vector<lab::Row>&) {
           if (bar) bar->update(done, total);
         });

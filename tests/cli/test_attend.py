@@ -246,6 +246,22 @@ def test_explain_refuses_flags_its_input_would_ignore(run, tmp_path):
     assert run("explain", *files).returncode == 0
 
 
+def test_probs_with_dropout_are_what_the_help_says(run, tmp_path):
+    # --probs with --dropout wrote negative "probabilities", which --help did not mention: a dropped
+    # entry is -P_ij (P before dropout), and the output is the kept entries / (1 - p) times V.
+    base = write_inputs(tmp_path, nq=6, nkv=9, d=5)
+    out, probs, plain = tmp_path / "o.npy", tmp_path / "p.npy", tmp_path / "p0.npy"
+    r = run("attend", *base, "--out", out, "--probs", probs, "--dropout", "0.5", "--dropout-seed", "3")
+    assert r.returncode == 0, r.stderr
+    assert run("attend", *base, "--out", tmp_path / "o0.npy", "--probs", plain).returncode == 0
+    p, p0, v = np.load(probs), np.load(plain), np.load(tmp_path / "v.npy")
+    assert (p < 0).any() and (p > 0).any()
+    np.testing.assert_array_equal(np.abs(p), p0)
+    np.testing.assert_allclose(np.load(out), (np.where(p > 0, p, 0) / 0.5) @ v, atol=1e-6)
+    help_text = " ".join(run("attend", "--help").stdout.split())
+    assert "with --dropout: P before dropout, a dropped entry as -P_ij" in help_text
+
+
 def test_score_transforms_dropout_and_packed_sequences(run, tmp_path):
     # The CLI's flags give the library's numbers (checked against the float64 reference in the
     # library's own tests), here through the Python binding on the same files.

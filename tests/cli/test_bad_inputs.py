@@ -389,6 +389,8 @@ def test_a_slope_over_two_points_blames_the_points_not_the_trials():
     (["variance", "--d", "1,1,1"], ["--d:", "1 twice"]),
     (["saturation", "--scaling", "sqrt, sqrt"], ["--scaling:", "sqrt twice"]),
     (["projections", "--x-mean", "0.5,5e-1"], ["--x-mean: each value may be listed once, got 0.5 and 5e-1"]),
+    (["variance", "--dist", "t5,t05"], ["--dist: each value may be listed once, got t5 and t05 in 't5,t05'"]),
+    (["moments", "--dist", "laplace,t5.0,t5"], ["--dist:", "got t5.0 and t5"]),
 ])
 def test_a_value_listed_twice_is_refused(tmp_path, args, words):
     # Repeated values used to repeat rows, and --d 1,1,1 fitted a slope of 0 with the interval [0, 0].
@@ -398,6 +400,85 @@ def test_a_value_listed_twice_is_refused(tmp_path, args, words):
     for w in words:
         assert w in r.stderr, (w, r.stderr)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args,words", [
+    (["variance", "--dist", "t2"], ["--dist: distribution 't2': Student-t needs nu > 2"]),
+    (["moments", "--dist", "laplace,cauchy"], ["--dist: unknown distribution 'cauchy'"]),
+])
+def test_a_bad_distribution_names_the_flag(args, words):
+    r = experiment(*args, "--trials", "3")
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["variance", "--sigma", "1e200"], ["--sigma: expected one number in [1e-6, 1e6]"]),
+    (["variance", "--sigma", "1e-200"], ["--sigma: expected one number in [1e-6, 1e6]"]),
+    (["variance", "--mu", "1e308"], ["--mu: expected one number in [-1e6, 1e6]"]),
+    (["moments", "--mu", "-1e200"], ["--mu: expected one number in [-1e6, 1e6]"]),
+    (["projections", "--x-std", "1e100"], ["--x-std: expected one number in [1e-6, 1e6]"]),
+    (["projections", "--x-mean", "1e200"], ["--x-mean: expected one number in [-1e6, 1e6]"]),
+])
+def test_component_moments_float64_cannot_measure_are_refused(tmp_path, args, words):
+    # --sigma 1e200 wrote rows of nan (theory inf), --sigma 1e-200 variances of exactly 0 with the
+    # interval [0, 0], both with exit code 0.
+    out = tmp_path / "x.csv"
+    r = experiment(*args, "--d", "4", "--trials", "3", "--out", str(out)) if args[0] != "projections" else \
+        experiment(*args, "--trials", "3", "--out", str(out))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+    for w in words:
+        assert w in r.stderr, (w, r.stderr)
+    assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
+
+
+@pytest.mark.parametrize("name", ["training", "recall"])
+def test_trials_of_a_training_experiment_are_refused_not_ignored(tmp_path, name):
+    # --trials 5 ran the same runs as without it (the help said "Monte Carlo trials per point").
+    out = tmp_path / "x.csv"
+    r = experiment(name, "--grid", "quick", "--trials", "5", "--out", str(out))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+    assert r.stderr.startswith(f"attnscale: error: --trials: experiment {name} trains models, it has no trials; "
+                               "--seeds sets the runs per configuration"), r.stderr
+    assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
+    assert "not taken: experiment" in experiment(name, "--help").stdout
+
+
+def test_projections_report_nothing_measured_as_nan_not_as_an_exact_zero():
+    # At d = 1 there is no pair of components, yet corr_q_components read 0 [0, 0] (theory 0): (iv)
+    # "met exactly"; the note then blamed too few trials for rows no number of trials would give.
+    r = experiment("projections", "--n", "4", "--dx", "3", "--d", "1", "--init", "scaled", "--layernorm", "off",
+                   "--trials", "30")
+    assert r.returncode == 0, r.stderr
+    row = next(line.split(",") for line in r.stdout.splitlines() if ",corr_q_components," in line)
+    assert row[6:9] == ["nan", "nan", "nan"], row
+    assert r.stderr == "attnscale: note: 1 of 6 rows are nan: their statistic is not defined at their point's settings\n"
+    # LayerNorm over one entry makes every row 0: refused, not measured as var_q 0 against theory 1.
+    r = experiment("projections", "--dx", "1,8", "--layernorm", "on", "--trials", "3")
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, r.stderr
+    assert "--dx: LayerNorm (--layernorm on) of a row of 1 entry is 0; give dx >= 2" in r.stderr
+
+
+def test_a_point_too_large_for_memory_is_an_error_naming_it(tmp_path):
+    # Sizes inside the flags' ranges whose arrays no machine here holds (K of 2^20 x 2^16 doubles,
+    # 512 GiB) ended in "internal error: std::bad_alloc", exit code 1, with x.csv.partial left.
+    out = tmp_path / "x.csv"
+    r = experiment("length", "--n", "1048576", "--d", "65536", "--rule", "fixed", "--trials", "2", "--out", str(out))
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
+    assert r.stderr.startswith("attnscale: error: --trials 2 at the point n = 1048576, d = 65536: more memory than "
+                               "this machine can give"), r.stderr
+    assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
+
+
+def test_variance_theory_keeps_sigma_when_the_mean_dwarfs_it():
+    # Var(q_i k_i) = (σ² + μ²)² − μ⁴ lost every digit of σ²(σ² + 2μ²) to cancellation: at μ = 1e6,
+    # σ = 1e-3 the theory read 0 (true value 1e-6 · 2e12 = 2e6 per component, 8e6 at d = 4).
+    r = experiment("variance", "--mu", "1e6", "--sigma", "1e-3", "--d", "4", "--scaling", "none", "--trials", "200")
+    assert r.returncode == 0, r.stderr
+    row = next(line.split(",") for line in r.stdout.splitlines() if ",var," in line)
+    mean, low, high, theory = map(float, row[4:8])
+    assert theory == pytest.approx(4 * 1e-6 * (1e-6 + 2e12)) and low <= theory <= high, row
 
 
 # --- empty values --------------------------------------------------------------------------------
@@ -476,6 +557,15 @@ def test_failed_write_to_stdout_is_an_error(args):
 def test_big_endian_float64_advice_keeps_float64(work):
     np.save(work / "be.npy", np.ones((4, 8), ">f8"))
     assert_refused(attend(work, q="be.npy"), work, "be.npy", "arr.astype('<f8')")
+
+
+@pytest.mark.parametrize("dtype", [">u2", ">i4", ">f2", ">c8"])
+def test_big_endian_of_an_unread_type_gets_no_advice_that_fails_next(work, dtype):
+    # '>u2' was told "save it little-endian (arr.astype('<u2'))", which is refused in turn.
+    np.save(work / "be.npy", np.ones((4, 8), dtype))
+    r = attend(work, q="be.npy")
+    assert_refused(r, work, "be.npy", f"unsupported dtype '{dtype}' (expected float32 '<f4'")
+    assert "astype" not in r.stderr
 
 
 def test_nul_in_descr_is_shown_escaped(work):

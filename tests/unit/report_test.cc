@@ -277,6 +277,28 @@ TEST(ReportSections, LengthLargestWeightFollowsTheNumbers) {
   EXPECT_EQ(level.find("falls"), std::string::npos) << level;
 }
 
+// The √(ln N) rule's largest weight falls from N = 8 to 512 in the report's own runs (0.47 to 0.21);
+// the section said it "keeps the largest weight at 0.21".
+TEST(ReportSections, LengthSqrtLogWeightIsToldByItsTwoEnds) {
+  auto text = [](double first, double last) {
+    lab::ResultTable t = length_table(0.37, 0.025, 0.01);
+    t.rows.push_back({{"8", "64", "sqrt-log"}, "max_weight", first, first - 0.02, first + 0.02, std::nullopt});
+    t.rows.push_back({{"512", "64", "sqrt-log"}, "max_weight", last, last - 0.02, last + 0.02, std::nullopt});
+    return section_text("length", "3.7", "50", t);
+  };
+  const std::string falls = text(0.47, 0.21);
+  EXPECT_EQ(falls.find("keeps the largest"), std::string::npos) << falls;
+  EXPECT_NE(falls.find("its largest\nweight falls too, from 0.47 [0.45, 0.49] to 0.21 [0.19, 0.23], by a factor of 2.2 "
+                       "against the\nfixed rule's 15, and at N = 512 it lies above the fixed rule's."),
+            std::string::npos)
+      << falls;
+  const std::string level = text(0.3, 0.29);
+  EXPECT_NE(level.find("is 0.3 [0.28, 0.32] and then 0.29 [0.27, 0.31], the same within their\nintervals, and at N = 512"),
+            std::string::npos)
+      << level;
+  EXPECT_EQ(level.find("falls too"), std::string::npos) << level;
+}
+
 TEST(ReportSections, ColumnsWordsFollowTheNumbers) {
   auto text = [](const lab::ResultTable& t) { return section_text("columns", "3.8", "50", t); };
   const std::string usual = text(columns_table(0.5, 0.1));

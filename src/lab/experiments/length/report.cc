@@ -67,10 +67,19 @@ Slots slots(const lab::ResultTable& t) {
           {"max_weight_min", fmt_ci(m0)},
           {"max_weight", fmt_ci(m1)}};
   s.merge(change_slots("weight", m0, m1));  // "falls" only where the intervals are apart
-  const auto sl = select(t, "max_weight", {{"n", nmax}, {"d", d}, {"rule", "sqrt-log"}});
-  if (!sl.empty()) {
-    s["sqrt_log"] = fmt_ci(*sl.front());
-    s["sqrt_log_higher"] = sl.front()->ci_low > m1.ci_high ? "true" : "";
+  // The √(ln N) rule's largest weight from the smallest to the largest N, told by the intervals as
+  // the fixed rule's is, with the factor each rule's weight falls by: its weight falls too, only
+  // less, so "keeps" would not follow from the rows.
+  const auto sl0 = select(t, "max_weight", {{"n", nmin}, {"d", d}, {"rule", "sqrt-log"}});
+  const auto sl1 = select(t, "max_weight", {{"n", nmax}, {"d", d}, {"rule", "sqrt-log"}});
+  if (!sl0.empty() && !sl1.empty()) {
+    s["sqrt_log"] = "true";
+    s["sqrt_log_min"] = fmt_ci(*sl0.front());
+    s["sqrt_log_max"] = fmt_ci(*sl1.front());
+    s["sqrt_log_factor"] = fmt(sl0.front()->mean / sl1.front()->mean, 2);
+    s["fixed_factor"] = fmt(m0.mean / m1.mean, 2);
+    s["sqrt_log_higher"] = sl1.front()->ci_low > m1.ci_high ? "true" : "";
+    s.merge(change_slots("sqrt_log_weight", *sl0.front(), *sl1.front()));
   }
   return s;
 }

@@ -139,11 +139,10 @@ Experiment make_moments() {
   e.param_names = {"proposition", "case", "d", "dist", "claim"};
   e.points = [](const Args& a) {
     check_ints_in(a, "d", 1, 1 << 20);
-    check_one_number(a, "mu");
+    check_component_moments(a, "mu", "");
     check_one_number(a, "rho", "number in [-1, 1]", [](double v) { return std::abs(v) <= 1; });
     check_one_number(a, "c", "number in [0, 1]", [](double v) { return v >= 0 && v <= 1; });
-    std::vector<std::string> dists;
-    for (const auto& w : a.words("dist")) dists.push_back(Dist::parse(w).name());
+    const std::vector<std::string> dists = dist_names(a, "dist");
     std::vector<std::vector<std::string>> pts;
     for (const auto& cs : kCases) {
       const std::vector<std::int64_t> ds = cs.per_d ? a.ints("d") : std::vector<std::int64_t>{1};

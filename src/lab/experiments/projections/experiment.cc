@@ -83,7 +83,9 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
     out[0] = mq / cells;
     out[1] = mq2 / cells;
     out[2] = qk / std::sqrt(mq2 * mk2);
-    out[3] = d > 1 ? qq / cells * d / (d - 1) / (mq2 / cells) : 0;
+    // At d = 1 there is no pair of components: nothing measured, so NaN rather than a 0 [0, 0] that
+    // would read as (iv) met exactly.
+    out[3] = d > 1 ? qq / cells * d / (d - 1) / (mq2 / cells) : std::nan("");
     double s2 = 0;
     for (std::int64_t i = 0; i < n; ++i)
       for (std::int64_t j = 0; j < n; ++j) {
@@ -131,8 +133,13 @@ Experiment make_projections() {
     check_scalings(a.words("init"), kInits, "init");
     for (const auto& w : a.words("layernorm"))
       if (w != "on" && w != "off") throw Error("--layernorm: expected off or on, got '" + w + "'");
-    check_one_number(a, "x-mean");
-    check_one_number(a, "x-std", "positive number", [](double v) { return v > 0; });
+    check_component_moments(a, "x-mean", "x-std");
+    // LayerNorm of a row of one entry is 0 (x minus its own mean): Q = K = 0, not the unit-variance
+    // inputs the "on" setting stands for.
+    const auto lns = a.words("layernorm");
+    if (std::find(lns.begin(), lns.end(), "on") != lns.end())
+      for (auto dx : a.ints("dx"))
+        if (dx < 2) throw Error("--dx: LayerNorm (--layernorm on) of a row of 1 entry is 0; give dx >= 2");
     std::vector<std::vector<std::string>> pts;
     for (const auto& init : a.words("init"))
       for (const auto& ln : a.words("layernorm"))

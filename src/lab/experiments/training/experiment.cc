@@ -101,8 +101,11 @@ std::vector<std::vector<std::string>> training_points(const training::Sweep& swe
     for (auto d : r.ints("d-head"))
       if (d % 2 != 0) throw Error("--positions: rotary needs even head dimensions, got --d-head " + std::to_string(d));
   const auto lrs = r.doubles("lr");
+  // At most 1e6, far past divergence (every rule diverges by η = 1): libtorch's AdamW takes its steps
+  // in float32, and η = 1e38 ended in "internal error: value cannot be converted to type float
+  // without overflow" with the journal left.
   for (double lr : lrs)
-    if (!(lr > 0)) throw Error("--lr: each value must be positive, got " + format_number(lr));
+    if (!(lr > 0) || lr > 1e6) throw Error("--lr: each value must be in (0, 1e6], got " + format_number(lr));
   const std::int64_t seeds = single_int(r, "seeds", 1, 1000);
   std::vector<std::string> checked = r.get("torch-check") == "" ? std::vector<std::string>{} : r.words("torch-check");
   check_scalings(checked, training::scaling_rules(), "torch-check");
@@ -285,6 +288,7 @@ Experiment training::sweep_experiment(const training::Sweep& sweep) {
   e.name = sweep.name;
   e.summary = sweep.summary;
   e.default_trials = 1;
+  e.trials_unused = "experiment " + sweep.name + " trains models, it has no trials; --seeds sets the runs per configuration";
   e.param_names = {"task", "attention", "scaling", "d_head", "lr", "seed", "step", "layer"};
   e.flags = {
       {"grid", "default", "preset of the sweep flags left at 'grid': quick (< 1 min), default, full"},

@@ -80,10 +80,9 @@ Experiment make_variance() {
   e.points = [](const Args& a) {
     check_ints_in(a, "d", 1, 1 << 24);
     check_scalings(a.words("scaling"), {"none", "sqrt", "linear"}, "scaling");
-    check_one_number(a, "mu");
-    check_one_number(a, "sigma", "positive number", [](double v) { return v > 0; });
+    check_component_moments(a, "mu", "sigma");
     std::vector<std::vector<std::string>> pts;
-    for (const auto& w : a.words("dist")) pts.push_back({Dist::parse(w).name()});
+    for (const auto& name : dist_names(a, "dist")) pts.push_back({name});
     return pts;
   };
   e.run_point = run;
