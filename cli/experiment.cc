@@ -89,7 +89,8 @@ void run_and_write(const lab::Experiment& e, const ExperimentFlags& f, const lab
   if (per_point + across > 0) {
     const std::string trials = table.meta.trials == 1 ? std::string("1 trial is too few for it")
                                                       : fmt::format("{} trials are too few for it", table.meta.trials);
-    const std::string points = "too few sweep points behind it";
+    // Training and recall (no trials) summarise over their runs, one a seed.
+    const std::string points = e.trials_unused.empty() ? "too few sweep points behind it" : "too few runs (--seeds) behind it";
     const std::string why = across == 0      ? trials
                             : per_point == 0 ? points
                                              : fmt::format("{}: {}; {}: {}", per_point, trials, across, points);

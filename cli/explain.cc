@@ -68,16 +68,21 @@ Matrix random_matrix(std::int64_t n, std::int64_t d, std::uint64_t seed, std::ui
   return m;
 }
 
+// x with four decimals while it fits a 10-wide column (|x| < 1e5), else in exponent form, where
+// %.4f would print every digit of, say, an unscaled score of 1e300.
+std::string number(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, std::fabs(x) < 1e5 || !std::isfinite(x) ? "%.4f" : "%.3e", x);
+  return text;
+}
+
 void print(const char* title, const Matrix& m) {
   std::printf("%s  [%lld x %lld]\n", title, static_cast<long long>(m.rows), static_cast<long long>(m.cols));
   for (std::int64_t i = 0; i < m.rows; ++i) {
     std::printf("   ");
     for (std::int64_t j = 0; j < m.cols; ++j) {
       const double x = m(i, j);
-      if (std::isinf(x))
-        std::printf(" %10s", x < 0 ? "-inf" : "inf");
-      else
-        std::printf(" %10.4f", x);
+      std::printf(" %10s", std::isinf(x) ? (x < 0 ? "-inf" : "inf") : number(x).c_str());
     }
     std::printf("\n");
   }
@@ -211,8 +216,8 @@ void run(ExplainFlags& f) {
     double m = -INFINITY, l = 0;
     for (std::int64_t j = 0; j < S.cols; ++j) m = std::max(m, S(i, j));
     for (std::int64_t j = 0; j < S.cols; ++j) l += std::exp(S(i, j) - m);
-    std::printf("   row %lld: m = %.4f, l = %.4f, log-sum-exp = m + log l = %.4f\n", static_cast<long long>(i), m,
-                l, lse[i]);
+    std::printf("   row %lld: m = %s, l = %s, log-sum-exp = m + log l = %s\n", static_cast<long long>(i),
+                number(m).c_str(), number(l).c_str(), number(lse[i]).c_str());
   }
   std::printf("\n");
   const bool row_fully_masked = std::any_of(lse.begin(), lse.end(), [](double x) { return x == -INFINITY; });

@@ -18,6 +18,7 @@ ci_high (its 95% confidence interval; NaN where the sample is too small for one)
 where no closed form exists). With pandas
 importable, the rows come as a DataFrame unless as_frame=False.
 """
+import difflib
 import inspect
 import numbers
 import re
@@ -108,7 +109,9 @@ def run(name, *, seed=0, trials=None, threads=0, progress=None, as_frame=None, *
         as_frame: None (a pandas DataFrame when pandas is importable, else Rows), True, or False (Rows)
         flags:    the experiment's flags, e.g. d=[1, 2, 4] for --d 1,2,4
 
-    Unknown flags or bad values raise ValueError with the command line's message.
+    A keyword the experiment does not have raises TypeError (as Python does for a function's
+    unknown keyword); a bad value raises ValueError with the command line's message, its flags
+    spelt as this module's keywords (x_mean: ..., not --x-mean: ...).
     """
     if not _integer_in(seed, 0, 2**64 - 1):
         raise ValueError(f"seed: must be an integer from 0 to 2**64 - 1, got {seed!r}")
@@ -118,11 +121,18 @@ def run(name, *, seed=0, trials=None, threads=0, progress=None, as_frame=None, *
         raise ValueError(f"trials: must be an integer from 1 to 2**31, got {trials!r}")
     if not _integer_in(threads, 0, _MAX_THREADS):
         raise ValueError(f"threads: must be an integer from 0 to {_MAX_THREADS}, got {threads!r}")
-    texts = {}
-    for key, value in flags.items():
-        flag = _flag_names(name).get(key, key)
-        texts[flag] = _flag_text(key, value)
-    result = _lab.lab_run(name, texts, int(seed), int(trials), int(threads), progress)
+    names = _flag_names(name)
+    if names:  # a known experiment: a keyword it lacks is refused as Python refuses one
+        for key in flags:
+            if key not in names:
+                close = difflib.get_close_matches(key, list(names), n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else ""
+                raise TypeError(f"{name.replace('-', '_')}() got an unexpected keyword argument '{key}'{hint}")
+    texts = {names.get(key, key): _flag_text(key, value) for key, value in flags.items()}
+    try:
+        result = _lab.lab_run(name, texts, int(seed), int(trials), int(threads), progress)
+    except ValueError as e:
+        raise ValueError(_in_keywords(str(e), names)) from None
     param_names = list(result["param_names"])
     rows = []
     for params, metric, mean, ci_low, ci_high, theory in result["rows"]:
@@ -138,6 +148,18 @@ def run(name, *, seed=0, trials=None, threads=0, progress=None, as_frame=None, *
     frame = pandas.DataFrame(list(rows), columns=param_names + ["metric", "mean", "ci_low", "ci_high", "theory"])
     frame.attrs["metadata"] = rows.metadata
     return frame
+
+
+_COMMON_FLAGS = ("seed", "trials", "threads")
+
+
+def _in_keywords(message, names):
+    """The command line's message in this module's words: each --flag that is a keyword here
+    (the experiment's flags, seed, trials, threads) as that keyword (--x-mean: ... -> x_mean: ...);
+    flags with no keyword (--out, --resume) stay as they are."""
+    keywords = {flag: key for key, flag in names.items()}
+    keywords.update({flag: flag for flag in _COMMON_FLAGS})
+    return re.sub(r"--([a-z][a-z0-9-]*)", lambda m: keywords.get(m.group(1), m.group(0)), message)
 
 
 def _flag_names(name):

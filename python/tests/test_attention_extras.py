@@ -150,7 +150,8 @@ def test_packed_sequences_equal_a_loop_over_sequences(rng):
 
 def test_bad_extras_name_the_argument(rng):
     q, k, v = problem(rng, np.float32, 5)
-    for kw, msg in [(dict(softcap=-1.0), r"^softcap: must be a finite number >= 0"),
+    for kw, msg in [(dict(softcap=-1.0), r"^softcap: must be a finite number >= 0 \(0: off\), got -1$"),
+                    (dict(dropout_p=-1e-9), r"^dropout: p must be in \[0, 1\), got -1e-09$"),
                     (dict(alibi_slopes=np.ones(3)), r"^alibi_slopes: expected shape \[4\] or \[2, 4\], got \[3\]$"),
                     (dict(sinks=np.ones((2, 4))), r"^sinks: expected shape \[4\], got \[2, 4\]$"),
                     (dict(sinks=np.array([0, 0, np.nan, 0])), r"^sinks: values must be finite"),

@@ -124,9 +124,13 @@ def test_an_error_in_progress_stops_the_run():
 
 
 def test_errors_carry_the_cli_message():
-    with pytest.raises(ValueError, match=r"^--bogus: not a flag of experiment saturation \(its flags: --n, --d"):
+    with pytest.raises(TypeError, match=r"^saturation\(\) got an unexpected keyword argument 'bogus'$"):
         lab.saturation(bogus=1)
-    with pytest.raises(ValueError, match=r"^--d: expected a comma-separated list of integers, got '1,x'$"):
+    with pytest.raises(TypeError, match=r"^projections\(\) got an unexpected keyword argument 'x_maen' \(did you mean 'x_mean'\?\)$"):
+        lab.projections(x_maen=0.5)
+    with pytest.raises(ValueError, match=r"^--bogus: not a flag of experiment nope|^unknown experiment 'nope'"):
+        lab.run("nope", bogus=1)
+    with pytest.raises(ValueError, match=r"^d: expected a comma-separated list of integers, got '1,x'$"):
         lab.saturation(d="1,x")
     with pytest.raises(ValueError, match=r"^unknown experiment 'nope' \(known: "):
         lab.run("nope")
@@ -136,6 +140,12 @@ def test_errors_carry_the_cli_message():
         lab.saturation(trials=0)
     with pytest.raises(TypeError, match=r"^d: expected a string, a number or a list of them, got object$"):
         lab.saturation(d=object())
+
+
+def test_messages_name_flags_as_keywords():
+    # Before, lab.projections(x_mean=...) errors said --x-mean, the command line's spelling.
+    with pytest.raises(ValueError, match=r"^x_mean: "):
+        lab.projections(x_mean=1e300, trials=3)
 
 
 @pytest.mark.parametrize("keyword, value", [
@@ -149,15 +159,15 @@ def test_counts_out_of_range_or_not_integers_are_refused_by_name(keyword, value)
 
 
 def test_trials_of_a_training_run_are_refused_by_name():
-    with pytest.raises(ValueError, match=r"^--trials: experiment training trains models, it has no trials; --seeds "):
+    with pytest.raises(ValueError, match=r"^trials: experiment training trains models, it has no trials; seeds "):
         lab.training(grid="quick", trials=4)
 
 
 def test_a_listed_value_twice_is_refused():
     # A repeated d would repeat its rows and count one point twice in the log-log slope's fit.
-    with pytest.raises(ValueError, match=r"^--d: each value may be listed once, got 16 twice in '1,16,16'$"):
+    with pytest.raises(ValueError, match=r"^d: each value may be listed once, got 16 twice in '1,16,16'$"):
         lab.variance(d=[1, 16, 16], trials=3)
-    with pytest.raises(ValueError, match=r"^--mu: each value may be listed once, got 0.5 and 5e-1 in '0.5,5e-1'$"):
+    with pytest.raises(ValueError, match=r"^mu: each value may be listed once, got 0.5 and 5e-1 in '0.5,5e-1'$"):
         lab.moments(mu="0.5,5e-1", trials=3)
 
 

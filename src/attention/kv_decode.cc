@@ -39,6 +39,7 @@
 #include "attention/tiles.h"
 #include "attnscale/error.h"
 #include "attnscale/kv_cache.h"
+#include "common/number_text.h"
 #include "common/parallel.h"
 #include "common/prefetch.h"
 
@@ -295,7 +296,7 @@ Layout make_layout(const TensorView& q, const KVCache& c, const TensorView& out,
          (o.causal ? " with causal" : ""));
   if (o.threads < 0) fail("threads: must be >= 0, got " + std::to_string(o.threads));
   if (!(o.softcap >= 0.0) || !std::isfinite(o.softcap))
-    fail("softcap: must be a finite number >= 0 (0: off), got " + std::to_string(o.softcap));
+    fail("softcap: must be a finite number >= 0 (0: off), got " + number_text(o.softcap));
   L.softcap = o.softcap;
   if (!o.alibi_slopes.empty()) {
     const TensorView a = check_per_head("alibi_slopes", o.alibi_slopes, L.Hq, L.B);

@@ -7,6 +7,7 @@
 
 #include "attention/params.h"
 #include "attnscale/error.h"
+#include "common/number_text.h"
 #include "common/parallel.h"
 
 namespace attnscale::detail {
@@ -178,7 +179,7 @@ TensorView check_per_head(const char* name, const TensorView& t, std::int64_t n,
                      (r * (t.rank == 2 ? t.strides[0] : 0) + c * t.strides[t.rank - 1]) *
                          static_cast<std::int64_t>(dtype_size(t.dtype));
     if (!std::isfinite(load(t, at)))
-      fail(std::string(name) + ": values must be finite, got " + std::to_string(load(t, at)) + " at index " +
+      fail(std::string(name) + ": values must be finite, got " + number_text(load(t, at)) + " at index " +
            std::to_string(e));
   }
   return t;
@@ -188,7 +189,7 @@ namespace {
 
 void fill_transforms(Params& p, const Options& options) {
   if (!(options.softcap >= 0.0) || !std::isfinite(options.softcap))
-    fail("softcap: must be a finite number >= 0 (0: off), got " + std::to_string(options.softcap));
+    fail("softcap: must be a finite number >= 0 (0: off), got " + number_text(options.softcap));
   p.softcap = options.softcap;
   if (options.alibi_slopes.data) {
     TensorView a = check_per_head("alibi_slopes", options.alibi_slopes, p.Hq, p.B);
@@ -198,7 +199,7 @@ void fill_transforms(Params& p, const Options& options) {
   }
   if (options.sinks.data) p.sinks = check_per_head("sinks", options.sinks, p.Hq, 0);
   const Dropout& d = options.dropout;
-  if (!(d.p >= 0.0 && d.p < 1.0)) fail("dropout: p must be in [0, 1), got " + std::to_string(d.p));
+  if (!(d.p >= 0.0 && d.p < 1.0)) fail("dropout: p must be in [0, 1), got " + number_text(d.p));
   p.dropout_p = d.p;
   p.dropout_seed = d.seed;
   p.dropout_offset = d.offset;
@@ -206,7 +207,7 @@ void fill_transforms(Params& p, const Options& options) {
 
 void fill_options(Params& p, const Options& options) {
   p.scale = options.scale.resolve(p.dk);
-  if (!std::isfinite(p.scale)) fail("scale: must be finite, got " + std::to_string(p.scale));
+  if (!std::isfinite(p.scale)) fail("scale: must be finite, got " + number_text(p.scale));
   const Mask& m = options.mask;
   p.causal = m.causal;
   p.align = m.align;

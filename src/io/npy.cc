@@ -193,6 +193,10 @@ NpyPreamble parse_npy_preamble(const std::string& path, std::string_view first, 
     fail(path, "not a .npy file (bad magic string)");
   const auto byte = [&](std::size_t i) { return static_cast<std::int64_t>(static_cast<unsigned char>(first[i])); };
   NpyPreamble p;
+  // numpy writes versions 1.0, 2.0 and 3.0 and reads no others: a minor number past 0 is a format
+  // this reader cannot know to be the same.
+  if (byte(7) != 0)
+    fail(path, "unsupported .npy format version " + std::to_string(byte(6)) + "." + std::to_string(byte(7)));
   if (byte(6) == 1) {
     p.header_len = byte(8) | (byte(9) << 8);
     p.header_offset = 10;

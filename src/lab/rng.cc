@@ -57,8 +57,13 @@ std::string Dist::name() const {
     case DistKind::rademacher: return "rademacher";
     case DistKind::laplace: return "laplace";
     case DistKind::student_t: {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "t%g", nu);
+      // The fewest digits that read back as this nu (t5, t2.1, t5.0000001): "%g"'s six digits
+      // named t5.0000001 "t5", so its rows and its reproduce command said another distribution.
+      char buf[40];
+      for (int digits = 1; digits <= 17; ++digits) {
+        std::snprintf(buf, sizeof buf, "t%.*g", digits, nu);
+        if (std::strtod(buf + 1, nullptr) == nu) break;
+      }
       return buf;
     }
   }

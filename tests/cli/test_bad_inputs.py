@@ -607,3 +607,11 @@ def test_scale_text_is_read_alike_and_subnormals_are_finite(work, scale):
     want = attend(work, "--scale", scale.strip(), out="want.npy")
     assert want.returncode == 0, want.stderr
     assert (work / "o.npy").read_bytes() == (work / "want.npy").read_bytes()
+
+
+def test_a_refused_number_is_shown_as_given(work):
+    # std::to_string's "%f" showed -2 as "-2.000000" and a dropout of -1e-9 as "-0.000000".
+    for flag, value, shown in (("--softcap", "-2", "-2"), ("--dropout", "-1e-9", "-1e-09")):
+        r = attend(work, flag, value)
+        assert_refused(r, work, flag)
+        assert r.stderr.rstrip().endswith(f"got {shown}"), r.stderr

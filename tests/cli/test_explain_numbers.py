@@ -94,3 +94,14 @@ def test_closing_sentence_counts_the_rows_that_changed(run):
     assert "each row's weight" not in r.stdout
     assert f"the weight of {rose} of the {len(largest)} rows crowds onto" in r.stdout
     assert "(the other row keeps its own, to the digits printed)" in r.stdout
+
+
+def test_large_values_keep_their_columns(run, tmp_path):
+    # Before, %10.4f printed an unscaled score of 1e200 with all its two hundred digits.
+    q = np.array([[1e100, 0.0], [0.0, 2.0]])
+    out = run_explain(run, tmp_path, q, q, np.eye(2), "--scale", "none")
+    lines = out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("S = Q K^T * s"))
+    assert max(len(line) for line in lines[at + 1:at + 3]) <= 3 + 2 * 11, lines[at:at + 3]
+    np.testing.assert_allclose(printed_matrix(out, "S = Q K^T * s"), [[1e200, 0], [0, 4]], rtol=1e-3)
+    assert not re.search(r"\d{20}", out), "a number printed with all its digits"

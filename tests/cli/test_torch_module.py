@@ -114,3 +114,11 @@ def test_a_missing_module_is_one_clear_error(attnscale_bin, with_training, tmp_p
     bad = subprocess.run([copy, "experiment", "recall", "--seeds", "0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2
     assert bad.stderr == "attnscale: error: --seeds: each value must be in [1, 1000], got 0\n"
+
+
+def test_one_seed_is_told_as_too_few_runs(attnscale_bin, with_training):
+    # Training has no trials: its rows over seeds lack an interval for want of runs, which the note
+    # called "too few sweep points".
+    r = subprocess.run([attnscale_bin, *TINY_TRAINING], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "have no confidence interval (too few runs (--seeds) behind it)" in r.stderr, r.stderr

@@ -125,6 +125,16 @@ TEST(LabRng, DistributionsAreStandardised) {
   EXPECT_EQ(Dist::parse("t4.5").name(), "t4.5");
 }
 
+// A Student-t's name reads back as its nu: "t%g" named t5.0000001 "t5".
+TEST(LabRng, StudentTNamesReadBackAsTheirNu) {
+  for (const char* name : {"t5", "t2.1", "t5.0000001", "t3.141592653589793", "t1e+300"}) {
+    const Dist d = Dist::parse(name);
+    EXPECT_EQ(Dist::parse(d.name()).nu, d.nu) << name;
+  }
+  EXPECT_EQ(Dist::parse("t5.0000001").name(), "t5.0000001");
+  EXPECT_EQ(Dist::parse("t05").name(), "t5");
+}
+
 TEST(LabRng, GammaHasItsMeanAndVariance) {
   for (double shape : {0.5, 1.0, 3.5, 40.0}) {
     const Stream s(1, 2, 3);

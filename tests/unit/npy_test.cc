@@ -75,6 +75,18 @@ TEST(Npy, Version2HeaderIsRead) {
   EXPECT_EQ(read_npy(temp_path("v2.npy")).view().shape_str(), "[3]");
 }
 
+TEST(Npy, AMinorVersionNumpyDoesNotWriteIsRefused) {
+  // Before, version 1.5 was read as 1.0: a format this reader cannot know to be the same.
+  const std::string p = temp_path("v15.npy");
+  write_raw(p, "{'descr': '<f8', 'fortran_order': False, 'shape': (3,), }", 24);
+  {
+    std::fstream f(p, std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(7);
+    f.put(5);
+  }
+  EXPECT_EQ(error_of(p), p + ": unsupported .npy format version 1.5");
+}
+
 TEST(Npy, BadFilesNameTheProblem) {
   const std::string p = temp_path("bad.npy");
   EXPECT_NE(error_of(temp_path("does_not_exist.npy")).find("cannot open file"), std::string::npos);

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "attnscale/error.h"
+#include "fresh_folder.h"
 #include "attnscale/npy.h"
 #include "random_tensors.h"
 
@@ -19,13 +20,7 @@ namespace attnscale {
 namespace {
 namespace fs = std::filesystem;
 
-// A fresh, empty folder of this test's own.
-fs::path folder(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("attnscale_output_file_test_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path folder(const std::string& name) { return testing::fresh_folder("output_file_test", name); }
 
 std::string slurp(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);

@@ -11,18 +11,13 @@
 #include <string>
 
 #include "attnscale/error.h"
+#include "fresh_folder.h"
 
 namespace attnscale::report {
 namespace {
 namespace fs = std::filesystem;
 
-// A fresh, empty folder of this test's own.
-fs::path folder(const std::string& name) {
-  const fs::path p = fs::temp_directory_path() / ("attnscale_placement_test_" + std::to_string(::getpid()) + "_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
+fs::path folder(const std::string& name) { return testing::fresh_folder("placement_test", name); }
 
 void put(const fs::path& path, const std::string& text) {
   fs::create_directories(path.parent_path());
