@@ -35,13 +35,18 @@ def _parameters(message):
     return params
 
 
+def unexpected_keyword(name, key, names):
+    """Python's message for a keyword function `name` lacks, with the nearest of `names`."""
+    close = difflib.get_close_matches(key, list(names), n=1)
+    hint = f" (did you mean '{close[0]}'?)" if close else ""
+    return f"{name}() got an unexpected keyword argument '{key}'{hint}"
+
+
 def _diagnosis(name, params, args, kwargs):
     names = [p[0] for p in params]
     for key in kwargs:
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            return f"{name}() got an unexpected keyword argument '{key}'{hint}"
+            return unexpected_keyword(name, key, names)
     positional = [p[0] for p in params if not p[3]]
     if len(args) > len(positional):
         return (

@@ -18,12 +18,12 @@ ci_high (its 95% confidence interval; NaN where the sample is too small for one)
 where no closed form exists). With pandas
 importable, the rows come as a DataFrame unless as_frame=False.
 """
-import difflib
 import inspect
 import numbers
 import re
 
 from . import _lab
+from .keywords import unexpected_keyword
 
 __all__ = ["experiments", "run", "Rows"]
 
@@ -125,9 +125,7 @@ def run(name, *, seed=0, trials=None, threads=0, progress=None, as_frame=None, *
     if names:  # a known experiment: a keyword it lacks is refused as Python refuses one
         for key in flags:
             if key not in names:
-                close = difflib.get_close_matches(key, list(names), n=1)
-                hint = f" (did you mean '{close[0]}'?)" if close else ""
-                raise TypeError(f"{name.replace('-', '_')}() got an unexpected keyword argument '{key}'{hint}")
+                raise TypeError(unexpected_keyword(name.replace("-", "_"), key, names))
     texts = {names.get(key, key): _flag_text(key, value) for key, value in flags.items()}
     try:
         result = _lab.lab_run(name, texts, int(seed), int(trials), int(threads), progress)

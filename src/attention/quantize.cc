@@ -42,21 +42,23 @@ void quantize_q8(const TensorView& src, const TensorView& dst, const TensorView&
   if (dst.strides[last] != 1 || (d > 32 && scales.strides[last] != 1))
     throw Error("quantize_q8: the last dimension of dst and scales must be contiguous");
   const std::int64_t rows = src.numel() / d;  // d > 0: an empty src returned above
+  const std::int64_t step = src.strides[last];
+  auto first = [&](std::int64_t r) { return static_cast<const float*>(src.data) + offset(src, r); };
+  // Every value is checked (where it lies) before any is written, so that a refused src leaves dst
+  // and scales as they were (std::max, which finds a block's scale, would pass over a NaN).
+  for (std::int64_t r = 0; r < rows; ++r) {
+    const float* x = first(r);
+    for (std::int64_t j = 0; j < d; ++j)
+      if (!std::isfinite(x[j * step])) throw Error("quantize_q8: src holds a non-finite value");
+  }
   std::vector<float> gathered;  // a row of src whose values lie a stride apart, one after another
   auto row = [&](std::int64_t r) {
-    const float* x = static_cast<const float*>(src.data) + offset(src, r);
-    if (src.strides[last] == 1) return x;
+    const float* x = first(r);
+    if (step == 1) return x;
     gathered.resize(d);
-    for (std::int64_t j = 0; j < d; ++j) gathered[j] = x[j * src.strides[last]];
+    for (std::int64_t j = 0; j < d; ++j) gathered[j] = x[j * step];
     return static_cast<const float*>(gathered.data());
   };
-  // Every value is checked before any is written, so that a refused src leaves dst and scales as
-  // they were (std::max, which finds a block's scale, would pass over a NaN).
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* x = row(r);
-    for (std::int64_t j = 0; j < d; ++j)
-      if (!std::isfinite(x[j])) throw Error("quantize_q8: src holds a non-finite value");
-  }
   for (std::int64_t r = 0; r < rows; ++r) {
     const float* x = row(r);
     std::int8_t* q = static_cast<std::int8_t*>(dst.data) + offset(dst, r);

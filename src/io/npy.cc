@@ -195,17 +195,15 @@ NpyPreamble parse_npy_preamble(const std::string& path, std::string_view first, 
   NpyPreamble p;
   // numpy writes versions 1.0, 2.0 and 3.0 and reads no others: a minor number past 0 is a format
   // this reader cannot know to be the same.
-  if (byte(7) != 0)
+  if (byte(7) != 0 || byte(6) < 1 || byte(6) > 3)
     fail(path, "unsupported .npy format version " + std::to_string(byte(6)) + "." + std::to_string(byte(7)));
   if (byte(6) == 1) {
     p.header_len = byte(8) | (byte(9) << 8);
     p.header_offset = 10;
-  } else if (byte(6) == 2 || byte(6) == 3) {
+  } else {  // 2.0 and 3.0: a 4-byte header length
     if (first.size() < 12) fail(path, "truncated header");
     p.header_len = byte(8) | (byte(9) << 8) | (byte(10) << 16) | (byte(11) << 24);
     p.header_offset = 12;
-  } else {
-    fail(path, "unsupported .npy format version " + std::to_string(byte(6)) + "." + std::to_string(byte(7)));
   }
   if (p.header_offset + p.header_len > file_size) fail(path, "truncated header");
   return p;
