@@ -14,7 +14,7 @@ deps:
 
 $(BUILD)/build.ninja: | deps
 	cmake -S . -B $(BUILD) -G Ninja -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=$(PYTHON) \
-	  -DATTNSCALE_REQUIRE_TORCH=ON $(CMAKE_ARGS)
+	  -DATTNSCALE_REQUIRE_TORCH=ON -DATTNSCALE_REQUIRE_MPI=ON $(CMAKE_ARGS)
 
 configure: deps $(BUILD)/build.ninja
 
