@@ -94,15 +94,18 @@ if(TARGET _attnscale)
   endif()
   install(DIRECTORY ${ATTNSCALE_PYTHON_PACKAGE_DIR} DESTINATION "\${ATTNSCALE_PYTHON_DIR}" COMPONENT python
           PATTERN __pycache__ EXCLUDE ${torch_module_copy})
-  # Its extension modules stripped like the installed targets under `cmake --install --strip` (and
-  # in the .deb, CPACK_STRIP_FILES): install(DIRECTORY) copies them as they are.
+  # Its extension modules as install(TARGETS) leaves the other installed targets, which
+  # install(DIRECTORY) does not: without the build tree's run path (the folder of MPI's libmpi.so
+  # link, which the installed libmpi.so.40 does not need on Debian, where it lies in the default
+  # search path), and stripped under `cmake --install --strip` (in the .deb, CPACK_STRIP_FILES).
   install(CODE "
-    if(CMAKE_INSTALL_DO_STRIP)
-      file(GLOB modules \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/\${ATTNSCALE_PYTHON_DIR}/attnscale/_*.so\")
-      foreach(module \${modules})
+    file(GLOB modules \"\$ENV{DESTDIR}\${CMAKE_INSTALL_PREFIX}/\${ATTNSCALE_PYTHON_DIR}/attnscale/_*.so\")
+    foreach(module \${modules})
+      file(RPATH_REMOVE FILE \${module})
+      if(CMAKE_INSTALL_DO_STRIP)
         execute_process(COMMAND \"${CMAKE_STRIP}\" --strip-unneeded \${module} COMMAND_ERROR_IS_FATAL ANY)
-      endforeach()
-    endif()" COMPONENT python)
+      endif()
+    endforeach()" COMPONENT python)
   if(TARGET attnscale_torch_units)
     # attnscale/libattnscale_torch_units.so → ../../../attnscale/libattnscale_torch_units.so (the
     # path between the two folders, whichever Python folder was chosen): the build tree's copy

@@ -22,10 +22,17 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # Stripped, as Debian ships binaries (the symbol tables go; the dynamic symbols the lab looks up stay).
 set(CPACK_STRIP_FILES ON)
 # Control files (cmake/debian/): libattnscale.so.0's shlibs entry, the trigger that runs ldconfig
-# once dpkg is done, and the prerm that removes Python's bytecode beside the package's modules.
+# once dpkg is done, the postinst that compiles the Python modules (py3compile) and the prerm that
+# removes that bytecode again. CPack adds its own postrm, which calls ldconfig (a second time, after
+# the trigger), as it does for any package with libraries under /usr/lib.
 configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/shlibs.in ${PROJECT_BINARY_DIR}/debian/shlibs @ONLY)
-set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/shlibs
-    ${CMAKE_CURRENT_LIST_DIR}/debian/triggers ${CMAKE_CURRENT_LIST_DIR}/debian/prerm)
+set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/shlibs ${CMAKE_CURRENT_LIST_DIR}/debian/triggers
+    ${CMAKE_CURRENT_LIST_DIR}/debian/postinst ${CMAKE_CURRENT_LIST_DIR}/debian/prerm)
+# The changelog Debian asks of a native package (usr/share/doc/attnscale/changelog.gz), compressed
+# as dpkg-deb expects (gzip -9n: no name or time stamp, so the same bytes from every build).
+configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in ${PROJECT_BINARY_DIR}/debian/changelog @ONLY)
+execute_process(COMMAND gzip -9nf ${PROJECT_BINARY_DIR}/debian/changelog COMMAND_ERROR_IS_FATAL ANY)
+install(FILES ${PROJECT_BINARY_DIR}/debian/changelog.gz DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_STRICT_PERMISSION ON)
 if(TARGET _attnscale)
   set(CPACK_DEBIAN_PACKAGE_DEPENDS "python3 (>= ${ATTNSCALE_PYTHON_VERSION}), python3 (<< ${ATTNSCALE_PYTHON_NEXT}), python3-numpy (>= 1:${ATTNSCALE_NUMPY_VERSION}), python3-numpy-abi9")

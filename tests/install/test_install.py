@@ -12,6 +12,7 @@ the built build folder (`make test` sets it); the install, the package and the w
 built.
 """
 import fcntl
+import gzip
 import importlib.util
 import os
 import pathlib
@@ -146,7 +147,7 @@ def test_each_component_installs_alone(components, tmp_path):
     for component, root in components.items():
         assert not dangling_links(root), (component, dangling_links(root))
     runtime = sorted(p.name for p in components["runtime"].rglob("*") if not p.is_dir())
-    assert runtime == ["libattnscale.so.0", f"libattnscale.so.{VERSION}"], runtime
+    assert runtime == ["changelog.gz", "libattnscale.so.0", f"libattnscale.so.{VERSION}"], runtime
     for rel in ["include/attnscale/attention.h", "lib/libattnscale.a", "lib/libattnscale.so",
                 f"lib/libattnscale.so.{VERSION}", "lib/cmake/attnscale/attnscaleConfig.cmake",
                 "lib/pkgconfig/attnscale.pc"]:
@@ -280,7 +281,8 @@ file(WRITE ${{CMAKE_BINARY_DIR}}/seen.txt
 def check_debian_package_contents(deb, root):
     """What Debian asks of a package's files (lintian's checks of them): everything under /usr and
     nothing in /usr/local, owned by root, writable by root alone, shared objects not executable,
-    ELF files stripped; libattnscale.so.0's shlibs entry and ldconfig trigger; the prerm."""
+    ELF files stripped and without a run path of the build tree's; the changelog of a native
+    package; libattnscale.so.0's shlibs entry and ldconfig trigger; the postinst and prerm."""
     for line in run(["dpkg-deb", "-c", deb]).stdout.splitlines():
         mode, owner, path = line.split()[0], line.split()[1], line.split()[5]
         assert path.startswith("./usr/") and not path.startswith("./usr/local"), line
@@ -293,8 +295,13 @@ def check_debian_package_contents(deb, root):
     assert elves
     for elf in elves:
         assert ".symtab" not in run(["readelf", "-S", "-W", elf]).stdout, f"{elf} is not stripped"
+        dynamic = run(["readelf", "-d", "-W", elf]).stdout
+        assert "RUNPATH" not in dynamic and "RPATH" not in dynamic, f"{elf} has a run path"
+    changelog = root / "usr/share/doc/attnscale/changelog.gz"
+    assert gzip.decompress(changelog.read_bytes()).decode().startswith(f"attnscale ({VERSION}) "), changelog
     assert run(["dpkg-deb", "-I", deb, "triggers"]).stdout.split() == ["activate-noawait", "ldconfig"]
     assert run(["dpkg-deb", "-I", deb, "shlibs"]).stdout.split() == ["libattnscale", "0", "attnscale", "(>=", f"{VERSION})"]
+    assert "py3compile -p attnscale" in run(["dpkg-deb", "-I", deb, "postinst"]).stdout
     assert "__pycache__" in run(["dpkg-deb", "-I", deb, "prerm"]).stdout
 
 
@@ -341,6 +348,8 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
     deb = sorted((BUILD / "packages").glob("attnscale_*.deb"))[-1]
     try:
         run(["dpkg", "-i", deb])
+        assert list(pathlib.Path("/usr/lib/python3/dist-packages/attnscale/__pycache__").glob("__init__.*.pyc")), \
+            "the postinst compiled no bytecode"
         out = run(["/usr/bin/attnscale", "explain"], cwd=tmp_path).stdout
         assert "softmax" in out.lower(), out
         # As a user runs it: Python writes its bytecode beside the modules (which purge must remove).
@@ -359,7 +368,8 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
     # Nothing left behind, not even the folder of the Python package, which running it as root
     # filled with bytecode (removed by the package's prerm).
     for left in ["/usr/bin/attnscale", "/usr/include/attnscale", "/usr/lib/attnscale", "/usr/lib/cmake/attnscale",
-                 "/usr/lib/libattnscale.so.0", "/usr/lib/pkgconfig/attnscale.pc", "/usr/lib/python3/dist-packages/attnscale"]:
+                 "/usr/lib/libattnscale.so.0", "/usr/lib/pkgconfig/attnscale.pc", "/usr/lib/python3/dist-packages/attnscale",
+                 "/usr/share/doc/attnscale"]:
         assert not os.path.lexists(left), f"dpkg --purge left {left}"
     gone = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
     assert gone.returncode != 0, f"dpkg still knows attnscale: {gone.stdout}"
