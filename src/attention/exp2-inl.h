@@ -133,15 +133,37 @@ HWY_INLINE hn::Vec<D> Exp2(D d, hn::Vec<D> x) {
   const V n = hn::Sub(xc, f);
   return V{ScaleByPow2OrZero(Exp2Fraction<D, kForBf16>(d, f).raw, n.raw)};
 #else
+  // n = round(xc) by one float addition: t = xc + 1.5·2^23 lies in [2^23, 2^24), where floats are
+  // the integers, so the addition rounds xc to the nearest integer, ties to even (the current
+  // rounding mode, as Round's), and n = t − 1.5·2^23 is exact. t's bits are those of 1.5·2^23 plus
+  // n in the low mantissa bits, so ((bits of t) + 127) << 23 = (n + 127) << 23 modulo 2^32 (the
+  // exponent field of 2^n; the bits of 1.5·2^23 shift out). Round, then ConvertTo, took 9
+  // instructions on AVX2 (ConvertTo mends the out-of-range lanes, which the clamp rules out) where
+  // these take 5; the same n, f and bits.
+  //
+  // NaN: on x86 (maxps, minps: the second operand where either is NaN) x goes second into the
+  // clamps, and a NaN x then passes every step with its bits (one NaN operand an operation; the
+  // shifted bits are never NaN, as their mantissa is 0), as the select the other targets take
+  // gives it: every x here is computed, so already quiet.
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  const V lo = hn::Max(hn::Set(d, -127.0f), x);
+  const V xc = kNonPositive ? lo : hn::Min(hn::Set(d, 127.0f), lo);
+#else
   const V lo = hn::Max(x, hn::Set(d, -127.0f));
   const V xc = kNonPositive ? lo : hn::Min(lo, hn::Set(d, 127.0f));
-  const V n = hn::Round(xc);
-  const V f = hn::Sub(xc, n);
+#endif
+  const V shifter = hn::Set(d, 12582912.0f);  // 1.5·2^23
+  const V t = hn::Add(xc, shifter);
+  const V f = hn::Sub(xc, hn::Sub(t, shifter));
   const V p = Exp2Fraction<D, kForBf16>(d, f);
   const hn::RebindToSigned<D> di;
-  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::ConvertTo(di, n), hn::Set(di, 127)));
+  const auto bits = hn::ShiftLeft<23>(hn::Add(hn::BitCast(di, t), hn::Set(di, 127)));
   const V r = hn::Mul(p, hn::BitCast(d, bits));
+#if HWY_ARCH_X86 && HWY_TARGET != HWY_SCALAR && HWY_TARGET != HWY_EMU128
+  return r;
+#else
   return hn::IfThenElse(hn::IsNaN(x), x, r);
+#endif
 #endif
 }
 
