@@ -1,6 +1,8 @@
 #include "lab/rng.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 
 #include "attnscale/error.h"
@@ -57,12 +59,14 @@ std::string Dist::name() const {
     case DistKind::rademacher: return "rademacher";
     case DistKind::laplace: return "laplace";
     case DistKind::student_t: {
-      // The fewest digits that read back as this nu (t5, t2.1, t5.0000001): "%g"'s six digits
+      // The fewest digits that read back as this nu (t5, t10, t2.1, t5.0000001): "%g"'s six digits
       // named t5.0000001 "t5", so its rows and its reproduce command said another distribution.
+      // Exponent form only where positional digits cannot say it (t1e+300): one digit of "%g" reads
+      // 10 back as "1e+01", which parses but is no way to write t10.
       char buf[40];
       for (int digits = 1; digits <= 17; ++digits) {
         std::snprintf(buf, sizeof buf, "t%.*g", digits, nu);
-        if (std::strtod(buf + 1, nullptr) == nu) break;
+        if (std::strtod(buf + 1, nullptr) == nu && (std::strchr(buf, 'e') == nullptr || nu >= 1e17)) break;
       }
       return buf;
     }

@@ -133,6 +133,11 @@ TEST(LabRng, StudentTNamesReadBackAsTheirNu) {
   }
   EXPECT_EQ(Dist::parse("t5.0000001").name(), "t5.0000001");
   EXPECT_EQ(Dist::parse("t05").name(), "t5");
+  // Positional digits wherever they fit: t10, not t1e+01 (one digit of %g).
+  EXPECT_EQ(Dist::parse("t10").name(), "t10");
+  EXPECT_EQ(Dist::parse("t100").name(), "t100");
+  EXPECT_EQ(Dist::parse("t1e3").name(), "t1000");
+  EXPECT_EQ(Dist::parse("t250.5").name(), "t250.5");
 }
 
 TEST(LabRng, GammaHasItsMeanAndVariance) {
