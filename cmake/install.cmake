@@ -66,6 +66,9 @@ if(TARGET attnscale_cli)
   set_target_properties(attnscale_cli PROPERTIES SKIP_BUILD_RPATH ON)
   install(TARGETS attnscale_cli RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT cli)
 endif()
+if(TARGET attnscale_man)  # its manual page (cli/man_page.cmake)
+  install(FILES ${PROJECT_BINARY_DIR}/man/attnscale.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT cli)
+endif()
 # The lab's libtorch module, one file: lib/attnscale/, where bin/attnscale looks for it. The Python
 # package's _lab, which looks next to itself, finds it through a symbolic link (below). Both
 # components that open it install it, so each works installed alone (a whole install writes it once).

@@ -154,11 +154,30 @@ def test_each_component_installs_alone(components, tmp_path):
         assert (components["development"] / rel).exists(), rel
     cli = components["cli"] / "bin/attnscale"
     assert run([cli, "--version"]).stdout.startswith(VERSION)
+    assert (components["cli"] / "share/man/man1/attnscale.1.gz").is_file()
     check_cli_training(cli, tmp_path)
     site = components["python"] / PYTHON_DIR
     run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site))
     check_torch_module_installed_once(components["python"], PYTHON_DIR)
     check_python_training(site, tmp_path)
+
+
+def test_manual_page_holds_the_tool_and_every_subcommand(prefix, tmp_path):
+    # `man attnscale` as installed: rendered without warnings, with a section for each subcommand
+    # and each experiment `attnscale experiment --help` lists, and flags in plain ASCII hyphens (so
+    # that a flag copied from the page works).
+    page = prefix / "share/man/man1/attnscale.1.gz"
+    env = dict(os.environ, MANWIDTH="120", LC_ALL="C.UTF-8")
+    rendered = run(["man", "--warnings", "-l", page], env=env)
+    assert rendered.stderr == "", rendered.stderr
+    text = rendered.stdout
+    cli = prefix / "bin/attnscale"
+    listed = run([cli, "experiment", "--help"]).stdout.split("Subcommands:\n", 1)[1]
+    experiments = re.findall(r"^  ([a-z_]+) ", listed, re.M)
+    assert "training" in experiments and "moments" in experiments, experiments
+    for name in ["attend", "explain", "bench", "report", "experiment"] + [f"experiment {e}" for e in experiments]:
+        assert re.search(rf"^\s+attnscale {name}$", text, re.M), f"no section for attnscale {name}"
+    assert "--causal ALIGN" in text and "\u2010" not in text
 
 
 def test_readme_example_through_find_package(prefix, example, tmp_path):
@@ -325,6 +344,7 @@ def test_debian_package_installs_and_runs(tmp_path):
     out = run([root / "usr/bin/attnscale", "explain"]).stdout
     assert "softmax" in out.lower(), out
     check_debian_package_contents(deb, root)
+    assert (root / "usr/share/man/man1/attnscale.1.gz").is_file()
     site = root / "usr/lib/python3/dist-packages"
     check_torch_module_installed_once(root / "usr", "lib/python3/dist-packages")
     where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site)).stdout
@@ -369,7 +389,7 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
     # filled with bytecode (removed by the package's prerm).
     for left in ["/usr/bin/attnscale", "/usr/include/attnscale", "/usr/lib/attnscale", "/usr/lib/cmake/attnscale",
                  "/usr/lib/libattnscale.so.0", "/usr/lib/pkgconfig/attnscale.pc", "/usr/lib/python3/dist-packages/attnscale",
-                 "/usr/share/doc/attnscale"]:
+                 "/usr/share/doc/attnscale", "/usr/share/man/man1/attnscale.1.gz"]:
         assert not os.path.lexists(left), f"dpkg --purge left {left}"
     gone = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
     assert gone.returncode != 0, f"dpkg still knows attnscale: {gone.stdout}"
