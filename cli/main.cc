@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cctype>
+#include <csignal>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -61,6 +62,10 @@ int refuse(const std::string& what) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A file-size limit (ulimit -f) reached is a write error like a full disk (EFBIG): reported on
+  // one line, with the temporary files removed. Left to SIGXFSZ's default, the process died there
+  // and left its temporary output and journal behind.
+  std::signal(SIGXFSZ, SIG_IGN);
   attnscale::cli::restart_with_openblas_core(argv);
   attnscale::cli::mpi_job::start(&argc, &argv);
   CLI::App app{"attnscale: scaled dot-product attention, softmax(Q K^T * s) V, and a lab that measures\n"

@@ -124,6 +124,12 @@ Summary jackknife_ci(const std::vector<double>& x, int groups,
   return {full, full - h, full + h};
 }
 
+Summary kurtosis_ci(const std::vector<double>& x) {
+  Summary r = jackknife_ci(x, 20, sample_kurtosis);
+  if (r.ci_low < 1) r.ci_low = 1;  // NaN (not computable) stays NaN
+  return r;
+}
+
 Summary slope_ci(const std::vector<double>& x, const std::vector<double>& y) {
   const std::size_t n = x.size();
   const double mx = sample_mean(x.data(), n), my = sample_mean(y.data(), n);

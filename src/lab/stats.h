@@ -12,6 +12,10 @@
 //                error over `groups` contiguous groups that cover the sample (sizes differ by at
 //                most one) and the t quantile with groups − 1 degrees of freedom (used for
 //                kurtosis, whose standard error needs 8th moments).
+//   kurtosis_ci  the sample kurtosis with jackknife_ci over 20 groups, its lower end raised to 1:
+//                no distribution has less (E[x⁴] ≥ E[x²]² about the mean), while the symmetric
+//                interval of a heavy-tailed sample reached below 0 (moments, Student-t ν = 3, d = 4,
+//                100 trials: [-4.35, 51.6]).
 //   slope_ci     least-squares slope of y on x with its t interval (n-2 degrees of freedom); NaN,
 //                interval included, when every x is the same.
 #pragma once
@@ -40,6 +44,7 @@ Summary variance_ci(const std::vector<double>& x);
 Summary median_ci(std::vector<double> x);
 Summary jackknife_ci(const std::vector<double>& x, int groups,
                      const std::function<double(const double*, std::size_t)>& statistic);
+Summary kurtosis_ci(const std::vector<double>& x);
 Summary slope_ci(const std::vector<double>& x, const std::vector<double>& y);
 
 // Sample statistics (divisor n - 1 for the variance; kurtosis E[(x-m)^4]/s^4 with divisor n).

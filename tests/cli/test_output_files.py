@@ -196,11 +196,24 @@ def without_timing(json_text):
     return doc
 
 
+def test_a_file_size_limit_is_a_write_error_not_a_kill(work):
+    """Under `ulimit -f` alone (SIGXFSZ at its default, which kills), attnscale ignores the signal:
+    the write fails as on a full disk, one line names --out, and no temporary is left."""
+    def limit_only():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
+    r = subprocess.run([BIN, *SWEEP_2, "--format", "json", "--out", "limited.json"], cwd=work, capture_output=True,
+                       text=True, timeout=120, preexec_fn=limit_only)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert r.stderr.splitlines()[-1].startswith("attnscale: error: --out: limited.json"), r.stderr
+    assert [p for p in os.listdir(work) if p.startswith("limited.") and not p.endswith(".partial")] == []
+
+
 def test_a_full_disk_under_experiment_out_keeps_the_journal_for_resume(work):
     """FILE fails to be written after every point is done: no FILE and no temporary, and the
     journal, which holds every point, stays so that --resume writes FILE without running one."""
     clean = run_limited(work, None, *SWEEP_2, "--format", "json").stdout
-    r = run_limited(work, len(clean.encode()) - 1, *SWEEP_2, "--format", "json", "--out", "x.json")
+    # 64 bytes under the JSON's size, as its "seconds" may be written with fewer digits (below).
+    r = run_limited(work, len(clean.encode()) - 64, *SWEEP_2, "--format", "json", "--out", "x.json")
     assert r.returncode == 2, r.stderr
     assert r.stderr.splitlines()[-1:] == ["attnscale: error: --out: x.json: cannot write (File too large); x.json.partial "
                                           "keeps 2 finished points for --resume"], r.stderr
@@ -216,8 +229,10 @@ def test_a_full_disk_under_the_journal_keeps_its_finished_points_or_removes_it(w
     is cut off); a journal that could not even take its header holds nothing and goes."""
     clean = run_limited(work, None, *SWEEP_2).stdout
     # The whole journal's size: the one a failure of the last write of a (larger) JSON FILE leaves.
+    # The limit lies 64 bytes under the JSON's size: its "seconds" differ between runs in their
+    # digits (a trailing zero is not written), so one byte under would let a shorter one through.
     clean_json = run_limited(work, None, *SWEEP_2, "--format", "json").stdout
-    full = run_limited(work, len(clean_json.encode()) - 1, *SWEEP_2, "--format", "json", "--out", "j.json")
+    full = run_limited(work, len(clean_json.encode()) - 64, *SWEEP_2, "--format", "json", "--out", "j.json")
     assert full.returncode == 2, full.stderr
     journal_size = (work / "j.json.partial").stat().st_size
     r = run_limited(work, journal_size - 1, *SWEEP_2, "--out", "x.csv")

@@ -79,6 +79,20 @@ TEST(LabStats, JackknifeGroupsCoverTheWholeSample) {
 // The variance's interval at few trials of heavy-tailed data: q·k at d = 1 (kurtosis 9), 1000
 // samples of 10 trials each. Bonett's interval covers Var = 1 in about 89% of them; the symmetric
 // asymptotic one it replaced covered about 61%, and its lower bound fell below 0.
+// A kurtosis interval never reaches below 1, the least kurtosis of any distribution: 100 draws of
+// a product of two Student-t (ν = 3) variables, whose jackknife interval alone went below 0.
+TEST(LabStats, KurtosisIntervalStaysAtOrAboveOne) {
+  std::vector<double> x(100, 0.0);
+  x[7] = 40.0, x[51] = -35.0, x[93] = 3.0;
+  for (std::size_t i = 0; i < x.size(); ++i) x[i] += 0.01 * static_cast<double>(i % 5);
+  const Summary plain = jackknife_ci(x, 20, sample_kurtosis), k = kurtosis_ci(x);
+  ASSERT_LT(plain.ci_low, 1.0);
+  EXPECT_EQ(k.ci_low, 1.0);
+  EXPECT_EQ(k.mean, plain.mean);
+  EXPECT_EQ(k.ci_high, plain.ci_high);
+  EXPECT_TRUE(std::isnan(kurtosis_ci({1.0, 2.0}).ci_low));  // too few values: not computable
+}
+
 TEST(LabStats, VarianceIntervalCoversAtFewTrials) {
   int covered = 0;
   const int samples = 1000;

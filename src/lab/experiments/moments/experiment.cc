@@ -118,7 +118,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
     add("mean_dot", mean_ci(dot), 0, m);
     add("var_dot", variance_ci(dot), dd, v);
     if (name == "heavy_tails" || name == "holds")
-      add("kurtosis_dot", jackknife_ci(dot, 20, sample_kurtosis), 3,
+      add("kurtosis_dot", kurtosis_ci(dot), 3,
           theory::kurtosis_dot(d, dist.kurtosis(), dist.kurtosis()));
   }
   return rows;
