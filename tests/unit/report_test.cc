@@ -86,6 +86,17 @@ lab::ResultTable columns_table(double diff, double leak) {
   return t;
 }
 
+// Numbers for readers: one minus sign (U+2212) for a number and for its exponent, never "-0".
+TEST(ReportQuery, NumbersUseOneMinusSignAndNoNegativeZero) {
+  EXPECT_EQ(fmt(8.9e-8, 2), "8.9×10^{−8}");
+  EXPECT_EQ(fmt(-6.55e-16, 3), "−6.55×10^{−16}");
+  EXPECT_EQ(fmt(1.03e3, 3), "1.03×10^{3}");
+  EXPECT_EQ(fmt(-0.0, 3), "0");
+  EXPECT_EQ(fmt(-1.0, 3), "−1");
+  EXPECT_EQ(fmt(std::nan(""), 3), "n/a");
+  EXPECT_EQ(fmt_ci(lab::Summary{-0.0, -0.5, 0.5}, 3), "0 [−0.5, 0.5]");
+}
+
 TEST(ReportClaims, VerdictsFollowTheNumbers) {
   auto claims = unit("variance").claims(variance_table(1));
   EXPECT_EQ(verdict(claims, "var-dot"), Verdict::supported);
