@@ -2,6 +2,7 @@
 // templates and their slots, the claims catalogue, the gnuplot pipeline and the Markdown → HTML page.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <cmath>
 #include <filesystem>
 #include <set>
@@ -119,6 +120,41 @@ TEST(ReportClaims, VerdictsFollowTheNumbers) {
   const std::string worse = render_template(section, bad, "variance");
   EXPECT_NE(good.find("Proposition 5 holds"), std::string::npos) << good;
   EXPECT_NE(worse.find("does not hold"), std::string::npos) << worse;
+}
+
+// "1/√d holds the variance at 1" only where the scaled-unit claim's rule finds it: 1 inside the
+// interval at ≥ 80% of the head sizes. It was written whatever the count beside it said.
+TEST(ReportSections, VarianceUnitWordsFollowTheScaledCoverage) {
+  const std::string& section = template_text("lab/experiments/variance/section.md");
+  auto render = [&](const lab::ResultTable& t) {
+    Slots s = unit("variance").slots(t);
+    s["section"] = s["trials"] = "1";
+    for (const char* other : {"section.saturation", "section.moments", "section.projections"}) s[other] = "3.x";
+    std::string text;  // one line, single spaces: the template wraps its sentences
+    for (const char c : render_template(section, s, "variance")) {
+      const bool space = std::isspace(static_cast<unsigned char>(c));
+      if (!space) text += c;
+      else if (!text.empty() && text.back() != ' ') text += ' ';
+    }
+    return text;
+  };
+  const std::string good = render(variance_table(1));
+  EXPECT_NE(good.find("1/√d_{k} holds the variance at 1 (inside the interval at 5 of 5 head sizes)"),
+            std::string::npos)
+      << good;
+  lab::ResultTable off = variance_table(1);
+  for (auto& r : off.rows)
+    if (r.metric == "var" && r.params[1] == "sqrt" && r.params[0] != "1") {
+      r.mean *= 1.5;
+      r.ci_low *= 1.5;
+      r.ci_high *= 1.5;
+    }
+  const std::string bad = render(off);
+  EXPECT_EQ(bad.find("holds the variance at 1"), std::string::npos) << bad;
+  EXPECT_NE(bad.find("does not hold the variance at 1 within the intervals (inside the interval at 1 of 5 head sizes)"),
+            std::string::npos)
+      << bad;
+  EXPECT_EQ(verdict(unit("variance").claims(off), "scaled-unit"), Verdict::refuted);
 }
 
 // A moments table for Propositions 1–4. P3 (asserted Var(q_i k_i) = 1) under its assumptions
