@@ -315,6 +315,10 @@ def test_recall_cites_the_schedule_trials_only_for_their_setting(report_dir):
     assert "steps with a warm-up and cosine decay over them." in text, text
     assert "depends on the schedule" not in text and "shorter trials" not in text, text
     assert "2 seeds say little about how often a model learns it." in text, text
+    # The quick grid learns nothing either way: the clause is said once, not twice.
+    assert "With 1/√d no seed learns the task; without the scale no seed learns it either," in text, text
+    md = " ".join((report_dir / "report.md").read_text().split())
+    assert md.count("no seed learns the task") == len(re.findall(r"no seed learns it either(?! way)", md)), md
 
 
 def test_appendix_does_not_promise_nominal_coverage_for_the_kurtosis(report_dir):

@@ -210,7 +210,9 @@ Slots slots(const lab::ResultTable& t) {
             {"first_sqrt", sqrt.firsts},
             {"first_none", none.firsts}};
   out["sqrt_words"] = learns(sqrt);
-  out["none_words"] = learns(none);
+  // Said once where both are nothing: "with 1/√d no seed learns the task; without the scale no seed
+  // learns it either", not the same clause twice.
+  out["none_words"] = none.learnt == 0 && sqrt.learnt == 0 ? "no seed learns it either" : learns(none);
   out["differ"] = sqrt.learnt != none.learnt ? "true" : "";
   const GradRatio g = grad_ratio(t, s);
   out["grad_ratio"] = fmt(g.ratio, 3);
