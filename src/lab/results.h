@@ -1,4 +1,4 @@
-// Result rows of the lab, in the long form of DESIGN.md, and their CSV/JSON writers.
+// Result rows of the lab, in the long form of docs/lab.md ("Common contract"), and their CSV/JSON writers.
 //
 // CSV header: the sweep parameters by name (e.g. n,d,scaling,dist), then
 //   metric,mean,ci_low,ci_high,theory

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -155,14 +156,15 @@ std::string md_table(const std::vector<std::string>& header, const std::vector<s
 std::string fmt(double v, int digits) {
   if (std::isnan(v)) return "n/a";
   if (std::isinf(v)) return v > 0 ? "∞" : "−∞";
+  if (v == 0) v = 0;  // −0.0 reads as 0, not "−0"
   char buf[48];
   std::snprintf(buf, sizeof buf, "%.*g", digits, v);
   std::string s = buf;
-  // Exponents as ×10^{n} for the page.
+  // Exponents as ×10^{n} for the page, a negative one with the same minus sign as the numbers.
   const auto e = s.find('e');
   if (e != std::string::npos) {
     const int ex = std::stoi(s.substr(e + 1));
-    s = s.substr(0, e) + "×10^{" + std::to_string(ex) + "}";
+    s = s.substr(0, e) + "×10^{" + (ex < 0 ? "−" : "") + std::to_string(std::abs(ex)) + "}";
   }
   if (!s.empty() && s[0] == '-') s = "−" + s.substr(1);
   return s;

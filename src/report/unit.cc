@@ -2,11 +2,44 @@
 // experiment's report.cc).
 #include "report/unit.h"
 
+#include <cmath>
+
 namespace attnscale::report {
 
 #define ATTNSCALE_UNIT(name, id) Unit unit_##name();
 #include "lab/experiments/list.h"
 #undef ATTNSCALE_UNIT
+
+int misses_chance_allows(int n) {
+  int k = 0;
+  double tail = 1;                // P(X ≥ k)
+  double pk = std::pow(0.95, n);  // P(X = k)
+  while (k < n) {
+    tail -= pk;  // now P(X ≥ k + 1)
+    if (tail < 0.01) break;
+    pk *= (n - k) / (k + 1.0) * (0.05 / 0.95);
+    ++k;
+  }
+  return k;
+}
+
+bool misses_are_chance(const std::vector<std::pair<const lab::Row*, double>>& rows) {
+  int misses = 0;
+  for (const auto& [r, value] : rows) {
+    if (r->ci_low <= value && value <= r->ci_high) continue;
+    ++misses;
+    const double half = (r->ci_high - r->ci_low) / 2;
+    if (!(std::abs(r->mean - value) <= 3 * half)) return false;  // 3 half-widths from the mean: 2 outside
+  }
+  return misses <= misses_chance_allows(static_cast<int>(rows.size()));
+}
+
+Verdict coverage_verdict(const std::vector<std::pair<const lab::Row*, double>>& rows) {
+  int in = 0;
+  for (const auto& [r, value] : rows) in += r->ci_low <= value && value <= r->ci_high;
+  if (!rows.empty() && in >= 0.8 * static_cast<double>(rows.size())) return Verdict::supported;
+  return rows.empty() || misses_are_chance(rows) ? Verdict::mixed : Verdict::refuted;
+}
 
 const char* verdict_name(Verdict v) {
   switch (v) {

@@ -52,6 +52,26 @@ struct Evidence {
 // The verdict of a rule: supported when `ok`, refuted otherwise.
 inline Verdict judge(bool ok) { return ok ? Verdict::supported : Verdict::refuted; }
 
+// The most misses of a true value that 95% intervals in n independent settings give with a
+// probability of at least 1%: the largest k with P(Binomial(n, 0.05) ≥ k) ≥ 0.01 (1 of 1 to 3,
+// 2 of 4 to 9, 3 of 10 to 17).
+int misses_chance_allows(int n);
+
+// Whether the misses of `value` by the rows' intervals are what chance gives a true value: no more
+// of them than misses_chance_allows, and none with the value further outside its interval than
+// twice the half-width (a true value lands there about once in 10⁴).
+bool misses_are_chance(const std::vector<std::pair<const lab::Row*, double>>& rows);
+
+// A claim that a value holds in every setting, judged by how many settings' intervals contain it:
+// supported when ≥ 80% of them do, refuted when the misses are more or further than chance gives a
+// true value (misses_are_chance), mixed in between: an "inside at < 80%" rule alone refutes true
+// statements (with 4 settings, one miss in five runs).
+Verdict coverage_verdict(const std::vector<std::pair<const lab::Row*, double>>& rows);
+inline constexpr const char* kCoverageRule =
+    "refuted when it misses the CI more often or further than chance explains for a true value (more misses "
+    "than 95% intervals give a true value with a probability of at least 1%, which allows 1 of 1–3 settings "
+    "and 2 of 4–9; or one miss by more than twice the CI's half-width); mixed otherwise";
+
 struct Unit {
   std::string name;  // the experiment's (and the folder's) name
   // The experiment's flags and trials for `attnscale report --quick` (tests: seconds), the default
