@@ -2,6 +2,7 @@
 
 The screenshot is kept at $ATTNSCALE_BUILD/report-screenshot.png (default build/).
 """
+import csv
 import os
 import pathlib
 import re
@@ -149,6 +150,22 @@ def test_training_section_has_its_figures_and_judges_its_claims(report_dir):
         row = next(line for line in md.splitlines() if line.startswith("|") and claim in line)
         assert "not measured" not in row and "not testable" not in row, row
         assert re.search(r'class="verdict (supported|refuted|mixed)"', row), row
+
+
+def test_saturated_start_is_told_only_when_the_data_shows_it(report_dir):
+    """The abstract and the discussion say the unscaled model's rows start saturated exactly when
+    its step-0 row entropy (layer 0, seed 0) is below half the scaled model's, and quote both."""
+    if "training" not in lab_experiments():
+        pytest.fail("the training experiment is missing: libtorch-dev is in scripts/debian-packages.txt")
+    with open(report_dir / "data" / "training.csv") as f:
+        rows = [r for r in csv.DictReader(f) if r["metric"] == "entropy" and r["step"] == "0" and r["layer"] == "0"
+                and r["seed"] == "0" and r["attention"] == "attnscale" and r["task"] == "lm"]
+    ent0 = {r["scaling"]: float(r["mean"]) for r in rows}
+    md = " ".join((report_dir / "report.md").read_text().split())
+    saturated = ent0["none"] < 0.5 * ent0["sqrt"]
+    assert ("although its rows start saturated" in md) == saturated, ent0
+    assert ("the saturation of the unscaled softmax is there at step 0" in md) == saturated, ent0
+    assert ("does not start saturated here" in md) == (not saturated), ent0
 
 
 def page_number(text):

@@ -323,6 +323,10 @@ Slots slots(const lab::ResultTable& t) {
                                                                : ", the two intervals overlapping"},
             {"task_words", values(t, "task").size() > 1 ? "two tasks" : "one task"},
             {"folded_as_good", as_good(*j.best_folded, *j.best_sqrt) ? "true" : ""},
+            // "Starts saturated" when the unscaled model's rows begin (step 0, layer 0) with less than
+            // half the scaled model's row entropy; the abstract and the discussion tell the saturated
+            // start only then.
+            {"starts_saturated", ent0_none < 0.5 * ent0_sqrt ? "true" : ""},
             {"ent0_none", fmt(ent0_none, 3)},
             {"ent0_sqrt", fmt(ent0_sqrt, 3)},
             {"logit_none", fmt(logit_none, 3)},
