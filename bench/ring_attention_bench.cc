@@ -13,6 +13,8 @@
 // The last line ("result {...}") repeats the figures as JSON for bench/distributed_figures.py.
 #include <mpi.h>
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -67,28 +69,35 @@ struct Series {
 }  // namespace
 
 int main(int argc, char** argv) {
-  bool serialized = true;
-  for (int i = 1; i + 1 < argc; i += 2)
-    if (std::string(argv[i]) == "--thread-level") serialized = std::string(argv[i + 1]) != "single";
+  // The flags, parsed (CLI11) before MPI starts: --help prints them and a bad or unknown flag is one
+  // line and exit code 2 on every rank, instead of a run with the flag ignored or read as 0.
+  std::int64_t n = 4096, d = 128, heads = 8, rounds = 5;
+  int threads = 1, causal_flag = 0;
+  std::string thread_level = "serialized";
+  CLI::App app{"Ring attention timings (docs/distributed.md): run under mpirun -np K"};
+  app.name("ring_attention_bench");
+  app.add_option("--n", n, "sequence length")->check(CLI::Range(std::int64_t{1}, std::int64_t{1} << 30));
+  app.add_option("--d", d, "head dimension")->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}));
+  app.add_option("--heads", heads, "heads")->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}));
+  app.add_option("--rounds", rounds, "interleaved rounds")->check(CLI::Range(std::int64_t{1}, std::int64_t{1000}));
+  app.add_option("--threads", threads, "threads per rank")->check(CLI::Range(1, 1024));
+  app.add_option("--causal", causal_flag, "1: causal (zigzag shards), 0: full")->check(CLI::Range(0, 1));
+  app.add_option("--thread-level", thread_level, "MPI thread level: serialized (progress thread) or single")
+      ->check(CLI::IsMember({"serialized", "single"}));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "ring_attention_bench: error: %s\n", e.what());
+    return 2;
+  }
+  const bool causal = causal_flag != 0;
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, serialized ? MPI_THREAD_SERIALIZED : MPI_THREAD_SINGLE, &provided);
+  MPI_Init_thread(&argc, &argv, thread_level == "serialized" ? MPI_THREAD_SERIALIZED : MPI_THREAD_SINGLE, &provided);
   int rank = 0, K = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &K);
-  std::int64_t n = 4096, d = 128, heads = 8, rounds = 5;
-  int threads = 1;
-  bool causal = false;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string a = argv[i];
-    const long long x = std::atoll(argv[i + 1]);
-    if (a == "--n") n = x;
-    else if (a == "--d") d = x;
-    else if (a == "--heads") heads = x;
-    else if (a == "--rounds") rounds = x;
-    else if (a == "--threads") threads = static_cast<int>(x);
-    else if (a == "--causal") causal = x != 0;
-    else if (a == "--thread-level") continue;  // read before MPI_Init_thread
-  }
   Options opt;
   opt.threads = threads;
   opt.mask.causal = causal;

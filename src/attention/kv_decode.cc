@@ -330,28 +330,36 @@ struct Scratch {
            (L.type == kv::kI8 || !kv::rows_in_place());
   }
   // Whether P·V takes a tile's int8 V rows widened into vf first (Chunk::accumulate): where the
-  // group has more rows than kv::accumulate() takes in one pass over a V row (AVX2: 4), which would
-  // widen each V row once per block of rows. Widened once, with its block's scale as LoadRow does,
+  // group has more rows than kv::accumulate() takes in one pass over a V row, which would widen
+  // each V row once per block of rows, unless kv::accumulate() widens each V vector once itself
+  // (kv::values_in_panels(): AVX2, a column block of the tile at a time into a panel that stays in
+  // L1; int8 GQA 32/4 there 0.95 of the time of the widened tile in cache, docs/performance.md). Widened once, with its block's scale as LoadRow does,
   // the float32 P·V multiplies the same values in the same order: the same bits. (Zen 3, AVX2,
   // Hq = 32, Hkv = 4, d = 128, processes alternated, one thread: Nkv = 65536 23.1 against 25.1 ms,
   // Nkv = 2048 0.716-0.719 against 0.783-0.793 ms; two threads from DRAM 12.0-12.7 against
   // 12.4-12.8. bf16 rows, whose widening is one shift, were slower so: 22.4-22.7 against 20.7-22.2.)
   static bool widens_values(const Layout& L) {
-    return L.type == kv::kI8 && widens(L) && static_cast<std::size_t>(L.rows()) > kv::accumulate_row_block();
+    return L.type == kv::kI8 && widens(L) && static_cast<std::size_t>(L.rows()) > kv::accumulate_row_block() &&
+           !kv::values_in_panels();
   }
   static std::size_t vf_size(const Layout& L) {
     return widens_values(L) ? kTile * static_cast<std::size_t>(L.dv) : 0;
   }
-  // Floats of kf: kv::widened_keys() rows of dk where the scores take widened rows.
+  // Whether the scores widen K rows a key group at a time themselves (kv::scores_quads_widening,
+  // 8-lane targets), into kf, rather than take rows widened into kf kv::widened_keys() at a time.
+  static bool widens_in_scores(const Layout& L) { return widens(L) && !kv::rows_in_place(); }
+  // Floats of kf: kv::widened_keys() rows of dk where the scores take widened rows, or the
+  // scores' own buffer.
   static std::size_t kf_size(const Layout& L) {
-    return widens(L) ? kv::widened_keys() * static_cast<std::size_t>(L.dk) : 0;
+    const auto dk = static_cast<std::size_t>(L.dk);
+    return !widens(L) ? 0 : widens_in_scores(L) ? kv::widening_buffer(dk) : kv::widened_keys() * dk;
   }
   explicit Scratch(const Layout& L)
       : q(L.rows() * L.dk), qp(kv::quads_size(L.rows(), L.dk)), s(L.rows() * kTile), o(L.rows() * L.dv),
         m(L.rows()), l(L.rows()), alpha(L.rows()), kf(kf_size(L)),
         vf(vf_size(L)), qb(qb_size(L)),
         amx(L.bf16_products ? kv::bf16dot::AmxOperands(L.rows(), L.dk, L.dv) : kv::bf16dot::AmxOperands()),
-        krow(kRows), vrow(kRows), kfrow(kf.empty() ? 0 : kv::widened_keys()),
+        krow(kRows), vrow(kRows), kfrow(kf.empty() || widens_in_scores(L) ? 0 : kv::widened_keys()),
         vfrow(vf.empty() ? 0 : kTile), ksc(kRows), vsc(kRows) {
     for (std::size_t j = 0; j < kfrow.size(); ++j) kfrow[j] = kf.data() + j * L.dk;  // kf's rows (not copied)
     for (std::size_t j = 0; j < vfrow.size(); ++j) vfrow[j] = vf.data() + j * L.dv;
@@ -562,11 +570,17 @@ class Chunk {
                                   : !in_place_           ? kv::QuadRows::widened
                                   : L_.type == kv::kBF16 ? kv::QuadRows::bf16
                                                          : kv::QuadRows::f16;
+        LineFeed feed = v_first ? LineFeed(s.vrow.data() + x + a, n, vbytes_) : LineFeed(f.k + a, ahead, fk);
+        if (form == kv::QuadRows::widened && s.kfrow.empty()) {  // Scratch::widens_in_scores
+          kv::scores_quads_widening(L_.type, n, g, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr,
+                                    s.qp.data(), s.s.data() + a, kTile, feed, s.kf.data());
+          feed.rest();
+          continue;
+        }
         if (form == kv::QuadRows::widened) {
           kv::widen(L_.type, n, L_.dk, rows, int8 ? s.ksc.data() + x + a : nullptr, s.kf.data(), L_.dk);
           rows = s.kfrow.data();
         }
-        LineFeed feed = v_first ? LineFeed(s.vrow.data() + x + a, n, vbytes_) : LineFeed(f.k + a, ahead, fk);
         if (amx_) s.amx.scores(n, rows, s.s.data() + a, kTile, feed);
         else if (dot_) kv::bf16dot::scores(n, g, L_.dk, rows, s.qb.data(), s.s.data() + a, kTile, feed);
         else kv::scores_quads(n, g, L_.dk, rows, s.qp.data(), s.s.data() + a, kTile, feed, form);

@@ -331,10 +331,11 @@ HWY_INLINE void ToPairOrder(DF, VF&, VF&) {}
 HWY_INLINE void ToRowOrder(VF&, VF&) {}
 #endif
 
-template <int kType, size_t NR, size_t CB>
-HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, const float* const* vsc, const float* P,
-                                const float* alpha, float* O, size_t ldo, LineFeed& feed) {
+template <int kType, size_t NR, size_t CB, class R = const void* const*>
+HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, R vrow, const float* const* vsc, const float* P,
+                                const float* alpha, float* O, size_t ldo, LineFeed& feed, size_t vc0 = ~size_t{0}) {
   const DF d;
+  if (vc0 == ~size_t{0}) vc0 = c0;  // V's columns: those of O, or (a panel) from vc0
   const size_t L = hn::Lanes(d);
   constexpr bool kPairs = kAccumulatePairs<kType, CB>;
   VF acc[NR][CB];
@@ -355,11 +356,11 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
       VF v[CB];
       if constexpr (kPairs) {
         for (size_t b = 0; b < CB; b += 2) {
-          const VU w = LoadPairs(vrow[j], c0 + b * L);
+          const VU w = LoadPairs(vrow[j], vc0 + b * L);
           v[b] = PairLow(d, w), v[b + 1] = PairHigh(d, w);
         }
       } else {
-        for (size_t b = 0; b < CB; ++b) v[b] = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+        for (size_t b = 0; b < CB; ++b) v[b] = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, vc0 + b * L);
       }
       for (size_t r = 0; r < NR; ++r) {
         const VF p = hn::Set(d, P[r * kTileKeys + j]);
@@ -371,7 +372,7 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
       for (size_t r = 0; r < NR; ++r) p[r] = hn::Set(d, P[r * kTileKeys + j]);
       if constexpr (kPairs) {
         for (size_t b = 0; b < CB; b += 2) {
-          const VU w = LoadPairs(vrow[j], c0 + b * L);
+          const VU w = LoadPairs(vrow[j], vc0 + b * L);
           const VF even = PairLow(d, w);
           for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], even, acc[r][b]);
           const VF odd = PairHigh(d, w);
@@ -379,7 +380,7 @@ HWY_INLINE void AccumulateBlock(size_t nk, size_t c0, const void* const* vrow, c
         }
       } else {
         for (size_t b = 0; b < CB; ++b) {
-          const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, c0 + b * L);
+          const VF v = LoadRow<kType>(d, vrow[j], vsc ? vsc[j] : nullptr, vc0 + b * L);
           for (size_t r = 0; r < NR; ++r) acc[r][b] = hn::MulAdd(p[r], v, acc[r][b]);
         }
       }
@@ -492,9 +493,80 @@ constexpr size_t kAccumulateRows = kRowBlock;
 // and the second none. d = 128, Nkv = 65536, two threads, calls alternated in one process, time
 // against that: Hq = 32, Hkv = 4 0.87-0.94, Hq = 24 0.85; in cache 0.98-1.00 (bf16 and int8 tiles
 // take one line a step either way; docs/performance.md).
+#if HWY_TARGET == HWY_AVX2
+// int8 V rows for groups of more than 4 rows on AVX2 (two or more row blocks of AccumulateRows,
+// each of which would widen every V vector again): the column blocks go outside the row blocks.
+// A column block's vectors of the tile's keys are widened once (LoadRow: sign extension,
+// conversion, the block's scale) into a panel, nk·CB vectors one after another (at most 6 KiB),
+// then every row block takes its float32 P·V over the panel: the panel stays in L1 from one row
+// block to the next. Each output element sums the same products in the same order as
+// AccumulateRows: the same bits.
+// Why not widen the tile's V rows once into a float32 tile (32 KiB at d = 128, as K's were): that
+// tile is all of Zen 3's L1, its stores missed L1, and the row blocks read it back through L2
+// with its rows 512 bytes apart (a column block's lines in 16 of the 64 sets). Why not the panel
+// for float32 rows too: the copy cost more than the second row block's reads from L2 (Nkv = 2048,
+// one thread, 1.055 of the time); bf16 rows, whose widening is a shift, 1.03 (docs/performance.md).
+template <int kType, size_t CB>
+HWY_INLINE void PanelBlock(size_t nk, size_t rows, size_t c0, const void* const* vrow, const float* const* vsc,
+                           const float* P, const float* alpha, float* O, size_t ldo, float* panel, LineFeed& feed) {
+  const DF d;
+  const size_t L = hn::Lanes(d);
+  for (size_t j = 0; j < nk; ++j) {
+    const float* sc = vsc ? vsc[j] : nullptr;
+#pragma GCC unroll 3
+    for (size_t b = 0; b < CB; ++b) hn::Store(LoadRow<kType>(d, vrow[j], sc, c0 + b * L), d, panel + (j * CB + b) * L);
+  }
+  const StridedRows pr{reinterpret_cast<const char*>(panel), static_cast<std::ptrdiff_t>(CB * L * sizeof(float))};
+  for (size_t r0 = 0; r0 < rows; r0 += kThreeVectorRows) {
+    const float* p = P + r0 * kTileKeys;
+    const float* a = alpha + r0;
+    float* o = O + r0 * ldo;
+    switch (rows - r0 < kThreeVectorRows ? rows - r0 : kThreeVectorRows) {  // the panel's vector c0 + b·L at b·L
+      case 1: AccumulateBlock<kF32, 1, CB>(nk, c0, pr, nullptr, p, a, o, ldo, feed, 0); break;
+      case 2: AccumulateBlock<kF32, 2, CB>(nk, c0, pr, nullptr, p, a, o, ldo, feed, 0); break;
+      case 3: AccumulateBlock<kF32, 3, CB>(nk, c0, pr, nullptr, p, a, o, ldo, feed, 0); break;
+      default: AccumulateBlock<kF32, 4, CB>(nk, c0, pr, nullptr, p, a, o, ldo, feed, 0); break;
+    }
+  }
+}
+// Column blocks as 4 rows take them (AccumulateRows: 3 vectors while TakeThree, then 2, then 1),
+// for every row block (fewer rows take the same blocks); the feed paced over all the passes.
+template <int kType>
+HWY_NOINLINE void AccumulatePanels(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc,
+                                   const float* P, const float* alpha, float* O, size_t ldo, LineFeed& shared) {
+  const DF d;
+  const size_t L = hn::Lanes(d), full = dv / L * L;
+  HWY_ALIGN float panel[kTileKeys * 3 * hn::MaxLanes(DF())];
+  size_t blocks = 0, vectors = full / L;
+  for (; TakeThree(kThreeVectorRows, vectors); vectors -= 3) ++blocks;
+  blocks += vectors / 2 + vectors % 2;
+  const size_t row_blocks = (rows + kThreeVectorRows - 1) / kThreeVectorRows;
+  shared.pace(static_cast<std::int64_t>(nk * blocks * row_blocks));
+  LineFeed feed = shared;  // in registers while the keys stream
+  size_t c = 0;
+  while (TakeThree(kThreeVectorRows, (full - c) / L)) {
+    PanelBlock<kType, 3>(nk, rows, c, vrow, vsc, P, alpha, O, ldo, panel, feed);
+    c += 3 * L;
+  }
+  for (; c + 2 * L <= full; c += 2 * L) PanelBlock<kType, 2>(nk, rows, c, vrow, vsc, P, alpha, O, ldo, panel, feed);
+  for (; c < full; c += L) PanelBlock<kType, 1>(nk, rows, c, vrow, vsc, P, alpha, O, ldo, panel, feed);
+  for (size_t e = full; e < dv; ++e)  // not for int8 rows (dv % 32 == 0); as AccumulateRows
+    for (size_t r = 0; r < rows; ++r) {
+      float o = O[r * ldo + e] * alpha[r];
+      for (size_t j = 0; j < nk; ++j) o += P[r * kTileKeys + j] * Element<kType>(vrow[j], vsc ? vsc[j] : nullptr, e);
+      O[r * ldo + e] = o;
+    }
+  shared = feed;
+}
+#endif
+
 template <int kType>
 void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
                  const float* alpha, float* O, size_t ldo, LineFeed& feed) {
+#if HWY_TARGET == HWY_AVX2
+  if constexpr (kType == kI8)
+    if (rows > kAccumulateRows) return AccumulatePanels<kType>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
+#endif
   size_t passes = 0;
   for (size_t r0 = 0; r0 < rows; r0 += kAccumulateRows)
     passes += AccumulatePasses(rows - r0 < kAccumulateRows ? rows - r0 : kAccumulateRows, dv / hn::Lanes(DF()));
@@ -1867,6 +1939,93 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
   }
 }
 
+// bf16, float16 and int8 K rows on 8-lane targets (AVX2), which do not read them in place
+// (scores_quads_widening, kv_kernels.h): each group of NK keys (TripleKeys8's 3, QuadKeys8's 4)
+// widened (LoadRow's values) into buf, NK rows of dk floats from a line's start, just before the
+// group's products read them. The group's rows (at most 6 KiB at d = 512) stay in L1 from their
+// stores to their loads; a whole tile widened first (32 KiB of float32 at d = 128, all of Zen 3's
+// L1) missed L1 with its stores and was read back from L2. The products and their order are those
+// of the widened tile: the same bits. W as in KeyGroups.
+template <int kType, size_t NK, size_t W, class Call>
+HWY_INLINE void WidenedKeyGroups(size_t nk, size_t nr, size_t dk, const void* const* krow, const float* const* ksc,
+                                 float* buf, float* S, size_t lds, Call&& call) {
+  const DF d;
+  const size_t L = hn::Lanes(d), full = dk / L * L, ldb = widening_row(dk);
+  buf += (16 - reinterpret_cast<std::uintptr_t>(buf) / sizeof(float) % 16) % 16;  // to a line's start
+  const float* rows_x[NK];
+  for (size_t x = 0; x < NK; ++x) rows_x[x] = buf + x * ldb;
+  // The rows of keys j0 + x (the last key again past nk) into buf.
+  const auto widen = [&](size_t j0) HWY_ATTR __attribute__((always_inline)) {
+    for (size_t x = 0; x < NK; ++x) {
+      const size_t j = j0 + x < nk ? j0 + x : nk - 1;
+      const void* row = krow[j];
+      const float* sc = ksc ? ksc[j] : nullptr;
+      float* out = buf + x * ldb;
+      if constexpr (kType == kI8) {  // dk % 32 == 0: a block's scale broadcast once (LoadRow's product)
+        for (size_t c = 0; c < dk; c += 32) {
+          const VF s = hn::Set(d, sc[c / 32]);
+#pragma GCC unroll 4
+          for (size_t e = c; e < c + 32; e += L) hn::Store(hn::Mul(LoadRaw<kI8>(d, row, e), s), d, out + e);
+        }
+      } else {
+        size_t c = 0;
+        for (; c + 4 * L <= full; c += 4 * L) {
+#pragma GCC unroll 4
+          for (size_t e = c; e < c + 4 * L; e += L) hn::Store(LoadRow<kType>(d, row, sc, e), d, out + e);
+        }
+        for (; c < full; c += L) hn::Store(LoadRow<kType>(d, row, sc, c), d, out + c);
+        for (c = full; c < dk; ++c) out[c] = Element<kType>(row, sc, c);
+      }
+    }
+  };
+  size_t j = 0;
+  for (; j + NK <= nk && j + W <= lds; j += NK) {
+    widen(j);
+    call(rows_x, S + j, lds);
+  }
+  if (j < nk) {  // at most NK keys left (lds >= nk)
+    HWY_ALIGN float part[8 * W];
+    widen(j);
+    call(rows_x, part, W);
+    for (size_t r = 0; r < nr; ++r)
+      for (size_t x = 0; x < nk - j; ++x) S[r * lds + j + x] = part[r * W + x];
+  }
+}
+// ScoresQuadsT's 8-lane paths (TripleKeys8 for 5-8 rows, QuadKeys8 for up to 4), the feed paced
+// alike, on rows widened a key group at a time.
+template <int kType>
+HWY_NOINLINE void ScoresWidening8(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
+                                  const float* packed, float* S, size_t lds, LineFeed& shared, float* buf) {
+  if constexpr (hn::MaxLanes(DF()) == 8) {
+    const DF d;
+    const size_t block = quads_block(dk);
+    const size_t steps8 = dk / 4 / kQuadSteps8 + dk / 4 % kQuadSteps8;  // of the kernels' inner loop
+    LineFeed feed = shared;  // in registers while the keys stream
+    for (size_t r0 = 0; r0 < rows; r0 += 8) {
+      const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
+      const float* pk = packed + r0 / 8 * block;
+      float* Sr = S + r0 * lds;
+      if (nr > 4) {
+        feed.pace(static_cast<std::int64_t>((nk + kTripleKeys8 - 1) / kTripleKeys8 * steps8));
+        WidenedKeyGroups<kType, kTripleKeys8, 4>(
+            nk, nr, dk, krow, ksc, buf, Sr, lds,
+            [&](const float* const* rws, float* sp, size_t ld) HWY_ATTR __attribute__((always_inline)) {
+              TripleKeys8(d, dk, rws, pk, sp, ld, nr, feed);
+            });
+      } else {
+        feed.pace(static_cast<std::int64_t>((nk + kQuadKeys8 - 1) / kQuadKeys8 * steps8));
+        WidenedKeyGroups<kType, kQuadKeys8, kQuadKeys8>(
+            nk, nr, dk, krow, ksc, buf, Sr, lds,
+            [&](const float* const* rws, float* sp, size_t ld) HWY_ATTR __attribute__((always_inline)) {
+              QuadKeys8(d, dk, rws, pk, sp, ld, nr, feed);
+            });
+      }
+    }
+    shared = feed;
+  } else {
+    (void)nk, (void)rows, (void)dk, (void)krow, (void)ksc, (void)packed, (void)S, (void)lds, (void)shared, (void)buf;
+  }
+}
 #endif
 
 void ScoresQuads(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed, float* S,
@@ -1881,6 +2040,7 @@ bool QuadsAvailable() {
   return (hn::MaxLanes(DF()) == 16 || hn::MaxLanes(DF()) == 8) && hn::Lanes(DF()) == hn::MaxLanes(DF());
 }
 size_t AccumulateRowBlock() { return kAccumulateRows; }
+bool ValuesInPanels() { return HWY_TARGET == HWY_AVX2; }  // AccumulatePanels
 bool RowsInPlace() {
 #if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
   return hn::MaxLanes(DF()) == 16 && hn::Lanes(DF()) == 16;
@@ -1963,6 +2123,14 @@ void WidenT(size_t nk, size_t d, const void* const* row, const float* const* sc,
 void Widen(int type, size_t nk, size_t d, const void* const* row, const float* const* sc, float* out, size_t ldo) {
   WithType(type, [&](auto t) { WidenT<decltype(t)::value>(nk, d, row, sc, out, ldo); });
 }
+void ScoresWidening(int type, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
+                    const float* packed, float* S, size_t lds, LineFeed& feed, float* buf) {
+#if HWY_TARGET != HWY_SCALAR
+  WithType(type, [&](auto t) { ScoresWidening8<decltype(t)::value>(nk, rows, dk, krow, ksc, packed, S, lds, feed, buf); });
+#else
+  (void)type, (void)nk, (void)rows, (void)dk, (void)krow, (void)ksc, (void)packed, (void)S, (void)lds, (void)feed, (void)buf;
+#endif
+}
 
 void Accumulate(int type, size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc,
                 const float* P, const float* alpha, float* O, size_t ldo, LineFeed& feed) {
@@ -1980,6 +2148,8 @@ HWY_EXPORT(StreamRowStrided);
 HWY_EXPORT(StreamHeads);
 HWY_EXPORT(ScoresQuads);
 HWY_EXPORT(Widen);
+HWY_EXPORT(ScoresWidening);
+HWY_EXPORT(ValuesInPanels);
 HWY_EXPORT(QuadsAvailable);
 HWY_EXPORT(RowsInPlace);
 HWY_EXPORT(AccumulateRowBlock);
@@ -1988,6 +2158,12 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
            std::size_t ldo) {
   HWY_DYNAMIC_DISPATCH(Widen)(type, nk, d, row, sc, out, ldo);
 }
+void scores_quads_widening(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
+                           const float* const* ksc, const float* packed, float* S, std::size_t lds, LineFeed& feed,
+                           float* buf) {
+  HWY_DYNAMIC_DISPATCH(ScoresWidening)(type, nk, rows, dk, krow, ksc, packed, S, lds, feed, buf);
+}
+bool values_in_panels() { return HWY_DYNAMIC_DISPATCH(ValuesInPanels)(); }
 bool quads_available() { return HWY_DYNAMIC_DISPATCH(QuadsAvailable)(); }
 bool rows_in_place() { return HWY_DYNAMIC_DISPATCH(RowsInPlace)(); }
 std::size_t widened_keys() { return rows_in_place() ? 16 : kTileKeys; }
