@@ -85,31 +85,30 @@ def test_docstring_examples_run():
         assert failures == 0 and tried > 0, module.__name__
 
 
+def libraries_loaded_by(code, *names):
+    """The files of the shared libraries whose path holds one of `names`, loaded once `code` has run
+    in a fresh interpreter."""
+    probe = (
+        f"{code}\n"
+        "maps = open('/proc/self/maps').read()\n"
+        f"print(sorted({{l.split('/')[-1] for l in maps.splitlines() if any(n in l for n in {names!r})}}))\n"
+    )
+    return subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout.strip()
+
+
 def test_import_loads_neither_libtorch_nor_mpi():
     # The kernels' module links only the library; the lab (libtorch with its first training run) and
     # ring attention (Open MPI) are modules of their own, loaded when attnscale.lab /
     # attnscale.distributed are.
-    probe = (
-        "import attnscale, numpy as np\n"
-        "attnscale.attention(np.ones((2, 4)), np.ones((3, 4)), np.ones((3, 4)))\n"
-        "maps = open('/proc/self/maps').read()\n"
-        "print(sorted({l.split('/')[-1] for l in maps.splitlines() if 'libtorch' in l or 'libmpi' in l}))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    code = "import attnscale, numpy as np\nattnscale.attention(np.ones((2, 4)), np.ones((3, 4)), np.ones((3, 4)))"
+    assert libraries_loaded_by(code, "libtorch", "libmpi") == "[]"
 
 
 def test_the_lab_loads_no_mpi():
     """docs/python.md said Open MPI comes with attnscale.lab; the lab's module links none (its sweeps
     run in one process), and only attnscale.distributed loads it."""
-    probe = (
-        "import attnscale.lab as lab\n"
-        "lab.variance(d=[1, 4], trials=2, threads=1)\n"
-        "maps = open('/proc/self/maps').read()\n"
-        "print(sorted({l.split('/')[-1] for l in maps.splitlines() if 'libmpi' in l}))\n"
-    )
-    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
-    assert out.strip() == "[]"
+    code = "import attnscale.lab as lab\nlab.variance(d=[1, 4], trials=2, threads=1)"
+    assert libraries_loaded_by(code, "libmpi") == "[]"
 
 
 def test_float16_conversion_matches_numpy_bit_for_bit(rng):

@@ -333,8 +333,9 @@ struct Scratch {
   // group has more rows than kv::accumulate() takes in one pass over a V row, which would widen
   // each V row once per block of rows, unless kv::accumulate() widens each V vector once itself
   // (kv::values_in_panels(): AVX2, a column block of the tile at a time into a panel that stays in
-  // L1; int8 GQA 32/4 there 0.95 of the time of the widened tile in cache, docs/performance.md). Widened once, with its block's scale as LoadRow does,
-  // the float32 P·V multiplies the same values in the same order: the same bits. (Zen 3, AVX2,
+  // L1; int8 GQA 32/4 there 0.95 of the time of the widened tile in cache, docs/performance.md).
+  // Widened once, with its block's scale as LoadRow does, the float32 P·V multiplies the same
+  // values in the same order: the same bits. (The widened tile, before the panels, on Zen 3, AVX2,
   // Hq = 32, Hkv = 4, d = 128, processes alternated, one thread: Nkv = 65536 23.1 against 25.1 ms,
   // Nkv = 2048 0.716-0.719 against 0.783-0.793 ms; two threads from DRAM 12.0-12.7 against
   // 12.4-12.8. bf16 rows, whose widening is one shift, were slower so: 22.4-22.7 against 20.7-22.2.)
