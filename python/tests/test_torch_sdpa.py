@@ -135,9 +135,9 @@ def test_empty_calls_meet_the_checks_of_others(gen, nkv):
     q, kv = randn(gen, 2, 4, 5, 8), randn(gen, 2, 4, nkv, 8)
     bad = [
         (lambda: sdpa(q, kv.float(), kv.float()), ValueError, r"^query, key, value: dtypes differ \(query float64, key float32, value float32\)$"),
-        (lambda: sdpa(q.long(), kv.long(), kv.long()), TypeError, r"^query: dtype must be float32, float64 or bfloat16, got torch.int64$"),
+        (lambda: sdpa(q.long(), kv.long(), kv.long()), TypeError, r"^query: dtype must be float32, float64, bfloat16 or float16, got torch.int64$"),
         (lambda: sdpa(q, kv, kv, scale=math.nan), ValueError, r"^scale: must be finite, got nan$"),
-        (lambda: sdpa(q, kv, kv, dropout_p=2.0), ValueError, r"^dropout_p: must be in \[0, 1\), got 2.0$"),
+        (lambda: sdpa(q, kv, kv, dropout_p=2.0), ValueError, r"^dropout_p: must be in \[0, 1\], got 2.0$"),
         (lambda: sdpa(q, kv, kv, attn_mask=torch.zeros(5, nkv, dtype=torch.int64)), TypeError, r"^attn_mask: dtype must be"),
         (lambda: sdpa(q, kv, kv, attn_mask=torch.zeros(5, 2)), ValueError, r"^attn_mask: shape \[5, 2\] does not broadcast"),
         (lambda: sdpa(q, kv, randn(gen, 2, 4, nkv + 1, 8)), ValueError,
@@ -181,7 +181,7 @@ def test_messages_name_the_arguments_as_pytorch_does(gen):
     q, kv = randn(gen, 2, 4, 5, 8), randn(gen, 2, 4, 3, 8)
     bad = [
         (lambda: sdpa([1.0], kv, kv), TypeError, r"^query: expected a torch.Tensor, got list$"),
-        (lambda: sdpa(q, kv.int(), kv), TypeError, r"^key: dtype must be float32, float64 or bfloat16, got torch.int32$"),
+        (lambda: sdpa(q, kv.int(), kv), TypeError, r"^key: dtype must be float32, float64, bfloat16 or float16, got torch.int32$"),
         (lambda: sdpa(q, kv, randn(gen, 3)), ValueError, r"^value: expected \[\.\.\., N, d\], got rank 1 \[3\]$"),
         (lambda: sdpa(q, kv[..., :3], kv), ValueError,
          r"^key: last dimension dk = 3 must equal query's dk = 8 \(query \[2, 4, 5, 8\], key \[2, 4, 3, 3\]\)$"),
@@ -223,8 +223,8 @@ def test_errors(gen):
         sdpa(randn(gen, 3, 4, 5, 8), q, q, attn_mask=torch.ones(2, 4, 5, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"^scale: expected a number, got str$"):
         sdpa(q, q, q, scale="x")
-    with pytest.raises(ValueError, match=r"^dropout_p: must be in \[0, 1\), got 1.0$"):
-        sdpa(q, q, q, dropout_p=1)
+    with pytest.raises(ValueError, match=r"^dropout_p: must be in \[0, 1\], got -0.5$"):
+        sdpa(q, q, q, dropout_p=-0.5)
     out = sdpa(q, k, k, enable_gqa=True)
     (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward .* is not supported"):
@@ -348,3 +348,42 @@ def test_fully_masked_rows_as_pytorch_gives_them(gen, dtype):
     minus_inf = torch.zeros(2, 1, 5, 5, dtype=dtype).masked_fill(~keep, -math.inf)
     for mask in (keep, minus_inf):
         assert (sdpa(q, k, v, attn_mask=mask)[1, :, 2] == 0).all()
+
+
+@pytest.mark.parametrize("hk,hv", [(2, 4), (3, 2), (1, 3)])
+def test_enable_gqa_takes_key_and_value_of_different_head_counts(gen, hk, hv):
+    """PyTorch's enable_gqa repeats key and value each to query's heads (query head h reads key
+    head h // (Hq / Hk) and value head h // (Hq / Hv)), so their counts may differ when both divide Hq."""
+    q = randn(gen, 2, 12, 5, 4, grad=True)
+    k, v = randn(gen, 2, hk, 7, 4, grad=True), randn(gen, 2, hv, 7, 3, grad=True)
+    mask = torch.rand(5, 7, generator=gen) < 0.7
+    mask[:, 0] = True
+    got = sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    want = torch_reference.sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    dout = randn(gen, *want.shape)
+    for a, b in zip(torch.autograd.grad(got, (q, k, v), dout), torch.autograd.grad(want, (q, k, v), dout)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_enable_gqa_refuses_heads_that_do_not_divide_query_s(gen):
+    # PyTorch: "Number of heads in key and value must divide the number of heads in query"; one query
+    # head under four key heads included, which broadcasting alone (enable_gqa=False) takes.
+    q, kv = randn(gen, 2, 1, 5, 4), randn(gen, 2, 4, 7, 4)
+    with pytest.raises(ValueError, match=r"^key: query heads Hq = 1 must be a multiple of key/value heads Hkv = 4 "
+                                         r"\(query \[2, 1, 5, 4\], key \[2, 4, 7, 4\]\)$"):
+        sdpa(q, kv, kv, enable_gqa=True)
+    with pytest.raises(ValueError, match=r"^value: query heads Hq = 6 must be a multiple of key/value heads Hkv = 4 "):
+        sdpa(randn(gen, 2, 6, 5, 4), randn(gen, 2, 2, 7, 4), kv, enable_gqa=True)
+    torch.testing.assert_close(sdpa(q, kv, kv), torch_reference.sdpa(q, kv, kv), rtol=1e-12, atol=1e-12)
+
+
+def test_dropout_of_one_drops_everything_as_pytorch_does(gen):
+    # torch.dropout with p = 1 zeroes every probability: out is 0 and so are the gradients.
+    q, k, v = randn(gen, 2, 3, 5, 4, grad=True), randn(gen, 2, 3, 7, 4, grad=True), randn(gen, 2, 3, 7, 3, grad=True)
+    out = sdpa(q, k, v, dropout_p=1.0)
+    assert out.shape == (2, 3, 5, 3) and (out == 0).all()
+    out.backward(randn(gen, *out.shape))
+    assert all((t.grad == 0).all() for t in (q, k, v))
+    half = sdpa(q.detach().half(), k.detach().half(), v.detach().half(), dropout_p=1)
+    assert half.dtype == torch.float16 and (half == 0).all()
