@@ -17,7 +17,7 @@ import torch
 
 from . import _attnscale
 from .torch_function import (as_float16, attend, check_operands, dropout_keywords, float16_as_float32, from_numpy,
-                             real, to_numpy)
+                             real, refuse_tracing, to_numpy)
 
 
 def window_sides(window_size):
@@ -113,6 +113,7 @@ def _attend(q, k, v, options, want_probs=False):
 
 def check_rank(name, t, layout):
     """t is a tensor with as many dimensions as `layout` ("[batch, seqlen, ...]") names."""
+    refuse_tracing()
     if not isinstance(t, torch.Tensor) or t.dim() != layout.count(",") + 1:
         shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
         raise ValueError(f"{name}: expected a {layout} tensor, got {shape}")

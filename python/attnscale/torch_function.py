@@ -39,10 +39,20 @@ def to_numpy(name, t, is_mask=False):
     return t.numpy()
 
 
+def refuse_tracing():
+    """A clear error under torch.jit.trace, which cannot record a call into the kernels (they run on
+    numpy arrays, outside torch's operators: a trace would replay this call's result, and the traced
+    shapes, tensors, fail the checks with a message about broadcasting)."""
+    if torch.jit.is_tracing():
+        raise RuntimeError("attnscale.torch: torch.jit.trace cannot record a call into attnscale's kernels "
+                           "(they run outside torch's operators); call it eagerly")
+
+
 def check_operands(q, k, v, float16=False):
     """q, k and v are tensors of one dtype (which to_numpy then checks): a float16 q among float32
     k and v is told that the dtypes differ, not that float16 is unsupported. float16=True: the
     caller computes float16 in float32 (float16_as_float32), so its message lists float16 too."""
+    refuse_tracing()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")

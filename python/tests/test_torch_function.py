@@ -236,3 +236,20 @@ def test_sinks_changed_after_the_forward_leave_its_gradients_alone(gen):
     got = torch.autograd.grad(out.sum(), (q, k, v, sinks))
     for g, w in zip(got, want):
         assert torch.equal(g, w)
+
+
+def test_tracing_is_refused_by_name(gen):
+    """torch.jit.trace cannot record a call into the kernels (numpy arrays, outside torch's operators):
+    every entry point says so instead of failing a shape check on the traced sizes."""
+    x = torch.randn(2, 3, 5, 4, generator=gen)
+    lens, cu = torch.tensor([2, 3], dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32)
+    calls = [
+        lambda x: at.attention(x, x, x),
+        lambda x: at.scaled_dot_product_attention(x, x, x),
+        lambda x: at.flash_attn_func(x, x, x),
+        lambda x: at.flash_attn_varlen_func(x[0], x[0], x[0], cu, cu, 3, 3),
+        lambda x: at.flash_attn_with_kvcache(x, x.clone(), x.clone(), cache_seqlens=lens),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match=r"^attnscale.torch: torch.jit.trace cannot record a call"):
+            torch.jit.trace(call, (x,), check_trace=False)
