@@ -355,3 +355,16 @@ def test_bad_arguments_name_themselves_and_leave_the_cache_alone(gen):
         with pytest.raises((ValueError, TypeError), match=re.escape(message)):
             at.flash_attn_with_kvcache(qq, kc, vc, **kwargs)
         assert torch.equal(kc, k0) and torch.equal(vc, v0), message
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cache_rows_past_the_sequence_are_never_read(gen, dtype):
+    # A cache from torch.empty may hold NaN past cache_seqlens and before cache_leftpad: no row reads it.
+    kc, vc = torch.full((2, 24, 2, 8), math.nan, dtype=dtype), torch.full((2, 24, 2, 8), math.nan, dtype=dtype)
+    lens, pad = torch.tensor([9, 17], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
+    for b, (s, n) in enumerate(zip(pad.tolist(), lens.tolist())):
+        kc[b, s:n], vc[b, s:n] = randn(gen, n - s, 2, 8, dtype=dtype), randn(gen, n - s, 2, 8, dtype=dtype)
+    for Nq, causal in ((1, False), (3, True), (3, False)):
+        q = randn(gen, 2, Nq, 4, 8, dtype=dtype)
+        out = at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, cache_leftpad=pad, causal=causal)
+        assert torch.isfinite(out).all()

@@ -387,3 +387,20 @@ def test_dropout_of_one_drops_everything_as_pytorch_does(gen):
     assert all((t.grad == 0).all() for t in (q, k, v))
     half = sdpa(q.detach().half(), k.detach().half(), v.detach().half(), dropout_p=1)
     assert half.dtype == torch.float16 and (half == 0).all()
+
+
+def test_keys_a_row_does_not_see_are_never_read_for_it(gen):
+    """docs/python.md's parity table: a NaN in a masked key or value does not reach the rows that
+    do not see it, nor their gradients (PyTorch's math path reads it: NaN + (-inf) is NaN)."""
+    q, k, v = randn(gen, 2, 3, 5, 4), randn(gen, 2, 3, 7, 4), randn(gen, 2, 3, 7, 3)
+    k[:, :, 6, 0], v[:, :, 6, 1] = math.nan, math.nan
+    keep = torch.ones(5, 7, dtype=torch.bool)
+    keep[:, 6] = False
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    for mask in (keep, torch.zeros(5, 7, dtype=torch.float64).masked_fill(~keep, -math.inf)):
+        out = sdpa(*leaves, attn_mask=mask)
+        torch.testing.assert_close(out, torch_reference.sdpa(q, k[:, :, :6], v[:, :, :6]), rtol=1e-12, atol=1e-12)
+        dq, dk, dv = torch.autograd.grad(out.sum(), leaves)
+        assert torch.isfinite(dq).all() and torch.isfinite(dk[:, :, :6]).all() and torch.isfinite(dv[:, :, :6]).all()
+    causal = sdpa(q.detach(), k.detach(), v.detach(), is_causal=True)  # rows 0..4 see keys 0..4 only
+    assert torch.isfinite(causal).all()
