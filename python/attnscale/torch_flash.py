@@ -16,6 +16,7 @@ import operator
 import torch
 
 from . import _attnscale
+from .torch_errors import drop_in_errors
 from .torch_function import (as_float16, attend, check_operands, dropout_keywords, float16_as_float32, from_numpy,
                              real, refuse_tracing, to_numpy)
 
@@ -125,6 +126,7 @@ def _check_layout(q, k, v, layout):
         check_rank(name, t, layout)
 
 
+@drop_in_errors
 def flash_attn_func(
     q,
     k,
@@ -237,6 +239,7 @@ def _paged_rows(k, v, block_table, cu):
     return k[blocks, pos % size], v[blocks, pos % size]
 
 
+@drop_in_errors
 def flash_attn_varlen_func(
     q,
     k,

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from . import _attnscale
+from .torch_errors import drop_in_errors
 from .torch_flash import _attend, _options, check_block_table, check_rank, kernel_window
 from .torch_function import as_float16, cache_to_numpy
 
@@ -118,6 +119,7 @@ class _Cache:
         return self.table[seqs[:, None].expand_as(positions), positions // self.block], positions % self.block
 
 
+@drop_in_errors
 def flash_attn_with_kvcache(
     q,
     k_cache,

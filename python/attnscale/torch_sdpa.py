@@ -20,6 +20,7 @@ import math
 import torch
 
 from .argument_names import caller_names
+from .torch_errors import drop_in_errors
 from .torch_function import as_float16, attend, check_operands, dropout_keywords, float16_as_float32, real
 
 
@@ -27,6 +28,7 @@ from .torch_function import as_float16, attend, check_operands, dropout_keywords
 _NAMES = {"q": "query", "k": "key", "v": "value", "mask": "attn_mask"}
 
 
+@drop_in_errors
 def scaled_dot_product_attention(
     query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
 ):
