@@ -233,6 +233,11 @@ def flash_attn_with_kvcache(
             raise ValueError("cache_seqlens: required with new keys k, v (where they go in the cache)")
         _check_tensor("k", k, "[batch, seqlen_new, heads_k, headdim]")
         _check_tensor("v", v, "[batch, seqlen_new, heads_k, headdim]")
+        for name, t in (("k", k), ("v", v)):
+            # Another float dtype is rounded to the cache's (FlashAttention asks for q's); integers and
+            # bools, which FlashAttention refuses too, would be written as numbers.
+            if not t.dtype.is_floating_point:
+                raise TypeError(f"{name}: dtype must be a float dtype (written as the cache's {k_cache.dtype}), got {t.dtype}")
         n_new = k.shape[1]
         if list(k.shape) != [B, n_new, Hkv, d] or list(v.shape) != [B, n_new, Hkv, dv]:
             raise ValueError(f"k, v: expected [{B}, seqlen_new, {Hkv}, {d}] and [{B}, seqlen_new, {Hkv}, {dv}], got "

@@ -328,6 +328,8 @@ def bad_calls(gen):
         (dict(q=q.double()), "q, k_cache, v_cache: expected one dtype"),
         (dict(q=randn(gen, 2, 1, 3, 4)), "k_cache: 2 KV heads do not divide q's 3 heads"),
         (dict(k=k), "k, v: pass both"),
+        (dict(k=k.long(), v=v, cache_seqlens=lens), "k: dtype must be a float dtype (written as the cache's torch.float32), got torch.int64"),
+        (dict(k=k, v=v.bool(), cache_seqlens=lens), "v: dtype must be a float dtype (written as the cache's torch.float32), got torch.bool"),
         (dict(k=k, v=v, cache_seqlens=torch.tensor([3, 8], dtype=torch.int32)), "cache_seqlens[1] = 8 plus 1 new keys: outside 0..8"),
         (dict(k=k, v=v), "cache_seqlens: required with new keys"),
         (dict(cache_seqlens=torch.tensor([3])), "cache_seqlens: expected 2 entries"),
