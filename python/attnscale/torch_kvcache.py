@@ -260,6 +260,9 @@ def flash_attn_with_kvcache(
             rotary_cos.shape != rotary_sin.shape
         ):
             raise ValueError("rotary_cos, rotary_sin: expected two [seqlen_ro, rotary_dim / 2] tensors of one shape")
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            if not t.dtype.is_floating_point:
+                raise TypeError(f"{name}: dtype must be a float dtype, got {t.dtype}")
         if 2 * rotary_cos.shape[1] > d:
             raise ValueError(f"rotary_cos: rotary_dim {2 * rotary_cos.shape[1]} exceeds headdim {d}")
     try:

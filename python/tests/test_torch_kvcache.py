@@ -340,6 +340,7 @@ def bad_calls(gen):
         (dict(cache_seqlens=lens, cache_leftpad=torch.tensor([4, 0])), "cache_leftpad[0] = 4: outside 0..3"),
         (dict(cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs), "rotary_cos, rotary_sin: apply only with new keys"),
         (dict(k=k, v=v, cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs), "rotary_cos: 4 positions (rows), the keys and queries reach position 7"),
+        (dict(k=k, v=v, cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs.int()), "rotary_sin: dtype must be a float dtype, got torch.int32"),
         (dict(cache_seqlens=lens, alibi_slopes=torch.ones(3, 4)), "alibi_slopes: expected (4,) or (2, 4)"),
         (dict(num_splits=-1), "num_splits: expected an int >= 0"),
         (dict(window_size=(1.5, -1)), "window_size: expected (left, right), two ints"),
