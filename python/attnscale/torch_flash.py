@@ -195,7 +195,8 @@ def seqlen_bound(name, max_seqlen):
 def _offsets(name, cu_seqlens, total, max_seqlen, max_name):
     """cu_seqlens as a list of ints, checked: 0 first, `total` last, non-decreasing, within max."""
     max_seqlen = seqlen_bound(max_name, max_seqlen)
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point:
+    if (not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point
+            or cu_seqlens.dtype == torch.bool):
         raise ValueError(f"{name}: expected a 1-D integer tensor of batch + 1 offsets")
     cu = [int(x) for x in cu_seqlens.tolist()]
     if len(cu) < 2 or cu[0] != 0 or cu[-1] != total or any(b < a for a, b in zip(cu, cu[1:])):

@@ -386,5 +386,7 @@ def test_arguments_of_the_wrong_type_are_named(gen):
     for bound in (3.0, True, "3"):
         with pytest.raises(TypeError, match=r"^max_seqlen_q: expected an int, got " + type(bound).__name__):
             at.flash_attn_varlen_func(q, k, v, cq, ck, bound, 3)
+    with pytest.raises(ValueError, match=r"^cu_seqlens_k: expected a 1-D integer tensor"):
+        at.flash_attn_varlen_func(q, k, v, cq, ck.bool(), 3, 3)
     want = at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3)
     assert torch.equal(at.flash_attn_varlen_func(q, k, v, cq, ck, np.int64(3), torch.tensor(3)), want)
