@@ -66,8 +66,9 @@ def scaled_dot_product_attention(
     with caller_names(_NAMES):
         if is_causal and attn_mask is not None:
             raise ValueError("attn_mask: must be None when is_causal=True (as in PyTorch)")
-        check_operands(query, key, value, float16=True)  # before float16's conversion: mixed dtypes are told so
         mask = attn_mask
+        query, key, value, mask = _autocast(query, key, value, mask)
+        check_operands(query, key, value, float16=True)  # before float16's conversion: mixed dtypes are told so
         if mask is not None:
             if not isinstance(mask, torch.Tensor):
                 mask = torch.as_tensor(mask)
@@ -95,6 +96,19 @@ def scaled_dot_product_attention(
         if every:
             out = out * 0
     return as_float16(out) if half else out
+
+
+def _autocast(*tensors):
+    """The tensors as PyTorch's autocast hands them to scaled_dot_product_attention, which its CPU
+    policy lists as lower_precision_fp: under torch.autocast("cpu"), every floating tensor but a
+    float64 one (a float mask too) cast to the autocast dtype (differentiable), so that float32 q
+    and k beside a bfloat16 v (rotary embeddings computed in float32) meet as there, and out is
+    bfloat16. The tensors as given otherwise, or outside autocast."""
+    if not torch.is_autocast_cpu_enabled():
+        return tensors
+    dtype = torch.get_autocast_cpu_dtype()
+    eligible = lambda t: isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != torch.float64
+    return tuple(t.to(dtype) if eligible(t) else t for t in tensors)
 
 
 def _gqa_heads(query, key, value):

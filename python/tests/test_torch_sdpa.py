@@ -404,3 +404,18 @@ def test_keys_a_row_does_not_see_are_never_read_for_it(gen):
         assert torch.isfinite(dq).all() and torch.isfinite(dk[:, :, :6]).all() and torch.isfinite(dv[:, :, :6]).all()
     causal = sdpa(q.detach(), k.detach(), v.detach(), is_causal=True)  # rows 0..4 see keys 0..4 only
     assert torch.isfinite(causal).all()
+
+
+def test_autocast_casts_the_operands_as_pytorch_s_cpu_policy(gen):
+    """Under torch.autocast("cpu"), PyTorch casts scaled_dot_product_attention's floating operands
+    (a float mask too; float64 ones not) to the autocast dtype: float32 query and key after a rotary
+    embedding meet a bfloat16 value, and out is bfloat16."""
+    q, k = randn(gen, 2, 3, 5, 8, dtype=torch.float32, grad=True), randn(gen, 2, 3, 7, 8, dtype=torch.float32)
+    v, bias = randn(gen, 2, 3, 7, 4).to(torch.bfloat16), randn(gen, 5, 7, dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = sdpa(q, k, v, attn_mask=bias)
+        wide = sdpa(q.double(), k.double(), v.double())  # float64 is not cast
+    assert out.dtype == torch.bfloat16 and wide.dtype == torch.float64
+    assert torch.equal(out, sdpa(q.bfloat16(), k.bfloat16(), v, attn_mask=bias.bfloat16()))
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.float32 and torch.isfinite(q.grad).all()
