@@ -36,7 +36,8 @@ def scaled_dot_product_attention(
 
     A drop-in for torch.nn.functional.scaled_dot_product_attention on CPU tensors of float32,
     float64, bfloat16 or float16 (computed in float32, returned as float16), differentiable with
-    respect to query, key, value and a float attn_mask.
+    respect to query, key, value and a float attn_mask. Under torch.autocast("cpu") the floating
+    operands (not float64) are cast to the autocast dtype first, as PyTorch's CPU policy casts them.
 
     query [..., Hq, L, E], key [..., Hk, S, E], value [..., Hv, S, Ev]; leading dimensions
     broadcast; the heads too unless enable_gqa=True, which asks Hq % Hk == 0 and Hq % Hv == 0 instead
