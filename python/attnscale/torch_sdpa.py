@@ -46,6 +46,8 @@ def scaled_dot_product_attention(
     integers refused, as by PyTorch 2), broadcasting
     to [..., Hq, L, S] as in PyTorch ([S] and 0-d masks too; a [B, 1, 1, S] padding mask is read
     with stride 0, not copied).
+    PyTorch 2's causal_upper_left(L, S) / causal_lower_right(L, S) (torch.nn.attention.bias) as
+    attn_mask are top-left causal and keys j <= i + S - L (bottom-right).
     is_causal: query i sees keys j <= i (top-left diagonal); not together with attn_mask.
     scale: None (1/sqrt(E)) or a number. dropout_p: as PyTorch's function, dropout is applied
     whenever dropout_p > 0 (pass 0.0 in evaluation), kept probabilities scaled by 1/(1 - p); the
@@ -65,7 +67,12 @@ def scaled_dot_product_attention(
         torch.Size([2, 8, 10, 16])
     """
     with caller_names(_NAMES):
-        if is_causal and attn_mask is not None:
+        causal = bool(is_causal)
+        if _causal_bias_variant(attn_mask):
+            if causal:  # PyTorch's CausalBias._dispatch
+                raise ValueError("attn_mask: a CausalBias must not be used with is_causal=True (as in PyTorch)")
+            attn_mask, causal = _causal_bias(attn_mask, query, key)
+        if causal and attn_mask is not None:
             raise ValueError("attn_mask: must be None when is_causal=True (as in PyTorch)")
         mask = attn_mask
         query, key, value, mask = _autocast(query, key, value, mask)
@@ -86,7 +93,7 @@ def scaled_dot_product_attention(
         # (the kernels' dropout takes p < 1): out * 0 below, which a NaN still reaches, as there.
         drop = real("dropout_p", dropout_p)
         every = drop == 1
-        options = dict(scale=scale, causal=bool(is_causal), **dropout_keywords(0.0 if every else drop, "[0, 1]"))
+        options = dict(scale=scale, causal=causal, **dropout_keywords(0.0 if every else drop, "[0, 1]"))
         (query, key, value), half = float16_as_float32(query, key, value)
         try:
             out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa, mask_name="attn_mask")
@@ -97,6 +104,31 @@ def scaled_dot_product_attention(
         if every:
             out = out * 0
     return as_float16(out) if half else out
+
+
+def _causal_bias_variant(mask):
+    """"UPPER_LEFT" or "LOWER_RIGHT" for PyTorch 2's torch.nn.attention.bias.CausalBias (causal_upper_left,
+    causal_lower_right), known by its attributes; None for any other mask. A CausalBias is a tensor
+    whose values mean nothing (torch.Tensor.__new__ of its arguments): read as a float mask it would
+    add uninitialised memory to the scores. PyTorch's own function hands it to its __torch_function__,
+    which this function, a Python one, does not call."""
+    variant = getattr(getattr(mask, "variant", None), "name", None)
+    if variant in ("UPPER_LEFT", "LOWER_RIGHT") and hasattr(mask, "seq_len_q") and hasattr(mask, "seq_len_kv"):
+        return variant
+    return None
+
+
+def _causal_bias(bias, query, key):
+    """(attn_mask, causal option) for a CausalBias, as its _dispatch computes: UPPER_LEFT, or equal
+    lengths, is is_causal=True (top-left); LOWER_RIGHT is the bool mask tril(ones(Lq, Lkv), Lkv - Lq),
+    that is the kernels' bottom-right causal mask when (Lq, Lkv) are query's and key's lengths (the
+    mask itself otherwise, which then broadcasts or is refused as any mask)."""
+    lq, lkv = int(bias.seq_len_q), int(bias.seq_len_kv)
+    if _causal_bias_variant(bias) == "UPPER_LEFT" or lq == lkv:
+        return None, True
+    if all(isinstance(t, torch.Tensor) and t.dim() >= 2 for t in (query, key)) and (query.shape[-2], key.shape[-2]) == (lq, lkv):
+        return None, "bottom-right"
+    return torch.ones(lq, lkv, dtype=torch.bool).tril(lkv - lq), False
 
 
 def _autocast(*tensors):

@@ -419,3 +419,37 @@ def test_autocast_casts_the_operands_as_pytorch_s_cpu_policy(gen):
     assert torch.equal(out, sdpa(q.bfloat16(), k.bfloat16(), v, attn_mask=bias.bfloat16()))
     out.float().sum().backward()
     assert q.grad.dtype == torch.float32 and torch.isfinite(q.grad).all()
+
+
+class CausalBias(torch.Tensor):
+    """What PyTorch 2's torch.nn.attention.bias.causal_upper_left / causal_lower_right return (PyTorch
+    1.13 has none): a tensor subclass whose values mean nothing, with variant, seq_len_q, seq_len_kv."""
+
+    class Variant:
+        def __init__(self, name):
+            self.name = name
+
+    def __new__(cls, variant, seq_len_q, seq_len_kv):
+        t = torch.Tensor._make_subclass(cls, torch.full((1, seq_len_q, seq_len_kv), 1e30))  # no mask's values
+        t.variant, t.seq_len_q, t.seq_len_kv = CausalBias.Variant(variant), seq_len_q, seq_len_kv
+        return t
+
+
+@pytest.mark.parametrize("L,S", [(5, 9), (9, 5), (6, 6)])
+def test_causal_bias_objects_are_the_causal_masks_they_stand_for(gen, L, S):
+    """causal_upper_left(L, S) is is_causal=True; causal_lower_right(L, S) keeps keys
+    j <= i + S - L (tril with diagonal S - L): the tensor's own values are never read."""
+    q, k, v = randn(gen, 2, 3, L, 4, grad=True), randn(gen, 2, 3, S, 4, grad=True), randn(gen, 2, 3, S, 3, grad=True)
+    lower = torch.ones(L, S, dtype=torch.bool).tril(S - L)
+    for variant, want in (("UPPER_LEFT", torch_reference.sdpa(q, k, v, is_causal=True)),
+                          ("LOWER_RIGHT", torch_reference.attention(q, k, v, mask=lower)[0])):  # rows of no key: 0
+        got = sdpa(q, k, v, attn_mask=CausalBias(variant, L, S))
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        dout = randn(gen, *want.shape)
+        for a, b in zip(torch.autograd.grad(got, (q, k, v), dout), torch.autograd.grad(want, (q, k, v), dout)):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"^attn_mask: a CausalBias must not be used with is_causal=True"):
+        sdpa(q, k, v, attn_mask=CausalBias("LOWER_RIGHT", L, S), is_causal=True)
+    if L != S:  # a lower-right bias of other lengths is its mask, which must broadcast
+        with pytest.raises(ValueError, match=r"^attn_mask: shape \[%d, %d\] does not broadcast" % (L + 1, S)):
+            sdpa(q, k, v, attn_mask=CausalBias("LOWER_RIGHT", L + 1, S))
