@@ -495,7 +495,7 @@ constexpr size_t kAccumulateRows = kRowBlock;
 // take one line a step either way; docs/performance.md).
 #if HWY_TARGET == HWY_AVX2
 // int8 V rows for groups of more than 4 rows on AVX2 (two or more row blocks of AccumulateRows,
-// each of which would widen every V vector again): the column blocks go outside the row blocks.
+// each of which would widen every V vector again), other V rows for more than kPanelRows: the column blocks go outside the row blocks.
 // A column block's vectors of the tile's keys are widened once (LoadRow: sign extension,
 // conversion, the block's scale) into a panel, nk·CB vectors one after another (at most 6 KiB),
 // then every row block takes its float32 P·V over the panel: the panel stays in L1 from one row
@@ -505,7 +505,12 @@ constexpr size_t kAccumulateRows = kRowBlock;
 // tile is all of Zen 3's L1, its stores missed L1, and the row blocks read it back through L2
 // with its rows 512 bytes apart (a column block's lines in 16 of the 64 sets). Why not the panel
 // for float32 rows too: the copy cost more than the second row block's reads from L2 (Nkv = 2048,
-// one thread, 1.055 of the time); bf16 rows, whose widening is a shift, 1.03 (docs/performance.md).
+// one thread, 1.055 of the time); bf16 rows, whose widening is a shift, 1.03. Groups of more than
+// kPanelRows rows (MQA's 32) take the panel for every type: there the copy serves five or more
+// row blocks, each of which read the tile's V again from L2 (Hq = 32, Hkv = 1, d = 128, one
+// thread: float32 0.93-0.95, bf16 0.94-0.97, float16 0.98 of the time; 16 rows 0.98-0.99;
+// docs/performance.md).
+constexpr size_t kPanelRows = 16;
 template <int kType, size_t CB>
 HWY_INLINE void PanelBlock(size_t nk, size_t rows, size_t c0, const void* const* vrow, const float* const* vsc,
                            const float* P, const float* alpha, float* O, size_t ldo, float* panel, LineFeed& feed) {
@@ -564,8 +569,8 @@ template <int kType>
 void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
                  const float* alpha, float* O, size_t ldo, LineFeed& feed) {
 #if HWY_TARGET == HWY_AVX2
-  if constexpr (kType == kI8)
-    if (rows > kAccumulateRows) return AccumulatePanels<kType>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
+  if (rows > (kType == kI8 ? kAccumulateRows : kPanelRows))
+    return AccumulatePanels<kType>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
 #endif
   size_t passes = 0;
   for (size_t r0 = 0; r0 < rows; r0 += kAccumulateRows)
