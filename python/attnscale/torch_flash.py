@@ -16,8 +16,9 @@ import operator
 import torch
 
 from . import _attnscale
+from .torch_errors import drop_in_errors
 from .torch_function import (as_float16, attend, check_operands, dropout_keywords, float16_as_float32, from_numpy,
-                             real, to_numpy)
+                             real, refuse_tracing, to_numpy)
 
 
 def window_sides(window_size):
@@ -73,7 +74,7 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, d
 def _check_shapes(q, k, v):
     """FlashAttention's rules for q [B, Nq, H, d] and k, v [B, Nkv, Hkv, d] (packed: [total, H, d]),
     in its layout and names: the kernels would report them on the transposed views, [B, H, N, d]."""
-    check_operands(q, k, v)
+    check_operands(q, k, v, float16=True)
     shown = f"(q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)})"
     if k.shape[:-1] != v.shape[:-1]:
         raise ValueError(f"v: expected the {'batch, ' if k.dim() == 4 else ''}seqlen and heads of k {shown}")
@@ -113,6 +114,7 @@ def _attend(q, k, v, options, want_probs=False):
 
 def check_rank(name, t, layout):
     """t is a tensor with as many dimensions as `layout` ("[batch, seqlen, ...]") names."""
+    refuse_tracing()
     if not isinstance(t, torch.Tensor) or t.dim() != layout.count(",") + 1:
         shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
         raise ValueError(f"{name}: expected a {layout} tensor, got {shape}")
@@ -124,6 +126,7 @@ def _check_layout(q, k, v, layout):
         check_rank(name, t, layout)
 
 
+@drop_in_errors
 def flash_attn_func(
     q,
     k,
@@ -178,9 +181,22 @@ def flash_attn_func(
     return (out, lse, s_dmask) if return_attn_probs else out
 
 
+def seqlen_bound(name, max_seqlen):
+    """max_seqlen_q / max_seqlen_k as an int (FlashAttention's binding takes an int: 6.5 is not cut
+    to 6, nor True read as 1; numpy's integers and 0-d integer tensors are ints)."""
+    try:
+        if isinstance(max_seqlen, bool):
+            raise TypeError
+        return operator.index(max_seqlen)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(max_seqlen).__name__}") from None
+
+
 def _offsets(name, cu_seqlens, total, max_seqlen, max_name):
     """cu_seqlens as a list of ints, checked: 0 first, `total` last, non-decreasing, within max."""
-    if not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point:
+    max_seqlen = seqlen_bound(max_name, max_seqlen)
+    if (not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point
+            or cu_seqlens.dtype == torch.bool):
         raise ValueError(f"{name}: expected a 1-D integer tensor of batch + 1 offsets")
     cu = [int(x) for x in cu_seqlens.tolist()]
     if len(cu) < 2 or cu[0] != 0 or cu[-1] != total or any(b < a for a, b in zip(cu, cu[1:])):
@@ -224,6 +240,7 @@ def _paged_rows(k, v, block_table, cu):
     return k[blocks, pos % size], v[blocks, pos % size]
 
 
+@drop_in_errors
 def flash_attn_varlen_func(
     q,
     k,
@@ -279,9 +296,10 @@ def flash_attn_varlen_func(
     ck = _offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
     if len(cq) != len(ck):
         raise ValueError(f"cu_seqlens_k: {len(ck) - 1} sequences, cu_seqlens_q has {len(cq) - 1}")
-    if alibi_slopes is not None and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != len(cq) - 1:
+    max_seqlen_q, max_seqlen_k = seqlen_bound("max_seqlen_q", max_seqlen_q), seqlen_bound("max_seqlen_k", max_seqlen_k)
+    if isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != len(cq) - 1:
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
-    window = kernel_window(window_size, causal, int(max_seqlen_k))
+    window = kernel_window(window_size, causal, max_seqlen_k)
     options = _options(softmax_scale, causal, window, softcap, alibi_slopes, q.shape[1], dropout_p)
     # Copies, as alibi_slopes: the backward reads the offsets this forward used.
     options.update(cu_seqlens_q=cu_seqlens_q.to(torch.int64, copy=True).numpy(),
@@ -290,7 +308,7 @@ def flash_attn_varlen_func(
     if not return_attn_probs:
         return out
     # [H, total_q, total_k] block-diagonal -> [batch, H, max_seqlen_q, max_seqlen_k]
-    s_dmask = packed.new_zeros((len(cq) - 1, packed.shape[0], int(max_seqlen_q), int(max_seqlen_k)))
+    s_dmask = packed.new_zeros((len(cq) - 1, packed.shape[0], max_seqlen_q, max_seqlen_k))
     for b in range(len(cq) - 1):
         nq, nk = cq[b + 1] - cq[b], ck[b + 1] - ck[b]
         s_dmask[b, :, :nq, :nk] = packed[:, cq[b] : cq[b + 1], ck[b] : ck[b + 1]]

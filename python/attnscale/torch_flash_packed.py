@@ -15,6 +15,7 @@ flash_attn_varlen_func's.
 """
 import torch
 
+from .torch_errors import drop_in_errors
 from .torch_flash import flash_attn_func, flash_attn_varlen_func
 
 
@@ -26,6 +27,7 @@ def _parts(name, t, layout, count):
     return t.unbind(-3)
 
 
+@drop_in_errors
 def flash_attn_qkvpacked_func(
     qkv,
     dropout_p=0.0,
@@ -54,6 +56,7 @@ def flash_attn_qkvpacked_func(
                            deterministic, return_attn_probs)
 
 
+@drop_in_errors
 def flash_attn_kvpacked_func(
     q,
     kv,
@@ -76,6 +79,7 @@ def flash_attn_kvpacked_func(
                            deterministic, return_attn_probs)
 
 
+@drop_in_errors
 def flash_attn_varlen_qkvpacked_func(
     qkv,
     cu_seqlens,
@@ -99,6 +103,7 @@ def flash_attn_varlen_qkvpacked_func(
                                   causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs)
 
 
+@drop_in_errors
 def flash_attn_varlen_kvpacked_func(
     q,
     kv,

@@ -39,12 +39,25 @@ def to_numpy(name, t, is_mask=False):
     return t.numpy()
 
 
-def check_operands(q, k, v):
+def refuse_tracing():
+    """A clear error under torch.jit.trace, which cannot record a call into the kernels (they run on
+    numpy arrays, outside torch's operators: a trace would replay this call's result, and the traced
+    shapes, tensors, fail the checks with a message about broadcasting)."""
+    if torch.jit.is_tracing():
+        raise RuntimeError("attnscale.torch: torch.jit.trace cannot record a call into attnscale's kernels "
+                           "(they run outside torch's operators); call it eagerly")
+
+
+def check_operands(q, k, v, float16=False):
     """q, k and v are tensors of one dtype (which to_numpy then checks): a float16 q among float32
-    k and v is told that the dtypes differ, not that float16 is unsupported."""
+    k and v is told that the dtypes differ, not that float16 is unsupported. float16=True: the
+    caller computes float16 in float32 (float16_as_float32), so its message lists float16 too."""
+    refuse_tracing()
     for name, t in (("q", q), ("k", k), ("v", v)):
         if not isinstance(t, torch.Tensor):
             raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
+        if float16 and t.dtype not in _FLOAT + (torch.float16,):
+            raise TypeError(f"{name}: dtype must be float32, float64, bfloat16 or float16, got {t.dtype}")
     # A dtype that is no float at all is left to to_numpy, which names that operand.
     if not q.dtype == k.dtype == v.dtype and all(t.dtype.is_floating_point for t in (q, k, v)):
         named = ", ".join(f"{n} {str(t.dtype).replace('torch.', '')}" for n, t in (("q", q), ("k", k), ("v", v)))
@@ -217,13 +230,14 @@ def float16_as_float32(*tensors):
     return tensors, False
 
 
-def dropout_keywords(p):
+def dropout_keywords(p, allowed="[0, 1)"):
     """The kernels' dropout keywords for probability p (the caller's dropout_p): a seed from torch's
     default generator, so torch.manual_seed fixes the mask (the backward regenerates it from the
-    same seed)."""
+    same seed). `allowed`: the caller's range, as its message states it (SDPA takes 1 and handles
+    it itself)."""
     p = real("dropout_p", p)
     if not 0 <= p < 1:
-        raise ValueError(f"dropout_p: must be in [0, 1), got {p}")
+        raise ValueError(f"dropout_p: must be in {allowed}, got {p}")
     if p == 0:
         return {}
     seed = int(torch.randint(0, 2**62, (1,), dtype=torch.int64).item())

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from . import _attnscale
+from .torch_errors import drop_in_errors
 from .torch_flash import _attend, _options, check_block_table, check_rank, kernel_window
 from .torch_function import as_float16, cache_to_numpy
 
@@ -118,6 +119,7 @@ class _Cache:
         return self.table[seqs[:, None].expand_as(positions), positions // self.block], positions % self.block
 
 
+@drop_in_errors
 def flash_attn_with_kvcache(
     q,
     k_cache,
@@ -231,6 +233,11 @@ def flash_attn_with_kvcache(
             raise ValueError("cache_seqlens: required with new keys k, v (where they go in the cache)")
         _check_tensor("k", k, "[batch, seqlen_new, heads_k, headdim]")
         _check_tensor("v", v, "[batch, seqlen_new, heads_k, headdim]")
+        for name, t in (("k", k), ("v", v)):
+            # Another float dtype is rounded to the cache's (FlashAttention asks for q's); integers and
+            # bools, which FlashAttention refuses too, would be written as numbers.
+            if not t.dtype.is_floating_point:
+                raise TypeError(f"{name}: dtype must be a float dtype (written as the cache's {k_cache.dtype}), got {t.dtype}")
         n_new = k.shape[1]
         if list(k.shape) != [B, n_new, Hkv, d] or list(v.shape) != [B, n_new, Hkv, dv]:
             raise ValueError(f"k, v: expected [{B}, seqlen_new, {Hkv}, {d}] and [{B}, seqlen_new, {Hkv}, {dv}], got "
@@ -253,6 +260,9 @@ def flash_attn_with_kvcache(
             rotary_cos.shape != rotary_sin.shape
         ):
             raise ValueError("rotary_cos, rotary_sin: expected two [seqlen_ro, rotary_dim / 2] tensors of one shape")
+        for name, t in (("rotary_cos", rotary_cos), ("rotary_sin", rotary_sin)):
+            if not t.dtype.is_floating_point:
+                raise TypeError(f"{name}: dtype must be a float dtype, got {t.dtype}")
         if 2 * rotary_cos.shape[1] > d:
             raise ValueError(f"rotary_cos: rotary_dim {2 * rotary_cos.shape[1]} exceeds headdim {d}")
     try:

@@ -373,3 +373,20 @@ def test_varlen_attn_probs_under_dropout(gen):
         torch.testing.assert_close(block.abs(), softmax_reference(q[None, rows], k[None, keys], True)[0], rtol=1e-12, atol=1e-15)
         want = torch.einsum("hij,jhd->ihd", block.clamp(min=0) / 0.75, v[keys].repeat_interleave(2, dim=1))
         torch.testing.assert_close(out[rows], want, rtol=1e-12, atol=1e-12)
+
+
+def test_arguments_of_the_wrong_type_are_named(gen):
+    """float16 is taken (in float32), so a dtype's message lists it; alibi_slopes that is no tensor
+    and a max_seqlen that is no int (FlashAttention's binding takes an int) are told so by name."""
+    q, k, v, cq, ck = varlen_operands(gen, [2, 3], [2, 3])
+    with pytest.raises(TypeError, match=r"^q: dtype must be float32, float64, bfloat16 or float16, got torch.int64$"):
+        at.flash_attn_func(q[None].long(), k[None].long(), v[None].long())
+    with pytest.raises(ValueError, match=r"^alibi_slopes: expected a tensor of shape \(4,\) or \(batch, 4\), got list$"):
+        at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3, alibi_slopes=[0.5] * 4)
+    for bound in (3.0, True, "3"):
+        with pytest.raises(TypeError, match=r"^max_seqlen_q: expected an int, got " + type(bound).__name__):
+            at.flash_attn_varlen_func(q, k, v, cq, ck, bound, 3)
+    with pytest.raises(ValueError, match=r"^cu_seqlens_k: expected a 1-D integer tensor"):
+        at.flash_attn_varlen_func(q, k, v, cq, ck.bool(), 3, 3)
+    want = at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3)
+    assert torch.equal(at.flash_attn_varlen_func(q, k, v, cq, ck, np.int64(3), torch.tensor(3)), want)

@@ -236,3 +236,42 @@ def test_sinks_changed_after_the_forward_leave_its_gradients_alone(gen):
     got = torch.autograd.grad(out.sum(), (q, k, v, sinks))
     for g, w in zip(got, want):
         assert torch.equal(g, w)
+
+
+def test_tracing_is_refused_by_name(gen):
+    """torch.jit.trace cannot record a call into the kernels (numpy arrays, outside torch's operators):
+    every entry point says so instead of failing a shape check on the traced sizes."""
+    x = torch.randn(2, 3, 5, 4, generator=gen)
+    lens, cu = torch.tensor([2, 3], dtype=torch.int32), torch.tensor([0, 3], dtype=torch.int32)
+    calls = [
+        lambda x: at.attention(x, x, x),
+        lambda x: at.scaled_dot_product_attention(x, x, x),
+        lambda x: at.flash_attn_func(x, x, x),
+        lambda x: at.flash_attn_varlen_func(x[0], x[0], x[0], cu, cu, 3, 3),
+        lambda x: at.flash_attn_with_kvcache(x, x.clone(), x.clone(), cache_seqlens=lens),
+    ]
+    for call in calls:
+        with pytest.raises(RuntimeError, match=r"^attnscale.torch: torch.jit.trace cannot record a call"):
+            torch.jit.trace(call, (x,), check_trace=False)
+
+
+def test_drop_in_errors_are_caught_as_pytorch_s(gen):
+    """PyTorch and FlashAttention report a bad argument with RuntimeError: the drop-ins' TypeError and
+    ValueError are RuntimeErrors too (same messages), so `except RuntimeError` written for them holds."""
+    q = torch.randn(2, 5, 4, 8, generator=gen)
+    calls = [
+        (lambda: at.scaled_dot_product_attention(q, q[..., :3], q), ValueError, r"^key: last dimension dk = 3"),
+        (lambda: at.scaled_dot_product_attention(q, q, q, scale="x"), TypeError, r"^scale: expected a number"),
+        (lambda: at.flash_attn_func(q, q[..., :3], q), ValueError, r"^k: headdim 3 differs from q's 8"),
+        (lambda: at.flash_attn_qkvpacked_func(q), ValueError, r"^qkv: expected a \[batch, seqlen, 3, heads, headdim\]"),
+        (lambda: at.flash_attn_varlen_func(q[0], q[0], q[0], [0, 5], [0, 5], 5, 5), ValueError, r"^cu_seqlens_q: expected a 1-D"),
+        (lambda: at.flash_attn_with_kvcache(q, q, q, cache_seqlens=9), ValueError, r"^cache_seqlens\[0\] = 9: outside 0..5"),
+        (lambda: at.flash_attn_with_kvcache(q.long(), q.long(), q.long()), TypeError, r"^k_cache: dtype must be"),
+    ]
+    for call, error, message in calls:
+        with pytest.raises(error, match=message) as caught:
+            call()
+        assert isinstance(caught.value, RuntimeError)
+    with pytest.raises(ValueError) as caught:  # attnscale's own function keeps plain ValueError
+        at.attention(q, q[..., :3], q)
+    assert not isinstance(caught.value, RuntimeError)

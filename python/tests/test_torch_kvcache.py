@@ -328,6 +328,8 @@ def bad_calls(gen):
         (dict(q=q.double()), "q, k_cache, v_cache: expected one dtype"),
         (dict(q=randn(gen, 2, 1, 3, 4)), "k_cache: 2 KV heads do not divide q's 3 heads"),
         (dict(k=k), "k, v: pass both"),
+        (dict(k=k.long(), v=v, cache_seqlens=lens), "k: dtype must be a float dtype (written as the cache's torch.float32), got torch.int64"),
+        (dict(k=k, v=v.bool(), cache_seqlens=lens), "v: dtype must be a float dtype (written as the cache's torch.float32), got torch.bool"),
         (dict(k=k, v=v, cache_seqlens=torch.tensor([3, 8], dtype=torch.int32)), "cache_seqlens[1] = 8 plus 1 new keys: outside 0..8"),
         (dict(k=k, v=v), "cache_seqlens: required with new keys"),
         (dict(cache_seqlens=torch.tensor([3])), "cache_seqlens: expected 2 entries"),
@@ -338,6 +340,7 @@ def bad_calls(gen):
         (dict(cache_seqlens=lens, cache_leftpad=torch.tensor([4, 0])), "cache_leftpad[0] = 4: outside 0..3"),
         (dict(cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs), "rotary_cos, rotary_sin: apply only with new keys"),
         (dict(k=k, v=v, cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs), "rotary_cos: 4 positions (rows), the keys and queries reach position 7"),
+        (dict(k=k, v=v, cache_seqlens=lens, rotary_cos=cs, rotary_sin=cs.int()), "rotary_sin: dtype must be a float dtype, got torch.int32"),
         (dict(cache_seqlens=lens, alibi_slopes=torch.ones(3, 4)), "alibi_slopes: expected (4,) or (2, 4)"),
         (dict(num_splits=-1), "num_splits: expected an int >= 0"),
         (dict(window_size=(1.5, -1)), "window_size: expected (left, right), two ints"),
@@ -355,3 +358,16 @@ def test_bad_arguments_name_themselves_and_leave_the_cache_alone(gen):
         with pytest.raises((ValueError, TypeError), match=re.escape(message)):
             at.flash_attn_with_kvcache(qq, kc, vc, **kwargs)
         assert torch.equal(kc, k0) and torch.equal(vc, v0), message
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_cache_rows_past_the_sequence_are_never_read(gen, dtype):
+    # A cache from torch.empty may hold NaN past cache_seqlens and before cache_leftpad: no row reads it.
+    kc, vc = torch.full((2, 24, 2, 8), math.nan, dtype=dtype), torch.full((2, 24, 2, 8), math.nan, dtype=dtype)
+    lens, pad = torch.tensor([9, 17], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
+    for b, (s, n) in enumerate(zip(pad.tolist(), lens.tolist())):
+        kc[b, s:n], vc[b, s:n] = randn(gen, n - s, 2, 8, dtype=dtype), randn(gen, n - s, 2, 8, dtype=dtype)
+    for Nq, causal in ((1, False), (3, True), (3, False)):
+        q = randn(gen, 2, Nq, 4, 8, dtype=dtype)
+        out = at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, cache_leftpad=pad, causal=causal)
+        assert torch.isfinite(out).all()

@@ -135,9 +135,9 @@ def test_empty_calls_meet_the_checks_of_others(gen, nkv):
     q, kv = randn(gen, 2, 4, 5, 8), randn(gen, 2, 4, nkv, 8)
     bad = [
         (lambda: sdpa(q, kv.float(), kv.float()), ValueError, r"^query, key, value: dtypes differ \(query float64, key float32, value float32\)$"),
-        (lambda: sdpa(q.long(), kv.long(), kv.long()), TypeError, r"^query: dtype must be float32, float64 or bfloat16, got torch.int64$"),
+        (lambda: sdpa(q.long(), kv.long(), kv.long()), TypeError, r"^query: dtype must be float32, float64, bfloat16 or float16, got torch.int64$"),
         (lambda: sdpa(q, kv, kv, scale=math.nan), ValueError, r"^scale: must be finite, got nan$"),
-        (lambda: sdpa(q, kv, kv, dropout_p=2.0), ValueError, r"^dropout_p: must be in \[0, 1\), got 2.0$"),
+        (lambda: sdpa(q, kv, kv, dropout_p=2.0), ValueError, r"^dropout_p: must be in \[0, 1\], got 2.0$"),
         (lambda: sdpa(q, kv, kv, attn_mask=torch.zeros(5, nkv, dtype=torch.int64)), TypeError, r"^attn_mask: dtype must be"),
         (lambda: sdpa(q, kv, kv, attn_mask=torch.zeros(5, 2)), ValueError, r"^attn_mask: shape \[5, 2\] does not broadcast"),
         (lambda: sdpa(q, kv, randn(gen, 2, 4, nkv + 1, 8)), ValueError,
@@ -181,7 +181,7 @@ def test_messages_name_the_arguments_as_pytorch_does(gen):
     q, kv = randn(gen, 2, 4, 5, 8), randn(gen, 2, 4, 3, 8)
     bad = [
         (lambda: sdpa([1.0], kv, kv), TypeError, r"^query: expected a torch.Tensor, got list$"),
-        (lambda: sdpa(q, kv.int(), kv), TypeError, r"^key: dtype must be float32, float64 or bfloat16, got torch.int32$"),
+        (lambda: sdpa(q, kv.int(), kv), TypeError, r"^key: dtype must be float32, float64, bfloat16 or float16, got torch.int32$"),
         (lambda: sdpa(q, kv, randn(gen, 3)), ValueError, r"^value: expected \[\.\.\., N, d\], got rank 1 \[3\]$"),
         (lambda: sdpa(q, kv[..., :3], kv), ValueError,
          r"^key: last dimension dk = 3 must equal query's dk = 8 \(query \[2, 4, 5, 8\], key \[2, 4, 3, 3\]\)$"),
@@ -223,8 +223,8 @@ def test_errors(gen):
         sdpa(randn(gen, 3, 4, 5, 8), q, q, attn_mask=torch.ones(2, 4, 5, 5, dtype=torch.bool))
     with pytest.raises(TypeError, match=r"^scale: expected a number, got str$"):
         sdpa(q, q, q, scale="x")
-    with pytest.raises(ValueError, match=r"^dropout_p: must be in \[0, 1\), got 1.0$"):
-        sdpa(q, q, q, dropout_p=1)
+    with pytest.raises(ValueError, match=r"^dropout_p: must be in \[0, 1\], got -0.5$"):
+        sdpa(q, q, q, dropout_p=-0.5)
     out = sdpa(q, k, k, enable_gqa=True)
     (dq,) = torch.autograd.grad(out.square().sum(), q, create_graph=True)
     with pytest.raises(RuntimeError, match="double backward .* is not supported"):
@@ -348,3 +348,108 @@ def test_fully_masked_rows_as_pytorch_gives_them(gen, dtype):
     minus_inf = torch.zeros(2, 1, 5, 5, dtype=dtype).masked_fill(~keep, -math.inf)
     for mask in (keep, minus_inf):
         assert (sdpa(q, k, v, attn_mask=mask)[1, :, 2] == 0).all()
+
+
+@pytest.mark.parametrize("hk,hv", [(2, 4), (3, 2), (1, 3)])
+def test_enable_gqa_takes_key_and_value_of_different_head_counts(gen, hk, hv):
+    """PyTorch's enable_gqa repeats key and value each to query's heads (query head h reads key
+    head h // (Hq / Hk) and value head h // (Hq / Hv)), so their counts may differ when both divide Hq."""
+    q = randn(gen, 2, 12, 5, 4, grad=True)
+    k, v = randn(gen, 2, hk, 7, 4, grad=True), randn(gen, 2, hv, 7, 3, grad=True)
+    mask = torch.rand(5, 7, generator=gen) < 0.7
+    mask[:, 0] = True
+    got = sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    want = torch_reference.sdpa(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    dout = randn(gen, *want.shape)
+    for a, b in zip(torch.autograd.grad(got, (q, k, v), dout), torch.autograd.grad(want, (q, k, v), dout)):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+
+
+def test_enable_gqa_refuses_heads_that_do_not_divide_query_s(gen):
+    # PyTorch: "Number of heads in key and value must divide the number of heads in query"; one query
+    # head under four key heads included, which broadcasting alone (enable_gqa=False) takes.
+    q, kv = randn(gen, 2, 1, 5, 4), randn(gen, 2, 4, 7, 4)
+    with pytest.raises(ValueError, match=r"^key: query heads Hq = 1 must be a multiple of key/value heads Hkv = 4 "
+                                         r"\(query \[2, 1, 5, 4\], key \[2, 4, 7, 4\]\)$"):
+        sdpa(q, kv, kv, enable_gqa=True)
+    with pytest.raises(ValueError, match=r"^value: query heads Hq = 6 must be a multiple of key/value heads Hkv = 4 "):
+        sdpa(randn(gen, 2, 6, 5, 4), randn(gen, 2, 2, 7, 4), kv, enable_gqa=True)
+    torch.testing.assert_close(sdpa(q, kv, kv), torch_reference.sdpa(q, kv, kv), rtol=1e-12, atol=1e-12)
+
+
+def test_dropout_of_one_drops_everything_as_pytorch_does(gen):
+    # torch.dropout with p = 1 zeroes every probability: out is 0 and so are the gradients.
+    q, k, v = randn(gen, 2, 3, 5, 4, grad=True), randn(gen, 2, 3, 7, 4, grad=True), randn(gen, 2, 3, 7, 3, grad=True)
+    out = sdpa(q, k, v, dropout_p=1.0)
+    assert out.shape == (2, 3, 5, 3) and (out == 0).all()
+    out.backward(randn(gen, *out.shape))
+    assert all((t.grad == 0).all() for t in (q, k, v))
+    half = sdpa(q.detach().half(), k.detach().half(), v.detach().half(), dropout_p=1)
+    assert half.dtype == torch.float16 and (half == 0).all()
+
+
+def test_keys_a_row_does_not_see_are_never_read_for_it(gen):
+    """docs/python.md's parity table: a NaN in a masked key or value does not reach the rows that
+    do not see it, nor their gradients (PyTorch's math path reads it: NaN + (-inf) is NaN)."""
+    q, k, v = randn(gen, 2, 3, 5, 4), randn(gen, 2, 3, 7, 4), randn(gen, 2, 3, 7, 3)
+    k[:, :, 6, 0], v[:, :, 6, 1] = math.nan, math.nan
+    keep = torch.ones(5, 7, dtype=torch.bool)
+    keep[:, 6] = False
+    leaves = [t.requires_grad_() for t in (q, k, v)]
+    for mask in (keep, torch.zeros(5, 7, dtype=torch.float64).masked_fill(~keep, -math.inf)):
+        out = sdpa(*leaves, attn_mask=mask)
+        torch.testing.assert_close(out, torch_reference.sdpa(q, k[:, :, :6], v[:, :, :6]), rtol=1e-12, atol=1e-12)
+        dq, dk, dv = torch.autograd.grad(out.sum(), leaves)
+        assert torch.isfinite(dq).all() and torch.isfinite(dk[:, :, :6]).all() and torch.isfinite(dv[:, :, :6]).all()
+    causal = sdpa(q.detach(), k.detach(), v.detach(), is_causal=True)  # rows 0..4 see keys 0..4 only
+    assert torch.isfinite(causal).all()
+
+
+def test_autocast_casts_the_operands_as_pytorch_s_cpu_policy(gen):
+    """Under torch.autocast("cpu"), PyTorch casts scaled_dot_product_attention's floating operands
+    (a float mask too; float64 ones not) to the autocast dtype: float32 query and key after a rotary
+    embedding meet a bfloat16 value, and out is bfloat16."""
+    q, k = randn(gen, 2, 3, 5, 8, dtype=torch.float32, grad=True), randn(gen, 2, 3, 7, 8, dtype=torch.float32)
+    v, bias = randn(gen, 2, 3, 7, 4).to(torch.bfloat16), randn(gen, 5, 7, dtype=torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = sdpa(q, k, v, attn_mask=bias)
+        wide = sdpa(q.double(), k.double(), v.double())  # float64 is not cast
+    assert out.dtype == torch.bfloat16 and wide.dtype == torch.float64
+    assert torch.equal(out, sdpa(q.bfloat16(), k.bfloat16(), v, attn_mask=bias.bfloat16()))
+    out.float().sum().backward()
+    assert q.grad.dtype == torch.float32 and torch.isfinite(q.grad).all()
+
+
+class CausalBias(torch.Tensor):
+    """What PyTorch 2's torch.nn.attention.bias.causal_upper_left / causal_lower_right return (PyTorch
+    1.13 has none): a tensor subclass whose values mean nothing, with variant, seq_len_q, seq_len_kv."""
+
+    class Variant:
+        def __init__(self, name):
+            self.name = name
+
+    def __new__(cls, variant, seq_len_q, seq_len_kv):
+        t = torch.Tensor._make_subclass(cls, torch.full((1, seq_len_q, seq_len_kv), 1e30))  # no mask's values
+        t.variant, t.seq_len_q, t.seq_len_kv = CausalBias.Variant(variant), seq_len_q, seq_len_kv
+        return t
+
+
+@pytest.mark.parametrize("L,S", [(5, 9), (9, 5), (6, 6)])
+def test_causal_bias_objects_are_the_causal_masks_they_stand_for(gen, L, S):
+    """causal_upper_left(L, S) is is_causal=True; causal_lower_right(L, S) keeps keys
+    j <= i + S - L (tril with diagonal S - L): the tensor's own values are never read."""
+    q, k, v = randn(gen, 2, 3, L, 4, grad=True), randn(gen, 2, 3, S, 4, grad=True), randn(gen, 2, 3, S, 3, grad=True)
+    lower = torch.ones(L, S, dtype=torch.bool).tril(S - L)
+    for variant, want in (("UPPER_LEFT", torch_reference.sdpa(q, k, v, is_causal=True)),
+                          ("LOWER_RIGHT", torch_reference.attention(q, k, v, mask=lower)[0])):  # rows of no key: 0
+        got = sdpa(q, k, v, attn_mask=CausalBias(variant, L, S))
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+        dout = randn(gen, *want.shape)
+        for a, b in zip(torch.autograd.grad(got, (q, k, v), dout), torch.autograd.grad(want, (q, k, v), dout)):
+            torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    with pytest.raises(ValueError, match=r"^attn_mask: a CausalBias must not be used with is_causal=True"):
+        sdpa(q, k, v, attn_mask=CausalBias("LOWER_RIGHT", L, S), is_causal=True)
+    if L != S:  # a lower-right bias of other lengths is its mask, which must broadcast
+        with pytest.raises(ValueError, match=r"^attn_mask: shape \[%d, %d\] does not broadcast" % (L + 1, S)):
+            sdpa(q, k, v, attn_mask=CausalBias("LOWER_RIGHT", L + 1, S))

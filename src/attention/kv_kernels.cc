@@ -1940,23 +1940,30 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
 }
 
 // bf16, float16 and int8 K rows on 8-lane targets (AVX2), which do not read them in place
-// (scores_quads_widening, kv_kernels.h): each group of NK keys (TripleKeys8's 3, QuadKeys8's 4)
-// widened (LoadRow's values) into buf, NK rows of dk floats from a line's start, just before the
-// group's products read them. The group's rows (at most 6 KiB at d = 512) stay in L1 from their
-// stores to their loads; a whole tile widened first (32 KiB of float32 at d = 128, all of Zen 3's
-// L1) missed L1 with its stores and was read back from L2. The products and their order are those
-// of the widened tile: the same bits. W as in KeyGroups.
-template <int kType, size_t NK, size_t W, class Call>
-HWY_INLINE void WidenedKeyGroups(size_t nk, size_t nr, size_t dk, const void* const* krow, const float* const* ksc,
-                                 float* buf, float* S, size_t lds, Call&& call) {
+// (scores_quads_widening, kv_kernels.h): the keys widened (LoadRow's values) into buf a chunk at a
+// time, rows of dk floats from a line's start, just before the products read them; each block of
+// 8 rows then takes the chunk by groups of its kernel's keys (TripleKeys8's 3 for 5-8 rows,
+// QuadKeys8's 4 for up to 4). A chunk is one group where the rows make one block, else 12 keys
+// (groups of 3 and of 4 alike), widened once for all the blocks (MQA's 32 rows: once, not four
+// times). A chunk's rows (6 KiB at d = 128, 24 KiB at d = 512) stay in L1 from their stores to
+// their loads; a whole tile widened first (32 KiB of float32 at d = 128, all of Zen 3's L1)
+// missed L1 with its stores and was read back from L2. The products and their order are those of
+// the widened tile: the same bits.
+template <int kType>
+HWY_INLINE void WidenedKeyChunks(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
+                                 const float* packed, float* buf, float* S, size_t lds, LineFeed& feed) {
   const DF d;
-  const size_t L = hn::Lanes(d), full = dk / L * L, ldb = widening_row(dk);
+  constexpr size_t W = 4;  // scores a kernel stores a row (TripleKeys8's fourth of no use)
+  const size_t L = hn::Lanes(d), full = dk / L * L, ldb = widening_row(dk), block = quads_block(dk);
+  const size_t chunk = rows > 8 ? kWideningKeys : rows > 4 ? kTripleKeys8 : kQuadKeys8;
   buf += (16 - reinterpret_cast<std::uintptr_t>(buf) / sizeof(float) % 16) % 16;  // to a line's start
-  const float* rows_x[NK];
-  for (size_t x = 0; x < NK; ++x) rows_x[x] = buf + x * ldb;
-  // The rows of keys j0 + x (the last key again past nk) into buf.
+  const float* rows_x[kWideningKeys];
+  for (size_t x = 0; x < chunk; ++x) rows_x[x] = buf + x * ldb;
+  // The rows of keys j0 + x into buf, the last key again past nk: x < chunk, or past the chunk's
+  // last key the 3 rows at most that its last group of 3 or 4 reads.
   const auto widen = [&](size_t j0) HWY_ATTR __attribute__((always_inline)) {
-    for (size_t x = 0; x < NK; ++x) {
+    const size_t nx = nk - j0 + 3 < chunk ? nk - j0 + 3 : chunk;
+    for (size_t x = 0; x < nx; ++x) {
       const size_t j = j0 + x < nk ? j0 + x : nk - 1;
       const void* row = krow[j];
       const float* sc = ksc ? ksc[j] : nullptr;
@@ -1978,52 +1985,51 @@ HWY_INLINE void WidenedKeyGroups(size_t nk, size_t nr, size_t dk, const void* co
       }
     }
   };
-  size_t j = 0;
-  for (; j + NK <= nk && j + W <= lds; j += NK) {
-    widen(j);
-    call(rows_x, S + j, lds);
+  // The feed paced over every call's steps (of the kernels' inner loop).
+  const size_t steps8 = dk / 4 / kQuadSteps8 + dk / 4 % kQuadSteps8;
+  size_t calls = 0;
+  for (size_t r0 = 0; r0 < rows; r0 += 8) {
+    const size_t nkb = rows - r0 > 4 ? kTripleKeys8 : kQuadKeys8;
+    calls += (nk + nkb - 1) / nkb;
   }
-  if (j < nk) {  // at most NK keys left (lds >= nk)
-    HWY_ALIGN float part[8 * W];
-    widen(j);
-    call(rows_x, part, W);
-    for (size_t r = 0; r < nr; ++r)
-      for (size_t x = 0; x < nk - j; ++x) S[r * lds + j + x] = part[r * W + x];
-  }
-}
-// ScoresQuadsT's 8-lane paths (TripleKeys8 for 5-8 rows, QuadKeys8 for up to 4), the feed paced
-// alike, on rows widened a key group at a time.
-template <int kType>
-HWY_NOINLINE void ScoresWidening8(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
-                                  const float* packed, float* S, size_t lds, LineFeed& shared, float* buf) {
-  if constexpr (hn::MaxLanes(DF()) == 8) {
-    const DF d;
-    const size_t block = quads_block(dk);
-    const size_t steps8 = dk / 4 / kQuadSteps8 + dk / 4 % kQuadSteps8;  // of the kernels' inner loop
-    LineFeed feed = shared;  // in registers while the keys stream
+  feed.pace(static_cast<std::int64_t>(calls * steps8));
+  LineFeed local = feed;  // in registers while the keys stream
+  for (size_t j0 = 0; j0 < nk; j0 += chunk) {
+    widen(j0);
     for (size_t r0 = 0; r0 < rows; r0 += 8) {
       const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
+      const size_t nkb = nr > 4 ? kTripleKeys8 : kQuadKeys8;
       const float* pk = packed + r0 / 8 * block;
       float* Sr = S + r0 * lds;
-      if (nr > 4) {
-        feed.pace(static_cast<std::int64_t>((nk + kTripleKeys8 - 1) / kTripleKeys8 * steps8));
-        WidenedKeyGroups<kType, kTripleKeys8, 4>(
-            nk, nr, dk, krow, ksc, buf, Sr, lds,
-            [&](const float* const* rws, float* sp, size_t ld) HWY_ATTR __attribute__((always_inline)) {
-              TripleKeys8(d, dk, rws, pk, sp, ld, nr, feed);
-            });
-      } else {
-        feed.pace(static_cast<std::int64_t>((nk + kQuadKeys8 - 1) / kQuadKeys8 * steps8));
-        WidenedKeyGroups<kType, kQuadKeys8, kQuadKeys8>(
-            nk, nr, dk, krow, ksc, buf, Sr, lds,
-            [&](const float* const* rws, float* sp, size_t ld) HWY_ATTR __attribute__((always_inline)) {
-              QuadKeys8(d, dk, rws, pk, sp, ld, nr, feed);
-            });
+      const auto call = [&](const float* const* rws, float* sp, size_t ld) HWY_ATTR __attribute__((always_inline)) {
+        if (nr > 4) TripleKeys8(d, dk, rws, pk, sp, ld, nr, local);
+        else QuadKeys8(d, dk, rws, pk, sp, ld, nr, local);
+      };
+      for (size_t g = 0; g < chunk && j0 + g < nk; g += nkb) {
+        const size_t j = j0 + g;
+        if (j + nkb <= nk && j + W <= lds) {
+          call(rows_x + g, Sr + j, lds);
+        } else {  // the last keys (lds >= nk)
+          HWY_ALIGN float part[8 * W];
+          call(rows_x + g, part, W);
+          const size_t n = nk - j < nkb ? nk - j : nkb;
+          for (size_t r = 0; r < nr; ++r)
+            for (size_t x = 0; x < n; ++x) Sr[r * lds + j + x] = part[r * W + x];
+        }
       }
     }
-    shared = feed;
+  }
+  feed = local;
+}
+// ScoresQuadsT's 8-lane paths (TripleKeys8 for 5-8 rows, QuadKeys8 for up to 4), the feed paced
+// alike, on rows widened a chunk of keys at a time.
+template <int kType>
+HWY_NOINLINE void ScoresWidening8(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
+                                  const float* packed, float* S, size_t lds, LineFeed& feed, float* buf) {
+  if constexpr (hn::MaxLanes(DF()) == 8) {
+    WidenedKeyChunks<kType>(nk, rows, dk, krow, ksc, packed, buf, S, lds, feed);
   } else {
-    (void)nk, (void)rows, (void)dk, (void)krow, (void)ksc, (void)packed, (void)S, (void)lds, (void)shared, (void)buf;
+    (void)nk, (void)rows, (void)dk, (void)krow, (void)ksc, (void)packed, (void)S, (void)lds, (void)feed, (void)buf;
   }
 }
 #endif

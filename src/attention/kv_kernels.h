@@ -76,16 +76,19 @@ void widen(int type, std::size_t nk, std::size_t d, const void* const* row, cons
            std::size_t ldo);
 // scores_quads over bf16, float16 or int8 K rows (ksc: int8 scales, else null) on 8-lane targets
 // (quads_available() && !rows_in_place(): AVX2), where widen() and the widened form would take a
-// tile: each group of 3 or 4 keys is widened into buf (widening_buffer(dk) floats) just before its
-// products, the same values in the same order (the same bits). The widened 64-key tile (32 KiB at
+// tile: each group of 3 or 4 keys (of kWideningKeys for more than 8 rows, widened once for all
+// their blocks of 8) is widened into buf (widening_buffer(dk) floats) just before its products,
+// the same values in the same order (the same bits). The widened 64-key tile (32 KiB at
 // d = 128) filled Zen 3's 32 KiB L1: its stores missed, the scores read it back from L2.
 void scores_quads_widening(int type, std::size_t nk, std::size_t rows, std::size_t dk, const void* const* krow,
                            const float* const* ksc, const float* packed, float* S, std::size_t lds, LineFeed& feed,
                            float* buf);
 // Floats of a widened row in scores_quads_widening's buffer (from a line's start), and of the buffer
-// (four rows, from the first line's start in it).
+// (kWideningKeys rows, from the first line's start in it).
 inline std::size_t widening_row(std::size_t dk) { return (dk + 15) / 16 * 16; }
-inline std::size_t widening_buffer(std::size_t dk) { return 4 * widening_row(dk) + 15; }
+// Keys widened at a time for groups of more than 8 rows (12: whole groups of 3 and of 4 keys).
+constexpr std::size_t kWideningKeys = 12;
+inline std::size_t widening_buffer(std::size_t dk) { return kWideningKeys * widening_row(dk) + 15; }
 // Keys a call of widen() and scores_quads() over the widened rows takes in GQA decode (kv_decode.cc):
 // 16 where rows_in_place() (AVX-512: int8 rows only), else kTileKeys. A widened tile of 64 keys is
 // 32 KiB of float32 at d = 128; written whole before the scores read it, its lines left L1 between
