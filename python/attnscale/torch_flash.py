@@ -17,6 +17,7 @@ import torch
 
 from . import _attnscale
 from .torch_errors import drop_in_errors
+from .torch_threads import with_threads
 from .torch_function import (as_float16, attend, check_operands, dropout_keywords, float16_as_float32, from_numpy,
                              real, refuse_tracing, to_numpy)
 
@@ -107,7 +108,7 @@ def _attend(q, k, v, options, want_probs=False):
         probs = lse.new_zeros(qh.shape[:-1] + kh.shape[-2:-1])
     elif want_probs:
         arrays = [to_numpy(name, t) for name, t in (("q", qh), ("k", kh), ("v", vh))]
-        probs = from_numpy(_attnscale.attention(*arrays, return_probs=True, **options)[1])
+        probs = from_numpy(_attnscale.attention(*arrays, return_probs=True, **with_threads(options))[1])
     out = out.transpose(-3, -2).contiguous()
     return (as_float16(out) if half else out), lse, probs
 
