@@ -201,6 +201,8 @@ def flash_attn_with_kvcache(
             raise ValueError(f"{name}: the last dimension must be contiguous (stride 1)")
         if t.dtype not in _CACHE_DTYPES:
             raise TypeError(f"{name}: dtype must be float32, bfloat16, float16 or float64, got {t.dtype}")
+    if q.dtype not in _CACHE_DTYPES:
+        raise TypeError(f"q: dtype must be float32, bfloat16, float16 or float64 (the cache's), got {q.dtype}")
     if q.dtype != k_cache.dtype or v_cache.dtype != k_cache.dtype:
         raise TypeError(f"q, k_cache, v_cache: expected one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     dv = v_cache.shape[3]
