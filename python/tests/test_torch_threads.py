@@ -6,7 +6,6 @@ import os
 import pytest
 
 torch = pytest.importorskip("torch")
-import attnscale  # noqa: E402
 import attnscale.torch as at  # noqa: E402
 from attnscale import _attnscale  # noqa: E402
 
