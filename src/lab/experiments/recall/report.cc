@@ -88,14 +88,20 @@ Outcome outcome(const lab::ResultTable& t, const Setting& s, const std::string& 
   return o;
 }
 
-// The mean final accuracy over seeds with its CI, the interval clipped to [0, 1] where an accuracy lies.
+// The mean final accuracy over seeds with its CI (the experiment's: over the seeds and their
+// validation queries, inside [0, 1]; lab/stats.h runs_proportion_ci).
 lab::Row final_accuracy(const lab::ResultTable& t, const Setting& s, const std::string& scaling) {
   Fixed f = s.fixed(scaling, "all");
   f.insert({{"step", "final"}, {"layer", "all"}});
-  lab::Row r = one(t, "final_accuracy", f);
-  r.ci_low = std::max(r.ci_low, 0.0);
-  r.ci_high = std::min(r.ci_high, 1.0);
-  return r;
+  return one(t, "final_accuracy", f);
+}
+
+// The validation queries behind each seed's accuracy (P a sequence), "" where the table has no count.
+std::string queries(const lab::ResultTable& t, const Setting& s) {
+  Fixed f = s.fixed(s.scalings.front(), s.seeds.front());
+  f.insert({{"step", "final"}, {"layer", "all"}});
+  const auto r = select(t, "val_queries", f);
+  return r.empty() ? "" : fmt(r.front()->mean, 6);
 }
 
 // " (first at steps 1000, never)" when some seed learns the task ("never" for a seed that does not), else "".
@@ -206,6 +212,7 @@ Slots slots(const lab::ResultTable& t) {
             {"grid", flag(t, "grid")},
             {"lr", s.lr},
             {"seeds", std::to_string(s.seeds.size())},
+            {"queries", queries(t, s)},
             {"steps", flag(t, "steps")},
             {"table", md_table({"scaling", "final accuracy", "seeds that learn it (≥ 0.9)", "first logged step ≥ 0.9"},
                                table)},
