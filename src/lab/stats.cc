@@ -172,6 +172,8 @@ Summary median_ci(std::vector<double> x) {
   const auto hi = static_cast<std::int64_t>(std::ceil(n / 2.0 + h));
   // The interval needs order statistics the sample does not have (n < 4).
   if (lo < 0 || hi > static_cast<std::int64_t>(n)) return {med, kNotComputable, kNotComputable};
+  // Ties across the whole span (a discrete sample): the order statistics give no width.
+  if (x[lo] == x[hi - 1]) return {med, kNotComputable, kNotComputable};
   return {med, x[lo], x[hi - 1]};
 }
 
@@ -195,6 +197,9 @@ Summary jackknife_ci(const std::vector<double>& x, int groups,
   const double m = sample_mean(per.data(), per.size());
   double ss = 0;
   for (double v : per) ss += (v - m) * (v - m);
+  // Every deletion gave the same value (a Rademacher q·k at d = 1 has kurtosis 1 in every group):
+  // the standard error is 0, and a zero-width interval would look exact.
+  if (!(ss > 0)) return {full, kNotComputable, kNotComputable};
   const double h = student_t_quantile(0.975, groups - 1) * std::sqrt(ss * (groups - 1) / groups);
   return {full, full - h, full + h};
 }

@@ -22,11 +22,13 @@
 //                standard error from the kurtosis (about a trimmed mean), scaled by n / (n - z);
 //                never below 0, and near its nominal 95% at 10 trials of heavy-tailed data.
 //   median_ci    the sample median with the order-statistic interval [x_(lo), x_(hi)],
-//                lo/hi = n/2 -+ 1.96 sqrt(n)/2 (normal approximation to Binomial(n, 1/2)).
+//                lo/hi = n/2 -+ 1.96 sqrt(n)/2 (normal approximation to Binomial(n, 1/2));
+//                none (NaN) when x_(lo) = x_(hi) (ties).
 //   jackknife_ci any statistic on the whole sample, with the delete-one-group jackknife standard
 //                error over `groups` contiguous groups that cover the sample (sizes differ by at
 //                most one) and the t quantile with groups − 1 degrees of freedom (used for
-//                kurtosis, whose standard error needs 8th moments).
+//                kurtosis, whose standard error needs 8th moments); none (NaN) when every deletion
+//                gives the same value.
 //   kurtosis_ci  the sample kurtosis with jackknife_ci over 20 groups, its lower end raised to 1:
 //                no distribution has less (E[x⁴] ≥ E[x²]² about the mean), while the symmetric
 //                interval of a heavy-tailed sample reached below 0 (moments, Student-t ν = 3, d = 4,

@@ -391,6 +391,11 @@ TEST(LabStats, IdenticalValuesGiveNoZeroWidthInterval) {
     EXPECT_TRUE(std::isnan(variance_ci(same).ci_low));
     EXPECT_TRUE(std::isnan(bounded_mean_ci(same, 0, INFINITY).ci_low));  // a loss: no upper bound to reach
   }
+  // 20 values: the order-statistic interval spans the 6th to the 15th, here all 3.
+  EXPECT_TRUE(std::isnan(median_ci({1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 5, 5, 5, 5, 5}).ci_low));
+  std::vector<double> pm(40);
+  for (std::size_t i = 0; i < pm.size(); ++i) pm[i] = i % 2 ? 1.0 : -1.0;  // kurtosis 1 in every group
+  EXPECT_TRUE(std::isnan(kurtosis_ci(pm).ci_low));
   // A count in [1, 50] that was 1 in all 20 trials: the mean lies within 49 · (1 − 0.025^{1/20}).
   const double reach20 = 1 - std::pow(0.025, 1.0 / 20);
   const Summary top = bounded_mean_ci(std::vector<double>(20, 1.0), 1, 50);
