@@ -32,6 +32,10 @@ def main():
     sys.path.insert(0, a.pymod)
     import torch  # noqa: E402
 
+    # The drop-in runs on torch's thread count (python/attnscale/torch_threads.py), attnscale.decode
+    # on the library's default, every core: the same count for both, and the drop-in keeps decode's
+    # one-thread rule for small calls.
+    torch.set_num_threads(os.cpu_count() or 1)
     import attnscale  # noqa: E402
     import attnscale.torch as at  # noqa: E402
     from attnscale.torch_function import cache_to_numpy  # noqa: E402

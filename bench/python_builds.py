@@ -70,6 +70,9 @@ def one_process(args):
 
             import attnscale.torch as at
 
+            # attnscale.torch runs on torch's thread count (python/attnscale/torch_threads.py): every
+            # core, as the numpy calls and builds from before it use.
+            torch.set_num_threads(os.cpu_count() or 1)
             tq, tk, tv, tdo = (torch.from_numpy(np.array(x)) for x in (q, k, v, do))
             if args.dtype == "bfloat16":
                 tq, tk, tv, tdo = (t.view(torch.bfloat16) for t in (tq, tk, tv, tdo))

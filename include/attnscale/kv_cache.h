@@ -53,7 +53,7 @@ struct DecodeOptions {
   std::int64_t window_right = -1;  // not causal, ≥ 0: a token sees at most window_right keys after its
                                    // own (FlashAttention's window_size[1]); causal allows -1 or 0
   int threads = 0;                // at most this many; 0: $ATTNSCALE_THREADS, else every core, and
-                                  // one for a call that reads under 256 KiB of K and V
+                                  // one for a call that reads under 32 KiB of K and V
   // Score transforms, as Options' (attention.h), new token i at key position p_i = len_b − Nq + i
   // (the last key when Nq = 1): the score of key j is t = c·tanh(s·q·k_j / c) − slope_bh·|p_i − j|.
   double softcap = 0.0;       // c > 0; 0: no capping

@@ -6,6 +6,9 @@
     flash_attn_qkvpacked_func(...), flash_attn_kvpacked_func(...) and their varlen forms: the same
                                                on q, k, v stacked in one tensor
     flash_attn_with_kvcache(...)               FlashAttention 2's decoding over a KV cache (no gradient)
+    bert_padding.unpad_input(...), pad_input(...), index_first_axis(...)
+                                               flash_attn.bert_padding's, between padded batches and
+                                               varlen's packed rows (import attnscale.torch.bert_padding)
 
 The forward pass runs attnscale.attention and keeps the log-sum-exp of each row; the backward
 pass runs attnscale.attention_backward, which recomputes the probabilities from q, k, v and that
@@ -22,14 +25,21 @@ share memory and strides with the arrays the kernels read), so a [B, N, H, d] te
     >>> q.grad.shape, k.grad.shape
     (torch.Size([2, 4, 16, 32]), torch.Size([2, 1, 16, 32]))
 """
+import sys
+
 import torch
 
+from . import torch_bert_padding as bert_padding
 from .torch_flash import flash_attn_func, flash_attn_varlen_func
 from .torch_flash_packed import (flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_kvpacked_func,
                                  flash_attn_varlen_qkvpacked_func)
 from .torch_kvcache import flash_attn_with_kvcache
 from .torch_function import Attention, attend
 from .torch_sdpa import scaled_dot_product_attention
+
+# `import attnscale.torch.bert_padding` and `from attnscale.torch.bert_padding import unpad_input`, as
+# flash_attn.bert_padding is imported (attnscale.torch is a module, not a package).
+sys.modules[__name__ + ".bert_padding"] = bert_padding
 
 __all__ = [
     "attention",
@@ -42,6 +52,7 @@ __all__ = [
     "flash_attn_varlen_kvpacked_func",
     "flash_attn_with_kvcache",
     "Attention",
+    "bert_padding",
 ]
 
 
@@ -70,7 +81,8 @@ def attention(
     'bottom-right', window (left, right), align, mask (bool keep-mask or float additive mask,
     broadcasting to [..., H, Nq, Nkv] as in PyTorch, [Nkv] and 0-d included; a float mask that
     requires grad gets its gradient; changed in place before the backward, it is refused by
-    autograd's check), threads.
+    autograd's check), threads (0: $ATTNSCALE_THREADS, else torch.get_num_threads() at each forward
+    and backward call; attnscale.torch_threads).
 
     compute='bf16' runs the forward's and the backward's products in bfloat16 with float32
     accumulation (float32 inputs; bfloat16 inputs always do, without upcasting); the gradients are

@@ -17,6 +17,7 @@ import torch
 
 from . import _attnscale
 from .torch_errors import drop_in_errors
+from .torch_threads import with_threads
 from .torch_function import (as_float16, attend, check_operands, dropout_keywords, float16_as_float32, from_numpy,
                              real, refuse_tracing, to_numpy)
 
@@ -66,6 +67,10 @@ def _options(softmax_scale, causal, window_size, softcap, alibi_slopes, heads, d
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dim() not in (1, 2) or alibi_slopes.shape[-1] != heads:
             got = list(alibi_slopes.shape) if isinstance(alibi_slopes, torch.Tensor) else type(alibi_slopes).__name__
             raise ValueError(f"alibi_slopes: expected a tensor of shape ({heads},) or (batch, {heads}), got {got}")
+        if not alibi_slopes.dtype.is_floating_point:
+            # FlashAttention refuses every dtype but float32 ("ALiBi slopes must have dtype fp32");
+            # other float dtypes are taken here (read as float64), integers refused as there.
+            raise TypeError(f"alibi_slopes: dtype must be float32 (or another float dtype), got {alibi_slopes.dtype}")
         # A copy: the backward reads the slopes this forward used, whatever happens to the tensor.
         options["alibi_slopes"] = to_numpy("alibi_slopes", alibi_slopes.detach().to(torch.float64, copy=True))
     return options
@@ -107,7 +112,7 @@ def _attend(q, k, v, options, want_probs=False):
         probs = lse.new_zeros(qh.shape[:-1] + kh.shape[-2:-1])
     elif want_probs:
         arrays = [to_numpy(name, t) for name, t in (("q", qh), ("k", kh), ("v", vh))]
-        probs = from_numpy(_attnscale.attention(*arrays, return_probs=True, **options)[1])
+        probs = from_numpy(_attnscale.attention(*arrays, return_probs=True, **with_threads(options))[1])
     out = out.transpose(-3, -2).contiguous()
     return (as_float16(out) if half else out), lse, probs
 

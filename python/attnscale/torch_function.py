@@ -18,6 +18,7 @@ import torch
 
 from . import _attnscale, broadcast
 from .arrays import check_options
+from .torch_threads import with_threads
 
 _FLOAT = (torch.float32, torch.float64, torch.bfloat16)
 _MASK = _FLOAT + (torch.bool, torch.uint8)
@@ -137,7 +138,7 @@ class Attention(torch.autograd.Function):
             options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64, copy=True)))
             forward_options = dict(forward_options, sinks=options["sinks"])
         arrays = (to_numpy("q", q), to_numpy("k", k), to_numpy("v", v))
-        out_np, lse_np = _attnscale.attention(*arrays, mask=mask_np, return_lse=True, **forward_options)
+        out_np, lse_np = _attnscale.attention(*arrays, mask=mask_np, return_lse=True, **with_threads(forward_options))
         out, lse = from_numpy(out_np), from_numpy(lse_np)
         # The mask is saved as q, k and v are: the backward reads it, so a change in place between
         # the forward and the backward must meet autograd's check, not change the gradients.
@@ -170,7 +171,7 @@ class Attention(torch.autograd.Function):
             mask=arrays[5],
             return_dsinks=need[6],
             return_dbias=need[3],
-            **ctx.options,
+            **with_threads(ctx.options),  # torch's count when the backward runs (torch_threads)
         )
         dq, dk, dv, *extra = grads  # then dsinks, then dbias, each when asked for
         dsinks = from_numpy(extra.pop(0)).to(ctx.sinks_dtype) if need[6] else None

@@ -29,6 +29,7 @@ from . import _attnscale
 from .torch_errors import drop_in_errors
 from .torch_flash import _attend, _options, check_block_table, check_rank, kernel_window
 from .torch_function import as_float16, cache_to_numpy
+from .torch_threads import kernel_threads
 
 _CACHE_DTYPES = (torch.float32, torch.bfloat16, torch.float16, torch.float64)
 
@@ -200,6 +201,8 @@ def flash_attn_with_kvcache(
             raise ValueError(f"{name}: the last dimension must be contiguous (stride 1)")
         if t.dtype not in _CACHE_DTYPES:
             raise TypeError(f"{name}: dtype must be float32, bfloat16, float16 or float64, got {t.dtype}")
+    if q.dtype not in _CACHE_DTYPES:
+        raise TypeError(f"q: dtype must be float32, bfloat16, float16 or float64 (the cache's), got {q.dtype}")
     if q.dtype != k_cache.dtype or v_cache.dtype != k_cache.dtype:
         raise TypeError(f"q, k_cache, v_cache: expected one dtype, got {q.dtype}, {k_cache.dtype}, {v_cache.dtype}")
     dv = v_cache.shape[3]
@@ -341,7 +344,7 @@ def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, 
         seq_starts=np.asarray(starts, dtype=np.int32) if any(starts) else None, scale=options["scale"],
         window_left=left if left >= 0 else -1, causal=causal,
         window_right=right if right > 0 and not causal else -1, softcap=options["softcap"],
-        alibi_slopes=options.get("alibi_slopes"), return_lse=True,
+        alibi_slopes=options.get("alibi_slopes"), threads=kernel_threads(), return_lse=True,
     )
     if Nq == 1:  # [B, H, dv] is [B, 1, H, dv], in FlashAttention's order already
         return torch.from_numpy(o.reshape(B, 1, H, dv)), torch.from_numpy(lse.reshape(B, H, 1))

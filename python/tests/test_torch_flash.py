@@ -246,6 +246,13 @@ def test_errors(gen):
     qb, kb, vb = q[None], k[None], v[None]
     with pytest.raises(ValueError, match=r"^alibi_slopes: expected a tensor of shape \(4,\) or \(batch, 4\)"):
         at.flash_attn_func(qb, kb, vb, alibi_slopes=torch.ones(3))
+    # FlashAttention asks float32 slopes ("ALiBi slopes must have dtype fp32"): integers are refused
+    # by name, not read as numbers (other float dtypes are taken).
+    for dtype in (torch.int64, torch.bool):
+        with pytest.raises(TypeError, match=rf"^alibi_slopes: dtype must be float32 \(or another float dtype\), got {dtype}$"):
+            at.flash_attn_func(qb, kb, vb, alibi_slopes=torch.ones(4, dtype=dtype))
+        with pytest.raises(RuntimeError, match="alibi_slopes: dtype"):
+            at.flash_attn_varlen_func(q, k, v, cq, ck, 3, 3, alibi_slopes=torch.ones(4, dtype=dtype))
     with pytest.raises(TypeError, match=r"unexpected keyword argument 'casual'"):
         at.flash_attn_func(qb, kb, vb, casual=True)
     assert at.flash_attn_func(qb, kb, vb, deterministic=True).shape == qb.shape

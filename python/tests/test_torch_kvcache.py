@@ -326,6 +326,8 @@ def bad_calls(gen):
     return [
         (dict(q=q[0]), "q: expected a [batch, seqlen, heads, headdim] tensor"),
         (dict(q=q.double()), "q, k_cache, v_cache: expected one dtype"),
+        (dict(q=q.long()), "q: dtype must be float32, bfloat16, float16 or float64 (the cache's), got torch.int64"),
+        (dict(cache_seqlens=lens, alibi_slopes=torch.ones(4, dtype=torch.int32)), "alibi_slopes: dtype must be float32 (or another float dtype), got torch.int32"),
         (dict(q=randn(gen, 2, 1, 3, 4)), "k_cache: 2 KV heads do not divide q's 3 heads"),
         (dict(k=k), "k, v: pass both"),
         (dict(k=k.long(), v=v, cache_seqlens=lens), "k: dtype must be a float dtype (written as the cache's torch.float32), got torch.int64"),

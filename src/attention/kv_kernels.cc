@@ -495,7 +495,7 @@ constexpr size_t kAccumulateRows = kRowBlock;
 // take one line a step either way; docs/performance.md).
 #if HWY_TARGET == HWY_AVX2
 // int8 V rows for groups of more than 4 rows on AVX2 (two or more row blocks of AccumulateRows,
-// each of which would widen every V vector again): the column blocks go outside the row blocks.
+// each of which would widen every V vector again), other V rows for more than kPanelRows: the column blocks go outside the row blocks.
 // A column block's vectors of the tile's keys are widened once (LoadRow: sign extension,
 // conversion, the block's scale) into a panel, nk·CB vectors one after another (at most 6 KiB),
 // then every row block takes its float32 P·V over the panel: the panel stays in L1 from one row
@@ -505,7 +505,12 @@ constexpr size_t kAccumulateRows = kRowBlock;
 // tile is all of Zen 3's L1, its stores missed L1, and the row blocks read it back through L2
 // with its rows 512 bytes apart (a column block's lines in 16 of the 64 sets). Why not the panel
 // for float32 rows too: the copy cost more than the second row block's reads from L2 (Nkv = 2048,
-// one thread, 1.055 of the time); bf16 rows, whose widening is a shift, 1.03 (docs/performance.md).
+// one thread, 1.055 of the time); bf16 rows, whose widening is a shift, 1.03. Groups of more than
+// kPanelRows rows (MQA's 32) take the panel for every type: there the copy serves five or more
+// row blocks, each of which read the tile's V again from L2 (Hq = 32, Hkv = 1, d = 128, one
+// thread: float32 0.93-0.95, bf16 0.94-0.97, float16 0.98 of the time; 16 rows 0.98-0.99;
+// docs/performance.md).
+constexpr size_t kPanelRows = 16;
 template <int kType, size_t CB>
 HWY_INLINE void PanelBlock(size_t nk, size_t rows, size_t c0, const void* const* vrow, const float* const* vsc,
                            const float* P, const float* alpha, float* O, size_t ldo, float* panel, LineFeed& feed) {
@@ -564,8 +569,8 @@ template <int kType>
 void AccumulateT(size_t nk, size_t rows, size_t dv, const void* const* vrow, const float* const* vsc, const float* P,
                  const float* alpha, float* O, size_t ldo, LineFeed& feed) {
 #if HWY_TARGET == HWY_AVX2
-  if constexpr (kType == kI8)
-    if (rows > kAccumulateRows) return AccumulatePanels<kType>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
+  if (rows > (kType == kI8 ? kAccumulateRows : kPanelRows))
+    return AccumulatePanels<kType>(nk, rows, dv, vrow, vsc, P, alpha, O, ldo, feed);
 #endif
   size_t passes = 0;
   for (size_t r0 = 0; r0 < rows; r0 += kAccumulateRows)
@@ -1897,6 +1902,99 @@ HWY_INLINE void TripleKeyGroups(D d, size_t nk, size_t nr, size_t dk, const void
                                         });
 }
 
+// The scores of 8-lane targets (AVX2) over keys j < nk: each block of 8 rows takes the keys by
+// groups of its kernel's (TripleKeys8's 3 for 5-8 rows, QuadKeys8's 4 for up to 4), a chunk of
+// keys at a time: one group where the rows make one block, else 12 keys (groups of 3 and of 4
+// alike), which every block takes before the next chunk, so that a chunk's rows (6 KiB at
+// d = 128) are read from L1 by all blocks (MQA's 32 rows: four blocks, each of which widened the
+// tile's K again). Float32 rows read where they lie keep a pass over the tile a block
+// (ScoresQuadsT): chunked, MQA 32/1 took 1.03-1.06 of the time in cache (docs/performance.md).
+// rows_of(j0, nx) gives the float32 rows of keys j0 + x, x < nx (the last key again past nk; nx
+// covers the chunk's groups). The feed is paced over every call's steps. Each key's sums are its
+// kernel's, whatever the chunk: the same bits.
+template <class RowsOf>
+HWY_INLINE void KeyChunks8(size_t nk, size_t rows, size_t dk, const float* packed, float* S, size_t lds,
+                           LineFeed& feed, RowsOf&& rows_of) {
+  const DF d;
+  constexpr size_t W = 4;  // scores a kernel stores a row (TripleKeys8's fourth of no use)
+  const size_t block = quads_block(dk);
+  const size_t chunk = rows > 8 ? kWideningKeys : rows > 4 ? kTripleKeys8 : kQuadKeys8;
+  const size_t steps8 = dk / 4 / kQuadSteps8 + dk / 4 % kQuadSteps8;  // of the kernels' inner loop
+  size_t calls = 0;
+  for (size_t r0 = 0; r0 < rows; r0 += 8) {
+    const size_t nkb = rows - r0 > 4 ? kTripleKeys8 : kQuadKeys8;
+    calls += (nk + nkb - 1) / nkb;
+  }
+  feed.pace(static_cast<std::int64_t>(calls * steps8));
+  LineFeed local = feed;  // in registers while the keys stream
+  for (size_t j0 = 0; j0 < nk; j0 += chunk) {
+    // Past the chunk's last key, the 3 rows at most that its last group of 3 or 4 reads.
+    const float* const* rows_x = rows_of(j0, nk - j0 + 3 < chunk ? nk - j0 + 3 : chunk);
+    for (size_t r0 = 0; r0 < rows; r0 += 8) {
+      const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
+      const size_t nkb = nr > 4 ? kTripleKeys8 : kQuadKeys8;
+      const float* pk = packed + r0 / 8 * block;
+      float* Sr = S + r0 * lds;
+      const auto call = [&](const float* const* rws, float* sp, size_t ld) HWY_ATTR __attribute__((always_inline)) {
+        if (nr > 4) TripleKeys8(d, dk, rws, pk, sp, ld, nr, local);
+        else QuadKeys8(d, dk, rws, pk, sp, ld, nr, local);
+      };
+      for (size_t g = 0; g < chunk && j0 + g < nk; g += nkb) {
+        const size_t j = j0 + g;
+        if (j + nkb <= nk && j + W <= lds) {
+          call(rows_x + g, Sr + j, lds);
+        } else {  // the last keys (lds >= nk)
+          HWY_ALIGN float part[8 * W];
+          call(rows_x + g, part, W);
+          const size_t n = nk - j < nkb ? nk - j : nkb;
+          for (size_t r = 0; r < nr; ++r)
+            for (size_t x = 0; x < n; ++x) Sr[r * lds + j + x] = part[r * W + x];
+        }
+      }
+    }
+  }
+  feed = local;
+}
+
+// bf16, float16 and int8 K rows on 8-lane targets (AVX2), which do not read them in place
+// (scores_quads_widening, kv_kernels.h): KeyChunks8 on the chunk's keys widened (LoadRow's values)
+// into buf, rows of dk floats from a line's start, just before the products read them. A chunk's
+// rows (6 KiB at d = 128, 24 KiB at d = 512) stay in L1 from their stores to their loads; a whole
+// tile widened first (32 KiB of float32 at d = 128, all of Zen 3's L1) missed L1 with its stores
+// and was read back from L2. The products and their order are those of the widened tile.
+template <int kType>
+HWY_INLINE void WidenedKeyChunks(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
+                                 const float* packed, float* buf, float* S, size_t lds, LineFeed& feed) {
+  const DF d;
+  const size_t L = hn::Lanes(d), full = dk / L * L, ldb = widening_row(dk);
+  buf += (16 - reinterpret_cast<std::uintptr_t>(buf) / sizeof(float) % 16) % 16;  // to a line's start
+  const float* rows_x[kWideningKeys];
+  for (size_t x = 0; x < kWideningKeys; ++x) rows_x[x] = buf + x * ldb;
+  KeyChunks8(nk, rows, dk, packed, S, lds, feed, [&](size_t j0, size_t nx) HWY_ATTR __attribute__((always_inline)) {
+    for (size_t x = 0; x < nx; ++x) {
+      const size_t j = j0 + x < nk ? j0 + x : nk - 1;
+      const void* row = krow[j];
+      const float* sc = ksc ? ksc[j] : nullptr;
+      float* out = buf + x * ldb;
+      if constexpr (kType == kI8) {  // dk % 32 == 0: a block's scale broadcast once (LoadRow's product)
+        for (size_t c = 0; c < dk; c += 32) {
+          const VF s = hn::Set(d, sc[c / 32]);
+#pragma GCC unroll 4
+          for (size_t e = c; e < c + 32; e += L) hn::Store(hn::Mul(LoadRaw<kI8>(d, row, e), s), d, out + e);
+        }
+      } else {
+        size_t c = 0;
+        for (; c + 4 * L <= full; c += 4 * L) {
+#pragma GCC unroll 4
+          for (size_t e = c; e < c + 4 * L; e += L) hn::Store(LoadRow<kType>(d, row, sc, e), d, out + e);
+        }
+        for (; c < full; c += L) hn::Store(LoadRow<kType>(d, row, sc, c), d, out + c);
+        for (c = full; c < dk; ++c) out[c] = Element<kType>(row, sc, c);
+      }
+    }
+    return static_cast<const float* const*>(rows_x);
+  });
+}
 template <class D>  // D = DF; a template so that only 16- and 8-lane targets compile the body
 HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void* const* krow, const float* packed,
                              float* S, size_t lds, LineFeed& shared, QuadRows form) {
@@ -1939,88 +2037,6 @@ HWY_INLINE void ScoresQuadsT(D d, size_t nk, size_t rows, size_t dk, const void*
   }
 }
 
-// bf16, float16 and int8 K rows on 8-lane targets (AVX2), which do not read them in place
-// (scores_quads_widening, kv_kernels.h): the keys widened (LoadRow's values) into buf a chunk at a
-// time, rows of dk floats from a line's start, just before the products read them; each block of
-// 8 rows then takes the chunk by groups of its kernel's keys (TripleKeys8's 3 for 5-8 rows,
-// QuadKeys8's 4 for up to 4). A chunk is one group where the rows make one block, else 12 keys
-// (groups of 3 and of 4 alike), widened once for all the blocks (MQA's 32 rows: once, not four
-// times). A chunk's rows (6 KiB at d = 128, 24 KiB at d = 512) stay in L1 from their stores to
-// their loads; a whole tile widened first (32 KiB of float32 at d = 128, all of Zen 3's L1)
-// missed L1 with its stores and was read back from L2. The products and their order are those of
-// the widened tile: the same bits.
-template <int kType>
-HWY_INLINE void WidenedKeyChunks(size_t nk, size_t rows, size_t dk, const void* const* krow, const float* const* ksc,
-                                 const float* packed, float* buf, float* S, size_t lds, LineFeed& feed) {
-  const DF d;
-  constexpr size_t W = 4;  // scores a kernel stores a row (TripleKeys8's fourth of no use)
-  const size_t L = hn::Lanes(d), full = dk / L * L, ldb = widening_row(dk), block = quads_block(dk);
-  const size_t chunk = rows > 8 ? kWideningKeys : rows > 4 ? kTripleKeys8 : kQuadKeys8;
-  buf += (16 - reinterpret_cast<std::uintptr_t>(buf) / sizeof(float) % 16) % 16;  // to a line's start
-  const float* rows_x[kWideningKeys];
-  for (size_t x = 0; x < chunk; ++x) rows_x[x] = buf + x * ldb;
-  // The rows of keys j0 + x into buf, the last key again past nk: x < chunk, or past the chunk's
-  // last key the 3 rows at most that its last group of 3 or 4 reads.
-  const auto widen = [&](size_t j0) HWY_ATTR __attribute__((always_inline)) {
-    const size_t nx = nk - j0 + 3 < chunk ? nk - j0 + 3 : chunk;
-    for (size_t x = 0; x < nx; ++x) {
-      const size_t j = j0 + x < nk ? j0 + x : nk - 1;
-      const void* row = krow[j];
-      const float* sc = ksc ? ksc[j] : nullptr;
-      float* out = buf + x * ldb;
-      if constexpr (kType == kI8) {  // dk % 32 == 0: a block's scale broadcast once (LoadRow's product)
-        for (size_t c = 0; c < dk; c += 32) {
-          const VF s = hn::Set(d, sc[c / 32]);
-#pragma GCC unroll 4
-          for (size_t e = c; e < c + 32; e += L) hn::Store(hn::Mul(LoadRaw<kI8>(d, row, e), s), d, out + e);
-        }
-      } else {
-        size_t c = 0;
-        for (; c + 4 * L <= full; c += 4 * L) {
-#pragma GCC unroll 4
-          for (size_t e = c; e < c + 4 * L; e += L) hn::Store(LoadRow<kType>(d, row, sc, e), d, out + e);
-        }
-        for (; c < full; c += L) hn::Store(LoadRow<kType>(d, row, sc, c), d, out + c);
-        for (c = full; c < dk; ++c) out[c] = Element<kType>(row, sc, c);
-      }
-    }
-  };
-  // The feed paced over every call's steps (of the kernels' inner loop).
-  const size_t steps8 = dk / 4 / kQuadSteps8 + dk / 4 % kQuadSteps8;
-  size_t calls = 0;
-  for (size_t r0 = 0; r0 < rows; r0 += 8) {
-    const size_t nkb = rows - r0 > 4 ? kTripleKeys8 : kQuadKeys8;
-    calls += (nk + nkb - 1) / nkb;
-  }
-  feed.pace(static_cast<std::int64_t>(calls * steps8));
-  LineFeed local = feed;  // in registers while the keys stream
-  for (size_t j0 = 0; j0 < nk; j0 += chunk) {
-    widen(j0);
-    for (size_t r0 = 0; r0 < rows; r0 += 8) {
-      const size_t nr = rows - r0 < 8 ? rows - r0 : 8;
-      const size_t nkb = nr > 4 ? kTripleKeys8 : kQuadKeys8;
-      const float* pk = packed + r0 / 8 * block;
-      float* Sr = S + r0 * lds;
-      const auto call = [&](const float* const* rws, float* sp, size_t ld) HWY_ATTR __attribute__((always_inline)) {
-        if (nr > 4) TripleKeys8(d, dk, rws, pk, sp, ld, nr, local);
-        else QuadKeys8(d, dk, rws, pk, sp, ld, nr, local);
-      };
-      for (size_t g = 0; g < chunk && j0 + g < nk; g += nkb) {
-        const size_t j = j0 + g;
-        if (j + nkb <= nk && j + W <= lds) {
-          call(rows_x + g, Sr + j, lds);
-        } else {  // the last keys (lds >= nk)
-          HWY_ALIGN float part[8 * W];
-          call(rows_x + g, part, W);
-          const size_t n = nk - j < nkb ? nk - j : nkb;
-          for (size_t r = 0; r < nr; ++r)
-            for (size_t x = 0; x < n; ++x) Sr[r * lds + j + x] = part[r * W + x];
-        }
-      }
-    }
-  }
-  feed = local;
-}
 // ScoresQuadsT's 8-lane paths (TripleKeys8 for 5-8 rows, QuadKeys8 for up to 4), the feed paced
 // alike, on rows widened a chunk of keys at a time.
 template <int kType>

@@ -259,7 +259,8 @@ const std::vector<Case>& cases() {
       {2, 2, 192, 128, 16, -1, {1031, 2}},             // one row, dk != dv (dk 12 vectors): key by key, int8 by tiles
       {8, 2, 32, 96, 16, -1, {130, 3}},                // group 4, dv = 96: P·V by blocks of 3 vectors (AVX2)
       {12, 2, 128, 64, 16, -1, {200, 67}},             // group 6: three keys against 6 of 8 packed rows (AVX2)
-      {20, 2, 64, 32, 16, -1, {77, 5}},                // group 10: K rows widened 12 keys at a time for two blocks (AVX2)
+      {34, 2, 64, 32, 16, -1, {77, 5}},                // group 17: K rows widened 12 keys at a time for three
+                                                       // blocks (8 + 8 + 1), V in panels for five (AVX2)
   };
   return c;
 }
@@ -271,7 +272,8 @@ const std::vector<Case>& odd_dims() {  // float32 / bf16 / float16 only (int8 ne
                                       {8, 2, 37, 61, 5, -1, {130, 3}},    // group 4, dv = 61: 3 + 2 + 2 vectors and a tail (AVX2)
                                       {2, 2, 100, 100, 5, -1, {1043, 18}},  // one row, the output row in memory, a tail
                                       {7, 1, 37, 29, 5, -1, {131, 2}},      // group 7, dk with a tail: three keys at a time
-                                      {13, 1, 37, 29, 5, -1, {131, 2}}};    // group 13: 8 + 5 rows on 12 widened keys
+                                      {13, 1, 37, 29, 5, -1, {131, 2}},     // group 13: 8 + 5 rows on 12 widened keys
+                                      {17, 1, 37, 29, 5, -1, {70, 3}}};     // group 17: V in panels, dv with a tail (AVX2)
   return c;
 }
 
