@@ -7,6 +7,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "attnscale/error.h"
@@ -87,10 +88,19 @@ void run_and_write(const lab::Experiment& e, const ExperimentFlags& f, const lab
                  "attnscale: note: %td of %zu rows are nan: their statistic is not defined at their point's settings\n",
                  undefined, table.rows.size());
   if (per_point + across > 0) {
-    const std::string trials = table.meta.trials == 1 ? std::string("1 trial is too few for it")
-                                                      : fmt::format("{} trials are too few for it", table.meta.trials);
+    // Over 2 or more trials (runs) a row also has none when every one gave the same value and its
+    // metric has no bound to reach from (lab/stats.h): said as the other possible cause.
+    const std::string trials = table.meta.trials == 1
+                                   ? std::string("1 trial is too few for it")
+                                   : fmt::format("{} trials are too few for it, or all gave the same value", table.meta.trials);
     // Training and recall (no trials) summarise over their runs, one a seed.
-    const std::string points = e.trials_unused.empty() ? "too few sweep points behind it" : "too few runs (--seeds) behind it";
+    std::set<std::string> seeds;
+    const auto seed_at = std::find(table.param_names.begin(), table.param_names.end(), "seed") - table.param_names.begin();
+    for (const lab::Row& r : table.rows)
+      if (static_cast<std::size_t>(seed_at) < r.params.size() && r.params[seed_at] != "all") seeds.insert(r.params[seed_at]);
+    const std::string points = e.trials_unused.empty() ? "too few sweep points behind it"
+                               : seeds.size() < 2     ? "too few runs (--seeds) behind it"
+                                                      : "too few runs (--seeds) behind it, or all ended at the same value";
     const std::string why = across == 0      ? trials
                             : per_point == 0 ? points
                                              : fmt::format("{}: {}; {}: {}", per_point, trials, across, points);

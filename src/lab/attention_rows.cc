@@ -93,6 +93,16 @@ void row_metrics(const double* p, std::int64_t n, double* out, std::vector<doubl
   out[3] = 1 / s2;
 }
 
+Bounds row_metric_bounds(int j, std::int64_t n) {
+  const double nd = static_cast<double>(n);
+  switch (j) {
+    case 0: return {1, nd};             // top_p_95: at least the largest weight, at most every key
+    case 1: return {0, std::log(nd)};   // entropy: one key, uniform
+    case 2: return {1 / nd, 1};         // max_weight: uniform, one key
+    default: return {1, nd};            // participation 1/Σp²: one key, uniform
+  }
+}
+
 // E over r² ~ χ²_d of f(s r): Simpson's rule in r on [0, √(d + 40√(2d) + 40)] with 4000 panels,
 // density of r = √χ²_d: 2r f_χ²(r²) = 2 exp((d − 1) ln r − r²/2 − (d/2) ln 2 − lnΓ(d/2)).
 // A metric gets a theory only when σ's 99% quantile, s √χ²_{d,0.99} (Wilson–Hilferty:

@@ -40,6 +40,12 @@ void layer_norm_rows(std::vector<double>& x, std::int64_t n, std::int64_t d);
 inline constexpr int kRowMetrics = 4;
 extern const char* const kRowMetricNames[kRowMetrics];
 void row_metrics(const double* p, std::int64_t n, double* out, std::vector<double>& scratch);
+// The range of metric j over rows of n keys, which its mean's interval stays in (stats.h
+// bounded_mean_ci): top_p_95 and participation [1, n], entropy [0, ln n], max_weight [1/n, 1].
+struct Bounds {
+  double lo, hi;
+};
+Bounds row_metric_bounds(int j, std::int64_t n);
 
 // REM theory of each metric for a row whose logits are σ z with σ² = s² |q|² and |q|² ~ σ_q² χ²_d
 // (conditional on q the logits are exactly Gaussian): the REM formulas of theory.h averaged over

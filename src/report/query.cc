@@ -171,6 +171,11 @@ std::string fmt(double v, int digits) {
 }
 
 std::string fmt_ci(const lab::Summary& s, int digits) {
+  // No interval (too few values, or all the same with no bound to reach from): said, not "[n/a, n/a]".
+  if (std::isnan(s.ci_low) || std::isnan(s.ci_high))
+    return std::isnan(s.mean) ? fmt(s.mean, digits) : fmt(s.mean, digits) + " (no interval)";
+  // An interval of some width never reads as zero-width: more digits until its ends differ.
+  while (s.ci_low < s.ci_high && digits < 6 && fmt(s.ci_low, digits) == fmt(s.ci_high, digits)) ++digits;
   return fmt(s.mean, digits) + " [" + fmt(s.ci_low, digits) + ", " + fmt(s.ci_high, digits) + "]";
 }
 

@@ -50,7 +50,8 @@ std::string change(const lab::Row& from, const lab::Row& to);
 // change from `from` to `to` and "" for the other two ({{#weight_falls}}falls from ...{{/weight_falls}}).
 std::map<std::string, std::string> change_slots(const std::string& name, const lab::Row& from, const lab::Row& to);
 
-// "38.1 [37.9, 38.3]" with `digits` significant digits.
+// "38.1 [37.9, 38.3]" with `digits` significant digits (more where the ends would read the same);
+// "0.42 (no interval)" where the row has none (NaN ends: lab/stats.h kNotComputable).
 std::string fmt_ci(const lab::Row& r, int digits = 3);
 std::string fmt_ci(const lab::Summary& s, int digits = 3);
 std::string fmt(double v, int digits = 3);

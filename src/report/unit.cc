@@ -23,7 +23,19 @@ int misses_chance_allows(int n) {
   return k;
 }
 
-bool misses_are_chance(const std::vector<std::pair<const lab::Row*, double>>& rows) {
+namespace {
+// The rows with an interval: one without (NaN ends: too few trials, or every trial the same with no
+// bound to reach from, lab/stats.h) is no evidence either way, not a miss.
+std::vector<std::pair<const lab::Row*, double>> with_interval(const std::vector<std::pair<const lab::Row*, double>>& rows) {
+  std::vector<std::pair<const lab::Row*, double>> out;
+  for (const auto& row : rows)
+    if (!std::isnan(row.first->ci_low) && !std::isnan(row.first->ci_high)) out.push_back(row);
+  return out;
+}
+}  // namespace
+
+bool misses_are_chance(const std::vector<std::pair<const lab::Row*, double>>& all) {
+  const auto rows = with_interval(all);
   int misses = 0;
   for (const auto& [r, value] : rows) {
     if (r->ci_low <= value && value <= r->ci_high) continue;
@@ -34,7 +46,8 @@ bool misses_are_chance(const std::vector<std::pair<const lab::Row*, double>>& ro
   return misses <= misses_chance_allows(static_cast<int>(rows.size()));
 }
 
-Verdict coverage_verdict(const std::vector<std::pair<const lab::Row*, double>>& rows) {
+Verdict coverage_verdict(const std::vector<std::pair<const lab::Row*, double>>& all) {
+  const auto rows = with_interval(all);
   int in = 0;
   for (const auto& [r, value] : rows) in += r->ci_low <= value && value <= r->ci_high;
   if (!rows.empty() && in >= 0.8 * static_cast<double>(rows.size())) return Verdict::supported;

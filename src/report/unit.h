@@ -59,7 +59,8 @@ int misses_chance_allows(int n);
 
 // Whether the misses of `value` by the rows' intervals are what chance gives a true value: no more
 // of them than misses_chance_allows, and none with the value further outside its interval than
-// twice the half-width (a true value lands there about once in 10⁴).
+// twice the half-width (a true value lands there about once in 10⁴). Rows without an interval (NaN
+// ends) are left out of both functions: no evidence either way.
 bool misses_are_chance(const std::vector<std::pair<const lab::Row*, double>>& rows);
 
 // A claim that a value holds in every setting, judged by how many settings' intervals contain it:

@@ -374,6 +374,17 @@ def test_one_trial_gives_no_interval_and_says_so():
     assert rows and all(row[5] == "nan" and row[6] == "nan" and row[4] != "nan" for row in rows)
 
 
+def test_identical_trials_give_no_zero_width_interval_and_say_so():
+    # Row-wise attention never leaks a later query into earlier outputs: the leak is exactly 0 in
+    # every trial. It read "0 [0, 0]", an interval that looks exact; a leak has no upper bound to
+    # reach from, so there is none, and the note gives identical values as a possible cause.
+    r = experiment("columns", "--n", "5", "--d", "4", "--trials", "3")
+    assert r.returncode == 0, r.stderr
+    row = next(line.split(",") for line in r.stdout.splitlines() if line.startswith("5,4,row,causal_leak,"))
+    assert row[4:7] == ["0", "nan", "nan"], row
+    assert "(3 trials are too few for it, or all gave the same value)" in r.stderr, r.stderr
+
+
 def test_a_slope_over_two_points_blames_the_points_not_the_trials():
     # Two head sizes give a slope but no interval for it, however many trials each point has.
     r = experiment("variance", "--d", "1,4", "--trials", "10")

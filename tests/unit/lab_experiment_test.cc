@@ -1,6 +1,8 @@
 // The lab's interface: flags, points, thread-count independence, result formats, the Simulation note's figures.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <map>
 #include <string>
 
@@ -71,6 +73,58 @@ TEST(LabExperiment, OneAndTwoThreadsGiveIdenticalCsv) {
     EXPECT_EQ(one, two) << e.name;
     EXPECT_NE(one, to_csv(run_experiment(e, f, 8, trials, 2))) << e.name << ": the seed must matter";
   }
+}
+
+// Every interval an experiment writes holds its mean, has some width (none at all: NaN), and stays
+// in its metric's range: counts and weights of a row of N keys, an entropy in [0, ln N], a
+// correlation in [−1, 1], a kurtosis ≥ 1, variances, norms, sums and changes ≥ 0.
+// The sweeps reach the bounds: d = 512 unscaled saturates every row (top_p_95 = 1 in each trial),
+// 1/d at d = 512 leaves them nearly uniform, qk-norm at d = 1 exactly uniform.
+TEST(LabExperiment, IntervalsStayInTheirMetricsRangeAndAreNeverZeroWidth) {
+  const std::map<std::string, Flags> small = {
+      {"saturation", {{"n", "8"}, {"d", "1,64,512"}}},
+      {"length", {{"n", "4,16"}, {"d", "8,512"}}},
+      {"gradients", {{"n", "6"}, {"d", "1,512"}}},
+      {"projections", {{"n", "6"}, {"dx", "8"}, {"d", "1,4"}}},
+      {"columns", {{"n", "5"}, {"d", "4"}}},
+      {"moments", {{"d", "1,4"}}},
+      {"variance", {{"d", "1,16"}}}};  // training's and recall's summaries: tests/training (TrainingExperiment.SummaryIntervals...)
+  const double inf = INFINITY;
+  auto range = [&](const std::string& metric, double n) -> std::pair<double, double> {
+    if (metric == "top_p_95" || metric == "participation") return {1, n};
+    if (metric == "entropy") return {0, std::log(n)};
+    if (metric == "max_weight") return {1 / n, 1};
+    if (metric.rfind("corr", 0) == 0) return {-1, 1};
+    if (metric.rfind("kurtosis", 0) == 0) return {1, inf};
+    if (metric.rfind("var", 0) == 0 || metric.find("fro") != std::string::npos ||
+        metric.find("sum") != std::string::npos || metric == "causal_leak" ||
+        metric == "output_rel_diff")
+      return {0, inf};
+    return {-inf, inf};
+  };
+  int checked = 0;
+  for (const auto& [name, f] : small) {
+    const Experiment& e = find_experiment(name);
+    const ResultTable t = run_experiment(e, f, 3, 20, 2);
+    const auto n_at = std::find(t.param_names.begin(), t.param_names.end(), "n") - t.param_names.begin();
+    for (const Row& r : t.rows) {
+      const std::string what = name + " " + r.metric + " at " + ::testing::PrintToString(r.params);
+      if (std::isnan(r.ci_low) || std::isnan(r.mean)) {
+        EXPECT_TRUE(std::isnan(r.ci_high)) << what;
+        continue;
+      }
+      ++checked;
+      EXPECT_LT(r.ci_low, r.ci_high) << what;
+      EXPECT_LE(r.ci_low, r.mean) << what;
+      EXPECT_LE(r.mean, r.ci_high) << what;
+      const double n = static_cast<std::size_t>(n_at) < r.params.size() ? std::stod(r.params[n_at]) : inf;
+      const auto [lo, hi] = range(r.metric, n);
+      const double slack = 1e-9 * std::max(1.0, std::abs(r.mean));  // float32 rounding at a bound
+      EXPECT_GE(r.ci_low, lo - slack) << what;
+      EXPECT_LE(r.ci_high, hi + slack) << what;
+    }
+  }
+  EXPECT_GT(checked, 300);
 }
 
 TEST(LabExperiment, ProgressIsCalledInPointOrderWithEachPointsRows) {

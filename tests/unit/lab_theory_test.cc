@@ -341,5 +341,109 @@ TEST(LabStats, TooFewSamplesGiveNoInterval) {
   EXPECT_EQ(four.ci_high, 4);
 }
 
+// P(Bin(n, p) ≤ k), summed term by term in float64: the reference the Clopper–Pearson ends are
+// checked against, independent of Boost's beta quantile.
+double binomial_cdf(int k, int n, double p) {
+  double sum = 0;  // each term C(n, i) p^i (1 − p)^(n−i) on the log scale: no underflow at p near 0 or 1
+  for (int i = 0; i <= k; ++i)
+    sum += std::exp(std::lgamma(n + 1.0) - std::lgamma(i + 1.0) - std::lgamma(n - i + 1.0) + i * std::log(p) +
+                    (n - i) * std::log1p(-p));
+  return sum;
+}
+// The p in (0, 1) with f(p) = target for f decreasing in p, by bisection.
+double solve_decreasing(const std::function<double(double)>& f, double target) {
+  double lo = 0, hi = 1;
+  for (int i = 0; i < 200; ++i) (f(0.5 * (lo + hi)) > target ? lo : hi) = 0.5 * (lo + hi);
+  return 0.5 * (lo + hi);
+}
+
+// Clopper–Pearson: closed forms at k = 0, 1 and n, the binomial tails solved by bisection in between,
+// and a published table value.
+TEST(LabStats, ClopperPearsonMatchesBinomialTails) {
+  const Summary none = proportion_ci(0, 10), all = proportion_ci(10, 10), one = proportion_ci(1, 10);
+  EXPECT_EQ(none.mean, 0);
+  EXPECT_EQ(none.ci_low, 0);
+  EXPECT_NEAR(none.ci_high, 1 - std::pow(0.025, 0.1), 1e-12);  // (1 − p)^10 = 0.025
+  EXPECT_NEAR(all.ci_low, std::pow(0.025, 0.1), 1e-12);        // p^10 = 0.025
+  EXPECT_EQ(all.ci_high, 1);
+  EXPECT_NEAR(one.ci_low, 1 - std::pow(0.975, 0.1), 1e-12);     // 1 − (1 − p)^10 = 0.025
+  // Table value (e.g. the exact binomial CI tables of Conover, Practical Nonparametric Statistics):
+  // 1 of 10 → [0.0025, 0.4450].
+  EXPECT_NEAR(one.ci_high, 0.4450161, 1e-6);
+  for (const auto& [k, n] : std::vector<std::pair<int, int>>{{1, 2}, {3, 7}, {7, 20}, {94, 256}, {188, 512}, {255, 256}}) {
+    const Summary c = proportion_ci(k, n);
+    EXPECT_DOUBLE_EQ(c.mean, static_cast<double>(k) / n);
+    // lower: P(X ≥ k) = 0.025, i.e. P(X ≤ k − 1) = 0.975; upper: P(X ≤ k) = 0.025.
+    EXPECT_NEAR(c.ci_low, solve_decreasing([&](double p) { return binomial_cdf(k - 1, n, p); }, 0.975), 1e-9) << k << "/" << n;
+    EXPECT_NEAR(c.ci_high, solve_decreasing([&](double p) { return binomial_cdf(k, n, p); }, 0.025), 1e-9) << k << "/" << n;
+    const Summary mirror = proportion_ci(n - k, n);  // the interval of the failures
+    EXPECT_NEAR(c.ci_low, 1 - mirror.ci_high, 1e-12);
+  }
+  EXPECT_TRUE(std::isnan(proportion_ci(0, 0).ci_low));  // no trials: no interval
+}
+
+// Identical values: no zero-width interval (mean_ci, variance_ci), or one from the bounds.
+TEST(LabStats, IdenticalValuesGiveNoZeroWidthInterval) {
+  for (const std::vector<double>& same : {std::vector<double>{0.367, 0.367}, std::vector<double>(7, 0.1)}) {
+    const Summary m = mean_ci(same);
+    EXPECT_EQ(m.mean, same.front());  // not the sum's rounding
+    EXPECT_TRUE(std::isnan(m.ci_low) && std::isnan(m.ci_high));
+    EXPECT_TRUE(std::isnan(variance_ci(same).ci_low));
+    EXPECT_TRUE(std::isnan(bounded_mean_ci(same, 0, INFINITY).ci_low));  // a loss: no upper bound to reach
+  }
+  // 20 values: the order-statistic interval spans the 6th to the 15th, here all 3.
+  EXPECT_TRUE(std::isnan(median_ci({1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 5, 5, 5, 5, 5}).ci_low));
+  std::vector<double> pm(40);
+  for (std::size_t i = 0; i < pm.size(); ++i) pm[i] = i % 2 ? 1.0 : -1.0;  // kurtosis 1 in every group
+  EXPECT_TRUE(std::isnan(kurtosis_ci(pm).ci_low));
+  // A count in [1, 50] that was 1 in all 20 trials: the mean lies within 49 · (1 − 0.025^{1/20}).
+  const double reach20 = 1 - std::pow(0.025, 1.0 / 20);
+  const Summary top = bounded_mean_ci(std::vector<double>(20, 1.0), 1, 50);
+  EXPECT_EQ(top.ci_low, 1);
+  EXPECT_NEAR(top.ci_high, 1 + 49 * reach20, 1e-12);
+  const Summary inside = bounded_mean_ci(std::vector<double>(20, 48.0), 1, 50);
+  EXPECT_NEAR(inside.ci_low, 48 - 47 * reach20, 1e-12);
+  EXPECT_NEAR(inside.ci_high, 48 + 2 * reach20, 1e-12);
+}
+
+// Bounded means: t interval clipped to the bounds, never past them, never zero-width, and still
+// holding a mean that rounding put an ulp past a bound.
+TEST(LabStats, BoundedMeanStaysInItsBounds) {
+  const Summary loss = bounded_mean_ci({0.5, 8.46}, 0, INFINITY);  // t₁ reaches far below 0
+  EXPECT_EQ(loss.ci_low, 0);
+  EXPECT_NEAR(loss.ci_high, mean_ci({0.5, 8.46}).ci_high, 1e-12);
+  const Summary acc = bounded_mean_ci({1.0, 0.367}, 0, 1);
+  EXPECT_EQ(acc.ci_low, 0);
+  EXPECT_EQ(acc.ci_high, 1);
+  const double ln50 = std::log(50.0);
+  const Summary h = bounded_mean_ci({ln50 + 1e-15, ln50 + 1e-15, ln50 - 1e-3}, 0, ln50);
+  EXPECT_LT(h.ci_low, h.mean);
+  EXPECT_LE(h.mean, h.ci_high);
+  const Summary far = bounded_mean_ci({10.0, 11.0, 12.0}, 0, 100);  // far from both bounds: mean_ci's
+  EXPECT_EQ(far.ci_low, mean_ci({10.0, 11.0, 12.0}).ci_low);
+}
+
+// Accuracy of runs over counted queries: the pooled binomial interval, widened to the runs' spread.
+TEST(LabStats, RunsProportionPoolsTheTrialsAndKeepsTheSpread) {
+  const double a = 94.0 / 256;
+  const Summary same = runs_proportion_ci({a, a}, 256);  // two seeds both at 94 of 256
+  const Summary pooled = proportion_ci(188, 512);
+  EXPECT_DOUBLE_EQ(same.mean, a);
+  EXPECT_EQ(same.ci_low, pooled.ci_low);
+  EXPECT_EQ(same.ci_high, pooled.ci_high);
+  EXPECT_LT(same.ci_low, 0.33);
+  EXPECT_GT(same.ci_high, 0.41);
+  const Summary apart = runs_proportion_ci({1.0, a}, 256);  // one seed learns, one does not
+  EXPECT_EQ(apart.ci_low, 0);
+  EXPECT_EQ(apart.ci_high, 1);
+  const Summary learnt = runs_proportion_ci({1.0, 1.0, 1.0}, 256);
+  EXPECT_NEAR(learnt.ci_low, std::pow(0.025, 1.0 / 768), 1e-12);  // 768 of 768
+  EXPECT_EQ(learnt.ci_high, 1);
+  const Summary close = runs_proportion_ci({0.5, 0.52, 0.51}, 10000);  // the runs' spread is wider
+  EXPECT_EQ(close.ci_low, mean_ci({0.5, 0.52, 0.51}).ci_low);
+  const Summary uncounted = runs_proportion_ci({a, a}, 0);  // no count: the bounds' interval
+  EXPECT_NEAR(uncounted.ci_high, a + (1 - a) * (1 - std::sqrt(0.025)), 1e-12);
+}
+
 }  // namespace
 }  // namespace attnscale::lab

@@ -228,6 +228,30 @@ TEST(ReportClaims, CoverageVerdictRefutesOnlyMissesChanceDoesNotGive) {
   EXPECT_EQ(settings(1, 0, 5), Verdict::supported);
 }
 
+// A setting without an interval (NaN ends: every trial the same, or too few) is no evidence either
+// way: neither a miss that refutes nor a hit that supports.
+TEST(ReportClaims, CoverageVerdictLeavesOutRowsWithoutAnInterval) {
+  const double nan = std::nan("");
+  const std::vector<lab::Row> rows = {{{"0"}, "var_dot", 1.0, 0.9, 1.1, 1.0},
+                                      {{"1"}, "var_dot", 1.0, 0.9, 1.1, 1.0},
+                                      {{"2"}, "var_dot", 0.0, nan, nan, 1.0},
+                                      {{"3"}, "var_dot", 5.0, nan, nan, 1.0}};
+  std::vector<std::pair<const lab::Row*, double>> all, none;
+  for (const auto& r : rows) all.push_back({&r, 1.0});
+  EXPECT_EQ(coverage_verdict(all), Verdict::supported);  // 2 of 2 with an interval
+  EXPECT_TRUE(misses_are_chance(all));
+  for (std::size_t i = 2; i < rows.size(); ++i) none.push_back({&rows[i], 1.0});
+  EXPECT_EQ(coverage_verdict(none), Verdict::mixed);
+}
+
+// An interval prints what it is: "(no interval)" for NaN ends, and never two equal ends when it
+// has some width (more digits until they differ).
+TEST(ReportQuery, IntervalsNeverReadAsExact) {
+  EXPECT_EQ(fmt_ci(lab::Summary{0.367, std::nan(""), std::nan("")}, 2), "0.37 (no interval)");
+  EXPECT_EQ(fmt_ci(lab::Summary{0.1179, 0.1172, 0.1186}, 2), "0.118 [0.117, 0.119]");
+  EXPECT_EQ(fmt_ci(lab::Summary{0.37, 0.33, 0.41}, 2), "0.37 [0.33, 0.41]");
+}
+
 // Proposition 4 at five d with `near` intervals that miss d just (by half their half-width) and `far`
 // that miss it by three half-widths. Seed 0 of the default report had 2 near misses of 5, which the
 // rule "refuted when inside at < 80% of the settings" called a refutation of a theorem; chance gives

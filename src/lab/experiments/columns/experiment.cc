@@ -142,7 +142,9 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& point) {
     std::copy(f, f + kWidth, out);
   });
   auto row = [&](const char* norm, const char* metric, int field, std::optional<double> theory = std::nullopt) {
-    return make_row({point[0], point[1], norm}, metric, mean_ci(cols[field]), theory);
+    // Every field is ≥ 0 (errors, sums of probabilities, norms, largest changes); a row-wise causal
+    // leak of exactly 0 in every trial has no interval (stats.h), and the report says "0 in every trial".
+    return make_row({point[0], point[1], norm}, metric, bounded_mean_ci(cols[field], 0, INFINITY), theory);
   };
   return {row("row", "row_sum_error", 0, 0.0),     row("row", "col_sum_min", 1),
           row("row", "col_sum_max", 2),            row("row", "causal_leak", 7, 0.0),

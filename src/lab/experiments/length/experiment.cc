@@ -51,7 +51,8 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
     for (int j = 0; j < kRowMetrics; ++j) {
       std::optional<double> theory;
       if (!std::isnan(th[j])) theory = th[j];
-      rows.push_back(make_row({p[0], p[1], rules[r]}, kRowMetricNames[j], mean_ci(cols[r * kRowMetrics + j]), theory));
+      const Bounds b = row_metric_bounds(j, n);
+      rows.push_back(make_row({p[0], p[1], rules[r]}, kRowMetricNames[j], bounded_mean_ci(cols[r * kRowMetrics + j], b.lo, b.hi), theory));
     }
   }
   return rows;

@@ -16,6 +16,7 @@
 //         Var(q·k) = 5d: zero covariance is not enough, Proposition 3 needs independence.
 //         q_equals_k: k = q (self-attention's diagonal when Q = K, the Study notes' worked example):
 //         q·q = |q|² ~ χ²_d, mean d and variance 2d, not Lemma 1's 0 and d.
+#include <algorithm>
 #include <cmath>
 
 #include "lab/registry.h"
@@ -85,7 +86,7 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
     const Summary ex2 = mean_ci(x2), ex = mean_ci(q0), v = variance_ci(q0);
     const double rhs = ex2.mean - ex.mean * ex.mean;
     add("var", v, 1, 1);
-    add("e_x2_minus_e_x_sq", {rhs, rhs - (v.mean - v.ci_low), rhs + (v.ci_high - v.mean)}, 1, 1);
+    add("e_x2_minus_e_x_sq", {rhs, std::max(0.0, rhs - (v.mean - v.ci_low)), rhs + (v.ci_high - v.mean)}, 1, 1);  // a variance: ≥ 0
   } else if (prop == "P2") {
     std::vector<double> qk(q0.size());
     for (std::size_t i = 0; i < q0.size(); ++i) qk[i] = q0[i] * k0[i];

@@ -100,14 +100,15 @@ std::vector<Row> run(const Args& a, const std::vector<std::string>& p) {
   const double var_q = dx * m2 * sw2;
   std::vector<Row> rows;
   const std::vector<std::string> params = {init, ln, p[2], p[3], p[4]};
+  // Bounds the intervals stay in: a variance ≥ 0, a correlation in [−1, 1].
   rows.push_back(make_row(params, "mean_q", mean_ci(cols[0]), 0.0));
-  rows.push_back(make_row(params, "var_q", mean_ci(cols[1]), var_q));
-  rows.push_back(make_row(params, "corr_qk", mean_ci(cols[2]), 0.0));
-  rows.push_back(make_row(params, "corr_q_components", mean_ci(cols[3]), 0.0));
-  rows.push_back(make_row(params, "var_qk", mean_ci(cols[4]), d * var_q * var_q));
+  rows.push_back(make_row(params, "var_q", bounded_mean_ci(cols[1], 0, INFINITY), var_q));
+  rows.push_back(make_row(params, "corr_qk", bounded_mean_ci(cols[2], -1, 1), 0.0));
+  rows.push_back(make_row(params, "corr_q_components", bounded_mean_ci(cols[3], -1, 1), 0.0));
+  rows.push_back(make_row(params, "var_qk", bounded_mean_ci(cols[4], 0, INFINITY), d * var_q * var_q));
   std::vector<double> scaled(cols[4]);
   for (double& v : scaled) v /= d;
-  rows.push_back(make_row(params, "var_qk_scaled", mean_ci(scaled), var_q * var_q));
+  rows.push_back(make_row(params, "var_qk_scaled", bounded_mean_ci(scaled, 0, INFINITY), var_q * var_q));
   return rows;
 }
 

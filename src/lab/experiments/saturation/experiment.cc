@@ -259,7 +259,8 @@ std::vector<Row> run_rows(const Args& a, std::uint32_t stream_experiment, std::i
       params.push_back(scalings[c]);
       std::optional<double> theory;
       if (!std::isnan(th[j])) theory = th[j];
-      rows.push_back(make_row(std::move(params), kRowMetricNames[j], mean_ci(cols[c * kRowMetrics + j]), theory));
+      const Bounds b = row_metric_bounds(j, n);
+      rows.push_back(make_row(std::move(params), kRowMetricNames[j], bounded_mean_ci(cols[c * kRowMetrics + j], b.lo, b.hi), theory));
     }
   }
   return rows;

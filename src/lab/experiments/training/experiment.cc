@@ -6,14 +6,16 @@
 //   step s, layer all   train_loss (every step); on logged steps also lr, val_loss,
 //                       val_accuracy (mqar), grad_norm (all parameters, before clipping)
 //   step s, layer l     max_logit, entropy, grad_q, grad_k (attention_function.h, train_run.h)
-//   step final          initial_val_loss, final_val_loss, final_val_accuracy (mqar), diverged,
-//                       steps_run
+//   step final          initial_val_loss, final_val_loss, final_val_accuracy (mqar), val_queries
+//                       (mqar: the recalled values the accuracy counts), diverged, steps_run
 // Summary rows (seed all), written once every run is done:
 //   lr η, step final    final_loss: min(final_val_loss, initial) with its 95% CI over seeds (a
-//                       diverged run counts as its initial loss), diverged: the fraction of seeds;
-//                       mqar also final_accuracy
+//                       diverged run counts as its initial loss; the t interval kept ≥ 0),
+//                       diverged: the fraction of seeds (Clopper–Pearson over the seeds);
+//                       mqar also final_accuracy (stats.h: runs_proportion_ci over the seeds and
+//                       their val_queries validation queries each)
 //   lr all, step final  lr_sensitivity: Wortsman et al.'s  mean_η min(L(η), L₀) − min_η L(η),
-//                       per seed, then its mean and CI over seeds; best_loss: min_η L(η)
+//                       per seed, then its mean and CI over seeds; best_loss: min_η L(η) (both ≥ 0)
 //   attention both      loss_rel_diff at every step: |L_attnscale − L_torch| / L_torch of the same
 //                       run (seed s), where both attentions were run
 //
@@ -179,6 +181,10 @@ std::vector<Row> training_run(const training::Sweep& sweep, const Args& a, const
   rows.push_back(one(params("final", "all"), "initial_val_loss", run.initial_val_loss));
   rows.push_back(one(params("final", "all"), "final_val_loss", run.final_val_loss));
   if (mqar) rows.push_back(one(params("final", "all"), "final_val_accuracy", run.final_val_accuracy));
+  // The recalled values the accuracy counts: P = N/4 a validation sequence (tasks.h).
+  if (mqar)
+    rows.push_back(one(params("final", "all"), "val_queries",
+                       static_cast<double>(c.task.val_sequences * (c.task.seq_len / 4))));
   rows.push_back(one(params("final", "all"), "diverged", run.diverged ? 1 : 0));
   rows.push_back(one(params("final", "all"), "steps_run", static_cast<double>(run.steps.size())));
   return rows;
@@ -190,7 +196,7 @@ enum Col { kTask, kAttention, kScaling, kDHead, kLr, kSeed, kStep, kLayer };
 std::vector<Row> training_summary(const Args&, const std::vector<Row>& rows) {
   // Per run (point): its capped final loss L = min(final, initial) (non-finite: initial) and more.
   struct RunEnd {
-    double initial = 0, final_loss = 0, accuracy = 0, diverged = 0;
+    double initial = 0, final_loss = 0, accuracy = 0, diverged = 0, queries = 0;
     bool has_accuracy = false;
   };
   using Config = std::tuple<std::string, std::string, std::string, std::string>;  // task, attention, scaling, d
@@ -207,6 +213,7 @@ std::vector<Row> training_summary(const Args&, const std::vector<Row>& rows) {
     if (row.metric == "initial_val_loss") e.initial = row.mean;
     if (row.metric == "final_val_loss") e.final_loss = row.mean;
     if (row.metric == "diverged") e.diverged = row.mean;
+    if (row.metric == "val_queries") e.queries = row.mean;
     if (row.metric == "final_val_accuracy") {
       e.accuracy = row.mean;
       e.has_accuracy = true;
@@ -235,17 +242,21 @@ std::vector<Row> training_summary(const Args&, const std::vector<Row>& rows) {
     std::map<std::string, std::vector<double>> per_seed;  // seed → L(η) over the LR grid
     std::map<std::string, double> initial;
     for (const auto& [lr, seeds] : lrs) {
-      std::vector<double> loss, div, acc;
+      std::vector<double> loss, acc;
+      std::int64_t diverged = 0, queries = 0;
       for (const auto& [seed, e] : seeds) {
         loss.push_back(e.final_loss);
-        div.push_back(e.diverged);
+        diverged += e.diverged > 0;
         if (e.has_accuracy) acc.push_back(e.accuracy);
+        queries = static_cast<std::int64_t>(e.queries);  // the same for every seed of a config
         per_seed[seed].push_back(e.final_loss);
         initial[seed] = e.initial;
       }
-      out.push_back(make_row(params(lr), "final_loss", mean_ci(loss)));
-      out.push_back(one(params(lr), "diverged", sample_mean(div.data(), div.size())));
-      if (!acc.empty()) out.push_back(make_row(params(lr), "final_accuracy", mean_ci(acc)));
+      // Bounds: a cross-entropy is ≥ 0; an accuracy is a count of the validation queries (binomial,
+      // pooled over seeds, joined with the spread between seeds); divergence a count of seeds.
+      out.push_back(make_row(params(lr), "final_loss", bounded_mean_ci(loss, 0, INFINITY)));
+      out.push_back(make_row(params(lr), "diverged", proportion_ci(diverged, static_cast<std::int64_t>(seeds.size()))));
+      if (!acc.empty()) out.push_back(make_row(params(lr), "final_accuracy", runs_proportion_ci(acc, queries)));
     }
     // Wortsman et al.'s LR sensitivity, per seed over the LRs that seed ran (losses already capped
     // at L₀): mean_η L(η) − min_η L(η).
@@ -257,8 +268,9 @@ std::vector<Row> training_summary(const Args&, const std::vector<Row>& rows) {
       best.push_back(lo);
     }
     if (!sensitivity.empty()) {
-      out.push_back(make_row(params("all"), "lr_sensitivity", mean_ci(sensitivity)));
-      out.push_back(make_row(params("all"), "best_loss", mean_ci(best)));
+      // Both ≥ 0: the mean of losses over η is at least their minimum, and a loss is ≥ 0.
+      out.push_back(make_row(params("all"), "lr_sensitivity", bounded_mean_ci(sensitivity, 0, INFINITY)));
+      out.push_back(make_row(params("all"), "best_loss", bounded_mean_ci(best, 0, INFINITY)));
     }
   }
   // Drift between the two attentions on the same run.
