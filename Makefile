@@ -71,10 +71,15 @@ fuzz: deps
 	$(SANITIZER_ENV) FUZZ_SECONDS=$(FUZZ_SECONDS) bash fuzz/run.sh build-fuzz
 
 # Benchmarks (measurements, not tests): one table of attnscale vs OpenBLAS sgemm and PyTorch.
-# BENCH_ARGS=--quick for a subset; --memory adds the N = 65536 peak-RSS case.
+# BENCH_ARGS=--quick for a subset; --memory adds the N = 65536 peak-RSS case. The benchmark
+# executables of bench/ (build/bin/attention_bench, tile_products_bench, read_streams, ...) are not
+# part of `make build`: `make benchmarks` (or `make bench`) builds them.
 BENCH_ARGS ?=
-.PHONY: bench
-bench: build
+.PHONY: bench benchmarks
+benchmarks: build
+	cmake --build $(BUILD) -j $(JOBS) --target benchmarks
+
+bench: benchmarks
 	$(PYTHON) bench/compare.py --bin $(BUILD)/bin/attnscale $(BENCH_ARGS)
 
 # The lab's speed check: the Simulation note's numpy simulation vs `attnscale experiment saturation`.
@@ -90,7 +95,7 @@ bench-lab: build
 # Every figure of docs/distributed.md (ring attention at K = 2, transfer hidden, the many-node
 # model's c, sweep speed-up at K = 2), printed as its tables; about 2 minutes on an idle machine.
 .PHONY: bench-distributed
-bench-distributed: build
+bench-distributed: benchmarks
 	$(PYTHON) bench/distributed_figures.py --build $(BUILD) $(DISTRIBUTED_ARGS)
 
 # The performance goals of docs/performance.md, each a ratio timed within one round (bench/goals.py).

@@ -155,7 +155,7 @@ def main():
     bindir = pathlib.Path(a.build).resolve() / "bin"
     for exe in ("attnscale", "ring_attention_bench"):
         if not (bindir / exe).exists():
-            sys.exit(f"--build: {bindir / exe} not found (build with MPI: make build)")
+            sys.exit(f"--build: {bindir / exe} not found (build with MPI: make benchmarks)")
     print(f"# docs/distributed.md figures; {os.cpu_count()} cores; load average {load()} at start\n")
     if a.only in (None, "ring"):
         ring_figures(str(bindir / "ring_attention_bench"), a.repeats)

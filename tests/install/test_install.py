@@ -324,11 +324,16 @@ def check_debian_package_contents(deb, root):
     assert "__pycache__" in run(["dpkg-deb", "-I", deb, "prerm"]).stdout
 
 
-def test_debian_package_installs_and_runs(tmp_path):
+@pytest.fixture(scope="module")
+def deb():
+    """The Debian package, written by cpack once for the tests that unpack it and install it."""
     run(["cpack", "-G", "DEB"], cwd=BUILD)
     debs = sorted((BUILD / "packages").glob("attnscale_*.deb"))
     assert debs, "cpack wrote no .deb"
-    deb = debs[-1]
+    return debs[-1]
+
+
+def test_debian_package_installs_and_runs(deb, tmp_path):
     fields = run(["dpkg-deb", "-f", deb, "Package", "Depends"]).stdout
     depends = re.search(r"^Depends: (.*)$", fields, re.M).group(1)
     assert "libhwy" in depends and "python3-numpy" in depends, depends
@@ -352,7 +357,7 @@ def test_debian_package_installs_and_runs(tmp_path):
     check_training(root / "usr/bin/attnscale", site, tmp_path)
 
 
-def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
+def test_debian_package_dpkg_install_and_remove(deb, example, tmp_path, request):
     # The real thing: dpkg -i, the installed CLI, Python package and CMake package, then dpkg --purge,
     # leaving the machine as it was. It needs root and a machine without attnscale installed (CI's).
     if os.geteuid() != 0:
@@ -364,8 +369,6 @@ def test_debian_package_dpkg_install_and_remove(example, tmp_path, request):
     request.addfinalizer(lock.close)
     installed = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)
     assert "install ok installed" not in installed.stdout, "attnscale is already installed here; dpkg -r it first"
-    run(["cpack", "-G", "DEB"], cwd=BUILD)
-    deb = sorted((BUILD / "packages").glob("attnscale_*.deb"))[-1]
     try:
         run(["dpkg", "-i", deb])
         assert list(pathlib.Path("/usr/lib/python3/dist-packages/attnscale/__pycache__").glob("__init__.*.pyc")), \

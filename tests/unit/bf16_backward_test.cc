@@ -114,39 +114,40 @@ Options options_of(int c, const Inputs& in, const Tensor& keep) {
 TEST(Bf16Backward, WithinOnePercentOfFloat64OnEveryPath) {
   const std::vector<Shape> shapes = {{1, 1, 1, 1, 1, 1, 1},       {2, 4, 2, 67, 131, 16, 24}, {1, 3, 1, 130, 77, 59, 5},
                                      {1, 2, 2, 64, 64, 128, 128}, {1, 1, 1, 3, 197, 8, 8}};
-  testing::for_each_bf16_path([&] {
-    for (const Shape& s : shapes)
-      for (int c = 0; c < 8; ++c)
-        for (DType dtype : {DType::bf16, DType::f32}) {
-          const Inputs in = inputs(dtype, s, 90 + s.Nq);
-          const Tensor keep = random_tensor(DType::u8, {s.Nq, s.Nkv}, 90 + s.Nq, 6);
-          const Options opt = options_of(c, in, keep);
+  // The inputs and the float64 reference of each case made once, the gradients on every path.
+  for (const Shape& s : shapes)
+    for (int c = 0; c < 8; ++c)
+      for (DType dtype : {DType::bf16, DType::f32}) {
+        const Inputs in = inputs(dtype, s, 90 + s.Nq);
+        const Tensor keep = random_tensor(DType::u8, {s.Nq, s.Nkv}, 90 + s.Nq, 6);
+        const Options opt = options_of(c, in, keep);
+        // The reference on the same (bf16-representable or float32) values in float64.
+        const Inputs in64{as_f64(in.q), as_f64(in.k), as_f64(in.v), as_f64(in.dout), Tensor(), Tensor()};
+        const Grads r = gradients(DType::f64, s, in64, opt, true);
+        const std::string what = "Nq " + std::to_string(s.Nq) + " case " + std::to_string(c) + " dtype " +
+                                 std::string(dtype_name(dtype));
+        // Gradients that vanish (one key: dS = 0) are compared in absolute terms.
+        auto err = [](const Tensor& a, const Tensor& b) {
+          double num = 0, den = 0;
+          const std::int64_t n = a.dim(0) * a.dim(1) * a.dim(2) * a.dim(3);
+          for (std::int64_t i = 0; i < n; ++i) {
+            const double x = a.dtype() == DType::bf16 ? from_bf16(a.as<bf16>()[i]) : a.as<float>()[i];
+            const double y = b.as<double>()[i];
+            num += (x - y) * (x - y);
+            den += y * y;
+          }
+          return std::sqrt(num) / std::max(std::sqrt(den), 1.0);
+        };
+        testing::for_each_bf16_path([&] {
           const Grads g = gradients(dtype, s, in, opt, false);
-          // The reference on the same (bf16-representable or float32) values in float64.
-          const Inputs in64{as_f64(in.q), as_f64(in.k), as_f64(in.v), as_f64(in.dout), Tensor(), Tensor()};
-          const Grads r = gradients(DType::f64, s, in64, opt, true);
-          const std::string what = "Nq " + std::to_string(s.Nq) + " case " + std::to_string(c) + " dtype " +
-                                   std::string(dtype_name(dtype));
-          // Gradients that vanish (one key: dS = 0) are compared in absolute terms.
-          auto err = [](const Tensor& a, const Tensor& b) {
-            double num = 0, den = 0;
-            const std::int64_t n = a.dim(0) * a.dim(1) * a.dim(2) * a.dim(3);
-            for (std::int64_t i = 0; i < n; ++i) {
-              const double x = a.dtype() == DType::bf16 ? from_bf16(a.as<bf16>()[i]) : a.as<float>()[i];
-              const double y = b.as<double>()[i];
-              num += (x - y) * (x - y);
-              den += y * y;
-            }
-            return std::sqrt(num) / std::max(std::sqrt(den), 1.0);
-          };
           EXPECT_LE(err(g.dq, r.dq), 1e-2) << what;
           EXPECT_LE(err(g.dk, r.dk), 1e-2) << what;
           EXPECT_LE(err(g.dv, r.dv), 1e-2) << what;
           if (c == 6) {
             EXPECT_LE(dsinks_error(g.dsinks, r.dsinks, s, in64, in.sinks, opt), 1e-2) << what;
           }
-        }
-  });
+        });
+      }
 }
 
 // The float32 steps between the products (exp2, softmax gradient) on every SIMD target.

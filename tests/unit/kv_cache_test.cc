@@ -40,6 +40,15 @@ void for_each_target(Fn fn) {
   detail::simd::force_target("");
 }
 
+// How a check runs its decode calls: once on every compiled target (each_target), once on every
+// bf16 product path this CPU runs (each_bf16_path). The inputs and the references (float64 and the
+// naive float32, target-independent test code) are made once before the runs and shared by them:
+// under the sanitizers making them took most of these tests' time, and it was made again for every
+// target.
+using Runs = void (*)(const std::function<void()>& run);
+void each_target(const std::function<void()>& run) { for_each_target(run); }
+void each_bf16_path(const std::function<void()>& run) { testing::for_each_bf16_path(run); }
+
 enum class Kind { f32, bf16, f16, i8 };
 
 // A cache in both layouts holding the same values, and those values as double for the reference.
@@ -88,11 +97,11 @@ Tensor convert(const Tensor& f, Kind kind, Tensor& scales) {
   const TensorView v = f.view();
   if (kind != Kind::i8) {
     Tensor t(kind == Kind::f32 ? DType::f32 : kind == Kind::bf16 ? DType::bf16 : DType::f16, v.shape.data(), v.rank);
-    for (std::int64_t i = 0; i < f.numel(); ++i) {
-      if (kind == Kind::f32) t.as<float>()[i] = f.as<float>()[i];
-      else if (kind == Kind::bf16) t.as<bf16>()[i] = to_bf16(f.as<float>()[i]);
-      else t.as<f16>()[i] = to_f16(f.as<float>()[i]);
-    }
+    const std::int64_t n = f.numel();
+    const float* x = f.as<float>();
+    if (kind == Kind::f32) std::copy_n(x, n, t.as<float>());
+    else if (kind == Kind::bf16) std::transform(x, x + n, t.as<bf16>(), [](float e) { return to_bf16(e); });
+    else std::transform(x, x + n, t.as<f16>(), [](float e) { return to_f16(e); });
     return t;
   }
   Tensor t(DType::i8, v.shape.data(), v.rank);
@@ -115,10 +124,11 @@ Caches make_caches(Kind kind, std::int64_t B, std::int64_t Hkv, const std::vecto
   c.k = convert(kf, kind, c.ks);
   c.v = convert(vf, kind, c.vs);
   if (edit) edit(c.k, c.v, c.ks, c.vs);
-  c.kd.resize(kf.numel());
-  c.vd.resize(vf.numel());
-  for (std::int64_t i = 0; i < kf.numel(); ++i) c.kd[i] = as_double(c.k, c.ks, i);
-  for (std::int64_t i = 0; i < vf.numel(); ++i) c.vd[i] = as_double(c.v, c.vs, i);
+  const std::int64_t nk = kf.numel(), nv = vf.numel();
+  c.kd.resize(nk);
+  c.vd.resize(nv);
+  for (std::int64_t i = 0; i < nk; ++i) c.kd[i] = as_double(c.k, c.ks, i);
+  for (std::int64_t i = 0; i < nv; ++i) c.vd[i] = as_double(c.v, c.vs, i);
   c.lens = Tensor(DType::i32, {B});
   std::copy(lens.begin(), lens.end(), static_cast<std::int32_t*>(c.lens.view().data));
   // The pool: every sequence's blocks in a shuffled order, plus two unused blocks.
@@ -285,10 +295,11 @@ bool takes_bf16_products(Kind kind, const Case& cs, const Queries& qs) {
 
 // compute = bf16: the bf16 products' rule, error vs float64 <= 1e-2 (the bf16 forward's), lse
 // within 2e-2·(1 + |lse|); and the output differs from native's where the products take bf16
-// operands (the path ran), else it has native's bits.
+// operands (the path ran), else it has native's bits. The decode calls and checks run on every
+// target (runs = each_target) or every bf16 product path (each_bf16_path), on the same inputs.
 void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms& tf = {},
                 const std::vector<std::int32_t>& starts = {}, const Queries& qs = {},
-                Compute compute = Compute::native) {
+                Compute compute = Compute::native, Runs runs = each_target) {
   const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
   Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed);
   if (!starts.empty()) {
@@ -301,56 +312,56 @@ void check_case(Kind kind, const Case& cs, std::uint64_t seed, const Transforms&
   };
   const Tensor q = qs.Nq == 1 ? random_tensor(DType::f32, {B, cs.Hq, cs.dk}, seed, 3)
                               : random_tensor(DType::f32, {B, cs.Hq, qs.Nq, cs.dk}, seed, 3);
-  DecodeOptions o;
-  o.window_left = cs.window;
-  o.causal = qs.causal;
-  o.window_right = qs.right;
-  o.threads = 2;
-  o.softcap = tf.softcap;
-  o.compute = compute;
   Tensor slopes(DType::f64, {B, cs.Hq});
-  if (!tf.slopes.empty()) {
-    std::copy(tf.slopes.begin(), tf.slopes.end(), slopes.as<double>());
-    o.alibi_slopes = slopes.view();
-  }
-  Tensor out = rows(cs.dv), paged = rows(cs.dv), one = rows(cs.dv), inter = rows(cs.dv), any = rows(cs.dv);
-  Tensor lse = qs.Nq == 1 ? Tensor(DType::f64, {B, cs.Hq}) : Tensor(DType::f64, {B, cs.Hq, qs.Nq});
-  decode(q.view(), c.contiguous(), out.view(), lse.view(), o);
-  decode(q.view(), c.paged(), paged.view(), {}, o);
-  decode(q.view(), c.interleaved(), inter.view(), {}, o);
-  o.threads = 1;
-  decode(q.view(), c.contiguous(), one.view(), {}, o);
-  o.threads = 0;  // the library's choice (one thread under 256 KiB of K and V)
-  decode(q.view(), c.contiguous(), any.view(), {}, o);
+  if (!tf.slopes.empty()) std::copy(tf.slopes.begin(), tf.slopes.end(), slopes.as<double>());
   const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " Hkv " +
                            std::to_string(cs.Hkv) + " dk " + std::to_string(cs.dk) + " dv " + std::to_string(cs.dv) +
                            " Nq " + std::to_string(qs.Nq) + (qs.causal ? " causal" : "") +
                            " right " + std::to_string(qs.right);
-  for (std::int64_t i = 0; i < out.numel(); ++i) {
-    ASSERT_EQ(std::memcmp(&out.as<float>()[i], &paged.as<float>()[i], 4), 0) << what << " paged != contiguous at " << i;
-    ASSERT_EQ(std::memcmp(&out.as<float>()[i], &inter.as<float>()[i], 4), 0) << what << " interleaved != contiguous at " << i;
-    ASSERT_EQ(std::memcmp(&out.as<float>()[i], &one.as<float>()[i], 4), 0) << what << " 1 thread != 2 at " << i;
-    ASSERT_EQ(std::memcmp(&out.as<float>()[i], &any.as<float>()[i], 4), 0) << what << " threads 0 != 2 at " << i;
-  }
   const double scale = 1.0 / std::sqrt(double(cs.dk));
   std::vector<double> ref_lse;
   const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale, &ref_lse, tf, qs);
-  const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale, nullptr, tf, qs);
-  const double ours = rel(values(out), ref), theirs = rel(naive, ref);
+  const double theirs = rel(attend<float>(c, q, cs.Hq, cs.window, scale, nullptr, tf, qs), ref);
   const bool bf16 = compute == Compute::bf16;
-  EXPECT_LE(ours, bf16 ? 1e-2 : std::max(2 * theirs, 4e-7)) << what;
-  for (std::int64_t i = 0; i < lse.numel(); ++i) {
-    if (std::isinf(ref_lse[i])) EXPECT_EQ(lse.as<double>()[i], ref_lse[i]) << what;
-    else EXPECT_NEAR(lse.as<double>()[i], ref_lse[i], (bf16 ? 2e-2 : 1e-5) * (1 + std::fabs(ref_lse[i]))) << what;
-  }
-  if (bf16) {
-    o.compute = Compute::native;
+  runs([&] {
+    DecodeOptions o;
+    o.window_left = cs.window;
+    o.causal = qs.causal;
+    o.window_right = qs.right;
     o.threads = 2;
-    Tensor native = rows(cs.dv);
-    decode(q.view(), c.contiguous(), native.view(), {}, o);
-    const bool same = std::memcmp(out.data(), native.data(), out.nbytes()) == 0;
-    EXPECT_EQ(same, !takes_bf16_products(kind, cs, qs)) << what << (same ? ": native's bits" : ": not native's bits");
-  }
+    o.softcap = tf.softcap;
+    o.compute = compute;
+    if (!tf.slopes.empty()) o.alibi_slopes = slopes.view();
+    Tensor out = rows(cs.dv), paged = rows(cs.dv), one = rows(cs.dv), inter = rows(cs.dv), any = rows(cs.dv);
+    Tensor lse = qs.Nq == 1 ? Tensor(DType::f64, {B, cs.Hq}) : Tensor(DType::f64, {B, cs.Hq, qs.Nq});
+    decode(q.view(), c.contiguous(), out.view(), lse.view(), o);
+    decode(q.view(), c.paged(), paged.view(), {}, o);
+    decode(q.view(), c.interleaved(), inter.view(), {}, o);
+    o.threads = 1;
+    decode(q.view(), c.contiguous(), one.view(), {}, o);
+    o.threads = 0;  // the library's choice (one thread under 256 KiB of K and V)
+    decode(q.view(), c.contiguous(), any.view(), {}, o);
+    for (std::int64_t i = 0; i < out.numel(); ++i) {
+      ASSERT_EQ(std::memcmp(&out.as<float>()[i], &paged.as<float>()[i], 4), 0) << what << " paged != contiguous at " << i;
+      ASSERT_EQ(std::memcmp(&out.as<float>()[i], &inter.as<float>()[i], 4), 0) << what << " interleaved != contiguous at " << i;
+      ASSERT_EQ(std::memcmp(&out.as<float>()[i], &one.as<float>()[i], 4), 0) << what << " 1 thread != 2 at " << i;
+      ASSERT_EQ(std::memcmp(&out.as<float>()[i], &any.as<float>()[i], 4), 0) << what << " threads 0 != 2 at " << i;
+    }
+    const double ours = rel(values(out), ref);
+    EXPECT_LE(ours, bf16 ? 1e-2 : std::max(2 * theirs, 4e-7)) << what;
+    for (std::int64_t i = 0; i < lse.numel(); ++i) {
+      if (std::isinf(ref_lse[i])) EXPECT_EQ(lse.as<double>()[i], ref_lse[i]) << what;
+      else EXPECT_NEAR(lse.as<double>()[i], ref_lse[i], (bf16 ? 2e-2 : 1e-5) * (1 + std::fabs(ref_lse[i]))) << what;
+    }
+    if (bf16) {
+      o.compute = Compute::native;
+      o.threads = 2;
+      Tensor native = rows(cs.dv);
+      decode(q.view(), c.contiguous(), native.view(), {}, o);
+      const bool same = std::memcmp(out.data(), native.data(), out.nbytes()) == 0;
+      EXPECT_EQ(same, !takes_bf16_products(kind, cs, qs)) << what << (same ? ": native's bits" : ": not native's bits");
+    }
+  });
 }
 
 // A contiguous cache whose base lies `offset` bytes past a 64-byte line (numpy and malloc place
@@ -379,23 +390,23 @@ TEST(KVCache, CachesOffALineGiveTheBitsOfAlignedOnes) {
       {2, 2, 37, 37, 5, -1, {1030, 3}},         // rows of no whole line
   };
   std::uint64_t seed = 1300;
-  for_each_target([&] {
-    for (const Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8})
-      for (const Case& cs : off_cases) {
-        if (kind == Kind::i8 && cs.dk % 32) continue;
-        const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
-        const Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, ++seed);
-        const Tensor q = random_tensor(DType::f32, {B, cs.Hq, cs.dk}, seed, 3);
+  for (const Kind kind : {Kind::f32, Kind::bf16, Kind::f16, Kind::i8})
+    for (const Case& cs : off_cases) {
+      if (kind == Kind::i8 && cs.dk % 32) continue;
+      const std::int64_t B = static_cast<std::int64_t>(cs.lens.size());
+      const Caches c = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, ++seed);
+      const Tensor q = random_tensor(DType::f32, {B, cs.Hq, cs.dk}, seed, 3);
+      const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " dk " +
+                               std::to_string(cs.dk);
+      const double scale = 1.0 / std::sqrt(double(cs.dk));
+      const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale);
+      const double theirs = rel(attend<float>(c, q, cs.Hq, cs.window, scale), ref);
+      for_each_target([&] {
         DecodeOptions o;
         o.window_left = cs.window;
         o.threads = 2;
         Tensor aligned(DType::f32, {B, cs.Hq, cs.dv});
         decode(q.view(), c.contiguous(), aligned.view(), {}, o);
-        const std::string what = "kind " + std::to_string(int(kind)) + " Hq " + std::to_string(cs.Hq) + " dk " +
-                                 std::to_string(cs.dk);
-        const double scale = 1.0 / std::sqrt(double(cs.dk));
-        const auto ref = attend<double>(c, q, cs.Hq, cs.window, scale);
-        const auto naive = attend<float>(c, q, cs.Hq, cs.window, scale);
         for (const auto& [koff, voff] : std::vector<std::pair<int, int>>{{16, 16}, {4, 60}, {0, 48}, {28, 0}, {32, 8}}) {
           const OffLine k(c.k, koff), v(c.v, voff), ks(c.ks, koff), vs(c.vs, voff);
           const OffLine pk(c.pk, koff), pv(c.pv, voff), pks(c.pks, koff), pvs(c.pvs, voff);
@@ -411,20 +422,18 @@ TEST(KVCache, CachesOffALineGiveTheBitsOfAlignedOnes) {
           const std::string at = what + " K " + std::to_string(koff) + " V " + std::to_string(voff) + " bytes off";
           ASSERT_EQ(std::memcmp(out.data(), aligned.data(), aligned.nbytes()), 0) << at;
           ASSERT_EQ(std::memcmp(out_paged.data(), aligned.data(), aligned.nbytes()), 0) << at << ", paged";
-          EXPECT_LE(rel(values(out), ref), std::max(2 * rel(naive, ref), 4e-7)) << at;
+          EXPECT_LE(rel(values(out), ref), std::max(2 * theirs, 4e-7)) << at;
         }
-      }
-  });
+      });
+    }
 }
 
 // Every case of one element type in every layout, on every target (a test per type, so that
 // they run side by side).
 void check_kind(Kind kind, std::uint64_t seed) {
-  for_each_target([&] {
-    for (const Case& cs : cases()) check_case(kind, cs, ++seed);
-    if (kind != Kind::i8)
-      for (const Case& cs : odd_dims()) check_case(kind, cs, ++seed);
-  });
+  for (const Case& cs : cases()) check_case(kind, cs, ++seed);
+  if (kind != Kind::i8)
+    for (const Case& cs : odd_dims()) check_case(kind, cs, ++seed);
 }
 TEST(KVCache, Float32MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::f32, 900); }
 TEST(KVCache, Bfloat16MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind::bf16, 1000); }
@@ -434,10 +443,8 @@ TEST(KVCache, Int8MatchesReferenceInEveryLayoutOnEveryTarget) { check_kind(Kind:
 // 16 MiB, every case above) and the quads beyond (kv_decode.cc, Chunk's near_f32_): these calls
 // read more, so the quads are checked too (group 4 at d = 128; group 3 with ragged dk and dv).
 TEST(KVCache, Float32GroupsOverLargeCachesMatchReferenceInEveryLayoutOnEveryTarget) {
-  for_each_target([] {
-    check_case(Kind::f32, {8, 2, 128, 128, 16, -1, {16500}}, 1250);
-    check_case(Kind::f32, {6, 2, 37, 29, 5, -1, {32000, 7}}, 1251);
-  });
+  check_case(Kind::f32, {8, 2, 128, 128, 16, -1, {16500}}, 1250);
+  check_case(Kind::f32, {6, 2, 37, 29, 5, -1, {32000, 7}}, 1251);
 }
 
 // Soft-capping at 1.5 (scores of these inputs are of order 1: the cap bends them) and ALiBi slopes
@@ -461,24 +468,22 @@ std::vector<std::int32_t> third_padded(const Case& cs) {
 // head and GQA groups, windows, on every target: against the reference with the same transforms,
 // paged == contiguous == interleaved and 1 thread == 2 bit for bit (check_case).
 TEST(KVCache, SoftcapAndAlibiMatchReferenceInEveryLayoutOnEveryTarget) {
-  for_each_target([] {
-    std::uint64_t seed = 1300;
-    // MQA group 8; one row per KV head with a window across a chunk edge; one row, paged blocks of 5;
-    // one row with dk = dv (key by key), with and without a window.
-    for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{11}, std::size_t{12}}) {
-      const Case& cs = cases()[i];
-      const Transforms both = capped_alibi(cs, seed);
-      // The transforms act on float32 scores whatever the element type: both on float32 and int8
-      // (their own score kernels), one each on the 16-bit types.
-      Transforms cap_only = both, alibi_only = both;
-      cap_only.slopes.clear();
-      alibi_only.softcap = 0;
-      check_case(Kind::f32, cs, ++seed, both);
-      check_case(Kind::i8, cs, ++seed, both);
-      check_case(Kind::f16, cs, ++seed, cap_only);
-      check_case(Kind::bf16, cs, ++seed, alibi_only);
-    }
-  });
+  std::uint64_t seed = 1300;
+  // MQA group 8; one row per KV head with a window across a chunk edge; one row, paged blocks of 5;
+  // one row with dk = dv (key by key), with and without a window.
+  for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{7}, std::size_t{11}, std::size_t{12}}) {
+    const Case& cs = cases()[i];
+    const Transforms both = capped_alibi(cs, seed);
+    // The transforms act on float32 scores whatever the element type: both on float32 and int8
+    // (their own score kernels), one each on the 16-bit types.
+    Transforms cap_only = both, alibi_only = both;
+    cap_only.slopes.clear();
+    alibi_only.softcap = 0;
+    check_case(Kind::f32, cs, ++seed, both);
+    check_case(Kind::i8, cs, ++seed, both);
+    check_case(Kind::f16, cs, ++seed, cap_only);
+    check_case(Kind::bf16, cs, ++seed, alibi_only);
+  }
 }
 
 // Left padding (seq_starts, FlashAttention's cache_leftpad): each sequence's keys from its start,
@@ -495,11 +500,9 @@ TEST(KVCache, LeftPaddingMatchesReferenceInEveryLayoutOnEveryTarget) {
   };
   // Two element types a case, turning: each type in several cases.
   const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
-  for_each_target([&] {
-    std::uint64_t seed = 1400;
-    for (std::size_t c = 0; c < padded.size(); ++c)
-      for (std::size_t t = 0; t < 2; ++t) check_case(kinds[(2 * c + t) % 4], cases()[padded[c].first], ++seed, {}, padded[c].second);
-  });
+  std::uint64_t seed = 1400;
+  for (std::size_t c = 0; c < padded.size(); ++c)
+    for (std::size_t t = 0; t < 2; ++t) check_case(kinds[(2 * c + t) % 4], cases()[padded[c].first], ++seed, {}, padded[c].second);
 }
 
 // Several new tokens a sequence (q [B, Hq, Nq, dk]): causal and not, with GQA, windows (a right
@@ -507,23 +510,21 @@ TEST(KVCache, LeftPaddingMatchesReferenceInEveryLayoutOnEveryTarget) {
 // padding, softcap and ALiBi (each row its own diagonal), a sequence shorter than Nq (rows without
 // a key), every type and layout on every target.
 TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
-  for_each_target([] {
-    std::uint64_t seed = 1500;
-    for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{6}, std::size_t{7}}) {
-      const Case& cs = cases()[i];
-      const Transforms both = capped_alibi(cs, seed);
-      const std::vector<std::int32_t> starts = third_padded(cs);
-      // Three (Nq, causal, right window) a case, the element type, transforms and padding turning
-      // with them; a right window of 2 over 5 rows: the first three rows stop short of the end.
-      const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
-      std::size_t turn = i;
-      for (const Queries qs : {Queries{2, true}, Queries{5, true}, Queries{5, false, i % 2 ? 2 : -1}}) {
-        ++turn;
-        check_case(kinds[turn % 4], cs, ++seed, turn % 2 ? both : Transforms{},
-                   turn % 3 ? starts : std::vector<std::int32_t>{}, qs);
-      }
+  std::uint64_t seed = 1500;
+  for (const std::size_t i : {std::size_t{1}, std::size_t{3}, std::size_t{6}, std::size_t{7}}) {
+    const Case& cs = cases()[i];
+    const Transforms both = capped_alibi(cs, seed);
+    const std::vector<std::int32_t> starts = third_padded(cs);
+    // Three (Nq, causal, right window) a case, the element type, transforms and padding turning
+    // with them; a right window of 2 over 5 rows: the first three rows stop short of the end.
+    const Kind kinds[] = {Kind::f32, Kind::bf16, Kind::f16, Kind::i8};
+    std::size_t turn = i;
+    for (const Queries qs : {Queries{2, true}, Queries{5, true}, Queries{5, false, i % 2 ? 2 : -1}}) {
+      ++turn;
+      check_case(kinds[turn % 4], cs, ++seed, turn % 2 ? both : Transforms{},
+                 turn % 3 ? starts : std::vector<std::int32_t>{}, qs);
     }
-  });
+  }
 }
 
 // compute = bf16 (GQA's products on bf16 operands over a bf16 cache, where the CPU has AVX-512
@@ -532,23 +533,21 @@ TEST(KVCache, SeveralNewTokensMatchReferenceInEveryLayoutOnEveryTarget) {
 // the bf16 rule; and native's bits for the other caches and where the path does not apply
 // (check_case).
 TEST(KVCache, Bfloat16ProductsMatchReferenceInEveryLayoutOnEveryTarget) {
-  for_each_target([] {
-    std::uint64_t seed = 1600;
-    for (const Case& cs : cases()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
-    for (const Case& cs : odd_dims()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
-    for (const std::size_t i : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{5}}) {
-      const Case& cs = cases()[i];
-      const Transforms both = capped_alibi(cs, seed);
-      const std::vector<std::int32_t> starts = third_padded(cs);
-      check_case(Kind::bf16, cs, ++seed, both, starts, {}, Compute::bf16);
-      check_case(Kind::bf16, cs, ++seed, {}, {}, Queries{3, true}, Compute::bf16);
-      check_case(Kind::bf16, cs, ++seed, both, starts, Queries{5, false, 2}, Compute::bf16);
-    }
-    // Other caches ignore it: native's bits.
-    check_case(Kind::f32, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
-    check_case(Kind::f16, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
-    check_case(Kind::i8, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
-  });
+  std::uint64_t seed = 1600;
+  for (const Case& cs : cases()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
+  for (const Case& cs : odd_dims()) check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
+  for (const std::size_t i : {std::size_t{1}, std::size_t{2}, std::size_t{4}, std::size_t{5}}) {
+    const Case& cs = cases()[i];
+    const Transforms both = capped_alibi(cs, seed);
+    const std::vector<std::int32_t> starts = third_padded(cs);
+    check_case(Kind::bf16, cs, ++seed, both, starts, {}, Compute::bf16);
+    check_case(Kind::bf16, cs, ++seed, {}, {}, Queries{3, true}, Compute::bf16);
+    check_case(Kind::bf16, cs, ++seed, both, starts, Queries{5, false, 2}, Compute::bf16);
+  }
+  // Other caches ignore it: native's bits.
+  check_case(Kind::f32, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
+  check_case(Kind::f16, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
+  check_case(Kind::i8, cases()[4], ++seed, {}, {}, {}, Compute::bf16);
 }
 
 // compute = bf16 on each bf16 product path this CPU runs, forced in turn (AMX tiles, vdpbf16ps;
@@ -568,15 +567,13 @@ TEST(KVCache, Bfloat16ProductsMatchReferenceOnEveryProductPath) {
       {16, 1, 64, 128, 16, -1, {1001, 65}},          // group 16
       {32, 2, 256, 32, 7, -1, {300, 1}},             // group 16, dk = 256, dv = 32
   };
-  testing::for_each_bf16_path([] {
-    std::uint64_t seed = 1650;
-    for (const Case& cs : shapes) {
-      check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16);
-      check_case(Kind::bf16, cs, ++seed, {}, third_padded(cs), Queries{3, true}, Compute::bf16);
-      ++seed;
-      check_case(Kind::bf16, cs, seed, capped_alibi(cs, seed), {}, Queries{2, false, 1}, Compute::bf16);
-    }
-  });
+  std::uint64_t seed = 1650;
+  for (const Case& cs : shapes) {
+    check_case(Kind::bf16, cs, ++seed, {}, {}, {}, Compute::bf16, each_bf16_path);
+    check_case(Kind::bf16, cs, ++seed, {}, third_padded(cs), Queries{3, true}, Compute::bf16, each_bf16_path);
+    ++seed;
+    check_case(Kind::bf16, cs, seed, capped_alibi(cs, seed), {}, Queries{2, false, 1}, Compute::bf16, each_bf16_path);
+  }
 }
 
 // Calls whose shapes differ but whose scratch sizes match in part (16 query rows a KV head of
@@ -641,7 +638,7 @@ TEST(KVCache, AnEmptySequenceGivesZerosWhateverAnEarlierCallLeft) {
 // in K and Inf in V (int8: an infinite scale). The rows that do not see it give what the same
 // cache gives with finite values there (native: the same bits; compute = bf16 within 1e-3), the
 // rows that see it are not finite; every type, layout and target.
-void check_hidden_values(const std::vector<Compute>& computes) {
+void check_hidden_values(const std::vector<Compute>& computes, Runs runs) {
   static const std::vector<Case> shapes = {
       {8, 2, 64, 64, 16, -1, {1030, 70}},  // causal, 3 tokens: key len-1 row 2 alone, len-2 rows 1-2
       {6, 2, 96, 64, 7, 10, {1025, 40}},   // window of 10, 4 tokens: key len-14 row 0 alone
@@ -690,52 +687,54 @@ void check_hidden_values(const std::vector<Compute>& computes) {
           };
           const Caches bad = make_caches(kind, B, cs.Hkv, cs.lens, cs.dk, cs.dv, cs.block, seed, poison);
           const Tensor q = random_tensor(DType::f32, {B, cs.Hq, Nq, cs.dk}, seed, 3);
-          DecodeOptions o;
-          o.window_left = cs.window;
-          o.causal = pc.qs.causal;
-          o.window_right = pc.qs.right;
-          o.compute = compute;
-          o.threads = 2;
-          Tensor want(DType::f32, {B, cs.Hq, Nq, cs.dv});
-          decode(q.view(), clean.contiguous(), want.view(), {}, o);
-          const KVCache layouts[] = {bad.contiguous(), bad.paged(), bad.interleaved()};
-          for (int layout = 0; layout < 3; ++layout) {
-            const KVCache& cache = layouts[layout];
-            Tensor out(DType::f32, {B, cs.Hq, Nq, cs.dv});
-            decode(q.view(), cache, out.view(), {}, o);
-            for (std::int64_t b = 0; b < B; ++b)
-              for (std::int64_t h = 0; h < cs.Hq; ++h)
-                for (std::int64_t i = 0; i < Nq; ++i) {
-                  // Layout's visible range of token i: [lo, hi).
-                  const std::int64_t len = cs.lens[b], pos = len - Nq + i;
-                  const std::int64_t lo = std::max<std::int64_t>(0, cs.window >= 0 ? pos - cs.window : 0);
-                  const std::int64_t hi = pc.qs.causal ? pos + 1 : pc.qs.right >= 0 ? std::min(len, pos + 1 + pc.qs.right) : len;
-                  bool sees = false;
-                  for (const std::int64_t back : pc.back) sees |= back && len - back >= lo && len - back < hi;
-                  const float* got = out.as<float>() + ((b * cs.Hq + h) * Nq + i) * cs.dv;
-                  const float* ref = want.as<float>() + ((b * cs.Hq + h) * Nq + i) * cs.dv;
-                  const std::string at = what + (layout == 0 ? " contiguous" : layout == 1 ? " paged" : " interleaved") +
-                                         " b " + std::to_string(b) + " h " + std::to_string(h) + " token " +
-                                         std::to_string(i);
-                  if (sees) {
-                    ASSERT_FALSE(std::all_of(got, got + cs.dv, [](float x) { return std::isfinite(x); })) << at;
-                  } else if (compute == Compute::native || kind != Kind::bf16) {
-                    ASSERT_EQ(std::memcmp(got, ref, cs.dv * sizeof(float)), 0) << at;
-                  } else {
-                    for (std::int64_t e = 0; e < cs.dv; ++e) ASSERT_NEAR(got[e], ref[e], 1e-3) << at;
+          runs([&] {
+            DecodeOptions o;
+            o.window_left = cs.window;
+            o.causal = pc.qs.causal;
+            o.window_right = pc.qs.right;
+            o.compute = compute;
+            o.threads = 2;
+            Tensor want(DType::f32, {B, cs.Hq, Nq, cs.dv});
+            decode(q.view(), clean.contiguous(), want.view(), {}, o);
+            const KVCache layouts[] = {bad.contiguous(), bad.paged(), bad.interleaved()};
+            for (int layout = 0; layout < 3; ++layout) {
+              const KVCache& cache = layouts[layout];
+              Tensor out(DType::f32, {B, cs.Hq, Nq, cs.dv});
+              decode(q.view(), cache, out.view(), {}, o);
+              for (std::int64_t b = 0; b < B; ++b)
+                for (std::int64_t h = 0; h < cs.Hq; ++h)
+                  for (std::int64_t i = 0; i < Nq; ++i) {
+                    // Layout's visible range of token i: [lo, hi).
+                    const std::int64_t len = cs.lens[b], pos = len - Nq + i;
+                    const std::int64_t lo = std::max<std::int64_t>(0, cs.window >= 0 ? pos - cs.window : 0);
+                    const std::int64_t hi = pc.qs.causal ? pos + 1 : pc.qs.right >= 0 ? std::min(len, pos + 1 + pc.qs.right) : len;
+                    bool sees = false;
+                    for (const std::int64_t back : pc.back) sees |= back && len - back >= lo && len - back < hi;
+                    const float* got = out.as<float>() + ((b * cs.Hq + h) * Nq + i) * cs.dv;
+                    const float* ref = want.as<float>() + ((b * cs.Hq + h) * Nq + i) * cs.dv;
+                    const std::string at = what + (layout == 0 ? " contiguous" : layout == 1 ? " paged" : " interleaved") +
+                                           " b " + std::to_string(b) + " h " + std::to_string(h) + " token " +
+                                           std::to_string(i);
+                    if (sees) {
+                      ASSERT_FALSE(std::all_of(got, got + cs.dv, [](float x) { return std::isfinite(x); })) << at;
+                    } else if (compute == Compute::native || kind != Kind::bf16) {
+                      ASSERT_EQ(std::memcmp(got, ref, cs.dv * sizeof(float)), 0) << at;
+                    } else {
+                      for (std::int64_t e = 0; e < cs.dv; ++e) ASSERT_NEAR(got[e], ref[e], 1e-3) << at;
+                    }
                   }
-                }
-          }
+            }
+          });
         }
   }
 }
 
 TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThem) {
-  for_each_target([] { check_hidden_values({Compute::native, Compute::bf16}); });
+  check_hidden_values({Compute::native, Compute::bf16}, each_target);
 }
 // The same with compute = bf16 on each bf16 product path (AMX tiles, vdpbf16ps).
 TEST(KVCache, ValuesHiddenFromSomeRowsNeverReachThemOnEveryProductPath) {
-  testing::for_each_bf16_path([] { check_hidden_values({Compute::bf16}); });
+  check_hidden_values({Compute::bf16}, each_bf16_path);
 }
 
 TEST(KVCache, QuantizeQ8RoundTripsWithinHalfAScale) {
@@ -919,9 +918,9 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
   // each row a new token of the cache when its diagonal allows; 9 rows past the split-key decode's
   // 16 a KV head).
   // Over 2100 keys, over 37 and over 5 (short keys take the route for up to 4 rows a head, down
-  // to one key for heads of 64 and more).
-  for_each_target([&] {
-    for (const std::int64_t Nkv : {2100, 37, 5})
+  // to one key for heads of 64 and more). The inputs and the float64 reference of each call are
+  // made once, the call run on every target.
+  for (const std::int64_t Nkv : {2100, 37, 5})
     for (const std::int64_t Nq : {1, 4, 9})
     for (const M& m : masks)
       for (int tf = 0; tf < 4; ++tf) {
@@ -939,9 +938,7 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
       o.mask.window_right = m.right;
       if (tf & 1) o.softcap = 2.0;
       if (tf & 2) o.alibi_slopes = slopes.view();
-      Tensor out(DType::f32, {B, Hq, Nq, d}), lse(DType::f32, {B, Hq, Nq}), ref(DType::f64, {B, Hq, Nq, d}),
-          rlse(DType::f64, {B, Hq, Nq});
-      forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o);
+      Tensor ref(DType::f64, {B, Hq, Nq, d}), rlse(DType::f64, {B, Hq, Nq});
       reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view()}, o);
       // With ALiBi the scores reach |slope|·Nkv ≈ 100-250, where float32's spacing is 1e-5: the
       // tolerance follows.
@@ -949,10 +946,13 @@ TEST(KVCache, ForwardDecodeRouteMatchesReferenceUnderMasks) {
       const std::string what = "Nkv " + std::to_string(Nkv) + " Nq " + std::to_string(Nq) + " causal " + std::to_string(m.causal) + " align " +
                                std::to_string(int(m.align)) + " window " + std::to_string(m.left) + " " +
                                std::to_string(m.right) + " transforms " + std::to_string(tf);
-      EXPECT_LE(testing::rel_error(out.view(), ref.view()), tol) << what;
-      EXPECT_LE(testing::rel_error(lse.view(), rlse.view()), tol / 2) << what;
+      for_each_target([&] {
+        Tensor out(DType::f32, {B, Hq, Nq, d}), lse(DType::f32, {B, Hq, Nq});
+        forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o);
+        EXPECT_LE(testing::rel_error(out.view(), ref.view()), tol) << what;
+        EXPECT_LE(testing::rel_error(lse.view(), rlse.view()), tol / 2) << what;
+      });
       }
-  });
 }
 
 // bfloat16 q, k, v with few rows take the same route (over short keys too: up to 128 rows a KV
@@ -964,30 +964,31 @@ TEST(KVCache, ForwardDecodeRouteTakesBfloat16) {
   struct Case {
     std::int64_t Nq, Nkv;
   };
-  for_each_target([&] {
-    for (const Case c : {Case{1, 2300}, Case{3, 2300}, Case{1, 37}, Case{29, 17}, Case{4, 1}, Case{16, 7}})
-      for (const bool causal : {false, true})
-        for (const DType lse_type : {DType::f32, DType::bf16}) {
-          const std::int64_t B = 2, Hq = 8, Hkv = 2, Nq = c.Nq, Nkv = c.Nkv, d = 64;
-          const Tensor q = random_tensor(DType::bf16, {B, Hq, Nq, d}, 41, 1),
-                       k = random_tensor(DType::bf16, {B, Hkv, Nkv, d}, 41, 2),
-                       v = random_tensor(DType::bf16, {B, Hkv, Nkv, d}, 41, 3);
-          Options o;
-          o.mask.causal = causal;
-          o.mask.align = Align::bottom_right;
-          o.softcap = causal ? 0.0 : 3.0;
-          Tensor out(DType::bf16, {B, Hq, Nq, d}), lse(lse_type, {B, Hq, Nq}), ref(DType::f64, {B, Hq, Nq, d}),
-              rlse(DType::f64, {B, Hq, Nq});
+  // The inputs and the float64 reference of each call made once, the call run on every target.
+  for (const Case c : {Case{1, 2300}, Case{3, 2300}, Case{1, 37}, Case{29, 17}, Case{4, 1}, Case{16, 7}})
+    for (const bool causal : {false, true})
+      for (const DType lse_type : {DType::f32, DType::bf16}) {
+        const std::int64_t B = 2, Hq = 8, Hkv = 2, Nq = c.Nq, Nkv = c.Nkv, d = 64;
+        const Tensor q = random_tensor(DType::bf16, {B, Hq, Nq, d}, 41, 1),
+                     k = random_tensor(DType::bf16, {B, Hkv, Nkv, d}, 41, 2),
+                     v = random_tensor(DType::bf16, {B, Hkv, Nkv, d}, 41, 3);
+        Options o;
+        o.mask.causal = causal;
+        o.mask.align = Align::bottom_right;
+        o.softcap = causal ? 0.0 : 3.0;
+        Tensor ref(DType::f64, {B, Hq, Nq, d}), rlse(DType::f64, {B, Hq, Nq});
+        reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view()}, o);
+        const std::string what = "Nq " + std::to_string(Nq) + " Nkv " + std::to_string(Nkv) + " causal " + std::to_string(causal) + " lse " +
+                                 std::string(dtype_name(lse_type));
+        for_each_target([&] {
+          Tensor out(DType::bf16, {B, Hq, Nq, d}), lse(lse_type, {B, Hq, Nq});
           testing::poison(out);
           testing::poison(lse);
           forward(q.view(), k.view(), v.view(), {out.view(), lse.view()}, o);
-          reference::forward(q.view(), k.view(), v.view(), {ref.view(), rlse.view()}, o);
-          const std::string what = "Nq " + std::to_string(Nq) + " Nkv " + std::to_string(Nkv) + " causal " + std::to_string(causal) + " lse " +
-                                   std::string(dtype_name(lse_type));
           EXPECT_LE(testing::rel_error(out.view(), ref.view()), 1e-2) << what;
           EXPECT_LE(testing::rel_error(lse.view(), rlse.view()), 1e-2) << what;
-        }
-  });
+        });
+      }
 }
 
 }  // namespace

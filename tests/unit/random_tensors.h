@@ -18,9 +18,8 @@ namespace attnscale::testing {
 
 // How random_tensor draws: one normal from each Philox block (Stream::normal, float64 Box-Muller),
 // or in bulk (lab::fill_normals: sixteen Philox blocks a SIMD step, float32 Box-Muller, four
-// normals a block; other values, as random). The KV-cache tests' caches (millions of entries,
-// drawn afresh for every target) take the bulk draw: there the one-by-one draws were most of the
-// sanitised ctest's time.
+// normals a block; other values, as random). The KV-cache tests' caches (millions of entries)
+// take the bulk draw: there the one-by-one draws were most of the sanitised ctest's time.
 enum class Draw { one, bulk };
 
 // N(0, sigma²) entries; a different `stream` gives an independent tensor.
