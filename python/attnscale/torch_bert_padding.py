@@ -21,11 +21,10 @@ scatter into zeros, that of a scatter a gather. Unlike FlashAttention's, a mask 
 where it is nonzero (FlashAttention sums its values, so a 2 would count twice in cu_seqlens), and
 unused_mask joins attention_mask by a logical or (FlashAttention adds them).
 """
-import operator
-
 import torch
 
 from .torch_errors import drop_in_errors
+from .torch_function import integer
 
 
 def _check_indices(indices, name="indices"):
@@ -77,12 +76,7 @@ def index_put_first_axis(values, indices, first_axis_dim):
 
 
 def _count(name, x):
-    try:
-        if isinstance(x, bool):
-            raise TypeError
-        n = operator.index(x)
-    except TypeError:
-        raise TypeError(f"{name}: expected an int, got {type(x).__name__}") from None
+    n = integer(name, x)
     if n < 0:
         raise ValueError(f"{name}: must be >= 0, got {n}")
     return n

@@ -19,7 +19,7 @@ from . import _attnscale
 from .torch_errors import drop_in_errors
 from .torch_threads import with_threads
 from .torch_function import (as_float16, attend, check_operands, dropout_keywords, float16_as_float32, from_numpy,
-                             real, refuse_tracing, to_numpy)
+                             integer, real, refuse_tracing, to_numpy)
 
 
 def window_sides(window_size):
@@ -186,20 +186,9 @@ def flash_attn_func(
     return (out, lse, s_dmask) if return_attn_probs else out
 
 
-def seqlen_bound(name, max_seqlen):
-    """max_seqlen_q / max_seqlen_k as an int (FlashAttention's binding takes an int: 6.5 is not cut
-    to 6, nor True read as 1; numpy's integers and 0-d integer tensors are ints)."""
-    try:
-        if isinstance(max_seqlen, bool):
-            raise TypeError
-        return operator.index(max_seqlen)
-    except TypeError:
-        raise TypeError(f"{name}: expected an int, got {type(max_seqlen).__name__}") from None
-
-
 def _offsets(name, cu_seqlens, total, max_seqlen, max_name):
     """cu_seqlens as a list of ints, checked: 0 first, `total` last, non-decreasing, within max."""
-    max_seqlen = seqlen_bound(max_name, max_seqlen)
+    max_seqlen = integer(max_name, max_seqlen)  # an int, as FlashAttention's binding takes
     if (not isinstance(cu_seqlens, torch.Tensor) or cu_seqlens.dim() != 1 or cu_seqlens.dtype.is_floating_point
             or cu_seqlens.dtype == torch.bool):
         raise ValueError(f"{name}: expected a 1-D integer tensor of batch + 1 offsets")
@@ -301,7 +290,7 @@ def flash_attn_varlen_func(
     ck = _offsets("cu_seqlens_k", cu_seqlens_k, k.shape[0], max_seqlen_k, "max_seqlen_k")
     if len(cq) != len(ck):
         raise ValueError(f"cu_seqlens_k: {len(ck) - 1} sequences, cu_seqlens_q has {len(cq) - 1}")
-    max_seqlen_q, max_seqlen_k = seqlen_bound("max_seqlen_q", max_seqlen_q), seqlen_bound("max_seqlen_k", max_seqlen_k)
+    max_seqlen_q, max_seqlen_k = integer("max_seqlen_q", max_seqlen_q), integer("max_seqlen_k", max_seqlen_k)
     if isinstance(alibi_slopes, torch.Tensor) and alibi_slopes.dim() == 2 and alibi_slopes.shape[0] != len(cq) - 1:
         raise ValueError(f"alibi_slopes: expected (heads,) or ({len(cq) - 1}, heads), got {list(alibi_slopes.shape)}")
     window = kernel_window(window_size, causal, max_seqlen_k)

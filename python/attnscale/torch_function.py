@@ -12,6 +12,7 @@ the mask's size, B Hq Nq Nkv before autograd sums it over the mask's broadcast d
 import functools
 
 import math
+import operator
 
 import numpy as np
 import torch
@@ -76,6 +77,17 @@ def real(name, x):
     if not math.isfinite(value):
         raise ValueError(f"{name}: must be finite, got {value}")
     return value
+
+
+def integer(name, x):
+    """x as an int (numpy's integers and 0-d integer tensors too; a float, not cut, and a bool, not
+    read as 0 or 1, refused), or an error naming the caller's argument `name`."""
+    try:
+        if isinstance(x, bool):
+            raise TypeError
+        return operator.index(x)
+    except TypeError:
+        raise TypeError(f"{name}: expected an int, got {type(x).__name__}") from None
 
 
 def cache_to_numpy(name, t):

@@ -243,6 +243,7 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
   const Setting s = setting(t);
   const Outcome none = outcome(t, s, "none"), sqrt = outcome(t, s, "sqrt");
   const bool supported = learns_sooner(sqrt, none), refuted = learns_sooner(none, sqrt);
+  const std::string n_queries = queries(t, s);
   return {{"slows-learning",
            "without the scale a model learns a task that needs sharp attention later, or not at all",
            fmt::format("MQAR, {} pairs, d_head = {}, η = {}, {} steps: seeds reaching accuracy ≥ 0.9 with 1/√d {} of {}"
@@ -250,8 +251,7 @@ std::vector<Evidence> claims(const lab::ResultTable& t) {
                        std::stoll(flag(t, "seq-len")) / 4, s.d, s.lr,
                        flag(t, "steps"), sqrt.learnt, sqrt.seeds, first_steps(sqrt), none.learnt, none.seeds,
                        first_steps(none), fmt_ci(final_accuracy(t, s, "sqrt"), 2), fmt_ci(final_accuracy(t, s, "none"), 2),
-                       queries(t, s).empty() ? ""
-                                             : " (95% CIs over the seeds and their " + queries(t, s) + " validation queries each)"),
+                       n_queries.empty() ? "" : " (95% CIs over the seeds and their " + n_queries + " validation queries each)"),
            "supported when more seeds learn the task (accuracy ≥ 0.9) with 1/√d than without it, or as many and "
            "the scaled median first step is at most 2/3 of the unscaled one; refuted when the opposite holds; "
            "mixed otherwise (including when no seed learns it either way)",
