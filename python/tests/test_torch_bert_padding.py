@@ -2,10 +2,10 @@
 flash_attn_varlen_func -> pad equals the padded batch through a key padding mask, forward and
 gradients, float64; return values as FlashAttention 2's; gradients through the gather and scatter."""
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-import attnscale.torch as at  # noqa: E402
-from attnscale.torch.bert_padding import index_first_axis, index_put_first_axis, pad_input, unpad_input  # noqa: E402
+import attnscale.torch as at
+from attnscale.torch.bert_padding import index_first_axis, index_put_first_axis, pad_input, unpad_input
 
 B, N, H, HKV, D = 4, 9, 4, 2, 8
 

@@ -5,9 +5,10 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
-import attnscale.torch as at  # noqa: E402
-from attnscale import _attnscale  # noqa: E402
+import torch
+
+import attnscale.torch as at
+from attnscale import _attnscale
 
 
 @pytest.fixture
