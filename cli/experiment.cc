@@ -98,7 +98,7 @@ void run_and_write(const lab::Experiment& e, const ExperimentFlags& f, const lab
     const auto seed_at = std::find(table.param_names.begin(), table.param_names.end(), "seed") - table.param_names.begin();
     for (const lab::Row& r : table.rows)
       if (static_cast<std::size_t>(seed_at) < r.params.size() && r.params[seed_at] != "all") seeds.insert(r.params[seed_at]);
-    const std::string points = e.trials_unused.empty() ? "too few sweep points behind it"
+    const std::string points = e.trials_unused.empty() ? "too few sweep points behind it, or they lie on one line"
                                : seeds.size() < 2     ? "too few runs (--seeds) behind it"
                                                       : "too few runs (--seeds) behind it, or all ended at the same value";
     const std::string why = across == 0      ? trials
