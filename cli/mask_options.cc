@@ -29,7 +29,7 @@ void MaskFlags::add_to(CLI::App& app, bool with_mask_file) {
     app.add_option("--mask", mask_path, "Mask .npy, [Nq,Nkv] or [B|1,H|1,Nq,Nkv]: bool/uint8 (nonzero = "
                                         "keep) or float (added to the scaled scores)")
         ->type_name("FILE");
-  app.add_option("--threads", threads, "Worker threads (0: $ATTNSCALE_THREADS or all cores)")
+  app.add_option("--threads", threads, "Worker threads, 0 to 4096 (0: $ATTNSCALE_THREADS or all cores)")
       ->check(threads_range());
 }
 

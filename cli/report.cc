@@ -22,7 +22,7 @@ void add_report(CLI::App& app) {
   auto* seed = sub->add_option("--seed", opts->seed, "master seed of every random stream")
                    ->capture_default_str()
                    ->check(seed_range());
-  sub->add_option("--threads", opts->threads, "threads (0: $ATTNSCALE_THREADS, else every core)")
+  sub->add_option("--threads", opts->threads, "threads, 0 to 4096 (0: $ATTNSCALE_THREADS, else every core)")
       ->check(threads_range());
   sub->add_option("--from", opts->from,
                   "write the report from the data/*.json of an earlier report in this folder, measuring nothing")

@@ -281,7 +281,7 @@ def test_reference_score_matrix_that_would_need_terabytes(work):
     (["--scale", "abc"], ["--scale", "abc"]),
     (["--scale", "nan"], ["--scale"]),
     (["--scale", "inf"], ["--scale"]),
-    (["--threads", "-1"], ["--threads", "expected an integer from 0 to 1048576, got '-1'"]),
+    (["--threads", "-1"], ["--threads", "expected an integer from 0 to 4096, got '-1'"]),
     (["--threads", "many"], ["--threads", "got 'many'"]),
     (["--dropout-seed", "-1"], ["--dropout-seed", "got '-1'"]),
     (["--dropout-offset", "x"], ["--dropout-offset", "got 'x'"]),
@@ -473,12 +473,13 @@ def test_projections_report_nothing_measured_as_nan_not_as_an_exact_zero():
 
 def test_a_point_too_large_for_memory_is_an_error_naming_it(tmp_path):
     # Sizes inside the flags' ranges whose arrays no machine here holds (K of 2^20 x 2^16 doubles,
-    # 512 GiB) ended in "internal error: std::bad_alloc", exit code 1, with x.csv.partial left.
+    # 512 GiB) ended in "internal error: std::bad_alloc", exit code 1, with x.csv.partial left; they
+    # are now refused from the flags before the sweep starts (tests/cli/test_size_limits.py).
     out = tmp_path / "x.csv"
     r = experiment("length", "--n", "1048576", "--d", "65536", "--rule", "fixed", "--trials", "2", "--out", str(out))
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
-    assert r.stderr.startswith("attnscale: error: --trials 2 at the point n = 1048576, d = 65536: more memory than "
-                               "this machine can give"), r.stderr
+    assert r.stderr.startswith("attnscale: error: --trials 2 --n 1048576 --d 65536 --rule fixed: the sweep needs about "
+                               "1.0 TiB, more than the"), r.stderr
     assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
 
 
