@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "attnscale/error.h"
-#include "attnscale/npy.h"
+#include "input_files.h"
 #include "subcommands.h"
 
 namespace attnscale::cli {
@@ -56,7 +56,7 @@ Options MaskFlags::options(Tensor& mask_storage) const {
     o.mask.window_right = window[1];
   }
   if (!mask_path.empty()) {
-    mask_storage = read_npy(mask_path);
+    mask_storage = read_input("--mask", mask_path);
     o.mask.explicit_mask = mask_storage.view();
   }
   return o;

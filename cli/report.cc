@@ -28,7 +28,9 @@ void add_report(CLI::App& app) {
                   "write the report from the data/*.json of an earlier report in this folder, measuring nothing")
       ->check(CLI::ExistingDirectory);
   auto* q = sub->add_flag("--quick", *quick, "small sweeps and few trials (seconds; used by tests)");
-  auto* f = sub->add_flag("--full", *full, "ten times the trials of the default");
+  auto* f = sub->add_flag("--full", *full,
+                          "more trials, each experiment its own (most ten times the default); training and "
+                          "recall run their --grid full, of the order of 100 CPU-hours (docs/lab.md)");
   q->excludes(f);
   sub->callback([opts, quick, full, seed] {
     opts->depth = *quick ? report::Depth::quick : *full ? report::Depth::full : report::Depth::standard;

@@ -62,6 +62,21 @@ def test_missing_file(work):
     assert_refused(attend(work, q="absent.npy"), work, "absent.npy", "cannot open file")
 
 
+def test_a_file_error_names_the_flag_of_the_file(work):
+    # read_npy knows only the path; the line starts with the flag the file was given to, so that
+    # `--k x.npy --v x.npy` or a float16 file from PyTorch says which input is refused.
+    np.save(work / "h.npy", np.ones((6, 8), np.float16))
+    np.save(work / "i.npy", np.ones((4, 6), np.int64))
+    for r, flag, words in [
+            (attend(work, q="absent.npy"), "--q", "absent.npy: cannot open file"),
+            (attend(work, k="h.npy"), "--k", "h.npy: unsupported dtype '<f2'"),
+            (attend(work, "--mask", "i.npy"), "--mask", "i.npy: unsupported dtype '<i8'"),
+            (attend(work, "--sinks", "absent.npy"), "--sinks", "absent.npy: cannot open file"),
+            (subprocess.run([BIN, "explain", "--q", "h.npy", "--k", "k.npy", "--v", "k.npy"], cwd=work,
+                            capture_output=True, text=True, timeout=60), "--q", "h.npy: unsupported dtype")]:
+        assert_refused(r, work, f"attnscale: error: {flag}: {words}")
+
+
 def test_directory_instead_of_file(work):
     (work / "adir").mkdir()
     assert_refused(attend(work, k="adir"), work, "adir", "is a directory")
