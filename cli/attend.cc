@@ -39,8 +39,9 @@ struct AttendFlags {
 // Adds the transform flags' values to `options`; `alibi`, `sinks` keep loaded arrays alive.
 void add_transforms(const AttendFlags& f, Options& options, Tensor& alibi, Tensor& sinks) {
   options.softcap = f.softcap;
-  if (!f.alibi_slopes.empty()) options.alibi_slopes = (alibi = read_input("--alibi-slopes", f.alibi_slopes)).view();
-  if (!f.sinks.empty()) options.sinks = (sinks = read_input("--sinks", f.sinks)).view();
+  if (!f.alibi_slopes.empty())
+    options.alibi_slopes = (alibi = read_input("--alibi-slopes", f.alibi_slopes, InputDtypes::floats)).view();
+  if (!f.sinks.empty()) options.sinks = (sinks = read_input("--sinks", f.sinks, InputDtypes::floats)).view();
   options.dropout = Dropout{f.dropout, f.dropout_seed, f.dropout_offset};
   options.cu_seqlens_q = f.cu_seqlens_q;  // each requires the other (CLI11's needs())
   options.cu_seqlens_k = f.cu_seqlens_k;
@@ -88,7 +89,8 @@ void run(const AttendFlags& f) {
   add_transforms(f, options, alibi, sinks);
   if (!f.sharding.empty()) throw Error("--sharding: only with --context-parallel");
   if (mpi_job::rank() != 0) return;  // under mpirun without --context-parallel, rank 0 does the work
-  const Tensor q = read_input("--q", f.q), k = read_input("--k", f.k), v = read_input("--v", f.v);
+  const Tensor q = read_input("--q", f.q, InputDtypes::floats), k = read_input("--k", f.k, InputDtypes::floats),
+               v = read_input("--v", f.v, InputDtypes::floats);
   if (!f.allow_nonfinite) {
     require_finite("--q", f.q, q, false);
     require_finite("--k", f.k, k, false);
@@ -103,7 +105,6 @@ void run(const AttendFlags& f) {
   Tensor lse, probs;
   if (!f.lse.empty()) outputs.lse = (lse = allocate("--lse", q.dtype(), shapes.lse)).view();
   if (!f.probs.empty()) outputs.probs = (probs = allocate("--probs", q.dtype(), shapes.probs)).view();
-  if (q.dtype() == DType::u8) throw Error("--q: dtype must be float32 or float64, got bool/uint8");
   naming_flags([&] {
     if (f.reference)
       reference::forward(q.view(), k.view(), v.view(), outputs, options);

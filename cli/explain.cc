@@ -47,8 +47,8 @@ struct Matrix {
 };
 
 Matrix load_matrix(const std::string& flag, const std::string& path) {
-  const Tensor t = read_input(flag, path);
-  if (t.rank() != 2 || t.dtype() == DType::u8)
+  const Tensor t = read_input(flag, path, InputDtypes::floats);
+  if (t.rank() != 2)
     throw Error(fmt::format("{}: explain takes a 2-D float array [N, d], got {} {}", flag, t.view().shape_str(),
                             dtype_name(t.dtype())));
   if (t.dim(0) > kMaxSide || t.dim(1) > kMaxSide)

@@ -56,7 +56,7 @@ Options MaskFlags::options(Tensor& mask_storage) const {
     o.mask.window_right = window[1];
   }
   if (!mask_path.empty()) {
-    mask_storage = read_input("--mask", mask_path);
+    mask_storage = read_input("--mask", mask_path, InputDtypes::mask);
     o.mask.explicit_mask = mask_storage.view();
   }
   return o;
