@@ -159,20 +159,22 @@ void add_attend(CLI::App& app) {
   sub->add_option("--dropout", flags->dropout, "Dropout probability on P, kept values scaled by 1/(1-p) (default 0)")
       ->type_name("P")
       ->check(finite_number());
-  sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask (default 0)")
+  sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask, 0 to 2^64-1 (default 0)")
       ->type_name("N")
       ->check(seed_range());
-  sub->add_option("--dropout-offset", flags->dropout_offset, "Offset of the dropout mask (default 0)")
+  sub->add_option("--dropout-offset", flags->dropout_offset, "Offset of the dropout mask, 0 to 2^64-1 (default 0)")
       ->type_name("N")
       ->check(seed_range());
   CLI::Option* cu_q = sub->add_option("--cu-seqlens-q", flags->cu_seqlens_q,
-                                      "Packed sequences: query offsets 0,...,total_q; q is [Hq, total_q, dk]")
+                                      "Packed sequences: query offsets 0,...,total_q; q is [Hq, total_q, dk]\n"
+                                      "(with --cu-seqlens-k)")
                            ->delimiter(',')
-                           ->type_name("LIST");
+                           ->option_text("LIST");  // not CLI11's "LIST ... Needs: --cu-seqlens-k"
   CLI::Option* cu_k = sub->add_option("--cu-seqlens-k", flags->cu_seqlens_k,
-                                      "Packed sequences: key offsets 0,...,total_k; k and v are [Hkv, total_k, d]")
+                                      "Packed sequences: key offsets 0,...,total_k; k and v are [Hkv, total_k, d]\n"
+                                      "(with --cu-seqlens-q)")
                            ->delimiter(',')
-                           ->type_name("LIST");
+                           ->option_text("LIST");
   cu_q->needs(cu_k);
   cu_k->needs(cu_q);
   sub->callback([flags] { run(*flags); });
