@@ -144,7 +144,8 @@ void add_attend(CLI::App& app) {
                 "Accept NaN/inf in --q/--k/--v and NaN/+inf in --mask (they stay in the rows they touch)");
   sub->add_flag("--context-parallel", flags->context_parallel,
                 "Under mpirun: shard the sequence over the ranks (ring attention); each rank reads only its rows\n"
-                "of the inputs and writes its rows of the outputs (docs/distributed.md)");
+                "of the inputs and writes its rows of the outputs (distributed.md: docs/ in the source,\n"
+                "share/doc/attnscale/ installed)");
   sub->add_option("--sharding", flags->sharding,
                   "With --context-parallel: contiguous or zigzag rows per rank (default: zigzag when causal)")
       ->type_name("KIND");
