@@ -21,7 +21,10 @@ configure: deps $(BUILD)/build.ninja
 build: configure
 	cmake --build $(BUILD) -j $(JOBS)
 
+# The benchmark executables of bench/ (not part of `make build`) are built here too, none of them
+# run, so that a change that breaks one fails `make test` rather than the next `make benchmarks`.
 test-cpp: build
+	cmake --build $(BUILD) -j $(JOBS) --target benchmarks
 	cd $(BUILD) && ctest --output-on-failure -j $(JOBS)
 
 # The module's and the CLI's tests over JOBS processes (pytest-xdist; they share no files).

@@ -2,7 +2,7 @@
 """One-row decode over caches 64-byte aligned against the same caches 16 bytes past a line.
 
 NumPy and malloc place large blocks 16 bytes past a 64-byte line, so a numpy cache is rarely
-aligned; the library reads such rows line by line (src/attention/kv_kernels.cc, WordsFromLines).
+aligned; the library reads such rows line by line (src/attention/kv_stream_row.cc, WordsFromLines).
 Each round times both placements in turn (order alternating); the ratio off / aligned is taken
 within each round, and its median over rounds is printed with its range, beside the aligned
 cache's read rate and the load average.

@@ -10,6 +10,7 @@
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
 #include "context_parallel.h"
+#include "input_files.h"
 #include "library_names.h"
 #include "mask_options.h"
 #include "mpi_job.h"
@@ -38,8 +39,8 @@ struct AttendFlags {
 // Adds the transform flags' values to `options`; `alibi`, `sinks` keep loaded arrays alive.
 void add_transforms(const AttendFlags& f, Options& options, Tensor& alibi, Tensor& sinks) {
   options.softcap = f.softcap;
-  if (!f.alibi_slopes.empty()) options.alibi_slopes = (alibi = read_npy(f.alibi_slopes)).view();
-  if (!f.sinks.empty()) options.sinks = (sinks = read_npy(f.sinks)).view();
+  if (!f.alibi_slopes.empty()) options.alibi_slopes = (alibi = read_input("--alibi-slopes", f.alibi_slopes)).view();
+  if (!f.sinks.empty()) options.sinks = (sinks = read_input("--sinks", f.sinks)).view();
   options.dropout = Dropout{f.dropout, f.dropout_seed, f.dropout_offset};
   options.cu_seqlens_q = f.cu_seqlens_q;  // each requires the other (CLI11's needs())
   options.cu_seqlens_k = f.cu_seqlens_k;
@@ -87,7 +88,7 @@ void run(const AttendFlags& f) {
   add_transforms(f, options, alibi, sinks);
   if (!f.sharding.empty()) throw Error("--sharding: only with --context-parallel");
   if (mpi_job::rank() != 0) return;  // under mpirun without --context-parallel, rank 0 does the work
-  const Tensor q = read_npy(f.q), k = read_npy(f.k), v = read_npy(f.v);
+  const Tensor q = read_input("--q", f.q), k = read_input("--k", f.k), v = read_input("--v", f.v);
   if (!f.allow_nonfinite) {
     require_finite("--q", f.q, q, false);
     require_finite("--k", f.k, k, false);

@@ -49,6 +49,7 @@
 #include "attnscale/error.h"
 #include "attnscale/kv_cache.h"
 #include "attnscale/version.h"
+#include "common/memory.h"
 #include "common/parallel.h"
 #include "openblas_core.h"
 #include "openblas_library.h"
@@ -154,6 +155,12 @@ Stats stats(std::vector<double> v) {
   return {n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]), v.front(), v.back()};
 }
 
+// The largest --n and --d. A forward row at N = 2^18 (8 heads, d = 128) does 4·8·N²·d = 2.8·10^14
+// flops a call, minutes on a large machine and hours on a small one; 2^24, once allowed, is 4096
+// times that a call. d up to 2^16 (64 Ki columns) at small N; the rows' memory is checked apart
+// (check_forward_rows_fit).
+constexpr std::int64_t kMaxBenchN = std::int64_t{1} << 18, kMaxBenchD = std::int64_t{1} << 16;
+
 struct Bench {
   int threads = 0;
   int rounds = 5;
@@ -176,6 +183,16 @@ std::vector<std::string> list_items(const std::string& list) {
     if (comma == std::string::npos) return items;
     start = comma + 1;
   }
+}
+
+// The N and d of the forward rows ("fwd"): --n and --d, else the defaults (fewer N with --quick).
+std::vector<std::int64_t> forward_ns(const Bench& opt) {
+  return !opt.ns.empty() ? opt.ns
+         : opt.quick     ? std::vector<std::int64_t>{1024, 4096}
+                         : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192};
+}
+std::vector<std::int64_t> forward_ds(const Bench& opt) {
+  return !opt.ds.empty() ? opt.ds : std::vector<std::int64_t>{64, 128};
 }
 
 // The cases `attnscale bench` times, in its table's order (--rows picks some of them).
@@ -495,10 +512,7 @@ void run(const Bench& opt) {
     rows.push_back(std::move(r));
     return &rows.back();
   };
-  const std::vector<std::int64_t> ns = !opt.ns.empty() ? opt.ns
-                                       : opt.quick      ? std::vector<std::int64_t>{1024, 4096}
-                                                        : std::vector<std::int64_t>{512, 1024, 2048, 4096, 8192};
-  const std::vector<std::int64_t> ds = !opt.ds.empty() ? opt.ds : std::vector<std::int64_t>{64, 128};
+  const std::vector<std::int64_t> ns = forward_ns(opt), ds = forward_ds(opt);
   // --rows: the cases asked for are set up (with what their limits need); all of them without it.
   auto want = [&](const char* name) { return opt.rows.empty() || opt.rows.count(name) > 0; };
   if (want("fwd"))
@@ -819,6 +833,23 @@ void run(const Bench& opt) {
   else print_table(limits, rows, threads, opt.rounds, load0, load[0]);
 }
 
+// The forward rows of --n and --d hold their tensors all at once (each row's q, k, v and output
+// [1, 8, N, d] float32 and lse [1, 8, N], causal and not): refused before any is made when they
+// would not fit, naming the flags (each tensor alone passes the library's check long before
+// their sum does).
+void check_forward_rows_fit(const Bench& opt) {
+  if (opt.ns.empty() && opt.ds.empty()) return;  // the default sizes: a few hundred MiB
+  if (!opt.rows.empty() && !opt.rows.count("fwd")) return;
+  const std::vector<std::int64_t> ns = forward_ns(opt), ds = forward_ds(opt);
+  double bytes = 0;
+  for (const std::int64_t n : ns)
+    for (const std::int64_t d : ds) bytes += 2 * (4 * 8.0 * n * d * 4 + 8.0 * n * 4);
+  std::string flags;
+  if (!opt.n_lists.empty()) flags += fmt::format("--n {}", fmt::join(opt.n_lists, ","));
+  if (!opt.d_lists.empty()) flags += fmt::format("{}--d {}", flags.empty() ? "" : " ", fmt::join(opt.d_lists, ","));
+  detail::check_estimate(flags + ": a run of the forward rows", bytes, "smaller or fewer sizes need less");
+}
+
 // Forward + backward of one head, N = 65536, d = 128: run under /usr/bin/time -v for peak RSS.
 void memory_case() {
   const std::int64_t N = 65536, d = 128;
@@ -839,22 +870,28 @@ void memory_case() {
 void add_bench(CLI::App& app) {
   auto opt = std::make_shared<Bench>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure attention throughput against this machine's peaks and copy bandwidth");
-  cmd->add_option("--threads", opt->threads, "threads (default: $ATTNSCALE_THREADS, else all cores)")
+  cmd->add_option("--threads", opt->threads, "threads, 0 to 4096 (default: $ATTNSCALE_THREADS, else all cores)")
       ->check(threads_range());
-  cmd->add_option("--rounds", opt->rounds, "interleaved rounds (median and range over them)")
+  cmd->add_option("--rounds", opt->rounds, "interleaved rounds (median and range over them), 1 to 1000")
       ->capture_default_str()
       ->check(integer_in<std::int64_t>(1, 1000));
   cmd->add_flag("--quick", opt->quick, "a quick subset: N in {1024, 4096}, key cases at N = 2048");
-  cmd->add_option("--n", opt->n_lists, "sequence lengths (comma-separated)")->type_name("N,...");
-  cmd->add_option("--d", opt->d_lists, "head dimensions (comma-separated)")->type_name("D,...");
+  cmd->add_option("--n", opt->n_lists,
+                  fmt::format("sequence lengths (comma-separated), each 1 to {} (2^18); the forward rows' tensors\n"
+                              "of every N and d together must fit in memory",
+                              kMaxBenchN))
+      ->type_name("N,...");
+  cmd->add_option("--d", opt->d_lists, fmt::format("head dimensions (comma-separated), each 1 to {} (2^16)", kMaxBenchD))
+      ->type_name("D,...");
   cmd->add_option("--format", opt->format, "table or csv")->check(CLI::IsMember({"table", "csv"}));
   cmd->add_option("--rows", opt->row_lists, "only these cases (comma-separated: fwd, bwd, decode, kv-i8, ...)")
       ->type_name("CASE,...");
   cmd->add_flag("--memory-case", opt->memory_case, "only forward+backward at N = 65536, d = 128, one head");
   cmd->callback([opt] {
-    opt->ns = int_lists("--n", opt->n_lists, 1, std::int64_t{1} << 24);
-    opt->ds = int_lists("--d", opt->d_lists, 1, std::int64_t{1} << 16);
+    opt->ns = int_lists("--n", opt->n_lists, 1, kMaxBenchN);
+    opt->ds = int_lists("--d", opt->d_lists, 1, kMaxBenchD);
     opt->rows = row_names(opt->row_lists);
+    check_forward_rows_fit(*opt);
     if (opt->memory_case) return memory_case();
     run(*opt);
   });

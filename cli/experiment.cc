@@ -98,7 +98,7 @@ void run_and_write(const lab::Experiment& e, const ExperimentFlags& f, const lab
     const auto seed_at = std::find(table.param_names.begin(), table.param_names.end(), "seed") - table.param_names.begin();
     for (const lab::Row& r : table.rows)
       if (static_cast<std::size_t>(seed_at) < r.params.size() && r.params[seed_at] != "all") seeds.insert(r.params[seed_at]);
-    const std::string points = e.trials_unused.empty() ? "too few sweep points behind it"
+    const std::string points = e.trials_unused.empty() ? "too few sweep points behind it, or they lie on one line"
                                : seeds.size() < 2     ? "too few runs (--seeds) behind it"
                                                       : "too few runs (--seeds) behind it, or all ended at the same value";
     const std::string why = across == 0      ? trials
@@ -188,10 +188,13 @@ void add_experiment(CLI::App& app) {
     x->add_option("--seed", flags->seed, "master seed of the random streams")->capture_default_str()->check(seed_range());
     // Given, it must be positive: 0 is not a way to ask for the default (leave the flag out).
     x->add_option("--trials", flags->trials,
-                  e.trials_unused.empty() ? fmt::format("Monte Carlo trials per point (default {})", e.default_trials)
-                                          : "not taken: " + e.trials_unused)
+                  e.trials_unused.empty()
+                      ? fmt::format("Monte Carlo trials per point (default {}), 1 to 2^31; a sweep whose arrays and rows\n"
+                                    "would need more memory than the machine has (RAM + swap) is refused before it runs",
+                                    e.default_trials)
+                      : "not taken: " + e.trials_unused)
         ->check(integer_in<std::int64_t>(1, std::int64_t{1} << 31));
-    x->add_option("--threads", flags->threads, "threads (0: $ATTNSCALE_THREADS, else all cores)")
+    x->add_option("--threads", flags->threads, "threads, 0 to 4096 (0: $ATTNSCALE_THREADS, else all cores)")
         ->capture_default_str()
         ->check(threads_range());
     x->add_option("--format", flags->format, "csv or json")->capture_default_str();

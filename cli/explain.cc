@@ -16,7 +16,7 @@
 
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
-#include "attnscale/npy.h"
+#include "input_files.h"
 #include "lab/rng.h"
 #include "library_names.h"
 #include "mask_options.h"
@@ -47,7 +47,7 @@ struct Matrix {
 };
 
 Matrix load_matrix(const std::string& flag, const std::string& path) {
-  const Tensor t = read_npy(path);
+  const Tensor t = read_input(flag, path);
   if (t.rank() != 2 || t.dtype() == DType::u8)
     throw Error(fmt::format("{}: explain takes a 2-D float array [N, d], got {} {}", flag, t.view().shape_str(),
                             dtype_name(t.dtype())));

@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 
 #include "attnscale/error.h"
-#include "attnscale/npy.h"
+#include "input_files.h"
 #include "subcommands.h"
 
 namespace attnscale::cli {
@@ -29,7 +29,7 @@ void MaskFlags::add_to(CLI::App& app, bool with_mask_file) {
     app.add_option("--mask", mask_path, "Mask .npy, [Nq,Nkv] or [B|1,H|1,Nq,Nkv]: bool/uint8 (nonzero = "
                                         "keep) or float (added to the scaled scores)")
         ->type_name("FILE");
-  app.add_option("--threads", threads, "Worker threads (0: $ATTNSCALE_THREADS or all cores)")
+  app.add_option("--threads", threads, "Worker threads, 0 to 4096 (0: $ATTNSCALE_THREADS or all cores)")
       ->check(threads_range());
 }
 
@@ -56,7 +56,7 @@ Options MaskFlags::options(Tensor& mask_storage) const {
     o.mask.window_right = window[1];
   }
   if (!mask_path.empty()) {
-    mask_storage = read_npy(mask_path);
+    mask_storage = read_input("--mask", mask_path);
     o.mask.explicit_mask = mask_storage.view();
   }
   return o;

@@ -22,13 +22,15 @@ void add_report(CLI::App& app) {
   auto* seed = sub->add_option("--seed", opts->seed, "master seed of every random stream")
                    ->capture_default_str()
                    ->check(seed_range());
-  sub->add_option("--threads", opts->threads, "threads (0: $ATTNSCALE_THREADS, else every core)")
+  sub->add_option("--threads", opts->threads, "threads, 0 to 4096 (0: $ATTNSCALE_THREADS, else every core)")
       ->check(threads_range());
   sub->add_option("--from", opts->from,
                   "write the report from the data/*.json of an earlier report in this folder, measuring nothing")
       ->check(CLI::ExistingDirectory);
   auto* q = sub->add_flag("--quick", *quick, "small sweeps and few trials (seconds; used by tests)");
-  auto* f = sub->add_flag("--full", *full, "ten times the trials of the default");
+  auto* f = sub->add_flag("--full", *full,
+                          "more trials, each experiment its own (most ten times the default); training and "
+                          "recall run their --grid full, of the order of 100 CPU-hours (docs/lab.md)");
   q->excludes(f);
   sub->callback([opts, quick, full, seed] {
     opts->depth = *quick ? report::Depth::quick : *full ? report::Depth::full : report::Depth::standard;

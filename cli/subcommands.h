@@ -53,8 +53,12 @@ inline CLI::Validator finite_number() {
       "");
 }
 
-// The check of every --threads flag: 0 (ATTNSCALE_THREADS, else every core) up to 2^20.
-inline CLI::Validator threads_range() { return integer_in<std::int64_t>(0, 1 << 20); }
+// The check of every --threads flag: 0 (ATTNSCALE_THREADS, else every core) up to 4096, the bound
+// ATTNSCALE_THREADS has too. A thread is started for each (and keeps its own scratch) where the
+// work has as many chunks: 2^20 of them, once allowed, failed to start ("internal error") or took
+// gigabytes of stacks and scratch before any work was done.
+inline constexpr std::int64_t kMaxThreads = 4096;
+inline CLI::Validator threads_range() { return integer_in<std::int64_t>(0, kMaxThreads); }
 
 // The check of every seed flag: any unsigned 64-bit integer.
 inline CLI::Validator seed_range() { return integer_in<std::uint64_t>(0, std::numeric_limits<std::uint64_t>::max()); }

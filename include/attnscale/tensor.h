@@ -1,6 +1,6 @@
 // attnscale/tensor.h: non-owning strided views and a small owning tensor.
 //
-// Shapes follow DESIGN.md: Q [B, Hq, Nq, dk], K [B, Hkv, Nkv, dk], V [B, Hkv, Nkv, dv].
+// Shapes (docs/api.md): Q [B, Hq, Nq, dk], K [B, Hkv, Nkv, dk], V [B, Hkv, Nkv, dv].
 // Strides are in elements, so a [B, N, H, d] buffer can be viewed as [B, H, N, d] without a copy:
 //   TensorView q = TensorView::strided(ptr, DType::f32, {B, H, N, d}, {N*H*d, d, H*d, 1});
 #pragma once
@@ -12,6 +12,10 @@
 #include <memory>
 #include <string>
 #include <string_view>
+
+// Every public header includes this one, so attnscale::Error, which their functions throw, is
+// declared wherever they are: `catch (const attnscale::Error&)` needs no other include.
+#include "attnscale/error.h"
 
 namespace attnscale {
 

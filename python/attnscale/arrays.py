@@ -71,18 +71,25 @@ def _is_bfloat16(a):
     return bool(a.dtype.metadata) and a.dtype.metadata.get("attnscale") == "bfloat16"
 
 
-# Options holding per-head or per-sequence arrays, which a one-element problem cannot check.
+# Options holding per-head or per-sequence arrays, whose shapes a one-element problem cannot check;
+# of the per-head ones (float arrays) it checks the dtype on a one-element stand-in, as the
+# operands'.
 _SHAPED = ("sinks", "alibi_slopes", "cu_seqlens_q", "cu_seqlens_k")
+_PER_HEAD = ("sinks", "alibi_slopes")
 
 
 def check_options(q, k, v, mask, options):
     """What the extension checks of a call with nothing to compute, on one-element stand-ins of the
-    operands' dtypes: the dtypes (each, and that q, k, v share one) and the options (misspelt
+    operands' dtypes: the dtypes (each, that q, k, v share one, and those of sinks and alibi_slopes:
+    an integer alibi_slopes is refused here as in a call with work) and the options (misspelt
     keywords refused). The shapes are broadcast.check_rows'."""
     one = lambda name, x, is_mask=False: np.zeros((1, 1), dtype=_array(name, x, is_mask).dtype)
     m = None if mask is None else one("mask", mask, True)
-    _attention(one("q", q), one("k", k), one("v", v), mask=m,
-               **{key: value for key, value in options.items() if key not in _SHAPED})
+    kept = {key: value for key, value in options.items() if key not in _SHAPED}
+    for key in _PER_HEAD:
+        if options.get(key) is not None:
+            kept[key] = np.zeros(1, dtype=_array(key, options[key]).dtype)  # [Hq] of the stand-in's one head
+    _attention(one("q", q), one("k", k), one("v", v), mask=m, **kept)
 
 
 def _sum_kept(grad, axes):

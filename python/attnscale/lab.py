@@ -75,7 +75,7 @@ def _param_value(text):
         return text
 
 
-_MAX_THREADS = 1 << 20  # as the command line's --threads
+_MAX_THREADS = 4096  # as the command line's --threads (and ATTNSCALE_THREADS)
 
 
 def _integer_in(value, low, high):

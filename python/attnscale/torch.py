@@ -6,7 +6,8 @@
     flash_attn_qkvpacked_func(...), flash_attn_kvpacked_func(...) and their varlen forms: the same
                                                on q, k, v stacked in one tensor
     flash_attn_with_kvcache(...)               FlashAttention 2's decoding over a KV cache (no gradient)
-    bert_padding.unpad_input(...), pad_input(...), index_first_axis(...)
+    bert_padding.unpad_input(...), pad_input(...), index_first_axis(...),
+    bert_padding.unpad_input_for_concatenated_sequences(...)
                                                flash_attn.bert_padding's, between padded batches and
                                                varlen's packed rows (import attnscale.torch.bert_padding)
 

@@ -110,3 +110,22 @@ def test_nothing_is_written_on_error():
     with pytest.raises(ValueError):
         attnscale.attention(q, q, q, window=(-3, 0))
     np.testing.assert_array_equal(q, before)
+
+
+@pytest.mark.parametrize("dtype", [np.int64, np.int32, np.uint8, np.bool_])
+def test_integer_alibi_slopes_are_refused_by_name(dtype):
+    # A call with nothing to compute (no key) took integer slopes (and sinks) without a word, where
+    # the same call with keys refuses them, as the torch drop-ins do.
+    got = np.dtype(dtype).name
+    message = f"alibi_slopes: dtype must be float32 or float64, got {got}"
+    q, none = np.ones((2, 3, 4)), np.ones((2, 0, 4))
+    slopes = np.ones(2, dtype=dtype)
+    raises(TypeError, message, q, q, q, alibi_slopes=slopes)
+    raises(TypeError, message, q, none, none, alibi_slopes=slopes)
+    raises(TypeError, message, q[None, None], q[None, None], q[None, None], alibi_slopes=slopes)  # broadcast path
+    raises(TypeError, message, q, none, none, q, np.zeros((2, 3)), q, alibi_slopes=slopes, fn=attnscale.attention_backward)
+    raises(TypeError, f"sinks: dtype must be float32 or float64, got {got}", q, none, none, sinks=slopes)
+    raises(TypeError, message, np.ones((1, 2, 4), np.float32), np.ones((1, 2, 5, 4), np.float32),
+           np.ones((1, 2, 5, 4), np.float32), alibi_slopes=slopes, fn=attnscale.decode)
+    # Float slopes still pass where there is nothing to compute.
+    assert attnscale.attention(q, none, none, alibi_slopes=np.ones(2, np.float32)).shape == (2, 3, 4)

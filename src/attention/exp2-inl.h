@@ -1,4 +1,4 @@
-// Per-target float32 arithmetic shared by the SIMD kernels (kernels-inl.h, kv_kernels.cc): a
+// Per-target float32 arithmetic shared by the SIMD kernels (kernels-inl.h, kv_row_stream-inl.h): a
 // multiply-add rounded once on every target, and e^x through 2^x. Included once per Highway
 // target, like the kernels that use it; any vector width (D), so a 128-bit part of a wider
 // target's vectors works too.

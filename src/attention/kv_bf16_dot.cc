@@ -67,7 +67,7 @@ ATTNSCALE_BF16_DOT void Keys8(std::size_t chunks, const std::uint16_t* const* kr
   std::size_t c = 0;
   for (; c + 2 <= chunks; c += 2) {
     feed.next();
-    // The row pointers read from memory each step, as kv_kernels.cc's QuadKeys reads them (GCC
+    // The row pointers read from memory each step, as kv_quad_keys-inl.h's QuadKeys reads them (GCC
     // otherwise parks them in vector registers and moves each back before its load).
     const std::uint16_t* const* rows = krow;
     asm("" : "+r"(rows));

@@ -1,4 +1,6 @@
-// Cache-decode tile kernels (kv_kernels.cc), dispatched at run time to the best SIMD target
+// Cache-decode tile kernels (kv_tile_scores.cc, kv_pv_accumulate.cc, kv_stream_row.cc,
+// kv_stream_heads.cc, kv_gqa_scores.cc, kv_key_widening.cc; shared per-target pieces in kv_rows-inl.h,
+// kv_row_stream-inl.h, kv_quad_keys-inl.h), dispatched at run time to the best SIMD target
 // (see kernels.h for the target control they share). Key and value rows are given by pointer,
 // one per key; an int8 row has one float32 scale per 32 values (ksc[j], vsc[j]; null otherwise).
 #pragma once
@@ -113,7 +115,7 @@ void accumulate(int type, std::size_t nk, std::size_t rows, std::size_t dv, cons
                 LineFeed& feed);
 
 // Whether accumulate() over int8 rows widens each V vector once for any number of rows (AVX2: a
-// column block of the tile at a time into a panel in L1, kv_kernels.cc's AccumulatePanels); where
+// column block of the tile at a time into a panel in L1, kv_pv_accumulate.cc's AccumulatePanels); where
 // not, groups of more than accumulate_row_block() rows widen it once a row block.
 bool values_in_panels();
 

@@ -1,4 +1,4 @@
-// Per-target reductions across lanes (kv_kernels.cc, kernels-inl.h): one vector's sum as a scalar
+// Per-target reductions across lanes (the cache decode's kv_*.cc, kernels-inl.h): one vector's sum as a scalar
 // (LaneSum, every target), and four vectors at once (128-bit and wider targets, not HWY_SCALAR):
 // where a reduction per vector (SumOfLanes, MaxOfLanes) takes log2(lanes) shuffle-and-op rounds
 // for one result, these take about as many for four. Included once per Highway target like the

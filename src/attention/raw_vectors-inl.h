@@ -1,7 +1,7 @@
 // Float vectors as the compiler's own vector type (__m512 on AVX-512, __m256 on AVX2), for arrays
 // of accumulators that must stay in registers: GCC keeps arrays of Highway's vector structs on
 // the stack in the larger kernels (the tile GEMM's sums, kernels-inl.h; the one-row decode's
-// output row, kv_kernels.cc), loading and storing them around every inner loop. Targets whose
+// output row, kv_stream_row.cc), loading and storing them around every inner loop. Targets whose
 // vector is an array (EMU128: float[4]) cannot hold it as a raw value: there the vector structs
 // themselves stand in (ToRaw / FromRaw are identities). Included once per Highway target.
 #if defined(ATTNSCALE_ATTENTION_RAW_VECTORS_INL_H_) == defined(HWY_TARGET_TOGGLE)

@@ -1,5 +1,5 @@
 // Soft-capping of float32 scores, c·tanh(x / c), per Highway target: one formula for the tile
-// kernels (kernels-inl.h, simd::softcap) and the one-row decode stream (kv_kernels.cc), so that a
+// kernels (kernels-inl.h, simd::softcap) and the one-row decode stream (kv_row_stream-inl.h), so that a
 // score is capped to the same bits on either path. Highway's vector tanh: at most 4 ulp, ±1 past
 // |x / c| > 18.7 (so ±inf → ±c), NaN kept.
 #if defined(ATTNSCALE_ATTENTION_SOFTCAP_INL_H_) == defined(HWY_TARGET_TOGGLE)

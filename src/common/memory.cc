@@ -45,6 +45,13 @@ void fail_allocation(const std::string& what, double bytes) {
               format_bytes(static_cast<double>(memory_limit_bytes())) + " of memory (RAM + swap) this machine has");
 }
 
+void check_estimate(const std::string& what, double bytes, const std::string& advice) {
+  if (!(bytes > static_cast<double>(memory_limit_bytes()))) return;
+  throw Error(what + " needs about " + format_bytes(bytes) + ", more than the " +
+              format_bytes(static_cast<double>(memory_limit_bytes())) + " of memory (RAM + swap) this machine has; " +
+              advice);
+}
+
 namespace {
 
 // Blocks of a huge page or more are huge pages, and kept. On a machine whose page walks are costly

@@ -27,6 +27,12 @@ void check_allocation(const What& what, double bytes) {
   if (bytes > static_cast<double>(memory_limit_bytes())) fail_allocation(what(), bytes);
 }
 
+// The same check for an estimate of what a whole run would hold (several arrays, rows, records),
+// made before any of it is allocated: throws Error("<what> needs about <bytes>, more than the
+// <limit> of memory (RAM + swap) this machine has; <advice>") when `bytes` exceeds the limit.
+// `what` names the flags that set the size ("--trials 2147483648 --d 64: the sweep").
+void check_estimate(const std::string& what, double bytes, const std::string& advice);
+
 // `bytes` of memory, 64-byte aligned, released with release_block; nullptr when none is left.
 // Blocks of 2 MiB and more start on a 2 MiB boundary and ask for transparent huge pages (as numpy
 // does for arrays of 4 MiB and more): a stream over a KV cache of hundreds of MiB then walks 512

@@ -1,5 +1,5 @@
 // Where LineFeed's lines go, by CPU, and the rows a one-row decode over a paged cache asks for
-// ahead of those it reads (kv_kernels.cc, StreamHeadsT).
+// ahead of those it reads (kv_stream_heads.cc, StreamHeadsT).
 //
 // On Intel's cores the second-level cache: GQA decode's feeds ask for a whole tile of K and V
 // (32 KiB each at float32, d = 128) one phase of arithmetic ahead, and into L1 (prefetcht0) they

@@ -4,7 +4,7 @@
 // Written as asm on x86, not __builtin_prefetch (nor _mm_prefetch or hwy::Prefetch, which expand
 // to it): GCC 12 counts a prefetch as an instruction without effect, so a function or lambda whose
 // only work is prefetching counts as one without effect too, and its calls are removed before they
-// are inlined. The decode kernel's prefetch lambda (kv_kernels.cc) compiled to nothing that way;
+// are inlined. The decode kernel's prefetch lambda (kv_stream_row.cc) compiled to nothing that way;
 // an asm statement marked volatile is kept. docs/performance.md has the measurements.
 #pragma once
 #include <cstdint>

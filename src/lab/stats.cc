@@ -222,11 +222,20 @@ Summary slope_ci(const std::vector<double>& x, const std::vector<double>& y) {
   if (!(sxx > 0)) return {kNotComputable, kNotComputable, kNotComputable};
   const double b = sxy / sxx;
   if (n < 3) return {b, kNotComputable, kNotComputable};
-  double sse = 0;
+  // Residuals r_i = y_i − ȳ − b(x_i − x̄). Each is computed with a rounding error of a few units
+  // of the largest term, so a residual sum of squares within (4u)² Σ (|y_i| + |ȳ| + |b(x_i − x̄)|)²
+  // (u = 2^-53) is no evidence of any scatter: the points lie on a line as far as float64 can
+  // tell, and the t interval, zero-width or a rounding error wide, would look exact. None then, as
+  // for a mean of values that are all the same.
+  double sse = 0, rounding = 0;
   for (std::size_t i = 0; i < n; ++i) {
     const double r = y[i] - my - b * (x[i] - mx);
+    const double scale = std::abs(y[i]) + std::abs(my) + std::abs(b * (x[i] - mx));
     sse += r * r;
+    rounding += scale * scale;
   }
+  const double u4 = 4 * std::numeric_limits<double>::epsilon() / 2;
+  if (!(sse > u4 * u4 * rounding)) return {b, kNotComputable, kNotComputable};
   const double h = student_t_quantile(0.975, n - 2) * std::sqrt(sse / (n - 2) / sxx);
   return {b, b - h, b + h};
 }

@@ -34,7 +34,9 @@
 //                interval of a heavy-tailed sample reached below 0 (moments, Student-t ν = 3, d = 4,
 //                100 trials: [-4.35, 51.6]).
 //   slope_ci     least-squares slope of y on x with its t interval (n-2 degrees of freedom); NaN,
-//                interval included, when every x is the same.
+//                interval included, when every x is the same; no interval (NaN ends) when the
+//                points lie on a line exactly (residuals at float64's rounding level), whose
+//                zero-width interval would look exact.
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -49,7 +51,7 @@ struct Summary {
 
 // The bounds of an interval the sample is too small for (one trial for a mean, fewer than 4 for a
 // median, fewer than 3 points for a slope) or cannot speak to (a mean or variance of values that
-// are all the same, with no bound they sit at): NaN, written "nan" in CSV and null in JSON, never
+// are all the same, with no bound they sit at; a slope through points on one line): NaN, written "nan" in CSV and null in JSON, never
 // a zero-width interval that would look exact.
 inline constexpr double kNotComputable = std::numeric_limits<double>::quiet_NaN();
 

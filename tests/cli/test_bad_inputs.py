@@ -62,6 +62,21 @@ def test_missing_file(work):
     assert_refused(attend(work, q="absent.npy"), work, "absent.npy", "cannot open file")
 
 
+def test_a_file_error_names_the_flag_of_the_file(work):
+    # read_npy knows only the path; the line starts with the flag the file was given to, so that
+    # `--k x.npy --v x.npy` or a float16 file from PyTorch says which input is refused.
+    np.save(work / "h.npy", np.ones((6, 8), np.float16))
+    np.save(work / "i.npy", np.ones((4, 6), np.int64))
+    for r, flag, words in [
+            (attend(work, q="absent.npy"), "--q", "absent.npy: cannot open file"),
+            (attend(work, k="h.npy"), "--k", "h.npy: unsupported dtype '<f2'"),
+            (attend(work, "--mask", "i.npy"), "--mask", "i.npy: unsupported dtype '<i8'"),
+            (attend(work, "--sinks", "absent.npy"), "--sinks", "absent.npy: cannot open file"),
+            (subprocess.run([BIN, "explain", "--q", "h.npy", "--k", "k.npy", "--v", "k.npy"], cwd=work,
+                            capture_output=True, text=True, timeout=60), "--q", "h.npy: unsupported dtype")]:
+        assert_refused(r, work, f"attnscale: error: {flag}: {words}")
+
+
 def test_directory_instead_of_file(work):
     (work / "adir").mkdir()
     assert_refused(attend(work, k="adir"), work, "adir", "is a directory")
@@ -281,7 +296,7 @@ def test_reference_score_matrix_that_would_need_terabytes(work):
     (["--scale", "abc"], ["--scale", "abc"]),
     (["--scale", "nan"], ["--scale"]),
     (["--scale", "inf"], ["--scale"]),
-    (["--threads", "-1"], ["--threads", "expected an integer from 0 to 1048576, got '-1'"]),
+    (["--threads", "-1"], ["--threads", "expected an integer from 0 to 4096, got '-1'"]),
     (["--threads", "many"], ["--threads", "got 'many'"]),
     (["--dropout-seed", "-1"], ["--dropout-seed", "got '-1'"]),
     (["--dropout-offset", "x"], ["--dropout-offset", "got 'x'"]),
@@ -389,7 +404,7 @@ def test_a_slope_over_two_points_blames_the_points_not_the_trials():
     # Two head sizes give a slope but no interval for it, however many trials each point has.
     r = experiment("variance", "--d", "1,4", "--trials", "10")
     assert r.returncode == 0, r.stderr
-    assert "3 of 11 rows have no confidence interval (too few sweep points behind it)" in r.stderr, r.stderr
+    assert "3 of 11 rows have no confidence interval (too few sweep points behind it, or they lie on one line)" in r.stderr, r.stderr
     r = experiment("variance", "--d", "1,4", "--trials", "1")  # a variance needs 2 trials
     assert r.returncode == 0, r.stderr
     assert "6 of 6 rows have no confidence interval (1 trial is too few for it)" in r.stderr, r.stderr
@@ -473,12 +488,13 @@ def test_projections_report_nothing_measured_as_nan_not_as_an_exact_zero():
 
 def test_a_point_too_large_for_memory_is_an_error_naming_it(tmp_path):
     # Sizes inside the flags' ranges whose arrays no machine here holds (K of 2^20 x 2^16 doubles,
-    # 512 GiB) ended in "internal error: std::bad_alloc", exit code 1, with x.csv.partial left.
+    # 512 GiB) ended in "internal error: std::bad_alloc", exit code 1, with x.csv.partial left; they
+    # are now refused from the flags before the sweep starts (tests/cli/test_size_limits.py).
     out = tmp_path / "x.csv"
     r = experiment("length", "--n", "1048576", "--d", "65536", "--rule", "fixed", "--trials", "2", "--out", str(out))
     assert r.returncode == 2 and r.stdout == "" and len(r.stderr.splitlines()) == 1, (r.returncode, r.stderr)
-    assert r.stderr.startswith("attnscale: error: --trials 2 at the point n = 1048576, d = 65536: more memory than "
-                               "this machine can give"), r.stderr
+    assert r.stderr.startswith("attnscale: error: --trials 2 --n 1048576 --d 65536 --rule fixed: the sweep needs about "
+                               "1.0 TiB, more than the"), r.stderr
     assert not out.exists() and not (tmp_path / "x.csv.partial").exists()
 
 

@@ -229,6 +229,19 @@ def test_public_headers_need_only_cxx17(prefix, tmp_path):
              f"-I{prefix}/include", source])
 
 
+def test_each_header_declares_the_error_its_functions_throw(prefix, tmp_path):
+    # docs/api.md: bad arguments throw attnscale::Error. A program that includes only the header
+    # of the function it calls (attention.h, as README.md's example does) can catch it by name.
+    for header in sorted((prefix / "include/attnscale").glob("*.h")):
+        if header.name in ("distributed.h", "version.h"):  # needs mpi.h; throws nothing
+            continue
+        source = tmp_path / f"catch_{header.stem}.cc"
+        source.write_text(f'#include "attnscale/{header.name}"\n'
+                          "bool caught() { try { throw attnscale::Error(\"x\"); }\n"
+                          "                catch (const attnscale::Error&) { return true; } }\n")
+        run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", "-fsyntax-only", f"-I{prefix}/include", source])
+
+
 def test_readme_example_through_pkg_config(prefix, example, tmp_path):
     # Only attnscale's own .pc on the search path: the flags need no other package's .pc (not
     # libhwy-dev's) and carry nothing of Highway's; --static adds what the archive links.

@@ -122,6 +122,13 @@ def test_chromium_renders_every_figure(report_dir):
     assert len(set(raw)) > 64, "the screenshot is blank"
 
 
+def test_help_of_full_says_what_it_runs():
+    # --full is not "ten times the trials" everywhere: the heatmap keeps its one matrix, and training
+    # and recall run their --grid full, which docs/lab.md puts at about 100 CPU-hours.
+    text = " ".join(subprocess.run([BIN, "report", "--help"], capture_output=True, text=True, check=True).stdout.split())
+    assert "--grid full" in text and "100 CPU-hours" in text, text
+
+
 def test_rejects_quick_with_full(tmp_path):
     r = subprocess.run([BIN, "report", "--quick", "--full", "--out", str(tmp_path / "x")],
                        capture_output=True, text=True)

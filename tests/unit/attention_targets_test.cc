@@ -597,7 +597,7 @@ TEST(Targets, BackwardMatchesFloat64Reference) {
 // across lanes of few-row blocks run in fixed chains and trees, DotSum and Sums4), and kernels.cc is
 // compiled without contracting a multiply and an add into an FMA. Shapes: blocks of 64 rows with
 // 5, 2 or no rows left over, and 3 rows alone with an explicit mask (without one, so few rows take
-// the cache decode, kv_kernels.cc, whose sums across lanes depend on the lane count). Soft-capping
+// the cache decode, kv_*.cc, whose sums across lanes depend on the lane count). Soft-capping
 // is left out on the scalar target (its tanh rounds each multiply and add apart).
 TEST(Targets, FloatForwardAndBackwardSameBitsOnEveryTarget) {
   struct Shape {

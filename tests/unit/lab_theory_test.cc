@@ -9,6 +9,7 @@
 #include <string>
 
 #include "attnscale/error.h"
+#include "interval_checks.h"
 #include "lab/experiment.h"
 #include "lab/rng.h"
 #include "lab/stats.h"
@@ -41,9 +42,43 @@ TEST(LabStats, MeanMedianSlope) {
   EXPECT_NEAR(m.ci_high - 3, 2.776445 * std::sqrt(2.5 / 5), 1e-2);
   const Summary med = median_ci({5, 1, 4, 2, 3, 100});
   EXPECT_DOUBLE_EQ(med.mean, 3.5);
-  const Summary s = slope_ci({0, 1, 2, 3}, {1, 3, 5, 7});
-  EXPECT_NEAR(s.mean, 2, 1e-12);
-  EXPECT_NEAR(s.ci_high - s.ci_low, 0, 1e-9);
+  // Scattered points: the t interval, t_{0.975, 2} · sqrt(SSE / 2 / Sxx) = 4.302653 · sqrt(0.175 / 2 / 5).
+  const Summary s = slope_ci({0, 1, 2, 3}, {1, 3.5, 5, 7});
+  EXPECT_NEAR(s.mean, 1.95, 1e-12);
+  EXPECT_NEAR(s.ci_high - s.mean, 4.302653 * std::sqrt(0.175 / 2 / 5), 1e-5);
+}
+
+lab::Row slope_row(const Summary& s) { return lab::Row{{"all"}, "loglog_slope", s.mean, s.ci_low, s.ci_high, {}}; }
+
+// Points on one line leave nothing to build an interval from: no interval (NaN ends), as for a mean
+// of values that are all the same, not the zero-width [2, 2] that read as an exact slope, nor the
+// interval a rounding error wide that points on a line with inexact coordinates gave.
+TEST(LabStats, SlopeThroughPointsOnOneLineHasNoInterval) {
+  const Summary exact = slope_ci({0, 1, 2, 3}, {1, 3, 5, 7});
+  EXPECT_EQ(exact.mean, 2);
+  EXPECT_FALSE(testing::expect_interval_sound(slope_row(exact), -INFINITY, INFINITY, "exact"));
+  // log d against log(s² d) for s = 1/d: y = −x to rounding, at the variance experiment's d.
+  std::vector<double> logd, logv, x, y;
+  for (int d = 1; d <= 4096; d *= 2) {
+    logd.push_back(std::log(static_cast<double>(d)));
+    logv.push_back(std::log(1.0 / d));
+  }
+  const Summary minus_one = slope_ci(logd, logv);
+  EXPECT_NEAR(minus_one.mean, -1, 1e-14);
+  EXPECT_FALSE(testing::expect_interval_sound(slope_row(minus_one), -INFINITY, INFINITY, "log-log"));
+  // Inexact coordinates far from 0: y = 1e8 + 0.3 x at x = 0.1, 0.2, ... (residuals of about 1e-8).
+  for (int i = 1; i <= 7; ++i) {
+    x.push_back(0.1 * i);
+    y.push_back(1e8 + 0.3 * x.back());
+  }
+  const Summary offset = slope_ci(x, y);
+  EXPECT_NEAR(offset.mean, 0.3, 1e-6);
+  EXPECT_FALSE(testing::expect_interval_sound(slope_row(offset), -INFINITY, INFINITY, "offset"));
+  // A scatter far below the values but far above their rounding keeps its interval.
+  for (int i = 0; i < 7; ++i) y[i] += 1e-5 * std::sin(3.0 * i);
+  const Summary scattered = slope_ci(x, y);
+  EXPECT_TRUE(testing::expect_interval_sound(slope_row(scattered), -INFINITY, INFINITY, "scattered"));
+  EXPECT_LT(scattered.ci_high - scattered.ci_low, 1e-3);
 }
 
 // Each group is left out once and every sample is in one group, also when the sample size is not

@@ -22,6 +22,7 @@
 #include "attnscale/attention.h"
 #include "lab/registry.h"
 #include "lab/rng.h"
+#include "lab/sweep_memory.h"
 
 namespace attnscale::lab {
 namespace {
@@ -159,13 +160,21 @@ Experiment make_columns() {
   Experiment e;
   e.name = "columns";
   e.summary = "softmax over each column instead of each row: what it computes, and the causal leak";
-  e.flags = {{"n", "50", "sequence lengths (N queries, N keys)"}, {"d", "64", "head dimensions"}};
+  e.flags = {{"n", "50", "sequence lengths (N queries, N keys), each 2 to 4096"},
+             {"d", "64", "head dimensions, each 1 to 4096"}};
   e.default_trials = 200;
   e.param_names = {"n", "d", "normalisation"};
   e.points = [](const Args& a) {
     check_ints_in(a, "n", 2, 4096);
     check_ints_in(a, "d", 1, 4096);
-    return n_d_points(a);
+    // Each point: its 9 results a trial; each thread: a trial's Q, K, V and four outputs [N, d] and
+    // three [N, N] arrays, in float64.
+    auto pts = n_d_points(a);
+    const double n = largest(a, "n"), d = largest(a, "d");
+    check_sweep_memory(a, {"trials", "n", "d"},
+                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, kWidth) +
+                           a.threads * 8 * (7 * n * d + 3 * n * n) + pts.size() * kWidth * kRowBytes);
+    return pts;
   };
   e.run_point = run;
   return e;

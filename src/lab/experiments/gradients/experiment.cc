@@ -17,6 +17,7 @@
 #include "lab/attention_rows.h"
 #include "lab/registry.h"
 #include "lab/rng.h"
+#include "lab/sweep_memory.h"
 #include "lab/theory.h"
 
 namespace attnscale::lab {
@@ -112,8 +113,8 @@ Experiment make_gradients() {
   Experiment e;
   e.name = "gradients";
   e.summary = "softmax Jacobian norm (mean, median) and end-to-end |dL/dQ|, |dL/dK| vs d, scaled vs unscaled";
-  e.flags = {{"n", "50", "sequence lengths N"},
-             {"d", "1,2,4,8,16,32,64,128,256,512", "head dimensions"},
+  e.flags = {{"n", "50", "sequence lengths N, each 2 to 4096"},
+             {"d", "1,2,4,8,16,32,64,128,256,512", "head dimensions, each 1 to 8192"},
              {"scaling", "none,sqrt", "scalings: none, sqrt, linear, log-n"}};
   e.default_trials = 50;
   e.param_names = {"n", "d", "scaling"};
@@ -121,7 +122,15 @@ Experiment make_gradients() {
     check_ints_in(a, "n", 2, 4096);
     check_ints_in(a, "d", 1, 8192);
     check_scalings(a.words("scaling"), {"none", "sqrt", "linear", "log-n"}, "scaling");
-    return n_d_points(a);
+    // Each point: 4 results a scaling and trial; each thread: a trial's nine [N, d] arrays and two
+    // [N, N] ones, in float64.
+    auto pts = n_d_points(a);
+    const std::size_t width = 4 * a.words("scaling").size();
+    const double n = largest(a, "n"), d = largest(a, "d");
+    check_sweep_memory(a, {"trials", "n", "d", "scaling"},
+                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, width) +
+                           a.threads * 8 * (9 * n * d + 2 * n * n) + pts.size() * width * kRowBytes);
+    return pts;
   };
   e.run_point = run;
   return e;

@@ -9,6 +9,7 @@
 #include "lab/attention_rows.h"
 #include "lab/registry.h"
 #include "lab/rng.h"
+#include "lab/sweep_memory.h"
 
 namespace attnscale::lab {
 
@@ -16,8 +17,8 @@ Experiment make_heatmap() {
   Experiment e;
   e.name = "heatmap";
   e.summary = "the Simulation note's N x N probability matrices (i, j, p), scaled vs unscaled, row- or column-normalised";
-  e.flags = {{"n", "50", "sequence length N"},
-             {"d", "64", "head dimensions"},
+  e.flags = {{"n", "50", "sequence length N, each 1 to 1024 (N^2 rows a matrix)"},
+             {"d", "64", "head dimensions, each 1 to 65536"},
              {"scaling", "none,sqrt", "scalings: none, sqrt, linear, qk-norm, log-n"},
              {"axis", "row,column", "normalise over keys (row) or over queries (column)"}};
   e.default_trials = 1;
@@ -28,6 +29,17 @@ Experiment make_heatmap() {
     check_scalings(a.words("scaling"), {"none", "sqrt", "linear", "qk-norm", "log-n"}, "scaling");
     for (const auto& w : a.words("axis"))
       if (w != "row" && w != "column") throw Error("--axis: expected row or column, got '" + w + "'");
+    // A trial is a point (three strings) whose rows are every entry of its N x N matrices, one a
+    // scaling and axis, and a top_p_95 row for each of their query rows; a thread holds its Q and K,
+    // their normalised copies and the probabilities, in float64.
+    const double scalings = static_cast<double>(a.words("scaling").size()), axes = static_cast<double>(a.words("axis").size());
+    double rows = 0;
+    for (auto n : a.ints("n")) rows += scalings * (axes * double(n) * double(n) + double(n));
+    const double points = double(a.trials) * double(a.ints("n").size()) * double(a.ints("d").size());
+    const double n_max = largest(a, "n"), d_max = largest(a, "d");
+    check_sweep_memory(a, {"trials", "n", "d", "scaling", "axis"},
+                       rows * double(a.trials) * double(a.ints("d").size()) * kRowBytes + points * 128 +
+                           a.threads * 8 * (4 * n_max * d_max + n_max * n_max));
     std::vector<std::vector<std::string>> pts;
     for (auto n : a.ints("n"))
       for (auto d : a.ints("d"))

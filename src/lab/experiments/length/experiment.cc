@@ -8,11 +8,13 @@
 //
 // Each trial draws K [N, d] and --queries query rows (rows are i.i.d. given K, so a few rows
 // estimate the per-row metrics without the N × N matrix).
+#include <algorithm>
 #include <cmath>
 
 #include "lab/attention_rows.h"
 #include "lab/registry.h"
 #include "lab/rng.h"
+#include "lab/sweep_memory.h"
 
 namespace attnscale::lab {
 namespace {
@@ -64,10 +66,10 @@ Experiment make_length() {
   Experiment e;
   e.name = "length";
   e.summary = "saturation metrics vs sequence length N at fixed d for temperature rules fixed, sqrt-log, log";
-  e.flags = {{"n", "8,16,32,64,128,256,512,1024,2048,4096", "numbers of keys N"},
-             {"d", "64", "head dimensions"},
+  e.flags = {{"n", "8,16,32,64,128,256,512,1024,2048,4096", "numbers of keys N, each 2 to 2^20"},
+             {"d", "64", "head dimensions, each 1 to 65536"},
              {"rule", "fixed,sqrt-log,log", "temperature rules: fixed (1/sqrt d), sqrt-log (x sqrt(ln N)), log (x ln N)"},
-             {"queries", "16", "query rows per trial"}};
+             {"queries", "16", "query rows per trial, at least 1 (at most N are used)"}};
   e.default_trials = 50;
   e.param_names = {"n", "d", "rule"};
   e.points = [](const Args& a) {
@@ -76,7 +78,15 @@ Experiment make_length() {
     check_scalings(a.words("rule"), {"fixed", "sqrt-log", "log"}, "rule");
     const auto q = a.ints("queries");
     if (q.size() != 1 || q[0] < 1) throw Error("--queries: expected one positive integer");
-    return n_d_points(a);
+    // Each point: 4 metrics a rule and trial; each thread: a trial's K [N, d], its query rows
+    // [min(queries, N), d] and their probabilities, in float64.
+    auto pts = n_d_points(a);
+    const std::size_t width = kRowMetrics * a.words("rule").size();
+    const double n = largest(a, "n"), d = largest(a, "d"), nq = std::min(static_cast<double>(q[0]), n);
+    check_sweep_memory(a, {"trials", "n", "d", "rule"},
+                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, width) +
+                           a.threads * 8 * (n * d + nq * d + nq * n + n) + pts.size() * width * kRowBytes);
+    return pts;
   };
   e.run_point = run;
   return e;

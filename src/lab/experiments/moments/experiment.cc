@@ -21,6 +21,7 @@
 
 #include "lab/registry.h"
 #include "lab/rng.h"
+#include "lab/sweep_memory.h"
 #include "lab/theory.h"
 
 namespace attnscale::lab {
@@ -131,8 +132,8 @@ Experiment make_moments() {
   Experiment e;
   e.name = "moments";
   e.summary = "Propositions 1-5 of Chuang (2023) by Monte Carlo, each also with its assumption dropped";
-  e.flags = {{"d", "1,4,16,64", "head dimensions for P4 and P5"},
-             {"mu", "0.5", "component mean for the mean_nonzero cases (and P1)"},
+  e.flags = {{"d", "1,4,16,64", "head dimensions for P4 and P5, each 1 to 2^20"},
+             {"mu", "0.5", "component mean for the mean_nonzero cases (and P1), |mu| <= 1e6"},
              {"rho", "0.5", "correlation of q_i and k_i for the correlated cases (and P2)"},
              {"c", "0.3", "shared-factor correlation between components for P4's failing case"},
              {"dist", "laplace,t10,uniform,rademacher", "component distributions for P5's heavy_tails case"}};
@@ -154,6 +155,11 @@ Experiment make_moments() {
           pts.push_back({cs.prop, cs.name, std::to_string(d), "normal"});
       }
     }
+    // Each point: q_0, k_0 and q·k a trial, and up to 8 derived columns of them (the components are
+    // drawn as summed, never held); a few rows.
+    check_sweep_memory(a, {"trials", "d", "dist"},
+                       concurrent_points(a, pts.size()) * (per_trial_bytes(a.trials, 3) + 64.0 * double(a.trials)) +
+                           pts.size() * 8 * kRowBytes);
     return pts;
   };
   e.run_point = run;

@@ -14,6 +14,7 @@
 #include "lab/attention_rows.h"
 #include "lab/registry.h"
 #include "lab/rng.h"
+#include "lab/sweep_memory.h"
 
 namespace attnscale::lab {
 namespace {
@@ -118,13 +119,13 @@ Experiment make_projections() {
   Experiment e;
   e.name = "projections";
   e.summary = "Chuang (2023)'s setting Q = X W_q, K = X W_k: are q entries zero-mean, unit-variance, independent?";
-  e.flags = {{"n", "50", "tokens N"},
-             {"dx", "64", "input widths dx"},
-             {"d", "64", "head dimensions d"},
+  e.flags = {{"n", "50", "tokens N, each 2 to 4096"},
+             {"dx", "64", "input widths dx, each 1 to 4096"},
+             {"d", "64", "head dimensions d, each 1 to 4096"},
              {"init", "normal,scaled,xavier,he,uniform", "initialisations of W_q, W_k"},
              {"layernorm", "off,on", "LayerNorm on the rows of X (off, on)"},
-             {"x-mean", "0.5", "mean of X's entries"},
-             {"x-std", "2", "standard deviation of X's entries"}};
+             {"x-mean", "0.5", "mean of X's entries, |x-mean| <= 1e6"},
+             {"x-std", "2", "standard deviation of X's entries, 1e-6 to 1e6"}};
   e.default_trials = 100;
   e.param_names = {"init", "layernorm", "n", "dx", "d"};
   e.points = [](const Args& a) {
@@ -148,6 +149,12 @@ Experiment make_projections() {
           for (auto dx : a.ints("dx"))
             for (auto d : a.ints("d"))
               pts.push_back({init, ln, std::to_string(n), std::to_string(dx), std::to_string(d)});
+    // Each point: 5 results a trial and a copy of one; each thread: a trial's X [N, dx], W_q and W_k
+    // [dx, d], Q and K [N, d], in float64; 6 rows a point.
+    const double n = largest(a, "n"), dx = largest(a, "dx"), d = largest(a, "d");
+    check_sweep_memory(a, {"trials", "n", "dx", "d"},
+                       concurrent_points(a, pts.size()) * (per_trial_bytes(a.trials, 5) + 8.0 * double(a.trials)) +
+                           a.threads * 8 * (n * dx + 2 * dx * d + 2 * n * d) + pts.size() * 6 * kRowBytes);
     return pts;
   };
   e.run_point = run;

@@ -23,6 +23,7 @@
 #include "lab/registry.h"
 #include "lab/rng.h"
 #include "lab/row_metrics_batch.h"
+#include "lab/sweep_memory.h"
 
 namespace attnscale::lab {
 namespace {
@@ -288,8 +289,8 @@ Experiment make_saturation() {
   Experiment e;
   e.name = "saturation";
   e.summary = "the Simulation note: top_p_95, entropy, max weight, participation of softmax rows vs d and scaling";
-  e.flags = {{"n", "50", "sequence lengths N (keys = queries = N)"},
-             {"d", "1,2,4,8,16,32,64,128,256,512", "head dimensions"},
+  e.flags = {{"n", "50", "sequence lengths N (keys = queries = N), each 2 to 8192"},
+             {"d", "1,2,4,8,16,32,64,128,256,512", "head dimensions, each 1 to 2^20"},
              {"scaling", "none,sqrt,linear,qk-norm,log-n", "scalings: none, sqrt, linear, qk-norm, log-n"},
              {"sampler", "auto",
               "auto (wishart where d > N, else direct: the cheaper exact one), direct (Q, K [N,d] as the Simulation note) "
@@ -302,7 +303,26 @@ Experiment make_saturation() {
     check_common(a);
     check_ints_in(a, "d", 1, 1 << 20);
     check_scalings(a.words("scaling"), kScalings, "scaling");
-    return n_d_points(a);
+    // Each point: 4 metrics a scaling and trial; each thread: a chunk of kChunk trials' Q and K
+    // [N, d] where they are drawn directly (and their normalised copies for qk-norm), and a few
+    // [N, N] arrays, in the --dtype's precision.
+    auto pts = n_d_points(a);
+    const auto names = a.words("scaling");
+    const bool qk_norm = std::find(names.begin(), names.end(), "qk-norm") != names.end();
+    const std::string sampler = sampler_named(a.get("sampler"));
+    const double bytes = a.get("dtype") == "f64" ? 8 : 4;
+    double chunk = 0;
+    for (const auto n : a.ints("n"))
+      for (const auto d : a.ints("d")) {
+        const bool wishart = (sampler == "wishart" && d >= n) || (sampler == "auto" && d > n);
+        const double drawn = !wishart || qk_norm ? (qk_norm ? 4.0 : 2.0) * double(n) * double(d) : 0.0;
+        chunk = std::max(chunk, kChunk * bytes * (drawn + 4.0 * double(n) * double(n)));
+      }
+    const std::size_t width = kRowMetrics * names.size();
+    check_sweep_memory(a, {"trials", "n", "d", "scaling"},
+                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, width) + a.threads * chunk +
+                           pts.size() * width * kRowBytes);
+    return pts;
   };
   e.resolve = samplers_used;
   e.run_point = [](const Args& a, const std::vector<std::string>& p) {

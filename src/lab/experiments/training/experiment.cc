@@ -30,6 +30,7 @@
 #include "attnscale/error.h"
 #include "lab/registry.h"
 #include "lab/rng.h"
+#include "lab/sweep_memory.h"
 #include "lab/experiments/training/model_config.h"
 #include "lab/experiments/training/sweep.h"
 #include "lab/experiments/training/task_config.h"
@@ -140,6 +141,20 @@ std::vector<std::vector<std::string>> training_points(const training::Sweep& swe
         for (auto d : r.ints("d-head"))
           for (double lr : lrs) pts.push_back({task, "torch", sc, std::to_string(d), format_number(lr), "0"});
   }
+  // Each run at once (one a thread) holds its model's float32 parameters with their gradients and
+  // AdamW's two moments (16 bytes a parameter) and a batch's activations kept for the backward
+  // (per layer and token: q, k, v, the attention output and about 10 widths of d_model, and a row
+  // of scores and probabilities per head); each run keeps a row a step, more at logged steps.
+  const RunConfig big = run_config(r, sweep.stream, {"lm", "attnscale", "sqrt", "1", "1", "0"});
+  const double layers = double(big.model.n_layers), heads = double(big.model.n_heads), dm = double(big.model.d_model),
+               seq = double(big.task.seq_len), batch = double(big.task.batch), steps = double(big.steps);
+  const double dh = largest(r, "d-head"), vocab = 256;  // the lm's bytes; mqar's vocabulary is smaller
+  const double parameters = layers * (4 * dm * heads * dh + 8 * dm * dm) + (2 * vocab + seq) * dm;
+  const double activations = 4 * batch * seq * (layers * (4 * heads * dh + 10 * dm + 3 * heads * seq) + 3 * vocab);
+  const double rows = steps + steps / double(big.log_every) * (5 + 4 * layers) + 8;
+  check_sweep_memory(r, {"batch", "seq-len", "d-model", "layers", "heads", "d-head", "steps", "log-every", "seeds"},
+                     concurrent_points(r, pts.size()) * (16 * parameters + activations) +
+                         double(pts.size()) * rows * kRowBytes);
   return pts;
 }
 
@@ -307,17 +322,17 @@ Experiment training::sweep_experiment(const training::Sweep& sweep) {
       {"task", "grid", "lm (fortunes text, bytes) and/or mqar (associative recall)"},
       {"attention", "attnscale", "attnscale (its fused kernels) and/or torch (PyTorch's math, the reference)"},
       {"scaling", sweep.scalings, "scaling rules (see docs/lab.md)"},
-      {"d-head", "grid", "head dimensions"},
-      {"lr", "grid", "peak learning rates of AdamW"},
-      {"seeds", "grid", "runs per configuration (seed 0 .. seeds-1, each derived from --seed)"},
-      {"steps", "grid", "optimiser steps per run"},
-      {"seq-len", "grid", "sequence length N (mqar: 4 x key-value pairs)"},
-      {"batch", "grid", "sequences per step"},
-      {"d-model", "grid", "width of the residual stream"},
+      {"d-head", "grid", "head dimensions, each 1 to 1024"},
+      {"lr", "grid", "peak learning rates of AdamW, each in (0, 1e6]"},
+      {"seeds", "grid", "runs per configuration (seed 0 .. seeds-1, each derived from --seed), 1 to 1000"},
+      {"steps", "grid", "optimiser steps per run, 1 to 10^6"},
+      {"seq-len", "grid", "sequence length N (mqar: 4 x key-value pairs), 2 to 4096"},
+      {"batch", "grid", "sequences per step, 1 to 4096"},
+      {"d-model", "grid", "width of the residual stream, 1 to 4096"},
       {"positions", "learned", "learned (position embeddings added to the input) or rotary (RoPE on q and k)"},
-      {"layers", "grid", "Transformer blocks"},
-      {"heads", "grid", "attention heads per block"},
-      {"log-every", "grid", "steps between logged steps (validation, logits, entropy, gradients)"},
+      {"layers", "grid", "Transformer blocks, 1 to 64"},
+      {"heads", "grid", "attention heads per block, 1 to 64"},
+      {"log-every", "grid", "steps between logged steps (validation, logits, entropy, gradients), 1 to 10^6"},
       {"torch-check", "grid",
        "scalings also run with PyTorch's attention (seed 0, every LR) for the loss_rel_diff rows; '' for none"},
       {"corpus", "/usr/share/games/fortunes", "folder of the fortunes text (Debian package fortunes)"},

@@ -8,6 +8,7 @@
 
 #include "lab/registry.h"
 #include "lab/rng.h"
+#include "lab/sweep_memory.h"
 #include "lab/theory.h"
 
 namespace attnscale::lab {
@@ -70,11 +71,11 @@ Experiment make_variance() {
   Experiment e;
   e.name = "variance";
   e.summary = "Var(q.k) and Var(s q.k) vs d for s = 1, 1/sqrt(d), 1/d, with fitted log-log slopes";
-  e.flags = {{"d", "1,2,4,8,16,32,64,128,256,512,1024,2048,4096", "head dimensions"},
+  e.flags = {{"d", "1,2,4,8,16,32,64,128,256,512,1024,2048,4096", "head dimensions, each 1 to 2^24"},
              {"scaling", "none,sqrt,linear", "scalings of q.k: none, sqrt, linear"},
              {"dist", "normal", "component distributions: normal, uniform, rademacher, laplace, tNU"},
-             {"mu", "0", "mean of every component"},
-             {"sigma", "1", "standard deviation of every component"}};
+             {"mu", "0", "mean of every component, |mu| <= 1e6"},
+             {"sigma", "1", "standard deviation of every component, 1e-6 to 1e6"}};
   e.default_trials = 1000;
   e.param_names = {"d", "scaling", "dist"};
   e.points = [](const Args& a) {
@@ -83,6 +84,12 @@ Experiment make_variance() {
     check_component_moments(a, "mu", "sigma");
     std::vector<std::vector<std::string>> pts;
     for (const auto& name : dist_names(a, "dist")) pts.push_back({name});
+    // Each point (a distribution): one q·k a head dimension and trial (the components are drawn as
+    // summed, never held).
+    const std::size_t ds = a.ints("d").size();
+    check_sweep_memory(a, {"trials", "d"},
+                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, ds) +
+                           pts.size() * ds * (a.words("scaling").size() + 2) * kRowBytes);
     return pts;
   };
   e.run_point = run;
