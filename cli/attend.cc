@@ -39,8 +39,9 @@ struct AttendFlags {
 // Adds the transform flags' values to `options`; `alibi`, `sinks` keep loaded arrays alive.
 void add_transforms(const AttendFlags& f, Options& options, Tensor& alibi, Tensor& sinks) {
   options.softcap = f.softcap;
-  if (!f.alibi_slopes.empty()) options.alibi_slopes = (alibi = read_input("--alibi-slopes", f.alibi_slopes)).view();
-  if (!f.sinks.empty()) options.sinks = (sinks = read_input("--sinks", f.sinks)).view();
+  if (!f.alibi_slopes.empty())
+    options.alibi_slopes = (alibi = read_input("--alibi-slopes", f.alibi_slopes, InputDtypes::floats)).view();
+  if (!f.sinks.empty()) options.sinks = (sinks = read_input("--sinks", f.sinks, InputDtypes::floats)).view();
   options.dropout = Dropout{f.dropout, f.dropout_seed, f.dropout_offset};
   options.cu_seqlens_q = f.cu_seqlens_q;  // each requires the other (CLI11's needs())
   options.cu_seqlens_k = f.cu_seqlens_k;
@@ -88,7 +89,8 @@ void run(const AttendFlags& f) {
   add_transforms(f, options, alibi, sinks);
   if (!f.sharding.empty()) throw Error("--sharding: only with --context-parallel");
   if (mpi_job::rank() != 0) return;  // under mpirun without --context-parallel, rank 0 does the work
-  const Tensor q = read_input("--q", f.q), k = read_input("--k", f.k), v = read_input("--v", f.v);
+  const Tensor q = read_input("--q", f.q, InputDtypes::floats), k = read_input("--k", f.k, InputDtypes::floats),
+               v = read_input("--v", f.v, InputDtypes::floats);
   if (!f.allow_nonfinite) {
     require_finite("--q", f.q, q, false);
     require_finite("--k", f.k, k, false);
@@ -103,7 +105,6 @@ void run(const AttendFlags& f) {
   Tensor lse, probs;
   if (!f.lse.empty()) outputs.lse = (lse = allocate("--lse", q.dtype(), shapes.lse)).view();
   if (!f.probs.empty()) outputs.probs = (probs = allocate("--probs", q.dtype(), shapes.probs)).view();
-  if (q.dtype() == DType::u8) throw Error("--q: dtype must be float32 or float64, got bool/uint8");
   naming_flags([&] {
     if (f.reference)
       reference::forward(q.view(), k.view(), v.view(), outputs, options);
@@ -143,7 +144,8 @@ void add_attend(CLI::App& app) {
                 "Accept NaN/inf in --q/--k/--v and NaN/+inf in --mask (they stay in the rows they touch)");
   sub->add_flag("--context-parallel", flags->context_parallel,
                 "Under mpirun: shard the sequence over the ranks (ring attention); each rank reads only its rows\n"
-                "of the inputs and writes its rows of the outputs (docs/distributed.md)");
+                "of the inputs and writes its rows of the outputs (distributed.md: docs/ in the source,\n"
+                "share/doc/attnscale/ installed)");
   sub->add_option("--sharding", flags->sharding,
                   "With --context-parallel: contiguous or zigzag rows per rank (default: zigzag when causal)")
       ->type_name("KIND");
@@ -158,20 +160,22 @@ void add_attend(CLI::App& app) {
   sub->add_option("--dropout", flags->dropout, "Dropout probability on P, kept values scaled by 1/(1-p) (default 0)")
       ->type_name("P")
       ->check(finite_number());
-  sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask (default 0)")
+  sub->add_option("--dropout-seed", flags->dropout_seed, "Seed of the dropout mask, 0 to 2^64-1 (default 0)")
       ->type_name("N")
       ->check(seed_range());
-  sub->add_option("--dropout-offset", flags->dropout_offset, "Offset of the dropout mask (default 0)")
+  sub->add_option("--dropout-offset", flags->dropout_offset, "Offset of the dropout mask, 0 to 2^64-1 (default 0)")
       ->type_name("N")
       ->check(seed_range());
   CLI::Option* cu_q = sub->add_option("--cu-seqlens-q", flags->cu_seqlens_q,
-                                      "Packed sequences: query offsets 0,...,total_q; q is [Hq, total_q, dk]")
+                                      "Packed sequences: query offsets 0,...,total_q; q is [Hq, total_q, dk]\n"
+                                      "(with --cu-seqlens-k)")
                            ->delimiter(',')
-                           ->type_name("LIST");
+                           ->option_text("LIST");  // not CLI11's "LIST ... Needs: --cu-seqlens-k"
   CLI::Option* cu_k = sub->add_option("--cu-seqlens-k", flags->cu_seqlens_k,
-                                      "Packed sequences: key offsets 0,...,total_k; k and v are [Hkv, total_k, d]")
+                                      "Packed sequences: key offsets 0,...,total_k; k and v are [Hkv, total_k, d]\n"
+                                      "(with --cu-seqlens-q)")
                            ->delimiter(',')
-                           ->type_name("LIST");
+                           ->option_text("LIST");
   cu_q->needs(cu_k);
   cu_k->needs(cu_q);
   sub->callback([flags] { run(*flags); });

@@ -880,12 +880,12 @@ void add_bench(CLI::App& app) {
                   fmt::format("sequence lengths (comma-separated), each 1 to {} (2^18); the forward rows' tensors\n"
                               "of every N and d together must fit in memory",
                               kMaxBenchN))
-      ->type_name("N,...");
+      ->option_text("N,...");  // not CLI11's "N,... ..."
   cmd->add_option("--d", opt->d_lists, fmt::format("head dimensions (comma-separated), each 1 to {} (2^16)", kMaxBenchD))
-      ->type_name("D,...");
-  cmd->add_option("--format", opt->format, "table or csv")->check(CLI::IsMember({"table", "csv"}));
+      ->option_text("D,...");
+  cmd->add_option("--format", opt->format, "table or csv")->check(CLI::IsMember({"table", "csv"}).description(""));
   cmd->add_option("--rows", opt->row_lists, "only these cases (comma-separated: fwd, bwd, decode, kv-i8, ...)")
-      ->type_name("CASE,...");
+      ->option_text("CASE,...");
   cmd->add_flag("--memory-case", opt->memory_case, "only forward+backward at N = 65536, d = 128, one head");
   cmd->callback([opt] {
     opt->ns = int_lists("--n", opt->n_lists, 1, kMaxBenchN);

@@ -23,6 +23,7 @@
 #include "distributed/same_values.h"
 #include "io/npy_header.h"
 #include "io/output_file.h"
+#include "input_files.h"
 #include "library_names.h"
 #include "mpi_job.h"
 #include "nonfinite_inputs.h"
@@ -87,13 +88,14 @@ detail::NpyHeader read_header(const std::string& flag, const std::string& path, 
     const detail::NpyPreamble pre = detail::parse_npy_preamble(
         path, bytes.substr(0, std::min<std::int64_t>(f.size(), detail::kNpyPreambleBytes)), f.size());
     h = detail::parse_npy_header(path, bytes.substr(pre.header_offset, pre.header_len), pre, f.size());
+  } catch (const detail::NpyDtypeError& e) {
+    refuse_dtype(flag, path, e.descr, InputDtypes::floats);
   } catch (const Error& e) {
     throw Error(flag + ": " + e.what());
   }
   if (h.shape.size() < 2 || h.shape.size() > 4)
     throw Error(fmt::format("{}: expected a 2-D [N,d], 3-D [H,N,d] or 4-D [B,H,N,d] array, got {}-D", flag, h.shape.size()));
-  if (h.dtype != DType::f32 && h.dtype != DType::f64)
-    throw Error(fmt::format("{}: dtype must be float32 or float64, got {}", flag, dtype_name(h.dtype)));
+  if (h.dtype != DType::f32 && h.dtype != DType::f64) refuse_dtype(flag, path, "bool/uint8", InputDtypes::floats);
   return h;
 }
 

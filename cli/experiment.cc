@@ -185,7 +185,7 @@ void add_experiment(CLI::App& app) {
   for (const auto& e : lab::experiments()) {
     auto flags = std::make_shared<ExperimentFlags>();
     CLI::App* x = sub->add_subcommand(e.name, e.summary);
-    x->add_option("--seed", flags->seed, "master seed of the random streams")->capture_default_str()->check(seed_range());
+    x->add_option("--seed", flags->seed, "master seed of the random streams, 0 to 2^64-1")->capture_default_str()->check(seed_range());
     // Given, it must be positive: 0 is not a way to ask for the default (leave the flag out).
     x->add_option("--trials", flags->trials,
                   e.trials_unused.empty()

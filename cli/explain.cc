@@ -47,8 +47,8 @@ struct Matrix {
 };
 
 Matrix load_matrix(const std::string& flag, const std::string& path) {
-  const Tensor t = read_input(flag, path);
-  if (t.rank() != 2 || t.dtype() == DType::u8)
+  const Tensor t = read_input(flag, path, InputDtypes::floats);
+  if (t.rank() != 2)
     throw Error(fmt::format("{}: explain takes a 2-D float array [N, d], got {} {}", flag, t.view().shape_str(),
                             dtype_name(t.dtype())));
   if (t.dim(0) > kMaxSide || t.dim(1) > kMaxSide)
@@ -301,7 +301,7 @@ void add_explain(CLI::App& app) {
       ->check(integer_in<std::int64_t>(1, kMaxSide));
   sub->add_flag("--notes-example", flags->notes_example,
                 "the Study notes' 3 x 1 example, Q = K = V = (1, 2, 3)^T, instead of random input");
-  CLI::Option* seed = sub->add_option("--seed", flags->seed, "Random input: seed")->capture_default_str()->check(seed_range());
+  CLI::Option* seed = sub->add_option("--seed", flags->seed, "Random input: seed, 0 to 2^64-1")->capture_default_str()->check(seed_range());
   flags->mask.add_to(*sub);
   sub->callback([flags, seed] {
     flags->seed_given = seed->count() > 0;

@@ -2,15 +2,49 @@
 
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
+#include "io/npy_header.h"
 
 namespace attnscale::cli {
+namespace {
 
-Tensor read_input(const std::string& flag, const std::string& path) {
+// The kind letter of a .npy descr ('<f2' -> 'f', 'u1' -> 'u'), or 0 for one it cannot tell.
+char kind_of(const std::string& descr) {
+  const std::size_t at = !descr.empty() && (descr[0] == '<' || descr[0] == '>' || descr[0] == '|' || descr[0] == '=');
+  return at < descr.size() ? descr[at] : 0;
+}
+
+// How to turn an array of this dtype into one the flag takes, or "" where no conversion keeps the
+// values (complex, strings, objects, dates).
+std::string advice(const std::string& descr, InputDtypes accepted) {
+  const char kind = descr == "bool/uint8" ? 'u' : kind_of(descr);
+  const bool real = kind == 'f', integer = kind == 'i' || kind == 'u' || kind == 'b';
+  if (accepted == InputDtypes::mask && integer)
+    return "; save a keep mask as bool (arr.astype(bool)) or an additive one as float32 (arr.astype('<f4'))";
+  if (real || integer) return "; save it as float32 (arr.astype('<f4'))";
+  return "";
+}
+
+}  // namespace
+
+void refuse_dtype(const std::string& flag, const std::string& path, const std::string& descr, InputDtypes accepted) {
+  const char* takes = accepted == InputDtypes::mask ? "bool '|b1', uint8 '|u1', float32 '<f4' or float64 '<f8'"
+                                                    : "float32 '<f4' or float64 '<f8'";
+  const std::string shown = descr == "bool/uint8" ? descr : "'" + descr + "'";
+  throw Error(flag + ": " + path + ": unsupported dtype " + shown + " (expected " + takes + ")" +
+              advice(descr, accepted));
+}
+
+Tensor read_input(const std::string& flag, const std::string& path, InputDtypes accepted) {
+  Tensor t;
   try {
-    return read_npy(path);
+    t = read_npy(path);
+  } catch (const detail::NpyDtypeError& e) {
+    refuse_dtype(flag, path, e.descr, accepted);
   } catch (const Error& e) {
     throw Error(flag + ": " + e.what());
   }
+  if (accepted == InputDtypes::floats && t.dtype() == DType::u8) refuse_dtype(flag, path, "bool/uint8", accepted);
+  return t;
 }
 
 }  // namespace attnscale::cli

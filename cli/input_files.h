@@ -1,4 +1,5 @@
-// Reading a .npy input named by a flag: every error says which flag's file it is.
+// Reading a .npy input named by a flag: every error says which flag's file it is, and a dtype the
+// flag does not take is told with what the flag takes and how to convert the file.
 //
 // read_npy() knows only the path, so its messages start with it ("k.npy: unsupported dtype ...").
 // Given on the command line, the same file can be behind several flags (--k and --v), and a user
@@ -11,7 +12,21 @@
 
 namespace attnscale::cli {
 
-// read_npy(path); an Error it throws comes back as Error("<flag>: <its message>").
-Tensor read_input(const std::string& flag, const std::string& path);
+// The dtypes a flag's file may hold (.npy has no bfloat16).
+enum class InputDtypes {
+  floats,  // float32 or float64: --q, --k, --v, --alibi-slopes, --sinks
+  mask,    // bool, uint8 (keep where nonzero) or float32, float64 (added to the scores): --mask
+};
+
+// read_npy(path); an Error it throws comes back as Error("<flag>: <its message>"), and a dtype
+// outside `accepted` as
+//   --q: h.npy: unsupported dtype '<f2' (expected float32 '<f4' or float64 '<f8'); save it as float32 (arr.astype('<f4'))
+// (the advice only for float and integer dtypes, which convert).
+Tensor read_input(const std::string& flag, const std::string& path, InputDtypes accepted);
+
+// The Error above for the file `path` given to `flag`, whose header spells its dtype `descr`
+// (printable; "bool/uint8" where only the dtype read is known).
+[[noreturn]] void refuse_dtype(const std::string& flag, const std::string& path, const std::string& descr,
+                               InputDtypes accepted);
 
 }  // namespace attnscale::cli

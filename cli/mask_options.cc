@@ -18,8 +18,9 @@ void MaskFlags::add_to(CLI::App& app, bool with_mask_file) {
   app.add_option("--causal", causal, "Causal mask aligned top-left (key j <= query i) or bottom-right "
                                      "(j <= i + Nkv - Nq)")
       ->type_name("ALIGN");
-  app.add_option("--window", window, "Sliding window L,R: keys diag-L..diag+R are visible (-1: unbounded)")
-      ->type_name("L,R")
+  app.add_option("--window", window,
+                 "Sliding window L,R, each -1 to 2^62: keys diag-L..diag+R are visible (-1: unbounded)")
+      ->option_text("L,R")  // not CLI11's "INT x 2"
       ->delimiter(',')
       ->expected(2)
       ->check(integer_in<std::int64_t>(-1, std::int64_t{1} << 62));  // also refuses what overflows int64
@@ -56,7 +57,7 @@ Options MaskFlags::options(Tensor& mask_storage) const {
     o.mask.window_right = window[1];
   }
   if (!mask_path.empty()) {
-    mask_storage = read_input("--mask", mask_path);
+    mask_storage = read_input("--mask", mask_path, InputDtypes::mask);
     o.mask.explicit_mask = mask_storage.view();
   }
   return o;

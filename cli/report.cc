@@ -19,18 +19,20 @@ void add_report(CLI::App& app) {
       "report", "Run every experiment and write the completed paper: DIR/index.html (self-contained), "
                 "DIR/report.md, DIR/figures/, DIR/data/");
   sub->add_option("--out", opts->out, "output folder (created if missing)")->capture_default_str();
-  auto* seed = sub->add_option("--seed", opts->seed, "master seed of every random stream")
+  auto* seed = sub->add_option("--seed", opts->seed, "master seed of every random stream, 0 to 2^64-1")
                    ->capture_default_str()
                    ->check(seed_range());
   sub->add_option("--threads", opts->threads, "threads, 0 to 4096 (0: $ATTNSCALE_THREADS, else every core)")
       ->check(threads_range());
   sub->add_option("--from", opts->from,
                   "write the report from the data/*.json of an earlier report in this folder, measuring nothing")
-      ->check(CLI::ExistingDirectory);
+      ->type_name("DIR")
+      ->check(CLI::Validator(CLI::ExistingDirectory).description(""));
   auto* q = sub->add_flag("--quick", *quick, "small sweeps and few trials (seconds; used by tests)");
   auto* f = sub->add_flag("--full", *full,
                           "more trials, each experiment its own (most ten times the default); training and "
-                          "recall run their --grid full, of the order of 100 CPU-hours (docs/lab.md)");
+                          "recall run their --grid full, of the order of 100 CPU-hours (lab.md: docs/ in the source, "
+                          "share/doc/attnscale/ installed)");
   q->excludes(f);
   sub->callback([opts, quick, full, seed] {
     opts->depth = *quick ? report::Depth::quick : *full ? report::Depth::full : report::Depth::standard;

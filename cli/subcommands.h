@@ -23,7 +23,9 @@ void add_report(CLI::App& app);
 // The check of an integer flag (each item of a list flag): the whole text is one integer in
 // [lo, hi], else "expected an integer from lo to hi, got 'text'", which CLI11 prints after the
 // flag's name. Its own checks said "Value abc not in range" of words, printed 1.8e308 as the
-// bound of PositiveNumber, and let an unsigned flag take "-5" as 2^64 - 5.
+// bound of PositiveNumber, and let an unsigned flag take "-5" as 2^64 - 5. It adds nothing to the
+// flag's --help line (CLI11 would append "INT in [lo - hi]" to the type name): each flag's help
+// text states its range in words.
 template <class T>
 CLI::Validator integer_in(T lo, T hi) {
   return CLI::Validator(
@@ -34,7 +36,7 @@ CLI::Validator integer_in(T lo, T hi) {
         if (ec == std::errc() && at == end && value >= lo && value <= hi) return {};
         return fmt::format("expected an integer from {} to {}, got '{}'", lo, hi, text);
       },
-      fmt::format("INT in [{} - {}]", lo, hi));
+      "");
 }
 
 // The check of a float flag: the whole text is one finite number, else "expected a finite number,

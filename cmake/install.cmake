@@ -5,12 +5,14 @@
 # src/lab/experiments/training/torch_module.h); the CMake package
 # lib/cmake/attnscale/ (find_package(attnscale CONFIG) → attnscale::attnscale); the pkg-config file
 # lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below),
-# with a symbolic link to the module next to _lab.
+# with a symbolic link to the module next to _lab; the documentation, docs/*.md, as
+# share/doc/attnscale/*.md (the CLI's help and the Python docstrings name docs/lab.md,
+# docs/distributed.md ...).
 # Components (`cmake --install build --component C`), each complete on its own:
 #   runtime      libattnscale.so.0
 #   development  headers, both libraries, the CMake package, the pkg-config file
-#   cli          bin/attnscale and the libtorch module
-#   python       the Python package, the libtorch module and the package's link to it
+#   cli          bin/attnscale, its manual page, the libtorch module and the documentation
+#   python       the Python package, the libtorch module, the package's link to it and the documentation
 include(CMakePackageConfigHelpers)
 
 set(ATTNSCALE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attnscale)
@@ -69,6 +71,12 @@ endif()
 if(TARGET attnscale_man)  # its manual page (cli/man_page.cmake)
   install(FILES ${PROJECT_BINARY_DIR}/man/attnscale.1.gz DESTINATION ${CMAKE_INSTALL_MANDIR}/man1 COMPONENT cli)
 endif()
+# The documentation the CLI's help, its manual page and the Python docstrings point to, in both
+# components that name it (a whole install writes it once).
+file(GLOB ATTNSCALE_DOCS ${PROJECT_SOURCE_DIR}/docs/*.md)
+foreach(component cli python)
+  install(FILES ${ATTNSCALE_DOCS} DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT ${component})
+endforeach()
 # The lab's libtorch module, one file: lib/attnscale/, where bin/attnscale looks for it. The Python
 # package's _lab, which looks next to itself, finds it through a symbolic link (below). Both
 # components that open it install it, so each works installed alone (a whole install writes it once).

@@ -23,32 +23,56 @@ bool is_bfloat16(const py::dtype& dt) {
   return !meta.is_none() && py::bool_(meta.attr("get")("attnscale").equal(py::str("bfloat16")));
 }
 
-// The attnscale dtype of a numpy dtype, or throws TypeError.
+// The dtypes an argument of `kind` takes, as its TypeError lists them.
+const char* accepted(ArrayKind kind) {
+  switch (kind) {
+    case ArrayKind::floating: return "float32, float64 or attnscale.bfloat16";
+    case ArrayKind::real: return "float32 or float64";
+    case ArrayKind::single: return "float32";
+    case ArrayKind::mask: return "bool, uint8, float32 or float64";
+    case ArrayKind::cache: return "float32, attnscale.bfloat16, float16 or int8";
+    case ArrayKind::convertible: return "float32, float64, attnscale.bfloat16 or float16";
+    case ArrayKind::index: return "int32";
+  }
+  return "";
+}
+
+// The attnscale dtype of a numpy dtype, or throws TypeError naming what `kind` takes.
 DType dtype_of(const char* name, const py::array& a, ArrayKind kind) {
   const char k = a.dtype().kind();
   const auto size = a.itemsize();
-  if (kind == ArrayKind::index) {
-    if (k == 'i' && size == 4) return DType::i32;
-    throw py::type_error(fmt::format("{}: dtype must be int32, got {}", name, std::string(py::str(a.dtype()))));
+  const bool f32 = k == 'f' && size == 4, f64 = k == 'f' && size == 8, f16 = k == 'f' && size == 2;
+  const bool bf16 = size == 2 && is_bfloat16(a.dtype());
+  const bool boolean = k == 'b' || (k == 'u' && size == 1), i8 = k == 'i' && size == 1, i32 = k == 'i' && size == 4;
+  switch (kind) {
+    case ArrayKind::floating:
+      if (bf16) return DType::bf16;
+      [[fallthrough]];
+    case ArrayKind::real:
+      if (f64) return DType::f64;
+      [[fallthrough]];
+    case ArrayKind::single:
+      if (f32) return DType::f32;
+      break;
+    case ArrayKind::mask:
+      if (f32) return DType::f32;
+      if (f64) return DType::f64;
+      if (boolean) return DType::u8;
+      break;
+    case ArrayKind::cache:
+    case ArrayKind::convertible:
+      if (f32) return DType::f32;
+      if (bf16) return DType::bf16;
+      if (f16) return DType::f16;
+      if (kind == ArrayKind::cache && i8) return DType::i8;
+      if (kind == ArrayKind::convertible && f64) return DType::f64;
+      break;
+    case ArrayKind::index:
+      if (i32) return DType::i32;
+      break;
   }
-  if (kind == ArrayKind::cache) {
-    if (k == 'f' && size == 4) return DType::f32;
-    if (size == 2 && is_bfloat16(a.dtype())) return DType::bf16;
-    if (k == 'f' && size == 2) return DType::f16;
-    if (k == 'i' && size == 1) return DType::i8;
-    throw py::type_error(fmt::format("{}: dtype must be float32, attnscale.bfloat16, float16 or int8, got {}", name,
-                                     std::string(py::str(a.dtype()))));
-  }
-  if (k == 'f' && size == 4) return DType::f32;
-  if (kind == ArrayKind::single)
-    throw py::type_error(fmt::format("{}: dtype must be float32, got {}", name, std::string(py::str(a.dtype()))));
-  if (k == 'f' && size == 8) return DType::f64;
-  if (kind == ArrayKind::floating && size == 2 && is_bfloat16(a.dtype())) return DType::bf16;
-  if (kind == ArrayKind::mask && (k == 'b' || (k == 'u' && size == 1))) return DType::u8;
-  const std::string got = py::str(a.dtype());
-  if (kind == ArrayKind::mask)
-    throw py::type_error(fmt::format("{}: dtype must be bool, uint8, float32 or float64, got {}", name, got));
-  throw py::type_error(fmt::format("{}: dtype must be float32 or float64, got {}", name, got));
+  const std::string got = bf16 ? "attnscale.bfloat16" : std::string(py::str(a.dtype()));  // not its storage, int16
+  throw py::type_error(fmt::format("{}: dtype must be {}, got {}", name, accepted(kind), got));
 }
 
 bool is_torch_tensor(py::handle obj) {

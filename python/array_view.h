@@ -20,13 +20,16 @@ namespace attnscale::python {
 
 namespace py = pybind11;
 
-// What an argument may hold.
+// What an argument may hold: exactly the dtypes the library takes there, which a wrong dtype's
+// TypeError lists ("q: dtype must be float32, float64 or attnscale.bfloat16, got int64").
 enum class ArrayKind {
-  floating,  // q, k, v, out, lse, dout, matrices: float32 or float64 (bfloat16 where the library takes it)
-  single,    // decode's q and scales, quantize_q8's x: float32 only
-  mask,      // bool/uint8 (keep) or float32/float64 (additive)
-  cache,     // KV cache values: float32, bfloat16, float16 or int8
-  index,     // block tables and lengths: int32
+  floating,     // attention's and attention_backward's q, k, v, out, lse, dout: float32, float64 or bfloat16
+  real,         // alibi_slopes, sinks, self_attention's matrices, merge_partials', ring attention's: float32 or float64
+  single,       // decode's q and scales, quantize_q8's x: float32 only
+  mask,         // bool/uint8 (keep) or float32/float64 (additive)
+  cache,        // decode's k and v: float32, bfloat16, float16 or int8
+  convertible,  // _convert's src and dst: float32, float64, bfloat16 or float16
+  index,        // block tables and lengths: int32
 };
 
 // A TensorView over a numpy array, with the array (or its copy) kept alive beside it.

@@ -118,10 +118,10 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
 py::array self_attention_py(py::handle x_obj, py::handle wq_obj, py::handle wk_obj, py::handle wv_obj,
                             py::handle scale, py::handle causal, py::handle window, py::handle align,
                             py::handle mask, int threads) {
-  const ArrayView x = as_view("x", x_obj, ArrayKind::floating);
-  const ArrayView wq = as_view("w_q", wq_obj, ArrayKind::floating);
-  const ArrayView wk = as_view("w_k", wk_obj, ArrayKind::floating);
-  const ArrayView wv = as_view("w_v", wv_obj, ArrayKind::floating);
+  const ArrayView x = as_view("x", x_obj, ArrayKind::real);
+  const ArrayView wq = as_view("w_q", wq_obj, ArrayKind::real);
+  const ArrayView wk = as_view("w_k", wk_obj, ArrayKind::real);
+  const ArrayView wv = as_view("w_v", wv_obj, ArrayKind::real);
   const MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
   Tensor y;
   {
@@ -135,11 +135,11 @@ py::array multi_head_attention_py(py::handle x_obj, py::handle wq_obj, py::handl
                                   py::handle wv_obj, py::handle wo_obj, std::int64_t heads,
                                   py::handle scale, py::handle causal, py::handle window,
                                   py::handle align, py::handle mask, int threads) {
-  const ArrayView x = as_view("x", x_obj, ArrayKind::floating);
-  const ArrayView wq = as_view("w_q", wq_obj, ArrayKind::floating);
-  const ArrayView wk = as_view("w_k", wk_obj, ArrayKind::floating);
-  const ArrayView wv = as_view("w_v", wv_obj, ArrayKind::floating);
-  const ArrayView wo = as_view("w_o", wo_obj, ArrayKind::floating);
+  const ArrayView x = as_view("x", x_obj, ArrayKind::real);
+  const ArrayView wq = as_view("w_q", wq_obj, ArrayKind::real);
+  const ArrayView wk = as_view("w_k", wk_obj, ArrayKind::real);
+  const ArrayView wv = as_view("w_v", wv_obj, ArrayKind::real);
+  const ArrayView wo = as_view("w_o", wo_obj, ArrayKind::real);
   const MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
   Tensor y;
   {
@@ -154,11 +154,11 @@ py::tuple merge_partials_py(const std::vector<py::object>& outs_obj, const std::
   std::vector<ArrayView> outs, lses;
   std::vector<TensorView> out_views, lse_views;
   for (std::size_t c = 0; c < outs_obj.size(); ++c) {
-    outs.push_back(as_view(fmt::format("outs[{}]", c).c_str(), outs_obj[c], ArrayKind::floating));
+    outs.push_back(as_view(fmt::format("outs[{}]", c).c_str(), outs_obj[c], ArrayKind::real));
     out_views.push_back(outs.back().view);
   }
   for (std::size_t c = 0; c < lses_obj.size(); ++c) {
-    lses.push_back(as_view(fmt::format("lses[{}]", c).c_str(), lses_obj[c], ArrayKind::floating));
+    lses.push_back(as_view(fmt::format("lses[{}]", c).c_str(), lses_obj[c], ArrayKind::real));
     lse_views.push_back(lses.back().view);
   }
   ArrayView out, lse;

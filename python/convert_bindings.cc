@@ -19,8 +19,8 @@ void convert_py(py::handle src_obj, py::handle dst_obj) {
   if (!py::isinstance<py::array>(dst_obj)) throw py::type_error("dst: expected a numpy array, got " + type_name(dst_obj));
   const auto dst_array = py::reinterpret_borrow<py::array>(dst_obj);
   if (!dst_array.writeable()) throw py::value_error("dst: the array is read-only");
-  const ArrayView src = as_view("src", src_obj, ArrayKind::cache);
-  const ArrayView dst = as_view("dst", dst_obj, ArrayKind::cache);
+  const ArrayView src = as_view("src", src_obj, ArrayKind::convertible);
+  const ArrayView dst = as_view("dst", dst_obj, ArrayKind::convertible);
   if (!dst.array.is(dst_array)) throw py::value_error("dst: must be an aligned array of native byte order (it is written in place)");
   try {
     py::gil_scoped_release unlocked;

@@ -96,9 +96,9 @@ py::object ring_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, 
   Outputs outputs;
   bool return_lse = false;
   agreed_arguments(c, [&] {
-    q = as_view("q", q_obj, ArrayKind::floating);
-    k = as_view("k", k_obj, ArrayKind::floating);
-    v = as_view("v", v_obj, ArrayKind::floating);
+    q = as_view("q", q_obj, ArrayKind::real);
+    k = as_view("k", k_obj, ArrayKind::real);
+    v = as_view("v", v_obj, ArrayKind::real);
     return_lse = return_lse_obj.cast<bool>();
     opt = make_options(scale, causal, window, align, py::none(), threads_of(threads));
     s = parse_sharding(sharding, opt.options);
@@ -124,12 +124,12 @@ py::tuple ring_attention_backward(py::handle q_obj, py::handle k_obj, py::handle
   MaskedOptions opt;
   distributed::Sharding s{};
   agreed_arguments(c, [&] {
-    q = as_view("q", q_obj, ArrayKind::floating);
-    k = as_view("k", k_obj, ArrayKind::floating);
-    v = as_view("v", v_obj, ArrayKind::floating);
-    out = as_view("out", out_obj, ArrayKind::floating);
-    lse = as_view("lse", lse_obj, ArrayKind::floating);
-    dout = as_view("dout", dout_obj, ArrayKind::floating);
+    q = as_view("q", q_obj, ArrayKind::real);
+    k = as_view("k", k_obj, ArrayKind::real);
+    v = as_view("v", v_obj, ArrayKind::real);
+    out = as_view("out", out_obj, ArrayKind::real);
+    lse = as_view("lse", lse_obj, ArrayKind::real);
+    dout = as_view("dout", dout_obj, ArrayKind::real);
     opt = make_options(scale, causal, window, align, py::none(), threads_of(threads));
     s = parse_sharding(sharding, opt.options);
     dq = new_array(q.view.dtype, shape_with(q.view, 0, std::nullopt));

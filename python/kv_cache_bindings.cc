@@ -30,7 +30,7 @@ py::object decode_py(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::h
                   table = optional("block_table", block_table, ArrayKind::index),
                   lens = optional("seq_lens", seq_lens, ArrayKind::index),
                   starts = optional("seq_starts", seq_starts, ArrayKind::index),
-                  slopes = optional("alibi_slopes", alibi_slopes, ArrayKind::floating);
+                  slopes = optional("alibi_slopes", alibi_slopes, ArrayKind::real);
   DecodeOptions o;
   o.scale = make_options(scale, py::none(), py::none(), py::none(), py::none(), threads).options.scale;
   o.window_left = window_left;

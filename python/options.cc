@@ -81,11 +81,11 @@ void add_extras(MaskedOptions& m, const Extras& e) {
   Options& o = m.options;
   o.softcap = e.softcap;
   if (!e.alibi_slopes.is_none()) {
-    m.alibi_slopes = as_view("alibi_slopes", e.alibi_slopes, ArrayKind::floating);
+    m.alibi_slopes = as_view("alibi_slopes", e.alibi_slopes, ArrayKind::real);
     o.alibi_slopes = m.alibi_slopes.view;
   }
   if (!e.sinks.is_none()) {
-    m.sinks = as_view("sinks", e.sinks, ArrayKind::floating);
+    m.sinks = as_view("sinks", e.sinks, ArrayKind::real);
     o.sinks = m.sinks.view;
   }
   o.dropout = Dropout{e.dropout_p, e.dropout_seed, e.dropout_offset};

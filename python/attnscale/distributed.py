@@ -2,7 +2,8 @@
 
 Each rank holds the rows shard(N, comm.size, comm.rank, sharding) of q (and k, v) along N, the
 second-to-last dimension; K/V shards travel around the ring while each rank attends to them, and each
-rank gets back its rows of the output (and of dq, dk, dv from the backward). See docs/distributed.md.
+rank gets back its rows of the output (and of dq, dk, dv from the backward). See distributed.md (docs/ in
+the source, share/doc/attnscale/ installed).
 
     # mpirun -np 4 /usr/bin/python3 script.py
     >>> from mpi4py import MPI

@@ -13,9 +13,9 @@ seed and flags give the same numbers as the command line, bit for bit, for any t
     {'n': 50, 'd': 4, 'scaling': 'sqrt', 'metric': 'top_p_95'}
 
 Each row is a dict: the sweep's parameters by name, then metric, mean (the row's statistic: a
-mean, a variance, a median, a kurtosis or a slope, as docs/lab.md lists per metric), ci_low,
-ci_high (its 95% confidence interval; NaN where the sample is too small for one) and theory (None
-where no closed form exists). With pandas
+mean, a variance, a median, a kurtosis or a slope, as lab.md lists per metric; docs/ in the source,
+share/doc/attnscale/ installed), ci_low, ci_high (its 95% confidence interval; NaN where the sample
+is too small for one) and theory (None where no closed form exists). With pandas
 importable, the rows come as a DataFrame unless as_frame=False.
 """
 import inspect

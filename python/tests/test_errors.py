@@ -1,4 +1,5 @@
 """Bad arguments raise ValueError (bad values) or TypeError (bad types) with one exact message."""
+import pathlib
 import re
 
 import numpy as np
@@ -33,11 +34,55 @@ def test_misspelt_keywords_and_torch_tensors():
 
 
 def test_array_types():
-    raises(TypeError, "q: dtype must be float32 or float64, got int64", np.ones((5, 4), dtype=np.int64), K, V)
+    raises(TypeError, "q: dtype must be float32, float64 or attnscale.bfloat16, got int64",
+           np.ones((5, 4), dtype=np.int64), K, V)
     raises(TypeError, "k: expected a numpy array, got object", Q, object(), V)
-    raises(TypeError, "v: dtype must be float32 or float64, got <U3", Q, K, "abc")
+    raises(TypeError, "v: dtype must be float32, float64 or attnscale.bfloat16, got <U3", Q, K, "abc")
     raises(TypeError, "mask: dtype must be bool, uint8, float32 or float64, got int32", Q, K, V,
            mask=np.ones((5, 5), dtype=np.int32))
+
+
+FLOATS = "float32, float64 or attnscale.bfloat16"
+
+
+def test_each_dtype_message_lists_what_the_argument_takes():
+    # A message listed "float32 or float64" where attnscale.bfloat16 is taken too (q), and
+    # "float32, attnscale.bfloat16, float16 or int8" where float64 is taken and int8 is not
+    # (_convert); each now lists the dtypes that argument takes, no more and no fewer.
+    i64, f16 = np.ones((5, 4), np.int64), np.ones((5, 4), np.float16)
+    q = np.ones((5, 4), np.float32)
+    bf = attnscale.to_bfloat16(q)
+    for fn, args, kwargs, message in [
+            (attnscale.attention, (i64, q, q), {}, f"q: dtype must be {FLOATS}, got int64"),
+            (attnscale.attention, (q, q, f16), {}, f"v: dtype must be {FLOATS}, got float16"),
+            (attnscale.attention_backward, (q, q, q, q, q[:, 0], i64), {}, f"dout: dtype must be {FLOATS}, got int64"),
+            (attnscale.attention_backward, (q, q, q, q, i64[:, 0], q), {}, f"lse: dtype must be {FLOATS}, got int64"),
+            (attnscale.attention, (q, q, q), {"sinks": np.ones(1, np.float16)},
+             "sinks: dtype must be float32 or float64, got float16"),
+            (attnscale.attention, (q, q, q), {"alibi_slopes": attnscale.to_bfloat16(np.ones(1, np.float32))},
+             "alibi_slopes: dtype must be float32 or float64, got attnscale.bfloat16"),
+            (attnscale.self_attention, (bf, q, q, q), {}, "x: dtype must be float32 or float64, got attnscale.bfloat16"),
+            (attnscale.merge_partials, ([i64], [q[:, 0]]), {}, "outs[0]: dtype must be float32 or float64, got int64"),
+            (attnscale.decode, (np.ones((1, 2, 4), np.float32), np.ones((1, 2, 5, 4)), np.ones((1, 2, 5, 4))), {},
+             "k: dtype must be float32, attnscale.bfloat16, float16 or int8, got float64"),
+            (attnscale.decode, (bf[None, :2], np.ones((1, 2, 5, 4), np.float16), np.ones((1, 2, 5, 4), np.float16)), {},
+             "q: dtype must be float32, got attnscale.bfloat16"),
+            (attnscale._attnscale._convert, (q, np.ones((5, 4), np.int8)), {},
+             "dst: dtype must be float32, float64, attnscale.bfloat16 or float16, got int8"),
+    ]:
+        raises(TypeError, message, *args, fn=fn, **kwargs)
+    # What a message lists is taken: bfloat16 q, k, v; float64 through _convert.
+    assert attnscale.attention(bf, bf, bf).shape == (5, 4)
+    wide = np.empty((5, 4))
+    attnscale._attnscale._convert(q, wide)
+    assert (wide == 1).all()
+
+
+def test_docs_quote_the_dtype_message():
+    doc = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "python.md").read_text()
+    message = f"q: dtype must be {FLOATS}, got int64"
+    assert f"`{message}`" in doc
+    raises(TypeError, message, np.ones((5, 4), np.int64), Q, Q)
 
 
 def test_shapes():

@@ -1,6 +1,11 @@
 // stream_row_strided (kv_kernels.h): one query row streamed over a contiguous cache's keys, K and
-// V rows side by side, in pipelined tiles of 16 keys (the output row in registers where it is 4,
-// 8 or 16 vectors, key by key; else StreamTiles), rows off a line read line by line on AVX-512.
+// V rows side by side. The scalar target goes key by key (StreamRowT); vector targets in pipelined
+// tiles of 16 keys: StreamKeys, the output row in registers, where dv is 4, 8 or 16 vectors (but
+// not for int8 rows with dk != dv), else StreamTiles (both below); rows off a line are read line by
+// line on AVX-512.
+// Why K and V side by side: a path that reads a tile's K rows, then (after the softmax) its V
+// rows, makes its arithmetic and its memory traffic add up rather than overlap; reading K rows
+// beside V rows keeps both streams moving together (measured in docs/performance.md).
 // Compiled once per Highway target like kernels.cc.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "attention/kv_stream_row.cc"
@@ -19,13 +24,6 @@
 
 HWY_BEFORE_NAMESPACE();
 namespace attnscale::detail::kv::HWY_NAMESPACE {
-
-// stream_row_strided (kv_kernels.h). The scalar target goes key by key (StreamRowT); vector targets in
-// tiles of 16 keys (StreamKeys where dv is 4, 8 or 16 vectors, but for int8 rows with dk != dv;
-// else StreamTiles; below).
-// Why K and V side by side: a path that reads a tile's K rows, then (after the softmax) its V
-// rows, makes its arithmetic and its memory traffic add up rather than overlap; reading K rows
-// beside V rows keeps both streams moving together (measured in docs/performance.md).
 
 #if HWY_TARGET != HWY_SCALAR
 // acc (dv = CB vectors) += Σ_x p_x·V_x over the tile's keys [x0, x1): each V row loaded and

@@ -173,7 +173,8 @@ DType parse_descr(const std::string& path, const std::string& d) {
   if (d == ">f4" || d == ">f8")
     fail(path, "big-endian data ('" + printable(d) + "') is not supported; save it little-endian (arr.astype('<" +
                    printable(d.substr(1)) + "'))");
-  fail(path, "unsupported dtype '" + printable(d) + "' (expected float32 '<f4', float64 '<f8', bool or uint8)");
+  throw NpyDtypeError(path + ": unsupported dtype '" + printable(d) + "' (expected float32 '<f4', float64 '<f8', bool or uint8)",
+                      printable(d));
 }
 
 // The tensor a header describes; an allocation refused by Tensor names the file too.

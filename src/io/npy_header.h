@@ -10,11 +10,22 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
+#include "attnscale/error.h"
 #include "attnscale/tensor.h"
 
 namespace attnscale::detail {
+
+// The Error read_npy throws for a dtype it does not read ('<f2', '<i8', '|O'): its message lists
+// read_npy's dtypes; a caller that takes fewer of them names its own from `descr`
+// (cli/input_files.cc).
+class NpyDtypeError : public Error {
+ public:
+  NpyDtypeError(const std::string& what, std::string descr) : Error(what), descr(std::move(descr)) {}
+  std::string descr;  // the header's spelling, bytes outside printable ASCII as \xNN
+};
 
 inline constexpr std::int64_t kNpyPreambleBytes = 12;  // enough for every format version
 

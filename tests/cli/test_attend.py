@@ -1,4 +1,6 @@
 """`attnscale attend` against an independent float64 numpy computation, and its error contract."""
+import re
+
 import numpy as np
 import pytest
 
@@ -197,6 +199,36 @@ def test_help_reads_well(run):
     assert r.returncode == 0 and "attend" in r.stdout and "explain" in r.stdout
     r = run("attend", "--help")
     assert r.returncode == 0 and "--causal" in r.stdout and "--window" in r.stdout
+
+
+def help_pages(run):
+    """{command: --help text} of every subcommand and every experiment."""
+    listed = run("experiment", "--help").stdout.split("Subcommands:\n", 1)[1]
+    experiments = re.findall(r"^  ([a-z_]+) ", listed, re.M)
+    assert "moments" in experiments and "training" in experiments, experiments
+    pages = {}
+    for command in [["attend"], ["explain"], ["report"], ["bench"], ["experiment"]] + [["experiment", e] for e in experiments]:
+        r = run(*command, "--help")
+        assert r.returncode == 0, (command, r.stderr)
+        pages[" ".join(command)] = r.stdout
+    return pages
+
+
+def test_help_shows_no_validator_noise(run):
+    # `--window L,R:INT in [-1 - 4611686018427387904] x 2`: CLI11 appended each check's description
+    # and the value count to the type name. Every flag's line shows one plain name for its value
+    # (the ranges are in the help texts, in words).
+    for command, text in help_pages(run).items():
+        for line in text.splitlines():
+            m = re.match(r"^  (-[-\w,]+)((?: \S+)*?)(?:  +\S.*)?$", line)
+            if not m or not m.group(1).startswith("--"):
+                continue
+            value = m.group(2).split(" Excludes:")[0]  # which flags it excludes: kept, it says something
+            for noise in [":", " x ", " ...", "in [", "Needs"]:
+                assert noise not in value, (command, line)
+    attend = help_pages(run)["attend"]
+    assert re.search(r"^  --window L,R  +Sliding window L,R, each -1 to 2\^62", attend, re.M), attend
+    assert re.search(r"^  --cu-seqlens-q LIST  +Packed sequences", attend, re.M), attend
 
 
 def test_explain_default_shows_the_scale(run):

@@ -85,6 +85,25 @@ def check_training(cli, site, cwd):
     check_python_training(site, cwd)
 
 
+HELP_PAGES = [["attend"], ["explain"], ["bench"], ["report"], ["experiment"], ["experiment", "training"]]
+NAMED_DOC = re.compile(r"([a-z_-]+\.md): docs/ in the source,\s+share/doc/attnscale/ installed")
+
+
+def check_docs_installed(root, cli=None):
+    """docs/*.md as share/doc/attnscale/*.md; each one the CLI's help names (as "lab.md: docs/ in
+    the source, share/doc/attnscale/ installed") is there, so the help is true of an installed copy."""
+    docs = root / "share/doc/attnscale"
+    for source in (ROOT / "docs").glob("*.md"):
+        assert (docs / source.name).read_bytes() == source.read_bytes(), source.name
+    if cli is not None:
+        named = set()
+        for page in HELP_PAGES:
+            named.update(NAMED_DOC.findall(run([cli, *page, "--help"]).stdout))
+        assert {"lab.md", "distributed.md"} <= named, named
+        for name in named:
+            assert (docs / name).is_file(), name
+
+
 def dangling_links(root):
     return [p for p in pathlib.Path(root).rglob("*") if p.is_symlink() and not p.exists()]
 
@@ -139,6 +158,7 @@ def test_installed_tree_holds_every_part(prefix):
                 f"{PYTHON_DIR}/attnscale/__init__.py"]:
         assert (prefix / rel).exists(), rel
     check_torch_module_installed_once(prefix, PYTHON_DIR)
+    check_docs_installed(prefix, prefix / "bin/attnscale")
 
 
 def test_each_component_installs_alone(components, tmp_path):
@@ -155,6 +175,8 @@ def test_each_component_installs_alone(components, tmp_path):
     cli = components["cli"] / "bin/attnscale"
     assert run([cli, "--version"]).stdout.startswith(VERSION)
     assert (components["cli"] / "share/man/man1/attnscale.1.gz").is_file()
+    check_docs_installed(components["cli"], cli)
+    check_docs_installed(components["python"])
     check_cli_training(cli, tmp_path)
     site = components["python"] / PYTHON_DIR
     run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site))
@@ -363,6 +385,7 @@ def test_debian_package_installs_and_runs(deb, tmp_path):
     assert "softmax" in out.lower(), out
     check_debian_package_contents(deb, root)
     assert (root / "usr/share/man/man1/attnscale.1.gz").is_file()
+    check_docs_installed(root / "usr", root / "usr/bin/attnscale")
     site = root / "usr/lib/python3/dist-packages"
     check_torch_module_installed_once(root / "usr", "lib/python3/dist-packages")
     where = run([sys.executable, "-c", IMPORT_CHECK], cwd=tmp_path, env=python_env(site)).stdout

@@ -321,7 +321,7 @@ Experiment training::sweep_experiment(const training::Sweep& sweep) {
       {"grid", "default", "preset of the sweep flags left at 'grid': quick (< 1 min), default, full"},
       {"task", "grid", "lm (fortunes text, bytes) and/or mqar (associative recall)"},
       {"attention", "attnscale", "attnscale (its fused kernels) and/or torch (PyTorch's math, the reference)"},
-      {"scaling", sweep.scalings, "scaling rules (see docs/lab.md)"},
+      {"scaling", sweep.scalings, "scaling rules (see lab.md: docs/ in the source, share/doc/attnscale/ installed)"},
       {"d-head", "grid", "head dimensions, each 1 to 1024"},
       {"lr", "grid", "peak learning rates of AdamW, each in (0, 1e6]"},
       {"seeds", "grid", "runs per configuration (seed 0 .. seeds-1, each derived from --seed), 1 to 1000"},
