@@ -83,16 +83,12 @@ struct ShardedInput {
 
 detail::NpyHeader read_header(const std::string& flag, const std::string& path, const MappedFile& f) {
   const std::string_view bytes(f.data() ? f.data() : "", static_cast<std::size_t>(f.size()));
-  detail::NpyHeader h;
-  try {  // the parser names the file; the flag goes in front, as read_input() puts it (input_files.h)
+  // The parser names the file; the flag goes in front, as read_input() puts it (input_files.h).
+  detail::NpyHeader h = naming_input_errors(flag, path, InputDtypes::floats, [&] {
     const detail::NpyPreamble pre = detail::parse_npy_preamble(
         path, bytes.substr(0, std::min<std::int64_t>(f.size(), detail::kNpyPreambleBytes)), f.size());
-    h = detail::parse_npy_header(path, bytes.substr(pre.header_offset, pre.header_len), pre, f.size());
-  } catch (const detail::NpyDtypeError& e) {
-    refuse_dtype(flag, path, e.descr, InputDtypes::floats);
-  } catch (const Error& e) {
-    throw Error(flag + ": " + e.what());
-  }
+    return detail::parse_npy_header(path, bytes.substr(pre.header_offset, pre.header_len), pre, f.size());
+  });
   if (h.shape.size() < 2 || h.shape.size() > 4)
     throw Error(fmt::format("{}: expected a 2-D [N,d], 3-D [H,N,d] or 4-D [B,H,N,d] array, got {}-D", flag, h.shape.size()));
   if (h.dtype != DType::f32 && h.dtype != DType::f64) refuse_dtype(flag, path, "bool/uint8", InputDtypes::floats);

@@ -2,7 +2,6 @@
 
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
-#include "io/npy_header.h"
 
 namespace attnscale::cli {
 namespace {
@@ -35,14 +34,7 @@ void refuse_dtype(const std::string& flag, const std::string& path, const std::s
 }
 
 Tensor read_input(const std::string& flag, const std::string& path, InputDtypes accepted) {
-  Tensor t;
-  try {
-    t = read_npy(path);
-  } catch (const detail::NpyDtypeError& e) {
-    refuse_dtype(flag, path, e.descr, accepted);
-  } catch (const Error& e) {
-    throw Error(flag + ": " + e.what());
-  }
+  Tensor t = naming_input_errors(flag, path, accepted, [&] { return read_npy(path); });
   if (accepted == InputDtypes::floats && t.dtype() == DType::u8) refuse_dtype(flag, path, "bool/uint8", accepted);
   return t;
 }

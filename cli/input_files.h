@@ -8,7 +8,9 @@
 #pragma once
 #include <string>
 
+#include "attnscale/error.h"
 #include "attnscale/tensor.h"
+#include "io/npy_header.h"
 
 namespace attnscale::cli {
 
@@ -28,5 +30,20 @@ Tensor read_input(const std::string& flag, const std::string& path, InputDtypes 
 // (printable; "bool/uint8" where only the dtype read is known).
 [[noreturn]] void refuse_dtype(const std::string& flag, const std::string& path, const std::string& descr,
                                InputDtypes accepted);
+
+// read() (a read or parse of the .npy file `path`) with its errors named by `flag`, as read_input()
+// names them: a dtype outside `accepted` refused by refuse_dtype(), any other Error with "<flag>: "
+// in front. read_input() and context-parallel attend's header reading both go through it.
+template <class Read>
+auto naming_input_errors(const std::string& flag, const std::string& path, InputDtypes accepted, Read&& read)
+    -> decltype(read()) {
+  try {
+    return read();
+  } catch (const detail::NpyDtypeError& e) {
+    refuse_dtype(flag, path, e.descr, accepted);
+  } catch (const Error& e) {
+    throw Error(flag + ": " + e.what());
+  }
+}
 
 }  // namespace attnscale::cli
