@@ -33,10 +33,25 @@ void refuse_dtype(const std::string& flag, const std::string& path, const std::s
               advice(descr, accepted));
 }
 
+namespace {
+
+// read_npy reads bool and uint8 (as DType::u8) for --mask; a flag taking floats refuses them.
+void require_accepted(const std::string& flag, const std::string& path, DType dtype, InputDtypes accepted) {
+  if (accepted == InputDtypes::floats && dtype == DType::u8) refuse_dtype(flag, path, "bool/uint8", accepted);
+}
+
+}  // namespace
+
 Tensor read_input(const std::string& flag, const std::string& path, InputDtypes accepted) {
   Tensor t = naming_input_errors(flag, path, accepted, [&] { return read_npy(path); });
-  if (accepted == InputDtypes::floats && t.dtype() == DType::u8) refuse_dtype(flag, path, "bool/uint8", accepted);
+  require_accepted(flag, path, t.dtype(), accepted);
   return t;
+}
+
+detail::NpyHeader read_input_header(const std::string& flag, const std::string& path, InputDtypes accepted) {
+  detail::NpyHeader h = naming_input_errors(flag, path, accepted, [&] { return detail::read_npy_header(path); });
+  require_accepted(flag, path, h.dtype, accepted);
+  return h;
 }
 
 }  // namespace attnscale::cli

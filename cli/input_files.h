@@ -26,6 +26,10 @@ enum class InputDtypes {
 // (the advice only for float and integer dtypes, which convert).
 Tensor read_input(const std::string& flag, const std::string& path, InputDtypes accepted);
 
+// The header of the file read_input() would read, its data not read, with read_input()'s errors:
+// what it will hold, for a command that checks its arrays' sizes before reading any of them.
+detail::NpyHeader read_input_header(const std::string& flag, const std::string& path, InputDtypes accepted);
+
 // The Error above for the file `path` given to `flag`, whose header spells its dtype `descr`
 // (printable; "bool/uint8" where only the dtype read is known).
 [[noreturn]] void refuse_dtype(const std::string& flag, const std::string& path, const std::string& descr,
