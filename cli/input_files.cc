@@ -13,12 +13,15 @@ char kind_of(const std::string& descr) {
 }
 
 // How to turn an array of this dtype into one the flag takes, or "" where no conversion keeps the
-// values (complex, strings, objects, dates).
-std::string advice(const std::string& descr, InputDtypes accepted) {
+// values (complex, strings, objects, dates). A bool or uint8 file given to --q, --k or --v is most
+// likely a keep mask given to the wrong flag: that is said first.
+std::string advice(const std::string& flag, const std::string& descr, InputDtypes accepted) {
   const char kind = descr == "bool/uint8" ? 'u' : kind_of(descr);
   const bool real = kind == 'f', integer = kind == 'i' || kind == 'u' || kind == 'b';
   if (accepted == InputDtypes::mask && integer)
     return "; save a keep mask as bool (arr.astype(bool)) or an additive one as float32 (arr.astype('<f4'))";
+  if (descr == "bool/uint8" && (flag == "--q" || flag == "--k" || flag == "--v"))
+    return "; this looks like a mask: pass it as --mask, or save it as float32 (arr.astype('<f4'))";
   if (real || integer) return "; save it as float32 (arr.astype('<f4'))";
   return "";
 }
@@ -30,7 +33,7 @@ void refuse_dtype(const std::string& flag, const std::string& path, const std::s
                                                     : "float32 '<f4' or float64 '<f8'";
   const std::string shown = descr == "bool/uint8" ? descr : "'" + descr + "'";
   throw Error(flag + ": " + path + ": unsupported dtype " + shown + " (expected " + takes + ")" +
-              advice(descr, accepted));
+              advice(flag, descr, accepted));
 }
 
 namespace {

@@ -152,10 +152,21 @@ def test_structured_dtype(work):
     assert_refused(attend(work, q="s.npy"), work, "s.npy", "structured arrays")
 
 
-def test_bool_queries(work):
-    np.save(work / "b.npy", np.ones((4, 8), bool))
-    assert_refused(attend(work, q="b.npy"), work,
-                   "error: --q: b.npy: unsupported dtype bool/uint8 (expected float32 '<f4' or float64 '<f8')")
+@pytest.mark.parametrize("dtype", [bool, np.uint8])
+def test_a_bool_or_uint8_input_is_told_it_looks_like_a_mask(work, dtype):
+    # A keep mask given to --q, --k or --v (or --k m.npy typed for --mask m.npy): the line says so
+    # before it offers the conversion to float32.
+    np.save(work / "b.npy", np.ones((4, 8), dtype))
+    tail = ("b.npy: unsupported dtype bool/uint8 (expected float32 '<f4' or float64 '<f8'); this looks like a "
+            "mask: pass it as --mask, or save it as float32 (arr.astype('<f4'))")
+    for r, flag in [(attend(work, q="b.npy"), "--q"), (attend(work, k="b.npy"), "--k"), (attend(work, v="b.npy"), "--v"),
+                    (explain(work, "b.npy"), "--q")]:
+        assert_refused(r, work, f"error: {flag}: {tail}")
+        assert r.stderr.strip().endswith(tail)
+    # --sinks takes one logit a head: a bool file there is not a mask in the wrong place.
+    r = attend(work, "--sinks", "b.npy")
+    assert_refused(r, work, "error: --sinks: b.npy: unsupported dtype bool/uint8")
+    assert r.stderr.strip().endswith("; save it as float32 (arr.astype('<f4'))") and "mask" not in r.stderr
 
 
 FLOATS = "(expected float32 '<f4' or float64 '<f8')"
