@@ -73,7 +73,7 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
                              bool reference, double softcap, py::handle alibi_slopes, py::handle sinks,
                              double dropout_p, std::uint64_t dropout_seed, std::uint64_t dropout_offset,
                              py::handle cu_seqlens_q, py::handle cu_seqlens_k, bool return_dsinks,
-                             bool return_dbias, py::handle compute) {
+                             bool return_dbias, py::handle compute, py::handle dlse_obj) {
   const ArrayView q = as_view("q", q_obj, ArrayKind::floating);
   const ArrayView k = as_view("k", k_obj, ArrayKind::floating);
   const ArrayView v = as_view("v", v_obj, ArrayKind::floating);
@@ -81,12 +81,14 @@ py::tuple attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_ob
   const ArrayView out = out_obj.is_none() ? ArrayView{} : as_view("out", out_obj, ArrayKind::floating);
   const ArrayView lse = lse_obj.is_none() ? ArrayView{} : as_view("lse", lse_obj, ArrayKind::floating);
   const ArrayView dout = as_view("dout", dout_obj, ArrayKind::floating);
+  const ArrayView dlse = dlse_obj.is_none() ? ArrayView{} : as_view("dlse", dlse_obj, ArrayKind::floating);
   if (!reference && (out_obj.is_none() || lse_obj.is_none()))
     throw py::value_error(std::string(out_obj.is_none() ? "out" : "lse") +
                           ": required (the forward's output; only reference=True recomputes it)");
   MaskedOptions opt = make_options(scale, causal, window, align, mask, threads);
   add_extras(opt, {softcap, alibi_slopes, sinks, dropout_p, dropout_seed, dropout_offset, cu_seqlens_q, cu_seqlens_k});
   opt.options.compute = parse_compute(compute);
+  opt.options.dlse = dlse.view;
   if (return_dsinks && opt.sinks.view.empty()) throw py::value_error("return_dsinks: requires sinks");
   if (return_dbias && (opt.mask.view.empty() || opt.mask.view.dtype == DType::u8))
     throw py::value_error("return_dbias: requires a float (additive) mask");
@@ -247,9 +249,10 @@ Example:
     ((2, 8, 16, 64), (2, 8, 16))
 )";
 
-const std::string kBackwardDoc = std::string(R"(attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, reference=False, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0, cu_seqlens_q=None, cu_seqlens_k=None, return_dsinks=False, return_dbias=False, compute=None)
+const std::string kBackwardDoc = std::string(R"(attention_backward(q, k, v, out, lse, dout, *, scale=None, causal=None, window=None, align=None, mask=None, threads=0, reference=False, softcap=0.0, alibi_slopes=None, sinks=None, dropout_p=0.0, dropout_seed=0, dropout_offset=0, cu_seqlens_q=None, cu_seqlens_k=None, return_dsinks=False, return_dbias=False, compute=None, dlse=None)
 
-Gradients (dq, dk, dv) of attention, given the forward's out and lse and dout = dLoss/dout.
+Gradients (dq, dk, dv) of attention, given the forward's out and lse and dout = dLoss/dout
+(and dlse = dLoss/dlse when the loss reads lse too).
 
     out and lse come from attention(q, k, v, ..., return_lse=True) with the same options;
     dq, dk, dv have the shapes of q, k and v (for GQA, dk and dv sum over the query heads that
@@ -257,6 +260,10 @@ Gradients (dq, dk, dv) of attention, given the forward's out and lse and dout = 
     out/lse may be None. The options below must be those of the forward (the dropout mask is
     regenerated from its seed and offset).
 )") + kOptionsDoc + "\n" + kExtrasDoc + R"(
+    dlse:          None, or dLoss/dlse of lse's shape (a loss that reads lse as well as out,
+                   e.g. one that merges partial results by their lse): it adds dlse_i * P_ij
+                   to each score's gradient (d lse_i / d s_ij = P_ij). None: no gradient
+                   through lse.
     return_dsinks: also return dsinks [Hq], the gradient w.r.t. sinks.
     return_dbias:  also return dbias [..q.., Nq, Nkv], the gradient w.r.t. a float mask (sum it
                    over the dimensions the mask broadcasts).
@@ -328,7 +335,8 @@ void add_attention(py::module_& m) {
         py::arg("reference") = false, py::arg("softcap") = 0.0, py::arg("alibi_slopes") = none,
         py::arg("sinks") = none, py::arg("dropout_p") = 0.0, py::arg("dropout_seed") = 0,
         py::arg("dropout_offset") = 0, py::arg("cu_seqlens_q") = none, py::arg("cu_seqlens_k") = none,
-        py::arg("return_dsinks") = false, py::arg("return_dbias") = false, py::arg("compute") = none);
+        py::arg("return_dsinks") = false, py::arg("return_dbias") = false, py::arg("compute") = none,
+        py::arg("dlse") = none);
   m.def("self_attention", &self_attention_py, kSelfDoc.c_str(), py::arg("x"), py::arg("w_q"),
         py::arg("w_k"), py::arg("w_v"), py::kw_only(), py::arg("scale") = none, py::arg("causal") = none,
         py::arg("window") = none, py::arg("align") = none, py::arg("mask") = none, py::arg("threads") = 0);

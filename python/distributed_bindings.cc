@@ -118,9 +118,9 @@ py::object ring_attention(py::handle q_obj, py::handle k_obj, py::handle v_obj, 
 py::tuple ring_attention_backward(py::handle q_obj, py::handle k_obj, py::handle v_obj, py::handle out_obj,
                                   py::handle lse_obj, py::handle dout_obj, std::int64_t comm, py::handle sharding,
                                   py::handle scale, py::handle causal, py::handle window, py::handle align,
-                                  py::handle threads) {
+                                  py::handle threads, py::handle dlse_obj) {
   const MPI_Comm c = communicator(comm);
-  ArrayView q, k, v, out, lse, dout, dq, dk, dv;
+  ArrayView q, k, v, out, lse, dout, dlse, dq, dk, dv;
   MaskedOptions opt;
   distributed::Sharding s{};
   agreed_arguments(c, [&] {
@@ -132,6 +132,7 @@ py::tuple ring_attention_backward(py::handle q_obj, py::handle k_obj, py::handle
     dout = as_view("dout", dout_obj, ArrayKind::real);
     opt = make_options(scale, causal, window, align, py::none(), threads_of(threads));
     s = parse_sharding(sharding, opt.options);
+    if (!dlse_obj.is_none()) opt.options.dlse = (dlse = as_view("dlse", dlse_obj, ArrayKind::real)).view;
     dq = new_array(q.view.dtype, shape_with(q.view, 0, std::nullopt));
     dk = new_array(q.view.dtype, shape_with(k.view, 0, std::nullopt));
     dv = new_array(q.view.dtype, shape_with(v.view, 0, std::nullopt));
@@ -155,7 +156,7 @@ void add_distributed(py::module_& m) {
         "see attnscale.distributed.ring_attention.");
   m.def("_ring_attention_backward", &ring_attention_backward, py::arg("q"), py::arg("k"), py::arg("v"),
         py::arg("out"), py::arg("lse"), py::arg("dout"), py::arg("comm"), py::arg("sharding"), py::arg("scale"),
-        py::arg("causal"), py::arg("window"), py::arg("align"), py::arg("threads"),
+        py::arg("causal"), py::arg("window"), py::arg("align"), py::arg("threads"), py::arg("dlse") = py::none(),
         "_ring_attention_backward(...): see attnscale.distributed.ring_attention_backward.");
   m.def(
       "_refuse",

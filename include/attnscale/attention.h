@@ -95,6 +95,11 @@ struct Options {
   // 1, which removes the float32 rounding of lse from the gradients. false when lse also counts
   // keys not passed (one shard of the keys, as ring attention passes): P = e^(t − lse) as given.
   bool lse_covers_keys = true;
+  // backward() only: the gradient of the loss w.r.t. lse, of lse's shape, any float dtype; empty: 0
+  // (a loss that reads out alone). Since ∂lse_i/∂t_ij = P_ij, it adds dlse_i·P_ij to each score's
+  // gradient: dS = P ∘ (dP − (D − dlse)) with D_i = dO_i·o_i, and dsinks, dbias follow. forward()
+  // refuses it.
+  TensorView dlse{};
 
   // Score transforms, all off by default. The score of pair (b, h, i, j) is
   //   t = cap(s·q_i·k_j) − slope_bh·|diag(i) − j| + bias_ij,   cap(x) = c·tanh(x / c)

@@ -109,7 +109,15 @@ def attention(q, k, v, *, mask=None, return_lse=False, return_probs=False, **opt
         dtype = _array("q", q).dtype
         stats = np.float32 if _is_bfloat16(np.zeros(0, dtype)) else dtype
         results = [np.zeros(lay.out, dtype)]
-        results += [np.full(lay.lse, -np.inf, stats)] if return_lse else []
+        if return_lse:
+            # No key: lse = -inf, or sink_h where sinks join each row's softmax (the extension's rule).
+            lse = np.full(lay.q[:3], -np.inf, stats)
+            if options.get("sinks") is not None and lay.nkv == 0:
+                sinks = _array("sinks", options["sinks"])
+                if sinks.shape != (lay.hq,):
+                    raise ValueError(f"sinks: expected shape [{lay.hq}], got {list(sinks.shape)}")
+                lse[...] = sinks.reshape(1, -1, 1)
+            results.append(lse.reshape(lay.lse))
         results += [np.zeros(probs_shape, stats)] if return_probs else []
     else:
         folded = [_fold(n, x, s, lay) for n, x, s in (("q", q, lay.q), ("k", k, lay.k), ("v", v, lay.v))]
@@ -121,22 +129,29 @@ def attention(q, k, v, *, mask=None, return_lse=False, return_probs=False, **opt
     return results[0] if len(results) == 1 else tuple(results)
 
 
-def attention_backward(q, k, v, out, lse, dout, *, mask=None, return_dsinks=False, return_dbias=False, **options):
+def attention_backward(q, k, v, out, lse, dout, *, mask=None, return_dsinks=False, return_dbias=False,
+                       dlse=None, **options):
     asked = dict(return_dsinks=return_dsinks, return_dbias=return_dbias)
     lay = _layout(q, k, v, mask)
     if lay is None:
-        return _attention_backward(q, k, v, out, lse, dout, mask=mask, **asked, **options)
+        return _attention_backward(q, k, v, out, lse, dout, mask=mask, dlse=dlse, **asked, **options)
     shapes = _shape(q), _shape(k), _shape(v)
     dbias_shape = lay.lse + (lay.nkv,)  # q's leading dimensions (broadcast), Nq, Nkv
     if lay.empty:
         broadcast.check_rows(*shapes)
         check_options(q, k, v, mask, options)
-        for name, x, want in (("out", out, lay.out), ("lse", lse, lay.lse), ("dout", dout, lay.out)):
+        for name, x, want in (("out", out, lay.out), ("lse", lse, lay.lse), ("dout", dout, lay.out),
+                              ("dlse", dlse, lay.lse)):
             if x is not None and _shape(x) != tuple(want):
                 raise ValueError(f"{name}: expected shape {list(want)}, got {list(_shape(x))}")
         dtype = _array("q", q).dtype
         grads = [np.zeros(s, dtype) for s in shapes]
-        grads += [np.zeros(np.shape(options.get("sinks")), dtype)] if return_dsinks else []
+        if return_dsinks:
+            # No key: lse_i = sink_h (P_sink = 1), so dsink_h = Σ dlse over h's rows; 0 without dlse.
+            dsinks = np.zeros(np.shape(options.get("sinks")), dtype)
+            if dlse is not None and lay.nkv == 0:
+                dsinks += _array("dlse", dlse).reshape(lay.q[:3]).sum(axis=(0, 2), dtype=np.float64).astype(dtype)
+            grads.append(dsinks)
         grads += [np.zeros(dbias_shape, dtype)] if return_dbias else []
         return tuple(grads)
     folded = [_fold(n, x, s, lay) for n, x, s in (("q", q, lay.q), ("k", k, lay.k), ("v", v, lay.v))]
@@ -145,7 +160,8 @@ def attention_backward(q, k, v, out, lse, dout, *, mask=None, return_dsinks=Fals
     out4 = None if out is None else _array("out", out).reshape(o4)
     lse3 = None if lse is None else _array("lse", lse).reshape(l3)
     dout4 = _array("dout", dout).reshape(o4)
-    dq, dk, dv, *rest = _attention_backward(*folded, out4, lse3, dout4, mask=m, **asked, **options)
+    dlse3 = None if dlse is None else _array("dlse", dlse).reshape(l3)
+    dq, dk, dv, *rest = _attention_backward(*folded, out4, lse3, dout4, mask=m, dlse=dlse3, **asked, **options)
     grads = [broadcast.unfold_sum(g, s, lay.batch, _sum_kept) for g, s in zip((dq, dk, dv), shapes)]
     grads += [rest.pop(0)] if return_dsinks else []
     grads += [rest.pop(0).reshape(dbias_shape)] if return_dbias else []

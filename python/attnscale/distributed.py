@@ -68,10 +68,11 @@ def ring_attention(q, k, v, comm, *, sharding=None, return_lse=False, scale=None
 
 @_agreed
 def ring_attention_backward(q, k, v, out, lse, dout, comm, *, sharding=None, scale=None, causal=None,
-                            window=None, align=None, threads=0):
-    """(dq, dk, dv) for this rank's rows, from ring_attention's out and lse and this rank's dout."""
+                            window=None, align=None, threads=0, dlse=None):
+    """(dq, dk, dv) for this rank's rows, from ring_attention's out and lse and this rank's dout
+    (and dlse, this rank's rows of dLoss/dlse, when the loss reads lse; as in attention_backward)."""
     return _distributed._ring_attention_backward(q, k, v, out, lse, dout, _handle(comm), sharding, scale, causal,
-                                               window, align, threads)
+                                               window, align, threads, dlse)
 
 
 def shard(n, comm, sharding="contiguous"):

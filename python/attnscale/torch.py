@@ -94,7 +94,8 @@ def attention(
     that joins every row's softmax without a value (gpt-oss), P_ij = exp(s_ij) / (exp(sink_h) +
     sum_j exp(s_ij)); it gets its gradient when it requires grad.
 
-    Returns out [..., Nq, dv], or (out, lse) with return_lse (lse carries no gradient).
+    Returns out [..., Nq, dv], or (out, lse) with return_lse; lse carries its gradient too
+    (d lse_i / d s_ij = P_ij), so a loss may read it, as one that merges partial results does.
     Gradients flow to q, k, v, a float mask and sinks; double backward is not supported (a gradient
     taken with create_graph=True raises when differentiated).
 

@@ -162,13 +162,14 @@ class Attention(torch.autograd.Function):
         ctx.mask_dtype = None if mask is None else mask.dtype
         ctx.sinks_dtype = None if sinks is None else sinks.dtype
         ctx.options = options
-        ctx.mark_non_differentiable(lse)
         return out, lse
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, dout, _dlse):
-        # _dlse is always zero: lse is marked non-differentiable. The saved tensors are read for
+    def backward(ctx, dout, dlse):
+        # dlse: zeros when the loss does not read lse (autograd fills an unused output's gradient
+        # with zeros; D − 0 = D, so the gradients are those of a loss on out alone, bit for bit).
+        # The saved tensors are read for
         # autograd's check that none was modified in place since the forward. The forward's arrays
         # are let go here, so that they keep no memory alive past the backward that the saved
         # tensors would not; a second backward (retain_graph=True) takes them from the tensors.
@@ -183,6 +184,7 @@ class Attention(torch.autograd.Function):
             mask=arrays[5],
             return_dsinks=need[6],
             return_dbias=need[3],
+            dlse=to_numpy("dlse", dlse.to(lse.dtype)),
             **with_threads(ctx.options),  # torch's count when the backward runs (torch_threads)
         )
         dq, dk, dv, *extra = grads  # then dsinks, then dbias, each when asked for
@@ -286,7 +288,10 @@ def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None, mask_n
             kk, vv = (t.repeat_interleave(lay.hq // lay.hkv, dim=-3) for t in (k, v))
         out = torch.softmax(q @ kk.transpose(-2, -1), dim=-1) @ vv
         stats = torch.float64 if q.dtype == torch.float64 else torch.float32
-        return out.reshape(lay.out), torch.full(lay.lse, -math.inf, dtype=stats)
+        lse = torch.full(lay.q[:3], -math.inf, dtype=stats)
+        if sinks is not None and lay.nkv == 0:  # no key: lse = sink_h, with its gradient
+            lse = sinks.to(stats).reshape(1, -1, 1).expand(lay.q[:3])
+        return out.reshape(lay.out), lse.reshape(lay.lse)
     q4, k4, v4 = (broadcast.fold(t, s, lay.batch, torch.Tensor.expand) for t, s in ((q, lay.q), (k, lay.k), (v, lay.v)))
     m4 = None if mask is None else broadcast.fold(mask, lay.mask, lay.batch, torch.Tensor.expand)
     out, lse = Attention.apply(q4, k4, v4, m4, forward_options, options, sinks)

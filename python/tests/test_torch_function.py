@@ -92,8 +92,8 @@ def test_a_model_trains_through_it(gen):
 def test_return_lse_and_errors(gen):
     q, k, v = leaves(gen, (5, 4), (5, 4), (5, 4))
     out, lse = at.attention(q, k, v, return_lse=True)
-    assert lse.shape == (5,) and not lse.requires_grad
-    np.testing.assert_allclose(lse.numpy(), torch.logsumexp(q.detach() @ k.detach().T / 2, dim=-1).numpy())
+    assert lse.shape == (5,) and lse.requires_grad  # its gradient: test_lse_gradient.py
+    np.testing.assert_allclose(lse.detach().numpy(), torch.logsumexp(q.detach() @ k.detach().T / 2, dim=-1).numpy())
     with pytest.raises(TypeError, match=r"^q: dtype must be float32, float64 or bfloat16, got torch.int64$"):
         at.attention(torch.zeros(5, 4, dtype=torch.int64), k, v)
     with pytest.raises(TypeError, match=r"^k: expected a torch.Tensor, got ndarray$"):

@@ -21,7 +21,7 @@ namespace attnscale::detail {
 
 // What every tile needs from a query row, computed once per backward: lse (+inf for a fully
 // masked row, lse = -inf, so that e^(t − lse) = 0 for every score, where subtracting -inf would
-// give e^(+inf) or NaN), D_i = dO_i·o_i, and the factor 1/σ_i that makes the row's
+// give e^(+inf) or NaN), D_i = dO_i·o_i − dlse_i (dlse: Options::dlse, else 0), and the factor 1/σ_i that makes the row's
 // recomputed P sum to 1 (see normalisers()). Row (b, h, i) is at (b·Hq + h)·Nq + i.
 template <class T>
 struct RowStats {
@@ -142,6 +142,9 @@ RowStats<T> row_stats(const BackwardParams& p, int threads, bool rows_finite = t
           for (std::int64_t c = 0; c < p.dv; ++c)
             for (std::int64_t r = 0; r < kStatRows; ++r) d[r] += dO[r * p.dv + c] * o[r * p.dv + c];
         }
+        // A gradient w.r.t. lse enters here only: dS = P ∘ (dP − (D − dlse)) (Options::dlse).
+        if (!p.dLse.empty())
+          for (std::int64_t r = 0; r < n; ++r) d[r] -= value<double>(p.dLse, b, h, i0 + r, 0);
         for (std::int64_t r = 0; r < n; ++r) st.D[bh * p.Nq + i0 + r] = static_cast<T>(d[r]);
       }
     }

@@ -57,6 +57,7 @@ struct Params {
 struct BackwardParams : Params {
   bool lse_covers_keys = true;  // Options::lse_covers_keys
   TensorView dO;          // gradient of the loss w.r.t. out, [B, Hq, Nq, dv]
+  TensorView dLse;        // empty, or the gradient w.r.t. lse, rank 3 [B, Hq, Nq] (Options::dlse)
   TensorView dQ, dK, dV;  // outputs, shapes of q, k, v
   TensorView dSinks;      // empty, or rank 1 [Hq]
   TensorView dBias;       // empty, or rank 4 [B, Hq, Nq, Nkv]

@@ -130,6 +130,7 @@ void backward_params(const detail::BackwardParams& p) {
             dS[j] = pij * zij * dP;
             D += dS[j];
           }
+          if (!p.dLse.empty()) D -= get(p.dLse, b, h, i, 0);  // ∂lse_i/∂t_ij = P_ij
           for (std::int64_t j = 0; j < p.Nkv; ++j) dS[j] -= P[i * p.Nkv + j] * D;
           if (!p.sinks.empty()) dsinks[h] -= std::exp(detail::sink_logit(p, h) - lse[i]) * D;
           if (!p.dBias.empty())

@@ -259,6 +259,7 @@ void fill_inputs(Params& p, const TensorView& q0, const TensorView& k0, const Te
 
 Params make_forward_params(const TensorView& q0, const TensorView& k0, const TensorView& v0,
                            const Outputs& outputs, const Options& options, Kernel kernel) {
+  if (options.dlse.data) fail("dlse: the gradient w.r.t. lse is an input of backward(), not of forward()");
   Params p;
   fill_inputs(p, q0, k0, v0, options);
   const std::int64_t out_shape[4] = {p.B, p.Hq, p.Nq, p.dv};
@@ -289,6 +290,10 @@ BackwardParams make_backward_params(const TensorView& q0, const TensorView& k0, 
     p.out = output("out", out, 4, o_shape, false, p.dtype);
     const std::int64_t s[3] = {p.B, p.Hq, p.Nq};
     p.lse = output("lse", lse, 3, s, true, p.dtype);
+  }
+  if (options.dlse.data) {
+    const std::int64_t s[3] = {p.B, p.Hq, p.Nq};
+    p.dLse = output("dlse", options.dlse, 3, s, true, p.dtype);
   }
   const std::int64_t q_shape[4] = {p.B, p.Hq, p.Nq, p.dk};
   const std::int64_t k_shape[4] = {p.B, p.Hkv, p.Nkv, p.dk};

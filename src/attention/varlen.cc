@@ -133,13 +133,19 @@ void varlen_backward(const TensorView& q, const TensorView& k, const TensorView&
     BackwardParams p = sequence(whole, options, s);
     const std::int64_t q0 = options.cu_seqlens_q[s], k0 = options.cu_seqlens_k[s];
     p.dO = slice(p.dO, 2, q0, p.Nq);
+    p.dLse = slice(p.dLse, 2, q0, p.Nq);
     p.dQ = slice(p.dQ, 2, q0, p.Nq);
     p.dK = slice(p.dK, 2, k0, p.Nkv);
     p.dV = slice(p.dV, 2, k0, p.Nkv);
-    if (p.Nq == 0 || p.Nkv == 0) {  // nothing attends: zero gradients (dsinks: D = dO·0 = 0)
+    if (p.Nq == 0 || p.Nkv == 0) {  // nothing attends: zero gradients
       fill_rows(p.dQ, p.Hq, p.Nq, p.dk, 0.0);
       fill_rows(p.dK, p.Hkv, p.Nkv, p.dk, 0.0);
       fill_rows(p.dV, p.Hkv, p.Nkv, p.dv, 0.0);
+      // dsinks: lse_i = sink_h over no key (P_sink = 1), so dsink_h = −Σ_i (D_i − dlse_i) with
+      // D = dO·0 = 0, the sum of the rows' dlse.
+      if (!p.dSinks.empty() && !p.dLse.empty())
+        for (std::int64_t h = 0; h < p.Hq; ++h)
+          for (std::int64_t i = 0; i < p.Nq; ++i) dsinks[h] += value<double>(p.dLse, 0, h, i, 0);
       continue;
     }
     if (!p.dSinks.empty()) p.dSinks = part_view;

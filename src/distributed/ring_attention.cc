@@ -6,7 +6,8 @@
 // from r − 1 and sends the current one on to r + 1 (two buffers). Each block's (out_b, lse_b) is merged
 // into the running result with the LSE merge (decode.h), in step order:
 //   lse = log(e^lse + e^lse_b),  out = e^(lse_old − lse)·out + e^(lse_b − lse)·out_b.
-// Backward: with the global out and lse, P_ij = exp(s·q_i·k_j − lse_i) and D_i = Σ dout_i∘out_i, so
+// Backward: with the global out and lse, P_ij = exp(s·q_i·k_j − lse_i) and D_i = Σ dout_i∘out_i
+// (− dlse_i when the loss reads lse: Options::dlse, each block given its rows' part), so
 // each block's gradients are the public backward's on that block; dQ sums over steps locally, and the
 // dK/dV accumulator of shard src travels with it: rank r adds its block to the sum received from
 // r − 1 and passes it on; after K steps it is back home. The sums run in ring order, so the result
@@ -449,6 +450,7 @@ void ring_backward(const TensorView& q, const TensorView& k, const TensorView& v
                          dvp = rows(dv_part.view(), 0, blk.nk);
         Options shard = blk.options;
         shard.lse_covers_keys = false;  // the global lse: this block's keys are one shard of the row's
+        if (!p.dLse.empty()) shard.dlse = rows(p.dLse, qo, blk.nq);  // its rows' dlse (Options::dlse)
         backward(rows(p.q, qo, blk.nq), rows(held.k, ko, blk.nk), rows(held.v, ko, blk.nk), rows(p.out, qo, blk.nq),
                  rows(p.lse, qo, blk.nq), rows(p.dO, qo, blk.nq), {dqp, dkp, dvp}, shard);
         add(rows(dq_acc.view(), qo, blk.nq), dqp);

@@ -117,6 +117,20 @@ TEST_P(Ring, ForwardAndBackwardMatchOneProcess) {
   EXPECT_EQ(std::memcmp(lo.data(), lo2.data(), lo.nbytes()), 0) << where;
   EXPECT_EQ(std::memcmp(dq.data(), dq2.data(), dq.nbytes()), 0) << where;
   EXPECT_EQ(std::memcmp(dk.data(), dk2.data(), dk.nbytes()), 0) << where;
+
+  // With a gradient w.r.t. lse (Options::dlse): each block reads its rows' part.
+  const Tensor dlse = random_tensor(c.dtype, {c.B, c.Hq, c.Nq}, seed, 5);
+  Options with_dlse = opt;
+  with_dlse.dlse = dlse.view();
+  reference::backward(q.view(), k.view(), v.view(), dout.view(), {ref_dq.view(), ref_dk.view(), ref_dv.view()},
+                      with_dlse);
+  const Tensor ldlse = take_rows(dlse, qs);
+  with_dlse.dlse = ldlse.view();
+  ring_backward(lq.view(), lk.view(), lv.view(), lo.view(), ll.view(), ldo.view(), {dq.view(), dk.view(), dv.view()},
+                with_dlse, MPI_COMM_WORLD, c.sharding);
+  EXPECT_LE(rel_error(dq.view(), take_rows(ref_dq, qs).view()), bwd_tol) << where << " with dlse";
+  EXPECT_LE(rel_error(dk.view(), take_rows(ref_dk, ks).view()), bwd_tol) << where << " with dlse";
+  EXPECT_LE(rel_error(dv.view(), take_rows(ref_dv, ks).view()), bwd_tol) << where << " with dlse";
 }
 
 const Align TL = Align::top_left, BR = Align::bottom_right;

@@ -15,19 +15,20 @@ q = rng.standard_normal((2, 4, n, 16)).astype(np.float32)
 k = rng.standard_normal((2, 2, n, 16)).astype(np.float32)
 v = rng.standard_normal((2, 2, n, 8)).astype(np.float32)
 dout = rng.standard_normal((2, 4, n, 8)).astype(np.float32)
-for causal, sharding in [(False, "contiguous"), (True, "zigzag")]:
+dlse = rng.standard_normal((2, 4, n)).astype(np.float32)
+for causal, sharding, with_dlse in [(False, "contiguous", False), (True, "zigzag", False), (True, "zigzag", True)]:
     out, lse = attnscale.attention(q, k, v, causal=causal, return_lse=True)
-    dq, dk, dv = attnscale.attention_backward(q, k, v, out, lse, dout, causal=causal)
+    dq, dk, dv = attnscale.attention_backward(q, k, v, out, lse, dout, causal=causal, dlse=dlse if with_dlse else None)
     r = dist.rows(n, comm, sharding)
     o_r, l_r = dist.ring_attention(q[..., r, :], k[..., r, :], v[..., r, :], comm, causal=causal, return_lse=True)
     g = dist.ring_attention_backward(q[..., r, :], k[..., r, :], v[..., r, :], o_r, l_r, dout[..., r, :], comm,
-                                     causal=causal)
+                                     causal=causal, dlse=dlse[..., r] if with_dlse else None)
     for name, got, want, tol in [("out", o_r, out[..., r, :], 1e-5), ("lse", l_r, lse[..., r], 1e-5),
                                  ("dq", g[0], dq[..., r, :], 1e-4), ("dk", g[1], dk[..., r, :], 1e-4),
                                  ("dv", g[2], dv[..., r, :], 1e-4)]:
         err = np.linalg.norm(got - want) / np.linalg.norm(want)
         if not err <= tol:
-            failures.append(f"rank {comm.rank}: causal={causal} {name}: relative error {err:.3g} > {tol}")
+            failures.append(f"rank {comm.rank}: causal={causal} dlse={with_dlse} {name}: relative error {err:.3g} > {tol}")
 try:
     dist.ring_attention(q, k, v, "not a communicator")
     failures.append("a string was accepted as a communicator")
