@@ -9,6 +9,7 @@
 #include "attnscale/attention.h"
 #include "attnscale/error.h"
 #include "attnscale/npy.h"
+#include "attend_memory.h"
 #include "context_parallel.h"
 #include "input_files.h"
 #include "library_names.h"
@@ -84,6 +85,7 @@ void run(const AttendFlags& f) {
   require_own_paths(outputs_given, {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
                                     {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
   require_writable(outputs_given);
+  check_attend_memory({f.q, f.k, f.v, f.mask.mask_path, f.lse, f.probs});  // from the headers, before any read
   Tensor mask, alibi, sinks;
   Options options = f.mask.options(mask);
   add_transforms(f, options, alibi, sinks);

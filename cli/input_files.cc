@@ -13,12 +13,15 @@ char kind_of(const std::string& descr) {
 }
 
 // How to turn an array of this dtype into one the flag takes, or "" where no conversion keeps the
-// values (complex, strings, objects, dates).
-std::string advice(const std::string& descr, InputDtypes accepted) {
+// values (complex, strings, objects, dates). A bool or uint8 file given to --q, --k or --v is most
+// likely a keep mask given to the wrong flag: that is said first.
+std::string advice(const std::string& flag, const std::string& descr, InputDtypes accepted) {
   const char kind = descr == "bool/uint8" ? 'u' : kind_of(descr);
   const bool real = kind == 'f', integer = kind == 'i' || kind == 'u' || kind == 'b';
   if (accepted == InputDtypes::mask && integer)
     return "; save a keep mask as bool (arr.astype(bool)) or an additive one as float32 (arr.astype('<f4'))";
+  if (descr == "bool/uint8" && (flag == "--q" || flag == "--k" || flag == "--v"))
+    return "; this looks like a mask: pass it as --mask, or save it as float32 (arr.astype('<f4'))";
   if (real || integer) return "; save it as float32 (arr.astype('<f4'))";
   return "";
 }
@@ -30,13 +33,28 @@ void refuse_dtype(const std::string& flag, const std::string& path, const std::s
                                                     : "float32 '<f4' or float64 '<f8'";
   const std::string shown = descr == "bool/uint8" ? descr : "'" + descr + "'";
   throw Error(flag + ": " + path + ": unsupported dtype " + shown + " (expected " + takes + ")" +
-              advice(descr, accepted));
+              advice(flag, descr, accepted));
 }
+
+namespace {
+
+// read_npy reads bool and uint8 (as DType::u8) for --mask; a flag taking floats refuses them.
+void require_accepted(const std::string& flag, const std::string& path, DType dtype, InputDtypes accepted) {
+  if (accepted == InputDtypes::floats && dtype == DType::u8) refuse_dtype(flag, path, "bool/uint8", accepted);
+}
+
+}  // namespace
 
 Tensor read_input(const std::string& flag, const std::string& path, InputDtypes accepted) {
   Tensor t = naming_input_errors(flag, path, accepted, [&] { return read_npy(path); });
-  if (accepted == InputDtypes::floats && t.dtype() == DType::u8) refuse_dtype(flag, path, "bool/uint8", accepted);
+  require_accepted(flag, path, t.dtype(), accepted);
   return t;
+}
+
+detail::NpyHeader read_input_header(const std::string& flag, const std::string& path, InputDtypes accepted) {
+  detail::NpyHeader h = naming_input_errors(flag, path, accepted, [&] { return detail::read_npy_header(path); });
+  require_accepted(flag, path, h.dtype, accepted);
+  return h;
 }
 
 }  // namespace attnscale::cli

@@ -23,8 +23,13 @@ enum class InputDtypes {
 // read_npy(path); an Error it throws comes back as Error("<flag>: <its message>"), and a dtype
 // outside `accepted` as
 //   --q: h.npy: unsupported dtype '<f2' (expected float32 '<f4' or float64 '<f8'); save it as float32 (arr.astype('<f4'))
-// (the advice only for float and integer dtypes, which convert).
+// (the advice only for float and integer dtypes, which convert); a bool or uint8 file given to --q,
+// --k or --v is told "this looks like a mask: pass it as --mask, or save it as float32 (...)".
 Tensor read_input(const std::string& flag, const std::string& path, InputDtypes accepted);
+
+// The header of the file read_input() would read, its data not read, with read_input()'s errors:
+// what it will hold, for a command that checks its arrays' sizes before reading any of them.
+detail::NpyHeader read_input_header(const std::string& flag, const std::string& path, InputDtypes accepted);
 
 // The Error above for the file `path` given to `flag`, whose header spells its dtype `descr`
 // (printable; "bool/uint8" where only the dtype read is known).

@@ -206,7 +206,8 @@ def _converted(t, dtype):
     """A new contiguous tensor of `dtype` (float32 or float16) holding t's values (attnscale's
     conversion, _convert), in memory numpy allocates: numpy asks for transparent huge pages for
     arrays of 4 MiB and more, torch does not, and where first touches of 4 KiB pages are costly a
-    fresh 256 MiB copy took 0.5 s in them (docs/performance.md)."""
+    fresh 256 MiB copy took 0.5 s in them (performance.md: docs/ in the source, share/doc/attnscale/
+    installed)."""
     out = np.empty(tuple(t.shape), dtype=np.float32 if dtype == torch.float32 else np.float16)
     _attnscale._convert(t.detach().numpy(), out)
     return torch.from_numpy(out)
@@ -214,8 +215,8 @@ def _converted(t, dtype):
 
 class _Half(torch.autograd.Function):
     """float16 <-> float32 by the CPU's conversion instructions (torch 1.13 converts float16 on the
-    CPU element by element, about 0.1 GB/s; docs/performance.md), differentiable: the gradient
-    converts back."""
+    CPU element by element, about 0.1 GB/s; performance.md: docs/ in the source, share/doc/attnscale/
+    installed), differentiable: the gradient converts back."""
 
     @staticmethod
     def forward(ctx, t, dtype):

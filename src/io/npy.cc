@@ -328,13 +328,13 @@ std::string npy_file_bytes(const TensorView& view) {
   return bytes;
 }
 
-}  // namespace detail
+namespace {
 
-Tensor read_npy(const std::string& path) {
-  using namespace detail;
+// Opens `path` into `in` and reads its header; `in` is left at the first data byte.
+NpyHeader read_header(const std::string& path, std::ifstream& in) {
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) fail(path, "is a directory, not a .npy file");
-  std::ifstream in(path, std::ios::binary);
+  in.open(path, std::ios::binary);
   if (!in) fail(path, "cannot open file (" + std::string(std::strerror(errno)) + ")");
   in.seekg(0, std::ios::end);
   const std::int64_t file_size = static_cast<std::int64_t>(in.tellg());
@@ -346,7 +346,24 @@ Tensor read_npy(const std::string& path) {
   std::string dict(static_cast<std::size_t>(pre.header_len), '\0');
   in.seekg(pre.header_offset);
   if (!in.read(dict.data(), pre.header_len)) fail(path, "truncated header");
-  const NpyHeader h = parse_npy_header(path, dict, pre, file_size);
+  NpyHeader h = parse_npy_header(path, dict, pre, file_size);
+  in.seekg(h.data_offset);
+  return h;
+}
+
+}  // namespace
+
+NpyHeader read_npy_header(const std::string& path) {
+  std::ifstream in;
+  return read_header(path, in);
+}
+
+}  // namespace detail
+
+Tensor read_npy(const std::string& path) {
+  using namespace detail;
+  std::ifstream in;
+  const NpyHeader h = read_header(path, in);
   Tensor t = allocate(path, h);
   if (h.data_bytes > 0 && !in.read(static_cast<char*>(t.data()), h.data_bytes)) fail(path, "read error");
   return t;

@@ -58,6 +58,11 @@ std::string npy_header_bytes(DType dtype, const std::int64_t* shape, int rank);
 // write_npy writes. Throws Error, not naming a file, for a null view or a rank outside 1..4.
 std::string npy_file_bytes(const TensorView& view);
 
+// The header of the .npy file `path`, its data not read: what read_npy would allocate, known
+// before it does (a command checks what its inputs and outputs need together first). Throws the
+// Errors read_npy throws for the file and its header, naming `path`.
+NpyHeader read_npy_header(const std::string& path);
+
 // A whole .npy file held in memory.
 Tensor read_npy_bytes(const std::string& name, std::string_view bytes);
 

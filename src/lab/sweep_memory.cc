@@ -19,6 +19,14 @@ double concurrent_points(const Args& a, std::size_t points) {
   return static_cast<double>(std::clamp<std::int64_t>(static_cast<std::int64_t>(points), 1, std::max(a.threads, 1)));
 }
 
+double trial_sweep_bytes(const Args& a, const TrialSweep& sweep) {
+  const double points = static_cast<double>(sweep.points);
+  const double rows_per_point = static_cast<double>(sweep.rows_per_point != 0 ? sweep.rows_per_point : sweep.width);
+  return concurrent_points(a, sweep.points) *
+             (per_trial_bytes(a.trials, sweep.width) + sweep.trial_extra_bytes * static_cast<double>(a.trials)) +
+         a.threads * sweep.thread_bytes + points * rows_per_point * kRowBytes;
+}
+
 void check_sweep_memory(const Args& a, const std::vector<std::string>& flags, double bytes) {
   if (!(bytes > static_cast<double>(detail::memory_limit_bytes()))) return;
   std::string given;

@@ -152,10 +152,21 @@ def test_structured_dtype(work):
     assert_refused(attend(work, q="s.npy"), work, "s.npy", "structured arrays")
 
 
-def test_bool_queries(work):
-    np.save(work / "b.npy", np.ones((4, 8), bool))
-    assert_refused(attend(work, q="b.npy"), work,
-                   "error: --q: b.npy: unsupported dtype bool/uint8 (expected float32 '<f4' or float64 '<f8')")
+@pytest.mark.parametrize("dtype", [bool, np.uint8])
+def test_a_bool_or_uint8_input_is_told_it_looks_like_a_mask(work, dtype):
+    # A keep mask given to --q, --k or --v (or --k m.npy typed for --mask m.npy): the line says so
+    # before it offers the conversion to float32.
+    np.save(work / "b.npy", np.ones((4, 8), dtype))
+    tail = ("b.npy: unsupported dtype bool/uint8 (expected float32 '<f4' or float64 '<f8'); this looks like a "
+            "mask: pass it as --mask, or save it as float32 (arr.astype('<f4'))")
+    for r, flag in [(attend(work, q="b.npy"), "--q"), (attend(work, k="b.npy"), "--k"), (attend(work, v="b.npy"), "--v"),
+                    (explain(work, "b.npy"), "--q")]:
+        assert_refused(r, work, f"error: {flag}: {tail}")
+        assert r.stderr.strip().endswith(tail)
+    # --sinks takes one logit a head: a bool file there is not a mask in the wrong place.
+    r = attend(work, "--sinks", "b.npy")
+    assert_refused(r, work, "error: --sinks: b.npy: unsupported dtype bool/uint8")
+    assert r.stderr.strip().endswith("; save it as float32 (arr.astype('<f4'))") and "mask" not in r.stderr
 
 
 FLOATS = "(expected float32 '<f4' or float64 '<f8')"
@@ -312,6 +323,37 @@ def huge_problem(work, n=1_000_000):
 def test_probs_that_would_need_terabytes(work):
     r = attend(work, "--probs", "probs.npy", **huge_problem(work))
     assert_refused(r, work, "--probs", "[1000000, 1000000] float32 needs 3.6 TiB", "more than")
+
+
+def memory_limit_bytes():
+    """RAM + swap, as the tool reads it (sysinfo: totalram + totalswap)."""
+    swap_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("SwapTotal:"))
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") + 1024 * swap_kib
+
+
+def sparse_npy(path, rows, cols):
+    """A float32 [rows, cols] .npy of holes: its header, then a file size that holds the data, no
+    data written (a few KiB on disk whatever the size)."""
+    header = npy_bytes(f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}", b"")
+    with open(path, "wb") as f:
+        f.write(header)
+        f.truncate(len(header) + 4 * rows * cols)
+
+
+def test_arrays_that_fit_one_by_one_but_not_together(work):
+    # q, k, v and the output of 30% of RAM + swap each: every tensor passes its own check, but the
+    # call holds all four at once. Refused from the headers, before any input is read.
+    rows = int(0.3 * memory_limit_bytes()) // (4 * 64)
+    sparse_npy(work / "x.npy", rows, 64)
+    r = attend(work, q="x.npy", k="x.npy", v="x.npy")
+    shape = f"[{rows}, 64] float32"
+    assert_refused(r, work, f"error: --q {shape}, --k {shape}, --v {shape}, --out {shape}: the call needs about",
+                   "more than the", "of memory (RAM + swap) this machine has; smaller arrays need less")
+    # 128 query rows: their probabilities [128, rows] take 60%, k and v 30% each.
+    np.save(work / "q128.npy", np.random.default_rng(7).standard_normal((128, 64)).astype("<f4"))
+    r = attend(work, "--lse", "lse.npy", "--probs", "probs.npy", q="q128.npy", k="x.npy", v="x.npy")
+    assert_refused(r, work, f"--k {shape}, --v {shape}, --out [128, 64] float32, --lse [128] float32, "
+                   f"--probs [128, {rows}] float32: the call needs about", "smaller arrays, or no --probs, need less")
 
 
 def test_reference_score_matrix_that_would_need_terabytes(work):

@@ -345,6 +345,15 @@ def test_recall_cites_the_schedule_trials_only_for_their_setting(report_dir):
     assert md.count("no seed learns the task") == len(re.findall(r"no seed learns it either(?! way)", md)), md
 
 
+def test_the_report_names_docs_as_installed_too(report_dir):
+    """The appendix and the recall section named docs/lab.md, a path in the source only: a report
+    names a document as the CLI's help does, "lab.md: docs/ in the source, share/doc/attnscale/
+    installed"."""
+    md = " ".join((report_dir / "report.md").read_text().split())
+    assert re.findall(r"(?<!\w)docs/[\w-]+\.md", md) == []
+    assert "lab.md: docs/ in the source, share/doc/attnscale/ installed" in md
+
+
 def test_appendix_does_not_promise_nominal_coverage_for_the_kurtosis(report_dir):
     """Appendix A.1 said every row's true value "falls outside about one time in 20"; the kurtosis
     rows' jackknife interval misses 12% of the time over 20 seeds (docs/lab.md)."""

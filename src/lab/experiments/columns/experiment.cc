@@ -172,8 +172,9 @@ Experiment make_columns() {
     auto pts = n_d_points(a);
     const double n = largest(a, "n"), d = largest(a, "d");
     check_sweep_memory(a, {"trials", "n", "d"},
-                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, kWidth) +
-                           a.threads * 8 * (7 * n * d + 3 * n * n) + pts.size() * kWidth * kRowBytes);
+                       trial_sweep_bytes(a, {.points = pts.size(),
+                                             .width = kWidth,
+                                             .thread_bytes = 8 * (7 * n * d + 3 * n * n)}));
     return pts;
   };
   e.run_point = run;

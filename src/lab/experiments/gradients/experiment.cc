@@ -128,8 +128,9 @@ Experiment make_gradients() {
     const std::size_t width = 4 * a.words("scaling").size();
     const double n = largest(a, "n"), d = largest(a, "d");
     check_sweep_memory(a, {"trials", "n", "d", "scaling"},
-                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, width) +
-                           a.threads * 8 * (9 * n * d + 2 * n * n) + pts.size() * width * kRowBytes);
+                       trial_sweep_bytes(a, {.points = pts.size(),
+                                             .width = width,
+                                             .thread_bytes = 8 * (9 * n * d + 2 * n * n)}));
     return pts;
   };
   e.run_point = run;

@@ -84,8 +84,9 @@ Experiment make_length() {
     const std::size_t width = kRowMetrics * a.words("rule").size();
     const double n = largest(a, "n"), d = largest(a, "d"), nq = std::min(static_cast<double>(q[0]), n);
     check_sweep_memory(a, {"trials", "n", "d", "rule"},
-                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, width) +
-                           a.threads * 8 * (n * d + nq * d + nq * n + n) + pts.size() * width * kRowBytes);
+                       trial_sweep_bytes(a, {.points = pts.size(),
+                                             .width = width,
+                                             .thread_bytes = 8 * (n * d + nq * d + nq * n + n)}));
     return pts;
   };
   e.run_point = run;

@@ -158,8 +158,10 @@ Experiment make_moments() {
     // Each point: q_0, k_0 and q·k a trial, and up to 8 derived columns of them (the components are
     // drawn as summed, never held); a few rows.
     check_sweep_memory(a, {"trials", "d", "dist"},
-                       concurrent_points(a, pts.size()) * (per_trial_bytes(a.trials, 3) + 64.0 * double(a.trials)) +
-                           pts.size() * 8 * kRowBytes);
+                       trial_sweep_bytes(a, {.points = pts.size(),
+                                             .width = 3,
+                                             .trial_extra_bytes = 64,
+                                             .rows_per_point = 8}));
     return pts;
   };
   e.run_point = run;

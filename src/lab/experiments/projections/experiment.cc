@@ -153,8 +153,11 @@ Experiment make_projections() {
     // [dx, d], Q and K [N, d], in float64; 6 rows a point.
     const double n = largest(a, "n"), dx = largest(a, "dx"), d = largest(a, "d");
     check_sweep_memory(a, {"trials", "n", "dx", "d"},
-                       concurrent_points(a, pts.size()) * (per_trial_bytes(a.trials, 5) + 8.0 * double(a.trials)) +
-                           a.threads * 8 * (n * dx + 2 * dx * d + 2 * n * d) + pts.size() * 6 * kRowBytes);
+                       trial_sweep_bytes(a, {.points = pts.size(),
+                                             .width = 5,
+                                             .trial_extra_bytes = 8,
+                                             .thread_bytes = 8 * (n * dx + 2 * dx * d + 2 * n * d),
+                                             .rows_per_point = 6}));
     return pts;
   };
   e.run_point = run;

@@ -320,8 +320,7 @@ Experiment make_saturation() {
       }
     const std::size_t width = kRowMetrics * names.size();
     check_sweep_memory(a, {"trials", "n", "d", "scaling"},
-                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, width) + a.threads * chunk +
-                           pts.size() * width * kRowBytes);
+                       trial_sweep_bytes(a, {.points = pts.size(), .width = width, .thread_bytes = chunk}));
     return pts;
   };
   e.resolve = samplers_used;

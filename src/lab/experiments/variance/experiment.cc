@@ -88,8 +88,9 @@ Experiment make_variance() {
     // summed, never held).
     const std::size_t ds = a.ints("d").size();
     check_sweep_memory(a, {"trials", "d"},
-                       concurrent_points(a, pts.size()) * per_trial_bytes(a.trials, ds) +
-                           pts.size() * ds * (a.words("scaling").size() + 2) * kRowBytes);
+                       trial_sweep_bytes(a, {.points = pts.size(),
+                                             .width = ds,
+                                             .rows_per_point = ds * (a.words("scaling").size() + 2)}));
     return pts;
   };
   e.run_point = run;
