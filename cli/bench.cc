@@ -890,14 +890,17 @@ void run(const Bench& opt) {
         r.of_read.push_back(rate_of(r.timed, s) / read_rate);
       }
     }
-  // sgemm is no row's limit: time it once per round on its own, after the rows.
-  for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));
   // Nor is the bf16 dot loop where the bf16 products are widened to float32 (their rows go against
-  // fp32-peak): timed the same way when the run has bf16 rows, it shows why they are.
+  // fp32-peak): timed once per round on its own when the run has bf16 rows, it shows why they are.
+  // Before sgemm: OpenBLAS's threads spin for a while after a call (bench/goals.py), and timed
+  // right after the last sgemm this loop read one core's worth of two in whole runs (100.6-101.8
+  // GFLOP/s over every round, fp32-peak 196-199 in the same run; 2-vCPU guest).
   const bool bf16_rows = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.dtype == "bf16"; });
   if (bf16_rows && bf16_peak->rates.empty())
     for (int round = 0; round < opt.rounds; ++round)
       bf16_peak->rates.push_back(rate_of(bf16_peak->timed, bf16_peak->timed.seconds()));
+  // sgemm is no row's limit: time it once per round on its own, after the rows.
+  for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));
   getloadavg(load, 1);
   if (opt.format == "csv") print_csv(limits, rows);
   else print_table(limits, rows, start_notes, threads, opt.rounds, load0, load[0]);
