@@ -12,6 +12,9 @@
 //               can be judged as its yardstick
 //   sgemm       OpenBLAS sgemm 2048^3, for comparison with a tuned GEMM library (its kernels of the
 //               library's SIMD width: openblas_core.h)
+// The peak loops, copy, copy-cache and read run on every thread at once: each thread waits at a
+// start barrier until all have come, and the rate is the work of all over the time from the first
+// thread's start to the last one's end (common/timed_together.h says why and what was weighed).
 // Flop-bound rows are divided by the peak of the instructions their products run on (bf16 rows
 // by amx-peak where the bf16 products run on AMX, by bf16-peak on vdpbf16ps, by fp32-peak where
 // they are widened to float32), decode rows (bound by reading K and V)
@@ -356,9 +359,8 @@ volatile std::uint64_t read_sink;  // where read_slices leaves its sums
 
 // Read `bytes` of src once, each thread its own slice, as two streams side by side (the slice's
 // halves, a vector of each in turn) as decode reads K and V, by the dispatched target's vectors
-// (peak::read_two_streams), the sums kept from being optimised away by a volatile store; all
-// threads at once (time_together). Counts
-// the bytes read, as decode rows do. One stream a thread read less than two (three runs of a test
+// (peak::read_two_streams), the sums kept from being optimised away by a volatile store, all
+// threads at once (time_together). Counts the bytes read, as decode rows do. One stream a thread read less than two (three runs of a test
 // program, 2 threads, 256 MiB, 9 rounds alternated with a copy, load average 1.9, medians in GB/s):
 // one stream 53.5 / 47.8 / 48.8, two 61.3 / 51.3 / 52.0, four 61.4 / 53.0 / 53.2, the copy 61.9 /
 // 52.6 / 56.0. Eight-byte loads, as this loop read before, held an Intel Xeon (Emerald Rapids) to
