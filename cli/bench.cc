@@ -894,9 +894,9 @@ void run(const Bench& opt) {
     }
   // Nor is the bf16 dot loop where the bf16 products are widened to float32 (their rows go against
   // fp32-peak): timed once per round on its own when the run has bf16 rows, it shows why they are.
-  // Before sgemm: OpenBLAS's threads spin for a while after a call (bench/goals.py), and timed
-  // right after the last sgemm this loop read one core's worth of two in whole runs (100.6-101.8
-  // GFLOP/s over every round, fp32-peak 196-199 in the same run; 2-vCPU guest).
+  // Before sgemm: OpenBLAS's threads spin for a while after a call (bench/goals.py). Timed right
+  // after the last sgemm, this loop read one core's worth of two in whole runs on a 2-vCPU guest
+  // (100.6-101.8 GFLOP/s over every round, fp32-peak 196-199 in the same run), likely for that.
   const bool bf16_rows = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.dtype == "bf16"; });
   if (bf16_rows && bf16_peak->rates.empty())
     for (int round = 0; round < opt.rounds; ++round)
