@@ -17,17 +17,8 @@
 namespace attnscale {
 namespace {
 using testing::random_tensor;
+using testing::scaled_error;
 using testing::value_at;
-
-// max |a − b| / max(1, max |b|) over all elements.
-double scaled_error(const Tensor& a, const Tensor& b) {
-  double err = 0, size = 1;
-  for (std::int64_t n = 0; n < b.numel(); ++n) {
-    err = std::max(err, std::fabs(value_at(a.view(), n) - value_at(b.view(), n)));
-    size = std::max(size, std::fabs(value_at(b.view(), n)));
-  }
-  return err / size;
-}
 
 struct Case {
   std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
