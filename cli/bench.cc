@@ -12,6 +12,9 @@
 //               can be judged as its yardstick
 //   sgemm       OpenBLAS sgemm 2048^3, for comparison with a tuned GEMM library (its kernels of the
 //               library's SIMD width: openblas_core.h)
+// The peak loops, copy, copy-cache and read run on every thread at once: each thread waits at a
+// start barrier until all have come, and the rate is the work of all over the time from the first
+// thread's start to the last one's end (common/timed_together.h says why and what was weighed).
 // Flop-bound rows are divided by the peak of the instructions their products run on (bf16 rows
 // by amx-peak where the bf16 products run on AMX, by bf16-peak on vdpbf16ps, by fp32-peak where
 // they are widened to float32), decode rows (bound by reading K and V)
@@ -51,6 +54,7 @@
 #include "attnscale/version.h"
 #include "common/memory.h"
 #include "common/parallel.h"
+#include "common/timed_together.h"
 #include "openblas_core.h"
 #include "openblas_library.h"
 #include "subcommands.h"
@@ -104,6 +108,25 @@ double visible_pairs(std::int64_t Nq, std::int64_t Nkv, bool causal) {
   return pairs;
 }
 
+// What the start barrier saw over the timings of a loop run on all threads at once (the limits
+// timed by time_together): told under the table when a thread came late or a timing was repeated.
+struct StartNotes {
+  std::string name;
+  int timings = 0;
+  int late = 0;      // the barrier waited more than kLate for the last thread (not timed)
+  int repeated = 0;  // timings made again: a thread was apart (the barrier broke, or no overlap)
+  int apart = 0;     // kept apart after every attempt
+  double longest_wait = 0;
+  static constexpr double kLate = 1e-3;  // seconds; an awake or parked helper comes within 0.2 ms
+  void add(const TogetherTiming& t) {
+    ++timings;
+    late += t.start_wait > kLate;
+    repeated += t.attempts - 1;
+    apart += !t.together;
+    longest_wait = std::max(longest_wait, t.start_wait);
+  }
+};
+
 // Something timed: `calls` calls of fn per timing, `work` flops or bytes per call (0: the row
 // reports microseconds per call).
 struct Timed {
@@ -112,8 +135,18 @@ struct Timed {
   int calls = 1;
   double per = 1e-9;  // rate = work / seconds · per (GFLOP/s, GB/s; 1 for tokens/s)
   bool warm = false;  // one untimed call first: a cache-resident row's data in cache when timing starts
+  // Where set, one call that times itself, in place of a clock around `calls` calls of fn: a limit
+  // run on all threads at once, from the first thread's start to the last one's end
+  // (common/timed_together.h), what it saw counted in `notes`. fn is then the same loop, untimed.
+  std::function<TogetherTiming()> together;
+  std::shared_ptr<StartNotes> notes;
   double seconds() const {  // per call
     if (warm) fn();
+    if (together) {
+      const TogetherTiming t = together();
+      if (notes) notes->add(t);
+      return t.seconds;
+    }
     const auto t0 = Clock::now();
     for (int c = 0; c < calls; ++c) fn();
     return std::chrono::duration<double>(Clock::now() - t0).count() / calls;
@@ -124,6 +157,16 @@ struct Timed {
     return best;
   }
 };
+
+// A limit run on every thread at once, timed by itself; `work` per call.
+Timed timed_together(std::function<TogetherTiming()> together, double work, std::shared_ptr<StartNotes> notes) {
+  Timed t;
+  t.fn = [together] { together(); };
+  t.work = work;
+  t.together = std::move(together);
+  t.notes = std::move(notes);
+  return t;
+}
 
 struct Limit {
   std::string name, unit, what;
@@ -298,39 +341,41 @@ const LastLevelCache& last_level_cache() {
 
 std::size_t l3_bytes() { return last_level_cache().bytes; }
 
-// Copy `bytes` from src to dst `repeat` times, each thread its own slice.
-void copy_slices(const char* src, char* dst, std::size_t bytes, int threads, int repeat) {
+// Copy `bytes` from src to dst `repeat` times, each of `threads` threads its own slice: share
+// `share`'s part.
+void copy_share(const char* src, char* dst, std::size_t bytes, int threads, int repeat, int share) {
   const std::size_t slice = bytes / threads;
-  parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
-    for (std::int64_t t = t0; t < t1; ++t) {
-      const std::size_t begin = t * slice, end = t + 1 == threads ? bytes : begin + slice;
-      for (int r = 0; r < repeat; ++r) std::memcpy(dst + begin, src + begin, end - begin);
-    }
-  });
+  const std::size_t begin = share * slice, end = share + 1 == threads ? bytes : begin + slice;
+  for (int r = 0; r < repeat; ++r) std::memcpy(dst + begin, src + begin, end - begin);
+}
+
+// All threads' shares at once (time_together): the copy's time from the first thread's start to
+// the last one's end.
+TogetherTiming copy_slices(const char* src, char* dst, std::size_t bytes, int threads, int repeat) {
+  return time_together(threads, [&](int share) { copy_share(src, dst, bytes, threads, repeat, share); });
 }
 
 volatile std::uint64_t read_sink;  // where read_slices leaves its sums
 
 // Read `bytes` of src once, each thread its own slice, as two streams side by side (the slice's
 // halves, a vector of each in turn) as decode reads K and V, by the dispatched target's vectors
-// (peak::read_two_streams), the sums kept from being optimised away by a volatile store. Counts
-// the bytes read, as decode rows do. One stream a thread read less than two (three runs of a test
+// (peak::read_two_streams), the sums kept from being optimised away by a volatile store, all
+// threads at once (time_together). Counts the bytes read, as decode rows do. One stream a thread read less than two (three runs of a test
 // program, 2 threads, 256 MiB, 9 rounds alternated with a copy, load average 1.9, medians in GB/s):
 // one stream 53.5 / 47.8 / 48.8, two 61.3 / 51.3 / 52.0, four 61.4 / 53.0 / 53.2, the copy 61.9 /
 // 52.6 / 56.0. Eight-byte loads, as this loop read before, held an Intel Xeon (Emerald Rapids) to
 // 24-25 GB/s over 1 GiB where vectors read 32-33 and one-row decode 30-31 (docs/performance.md).
-void read_slices(const char* src, std::size_t bytes, int threads) {
+TogetherTiming read_slices(const char* src, std::size_t bytes, int threads) {
   const std::size_t slice = bytes / threads / 128 * 128;
-  parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
-    for (std::int64_t t = t0; t < t1; ++t) {
-      const char* a = src + t * slice;
-      read_sink = detail::peak::read_two_streams(a, a + slice / 2, slice / 2);
-    }
+  return time_together(threads, [&](int share) {
+    const char* a = src + share * slice;
+    read_sink = detail::peak::read_two_streams(a, a + slice / 2, slice / 2);
   });
 }
 
-void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows, int threads,
-                 int rounds, double load0, double load1) {
+void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows,
+                 const std::vector<std::shared_ptr<StartNotes>>& start_notes, int threads, int rounds, double load0,
+                 double load1) {
   std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, bf16 products %s, threads %d, %d interleaved rounds, "
               "L3 %zu MiB\n",
               version(), git_hash(), cpu_target(), detail::peak::bf16_instruction(),
@@ -385,8 +430,20 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "Flop-bound rows go against the peak of the instructions their products run on: f32 rows fp32-peak;\n"
               "fwd-bf16 and bwd-bf16 amx-peak where their products run on AMX (the header's \"bf16 products amx\"),\n"
               "bf16-peak on vdpbf16ps (\"avx512-bf16\"), fp32-peak where bf16 pairs are widened to float32 (\"widened\";\n"
-              "there fwd-bf16 and bwd-bf16 run the float32 kernels on float32 copies of their bf16 inputs).\n",
+              "there fwd-bf16 and bwd-bf16 run the float32 kernels on float32 copies of their bf16 inputs).\n"
+              "The peak loops, copy, copy-cache and read run on all threads at once: each thread waits at a start\n"
+              "barrier until all are there, and the rate is the work of all over the time from the first start to\n"
+              "the last end (a thread woken late delays the start and is not timed; a timing whose threads did not\n"
+              "all run at once is made again, up to 3 times).\n",
               threads);
+  for (const auto& n : start_notes) {
+    if (n->late == 0 && n->repeated == 0) continue;
+    std::printf("start barrier, %s: %d of %d timings waited over %.0f ms for a late thread (longest %.1f ms, not timed)",
+                n->name.c_str(), n->late, n->timings, StartNotes::kLate * 1e3, n->longest_wait * 1e3);
+    if (n->repeated > 0) std::printf("; %d timings made again, threads apart", n->repeated);
+    if (n->apart > 0) std::printf("; %d kept apart after 3 attempts (the fastest)", n->apart);
+    std::printf("\n");
+  }
 }
 
 void print_csv(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows) {
@@ -417,22 +474,32 @@ void run(const Bench& opt) {
     limits.push_back(std::make_unique<Limit>(Limit{std::move(name), std::move(unit), std::move(what), std::move(t), {}}));
     return limits.back().get();
   };
-  // Peak loops of about 20 ms each on an idle core.
+  // What the start barrier saw, per loop timed on all threads at once (notes under the table).
+  std::vector<std::shared_ptr<StartNotes>> start_notes;
+  auto notes = [&](std::string name) {
+    start_notes.push_back(std::make_shared<StartNotes>(StartNotes{std::move(name)}));
+    return start_notes.back();
+  };
+  // Peak loops of about 20 ms each on an idle core, every thread's loop started at once and the
+  // peak their flops over the time from the first start to the last end (peak_loops.h): a helper
+  // thread woken late delays the start rather than halving the peak (its loop run by the caller
+  // after its own, as a clock around the whole call saw it).
   const std::int64_t steps = std::int64_t(1) << 23;
   Limit* fp32_peak = limit("fp32-peak", "GFLOP/s", "FMA, independent chains on each thread, dispatched target",
-                           {[=] { detail::peak::fp32_fma(threads, steps); }, 0});
-  fp32_peak->timed.work = detail::peak::fp32_fma(1, 1) * threads * double(steps);
+                           timed_together([=] { return detail::peak::timed_fp32_fma(threads, steps).time; },
+                                          detail::peak::fp32_fma(1, 1) * threads * double(steps), notes("fp32-peak")));
   Limit* bf16_peak = limit("bf16-peak", "GFLOP/s", std::string("bf16 dot, independent chains on each thread: ") +
                                                         detail::peak::bf16_instruction(),
-                           {[=] { detail::peak::bf16_dot(threads, steps / 2); }, 0});
-  bf16_peak->timed.work = detail::peak::bf16_dot(1, 1) * threads * double(steps / 2);
+                           timed_together([=] { return detail::peak::timed_bf16_dot(threads, steps / 2).time; },
+                                          detail::peak::bf16_dot(1, 1) * threads * double(steps / 2),
+                                          notes("bf16-peak")));
   // Where the bf16 products run on AMX, the bf16 attention rows go against the AMX loop (29x the
   // vdpbf16ps loop on the Intel AMX test machine; 4 tdpbf16ps a step, 2^20 steps, about 20 ms there).
   Limit* amx_peak = nullptr;
   if (detail::bfdot::path() == detail::bfdot::Path::amx) {
     amx_peak = limit("amx-peak", "GFLOP/s", "AMX tdpbf16ps, 4 independent accumulator tiles on each thread",
-                     {[=] { detail::peak::amx_bf16(threads, steps / 8); }, 0});
-    amx_peak->timed.work = detail::peak::amx_bf16(1, 1) * threads * double(steps / 8);
+                     timed_together([=] { return detail::peak::timed_amx_bf16(threads, steps / 8).time; },
+                                    detail::peak::amx_bf16(1, 1) * threads * double(steps / 8), notes("amx-peak")));
   }
   std::vector<std::shared_ptr<void>> keep;  // tensors the limits' and rows' closures use
   auto hold = [&](Tensor t) {
@@ -450,13 +517,15 @@ void run(const Bench& opt) {
   const char* src = bytes(1);
   char* dst = bytes(0);
   Limit* copy = limit("copy", "GB/s", "memcpy 256 MiB -> 256 MiB over the threads (read + write), best of 3",
-                      {[=] { copy_slices(src, dst, dram_bytes, threads, 1); }, 2.0 * dram_bytes});
+                      timed_together([=] { return copy_slices(src, dst, dram_bytes, threads, 1); }, 2.0 * dram_bytes,
+                                     notes("copy")));
   Limit* read = limit("read", "GB/s", "256 MiB read over the threads, two streams each (as K and V), timed beside the copy",
-                      {[=] { read_slices(src, dram_bytes, threads); }, double(dram_bytes)});
+                      timed_together([=] { return read_slices(src, dram_bytes, threads); }, double(dram_bytes),
+                                     notes("read")));
   const int cache_repeat = 16;
   Limit* copy_cache = limit("copy-cache", "GB/s", "memcpy of L3/4 bytes (measured L3), 16 times, best of 3 (cache-resident)",
-                            {[=] { copy_slices(src, dst, cache_bytes, threads, cache_repeat); },
-                             2.0 * cache_bytes * cache_repeat});
+                            timed_together([=] { return copy_slices(src, dst, cache_bytes, threads, cache_repeat); },
+                                           2.0 * cache_bytes * cache_repeat, notes("copy-cache")));
   openblas().set_num_threads(threads);
   const int n = 2048;
   auto ga = std::make_shared<std::vector<float>>(n * n, 0.5f), gb = std::make_shared<std::vector<float>>(n * n, 0.25f),
@@ -524,13 +593,16 @@ void run(const Bench& opt) {
   // against the 1-thread run timed just before it. The FMA loop's own ratio beside them: what the
   // cores give when both run (a shared machine's neighbours, a lower clock with every core busy).
   if (want("peak-scaling")) {
+    // Both loops timed the same way (by themselves), so that their ratio compares like with like.
     Limit* one = limit("fma-1thread", "GFLOP/s", "the FMA loop on 1 thread (peak-scaling's reference)",
-                       {[=] { detail::peak::fp32_fma(1, steps); }, detail::peak::fp32_fma(1, 1) * double(steps)});
+                       timed_together([=] { return detail::peak::timed_fp32_fma(1, steps).time; },
+                                      detail::peak::fp32_fma(1, 1) * double(steps), nullptr));
     Row r;
     r.name = "peak-scaling";
     r.threads = threads;
     r.unit = "GFLOP/s";
     r.timed = fp32_peak->timed;
+    r.timed.notes = notes("peak-scaling");
     r.limit = one;
     rows.push_back(std::move(r));
   }
@@ -820,17 +892,20 @@ void run(const Bench& opt) {
         r.of_read.push_back(rate_of(r.timed, s) / read_rate);
       }
     }
-  // sgemm is no row's limit: time it once per round on its own, after the rows.
-  for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));
   // Nor is the bf16 dot loop where the bf16 products are widened to float32 (their rows go against
-  // fp32-peak): timed the same way when the run has bf16 rows, it shows why they are.
+  // fp32-peak): timed once per round on its own when the run has bf16 rows, it shows why they are.
+  // Before sgemm: OpenBLAS's threads spin for a while after a call (bench/goals.py). Timed right
+  // after the last sgemm, this loop read one core's worth of two in whole runs on a 2-vCPU guest
+  // (100.6-101.8 GFLOP/s over every round, fp32-peak 196-199 in the same run), likely for that.
   const bool bf16_rows = std::any_of(rows.begin(), rows.end(), [](const Row& r) { return r.dtype == "bf16"; });
   if (bf16_rows && bf16_peak->rates.empty())
     for (int round = 0; round < opt.rounds; ++round)
       bf16_peak->rates.push_back(rate_of(bf16_peak->timed, bf16_peak->timed.seconds()));
+  // sgemm is no row's limit: time it once per round on its own, after the rows.
+  for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));
   getloadavg(load, 1);
   if (opt.format == "csv") print_csv(limits, rows);
-  else print_table(limits, rows, threads, opt.rounds, load0, load[0]);
+  else print_table(limits, rows, start_notes, threads, opt.rounds, load0, load[0]);
 }
 
 // The forward rows of --n and --d hold their tensors all at once (each row's q, k, v and output

@@ -94,6 +94,7 @@ const char* Target() { return hwy::TargetName(HWY_TARGET); }
 HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
+#include <algorithm>
 #include <atomic>
 #include <string>
 
@@ -104,7 +105,7 @@ HWY_AFTER_NAMESPACE();
 #include "attention/bf16_kernels.h"
 #include "attention/kernels.h"
 #include "attention/peak_loops.h"
-#include "common/parallel.h"
+#include "common/timed_together.h"
 
 namespace attnscale::detail::peak {
 HWY_EXPORT(Fp32Fma);
@@ -168,32 +169,44 @@ __attribute__((target("amx-tile,amx-bf16"))) float amx_loop(std::int64_t steps) 
 
 bool use_vdpbf16ps() { return bfdot::avx512_bf16_usable(); }
 
+// Every thread's loop started at once and timed from the first start to the last end
+// (common/timed_together.h): the peak is the rate of all threads running side by side.
 template <class Fn>
-void on_threads(int threads, Fn fn) {
-  parallel_for(threads, 1, threads, [&](std::int64_t t0, std::int64_t t1, int) {
-    for (std::int64_t t = t0; t < t1; ++t) sink.store(fn(), std::memory_order_relaxed);
-  });
+TogetherTiming on_threads(int threads, Fn fn, TogetherOptions options) {
+  return time_together(threads, [&](int) { sink.store(fn(), std::memory_order_relaxed); }, options);
+}
+
+// The plain forms below run once (a timing apart is not repeated: the caller counts the flops of
+// one run); they still start the threads together, so that a clock around them sees a late
+// helper's delay, not its loop run after the caller's.
+TogetherOptions once() {
+  TogetherOptions o;
+  o.attempts = 1;
+  return o;
 }
 
 }  // namespace
 
-double fp32_fma(int threads, std::int64_t steps) {
+Timing timed_fp32_fma(int threads, std::int64_t steps, TogetherOptions options) {
   simd::init_target_from_env();
-  on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Fp32Fma)(steps); });
-  return threads * double(steps) * HWY_DYNAMIC_DISPATCH(Fp32FlopsPerStep)();
+  const TogetherTiming time = on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Fp32Fma)(steps); }, options);
+  return {std::max(threads, 1) * double(steps) * HWY_DYNAMIC_DISPATCH(Fp32FlopsPerStep)(), time};
 }
 
-double bf16_dot(int threads, std::int64_t steps) {
+Timing timed_bf16_dot(int threads, std::int64_t steps, TogetherOptions options) {
   simd::init_target_from_env();
 #if defined(__x86_64__)
   if (use_vdpbf16ps()) {
-    on_threads(threads, [&] { return bf16_dot_avx512(steps); });
-    return 4.0 * threads * double(steps) * 16 * 16;
+    const TogetherTiming time = on_threads(threads, [&] { return bf16_dot_avx512(steps); }, options);
+    return {4.0 * std::max(threads, 1) * double(steps) * 16 * 16, time};
   }
 #endif
-  on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Bf16Dot)(steps); });
-  return threads * double(steps) * HWY_DYNAMIC_DISPATCH(Bf16FlopsPerStep)();
+  const TogetherTiming time = on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Bf16Dot)(steps); }, options);
+  return {std::max(threads, 1) * double(steps) * HWY_DYNAMIC_DISPATCH(Bf16FlopsPerStep)(), time};
 }
+
+double fp32_fma(int threads, std::int64_t steps) { return timed_fp32_fma(threads, steps, once()).flops; }
+double bf16_dot(int threads, std::int64_t steps) { return timed_bf16_dot(threads, steps, once()).flops; }
 
 std::uint64_t read_two_streams(const char* a, const char* b, std::size_t bytes) {
   simd::init_target_from_env();
@@ -203,17 +216,20 @@ std::uint64_t read_two_streams(const char* a, const char* b, std::size_t bytes) 
 
 bool amx_available() { return bfdot::amx_usable(); }
 
-double amx_bf16(int threads, std::int64_t steps) {
+Timing timed_amx_bf16(int threads, std::int64_t steps, TogetherOptions options) {
 #if defined(__x86_64__)
   if (amx_available()) {
-    on_threads(threads, [&] { return amx_loop(steps); });
-    return 4.0 * 16384 * threads * double(steps);
+    const TogetherTiming time = on_threads(threads, [&] { return amx_loop(steps); }, options);
+    return {4.0 * 16384 * std::max(threads, 1) * double(steps), time};
   }
 #endif
   (void)threads;
   (void)steps;
-  return 0;
+  (void)options;
+  return {};
 }
+
+double amx_bf16(int threads, std::int64_t steps) { return timed_amx_bf16(threads, steps, once()).flops; }
 
 const char* bf16_instruction() {
   static const std::string name = use_vdpbf16ps() ? std::string("vdpbf16ps")

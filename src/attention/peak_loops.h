@@ -16,14 +16,30 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/timed_together.h"
+
 namespace attnscale::detail::peak {
 
-// Runs `steps` steps of the loop on each of `threads` threads (each thread its own chains) and
-// returns the number of floating-point operations done.
+// Runs `steps` steps of the loop on each of `threads` threads (each thread its own chains), all
+// threads started at once (common/timed_together.h), and returns the number of floating-point
+// operations done by all of them.
 double fp32_fma(int threads, std::int64_t steps);
 double bf16_dot(int threads, std::int64_t steps);
 // The AMX loop (4 tdpbf16ps a step); 0 flops, nothing run, where AMX is not usable.
 double amx_bf16(int threads, std::int64_t steps);
+
+// The same loops timed by themselves: the flops of all threads in the timing kept and its time,
+// from the first thread's start to the last one's end once all had arrived at the start barrier
+// (a timing whose threads did not all run at once repeated, up to options.attempts in all).
+// The peak is flops / time.seconds: a helper thread woken late delays the start, where a clock
+// around the whole call timed it (or the caller's running of its loop after its own).
+struct Timing {
+  double flops = 0;
+  TogetherTiming time;
+};
+Timing timed_fp32_fma(int threads, std::int64_t steps, TogetherOptions options = {});
+Timing timed_bf16_dot(int threads, std::int64_t steps, TogetherOptions options = {});
+Timing timed_amx_bf16(int threads, std::int64_t steps, TogetherOptions options = {});
 bool amx_available();
 
 // What the bf16 loop runs: "vdpbf16ps" or "hwy:<target>".

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "attention/bf16_kernels.h"
@@ -51,6 +53,26 @@ TEST(Targets, ReadLoopSumsEveryWordOfBothStreamsOnEveryTarget) {
     EXPECT_EQ(detail::peak::read_two_streams(reinterpret_cast<const char*>(a.data()),
                                              reinterpret_cast<const char*>(b.data()), bytes),
               expect);
+  });
+}
+
+// The peak loops timed by themselves (the bench's limits) count every thread's flops, on every
+// target, with more threads than the machine has and with one: the plain form's count, times the
+// threads; a positive time, none longer than the call.
+TEST(Targets, TimedPeakLoopsCountEveryThreadsFlops) {
+  const int many = 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 1;
+  for_each_target([&](const std::string&) {
+    for (int threads : {1, many}) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const detail::peak::Timing fma = detail::peak::timed_fp32_fma(threads, 1000);
+      const detail::peak::Timing dot = detail::peak::timed_bf16_dot(threads, 1000);
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      EXPECT_EQ(fma.flops, threads * detail::peak::fp32_fma(1, 1000));
+      EXPECT_EQ(dot.flops, threads * detail::peak::bf16_dot(1, 1000));
+      EXPECT_GT(fma.time.seconds, 0);
+      EXPECT_GT(dot.time.seconds, 0);
+      EXPECT_LT(fma.time.seconds + dot.time.seconds, wall);
+    }
   });
 }
 
