@@ -116,9 +116,15 @@ def main():
     # faster than two FMAs), against the FMA loop.
     amx = native._bf16_path() == "amx"
     widened = native._bf16_path() in ("widened", "portable")
-    bf16_peak = ((lambda: native._amx_peak_loop(T, peak_steps // 8)) if amx
-                 else (lambda: native._fp32_peak_loop(T, peak_steps)) if widened
-                 else (lambda: native._bf16_peak_loop(T, peak_steps // 2)))
+    # The peak loops time themselves (native._timed_peak_loop: every thread started together
+    # after a barrier, as attnscale bench times them), so that a helper thread woken late delays
+    # the start instead of leaving its loop to the caller; their rows return (flops, seconds).
+    def peak(kind, threads, steps):
+        return lambda: native._timed_peak_loop(kind, threads, steps)
+
+    bf16_peak = (peak("amx", T, peak_steps // 8) if amx
+                 else peak("fp32", T, peak_steps) if widened
+                 else peak("bf16", T, peak_steps // 2))
     bf16_peak_flops = (native._amx_peak_loop(1, 1) * T * (peak_steps // 8) if amx
                        else native._fp32_peak_loop(1, 1) * T * peak_steps if widened
                        else native._bf16_peak_loop(1, 1) * T * (peak_steps // 2))
@@ -126,14 +132,14 @@ def main():
     fns = {  # in this order, so that the two sides of every ratio run next to each other
         "fwd-causal": lambda: attnscale.attention(q4, k4, v4, causal=True, threads=T),
         "torch-sdpa": sdpa,
-        "fp32-peak": lambda: native._fp32_peak_loop(T, peak_steps),
+        "fp32-peak": peak("fp32", T, peak_steps),
         "fwd": lambda: attnscale.attention(q4, k4, v4, threads=T),
         "sgemm": sgemm(T),
         "bwd": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=T),
         "bwd-causal": lambda: attnscale.attention_backward(q4, k4, v4, outc4, lsec4, dout4, causal=True, threads=T),
         "bwd-1thread": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=1),
-        "fp32-peak-2": lambda: native._fp32_peak_loop(T, peak_steps),
-        "fp32-peak-1thread": lambda: native._fp32_peak_loop(1, peak_steps),
+        "fp32-peak-2": peak("fp32", T, peak_steps),
+        "fp32-peak-1thread": peak("fp32", 1, peak_steps),
         "sgemm-1thread": sgemm(1),
         "fwd-1thread": lambda: attnscale.attention(q4, k4, v4, threads=1),
         "bf16-peak": bf16_peak,
@@ -161,8 +167,10 @@ def main():
 
     def timed_call(name, f):
         c0, t0 = time.process_time(), time.perf_counter()
-        f()
+        result = f()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        if "peak" in name:
+            wall = result[1]  # the loop's own timing
         if name.startswith(("torch-", "sgemm")):
             time.sleep(settle)
         return wall, cpu

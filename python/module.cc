@@ -45,6 +45,24 @@ PYBIND11_MODULE(_attnscale, m) {
   m.def("_amx_peak_loop", &attnscale::detail::peak::amx_bf16, py::call_guard<py::gil_scoped_release>(),
         "_amx_peak_loop(threads, steps) -> float: run the AMX tdpbf16ps peak loop; returns the flops done "
         "(0, nothing run, where AMX is not usable).");
+  m.def(
+      "_timed_peak_loop",
+      [](const std::string& kind, int threads, std::int64_t steps) {
+        namespace peak = attnscale::detail::peak;
+        if (kind != "fp32" && kind != "bf16" && kind != "amx")
+          throw py::value_error("kind: 'fp32', 'bf16' or 'amx', got '" + kind + "'");
+        peak::Timing t;
+        {
+          py::gil_scoped_release unlocked;
+          t = kind == "fp32" ? peak::timed_fp32_fma(threads, steps)
+              : kind == "bf16" ? peak::timed_bf16_dot(threads, steps)
+                               : peak::timed_amx_bf16(threads, steps);
+        }
+        return py::make_tuple(t.flops, t.time.seconds);
+      },
+      "_timed_peak_loop(kind, threads, steps) -> (flops, seconds): the 'fp32', 'bf16' or 'amx' peak "
+      "loop timed by itself, from the first thread's start to the last one's end once every thread "
+      "has reached the start barrier (as attnscale bench times it; peak_loops.h).");
   m.def("_bf16_path", [] { return std::string(attnscale::detail::bfdot::path_name(attnscale::detail::bfdot::path())); },
         "_bf16_path() -> str: the path of the bf16 products now (amx, avx512-bf16, widened, portable).");
   m.attr("__version__") = attnscale::version();

@@ -103,6 +103,12 @@ def attention(q, k, v, *, mask=None, return_lse=False, return_probs=False, **opt
     if lay is None:
         return _attention(q, k, v, mask=mask, return_lse=return_lse, return_probs=return_probs, **options)
     probs_shape = lay.lse + (lay.nkv,)
+    if lay.empty and lay.v[3] == 0 and 0 not in (lay.q[0], lay.hq, lay.nq, lay.nkv) and (return_lse or return_probs):
+        # dv = 0 over keys: out has no element, but lse and probs do not read v: those of the
+        # kernels over a one-column v of zeros.
+        v1 = np.zeros(_shape(v)[:-1] + (1,), _array("v", v).dtype)
+        out, *stats = attention(q, k, v1, mask=mask, return_lse=return_lse, return_probs=return_probs, **options)
+        return (out[..., :0], *stats)
     if lay.empty:
         broadcast.check_rows(_shape(q), _shape(k), _shape(v))
         check_options(q, k, v, mask, options)

@@ -282,6 +282,11 @@ def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None, mask_n
     if sinks is not None and (not isinstance(sinks, torch.Tensor) or sinks.shape != (lay.hq,)):
         got = list(sinks.shape) if isinstance(sinks, torch.Tensor) else type(sinks).__name__
         raise ValueError(f"sinks: expected a tensor of shape ({lay.hq},), one logit per query head, got {got}")
+    if lay.empty and lay.v[3] == 0 and 0 not in (lay.q[0], lay.hq, lay.nq, lay.nkv):
+        # dv = 0 over keys: out has no element, but lse does not read v: the kernels' over a
+        # one-column v of zeros, with its gradient.
+        out, lse = attend(q, k, v.new_zeros(v.shape[:-1] + (1,)), mask, forward_options, options, gqa, sinks, mask_name)
+        return out[..., :0], lse
     if lay.empty:
         _check_empty(q, k, v, mask, forward_options)
         kk, vv = k, v

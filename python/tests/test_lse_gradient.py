@@ -114,3 +114,24 @@ def test_dlse_refusals():
         attnscale.attention_backward(q, k, v, out, lse, out, dlse=np.zeros((2, 4)))
     with pytest.raises(TypeError, match=r"^dlse: "):
         attnscale.attention_backward(q, k, v, out, lse, out, dlse=np.zeros((2, 5), dtype=np.int32))
+
+
+def test_values_of_no_column_still_give_lse_and_probs(gen):
+    """dv = 0 over keys: out has no element, but lse and probs do not read v."""
+    rng = np.random.default_rng(11)
+    q, k = rng.standard_normal((2, 3, 7, 8)), rng.standard_normal((2, 1, 9, 8))
+    out, lse, probs = attnscale.attention(q, k, np.zeros((2, 1, 9, 0)), causal=True, return_lse=True,
+                                          return_probs=True)
+    _, want_lse, want_probs = attnscale.attention(q, k, rng.standard_normal((2, 1, 9, 4)), causal=True,
+                                                  return_lse=True, return_probs=True)
+    assert out.shape == (2, 3, 7, 0)
+    np.testing.assert_array_equal(lse, want_lse)
+    np.testing.assert_array_equal(probs, want_probs)
+    tq, tk = leaves(gen, (2, 3, 7, 8), (2, 1, 9, 8))
+    tout, tlse = at.attention(tq, tk, torch.zeros(2, 1, 9, 0, dtype=torch.float64), causal=True, return_lse=True)
+    assert tout.shape == (2, 3, 7, 0)
+    tlse.sum().backward()
+    _, ref, _ = torch_reference.attention(tq.detach().requires_grad_(), tk.detach(), torch.zeros(2, 1, 9, 1),
+                                          causal=True)
+    torch.testing.assert_close(tlse.detach(), ref)
+    assert tq.grad is not None and tk.grad is not None and torch.count_nonzero(tq.grad) > 0

@@ -88,4 +88,33 @@ inline double rel_error(const TensorView& a, const TensorView& b) {
   return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
 }
 
+// max |a − b| / max(1, max |b|) over all elements: an error relative to the result's scale, not
+// to each element (a gradient's small elements carry the rounding of its large ones).
+inline double scaled_error(const Tensor& a, const Tensor& b) {
+  double err = 0, size = 1;
+  for (std::int64_t n = 0; n < b.numel(); ++n) {
+    err = std::max(err, std::fabs(value_at(a.view(), n) - value_at(b.view(), n)));
+    size = std::max(size, std::fabs(value_at(b.view(), n)));
+  }
+  return err / size;
+}
+
+// The largest |dx_i − (loss(x_i + h) − loss(x_i − h)) / 2h| over the elements of the float64 tensor
+// x (changed in place and restored): a gradient checked against central differences.
+template <class Loss>
+double central_difference_error(const Tensor& x, const Tensor& dx, Loss&& loss, double h = 1e-6) {
+  double* p = const_cast<double*>(x.as<double>());
+  double worst = 0;
+  for (std::int64_t i = 0; i < x.numel(); ++i) {
+    const double keep = p[i];
+    p[i] = keep + h;
+    const double up = loss();
+    p[i] = keep - h;
+    const double down = loss();
+    p[i] = keep;
+    worst = std::max(worst, std::fabs(dx.as<double>()[i] - (up - down) / (2 * h)));
+  }
+  return worst;
+}
+
 }  // namespace attnscale::testing

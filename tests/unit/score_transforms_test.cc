@@ -1,7 +1,7 @@
 // Soft-capping, ALiBi, sinks, dropout and the gradients w.r.t. sinks and an additive mask, on every
 // compiled SIMD target, against the float64 reference (reference.cc, written from the formulas):
-// awkward sizes, causal/window/explicit masks, GQA, float32 and float64, forward (native and bf16
-// products) and backward (one-pass and two-pass).
+// awkward sizes, causal/window/additive/bool masks, GQA, float32 and float64, forward (native and
+// bf16 products) and backward (one-pass and two-pass, most cases with a gradient through lse).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -17,26 +17,18 @@
 namespace attnscale {
 namespace {
 using testing::random_tensor;
+using testing::scaled_error;
 using testing::value_at;
-
-// max |a − b| / max(1, max |b|) over all elements.
-double scaled_error(const Tensor& a, const Tensor& b) {
-  double err = 0, size = 1;
-  for (std::int64_t n = 0; n < b.numel(); ++n) {
-    err = std::max(err, std::fabs(value_at(a.view(), n) - value_at(b.view(), n)));
-    size = std::max(size, std::fabs(value_at(b.view(), n)));
-  }
-  return err / size;
-}
 
 struct Case {
   std::int64_t B, Hq, Hkv, Nq, Nkv, dk, dv;
-  int mask;  // 0 none, 1 causal, 2 bottom-right window (3, 1), 3 additive float mask
+  int mask;  // 0 none, 1 causal, 2 bottom-right window (3, 1), 3 additive float mask, 4 bool mask
 };
 
 TEST(ScoreTransforms, MatchTheReferenceOnEveryTarget) {
   const Case cases[] = {{1, 1, 1, 1, 1, 1, 1, 1}, {2, 4, 2, 37, 71, 24, 13, 1}, {1, 3, 1, 67, 130, 7, 5, 2},
-                        {2, 2, 2, 5, 66, 16, 9, 3}, {1, 2, 1, 1, 2500, 32, 8, 1}};  // the last: decode path
+                        {2, 2, 2, 5, 66, 16, 9, 3}, {1, 8, 2, 97, 53, 64, 64, 4},
+                        {1, 2, 1, 1, 2500, 32, 8, 1}};  // the last: decode path
   const std::int64_t budgets[] = {std::int64_t{64} << 20, 0};                     // one-pass, two-pass backward
   for (const std::string& target : detail::simd::available_targets()) {
     detail::simd::force_target(target);
@@ -53,6 +45,8 @@ TEST(ScoreTransforms, MatchTheReferenceOnEveryTarget) {
           const Tensor slopes = random_tensor(DType::f64, {c.B, c.Hq}, seed, 4, 0.05);
           const Tensor sinks = random_tensor(DType::f32, {c.Hq}, seed, 5);
           const Tensor bias = random_tensor(dt, {c.B, c.Hq, c.Nq, c.Nkv}, seed, 6);
+          const Tensor keep = random_tensor(DType::u8, {c.Nq, c.Nkv}, seed, 7);
+          const Tensor dlse = random_tensor(dt, {c.B, c.Hq, c.Nq}, seed, 8);
           Options opt;
           opt.mask.causal = c.mask == 1;
           if (c.mask == 2) {
@@ -61,6 +55,7 @@ TEST(ScoreTransforms, MatchTheReferenceOnEveryTarget) {
             opt.mask.window_right = 1;
           }
           if (c.mask == 3) opt.mask.explicit_mask = bias.view();
+          if (c.mask == 4) opt.mask.explicit_mask = keep.view();
           if (extra == 0 || extra == 4) opt.softcap = 1.5;
           if (extra == 1 || extra == 4) opt.alibi_slopes = slopes.view();
           if (extra == 2 || extra == 4) opt.sinks = sinks.view();
@@ -79,7 +74,9 @@ TEST(ScoreTransforms, MatchTheReferenceOnEveryTarget) {
             forward(q.view(), k.view(), v.view(), {ob.view()}, bf);
             EXPECT_LE(scaled_error(ob, ref), 5e-2);
           }
-          // Backward, with dsinks and dbias where they exist.
+          // Backward, with dsinks and dbias where they exist, and a gradient through lse (Options::dlse,
+          // lse_gradient_test.cc) except with ALiBi alone.
+          if (extra != 1) opt.dlse = dlse.view();
           Tensor rq(DType::f64, {c.B, c.Hq, c.Nq, c.dk}), rk(DType::f64, {c.B, c.Hkv, c.Nkv, c.dk}),
               rv(DType::f64, {c.B, c.Hkv, c.Nkv, c.dv}), rs(DType::f64, {c.Hq}), rb(DType::f64, {c.B, c.Hq, c.Nq, c.Nkv});
           Gradients want{rq.view(), rk.view(), rv.view()};
