@@ -125,9 +125,6 @@ def main():
     bf16_peak = (peak("amx", T, peak_steps // 8) if amx
                  else peak("fp32", T, peak_steps) if widened
                  else peak("bf16", T, peak_steps // 2))
-    bf16_peak_flops = (native._amx_peak_loop(1, 1) * T * (peak_steps // 8) if amx
-                       else native._fp32_peak_loop(1, 1) * T * peak_steps if widened
-                       else native._bf16_peak_loop(1, 1) * T * (peak_steps // 2))
     bf16_peak_name = "AMX peak" if amx else "fp32 peak" if widened else "bf16 peak"
     fns = {  # in this order, so that the two sides of every ratio run next to each other
         "fwd-causal": lambda: attnscale.attention(q4, k4, v4, causal=True, threads=T),
@@ -165,12 +162,14 @@ def main():
     # row is followed by an untimed pause.
     settle = 0.1
 
+    peak_flops = {}  # per peak row, the flops one call does (as _timed_peak_loop counts them)
+
     def timed_call(name, f):
         c0, t0 = time.process_time(), time.perf_counter()
         result = f()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if "peak" in name:
-            wall = result[1]  # the loop's own timing
+            peak_flops[name], wall = result  # the flops of all its threads, the loop's own timing
         if name.startswith(("torch-", "sgemm")):
             time.sleep(settle)
         return wall, cpu
@@ -189,11 +188,7 @@ def main():
         "sgemm": 2.0 * n**3, "sgemm-1thread": 2.0 * n**3, "fwd": fwd_flops, "fwd-1thread": fwd_flops,
         "fwd-causal": 4.0 * H * (4096 * 4097 / 2) * d, "torch-sdpa": fwd_flops, "bwd": 2.5 * fwd_flops,
         "bwd-causal": 2.5 * 4.0 * H * (4096 * 4097 / 2) * d, "bwd-1thread": 2.5 * fwd_flops, "bwd-bf16": 2.5 * fwd_flops,
-        "bf16-peak-2": bf16_peak_flops,
-        "fp32-peak": native._fp32_peak_loop(1, 1) * T * peak_steps,
-        "fp32-peak-2": native._fp32_peak_loop(1, 1) * T * peak_steps,
-        "fp32-peak-1thread": native._fp32_peak_loop(1, 1) * peak_steps,
-        "bf16-peak": bf16_peak_flops,
+        **peak_flops,
         "fwd-bf16": fwd_flops, "torch-bf16-mm": 2.0 * n**3, "decode": 2.0 * H * 65536 * d * 4,
         "copy": 2.0 * src.nbytes, "copy-2": 2.0 * src.nbytes, "decode-gqa": 2.0 * 4 * 65536 * d * 4,
         "kv-f32": 1.0, "kv-i8": float(KV_I8_CALLS),  # one new token per call: rates in tokens/s

@@ -91,7 +91,7 @@ detail::NpyHeader read_header(const std::string& flag, const std::string& path, 
   });
   if (h.shape.size() < 2 || h.shape.size() > 4)
     throw Error(fmt::format("{}: expected a 2-D [N,d], 3-D [H,N,d] or 4-D [B,H,N,d] array, got {}-D", flag, h.shape.size()));
-  if (h.dtype != DType::f32 && h.dtype != DType::f64) refuse_dtype(flag, path, "bool/uint8", InputDtypes::floats);
+  require_accepted(flag, path, h.dtype, InputDtypes::floats);
   return h;
 }
 

@@ -36,14 +36,9 @@ void refuse_dtype(const std::string& flag, const std::string& path, const std::s
               advice(flag, descr, accepted));
 }
 
-namespace {
-
-// read_npy reads bool and uint8 (as DType::u8) for --mask; a flag taking floats refuses them.
 void require_accepted(const std::string& flag, const std::string& path, DType dtype, InputDtypes accepted) {
   if (accepted == InputDtypes::floats && dtype == DType::u8) refuse_dtype(flag, path, "bool/uint8", accepted);
 }
-
-}  // namespace
 
 Tensor read_input(const std::string& flag, const std::string& path, InputDtypes accepted) {
   Tensor t = naming_input_errors(flag, path, accepted, [&] { return read_npy(path); });

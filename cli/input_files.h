@@ -36,6 +36,10 @@ detail::NpyHeader read_input_header(const std::string& flag, const std::string& 
 [[noreturn]] void refuse_dtype(const std::string& flag, const std::string& path, const std::string& descr,
                                InputDtypes accepted);
 
+// read_npy and the header parser read bool and uint8 (as DType::u8) for --mask; a flag taking
+// floats refuses them here, by refuse_dtype().
+void require_accepted(const std::string& flag, const std::string& path, DType dtype, InputDtypes accepted);
+
 // read() (a read or parse of the .npy file `path`) with its errors named by `flag`, as read_input()
 // names them: a dtype outside `accepted` refused by refuse_dtype(), any other Error with "<flag>: "
 // in front. read_input() and context-parallel attend's header reading both go through it.

@@ -38,13 +38,6 @@ PYBIND11_MODULE(_attnscale, m) {
       "_as_array(name, obj, mask): obj as the numpy array the kernels would read (the same TypeError "
       "naming `name` for a wrong dtype or a torch tensor numpy cannot read).");
   // The compute ceilings bench/goals.py measures beside the kernels (see peak_loops.h).
-  m.def("_fp32_peak_loop", &attnscale::detail::peak::fp32_fma, py::call_guard<py::gil_scoped_release>(),
-        "_fp32_peak_loop(threads, steps) -> float: run the fp32 FMA peak loop; returns the flops done.");
-  m.def("_bf16_peak_loop", &attnscale::detail::peak::bf16_dot, py::call_guard<py::gil_scoped_release>(),
-        "_bf16_peak_loop(threads, steps) -> float: run the bf16 dot peak loop; returns the flops done.");
-  m.def("_amx_peak_loop", &attnscale::detail::peak::amx_bf16, py::call_guard<py::gil_scoped_release>(),
-        "_amx_peak_loop(threads, steps) -> float: run the AMX tdpbf16ps peak loop; returns the flops done "
-        "(0, nothing run, where AMX is not usable).");
   m.def(
       "_timed_peak_loop",
       [](const std::string& kind, int threads, std::int64_t steps) {
