@@ -487,11 +487,11 @@ void run(const Bench& opt) {
   const std::int64_t steps = std::int64_t(1) << 23;
   Limit* fp32_peak = limit("fp32-peak", "GFLOP/s", "FMA, independent chains on each thread, dispatched target",
                            timed_together([=] { return detail::peak::timed_fp32_fma(threads, steps).time; },
-                                          detail::peak::fp32_fma(1, 1) * threads * double(steps), notes("fp32-peak")));
+                                          detail::peak::fp32_flops_per_step() * threads * double(steps), notes("fp32-peak")));
   Limit* bf16_peak = limit("bf16-peak", "GFLOP/s", std::string("bf16 dot, independent chains on each thread: ") +
                                                         detail::peak::bf16_instruction(),
                            timed_together([=] { return detail::peak::timed_bf16_dot(threads, steps / 2).time; },
-                                          detail::peak::bf16_dot(1, 1) * threads * double(steps / 2),
+                                          detail::peak::bf16_flops_per_step() * threads * double(steps / 2),
                                           notes("bf16-peak")));
   // Where the bf16 products run on AMX, the bf16 attention rows go against the AMX loop (29x the
   // vdpbf16ps loop on the Intel AMX test machine; 4 tdpbf16ps a step, 2^20 steps, about 20 ms there).
@@ -499,7 +499,7 @@ void run(const Bench& opt) {
   if (detail::bfdot::path() == detail::bfdot::Path::amx) {
     amx_peak = limit("amx-peak", "GFLOP/s", "AMX tdpbf16ps, 4 independent accumulator tiles on each thread",
                      timed_together([=] { return detail::peak::timed_amx_bf16(threads, steps / 8).time; },
-                                    detail::peak::amx_bf16(1, 1) * threads * double(steps / 8), notes("amx-peak")));
+                                    detail::peak::amx_flops_per_step() * threads * double(steps / 8), notes("amx-peak")));
   }
   std::vector<std::shared_ptr<void>> keep;  // tensors the limits' and rows' closures use
   auto hold = [&](Tensor t) {
@@ -596,7 +596,7 @@ void run(const Bench& opt) {
     // Both loops timed the same way (by themselves), so that their ratio compares like with like.
     Limit* one = limit("fma-1thread", "GFLOP/s", "the FMA loop on 1 thread (peak-scaling's reference)",
                        timed_together([=] { return detail::peak::timed_fp32_fma(1, steps).time; },
-                                      detail::peak::fp32_fma(1, 1) * double(steps), nullptr));
+                                      detail::peak::fp32_flops_per_step() * double(steps), nullptr));
     Row r;
     r.name = "peak-scaling";
     r.threads = threads;
