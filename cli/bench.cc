@@ -55,6 +55,7 @@
 #include "common/memory.h"
 #include "common/parallel.h"
 #include "common/timed_together.h"
+#include "host_steal.h"
 #include "limit_bracket.h"
 #include "openblas_core.h"
 #include "openblas_library.h"
@@ -376,13 +377,15 @@ TogetherTiming read_slices(const char* src, std::size_t bytes, int threads) {
 
 void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows,
                  const std::vector<std::shared_ptr<StartNotes>>& start_notes, int threads, int rounds, double load0,
-                 double load1) {
+                 double load1, double steal) {
   std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, bf16 products %s, threads %d, %d interleaved rounds, "
               "L3 %zu MiB\n",
               version(), git_hash(), cpu_target(), detail::peak::bf16_instruction(),
               detail::bfdot::path_name(detail::bfdot::path()), threads, rounds, l3_bytes() >> 20);
   std::printf("%s\n", last_level_cache().how.c_str());
-  std::printf("load average %.2f before, %.2f after (%ld CPUs)\n", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("load average %.2f before, %.2f after (%ld CPUs)", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
+  if (steal >= 0) std::printf("; CPU time taken by the host (steal) %.1f%% of the run's", 100 * steal);
+  std::printf("\n");
   std::printf("%-11s %9s %9s %9s  %-7s %s\n", "limit", "median", "min", "max", "unit", "what");
   for (const auto& l : limits) {
     if (l->rates.empty()) continue;  // no row of this run uses it (--rows)
@@ -869,6 +872,7 @@ void run(const Bench& opt) {
   double load[2] = {0, 0};
   getloadavg(load, 1);
   const double load0 = load[0];
+  const CpuTimes cpu0 = read_cpu_times();
   for (Row& r : rows) {  // warm-up: first-touch of outputs, thread and target start-up
     if (r.limit) r.limit->timed.fn();
     r.timed.fn();
@@ -914,8 +918,9 @@ void run(const Bench& opt) {
   // sgemm is no row's limit: time it once per round on its own, after the rows.
   for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));
   getloadavg(load, 1);
+  const double steal = steal_share(cpu0, read_cpu_times());
   if (opt.format == "csv") print_csv(limits, rows);
-  else print_table(limits, rows, start_notes, threads, opt.rounds, load0, load[0]);
+  else print_table(limits, rows, start_notes, threads, opt.rounds, load0, load[0], steal);
 }
 
 // The forward rows of --n and --d hold their tensors all at once (each row's q, k, v and output
