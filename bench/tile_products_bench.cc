@@ -40,26 +40,27 @@ double cpu_seconds() {
 }
 
 // A peak loop's best rate on one thread in flop/s over 5 rounds (CPU time).
-double best_rate(double (*loop)(int threads, std::int64_t steps)) {
+double best_rate(peak::Timing (*loop)(int threads, std::int64_t steps, TogetherOptions options),
+                 std::int64_t steps = std::int64_t(1) << 22) {
   double best = 0;
   for (int round = 0; round < 5; ++round) {
-    const double t0 = cpu_seconds(), flops = loop(1, std::int64_t(1) << 22);
+    const double t0 = cpu_seconds(), flops = loop(1, steps, {}).flops;
     best = std::max(best, flops / (cpu_seconds() - t0));
   }
   return best;
 }
 // The FMA peak of one thread, measured once; the bf16 dot peak (vdpbf16ps where the CPU has it).
 double peak() {
-  static const double value = best_rate(peak::fp32_fma);
+  static const double value = best_rate(peak::timed_fp32_fma);
   return value;
 }
 double bf16_peak() {
-  static const double value = best_rate(peak::bf16_dot);
+  static const double value = best_rate(peak::timed_bf16_dot);
   return value;
 }
 // The AMX tdpbf16ps loop's (2^18 steps a round, about 5 ms), where AMX is usable.
 double amx_peak() {
-  static const double value = best_rate([](int threads, std::int64_t) { return peak::amx_bf16(threads, 1 << 18); });
+  static const double value = best_rate(peak::timed_amx_bf16, 1 << 18);
   return value;
 }
 

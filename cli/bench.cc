@@ -19,10 +19,10 @@
 // by amx-peak where the bf16 products run on AMX, by bf16-peak on vdpbf16ps, by fp32-peak where
 // they are widened to float32), decode rows (bound by reading K and V)
 // by the copy: the cache-resident copy when K and V fit in half the last-level cache, else the
-// DRAM copy, and the row says which. Every round runs every row once, each right after one run of its
-// limit, so a row and its limit see the same load, every other round in reverse order (a row's
-// place in a round moved decode rows by 10-30%); the table gives the median over rounds and the
-// range. PyTorch's numbers join the table through bench/compare.py (--format csv).
+// DRAM copy, and the row says which. Every round runs every row once, each between two runs of its
+// limit (limit_bracket.h), so a row and its limit see the same load, every other round in reverse
+// order (a row's place in a round moved decode rows by 10-30%); the table gives the median over
+// rounds and the range. PyTorch's numbers join the table through bench/compare.py (--format csv).
 //
 // FLOPs: forward 4·B·Hq·Nq·Nkv·d, counting only visible (query, key) pairs under a causal mask;
 // backward 2.5x that (five products of the same size against the forward's two).
@@ -55,6 +55,8 @@
 #include "common/memory.h"
 #include "common/parallel.h"
 #include "common/timed_together.h"
+#include "host_steal.h"
+#include "limit_bracket.h"
 #include "openblas_core.h"
 #include "openblas_library.h"
 #include "subcommands.h"
@@ -182,9 +184,9 @@ struct Row {
   int threads = 1;
   std::string unit;
   Timed timed;
-  Limit* limit = nullptr;        // null: no ratio
-  std::vector<double> seconds;   // per round
-  std::vector<double> ratios;    // per round: rate / the limit's rate timed just before
+  Limit* limit = nullptr;             // null: no ratio
+  std::vector<double> seconds;        // per round
+  std::vector<LimitBracket> rounds;   // per round, where the row has a limit
   std::vector<double> of_read;   // DRAM decode rows, per round: rate / the read stream's rate timed beside
 };
 
@@ -375,13 +377,15 @@ TogetherTiming read_slices(const char* src, std::size_t bytes, int threads) {
 
 void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows,
                  const std::vector<std::shared_ptr<StartNotes>>& start_notes, int threads, int rounds, double load0,
-                 double load1) {
+                 double load1, double steal) {
   std::printf("attnscale %s (%s), CPU target %s, bf16 dot %s, bf16 products %s, threads %d, %d interleaved rounds, "
               "L3 %zu MiB\n",
               version(), git_hash(), cpu_target(), detail::peak::bf16_instruction(),
               detail::bfdot::path_name(detail::bfdot::path()), threads, rounds, l3_bytes() >> 20);
   std::printf("%s\n", last_level_cache().how.c_str());
-  std::printf("load average %.2f before, %.2f after (%ld CPUs)\n", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("load average %.2f before, %.2f after (%ld CPUs)", load0, load1, sysconf(_SC_NPROCESSORS_ONLN));
+  if (steal >= 0) std::printf("; CPU time taken by the host (steal) %.1f%% of the run's", 100 * steal);
+  std::printf("\n");
   std::printf("%-11s %9s %9s %9s  %-7s %s\n", "limit", "median", "min", "max", "unit", "what");
   for (const auto& l : limits) {
     if (l->rates.empty()) continue;  // no row of this run uses it (--rows)
@@ -389,9 +393,9 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
     std::printf("%-11s %9.2f %9.2f %9.2f  %-7s %s\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str(),
                 l->what.c_str());
   }
-  std::printf("\n%-13s %2s %3s %3s %5s %6s %4s %-6s %-4s %3s %9s %9s %15s %-7s %-10s %6s %13s\n", "case", "B", "Hq", "Hkv",
-              "Nq", "Nkv", "d", "mask", "dt", "thr", "ms", "rate", "[min - max]", "unit", "of limit", "ratio",
-              "[min - max]");
+  std::printf("\n%-13s %2s %3s %3s %5s %6s %4s %-6s %-4s %3s %9s %9s %15s %-7s %-10s %6s %13s %7s\n", "case", "B", "Hq",
+              "Hkv", "Nq", "Nkv", "d", "mask", "dt", "thr", "ms", "rate", "[min - max]", "unit", "of limit", "ratio",
+              "[min - max]", "steady");
   for (const Row& r : rows) {
     const Stats t = stats(r.seconds);
     std::vector<double> rates;
@@ -402,15 +406,18 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
                 r.causal ? "causal" : "none", r.dtype.c_str(), r.threads, t.median * 1e3, rt.median, rt.lo, rt.hi,
                 r.unit.c_str());
     if (r.limit) {
-      const Stats q = stats(r.ratios);
-      std::printf(" %-10s %6.3f %6.3f-%-6.3f", r.limit->name.c_str(), q.median, q.lo, q.hi);
+      const BracketSummary b = summarise(r.rounds);
+      const Stats q = stats(b.ratios);
+      std::printf(" %-10s %6.3f %6.3f-%-6.3f %3d/%-3d", r.limit->name.c_str(), q.median, q.lo, q.hi, b.steady, b.rounds);
     }
     if (r.unit == "GB/s") std::printf(" %8.0f tok/s", double(r.B) / t.median);
     if (!r.of_read.empty()) std::printf(" %6.3f of read", stats(r.of_read).median);
     std::printf("\n");
   }
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
-              "just before the row in the same round (every other round runs the rows in reverse order). copy rates\n"
+              "right before and right after the row in the same round, their mean (every other round runs the rows in\n"
+              "reverse order); steady: the rounds whose two limit timings agreed within %.0f%%, over which the ratio is\n"
+              "taken (over every round when none did: 0/N; the limit moved with the host's other work). copy rates\n"
               "count bytes read + written, read bytes read; decode rows count the K and V bytes read, against\n"
               "copy-cache when K and V fit in half of L3 (timed over 8 calls after an untimed one, so that they\n"
               "start in cache); \"of read\": a DRAM decode row's rate over the read stream's, timed beside its copy.\n"
@@ -435,7 +442,7 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "barrier until all are there, and the rate is the work of all over the time from the first start to\n"
               "the last end (a thread woken late delays the start and is not timed; a timing whose threads did not\n"
               "all run at once is made again, up to 3 times).\n",
-              threads);
+              kSteadyTolerance * 100, threads);
   for (const auto& n : start_notes) {
     if (n->late == 0 && n->repeated == 0) continue;
     std::printf("start barrier, %s: %d of %d timings waited over %.0f ms for a late thread (longest %.1f ms, not timed)",
@@ -449,21 +456,24 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
 void print_csv(const std::vector<std::unique_ptr<Limit>>& limits, const std::deque<Row>& rows) {
   std::printf(
       "case,B,H,Hkv,Nq,Nkv,d,causal,dtype,threads,ms,rate,rate_min,rate_max,unit,limit,ratio,ratio_min,ratio_max,"
-      "of_read\n");
+      "of_read,steady_rounds,rounds\n");
   for (const auto& l : limits) {
     if (l->rates.empty()) continue;  // no row of this run uses it (--rows)
     const Stats s = stats(l->rates);
-    std::printf("%s,1,1,1,0,0,0,0,,0,,%.3f,%.3f,%.3f,%s,,,,,\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str());
+    std::printf("%s,1,1,1,0,0,0,0,,0,,%.3f,%.3f,%.3f,%s,,,,,,,\n", l->name.c_str(), s.median, s.lo, s.hi, l->unit.c_str());
   }
   for (const Row& r : rows) {
     std::vector<double> rates;
     for (double s : r.seconds) rates.push_back(rate_of(r.timed, s));
-    const Stats rt = stats(rates), q = stats(r.ratios);
+    const BracketSummary b = summarise(r.rounds);
+    const Stats rt = stats(rates), q = stats(b.ratios);
     const std::string of_read = r.of_read.empty() ? "" : fmt::format("{:.4f}", stats(r.of_read).median);
-    std::printf("%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%d,%.4f,%.3f,%.3f,%.3f,%s,%s,%.4f,%.4f,%.4f,%s\n", r.name.c_str(),
-                (long long)r.B, (long long)r.Hq, (long long)r.Hkv, (long long)r.Nq, (long long)r.Nkv, (long long)r.d,
-                r.causal, r.dtype.c_str(), r.threads, stats(r.seconds).median * 1e3, rt.median, rt.lo, rt.hi,
-                r.unit.c_str(), r.limit ? r.limit->name.c_str() : "", q.median, q.lo, q.hi, of_read.c_str());
+    const std::string steady = r.limit ? fmt::format("{},{}", b.steady, b.rounds) : ",";
+    std::printf("%s,%lld,%lld,%lld,%lld,%lld,%lld,%d,%s,%d,%.4f,%.3f,%.3f,%.3f,%s,%s,%.4f,%.4f,%.4f,%s,%s\n",
+                r.name.c_str(), (long long)r.B, (long long)r.Hq, (long long)r.Hkv, (long long)r.Nq, (long long)r.Nkv,
+                (long long)r.d, r.causal, r.dtype.c_str(), r.threads, stats(r.seconds).median * 1e3, rt.median, rt.lo,
+                rt.hi, r.unit.c_str(), r.limit ? r.limit->name.c_str() : "", q.median, q.lo, q.hi, of_read.c_str(),
+                steady.c_str());
   }
 }
 
@@ -487,11 +497,11 @@ void run(const Bench& opt) {
   const std::int64_t steps = std::int64_t(1) << 23;
   Limit* fp32_peak = limit("fp32-peak", "GFLOP/s", "FMA, independent chains on each thread, dispatched target",
                            timed_together([=] { return detail::peak::timed_fp32_fma(threads, steps).time; },
-                                          detail::peak::fp32_fma(1, 1) * threads * double(steps), notes("fp32-peak")));
+                                          detail::peak::fp32_flops_per_step() * threads * double(steps), notes("fp32-peak")));
   Limit* bf16_peak = limit("bf16-peak", "GFLOP/s", std::string("bf16 dot, independent chains on each thread: ") +
                                                         detail::peak::bf16_instruction(),
                            timed_together([=] { return detail::peak::timed_bf16_dot(threads, steps / 2).time; },
-                                          detail::peak::bf16_dot(1, 1) * threads * double(steps / 2),
+                                          detail::peak::bf16_flops_per_step() * threads * double(steps / 2),
                                           notes("bf16-peak")));
   // Where the bf16 products run on AMX, the bf16 attention rows go against the AMX loop (29x the
   // vdpbf16ps loop on the Intel AMX test machine; 4 tdpbf16ps a step, 2^20 steps, about 20 ms there).
@@ -499,7 +509,7 @@ void run(const Bench& opt) {
   if (detail::bfdot::path() == detail::bfdot::Path::amx) {
     amx_peak = limit("amx-peak", "GFLOP/s", "AMX tdpbf16ps, 4 independent accumulator tiles on each thread",
                      timed_together([=] { return detail::peak::timed_amx_bf16(threads, steps / 8).time; },
-                                    detail::peak::amx_bf16(1, 1) * threads * double(steps / 8), notes("amx-peak")));
+                                    detail::peak::amx_flops_per_step() * threads * double(steps / 8), notes("amx-peak")));
   }
   std::vector<std::shared_ptr<void>> keep;  // tensors the limits' and rows' closures use
   auto hold = [&](Tensor t) {
@@ -596,7 +606,7 @@ void run(const Bench& opt) {
     // Both loops timed the same way (by themselves), so that their ratio compares like with like.
     Limit* one = limit("fma-1thread", "GFLOP/s", "the FMA loop on 1 thread (peak-scaling's reference)",
                        timed_together([=] { return detail::peak::timed_fp32_fma(1, steps).time; },
-                                      detail::peak::fp32_fma(1, 1) * double(steps), nullptr));
+                                      detail::peak::fp32_flops_per_step() * double(steps), nullptr));
     Row r;
     r.name = "peak-scaling";
     r.threads = threads;
@@ -862,6 +872,7 @@ void run(const Bench& opt) {
   double load[2] = {0, 0};
   getloadavg(load, 1);
   const double load0 = load[0];
+  const CpuTimes cpu0 = read_cpu_times();
   for (Row& r : rows) {  // warm-up: first-touch of outputs, thread and target start-up
     if (r.limit) r.limit->timed.fn();
     r.timed.fn();
@@ -872,16 +883,19 @@ void run(const Bench& opt) {
   for (int round = 0; round < opt.rounds; ++round)
     for (std::size_t x = 0; x < rows.size(); ++x) {
       Row& r = rows[round % 2 ? rows.size() - 1 - x : x];
-      double limit_rate = 0;
-      if (r.limit) {
+      // The limit timed right before the row and again right after it: the row's ratio is its rate
+      // over their mean, and the round steady where they agree (LimitBracket).
+      auto limit_rate = [&] {
         // Copies take the best of 3 passes: one pass swings with the neighbours' memory traffic.
         const int passes = r.limit == copy || r.limit == copy_cache ? 3 : 1;
-        limit_rate = rate_of(r.limit->timed, r.limit->timed.best_seconds(passes));
-        r.limit->rates.push_back(limit_rate);
-      }
+        const double rate = rate_of(r.limit->timed, r.limit->timed.best_seconds(passes));
+        r.limit->rates.push_back(rate);
+        return rate;
+      };
+      const double before = r.limit ? limit_rate() : 0;
       const double s = r.timed.seconds();
       r.seconds.push_back(s);
-      if (r.limit) r.ratios.push_back(rate_of(r.timed, s) / limit_rate);
+      if (r.limit) r.rounds.push_back(LimitBracket{before, limit_rate(), rate_of(r.timed, s)});
       // The read stream beside every DRAM decode row's copy: how much of the copy's rate a pure
       // reader reaches in the same moment (their ratio is the `read` line of the table), and the
       // row's rate against it ("of read": where a machine reads slower than it copies, the most a
@@ -904,8 +918,9 @@ void run(const Bench& opt) {
   // sgemm is no row's limit: time it once per round on its own, after the rows.
   for (int round = 0; round < opt.rounds; ++round) sgemm->rates.push_back(rate_of(sgemm->timed, sgemm->timed.seconds()));
   getloadavg(load, 1);
+  const double steal = steal_share(cpu0, read_cpu_times());
   if (opt.format == "csv") print_csv(limits, rows);
-  else print_table(limits, rows, start_notes, threads, opt.rounds, load0, load[0]);
+  else print_table(limits, rows, start_notes, threads, opt.rounds, load0, load[0], steal);
 }
 
 // The forward rows of --n and --d hold their tensors all at once (each row's q, k, v and output

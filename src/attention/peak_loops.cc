@@ -176,37 +176,35 @@ TogetherTiming on_threads(int threads, Fn fn, TogetherOptions options) {
   return time_together(threads, [&](int) { sink.store(fn(), std::memory_order_relaxed); }, options);
 }
 
-// The plain forms below run once (a timing apart is not repeated: the caller counts the flops of
-// one run); they still start the threads together, so that a clock around them sees a late
-// helper's delay, not its loop run after the caller's.
-TogetherOptions once() {
-  TogetherOptions o;
-  o.attempts = 1;
-  return o;
-}
-
 }  // namespace
 
-Timing timed_fp32_fma(int threads, std::int64_t steps, TogetherOptions options) {
+double fp32_flops_per_step() {
   simd::init_target_from_env();
-  const TogetherTiming time = on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Fp32Fma)(steps); }, options);
-  return {std::max(threads, 1) * double(steps) * HWY_DYNAMIC_DISPATCH(Fp32FlopsPerStep)(), time};
+  return HWY_DYNAMIC_DISPATCH(Fp32FlopsPerStep)();
+}
+
+double bf16_flops_per_step() {
+  simd::init_target_from_env();
+#if defined(__x86_64__)
+  if (use_vdpbf16ps()) return 4.0 * 16 * 16;  // 16 vdpbf16ps a step, 16 lanes of 4 flops each
+#endif
+  return HWY_DYNAMIC_DISPATCH(Bf16FlopsPerStep)();
+}
+
+double amx_flops_per_step() { return amx_available() ? 4.0 * 16384 : 0.0; }  // 4 tdpbf16ps a step
+
+Timing timed_fp32_fma(int threads, std::int64_t steps, TogetherOptions options) {
+  const double flops = std::max(threads, 1) * double(steps) * fp32_flops_per_step();
+  return {flops, on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Fp32Fma)(steps); }, options)};
 }
 
 Timing timed_bf16_dot(int threads, std::int64_t steps, TogetherOptions options) {
-  simd::init_target_from_env();
+  const double flops = std::max(threads, 1) * double(steps) * bf16_flops_per_step();
 #if defined(__x86_64__)
-  if (use_vdpbf16ps()) {
-    const TogetherTiming time = on_threads(threads, [&] { return bf16_dot_avx512(steps); }, options);
-    return {4.0 * std::max(threads, 1) * double(steps) * 16 * 16, time};
-  }
+  if (use_vdpbf16ps()) return {flops, on_threads(threads, [&] { return bf16_dot_avx512(steps); }, options)};
 #endif
-  const TogetherTiming time = on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Bf16Dot)(steps); }, options);
-  return {std::max(threads, 1) * double(steps) * HWY_DYNAMIC_DISPATCH(Bf16FlopsPerStep)(), time};
+  return {flops, on_threads(threads, [&] { return HWY_DYNAMIC_DISPATCH(Bf16Dot)(steps); }, options)};
 }
-
-double fp32_fma(int threads, std::int64_t steps) { return timed_fp32_fma(threads, steps, once()).flops; }
-double bf16_dot(int threads, std::int64_t steps) { return timed_bf16_dot(threads, steps, once()).flops; }
 
 std::uint64_t read_two_streams(const char* a, const char* b, std::size_t bytes) {
   simd::init_target_from_env();
@@ -218,18 +216,15 @@ bool amx_available() { return bfdot::amx_usable(); }
 
 Timing timed_amx_bf16(int threads, std::int64_t steps, TogetherOptions options) {
 #if defined(__x86_64__)
-  if (amx_available()) {
-    const TogetherTiming time = on_threads(threads, [&] { return amx_loop(steps); }, options);
-    return {4.0 * 16384 * std::max(threads, 1) * double(steps), time};
-  }
+  if (amx_available())
+    return {std::max(threads, 1) * double(steps) * amx_flops_per_step(),
+            on_threads(threads, [&] { return amx_loop(steps); }, options)};
 #endif
   (void)threads;
   (void)steps;
   (void)options;
   return {};
 }
-
-double amx_bf16(int threads, std::int64_t steps) { return timed_amx_bf16(threads, steps, once()).flops; }
 
 const char* bf16_instruction() {
   static const std::string name = use_vdpbf16ps() ? std::string("vdpbf16ps")

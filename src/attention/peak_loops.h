@@ -20,15 +20,14 @@
 
 namespace attnscale::detail::peak {
 
-// Runs `steps` steps of the loop on each of `threads` threads (each thread its own chains), all
-// threads started at once (common/timed_together.h), and returns the number of floating-point
-// operations done by all of them.
-double fp32_fma(int threads, std::int64_t steps);
-double bf16_dot(int threads, std::int64_t steps);
-// The AMX loop (4 tdpbf16ps a step); 0 flops, nothing run, where AMX is not usable.
-double amx_bf16(int threads, std::int64_t steps);
-
-// The same loops timed by themselves: the flops of all threads in the timing kept and its time,
+// Floating-point operations one step of each loop does on one thread (every thread runs its own
+// chains): what a caller multiplies by threads · steps to count a run before timing it. The AMX
+// loop's is 0 where AMX is not usable (its loop then runs nothing).
+double fp32_flops_per_step();
+double bf16_flops_per_step();
+double amx_flops_per_step();
+// Runs `steps` steps of the loop on each of `threads` threads, all threads started at once
+// (common/timed_together.h), and times it: the flops of all threads in the timing kept and its time,
 // from the first thread's start to the last one's end once all had arrived at the start barrier
 // (a timing whose threads did not all run at once repeated, up to options.attempts in all).
 // The peak is flops / time.seconds: a helper thread woken late delays the start, where a clock

@@ -6,7 +6,7 @@ import pytest
 
 
 def test_rows_picks_cases_and_their_limits(run):
-    r = run("bench", "--rows", "small-call,peak-scaling", "--rounds", "1", "--format", "csv")
+    r = run("bench", "--rows", "small-call,peak-scaling", "--rounds", "3", "--format", "csv")
     assert r.returncode == 0, r.stderr
     rows = list(csv.DictReader(io.StringIO(r.stdout)))
     cases = [row["case"] for row in rows if row["limit"] != "" or row["unit"] == "us/call"]
@@ -17,6 +17,10 @@ def test_rows_picks_cases_and_their_limits(run):
     assert limits == {"fma-1thread", "sgemm"}, limits
     scaling = next(row for row in rows if row["case"] == "peak-scaling")
     assert scaling["limit"] == "fma-1thread" and float(scaling["ratio"]) > 0
+    # Its limit timed before and after it every round: the rounds where the two agreed, of 3.
+    assert scaling["rounds"] == "3" and 0 <= int(scaling["steady_rounds"]) <= 3, scaling
+    small = next(row for row in rows if row["case"] == "small-call")
+    assert small["rounds"] == small["steady_rounds"] == "", small  # no limit, no bracket
 
 
 @pytest.mark.parametrize("case, limit", [("kv-short", "copy-cache"), ("kv-short-dram", "copy")])

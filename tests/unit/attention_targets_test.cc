@@ -57,8 +57,8 @@ TEST(Targets, ReadLoopSumsEveryWordOfBothStreamsOnEveryTarget) {
 }
 
 // The peak loops timed by themselves (the bench's limits) count every thread's flops, on every
-// target, with more threads than the machine has and with one: the plain form's count, times the
-// threads; a positive time, none longer than the call.
+// target, with more threads than the machine has and with one: threads · steps · the loop's flops a
+// step; a positive time, none longer than the call.
 TEST(Targets, TimedPeakLoopsCountEveryThreadsFlops) {
   const int many = 2 * static_cast<int>(std::max(1u, std::thread::hardware_concurrency())) + 1;
   for_each_target([&](const std::string&) {
@@ -67,8 +67,8 @@ TEST(Targets, TimedPeakLoopsCountEveryThreadsFlops) {
       const detail::peak::Timing fma = detail::peak::timed_fp32_fma(threads, 1000);
       const detail::peak::Timing dot = detail::peak::timed_bf16_dot(threads, 1000);
       const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      EXPECT_EQ(fma.flops, threads * detail::peak::fp32_fma(1, 1000));
-      EXPECT_EQ(dot.flops, threads * detail::peak::bf16_dot(1, 1000));
+      EXPECT_EQ(fma.flops, threads * 1000 * detail::peak::fp32_flops_per_step());
+      EXPECT_EQ(dot.flops, threads * 1000 * detail::peak::bf16_flops_per_step());
       EXPECT_GT(fma.time.seconds, 0);
       EXPECT_GT(dot.time.seconds, 0);
       EXPECT_LT(fma.time.seconds + dot.time.seconds, wall);

@@ -284,7 +284,8 @@ TEST(Bf16, DetectionFollowsCpuid) {
 // each thread) and does nothing elsewhere.
 TEST(Bf16, AmxPeakLoopWhereAmxIsUsable) {
   EXPECT_EQ(detail::peak::amx_available(), detail::bfdot::amx_usable());
-  EXPECT_EQ(detail::peak::amx_bf16(2, 10), detail::bfdot::amx_usable() ? 2 * 10 * 4 * 16384.0 : 0.0);
+  EXPECT_EQ(detail::peak::timed_amx_bf16(2, 10).flops, detail::bfdot::amx_usable() ? 2 * 10 * 4 * 16384.0 : 0.0);
+  EXPECT_EQ(detail::peak::amx_flops_per_step(), detail::bfdot::amx_usable() ? 4 * 16384.0 : 0.0);
 }
 
 TEST(Bf16, ForwardWithinOnePercentOnEveryPath) {

@@ -1,0 +1,48 @@
+// A bench row's ratio to its limit, from the limit timed right before the row and right after it.
+//
+// On a shared host the machine's limits move while a bench runs. On a 2-vCPU cloud guest (Zen 3,
+// 2026-12-07) the FMA loop on both threads read 101-104 GFLOP/s in some rounds and 195-204 in the
+// others, for tens of milliseconds at a time; a stand-alone loop timed 6000 times found a thread at
+// half speed in 1174 of them while its CPU time equalled its wall time (so no steal time showed it),
+// as if the physical core's other hardware thread had work of another tenant. A ratio taken against
+// a limit timed once, before the row, is then off by up to 2x whenever the host changed in between.
+// Timing the limit on both sides tells the rounds where it held from those where it moved:
+//   ratio  = the row's rate / the mean of the two limit rates;
+//   steady = the two within kSteadyTolerance of each other (of the larger).
+// The table's ratio is the median over the steady rounds, or over every round when none was steady
+// (then marked 0/N): a host change that comes and goes within one row is not seen by either side.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace attnscale::cli {
+
+inline constexpr double kSteadyTolerance = 0.15;
+
+struct LimitBracket {
+  double before = 0, after = 0;  // the limit's rate right before the row and right after it
+  double rate = 0;               // the row's rate, in the limit's unit
+
+  double ratio() const { return rate / (0.5 * (before + after)); }
+  bool steady() const { return std::abs(after - before) <= kSteadyTolerance * std::max(before, after); }
+};
+
+// The ratios a row's summary is taken over: the steady rounds', else every round's.
+struct BracketSummary {
+  std::vector<double> ratios;
+  int steady = 0, rounds = 0;
+};
+
+inline BracketSummary summarise(const std::vector<LimitBracket>& rounds) {
+  BracketSummary s;
+  s.rounds = static_cast<int>(rounds.size());
+  for (const LimitBracket& b : rounds)
+    if (b.steady()) s.ratios.push_back(b.ratio());
+  s.steady = static_cast<int>(s.ratios.size());
+  if (s.ratios.empty())
+    for (const LimitBracket& b : rounds) s.ratios.push_back(b.ratio());
+  return s;
+}
+
+}  // namespace attnscale::cli

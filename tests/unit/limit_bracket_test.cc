@@ -1,0 +1,42 @@
+// A bench row's ratio against its limit timed before and after it (cli/limit_bracket.h).
+#include "cli/limit_bracket.h"
+
+#include <gtest/gtest.h>
+
+namespace attnscale::cli {
+namespace {
+
+TEST(LimitBracket, RatioOverTheMeanOfBothLimitTimings) {
+  const LimitBracket b{200, 180, 95};
+  EXPECT_DOUBLE_EQ(b.ratio(), 95.0 / 190.0);
+  EXPECT_TRUE(b.steady());  // 20 apart, 10% of 200
+}
+
+TEST(LimitBracket, SteadyWithinTheToleranceOfTheLarger) {
+  EXPECT_TRUE((LimitBracket{100, 100 * (1 - kSteadyTolerance), 1}.steady()));
+  EXPECT_FALSE((LimitBracket{100, 100 * (1 - kSteadyTolerance) - 1, 1}.steady()));
+  EXPECT_FALSE((LimitBracket{101, 200, 1}.steady()));  // a core's worth before, two after
+  EXPECT_FALSE((LimitBracket{200, 101, 1}.steady()));
+}
+
+TEST(LimitBracket, SummaryOverSteadyRoundsElseEveryRound) {
+  // Two steady rounds among four: only theirs count.
+  BracketSummary s = summarise({{200, 198, 140}, {200, 100, 140}, {196, 200, 138}, {100, 200, 70}});
+  EXPECT_EQ(s.steady, 2);
+  EXPECT_EQ(s.rounds, 4);
+  ASSERT_EQ(s.ratios.size(), 2u);
+  EXPECT_DOUBLE_EQ(s.ratios[0], 140.0 / 199.0);
+  EXPECT_DOUBLE_EQ(s.ratios[1], 138.0 / 198.0);
+  // None steady: every round's ratio, marked by steady = 0.
+  s = summarise({{200, 100, 75}, {100, 200, 150}});
+  EXPECT_EQ(s.steady, 0);
+  EXPECT_EQ(s.rounds, 2);
+  EXPECT_EQ(s.ratios.size(), 2u);
+  // No rounds (a row without a limit).
+  s = summarise({});
+  EXPECT_EQ(s.rounds, 0);
+  EXPECT_TRUE(s.ratios.empty());
+}
+
+}  // namespace
+}  // namespace attnscale::cli
