@@ -40,7 +40,7 @@ double cpu_seconds() {
 }
 
 // A peak loop's best rate on one thread in flop/s over 5 rounds (CPU time).
-double best_rate(peak::Timing (*loop)(int threads, std::int64_t steps, TogetherOptions options),
+double best_rate(peak::Timing (*loop)(int threads, std::int64_t steps, attnscale::TogetherOptions options),
                  std::int64_t steps = std::int64_t(1) << 22) {
   double best = 0;
   for (int round = 0; round < 5; ++round) {
