@@ -3,9 +3,9 @@
 
 On a machine shared with other jobs the available CPU changes from second to second, so a ratio of
 two timings taken a minute apart says little. Here every measured function runs once per round,
-all of them in turn, for several rounds, the two sides of each ratio next to each other; a ratio
-is computed within each round (timings seconds apart, under the same load) and the median over
-rounds is reported with its range. The load average is printed before and after.
+all of them in turn, for several rounds, the two sides of each ratio next to each other (every
+other round in reverse order); a ratio is computed within each round (timings seconds apart, under
+the same load) and the median over rounds is reported with its range. The load average is printed before and after.
 
     /usr/bin/python3 bench/goals.py [--pymod build/python] [--threads 2] [--rounds 5]
 
@@ -176,9 +176,13 @@ def main():
 
     for name, f in fns.items():
         timed_call(name, f)
-    for _ in range(a.rounds):
-        for name, f in fns.items():
-            wall, cpu = timed_call(name, f)
+    # Every other round in reverse order (as `attnscale bench` runs its rows): each ratio's two
+    # sides are then timed in one order in half the rounds and in the other in the rest, so that
+    # neither side is always the one timed first, after the row before it.
+    names = list(fns)
+    for r in range(a.rounds):
+        for name in (names if r % 2 == 0 else reversed(names)):
+            wall, cpu = timed_call(name, fns[name])
             times[name].append(wall)
             cpus[name].append(cpu)
     load1 = os.getloadavg()
