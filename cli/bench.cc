@@ -184,10 +184,10 @@ struct Row {
   int threads = 1;
   std::string unit;
   Timed timed;
-  Limit* limit = nullptr;             // null: no ratio
-  std::vector<double> seconds;        // per round
-  std::vector<LimitBracket> rounds;   // per round, where the row has a limit
-  std::vector<double> of_read;   // DRAM decode rows, per round: rate / the read stream's rate timed beside
+  Limit* limit = nullptr;            // null: no ratio
+  std::vector<double> seconds;       // per round
+  std::vector<LimitBracket> rounds;  // per round, where the row has a limit
+  std::vector<double> of_read;       // DRAM decode rows, per round: rate / the read stream's rate timed beside
 };
 
 struct Stats {
