@@ -443,6 +443,12 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "the last end (a thread woken late delays the start and is not timed; a timing whose threads did not\n"
               "all run at once is made again, up to 3 times).\n",
               kSteadyTolerance * 100, threads);
+  for (const auto& l : limits) {
+    const int slow = slow_timings(l->rates);
+    if (slow > 0)
+      std::printf("%s: %d of %zu timings under %.1f of its median (the host slowed the machine for a while)\n",
+                  l->name.c_str(), slow, l->rates.size(), kSlowShare);
+  }
   for (const auto& n : start_notes) {
     if (n->late == 0 && n->repeated == 0) continue;
     std::printf("start barrier, %s: %d of %d timings waited over %.0f ms for a late thread (longest %.1f ms, not timed)",

@@ -38,5 +38,12 @@ TEST(LimitBracket, SummaryOverSteadyRoundsElseEveryRound) {
   EXPECT_TRUE(s.ratios.empty());
 }
 
+TEST(LimitBracket, SlowTimingsUnderTheShareOfTheMedian) {
+  EXPECT_EQ(slow_timings({}), 0);
+  EXPECT_EQ(slow_timings({200, 198, 101, 203, 199}), 1);  // one timing at a core's worth of two
+  EXPECT_EQ(slow_timings({100, 100 * kSlowShare, 100}), 0);  // at the share: not under it
+  EXPECT_EQ(slow_timings({26, 16, 37, 15, 27, 25}), 1);      // median 25.5, share 15.3: only 15 under it
+}
+
 }  // namespace
 }  // namespace attnscale::cli
