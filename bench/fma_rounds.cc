@@ -72,18 +72,24 @@ int main(int argc, char** argv) {
     for (const ThreadTime& t : round) walls.push_back(t.wall);
   const double typical = median(walls), flops = steps * attnscale::detail::peak::fp32_flops_per_step();
   int slow_on_cpu = 0, descheduled = 0;
+  std::vector<double> slow_walls;  // the loops slow on the CPU
   for (const auto& round : times) {
     bool slow = false, off = false;
     for (const ThreadTime& t : round) {
       off = off || t.wall - t.cpu > 0.1 * typical;
-      slow = slow || (t.wall - t.cpu <= 0.1 * typical && t.cpu > 1.3 * typical);
+      if (t.wall - t.cpu <= 0.1 * typical && t.cpu > 1.3 * typical) {
+        slow = true;
+        slow_walls.push_back(t.wall);
+      }
     }
     slow_on_cpu += slow;
     descheduled += off;
   }
   std::printf("%d threads, %d rounds of %lld steps: a thread's loop %.3f ms (median), %.1f GFLOP/s a thread\n", threads,
               rounds, static_cast<long long>(steps), 1e3 * typical, flops / typical * 1e-9);
-  std::printf("rounds with a thread slow on the CPU (CPU time = wall time > 1.3x the median): %d\n", slow_on_cpu);
+  std::printf("rounds with a thread slow on the CPU (CPU time = wall time > 1.3x the median): %d", slow_on_cpu);
+  if (!slow_walls.empty()) std::printf(" (such a loop: %.3f ms, %.2fx the median)", 1e3 * median(slow_walls), median(slow_walls) / typical);
+  std::printf("\n");
   std::printf("rounds with a thread descheduled (wall time - CPU time > 0.1x the median): %d\n", descheduled);
   if (steal >= 0) std::printf("CPU time taken by the host (steal) over the run: %.2f%%\n", 100 * steal);
   return 0;

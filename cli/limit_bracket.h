@@ -2,9 +2,10 @@
 //
 // On a shared host the machine's limits move while a bench runs. On a 2-vCPU cloud guest (Zen 3,
 // 2026-12-07) the FMA loop on both threads read 101-104 GFLOP/s in some rounds and 195-204 in the
-// others, for tens of milliseconds at a time; a stand-alone loop timed 6000 times found a thread at
-// half speed in 1174 of them while its CPU time equalled its wall time (so no steal time showed it),
-// as if the physical core's other hardware thread had work of another tenant. A ratio taken against
+// others, for tens of milliseconds at a time; `build/bin/fma_rounds --rounds 20000` (bench/) found a
+// thread slow while on the CPU all along (its CPU time equal to its wall time, so no steal time
+// showed it) in 2365 rounds, its loop taking 1.93x the median, half speed, as if the physical
+// core's other hardware thread had work of another tenant. A ratio taken against
 // a limit timed once, before the row, is then off by up to 2x whenever the host changed in between.
 // Timing the limit on both sides tells the rounds where it held from those where it moved:
 //   ratio  = the row's rate / the mean of the two limit rates;
