@@ -444,7 +444,7 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "all run at once is made again, up to 3 times).\n",
               kSteadyTolerance * 100, threads);
   for (const auto& l : limits) {
-    const int slow = slow_timings(l->rates);
+    const int slow = slow_timings(l->rates, stats(l->rates).median);
     if (slow > 0)
       std::printf("%s: %d of %zu timings under %.1f of its median (the host slowed the machine for a while)\n",
                   l->name.c_str(), slow, l->rates.size(), kSlowShare);

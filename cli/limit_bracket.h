@@ -46,17 +46,13 @@ inline BracketSummary summarise(const std::vector<LimitBracket>& rounds) {
   return s;
 }
 
-// Timings of a limit under kSlowShare of its median over the run: the spells in which the host
-// slowed the cores (a compute limit at half its rate) or the memory, which the table's notes count
-// so that a reader sees how often the machine moved under the run.
+// Timings of a limit under kSlowShare of its median over the run (`median`, the one the table
+// reports): the spells in which the host slowed the cores (a compute limit at half its rate) or
+// the memory, which the table's notes count so that a reader sees how often the machine moved
+// under the run.
 inline constexpr double kSlowShare = 0.6;
 
-inline int slow_timings(std::vector<double> rates) {
-  if (rates.empty()) return 0;
-  std::vector<double> sorted = rates;
-  std::sort(sorted.begin(), sorted.end());
-  const std::size_t n = sorted.size();
-  const double median = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+inline int slow_timings(const std::vector<double>& rates, double median) {
   return static_cast<int>(std::count_if(rates.begin(), rates.end(), [&](double r) { return r < kSlowShare * median; }));
 }
 

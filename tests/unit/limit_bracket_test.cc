@@ -39,10 +39,10 @@ TEST(LimitBracket, SummaryOverSteadyRoundsElseEveryRound) {
 }
 
 TEST(LimitBracket, SlowTimingsUnderTheShareOfTheMedian) {
-  EXPECT_EQ(slow_timings({}), 0);
-  EXPECT_EQ(slow_timings({200, 198, 101, 203, 199}), 1);  // one timing at a core's worth of two
-  EXPECT_EQ(slow_timings({100, 100 * kSlowShare, 100}), 0);  // at the share: not under it
-  EXPECT_EQ(slow_timings({26, 16, 37, 15, 27, 25}), 1);      // median 25.5, share 15.3: only 15 under it
+  EXPECT_EQ(slow_timings({}, 0), 0);
+  EXPECT_EQ(slow_timings({200, 198, 101, 203, 199}, 199), 1);  // one timing at a core's worth of two
+  EXPECT_EQ(slow_timings({100, 100 * kSlowShare, 100}, 100), 0);  // at the share: not under it
+  EXPECT_EQ(slow_timings({26, 16, 37, 15, 27, 25}, 25.5), 1);      // share 15.3: only 15 under it
 }
 
 }  // namespace
