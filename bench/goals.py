@@ -6,6 +6,11 @@ two timings taken a minute apart says little. Here every measured function runs 
 all of them in turn, for several rounds, the two sides of each ratio next to each other (every
 other round in reverse order); a ratio is computed within each round (timings seconds apart, under
 the same load) and the median over rounds is reported with its range. The load average is printed before and after.
+A ratio to one of the machine's limits (the FMA and bf16 peaks, the copy) takes the limit timed right
+before and right after its row, their mean, as `attnscale bench` does (cli/limit_bracket.h): a round
+counts ("steady") when the two agree within 15% and neither is under 0.6 of that limit's median over
+the run (a slow spell of the host); the median is over the steady rounds, or over every round when
+none was (0/N).
 
     /usr/bin/python3 bench/goals.py [--pymod build/python] [--threads 2] [--rounds 5]
 
@@ -30,6 +35,7 @@ so while other sessions keep the cores busy a second thread gains nothing, for s
 import argparse
 import ctypes
 import os
+import re
 import statistics
 import sys
 import time
@@ -41,6 +47,8 @@ from openblas_kernels import openblas_core_note, restart_with_openblas_core
 
 
 KV_I8_CALLS = 4  # int8-KV decode calls a timing (see fns below)
+STEADY_TOLERANCE = 0.15  # as cli/limit_bracket.h's kSteadyTolerance and kSlowShare
+SLOW_SHARE = 0.6
 
 
 def main():
@@ -131,23 +139,26 @@ def main():
         "torch-sdpa": sdpa,
         "fp32-peak": peak("fp32", T, peak_steps),
         "fwd": lambda: attnscale.attention(q4, k4, v4, threads=T),
-        "sgemm": sgemm(T),
-        "bwd": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=T),
-        "bwd-causal": lambda: attnscale.attention_backward(q4, k4, v4, outc4, lsec4, dout4, causal=True, threads=T),
-        "bwd-1thread": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=1),
         "fp32-peak-2": peak("fp32", T, peak_steps),
+        "bwd": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=T),
+        "fp32-peak-3": peak("fp32", T, peak_steps),
         "fp32-peak-1thread": peak("fp32", 1, peak_steps),
         "sgemm-1thread": sgemm(1),
+        "sgemm": sgemm(T),
+        "bwd-causal": lambda: attnscale.attention_backward(q4, k4, v4, outc4, lsec4, dout4, causal=True, threads=T),
+        "bwd-1thread": lambda: attnscale.attention_backward(q4, k4, v4, out4, lse4, dout4, threads=1),
         "fwd-1thread": lambda: attnscale.attention(q4, k4, v4, threads=1),
         "bf16-peak": bf16_peak,
         "fwd-bf16": lambda: attnscale.attention(qb4, kb4, vb4, threads=T),
         "bf16-peak-2": bf16_peak,
         "bwd-bf16": lambda: attnscale.attention_backward(qb4, kb4, vb4, outb4, lseb4, doutb4, threads=T),
+        "bf16-peak-3": bf16_peak,
         "torch-bf16-mm": lambda: xb @ yb,
-        "decode": lambda: attnscale.attention(qd, kd, vd, threads=T),
         "copy": copy,
-        "decode-gqa": lambda: attnscale.attention(qg, kg, vg, threads=T),
+        "decode": lambda: attnscale.attention(qd, kd, vd, threads=T),
         "copy-2": copy,
+        "decode-gqa": lambda: attnscale.attention(qg, kg, vg, threads=T),
+        "copy-3": copy,
         "kv-f32": lambda: attnscale.decode(qc, kd, vd, threads=T),
         # Four calls (four new tokens) a timing: about as long as one float32 call (3-4 ms each
         # against 12-14), so that both sides of the ratio see the host's hiccups for as long.
@@ -194,7 +205,8 @@ def main():
         "bwd-causal": 2.5 * 4.0 * H * (4096 * 4097 / 2) * d, "bwd-1thread": 2.5 * fwd_flops, "bwd-bf16": 2.5 * fwd_flops,
         **peak_flops,
         "fwd-bf16": fwd_flops, "torch-bf16-mm": 2.0 * n**3, "decode": 2.0 * H * 65536 * d * 4,
-        "copy": 2.0 * src.nbytes, "copy-2": 2.0 * src.nbytes, "decode-gqa": 2.0 * 4 * 65536 * d * 4,
+        "copy": 2.0 * src.nbytes, "copy-2": 2.0 * src.nbytes, "copy-3": 2.0 * src.nbytes,
+        "decode-gqa": 2.0 * 4 * 65536 * d * 4,
         "kv-f32": 1.0, "kv-i8": float(KV_I8_CALLS),  # one new token per call: rates in tokens/s
     }
     print(f"attnscale {attnscale.version()} ({attnscale.git_hash()}), target {attnscale.cpu_target()}, "
@@ -206,7 +218,7 @@ def main():
         print("bf16 products widened to float32: bf16-peak and bf16-peak-2 are the FMA loop")
     print(f"{'measured':<15}{'best ms':>10}{'rate':>10}  unit (rate from the best time)")
     for name in fns:
-        unit = ("GB/s" if name in ("decode", "copy", "copy-2", "decode-gqa")
+        unit = ("GB/s" if name in ("decode", "copy", "copy-2", "copy-3", "decode-gqa")
                 else "tok/s" if name.startswith("kv-") else "GFLOP/s")
         scale = 1.0 if unit == "tok/s" else 1e-9
         print(f"{name:<15}{min(times[name]) * 1e3:>10.2f}{work[name] / min(times[name]) * scale:>10.1f}  {unit}")
@@ -217,23 +229,46 @@ def main():
         per_round = sorted((work[num] / tn) / (work[den] / td) for tn, td in zip(t[num], t[den]))
         return statistics.median(per_round), per_round[0], per_round[-1]
 
+    def rates(name):
+        return [work[name] / t for t in times[name]]
+
+    def limit_kind(name):  # "copy-2" and "copy-3" are timings of "copy"
+        return re.sub(r"-\d+$", "", name)
+
+    def limit_median(limit):  # every timing of that limit over the run
+        return statistics.median(r for other in fns if limit_kind(other) == limit_kind(limit) for r in rates(other))
+
+    def bracketed(num, before, after):
+        # `num`'s rate over the mean of its limit's two timings around it, per round; the rounds in
+        # which those two agree within STEADY_TOLERANCE and neither is under SLOW_SHARE of the
+        # limit's median over the run ("steady"), else every round (0 steady).
+        median = limit_median(before)
+        per_round, steady = [], []
+        for rn, rb, ra in zip(rates(num), rates(before), rates(after)):
+            per_round.append(rn / (0.5 * (rb + ra)))
+            if abs(ra - rb) <= STEADY_TOLERANCE * max(ra, rb) and min(ra, rb) >= SLOW_SHARE * median:
+                steady.append(per_round[-1])
+        kept = sorted(steady or per_round)
+        return statistics.median(kept), kept[0], kept[-1], f"{len(steady)}/{len(per_round)}"
+
     def speedup(slow, fast, t=times):
         per_round = sorted(ts / tf for ts, tf in zip(t[slow], t[fast]))
         return statistics.median(per_round), per_round[0], per_round[-1]
 
     goals = [
-        ("fp32 fwd N=4096 / fp32 peak", ratio("fwd", "fp32-peak"), 0.88),
-        ("fp32 bwd N=4096 / fp32 peak", ratio("bwd", "fp32-peak-2"), 0.75),
-        (f"bf16 fwd N=4096 / {bf16_peak_name}", ratio("fwd-bf16", "bf16-peak"), None if amx else 0.75),
-        (f"bf16 bwd N=4096 / {bf16_peak_name}", ratio("bwd-bf16", "bf16-peak-2"), None if amx else 0.6),
-        ("decode Nkv=65536 / copy", ratio("decode", "copy"), 0.90),
-        ("GQA decode 32/4 heads / copy", ratio("decode-gqa", "copy-2"), 0.90),
+        ("fp32 fwd N=4096 / fp32 peak", bracketed("fwd", "fp32-peak", "fp32-peak-2"), 0.88),
+        ("fp32 bwd N=4096 / fp32 peak", bracketed("bwd", "fp32-peak-2", "fp32-peak-3"), 0.75),
+        (f"bf16 fwd N=4096 / {bf16_peak_name}", bracketed("fwd-bf16", "bf16-peak", "bf16-peak-2"), None if amx else 0.75),
+        (f"bf16 bwd N=4096 / {bf16_peak_name}", bracketed("bwd-bf16", "bf16-peak-2", "bf16-peak-3"),
+         None if amx else 0.6),
+        ("decode Nkv=65536 / copy", bracketed("decode", "copy", "copy-2"), 0.90),
+        ("GQA decode 32/4 heads / copy", bracketed("decode-gqa", "copy-2", "copy-3"), 0.90),
         ("int8 / f32 KV decode tokens/s", ratio("kv-i8", "kv-f32"), 3.0),
         ("fp32 fwd N=4096 / sgemm", ratio("fwd", "sgemm"), None),
         ("fp32 fwd N=4096 / torch SDPA", ratio("fwd", "torch-sdpa"), 2.0),
         (f"{T} threads / 1 thread (fwd)", speedup("fwd-1thread", "fwd"), 1.9),
         (f"  control: sgemm {T} threads / 1", speedup("sgemm-1thread", "sgemm"), None),
-        (f"  control: FMA loop {T} threads / 1", ratio("fp32-peak-2", "fp32-peak-1thread"), None),
+        (f"  control: FMA loop {T} threads / 1", ratio("fp32-peak-3", "fp32-peak-1thread"), None),
         (f"  fwd CPU time, 1 thread / {T}", speedup("fwd-1thread", "fwd", cpus), None),
         ("fp32 bwd N=4096 / sgemm", ratio("bwd", "sgemm"), None),
         ("bf16 fwd N=4096 / torch bf16 mm", ratio("fwd-bf16", "torch-bf16-mm"), None),
@@ -241,10 +276,11 @@ def main():
         ("causal speedup N=4096 bwd (time)", speedup("bwd", "bwd-causal"), 1.85),
         (f"{T} threads / 1 thread (bwd)", speedup("bwd-1thread", "bwd"), 1.9),
     ]
-    print(f"{'goal':<34}{'median':>8}{'min':>8}{'max':>8}{'target':>8}  met (median of the per-round ratios)")
-    for name, (med, lo, hi), target in goals:
-        print(f"{name:<34}{med:>8.3f}{lo:>8.3f}{hi:>8.3f}{'' if target is None else f'{target:>8.2f}'}"
-              f"{'' if target is None else ('  yes' if med >= target else '  no')}")
+    print(f"{'goal':<34}{'median':>8}{'min':>8}{'max':>8}{'target':>8}{'met':>5}{'steady':>8}"
+          "  (median of the per-round ratios; steady: rounds counted of a limit's)")
+    for name, (med, lo, hi, *steady), target in goals:
+        print(f"{name:<34}{med:>8.3f}{lo:>8.3f}{hi:>8.3f}{'' if target is None else f'{target:>8.2f}':>8}"
+              f"{'' if target is None else ('yes' if med >= target else 'no'):>5}{steady[0] if steady else '':>8}")
 
 
 if __name__ == "__main__":

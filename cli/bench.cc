@@ -406,7 +406,7 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
                 r.causal ? "causal" : "none", r.dtype.c_str(), r.threads, t.median * 1e3, rt.median, rt.lo, rt.hi,
                 r.unit.c_str());
     if (r.limit) {
-      const BracketSummary b = summarise(r.rounds);
+      const BracketSummary b = summarise(r.rounds, stats(r.limit->rates).median);
       const Stats q = stats(b.ratios);
       std::printf(" %-10s %6.3f %6.3f-%-6.3f %3d/%-3d", r.limit->name.c_str(), q.median, q.lo, q.hi, b.steady, b.rounds);
     }
@@ -416,8 +416,9 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
   }
   std::printf("rate and ratio: median over rounds [min - max]; ratio: the row's rate over its limit's, the limit timed\n"
               "right before and right after the row in the same round, their mean (every other round runs the rows in\n"
-              "reverse order); steady: the rounds whose two limit timings agreed within %.0f%%, over which the ratio is\n"
-              "taken (over every round when none did: 0/N; the limit moved with the host's other work). copy rates\n"
+              "reverse order); steady: the rounds whose two limit timings agreed within %.0f%% and neither fell under %.1f\n"
+              "of the limit's median over the run (a slow spell of the host), over which the ratio is taken (over\n"
+              "every round when none was: 0/N; the limit moved with the host's other work). copy rates\n"
               "count bytes read + written, read bytes read; decode rows count the K and V bytes read, against\n"
               "copy-cache when K and V fit in half of L3 (timed over 8 calls after an untimed one, so that they\n"
               "start in cache); \"of read\": a DRAM decode row's rate over the read stream's, timed beside its copy.\n"
@@ -442,7 +443,7 @@ void print_table(const std::vector<std::unique_ptr<Limit>>& limits, const std::d
               "barrier until all are there, and the rate is the work of all over the time from the first start to\n"
               "the last end (a thread woken late delays the start and is not timed; a timing whose threads did not\n"
               "all run at once is made again, up to 3 times).\n",
-              kSteadyTolerance * 100, threads);
+              kSteadyTolerance * 100, kSlowShare, threads);
   for (const auto& l : limits) {
     const int slow = slow_timings(l->rates, stats(l->rates).median);
     if (slow > 0)
@@ -471,7 +472,7 @@ void print_csv(const std::vector<std::unique_ptr<Limit>>& limits, const std::deq
   for (const Row& r : rows) {
     std::vector<double> rates;
     for (double s : r.seconds) rates.push_back(rate_of(r.timed, s));
-    const BracketSummary b = summarise(r.rounds);
+    const BracketSummary b = r.limit ? summarise(r.rounds, stats(r.limit->rates).median) : BracketSummary{};
     const Stats rt = stats(rates), q = stats(b.ratios);
     const std::string of_read = r.of_read.empty() ? "" : fmt::format("{:.4f}", stats(r.of_read).median);
     const std::string steady = r.limit ? fmt::format("{},{}", b.steady, b.rounds) : ",";

@@ -17,6 +17,14 @@ log-sum-exp. CPU tensors of float32, float64 or bfloat16 go to the kernels witho
 share memory and strides with the arrays the kernels read), so a [B, N, H, d] tensor permuted to
 [B, H, N, d] is read in place.
 
+Each function here (and Attention.apply) takes part in PyTorch's __torch_function__ protocol as
+torch.nn.functional's do (torch.overrides.has_torch_function / handle_torch_function): a call with a
+tensor subclass that overrides __torch_function__ among its tensor arguments (optional ones too:
+masks, sinks, alibi_slopes, cu_seqlens, block_table, a KV cache and its indices), or under a
+torch.overrides.TorchFunctionMode, goes to that override first, the function itself as `func`. A
+subclass that does not override it gets torch.Tensor's, which runs the function and returns its
+tensors as that subclass; plain tensors pay one check.
+
     >>> import torch, attnscale.torch as at
     >>> q = torch.randn(2, 4, 16, 32, dtype=torch.float64, requires_grad=True)  # [B, H, N, d]
     >>> k = torch.randn(2, 1, 16, 32, dtype=torch.float64, requires_grad=True)  # one kv head
@@ -29,6 +37,7 @@ share memory and strides with the arrays the kernels read), so a [B, N, H, d] te
 import sys
 
 import torch
+from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from . import torch_bert_padding as bert_padding
 from .torch_flash import flash_attn_func, flash_attn_varlen_func
@@ -106,6 +115,10 @@ def attention(
         >>> y.sum().backward(); x.grad.shape
         torch.Size([10, 8])
     """
+    if has_torch_function_variadic(q, k, v, mask, sinks):
+        return handle_torch_function(attention, (q, k, v, mask, sinks), q, k, v, scale=scale, causal=causal,
+                                     window=window, align=align, mask=mask, threads=threads, return_lse=return_lse,
+                                     compute=compute, sinks=sinks)
     if mask is not None and not isinstance(mask, torch.Tensor):
         mask = torch.as_tensor(mask)
     options = dict(scale=scale, causal=causal, window=window, align=align, threads=threads)

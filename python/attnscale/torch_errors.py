@@ -10,6 +10,10 @@ them, and `except ValueError:` still does.
         out = flash_attn_func(q, k[..., :3], v)   # headdims differ
     except RuntimeError as e:                     # DropInValueError: a ValueError and a RuntimeError
         out = fallback(q, k, v)
+
+drop_in_errors wraps a drop-in's implementation (`_` and its name; in the packed forms, their one
+check), not the public function, which first offers the call to __torch_function__ (attnscale.torch):
+an override's own exceptions reach the caller as it raised them, as from torch.nn.functional's.
 """
 import functools
 

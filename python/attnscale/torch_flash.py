@@ -14,6 +14,7 @@ import math
 import operator
 
 import torch
+from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from . import _attnscale
 from .torch_errors import drop_in_errors
@@ -131,7 +132,6 @@ def _check_layout(q, k, v, layout):
         check_rank(name, t, layout)
 
 
-@drop_in_errors
 def flash_attn_func(
     q,
     k,
@@ -179,6 +179,17 @@ def flash_attn_func(
         >>> out.sum().backward(); out.shape
         torch.Size([2, 10, 8, 16])
     """
+    if has_torch_function_variadic(q, k, v, alibi_slopes):
+        return handle_torch_function(
+            flash_attn_func, (q, k, v, alibi_slopes), q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale,
+            causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+            deterministic=deterministic, return_attn_probs=return_attn_probs)
+    return _flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes,
+                            return_attn_probs)
+
+
+@drop_in_errors
+def _flash_attn_func(q, k, v, dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs):
     _check_layout(q, k, v, "[batch, seqlen, heads, headdim]")
     window = kernel_window(window_size, causal, k.shape[1])
     options = _options(softmax_scale, causal, window, softcap, alibi_slopes, q.shape[2], dropout_p)
@@ -234,7 +245,6 @@ def _paged_rows(k, v, block_table, cu):
     return k[blocks, pos % size], v[blocks, pos % size]
 
 
-@drop_in_errors
 def flash_attn_varlen_func(
     q,
     k,
@@ -278,6 +288,20 @@ def flash_attn_varlen_func(
         >>> at.flash_attn_varlen_func(q, q, q, cu, cu, 7, 7, causal=True).shape
         torch.Size([10, 4, 16])
     """
+    if has_torch_function_variadic(q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, block_table):
+        return handle_torch_function(
+            flash_attn_varlen_func, (q, k, v, cu_seqlens_q, cu_seqlens_k, alibi_slopes, block_table), q, k, v,
+            cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=dropout_p, softmax_scale=softmax_scale,
+            causal=causal, window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+            deterministic=deterministic, return_attn_probs=return_attn_probs, block_table=block_table)
+    return _flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p,
+                                   softmax_scale, causal, window_size, softcap, alibi_slopes, return_attn_probs,
+                                   block_table)
+
+
+@drop_in_errors
+def _flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale,
+                            causal, window_size, softcap, alibi_slopes, return_attn_probs, block_table):
     if block_table is not None:
         check_rank("q", q, "[total, heads, headdim]")
         check_rank("k", k, "[num_blocks, block_size, heads_k, headdim]")

@@ -16,6 +16,7 @@ import operator
 
 import numpy as np
 import torch
+from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from . import _attnscale, broadcast
 from .arrays import check_options
@@ -141,6 +142,16 @@ def once_differentiable(backward):
 class Attention(torch.autograd.Function):
     """softmax(q k^T * scale + mask) v with gradients for q, k, v, a float mask and sinks (a logit per
     head that joins every row's softmax without a value; see attnscale.torch.attention)."""
+
+    @classmethod
+    def apply(cls, q, k, v, mask, forward_options, options, sinks=None):
+        """torch.autograd.Function.apply, first offering the call to the tensors' __torch_function__ (or a
+        TorchFunctionMode's), as the public functions do: torch's own apply offers it only to the
+        operations inside forward. `func` is then Attention.apply (a bound method: compare it with ==)."""
+        if has_torch_function_variadic(q, k, v, mask, sinks):
+            return handle_torch_function(cls.apply, (q, k, v, mask, sinks), q, k, v, mask, forward_options, options,
+                                         sinks)
+        return super().apply(q, k, v, mask, forward_options, options, sinks)
 
     @staticmethod
     def forward(ctx, q, k, v, mask, forward_options, options, sinks=None):

@@ -24,6 +24,7 @@ import operator
 
 import numpy as np
 import torch
+from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from . import _attnscale
 from .torch_errors import drop_in_errors
@@ -120,7 +121,6 @@ class _Cache:
         return self.table[seqs[:, None].expand_as(positions), positions // self.block], positions % self.block
 
 
-@drop_in_errors
 def flash_attn_with_kvcache(
     q,
     k_cache,
@@ -180,6 +180,25 @@ def flash_attn_with_kvcache(
         >>> out.shape, bool(kc[1, 4].eq(k[0, 0]).all())           # key 20 of sequence 0: block 1, row 4
         (torch.Size([2, 1, 8, 64]), True)
     """
+    if has_torch_function_variadic(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                   cache_leftpad, block_table, alibi_slopes):
+        relevant = (q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+                    block_table, alibi_slopes)
+        return handle_torch_function(
+            flash_attn_with_kvcache, relevant, q, k_cache, v_cache, k=k, v=v, rotary_cos=rotary_cos,
+            rotary_sin=rotary_sin, cache_seqlens=cache_seqlens, cache_batch_idx=cache_batch_idx,
+            cache_leftpad=cache_leftpad, block_table=block_table, softmax_scale=softmax_scale, causal=causal,
+            window_size=window_size, softcap=softcap, rotary_interleaved=rotary_interleaved,
+            alibi_slopes=alibi_slopes, num_splits=num_splits, return_softmax_lse=return_softmax_lse)
+    return _flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                    cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+                                    rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse)
+
+
+@drop_in_errors
+def _flash_attn_with_kvcache(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                             cache_leftpad, block_table, softmax_scale, causal, window_size, softcap,
+                             rotary_interleaved, alibi_slopes, num_splits, return_softmax_lse):
     _check_tensor("q", q, "[batch, seqlen, heads, headdim]")
     layout = "[num_blocks, block_size, heads_k, headdim]" if block_table is not None else "[batch, seqlen, heads_k, headdim]"
     _check_tensor("k_cache", k_cache, layout)

@@ -18,6 +18,7 @@ gets its gradient, dS, summed over its broadcast dimensions by autograd.
 import math
 
 import torch
+from torch.overrides import handle_torch_function, has_torch_function, has_torch_function_variadic
 
 from .argument_names import caller_names
 from .torch_errors import drop_in_errors
@@ -28,7 +29,6 @@ from .torch_function import as_float16, attend, check_operands, dropout_keywords
 _NAMES = {"q": "query", "k": "key", "v": "value", "mask": "attn_mask"}
 
 
-@drop_in_errors
 def scaled_dot_product_attention(
     query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False
 ):
@@ -66,6 +66,19 @@ def scaled_dot_product_attention(
         >>> out.sum().backward(); out.shape
         torch.Size([2, 8, 10, 16])
     """
+    if has_torch_function_variadic(query, key, value, attn_mask):
+        # A CausalBias is read here as the causal mask it stands for (_causal_bias_variant), not handed
+        # to its own __torch_function__, which knows only PyTorch's function (and would return out as
+        # a CausalBias); other subclasses and modes see the call, as torch.nn.functional's.
+        relevant = (query, key, value) if _causal_bias_variant(attn_mask) else (query, key, value, attn_mask)
+        if has_torch_function(relevant):
+            return handle_torch_function(scaled_dot_product_attention, relevant, query, key, value, attn_mask=attn_mask,
+                                         dropout_p=dropout_p, is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+    return _scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+
+
+@drop_in_errors
+def _scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa):
     with caller_names(_NAMES):
         causal = bool(is_causal)
         if _causal_bias_variant(attn_mask):
@@ -111,7 +124,8 @@ def _causal_bias_variant(mask):
     causal_lower_right), known by its attributes; None for any other mask. A CausalBias is a tensor
     whose values mean nothing (torch.Tensor.__new__ of its arguments): read as a float mask it would
     add uninitialised memory to the scores. PyTorch's own function hands it to its __torch_function__,
-    which this function, a Python one, does not call."""
+    which knows only that function: this one reads it itself, leaving it out of its own
+    __torch_function__ dispatch."""
     variant = getattr(getattr(mask, "variant", None), "name", None)
     if variant in ("UPPER_LEFT", "LOWER_RIGHT") and hasattr(mask, "seq_len_q") and hasattr(mask, "seq_len_kv"):
         return variant

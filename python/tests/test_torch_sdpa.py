@@ -423,7 +423,9 @@ def test_autocast_casts_the_operands_as_pytorch_s_cpu_policy(gen):
 
 class CausalBias(torch.Tensor):
     """What PyTorch 2's torch.nn.attention.bias.causal_upper_left / causal_lower_right return (PyTorch
-    1.13 has none): a tensor subclass whose values mean nothing, with variant, seq_len_q, seq_len_kv."""
+    1.13 has none): a tensor subclass whose values mean nothing, with variant, seq_len_q, seq_len_kv,
+    and a __torch_function__ that computes torch.nn.functional.scaled_dot_product_attention itself and
+    hands every other function to torch.Tensor's (which would return out as a CausalBias)."""
 
     class Variant:
         def __init__(self, name):
@@ -434,16 +436,24 @@ class CausalBias(torch.Tensor):
         t.variant, t.seq_len_q, t.seq_len_kv = CausalBias.Variant(variant), seq_len_q, seq_len_kv
         return t
 
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func is getattr(torch.nn.functional, "scaled_dot_product_attention", None):
+            raise AssertionError("PyTorch's own function computes it here (CausalBias._dispatch)")
+        return super().__torch_function__(func, types, args, kwargs)
+
 
 @pytest.mark.parametrize("L,S", [(5, 9), (9, 5), (6, 6)])
 def test_causal_bias_objects_are_the_causal_masks_they_stand_for(gen, L, S):
     """causal_upper_left(L, S) is is_causal=True; causal_lower_right(L, S) keeps keys
-    j <= i + S - L (tril with diagonal S - L): the tensor's own values are never read."""
+    j <= i + S - L (tril with diagonal S - L): the tensor's own values are never read, nor is its
+    __torch_function__ offered the call (out is a plain tensor)."""
     q, k, v = randn(gen, 2, 3, L, 4, grad=True), randn(gen, 2, 3, S, 4, grad=True), randn(gen, 2, 3, S, 3, grad=True)
     lower = torch.ones(L, S, dtype=torch.bool).tril(S - L)
     for variant, want in (("UPPER_LEFT", torch_reference.sdpa(q, k, v, is_causal=True)),
                           ("LOWER_RIGHT", torch_reference.attention(q, k, v, mask=lower)[0])):  # rows of no key: 0
         got = sdpa(q, k, v, attn_mask=CausalBias(variant, L, S))
+        assert type(got) is torch.Tensor
         torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
         dout = randn(gen, *want.shape)
         for a, b in zip(torch.autograd.grad(got, (q, k, v), dout), torch.autograd.grad(want, (q, k, v), dout)):
