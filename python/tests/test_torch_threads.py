@@ -1,20 +1,18 @@
 """attnscale.torch's thread count: threads=N, else $ATTNSCALE_THREADS, else torch.get_num_threads()
 (python/attnscale/torch_threads.py). The observable is the threads keyword each kernel call receives
 (a spy around the extension's functions), and results that do not depend on it."""
-import os
-
 import pytest
 
 import torch
 
 import attnscale.torch as at
-from attnscale import _attnscale
+from attnscale import _attnscale, torch_threads
 
 
 @pytest.fixture
 def calls(monkeypatch):
     """[(kernel, threads keyword)] of every kernel call; torch's count and $ATTNSCALE_THREADS
-    restored afterwards, and os.cpu_count() made large, so that a torch count of 2 or 3 passes
+    restored afterwards, and the machine's cores (torch_threads._CORES) made many, so that a torch count of 2 or 3 passes
     through as it is on any machine."""
     seen = []
 
@@ -30,7 +28,7 @@ def calls(monkeypatch):
     for name in ("attention", "attention_backward", "decode"):
         monkeypatch.setattr(_attnscale, name, spy(name))
     monkeypatch.delenv("ATTNSCALE_THREADS", raising=False)
-    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    monkeypatch.setattr(torch_threads, "_CORES", 64)
     before = torch.get_num_threads()
     yield seen
     torch.set_num_threads(before)
@@ -80,7 +78,7 @@ def test_threads_keyword_then_environment_take_precedence(calls, monkeypatch):
 
 
 def test_a_count_of_every_core_is_the_librarys_default(calls, monkeypatch):
-    monkeypatch.setattr(os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(torch_threads, "_CORES", 2)
     torch.set_num_threads(2)
     kc, vc = torch.randn(1, 8, 1, 16), torch.randn(1, 8, 1, 16)
     at.flash_attn_with_kvcache(torch.randn(1, 1, 2, 16), kc, vc)  # decode keeps its one-thread rule
