@@ -85,7 +85,14 @@ void run(const AttendFlags& f) {
   require_own_paths(outputs_given, {{"--q", f.q}, {"--k", f.k}, {"--v", f.v}, {"--mask", f.mask.mask_path},
                                     {"--alibi-slopes", f.alibi_slopes}, {"--sinks", f.sinks}});
   require_writable(outputs_given);
-  check_attend_memory({f.q, f.k, f.v, f.mask.mask_path, f.lse, f.probs});  // from the headers, before any read
+  AttendCall call{f.q, f.k, f.v, f.mask.mask_path, f.alibi_slopes, f.sinks, f.lse, f.probs};
+  call.reference = f.reference;
+  call.threads = f.mask.threads;
+  call.window = !f.mask.window.empty() && (f.mask.window[0] >= 0 || f.mask.window[1] >= 0);
+  call.dropout = f.dropout > 0;
+  call.cu_seqlens_q = f.cu_seqlens_q;
+  call.cu_seqlens_k = f.cu_seqlens_k;
+  check_attend_memory(call);  // from the headers, before any read
   Tensor mask, alibi, sinks;
   Options options = f.mask.options(mask);
   add_transforms(f, options, alibi, sinks);

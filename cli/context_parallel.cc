@@ -11,6 +11,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -18,6 +19,7 @@
 #include <tuple>
 #include <vector>
 
+#include "attend_memory.h"
 #include "attnscale/distributed.h"
 #include "distributed/agreement.h"
 #include "distributed/same_values.h"
@@ -117,6 +119,29 @@ Tensor copy_rows(const detail::NpyHeader& h, const char* data, const std::vector
     }
   }
   return t;
+}
+
+// Rank r's share of K ranks of q, k and v (attend_memory.h), from their shapes: its rows, its
+// longest run of them, and the most rows of k and v, and longest run, any rank holds (the ring's
+// buffers, a block's keys).
+ContextParallelShare rank_share(const ShardedInput& q, const ShardedInput& k, const ShardedInput& v, bool lse,
+                                int threads, int K, int r, distributed::Sharding sharding) {
+  ContextParallelShare s{&q.header, &k.header, &v.header, lse, threads};
+  const auto rows = [&](std::int64_t n, int rank, std::int64_t* longest) {
+    std::int64_t total = 0;
+    for (const Segment& seg : distributed::shard(n, K, rank, sharding)) {
+      total += seg.length;
+      *longest = std::max(*longest, seg.length);
+    }
+    return total;
+  };
+  s.q_rows = rows(q.n(), r, &s.q_segment);
+  for (int rank = 0; rank < K; ++rank) {
+    const std::int64_t n = rows(k.n(), rank, &s.kv_segment);
+    if (rank == r) s.kv_rows = n;
+    s.max_kv_rows = std::max(s.max_kv_rows, n);
+  }
+  return s;
 }
 
 const char* sharding_name(distributed::Sharding s) {
@@ -276,15 +301,32 @@ void attend_context_parallel(const ContextParallelFiles& f, const Options& optio
                       fmt::format("{} ({} rows, shape {})", *path, in->n(), shape_text(in->header))});
   distributed::agree_on_values(comm, "the inputs", shapes, "", "every rank reads its rows of the same arrays");
 
+  // Then what this rank will hold, before any row is copied (attend_memory.h): its own share, then
+  // the shares of the ranks on this machine, which share its memory.
+  HeldSum share;
   distributed::agreed(comm, [&] {
-    for (std::size_t i = 0; i < files.size(); ++i) {
-      auto [flag, path, in] = inputs[i];
+    for (auto [flag, path, in] : inputs) {
       const std::int64_t n = in->n(), least = (sharding == distributed::Sharding::zigzag ? 2 : 1) * K;
       if (n < least)
         throw Error(fmt::format("{}: {} row{} cannot be split over {} ranks ({} per rank at least)", flag, n,
                                 n == 1 ? "" : "s", K,
                                 sharding == distributed::Sharding::zigzag ? "zigzag: 2 chunks" : "1 row"));
-      in->rows = copy_rows(in->header, files[i]->data(), distributed::shard(n, K, r, sharding));
+    }
+    share = check_context_parallel_share(rank_share(q, k, v, !f.lse.empty(), options.threads, K, r, sharding));
+  });
+  MPI_Comm machine;
+  MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &machine);
+  int local_ranks = 1;
+  double local_bytes = 0;
+  MPI_Comm_size(machine, &local_ranks);
+  MPI_Allreduce(&share.bytes, &local_bytes, 1, MPI_DOUBLE, MPI_SUM, machine);
+  MPI_Comm_free(&machine);
+  distributed::agreed(comm, [&] { check_machine_share(share, local_ranks, local_bytes); });
+
+  distributed::agreed(comm, [&] {
+    for (std::size_t i = 0; i < files.size(); ++i) {
+      auto [flag, path, in] = inputs[i];
+      in->rows = copy_rows(in->header, files[i]->data(), distributed::shard(in->n(), K, r, sharding));
     }
     files.clear();
     if (v.rank() != k.rank())

@@ -1,16 +1,17 @@
 # Install rules (included by the top-level CMakeLists.txt when ATTNSCALE_INSTALL is ON).
 #   cmake --install build --prefix P   (`make install`: P = /usr/local)
-# puts under P: include/attnscale/*.h; lib/libattnscale.{a,so}; bin/attnscale with the lab's
+# puts under P: include/attnscale/*.h; LIBDIR/libattnscale.{a,so} (LIBDIR: lib/<triplet> on Debian,
+# lib/x86_64-linux-gnu on amd64: cmake/multiarch_libdir.cmake); bin/attnscale with the lab's
 # libtorch module lib/attnscale/libattnscale_torch_units.so (where bin/attnscale looks for it:
 # src/lab/experiments/training/torch_module.h); the CMake package
-# lib/cmake/attnscale/ (find_package(attnscale CONFIG) → attnscale::attnscale); the pkg-config file
-# lib/pkgconfig/attnscale.pc; and the Python package attnscale/ in Debian's layout (see below),
+# LIBDIR/cmake/attnscale/ (find_package(attnscale CONFIG) → attnscale::attnscale); the pkg-config
+# files LIBDIR/pkgconfig/attnscale.pc and attnscale-distributed.pc; and the Python package attnscale/ in Debian's layout (see below),
 # with a symbolic link to the module next to _lab; the documentation, docs/*.md, as
 # share/doc/attnscale/*.md (the CLI's help and the Python docstrings name docs/lab.md,
 # docs/distributed.md ...).
 # Components (`cmake --install build --component C`), each complete on its own:
 #   runtime      libattnscale.so.0
-#   development  headers, both libraries, the CMake package, the pkg-config file
+#   development  headers, the libraries, the CMake package, the pkg-config files
 #   cli          bin/attnscale, its manual page, the libtorch module and the documentation
 #   python       the Python package, the libtorch module, the package's link to it and the documentation
 include(CMakePackageConfigHelpers)
@@ -55,12 +56,35 @@ write_basic_package_version_file(${PROJECT_BINARY_DIR}/attnscaleConfigVersion.cm
 install(FILES ${PROJECT_BINARY_DIR}/attnscaleConfig.cmake ${PROJECT_BINARY_DIR}/attnscaleConfigVersion.cmake
         DESTINATION ${ATTNSCALE_INSTALL_CMAKEDIR} COMPONENT development)
 
-# pkg-config: prefix is found from the file's own place (${pcfiledir}), so the prefix given to
-# `cmake --install --prefix` at install time (not the one configured) is the one it names.
+# pkg-config: attnscale.pc, and attnscale-distributed.pc where the distributed library is built,
+# in LIBDIR/pkgconfig. Under /usr (the .deb) they name prefix=/usr, so that pkg-config recognises
+# Debian's own folders and prints neither -I/usr/include nor -L/usr/lib/<triplet>; under any other
+# prefix the prefix is found from the file's own place (${pcfiledir}), so the prefix given to
+# `cmake --install --prefix` at install time (not the one configured) is the one it names, and the
+# installed tree may be moved. Both variants are written now; the install picks one.
+set(ATTNSCALE_PC_FILES attnscale.pc)
+if(ATTNSCALE_WITH_MPI)
+  list(APPEND ATTNSCALE_PC_FILES attnscale-distributed.pc)
+endif()
 file(RELATIVE_PATH ATTNSCALE_PC_TO_PREFIX /root/${CMAKE_INSTALL_LIBDIR}/pkgconfig /root)
-configure_file(${CMAKE_CURRENT_LIST_DIR}/attnscale.pc.in ${PROJECT_BINARY_DIR}/attnscale.pc @ONLY)
-install(FILES ${PROJECT_BINARY_DIR}/attnscale.pc DESTINATION ${CMAKE_INSTALL_LIBDIR}/pkgconfig
-        COMPONENT development)
+foreach(variant relocatable usr)
+  if(variant STREQUAL "usr")
+    set(ATTNSCALE_PC_PREFIX /usr)
+  else()
+    set(ATTNSCALE_PC_PREFIX "\${pcfiledir}/${ATTNSCALE_PC_TO_PREFIX}")
+  endif()
+  foreach(pc ${ATTNSCALE_PC_FILES})
+    configure_file(${CMAKE_CURRENT_LIST_DIR}/${pc}.in ${PROJECT_BINARY_DIR}/pkgconfig/${variant}/${pc} @ONLY)
+  endforeach()
+endforeach()
+list(TRANSFORM ATTNSCALE_PC_FILES PREPEND "${PROJECT_BINARY_DIR}/pkgconfig/\${variant}/")
+install(CODE "
+  set(variant relocatable)
+  if(CMAKE_INSTALL_PREFIX MATCHES \"^/usr/?$\")
+    set(variant usr)
+  endif()
+  file(INSTALL DESTINATION \"\${CMAKE_INSTALL_PREFIX}/${CMAKE_INSTALL_LIBDIR}/pkgconfig\" TYPE FILE
+       FILES ${ATTNSCALE_PC_FILES})" COMPONENT development)
 
 if(TARGET attnscale_cli)
   # No run path of its own: its libraries are the system's, and the one MPI's link flags carry

@@ -1,6 +1,7 @@
 # The Debian package: `cpack -G DEB` in the build folder, or `make deb`, writes
 # build/packages/attnscale_<version>_<arch>.deb holding everything `cmake --install` installs,
-# under /usr. Its dependencies on shared libraries (libhwy, libstdc++, libfmt, libcmark-gfm ...)
+# under /usr (the libraries, the CMake package and the pkg-config files in Debian's multiarch
+# folder, /usr/lib/<triplet>: cmake/multiarch_libdir.cmake). Its dependencies on shared libraries (libhwy, libstdc++, libfmt, libcmark-gfm ...)
 # are computed by dpkg-shlibdeps (Debian's dpkg-dev); the rest are named here.
 set(CPACK_PACKAGE_NAME attnscale)
 set(CPACK_PACKAGE_VENDOR attnscale)
@@ -22,12 +23,14 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # Stripped, as Debian ships binaries (the symbol tables go; the dynamic symbols the lab looks up stay).
 set(CPACK_STRIP_FILES ON)
 # Control files (cmake/debian/): libattnscale.so.0's shlibs entry, the trigger that runs ldconfig
-# once dpkg is done, the postinst that compiles the Python modules (py3compile) and the prerm that
-# removes that bytecode again. CPack adds its own postrm, which calls ldconfig (a second time, after
-# the trigger), as it does for any package with libraries under /usr/lib.
+# once dpkg is done, the postinst that compiles the Python modules (py3compile), the prerm that
+# removes that bytecode again, and a postrm that does nothing: without one CPack writes its own,
+# which calls ldconfig (a second time, after the trigger) for any package with libraries under
+# /usr/lib, and lintian warns of it (maintscript-calls-ldconfig).
 configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/shlibs.in ${PROJECT_BINARY_DIR}/debian/shlibs @ONLY)
 set(CPACK_DEBIAN_PACKAGE_CONTROL_EXTRA ${PROJECT_BINARY_DIR}/debian/shlibs ${CMAKE_CURRENT_LIST_DIR}/debian/triggers
-    ${CMAKE_CURRENT_LIST_DIR}/debian/postinst ${CMAKE_CURRENT_LIST_DIR}/debian/prerm)
+    ${CMAKE_CURRENT_LIST_DIR}/debian/postinst ${CMAKE_CURRENT_LIST_DIR}/debian/prerm
+    ${CMAKE_CURRENT_LIST_DIR}/debian/postrm)
 # The changelog Debian asks of a native package (usr/share/doc/attnscale/changelog.gz), compressed
 # as dpkg-deb expects (gzip -9n: no name or time stamp, so the same bytes from every build).
 configure_file(${CMAKE_CURRENT_LIST_DIR}/debian/changelog.in ${PROJECT_BINARY_DIR}/debian/changelog @ONLY)

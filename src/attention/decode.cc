@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "attention/flash_forward.h"
+#include "attention/forward_scratch.h"
 #include "attention/lse_merge.h"
 #include "attnscale/kv_cache.h"
 #include "common/parallel.h"
@@ -37,20 +38,23 @@ inline constexpr std::int64_t kCacheRows = 32;
 // keys, B = 1 or 4, H = 1 or 8: d = 4 and 16 1.01-1.42x the tiles' time (0.58 against 0.83 µs at
 // B = H = 1, d = 4), d = 32 0.87-1.18x, d = 64 0.79-0.97x.
 constexpr std::int64_t kShortKeys = 16, kShortKeysMinDk = 64;
-namespace {
-bool cache_route_pays(const Params& p) {
-  if (p.Nq > kCacheRows || p.Nkv < 1 || (p.Nkv < kShortKeys && p.dk < kShortKeysMinDk)) return false;
-  if (p.Nkv >= 2 * kDecodeChunk) return true;
-  const std::int64_t rows = p.Nq * p.group();
-  return p.dtype == DType::bf16 ? rows <= 128 : p.Nq <= 4 && rows <= 32;
-}
-}  // namespace
-
-bool use_decode(const Params& p) {
-  return p.Nq * p.group() <= kDecodeRows && p.Nkv >= 2 * kDecodeChunk && p.probs.empty();
+bool cache_route_pays(const ForwardShape& s) {
+  if (s.Nq > kCacheRows || s.Nkv < 1 || (s.Nkv < kShortKeys && s.dk < kShortKeysMinDk)) return false;
+  if (s.Nkv >= 2 * kDecodeChunk) return true;
+  const std::int64_t rows = s.Nq * s.group();
+  return s.dtype == DType::bf16 ? rows <= 128 : s.Nq <= 4 && rows <= 32;
 }
 
-bool may_decode(const Params& p) { return use_decode(p) || cache_route_pays(p); }
+bool uses_split_decode(const ForwardShape& s) {
+  return s.Nq * s.group() <= kDecodeRows && s.Nkv >= 2 * kDecodeChunk && !s.probs;
+}
+
+bool use_decode(const Params& p) { return uses_split_decode(forward_shape(p)); }
+
+bool may_decode(const Params& p) {
+  const ForwardShape s = forward_shape(p);
+  return uses_split_decode(s) || cache_route_pays(s);
+}
 
 // A few query rows a head and no explicit mask, float32 or bfloat16: the cache decode of kv_decode.cc
 // over the contiguous K and V, whose kernels read each key row once for all of a KV head's query rows with
@@ -64,7 +68,7 @@ bool may_decode(const Params& p) { return use_decode(p) || cache_route_pays(p); 
 // and a left window counts back from the diagonal in both. Every Params field that changes the
 // result must either be passed on here or exclude this route.
 bool cache_decode(const Params& p) {
-  if (!cache_route_pays(p) || !p.probs.empty() || !p.mask.empty() ||
+  if (!cache_route_pays(forward_shape(p)) || !p.probs.empty() || !p.mask.empty() ||
       !p.sinks.empty() || p.has_dropout() || (p.dtype != DType::f32 && p.dtype != DType::bf16) ||
       p.k.strides[3] != 1 || p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
       p.Nkv >= std::numeric_limits<std::int32_t>::max())
@@ -114,6 +118,19 @@ bool cache_decode(const Params& p) {
   if (out.data != p.out.data) convert(out, p.out);
   if (lse.data != p.lse.data) convert(lse, p.lse);
   return true;
+}
+
+// decode_all's allocations below: its work items' threads' ForwardScratch, every item's partial
+// (o, m, l) and, while they are merged, each merging thread's rows (o, m, l).
+double split_decode_scratch_bytes(const ForwardShape& s) {
+  const std::int64_t rows = s.Nq * s.group(), chunks = (s.Nkv + kDecodeChunk - 1) / kDecodeChunk;
+  const std::int64_t heads = s.B * s.Hkv, items = heads * chunks;
+  const bool f64 = s.dtype == DType::f64;
+  const double size = f64 ? 8 : 4, partial = static_cast<double>(rows * (s.dv + 2)) * size;
+  const double scratch = static_cast<double>(f64 ? ForwardScratch<double>::bytes(s.dk, s.dv)
+                                                 : ForwardScratch<float>::bytes(s.dk, s.dv));
+  return resolve_threads(s.threads, items) * scratch + static_cast<double>(items) * partial +
+         resolve_threads(s.threads, heads) * partial;
 }
 
 template <class T>

@@ -33,6 +33,11 @@ struct ForwardScratch {
   explicit ForwardScratch(const Params& p, std::int64_t keys = kBc)
       : qt(p.dk * ld), qr(kDotRows * p.dk), st(kBc * ld), o(ld * p.dv), kp(keys * p.dk), vp(keys * p.dv), m(ld), l(ld),
         alpha(ld), sub(ld), mul(ld), dk(p.dk), dv(p.dv) {}
+  // The bytes of those buffers, in the constructor's order (forward_scratch.h).
+  static std::int64_t bytes(std::int64_t dk, std::int64_t dv, std::int64_t keys = kBc) {
+    return (dk * ld + kDotRows * dk + kBc * ld + ld * dv + keys * dk + keys * dv + 5 * ld) *
+           static_cast<std::int64_t>(sizeof(T));
+  }
   std::int64_t dk, dv;
   // When set (forward_all; misaligned or gapped V, gapped K): the V (K) rows of the block's head,
   // 64-byte aligned, row stride v_ld (k_ld) (AlignedRows, tiles.h); attend() reads them instead of

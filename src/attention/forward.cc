@@ -6,6 +6,7 @@
 // bits. Each block runs the tiled online softmax of flash_forward.h; few-row, long-key problems
 // go to decode.cc instead: the KV-cache decode where the rows are new tokens of a cache, else
 // split keys.
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -14,6 +15,7 @@
 #include "attention/bf16_as_float.h"
 #include "attention/bf16_kernels.h"
 #include "attention/flash_forward.h"
+#include "attention/forward_scratch.h"
 #include "attention/kernels.h"
 #include "attention/params.h"
 #include "attention/score_transforms.h"
@@ -25,25 +27,47 @@ namespace attnscale {
 namespace detail {
 namespace {
 
+// The tiled forward's work items: blocks of kBr query rows of each (batch, head).
+std::int64_t query_blocks(const ForwardShape& s) { return (s.Nq + kBr - 1) / kBr; }
+
+// V rows off 64-byte boundaries, and gapped K and V rows (AlignedRows::wanted and gapped_for; K is
+// read by broadcasts, for which a boundary does not matter): an aligned copy of each head per thread
+// (within AlignedRows::kBudgetBytes, V first) when several query blocks read all of it (no sliding
+// window, whose blocks read a band of it each). The bytes of the copies all threads hold, of K's
+// rows (`keys`) and V's (`values`), or -1 where they would pass the budget.
+template <class T>
+std::int64_t copies_bytes(const ForwardShape& s, int threads, bool keys, bool values) {
+  const std::int64_t row = (keys ? AlignedRows<T>::stride(s.dk) : 0) + (values ? AlignedRows<T>::stride(s.dv) : 0);
+  const std::int64_t bytes = threads * s.Nkv * row * std::int64_t{sizeof(T)};
+  return bytes <= AlignedRows<T>::kBudgetBytes ? bytes : -1;
+}
+bool several_blocks_read_all(const ForwardShape& s) { return query_blocks(s) > 1 && !s.window; }
+
+template <class T>
+double tiled_scratch_bytes(const ForwardShape& s) {
+  const int threads = resolve_threads(s.threads, s.B * s.Hq * query_blocks(s));
+  // V as a contiguous array on a 64-byte boundary (as Tensor allocates it): copied where its rows
+  // are not (AlignedRows::wanted); its rows are never gapped, nor K's.
+  const bool off_lines = std::is_same_v<T, float> && s.dtype == DType::f32 && (s.dv * 4) % 64 != 0;
+  const std::int64_t copies = several_blocks_read_all(s) && off_lines ? copies_bytes<T>(s, threads, false, true) : -1;
+  return static_cast<double>(threads) * static_cast<double>(ForwardScratch<T>::bytes(s.dk, s.dv)) +
+         static_cast<double>(std::max<std::int64_t>(copies, 0));
+}
+
 template <class T>
 void forward_all(const Params& p) {
   if constexpr (std::is_same_v<T, float>)
     if (cache_decode(p)) return;
   if (use_decode(p)) return decode_all<T>(p);
-  const std::int64_t nqb = (p.Nq + kBr - 1) / kBr, items = p.B * p.Hq * nqb;
+  const ForwardShape shape = forward_shape(p);
+  const std::int64_t nqb = query_blocks(shape), items = p.B * p.Hq * nqb;
   const int threads = resolve_threads(p.threads, items);
   PerThread<ForwardScratch<T>> scratch(threads);
-  // V rows off 64-byte boundaries, and gapped K and V rows (AlignedRows::wanted and gapped_for; K
-  // is read by broadcasts, for which a boundary does not matter): an aligned copy of each head per
-  // thread (within AlignedRows::kBudgetBytes, V first) when several query blocks read all of it (no
-  // sliding window, whose blocks read a band of it each).
-  const bool several = nqb > 1 && p.window_left < 0 && p.window_right < 0;
-  const auto fits = [&](bool keys, bool values) {
-    const std::int64_t row = (keys ? AlignedRows<T>::stride(p.dk) : 0) + (values ? AlignedRows<T>::stride(p.dv) : 0);
-    return threads * p.Nkv * row * std::int64_t{sizeof(T)} <= AlignedRows<T>::kBudgetBytes;
-  };
-  const bool copy_values = several && AlignedRows<T>::wanted(p.v, nqb) && fits(false, true);
-  const bool copy_keys = several && AlignedRows<T>::gapped_for(p.k, nqb) && fits(true, copy_values);
+  const bool several = several_blocks_read_all(shape);
+  const bool copy_values =
+      several && AlignedRows<T>::wanted(p.v, nqb) && copies_bytes<T>(shape, threads, false, true) >= 0;
+  const bool copy_keys = several && AlignedRows<T>::gapped_for(p.k, nqb) &&
+                         copies_bytes<T>(shape, threads, true, copy_values) >= 0;
   PerThread<AlignedRows<T>> keys(copy_keys ? threads : 0), values(copy_values ? threads : 0);
   parallel_for(items, 1, threads, [&](std::int64_t i0, std::int64_t i1, int t) {
     ForwardScratch<T>& s = scratch.get(t, p);
@@ -70,6 +94,11 @@ void forward_all(const Params& p) {
 }
 
 }  // namespace
+
+double tiled_forward_scratch_bytes(const ForwardShape& s) {
+  return s.dtype == DType::f64 ? tiled_scratch_bytes<double>(s) : tiled_scratch_bytes<float>(s);
+}
+
 }  // namespace detail
 
 void detail::run_forward(const Params& p, Compute compute) {

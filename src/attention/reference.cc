@@ -11,6 +11,7 @@
 #include <cmath>
 #include <vector>
 
+#include "attention/forward_scratch.h"
 #include "attention/params.h"
 #include "attention/score_transforms.h"
 #include "attention/varlen.h"
@@ -75,15 +76,8 @@ std::vector<double> dropout_factors(const Params& p, std::int64_t b, std::int64_
   return z;
 }
 
-// The reference holds one head's Nq × Nkv probabilities (double) and visibility flags at once.
-void check_score_matrix(const Params& p) {
-  detail::check_allocation(
-      [&] { return "reference: one head's " + std::to_string(p.Nq) + " x " + std::to_string(p.Nkv) + " score matrix"; },
-      9.0 * static_cast<double>(p.Nq) * static_cast<double>(p.Nkv));
-}
-
 void forward_params(const Params& p) {
-  check_score_matrix(p);
+  detail::check_reference_scratch(p.Nq, p.Nkv);  // one head's score matrices, held at once
   std::vector<double> P, lse, dcap;
   std::vector<char> vis;
   for (std::int64_t b = 0; b < p.B; ++b)
@@ -106,7 +100,7 @@ void forward_params(const Params& p) {
 }
 
 void backward_params(const detail::BackwardParams& p) {
-  check_score_matrix(p);
+  detail::check_reference_scratch(p.Nq, p.Nkv);  // one head's score matrices, held at once
   std::vector<double> P, lse, dcap, dsinks(p.Hq, 0.0);
   std::vector<char> vis;
   for (std::int64_t b = 0; b < p.B; ++b)
@@ -174,6 +168,19 @@ void backward(const TensorView& q, const TensorView& k, const TensorView& v, con
 }  // namespace attnscale::reference
 
 namespace attnscale::detail {
+
+// What probabilities() and dropout_factors() hold for one head: P, dcap and z (double), visible
+// (char), Nq × Nkv each, and lse (double) per row.
+double reference_scratch_bytes(std::int64_t Nq, std::int64_t Nkv) {
+  return (3 * sizeof(double) + sizeof(char)) * static_cast<double>(Nq) * static_cast<double>(Nkv) +
+         sizeof(double) * static_cast<double>(Nq);
+}
+
+void check_reference_scratch(std::int64_t Nq, std::int64_t Nkv) {
+  check_allocation([&] { return "reference: one head's " + std::to_string(Nq) + " x " + std::to_string(Nkv) + " score matrix"; },
+                   reference_scratch_bytes(Nq, Nkv));
+}
+
 void run_reference_forward(const Params& p) { reference::forward_params(p); }
 void run_reference_backward(const BackwardParams& p) { reference::backward_params(p); }
 }  // namespace attnscale::detail

@@ -28,11 +28,13 @@
 #include <thread>
 #include <vector>
 
+#include "attention/forward_scratch.h"
 #include "attention/params.h"
 #include "attnscale/decode.h"
 #include "attnscale/distributed.h"
 #include "attnscale/error.h"
 #include "distributed/agreement.h"
+#include "distributed/ring_memory.h"
 
 namespace attnscale::distributed {
 namespace {
@@ -355,6 +357,23 @@ void check_ring_options(const Options& options) {
     throw Error("dropout: not supported by ring attention (its mask is keyed by global positions)");
   if (!options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty())
     throw Error("cu_seqlens_q: not supported by ring attention (packed sequences)");
+}
+
+// The arrays ring_forward allocates below (ring_memory.h).
+double ring_forward_scratch_bytes(const RingShare& s) {
+  const double rows = static_cast<double>(s.B * s.Hq), size = static_cast<double>(dtype_size(s.dtype));
+  const double acc = rows * static_cast<double>(s.q_rows) * static_cast<double>(s.dv + 1) * 8;
+  const double seg = static_cast<double>(std::max<std::int64_t>(s.q_segment, 1));
+  const double part = rows * seg * (static_cast<double>(s.dv) * (size + 8) + 16);
+  const double buffers = 2 * static_cast<double>(s.B * s.Hkv) * static_cast<double>(s.max_kv_rows) *
+                         static_cast<double>(s.dk + s.dv) * size;
+  detail::ForwardShape block;
+  block.dtype = s.dtype;
+  block.B = s.B, block.Hq = s.Hq, block.Hkv = s.Hkv, block.dk = s.dk, block.dv = s.dv;
+  block.Nq = std::max<std::int64_t>(s.q_segment, 1), block.Nkv = std::max<std::int64_t>(s.kv_segment, 1);
+  block.threads = s.threads;
+  block.window = true;  // a block's cut may be a window: its V copies are not counted
+  return acc + part + buffers + detail::forward_scratch_bytes(block, detail::Kernel::fast);
 }
 
 void ring_forward(const TensorView& q, const TensorView& k, const TensorView& v, const Outputs& outputs,

@@ -331,13 +331,13 @@ def memory_limit_bytes():
     return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") + 1024 * swap_kib
 
 
-def sparse_npy(path, rows, cols):
-    """A float32 [rows, cols] .npy of holes: its header, then a file size that holds the data, no
+def sparse_npy(path, *shape):
+    """A float32 .npy of `shape` made of holes: its header, then a file size that holds the data, no
     data written (a few KiB on disk whatever the size)."""
-    header = npy_bytes(f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, {cols}), }}", b"")
+    header = npy_bytes(f"{{'descr': '<f4', 'fortran_order': False, 'shape': {tuple(shape)}, }}", b"")
     with open(path, "wb") as f:
         f.write(header)
-        f.truncate(len(header) + 4 * rows * cols)
+        f.truncate(len(header) + 4 * int(np.prod(shape, dtype=object)))
 
 
 def test_arrays_that_fit_one_by_one_but_not_together(work):
@@ -347,18 +347,60 @@ def test_arrays_that_fit_one_by_one_but_not_together(work):
     sparse_npy(work / "x.npy", rows, 64)
     r = attend(work, q="x.npy", k="x.npy", v="x.npy")
     shape = f"[{rows}, 64] float32"
-    assert_refused(r, work, f"error: --q {shape}, --k {shape}, --v {shape}, --out {shape}: the call needs about",
-                   "more than the", "of memory (RAM + swap) this machine has; smaller arrays need less")
+    # The kernels' per-thread tiles come last, with their size (tens of KiB a thread).
+    assert_refused(r, work, f"error: --q {shape}, --k {shape}, --v {shape}, --out {shape}, the kernels' scratch ",
+                   "KiB: the call needs about", "more than the",
+                   "of memory (RAM + swap) this machine has; smaller arrays need less")
     # 128 query rows: their probabilities [128, rows] take 60%, k and v 30% each.
     np.save(work / "q128.npy", np.random.default_rng(7).standard_normal((128, 64)).astype("<f4"))
     r = attend(work, "--lse", "lse.npy", "--probs", "probs.npy", q="q128.npy", k="x.npy", v="x.npy")
     assert_refused(r, work, f"--k {shape}, --v {shape}, --out [128, 64] float32, --lse [128] float32, "
-                   f"--probs [128, {rows}] float32: the call needs about", "smaller arrays, or no --probs, need less")
+                   f"--probs [128, {rows}] float32, the kernels' scratch ", ": the call needs about",
+                   "smaller arrays, or no --probs, need less")
 
 
 def test_reference_score_matrix_that_would_need_terabytes(work):
+    # One head's P, soft-capping and dropout factors in float64 and its visibility flags: 25 bytes a
+    # score, 22.7 TiB for 10^12 of them.
     r = attend(work, "--reference", **huge_problem(work))
-    assert_refused(r, work, "reference", "1000000 x 1000000 score matrix", "TiB")
+    assert_refused(r, work, "reference: one head's 1000000 x 1000000 score matrix needs 22.7 TiB")
+
+
+def test_reference_scores_counted_with_the_arrays(work):
+    # k and v of 30% of RAM + swap each; 16 query rows, whose reference scores over those keys take
+    # 25 · 16 · rows bytes (47%) of their own. Each fits, the arrays fit, the sum does not.
+    rows = int(0.3 * memory_limit_bytes()) // (4 * 64)
+    sparse_npy(work / "x.npy", rows, 64)
+    np.save(work / "q16.npy", np.random.default_rng(8).standard_normal((16, 64)).astype("<f4"))
+    r = attend(work, "--reference", q="q16.npy", k="x.npy", v="x.npy")
+    shape = f"[{rows}, 64] float32"
+    assert_refused(r, work, f"error: --q [16, 64] float32, --k {shape}, --v {shape}, --out [16, 64] float32, "
+                   f"--reference's scores of one head [16, {rows}] ", ": the call needs about",
+                   "smaller arrays, or no --reference, need less")
+
+
+def test_reference_scores_of_packed_sequences_are_one_sequence_s(work):
+    # Packed sequences (--cu-seqlens) run one at a time: the scores held are one sequence's. k and v
+    # of 35% each, all in the first of two sequences of 12 query rows: [12, rows] scores, 41%.
+    rows = int(0.35 * memory_limit_bytes()) // (4 * 64)
+    sparse_npy(work / "x.npy", 1, rows, 64)
+    np.save(work / "q.npy", np.random.default_rng(8).standard_normal((1, 24, 64)).astype("<f4"))
+    r = attend(work, "--reference", "--cu-seqlens-q", "0,12,24", "--cu-seqlens-k", f"0,{rows},{rows}",
+               k="x.npy", v="x.npy")
+    assert_refused(r, work, f"--out [1, 24, 64] float32, --reference's scores of one head [12, {rows}] ",
+                   ": the call needs about", "smaller arrays, or no --reference, need less")
+
+
+def test_alibi_slopes_and_sinks_counted_with_the_arrays(work):
+    # H heads of one row of width 1: q, k, v and out of 20% of RAM + swap each, and --alibi-slopes and
+    # --sinks [H] of 20% each: 120% together, 80% without them.
+    heads = int(0.2 * memory_limit_bytes()) // 4
+    sparse_npy(work / "x.npy", heads, 1, 1)
+    sparse_npy(work / "h.npy", heads)
+    r = attend(work, "--alibi-slopes", "h.npy", "--sinks", "h.npy", q="x.npy", k="x.npy", v="x.npy")
+    shape = f"[{heads}, 1, 1] float32"
+    assert_refused(r, work, f"error: --alibi-slopes [{heads}] float32, --sinks [{heads}] float32, --q {shape}, "
+                   f"--k {shape}, --v {shape}, --out {shape}", ": the call needs about", "smaller arrays need less")
 
 
 # --- flags and values ----------------------------------------------------------------------------

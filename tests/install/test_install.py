@@ -27,6 +27,10 @@ BUILD = pathlib.Path(os.environ["ATTNSCALE_BUILD"]).resolve()
 CONSUMER = ROOT / "tests/install/consumer"
 VERSION = re.search(r"project\(attnscale VERSION ([0-9.]+)", (ROOT / "CMakeLists.txt").read_text()).group(1)
 PYTHON_DIR = f"lib/python{sys.version_info.major}.{sys.version_info.minor}/dist-packages"
+# The libraries' folder under the prefix (GNUInstallDirs' CMAKE_INSTALL_LIBDIR; on Debian the multiarch
+# lib/<triplet>, cmake/multiarch_libdir.cmake): the shared and static libraries, the CMake package
+# and the pkg-config files. The lab's libtorch module stays in lib/attnscale/, a program's folder.
+LIBDIR = re.search(r"^CMAKE_INSTALL_LIBDIR:PATH=(.*)$", (BUILD / "CMakeCache.txt").read_text(), re.M).group(1)
 EXAMPLE_OUTPUT = re.compile(r"largest \|out - float64 reference\| = \S+")
 # A Python snippet that must run from the installed package, not from the source or build tree.
 IMPORT_CHECK = (
@@ -153,10 +157,12 @@ def check_torch_module_installed_once(root, python_dir):
 
 
 def test_installed_tree_holds_every_part(prefix):
-    for rel in ["include/attnscale/attention.h", "lib/libattnscale.a", "lib/libattnscale.so", "bin/attnscale",
-                "lib/cmake/attnscale/attnscaleConfig.cmake", "lib/pkgconfig/attnscale.pc",
+    for rel in ["include/attnscale/attention.h", f"{LIBDIR}/libattnscale.a", f"{LIBDIR}/libattnscale.so", "bin/attnscale",
+                f"{LIBDIR}/cmake/attnscale/attnscaleConfig.cmake", f"{LIBDIR}/pkgconfig/attnscale.pc",
                 f"{PYTHON_DIR}/attnscale/__init__.py"]:
         assert (prefix / rel).exists(), rel
+    for rel in [f"{LIBDIR}/libattnscale_distributed.a", f"{LIBDIR}/pkgconfig/attnscale-distributed.pc"]:
+        assert (prefix / rel).exists() == WITH_MPI, rel
     check_torch_module_installed_once(prefix, PYTHON_DIR)
     check_docs_installed(prefix, prefix / "bin/attnscale")
 
@@ -168,9 +174,9 @@ def test_each_component_installs_alone(components, tmp_path):
         assert not dangling_links(root), (component, dangling_links(root))
     runtime = sorted(p.name for p in components["runtime"].rglob("*") if not p.is_dir())
     assert runtime == ["changelog.gz", "libattnscale.so.0", f"libattnscale.so.{VERSION}"], runtime
-    for rel in ["include/attnscale/attention.h", "lib/libattnscale.a", "lib/libattnscale.so",
-                f"lib/libattnscale.so.{VERSION}", "lib/cmake/attnscale/attnscaleConfig.cmake",
-                "lib/pkgconfig/attnscale.pc"]:
+    for rel in ["include/attnscale/attention.h", f"{LIBDIR}/libattnscale.a", f"{LIBDIR}/libattnscale.so",
+                f"{LIBDIR}/libattnscale.so.{VERSION}", f"{LIBDIR}/cmake/attnscale/attnscaleConfig.cmake",
+                f"{LIBDIR}/pkgconfig/attnscale.pc"]:
         assert (components["development"] / rel).exists(), rel
     cli = components["cli"] / "bin/attnscale"
     assert run([cli, "--version"]).stdout.startswith(VERSION)
@@ -213,7 +219,7 @@ def test_readme_example_through_find_package(prefix, example, tmp_path):
         assert "holds 5 of 10 rows" in run([tmp_path / "example_distributed"]).stdout
     # The shared build loads the installed libattnscale.so, not the build tree's.
     ldd = run(["ldd", tmp_path / "example_shared"]).stdout
-    assert f"{prefix}/lib/libattnscale.so.0" in ldd, ldd
+    assert f"{prefix}/{LIBDIR}/libattnscale.so.0" in ldd, ldd
 
 
 def test_find_package_in_a_clean_environment(components, example, tmp_path):
@@ -267,14 +273,14 @@ def test_each_header_declares_the_error_its_functions_throw(prefix, tmp_path):
 def test_readme_example_through_pkg_config(prefix, example, tmp_path):
     # Only attnscale's own .pc on the search path: the flags need no other package's .pc (not
     # libhwy-dev's) and carry nothing of Highway's; --static adds what the archive links.
-    env = dict(os.environ, PKG_CONFIG_LIBDIR=str(prefix / "lib/pkgconfig"))
+    env = dict(os.environ, PKG_CONFIG_LIBDIR=str(prefix / LIBDIR / "pkgconfig"))
     env.pop("PKG_CONFIG_PATH", None)
     flags = run(["pkg-config", "--cflags", "--libs", "attnscale"], env=env).stdout.split()
     assert [f[:2] for f in flags] == ["-I", "-L", "-l"] and flags[-1] == "-lattnscale", flags
     exe = tmp_path / "example"
     # As a demanding project builds it: the public headers and the example warn about nothing.
     run(["g++", "-std=c++20", "-O1", "-Wall", "-Wextra", "-Werror", example, *flags, "-o", exe])
-    out = run([exe], env=dict(os.environ, LD_LIBRARY_PATH=str(prefix / "lib"))).stdout
+    out = run([exe], env=dict(os.environ, LD_LIBRARY_PATH=str(prefix / LIBDIR))).stdout
     assert EXAMPLE_OUTPUT.search(out)
     static = run(["pkg-config", "--static", "--libs", "attnscale"], env=env).stdout.split()
     assert static[-2:] == ["-pthread", "-lhwy"], static
@@ -282,6 +288,21 @@ def test_readme_example_through_pkg_config(prefix, example, tmp_path):
     run(["g++", "-std=c++20", "-O1", example, *flags[:1], *static, "-o", exe])
     assert "libattnscale" not in run(["ldd", exe]).stdout
     assert EXAMPLE_OUTPUT.search(run([exe]).stdout)
+
+
+def test_distributed_library_through_pkg_config(prefix, tmp_path):
+    # attnscale-distributed.pc (where the distributed library is built): its flags and attnscale's,
+    # and MPI's from Debian's mpi-c.pc (on pkg-config's default path), build consumer/distributed.cc.
+    if not WITH_MPI:
+        return
+    env = dict(os.environ, PKG_CONFIG_PATH=str(prefix / LIBDIR / "pkgconfig"))
+    flags = run(["pkg-config", "--cflags", "--libs", "attnscale-distributed"], env=env).stdout.split()
+    libs = [f for f in flags if f.startswith("-l")]
+    assert libs[:2] == ["-lattnscale_distributed", "-lattnscale"] and "-lmpi" in libs, flags
+    exe = tmp_path / "distributed"
+    run(["g++", "-std=c++17", "-Wall", "-Wextra", "-Werror", CONSUMER / "distributed.cc", *flags, "-o", exe])
+    out = run([exe], env=dict(os.environ, LD_LIBRARY_PATH=str(prefix / LIBDIR))).stdout
+    assert "holds 5 of 10 rows" in out, out
 
 
 def test_installed_cli_and_python_package(prefix, tmp_path):
@@ -357,6 +378,21 @@ def check_debian_package_contents(deb, root):
     assert run(["dpkg-deb", "-I", deb, "shlibs"]).stdout.split() == ["libattnscale", "0", "attnscale", "(>=", f"{VERSION})"]
     assert "py3compile -p attnscale" in run(["dpkg-deb", "-I", deb, "postinst"]).stdout
     assert "__pycache__" in run(["dpkg-deb", "-I", deb, "prerm"]).stdout
+    # No maintainer script calls ldconfig (lintian: the trigger does it once dpkg is done; CPack would
+    # write a postrm calling it, cmake/package.cmake).
+    for script in ["postinst", "prerm", "postrm"]:
+        commands = [line for line in run(["dpkg-deb", "-I", deb, script]).stdout.splitlines()
+                    if not line.lstrip().startswith("#")]
+        assert not [line for line in commands if "ldconfig" in line], (script, commands)
+    # Debian's multiarch folder (dpkg's name for this machine's) holds the libraries, the CMake
+    # package and the pkg-config files, which name the system prefix itself.
+    multiarch = "usr/lib/" + run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"]).stdout.strip()
+    for rel in ["libattnscale.so.0", f"libattnscale.so.{VERSION}", "libattnscale.so", "libattnscale.a",
+                "cmake/attnscale/attnscaleConfig.cmake", "cmake/attnscale/attnscaleTargets.cmake", "pkgconfig/attnscale.pc"]:
+        assert os.path.lexists(root / multiarch / rel), f"{multiarch}/{rel}"
+    assert not list((root / "usr/lib").glob("libattnscale*")), sorted((root / "usr/lib").iterdir())
+    for pc in (root / multiarch / "pkgconfig").glob("*.pc"):
+        assert re.search(r"^prefix=/usr$", pc.read_text(), re.M), pc
 
 
 @pytest.fixture(scope="module")
@@ -418,16 +454,32 @@ def test_debian_package_dpkg_install_and_remove(deb, example, tmp_path, request)
         check_training("/usr/bin/attnscale", "/usr/lib/python3/dist-packages", tmp_path)
         consumer = tmp_path / "consumer"
         run(["cmake", "-S", ROOT / "tests/install/consumer", "-B", consumer, "-G", "Ninja", f"-DEXAMPLE={example}",
-             "-DCMAKE_BUILD_TYPE=Release"])
+             "-DCMAKE_BUILD_TYPE=Release", f"-DWITH_DISTRIBUTED={'ON' if WITH_MPI else 'OFF'}"])
         run(["cmake", "--build", consumer])
         assert EXAMPLE_OUTPUT.search(run([consumer / "example_shared"]).stdout)
+        if WITH_MPI:
+            assert "holds 5 of 10 rows" in run([consumer / "example_distributed"]).stdout
+        # pkg-config from its default search path: the system's folders, so no -I or -L at all;
+        # the program finds libattnscale.so.0 through ld.so's cache (the package's ldconfig trigger).
+        env = {k: v for k, v in env.items() if k not in ("PKG_CONFIG_PATH", "PKG_CONFIG_LIBDIR", "LD_LIBRARY_PATH")}
+        names = ["attnscale", "attnscale-distributed"] if WITH_MPI else ["attnscale"]
+        for name in names:
+            assert run(["pkg-config", "--modversion", name], env=env).stdout.strip() == VERSION, name
+        flags = run(["pkg-config", "--cflags", "--libs", "attnscale"], env=env).stdout.split()
+        assert flags == ["-lattnscale"], flags
+        run(["g++", "-std=c++20", example, *flags, "-o", tmp_path / "example"])
+        triplet = run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"]).stdout.strip()
+        ldd = run(["ldd", tmp_path / "example"], env=env).stdout  # /lib is /usr/lib on a merged-/usr system
+        assert re.search(rf"libattnscale\.so\.0 => (/usr)?/lib/{triplet}/libattnscale\.so\.0 ", ldd), ldd
+        assert EXAMPLE_OUTPUT.search(run([tmp_path / "example"], env=env).stdout)
     finally:
         # --purge, not -r: dpkg keeps no record of the package ("config-files") afterwards.
         subprocess.run(["dpkg", "--purge", "attnscale"], capture_output=True)
     # Nothing left behind, not even the folder of the Python package, which running it as root
     # filled with bytecode (removed by the package's prerm).
-    for left in ["/usr/bin/attnscale", "/usr/include/attnscale", "/usr/lib/attnscale", "/usr/lib/cmake/attnscale",
-                 "/usr/lib/libattnscale.so.0", "/usr/lib/pkgconfig/attnscale.pc", "/usr/lib/python3/dist-packages/attnscale",
+    multiarch = "/usr/lib/" + run(["dpkg-architecture", "-qDEB_HOST_MULTIARCH"]).stdout.strip()
+    for left in ["/usr/bin/attnscale", "/usr/include/attnscale", "/usr/lib/attnscale", f"{multiarch}/cmake/attnscale",
+                 f"{multiarch}/libattnscale.so.0", f"{multiarch}/pkgconfig/attnscale.pc", "/usr/lib/python3/dist-packages/attnscale",
                  "/usr/share/doc/attnscale", "/usr/share/man/man1/attnscale.1.gz"]:
         assert not os.path.lexists(left), f"dpkg --purge left {left}"
     gone = subprocess.run(["dpkg-query", "-W", "-f=${Status}", "attnscale"], capture_output=True, text=True)

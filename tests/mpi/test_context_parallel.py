@@ -275,3 +275,50 @@ def test_without_mpirun_context_parallel_is_refused(tmp_path):
     r = mpirun(0, "attend", *qkv, "--out", tmp_path / "o.npy", "--context-parallel")
     assert r.returncode == 2
     assert r.stderr.strip() == "attnscale: error: --context-parallel: start the ranks with mpirun (mpirun -np K attnscale attend ...)"
+
+
+# --- what the ranks hold, checked before any row is copied ---------------------------------------
+
+def memory_limit_bytes():
+    """RAM + swap, as the tool reads it (sysinfo: totalram + totalswap)."""
+    swap_kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("SwapTotal:"))
+    return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") + 1024 * swap_kib
+
+
+def sparse_inputs(d, share):
+    """q, k, v [rows, 64] float32 of `share` of RAM + swap each, as files of holes (a few KiB on
+    disk); their rows are never read when the call is refused."""
+    rows = int(share * memory_limit_bytes()) // (4 * 64)
+    header = f"{{'descr': '<f4', 'fortran_order': False, 'shape': ({rows}, 64), }}"
+    header += " " * ((64 - (10 + len(header) + 1) % 64) % 64) + "\n"
+    head = b"\x93NUMPY\x01\x00" + len(header).to_bytes(2, "little") + header.encode("latin1")
+    with open(d / "x.npy", "wb") as f:
+        f.write(head)
+        f.truncate(len(head) + 4 * 64 * rows)
+    return rows, ["--q", "x.npy", "--k", "x.npy", "--v", "x.npy"]
+
+
+def test_a_rank_s_share_past_the_memory_is_refused_on_every_rank(tmp_path):
+    # Two ranks, q, k, v of 20% each: a rank holds half of q, k, v and out (40%), and ring
+    # attention's two K/V buffers (40%), float64 running result (20%) and a block's result (30%).
+    rows, qkv = sparse_inputs(tmp_path, 0.2)
+    r = mpirun(2, "attend", *qkv, "--out", "o.npy", "--context-parallel", "--sharding", "contiguous", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    half = f"[{rows // 2}, 64] float32"
+    line = agreed_lines(r)
+    assert line.startswith(f"attnscale: error: rank 0: --q {half}, --k {half}, --v {half}, --out {half}, "
+                           "ring attention's buffers and scratch "), line
+    assert ": this rank needs about" in line and "more ranks or smaller arrays need less" in line, line
+    only(tmp_path, "x.npy")
+
+
+def test_the_shares_of_the_ranks_on_one_machine_are_added(tmp_path):
+    # q, k, v of 10% each: a rank's share (65%) fits, the two ranks' (130%) on this machine do not.
+    rows, qkv = sparse_inputs(tmp_path, 0.1)
+    r = mpirun(2, "attend", *qkv, "--out", "o.npy", "--context-parallel", "--sharding", "contiguous", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    line = agreed_lines(r)
+    assert f"--q [{rows // 2}, 64] float32" in line, line
+    assert "on this rank, the others' alike: what the 2 ranks on this machine hold needs about" in line, line
+    assert "ranks on more machines or smaller arrays need less" in line, line
+    only(tmp_path, "x.npy")

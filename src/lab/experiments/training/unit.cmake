@@ -60,12 +60,16 @@ target_link_libraries(attnscale_torch_units PRIVATE attnscale_training)
 target_link_options(attnscale_torch_units PRIVATE -Wl,--exclude-libs,ALL -Wl,--no-undefined -Wl,--as-needed)
 # Its folder relative to an executable's is the installed one (bin → lib/attnscale), and the build
 # tree has the same (build/bin → build/lib/attnscale), so an executable finds it the same way in
-# both; a shared object holding the lab (the Python module) has a copy next to it (python/).
-file(RELATIVE_PATH ATTNSCALE_TORCH_MODULE_DIR ${CMAKE_INSTALL_FULL_BINDIR} ${CMAKE_INSTALL_FULL_LIBDIR}/attnscale)
+# both; a shared object holding the lab (the Python module) has a copy next to it (python/). A
+# program's private folder, lib/attnscale, not under the libraries' (on Debian lib/<triplet>:
+# cmake/multiarch_libdir.cmake), which holds what other projects link.
+set(ATTNSCALE_TORCH_MODULE_INSTALL_DIR lib/attnscale)
+file(RELATIVE_PATH ATTNSCALE_TORCH_MODULE_DIR ${CMAKE_INSTALL_FULL_BINDIR}
+     ${CMAKE_INSTALL_PREFIX}/${ATTNSCALE_TORCH_MODULE_INSTALL_DIR})
 set(ATTNSCALE_TORCH_MODULE_FILE ${CMAKE_SHARED_MODULE_PREFIX}attnscale_torch_units${CMAKE_SHARED_MODULE_SUFFIX})
 # For python/ (its copy) and cmake/install.cmake.
 set(ATTNSCALE_TORCH_MODULE_FILE ${ATTNSCALE_TORCH_MODULE_FILE} PARENT_SCOPE)
-set(ATTNSCALE_TORCH_MODULE_INSTALL_DIR ${CMAKE_INSTALL_LIBDIR}/attnscale PARENT_SCOPE)
+set(ATTNSCALE_TORCH_MODULE_INSTALL_DIR ${ATTNSCALE_TORCH_MODULE_INSTALL_DIR} PARENT_SCOPE)
 if(CMAKE_RUNTIME_OUTPUT_DIRECTORY)
   set(executables_dir ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
 else()  # under add_subdirectory: the CLI's folder, one below the project's build folder
