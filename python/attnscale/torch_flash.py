@@ -119,10 +119,8 @@ def _attend(q, k, v, options, want_probs=False):
     (q, k, v), half = float16_as_float32(q, k, v)
     qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))
     out, lse = attend(qh, kh, vh, None, options, options, checked=True)
-    # FlashAttention's log-sum-exp of a row with no visible key is +inf. Most calls have none: one
-    # test (isneginf) costs half the replacement it spares them.
-    if torch.isneginf(lse).any():
-        lse = lse.masked_fill(lse == -math.inf, math.inf)
+    # FlashAttention's log-sum-exp of a row with no visible key is +inf.
+    lse = _keyless_as_inf(lse)
     probs = None
     if want_probs and 0 in qh.shape[:-1] + kh.shape[:-1]:
         probs = lse.new_zeros(qh.shape[:-1] + kh.shape[-2:-1])
