@@ -81,18 +81,31 @@ def _check_shapes(q, k, v):
     """FlashAttention's rules for q [B, Nq, H, d] and k, v [B, Nkv, Hkv, d] (packed: [total, H, d]),
     in its layout and names: the kernels would report them on the transposed views, [B, H, N, d]."""
     check_operands(q, k, v, float16=True)
-    shown = f"(q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)})"
-    if k.shape[:-1] != v.shape[:-1]:
-        raise ValueError(f"v: expected the {'batch, ' if k.dim() == 4 else ''}seqlen and heads of k {shown}")
-    if k.dim() == 4 and k.shape[0] != q.shape[0]:
-        raise ValueError(f"k, v: batch {k.shape[0]} differs from q's {q.shape[0]} {shown}")
-    if k.shape[-1] != q.shape[-1]:
-        raise ValueError(f"k: headdim {k.shape[-1]} differs from q's {q.shape[-1]} {shown}")
-    if q.shape[-1] == 0:
-        raise ValueError(f"q: headdim must be positive {shown}")
-    heads, heads_k = q.shape[-2], k.shape[-2]
+    # The shapes for a message, written out only when one is raised.
+    shown = lambda: f"(q {list(q.shape)}, k {list(k.shape)}, v {list(v.shape)})"
+    q_shape, k_shape = q.shape, k.shape
+    if k_shape[:-1] != v.shape[:-1]:
+        raise ValueError(f"v: expected the {'batch, ' if k.dim() == 4 else ''}seqlen and heads of k {shown()}")
+    if len(k_shape) == 4 and k_shape[0] != q_shape[0]:
+        raise ValueError(f"k, v: batch {k_shape[0]} differs from q's {q_shape[0]} {shown()}")
+    if k_shape[-1] != q_shape[-1]:
+        raise ValueError(f"k: headdim {k_shape[-1]} differs from q's {q_shape[-1]} {shown()}")
+    if q_shape[-1] == 0:
+        raise ValueError(f"q: headdim must be positive {shown()}")
+    heads, heads_k = q_shape[-2], k_shape[-2]
     if heads_k == 0 or heads % heads_k:
-        raise ValueError(f"k, v: {heads_k} heads do not divide q's {heads} heads {shown}")
+        raise ValueError(f"k, v: {heads_k} heads do not divide q's {heads} heads {shown()}")
+
+
+def _keyless_as_inf(lse):
+    """lse with FlashAttention's +inf where a row has no visible key (attnscale's -inf). Most calls
+    have no such row: the minimum (one small reduction) says so without the comparison and copy of
+    masked_fill; a NaN minimum (NaN propagates, hiding any -inf) takes the masked_fill too."""
+    if lse.numel():
+        low = float((lse.detach() if lse.requires_grad else lse).min())
+        if low != -math.inf and low == low:
+            return lse
+    return lse.masked_fill(lse == -math.inf, math.inf)
 
 
 def _attend(q, k, v, options, want_probs=False):
@@ -105,9 +118,9 @@ def _attend(q, k, v, options, want_probs=False):
     _check_shapes(q, k, v)
     (q, k, v), half = float16_as_float32(q, k, v)
     qh, kh, vh = (t.transpose(-3, -2) for t in (q, k, v))
-    out, lse = attend(qh, kh, vh, None, options, options)
+    out, lse = attend(qh, kh, vh, None, options, options, checked=True)
     # FlashAttention's log-sum-exp of a row with no visible key is +inf.
-    lse = lse.masked_fill(lse == -math.inf, math.inf)
+    lse = _keyless_as_inf(lse)
     probs = None
     if want_probs and 0 in qh.shape[:-1] + kh.shape[:-1]:
         probs = lse.new_zeros(qh.shape[:-1] + kh.shape[-2:-1])
@@ -121,6 +134,11 @@ def _attend(q, k, v, options, want_probs=False):
 def check_rank(name, t, layout):
     """t is a tensor with as many dimensions as `layout` ("[batch, seqlen, ...]") names."""
     refuse_tracing()
+    _check_rank(name, t, layout)
+
+
+def _check_rank(name, t, layout):
+    """check_rank without refuse_tracing, for a caller that has called it."""
     if not isinstance(t, torch.Tensor) or t.dim() != layout.count(",") + 1:
         shape = list(t.shape) if isinstance(t, torch.Tensor) else type(t).__name__
         raise ValueError(f"{name}: expected a {layout} tensor, got {shape}")
@@ -128,8 +146,10 @@ def check_rank(name, t, layout):
 
 def _check_layout(q, k, v, layout):
     """q, k and v are tensors of the dimensions `layout` names."""
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_rank(name, t, layout)
+    refuse_tracing()
+    _check_rank("q", q, layout)
+    _check_rank("k", k, layout)
+    _check_rank("v", v, layout)
 
 
 def flash_attn_func(

@@ -16,6 +16,7 @@ import operator
 
 import numpy as np
 import torch
+import torch.autograd.forward_ad as forward_ad
 from torch.overrides import handle_torch_function, has_torch_function_variadic
 
 from . import _attnscale, broadcast
@@ -29,14 +30,17 @@ _MASK = _FLOAT + (torch.bool, torch.uint8)
 def to_numpy(name, t, is_mask=False):
     """A numpy array sharing the tensor's memory (a CPU float32/float64/bfloat16 tensor, or a mask of
     those or bool/uint8, any strides)."""
+    # Each check reads what is cheapest to read (is_cpu, not device.type; detach only a tensor that
+    # requires grad, which numpy() refuses): a small drop-in call makes three or four of these.
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name}: expected a torch.Tensor, got {type(t).__name__}")
-    if t.device.type != "cpu":
+    if not t.is_cpu:
         raise ValueError(f"{name}: must be a CPU tensor, got device {t.device}")
     if t.dtype not in (_MASK if is_mask else _FLOAT):
         allowed = "bool, uint8, float32, float64 or bfloat16" if is_mask else "float32, float64 or bfloat16"
         raise TypeError(f"{name}: dtype must be {allowed}, got {t.dtype}")
-    t = t.detach()
+    if t.requires_grad:
+        t = t.detach()
     if t.dtype == torch.bfloat16:
         return t.view(torch.int16).numpy().view(_attnscale.bfloat16)
     return t.numpy()
@@ -139,6 +143,29 @@ def once_differentiable(backward):
     return wrapper
 
 
+def _records_graph(*tensors):
+    """Whether autograd records a call on `tensors` (None among them: no operand): grad mode on and one
+    of them requiring grad, or a forward-mode AD level open (its dual tensors do not say so by
+    requires_grad; Attention has no jvp, and autograd's Function refuses them with its message)."""
+    if forward_ad._current_level >= 0:
+        return True
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _forward(q, k, v, mask, forward_options, options, sinks):
+    """(out, lse, arrays, options) of Attention's forward: the kernels' outputs as tensors, the
+    numpy arrays the backward reads (q, k, v, out, lse, mask) and the backward's options (with the
+    sinks this forward used)."""
+    mask_np = None if mask is None else to_numpy("mask", mask, is_mask=True)
+    if sinks is not None:
+        # A copy: the backward reads the logits this forward used, whatever happens to sinks.
+        options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64, copy=True)))
+        forward_options = dict(forward_options, sinks=options["sinks"])
+    arrays = (to_numpy("q", q), to_numpy("k", k), to_numpy("v", v))
+    out_np, lse_np = _attnscale.attention(*arrays, mask=mask_np, return_lse=True, **with_threads(forward_options))
+    return from_numpy(out_np), from_numpy(lse_np), arrays + (out_np, lse_np, mask_np), options
+
+
 class Attention(torch.autograd.Function):
     """softmax(q k^T * scale + mask) v with gradients for q, k, v, a float mask and sinks (a logit per
     head that joins every row's softmax without a value; see attnscale.torch.attention)."""
@@ -151,25 +178,22 @@ class Attention(torch.autograd.Function):
         if has_torch_function_variadic(q, k, v, mask, sinks):
             return handle_torch_function(cls.apply, (q, k, v, mask, sinks), q, k, v, mask, forward_options, options,
                                          sinks)
+        if not _records_graph(q, k, v, mask, sinks):
+            # Nothing to differentiate: the kernels' outputs without autograd's node (its apply,
+            # ctx and saved tensors cost a small call a fifth of its time). The same tensors.
+            return _forward(q, k, v, mask, forward_options, options, sinks)[:2]
         return super().apply(q, k, v, mask, forward_options, options, sinks)
 
     @staticmethod
     def forward(ctx, q, k, v, mask, forward_options, options, sinks=None):
-        mask_np = None if mask is None else to_numpy("mask", mask, is_mask=True)
-        if sinks is not None:
-            # A copy: the backward reads the logits this forward used, whatever happens to sinks.
-            options = dict(options, sinks=to_numpy("sinks", sinks.detach().to(torch.float64, copy=True)))
-            forward_options = dict(forward_options, sinks=options["sinks"])
-        arrays = (to_numpy("q", q), to_numpy("k", k), to_numpy("v", v))
-        out_np, lse_np = _attnscale.attention(*arrays, mask=mask_np, return_lse=True, **with_threads(forward_options))
-        out, lse = from_numpy(out_np), from_numpy(lse_np)
+        out, lse, arrays, options = _forward(q, k, v, mask, forward_options, options, sinks)
         # The mask is saved as q, k and v are: the backward reads it, so a change in place between
         # the forward and the backward must meet autograd's check, not change the gradients.
         ctx.save_for_backward(q, k, v, out, lse, mask)
         # The arrays the first backward reads, checked once here: q, k, v's and the mask's over
         # detached views and the kernel's own out and lse (none refers to a tensor of the graph: no
         # reference cycle).
-        ctx.arrays = arrays + (out_np, lse_np, mask_np)
+        ctx.arrays = arrays
         ctx.mask_dtype = None if mask is None else mask.dtype
         ctx.sinks_dtype = None if sinks is None else sinks.dtype
         ctx.options = options
@@ -279,14 +303,15 @@ def _check_empty(q, k, v, mask, options):
     check_options(*arrays, None if mask is None else to_numpy("mask", mask, is_mask=True), options)
 
 
-def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None, mask_name="mask"):
+def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None, mask_name="mask", checked=False):
     """(out, lse) of attention over tensors of PyTorch's shapes (attnscale.broadcast folds them).
 
     An empty key set (or no query) is PyTorch's math on the empty operands: out 0, lse -inf, once
     the arguments have passed the checks a non-empty call meets. mask_name: the caller's name of the
-    mask, for its messages.
+    mask, for its messages. checked=True: the caller has passed q, k and v through check_operands.
     """
-    check_operands(q, k, v)
+    if not checked:
+        check_operands(q, k, v)
     if mask is not None:
         to_numpy(mask_name, mask, is_mask=True)  # its dtype and device, under the caller's name
     lay = broadcast.layout(q.shape, k.shape, v.shape, None if mask is None else mask.shape, gqa, mask_name)
@@ -296,7 +321,8 @@ def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None, mask_n
     if lay.empty and lay.v[3] == 0 and 0 not in (lay.q[0], lay.hq, lay.nq, lay.nkv):
         # dv = 0 over keys: out has no element, but lse does not read v: the kernels' over a
         # one-column v of zeros, with its gradient.
-        out, lse = attend(q, k, v.new_zeros(v.shape[:-1] + (1,)), mask, forward_options, options, gqa, sinks, mask_name)
+        out, lse = attend(q, k, v.new_zeros(v.shape[:-1] + (1,)), mask, forward_options, options, gqa, sinks, mask_name,
+                          checked)
         return out[..., :0], lse
     if lay.empty:
         _check_empty(q, k, v, mask, forward_options)
@@ -312,4 +338,5 @@ def attend(q, k, v, mask, forward_options, options, gqa=True, sinks=None, mask_n
     q4, k4, v4 = (broadcast.fold(t, s, lay.batch, torch.Tensor.expand) for t, s in ((q, lay.q), (k, lay.k), (v, lay.v)))
     m4 = None if mask is None else broadcast.fold(mask, lay.mask, lay.batch, torch.Tensor.expand)
     out, lse = Attention.apply(q4, k4, v4, m4, forward_options, options, sinks)
-    return out.reshape(lay.out), lse.reshape(lay.lse)
+    # (A reshape to the shape a tensor has already costs a small call a few µs.)
+    return (out if out.shape == lay.out else out.reshape(lay.out)), (lse if lse.shape == lay.lse else lse.reshape(lay.lse))

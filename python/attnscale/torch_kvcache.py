@@ -342,8 +342,10 @@ def _decode_views(k_cache, v_cache, cache, B):
     whose sequences are its first B rows; else the paged layout (a contiguous cache as blocks of
     seqlen_cache keys, one per batch row, picked by cache_batch_idx)."""
     if cache.identity:
-        return (cache_to_numpy("k_cache", k_cache[:B].transpose(1, 2)),
-                cache_to_numpy("v_cache", v_cache[:B].transpose(1, 2)), None)
+        if k_cache.shape[0] != B:  # (a slice of every row would cost a one-token call a few µs)
+            k_cache, v_cache = k_cache[:B], v_cache[:B]
+        return (cache_to_numpy("k_cache", k_cache.transpose(1, 2)),
+                cache_to_numpy("v_cache", v_cache.transpose(1, 2)), None)
     table = cache.table.to(torch.int32).contiguous().numpy()
     return cache_to_numpy("k_cache", k_cache), cache_to_numpy("v_cache", v_cache), table
 
@@ -357,7 +359,7 @@ def _decode(q, k_cache, v_cache, cache, starts, lengths, options, causal, left, 
     q32 = q if q.dtype == torch.float32 else q.to(torch.float32)
     # decode's q [B, H, d] or [B, H, Nq, d]: views of q (each torch operation here costs about
     # 150 us when it runs right after a decode has streamed the cache; docs/performance.md).
-    rows = q32[:, 0] if Nq == 1 else q32.transpose(1, 2)
+    rows = q32.select(1, 0) if Nq == 1 else q32.transpose(1, 2)
     o, lse = _attnscale.decode(
         rows.numpy(), kd, vd, block_table=table, seq_lens=np.asarray(lengths, dtype=np.int32),
         seq_starts=np.asarray(starts, dtype=np.int32) if any(starts) else None, scale=options["scale"],

@@ -109,7 +109,8 @@ def _scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, is_ca
         options = dict(scale=scale, causal=causal, **dropout_keywords(0.0 if every else drop, "[0, 1]"))
         (query, key, value), half = float16_as_float32(query, key, value)
         try:
-            out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa, mask_name="attn_mask")
+            out, _ = attend(query, key, value, mask, options, options, gqa=enable_gqa, mask_name="attn_mask",
+                            checked=True)
         except ValueError as e:
             if not enable_gqa and str(e).startswith("q, k:"):
                 raise ValueError(f"{e} (key/value with fewer heads than query need enable_gqa=True)") from None

@@ -305,6 +305,21 @@ def test_no_key_gives_zero_and_infinite_lse(gen):
     assert (q.grad == 0).all()
 
 
+def test_lse_of_keyless_rows_is_inf_beside_nan_and_infinite_inputs(gen):
+    """softmax_lse is +inf for every row without a visible key (attnscale's -inf turned), found past a
+    NaN row, whose NaN would hide it from a minimum; a row whose every score is -inf (an infinite
+    input, no mask) gives +inf too, as FlashAttention's kernels give it."""
+    q, k, v = (randn(gen, *s, dtype=torch.float32) for s in ((1, 3, 2, 4), (1, 2, 2, 4), (1, 2, 2, 4)))
+    q[0, 2, 1, 0] = math.nan
+    _, lse, _ = at.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert lse[0, :, 0].eq(math.inf).all() and lse[0, 1, 2].isnan() and torch.isfinite(lse[0, 0, 1:]).all()
+    k = k.abs() + 1
+    q = torch.zeros(1, 2, 1, 4)
+    q[0, 0, 0, 0] = -math.inf
+    _, lse, _ = at.flash_attn_func(q, k[:, :, :1], v[:, :, :1], return_attn_probs=True)
+    assert lse[0, 0, 0] == math.inf and torch.isfinite(lse[0, 0, 1])
+
+
 def test_dropout_is_a_pure_function_of_the_seed_and_unbiased(gen):
     q, k, v = operands(gen, (1, 5, 7, 2, 1, 4, 4, {}), grad=True)
     torch.manual_seed(3)

@@ -146,6 +146,33 @@ def test_sinks_and_their_gradient(gen):
         at.attention(q, k, v, sinks=torch.zeros(2, dtype=torch.float64))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_a_call_without_gradients_skips_autograd_with_the_same_results(gen, dtype):
+    """Under no_grad, or when no operand requires grad, the kernels run without autograd's node: the
+    same out and lse, bit for bit, as through it (masks, sinks, GQA, odd sizes), and no grad_fn; a
+    forward-mode AD level still meets autograd's refusal (Attention has no jvp)."""
+    q, k, v = (t.detach().to(dtype) for t in leaves(gen, (2, 4, 5, 3), (2, 2, 7, 3), (2, 2, 7, 2)))
+    mask = torch.randn(5, 7, dtype=torch.float64, generator=gen).to(dtype if dtype != torch.bfloat16 else torch.float32)
+    sinks = torch.randn(4, dtype=torch.float64, generator=gen)
+    for kw in (dict(causal=True), dict(mask=mask), dict(mask=mask > 0, sinks=sinks), dict(window=(2, 1))):
+        grads = [t.clone().requires_grad_() for t in (q, k, v)]
+        want_out, want_lse = at.attention(*grads, return_lse=True, **kw)
+        assert want_out.grad_fn is not None
+        for no_grad in (True, False):
+            with torch.set_grad_enabled(not no_grad):
+                out, lse = at.attention(q, k, v, return_lse=True, **kw)
+            assert out.grad_fn is None and lse.grad_fn is None and not out.requires_grad
+            assert torch.equal(out, want_out.detach()) and torch.equal(lse, want_lse.detach())
+    with torch.no_grad():  # a float mask that requires grad, under no_grad: read as it is
+        out = at.attention(q, k, v, mask=mask.clone().requires_grad_())
+    assert torch.equal(out, at.attention(q, k, v, mask=mask))
+    import torch.autograd.forward_ad as fwAD
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(q, torch.ones_like(q))
+        with pytest.raises(NotImplementedError, match="jvp"):
+            at.attention(dual, k, v)
+
+
 def test_second_backward_and_in_place_changes(gen):
     """A graph kept for a second backward (retain_graph) gives the same gradients again; an input
     changed in place after the forward is refused by autograd's check, not read changed."""

@@ -140,6 +140,18 @@ def test_matches_flash_attention_semantics(gen, case, dtype, layout):
     torch.testing.assert_close(lse.double(), want_lse, rtol=tol, atol=tol)  # +inf where a row sees no key
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_a_cache_of_more_batch_rows_reads_its_first_ones(gen, dtype):
+    """Without cache_batch_idx, sequence b reads cache row b: a cache of more rows than q's batch gives
+    the bits of one cut to those rows (decode's views of either)."""
+    kc, vc = (torch.randn(4, 9, 2, 8, generator=gen).to(dtype) for _ in range(2))
+    q = torch.randn(3, 1, 4, 8, generator=gen).to(dtype)
+    lens = torch.tensor([5, 9, 1], dtype=torch.int32)
+    out, lse = at.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, return_softmax_lse=True)
+    cut_out, cut_lse = at.flash_attn_with_kvcache(q, kc[:3], vc[:3], cache_seqlens=lens, return_softmax_lse=True)
+    assert torch.equal(out, cut_out) and torch.equal(lse, cut_lse)
+
+
 def test_new_keys_are_written_in_place_and_nothing_else(gen):
     B, Hkv, d, seqlens = 3, 2, 8, [4, 0, 9]
     kc, vc, table = paged(gen, seqlens, 4, Hkv, d, torch.float32, spare=2)
