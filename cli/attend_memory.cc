@@ -1,6 +1,7 @@
 #include "attend_memory.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <vector>

@@ -67,10 +67,13 @@ bool may_decode(const Params& p) {
 //                                    (bottom-right)
 // and a left window counts back from the diagonal in both. Every Params field that changes the
 // result must either be passed on here or exclude this route.
+bool cache_route_may_take(const ForwardShape& s) {
+  return cache_route_pays(s) && !s.probs && !s.mask && !s.sinks && !s.dropout &&
+         (s.dtype == DType::f32 || s.dtype == DType::bf16);
+}
+
 bool cache_decode(const Params& p) {
-  if (!cache_route_pays(forward_shape(p)) || !p.probs.empty() || !p.mask.empty() ||
-      !p.sinks.empty() || p.has_dropout() || (p.dtype != DType::f32 && p.dtype != DType::bf16) ||
-      p.k.strides[3] != 1 || p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
+  if (!cache_route_may_take(forward_shape(p)) || p.k.strides[3] != 1 || p.v.strides[3] != 1 || p.k.shape[0] != p.B || p.v.shape[0] != p.B ||
       p.Nkv >= std::numeric_limits<std::int32_t>::max())
     return false;
   DecodeOptions o;

@@ -16,10 +16,9 @@ ForwardShape forward_shape(const Params& p) {
 
 double forward_scratch_bytes(const ForwardShape& s, Kernel kernel) {
   if (kernel == Kernel::reference) return reference_scratch_bytes(s.Nq, s.Nkv);
-  // The KV-cache decode's route (cache_decode, float32 here; bfloat16 calls count as float32 ones)
-  // counts none: where it may be taken, nothing.
-  const bool cache_route = s.dtype != DType::f64 && cache_route_pays(s) && !s.probs && !s.mask && !s.sinks && !s.dropout;
-  if (cache_route) return 0;
+  // The KV-cache decode's route (cache_decode; bfloat16 calls count as float32 ones) counts none:
+  // where it may be taken, nothing.
+  if (cache_route_may_take(s)) return 0;
   return uses_split_decode(s) ? split_decode_scratch_bytes(s) : tiled_forward_scratch_bytes(s);
 }
 

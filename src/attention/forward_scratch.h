@@ -51,6 +51,9 @@ bool uses_split_decode(const ForwardShape& s);
 // Whether the KV-cache decode's route pays for these shapes (decode.cc: cache_route_pays); the call
 // takes it where nothing else excludes it (cache_decode).
 bool cache_route_pays(const ForwardShape& s);
+// Whether forward() may take that route by shape and options (it pays, no probabilities, mask, sinks
+// or dropout, float32 or bfloat16); cache_decode adds the conditions of the arrays' layout.
+bool cache_route_may_take(const ForwardShape& s);
 
 // The tiled forward's and the split-key decode's parts (forward.cc, decode.cc).
 double tiled_forward_scratch_bytes(const ForwardShape& s);
